@@ -1,0 +1,15 @@
+//! taskcenter's domain model: what a task is, which states it moves through and
+//! which moves are legal, what a valid submission looks like, and the store port
+//! that every storage adapter implements.
+//!
+//! This crate does no I/O and knows nothing of SQL, HTTP or an async runtime:
+//! the store port is a trait whose futures any executor can drive.
+
+mod new_task;
+mod state;
+pub mod store;
+mod task;
+
+pub use new_task::{Limits, NewTask, ValidationError};
+pub use state::{IllegalTransition, State, UnknownState, transit};
+pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};

@@ -1,0 +1,354 @@
+use std::time::Duration;
+
+/// Bounds a submission must respect. Only the body limit is configurable; the
+/// others are fixed by the API contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Limits {
+    /// The longest url, in bytes.
+    pub const MAX_URL_BYTES: usize = 2048;
+    /// The longest idempotency key, in bytes.
+    pub const MAX_KEY_BYTES: usize = 255;
+    /// The most attempts a task may ask for.
+    pub const MAX_ATTEMPTS: u32 = 100;
+    /// The shortest per-try timeout.
+    pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+    /// The longest per-try timeout.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+    /// The default body limit: 1 MiB.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: Limits::DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// Why a submission is not a valid [`NewTask`]. Each variant names its field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// The url is not an absolute http(s) url with a host, or is too long.
+    #[error("url: {0}")]
+    Url(String),
+    /// The idempotency key is empty, too long, or has control characters.
+    #[error("idempotency_key: {0}")]
+    IdempotencyKey(String),
+    /// max_attempts is outside 1..=100.
+    #[error("max_attempts: must be between 1 and {max}, got {got}", max = Limits::MAX_ATTEMPTS)]
+    MaxAttempts {
+        /// The value given.
+        got: u32,
+    },
+    /// The body is larger than the configured limit.
+    #[error("body: {got} bytes is over the limit of {limit} bytes")]
+    Body {
+        /// The body's size.
+        got: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The timeout is outside 1 ms..=10 min.
+    #[error("timeout: must be between 1 ms and 600000 ms, got {got_ms} ms")]
+    Timeout {
+        /// The value given, in milliseconds.
+        got_ms: u128,
+    },
+}
+
+impl ValidationError {
+    /// The name of the offending field, as the API spells it.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ValidationError::Url(_) => "url",
+            ValidationError::IdempotencyKey(_) => "idempotency_key",
+            ValidationError::MaxAttempts { .. } => "max_attempts",
+            ValidationError::Body { .. } => "body",
+            ValidationError::Timeout { .. } => "timeout",
+        }
+    }
+}
+
+/// A valid submission: "POST `body` to `url`, at most `max_attempts` times,
+/// each try within `timeout`". One that exists has passed every check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    url: String,
+    body: Vec<u8>,
+    idempotency_key: String,
+    max_attempts: u32,
+    timeout: Duration,
+}
+
+impl NewTask {
+    /// Checks every field and builds the submission, or names the first field
+    /// that is wrong.
+    pub fn new(
+        url: String,
+        body: Vec<u8>,
+        idempotency_key: String,
+        max_attempts: u32,
+        timeout: Duration,
+        limits: &Limits,
+    ) -> Result<NewTask, ValidationError> {
+        check_url(&url)?;
+        check_key(&idempotency_key)?;
+        if !(1..=Limits::MAX_ATTEMPTS).contains(&max_attempts) {
+            return Err(ValidationError::MaxAttempts { got: max_attempts });
+        }
+        if body.len() > limits.max_body_bytes {
+            return Err(ValidationError::Body {
+                got: body.len(),
+                limit: limits.max_body_bytes,
+            });
+        }
+        if !(Limits::MIN_TIMEOUT..=Limits::MAX_TIMEOUT).contains(&timeout) {
+            return Err(ValidationError::Timeout {
+                got_ms: timeout.as_millis(),
+            });
+        }
+        Ok(NewTask {
+            url,
+            body,
+            idempotency_key,
+            max_attempts,
+            timeout,
+        })
+    }
+
+    /// Where the task POSTs.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// What it POSTs.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The client's idempotency key.
+    pub fn idempotency_key(&self) -> &str {
+        &self.idempotency_key
+    }
+
+    /// The most tries.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The per-try timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether `other` asks for the same work: the fields an idempotent
+    /// resubmit must repeat exactly (everything but the key itself).
+    pub fn same_payload(
+        &self,
+        url: &str,
+        body: &[u8],
+        max_attempts: u32,
+        timeout: Duration,
+    ) -> bool {
+        self.url == url
+            && self.body == body
+            && self.max_attempts == max_attempts
+            && self.timeout == timeout
+    }
+}
+
+fn check_url(url: &str) -> Result<(), ValidationError> {
+    if url.len() > Limits::MAX_URL_BYTES {
+        return Err(ValidationError::Url(format!(
+            "{} bytes is over the limit of {} bytes",
+            url.len(),
+            Limits::MAX_URL_BYTES
+        )));
+    }
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| ValidationError::Url(format!("not a valid url: {e}")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        Some(other) => {
+            return Err(ValidationError::Url(format!(
+                "scheme must be http or https, got {other:?}"
+            )));
+        }
+        None => {
+            return Err(ValidationError::Url(
+                "must be an absolute http or https url".into(),
+            ));
+        }
+    }
+    match uri.host() {
+        Some(host) if !host.is_empty() => Ok(()),
+        _ => Err(ValidationError::Url("must have a host".into())),
+    }
+}
+
+fn check_key(key: &str) -> Result<(), ValidationError> {
+    if key.is_empty() {
+        return Err(ValidationError::IdempotencyKey("must not be empty".into()));
+    }
+    if key.len() > Limits::MAX_KEY_BYTES {
+        return Err(ValidationError::IdempotencyKey(format!(
+            "{} bytes is over the limit of {} bytes",
+            key.len(),
+            Limits::MAX_KEY_BYTES
+        )));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(ValidationError::IdempotencyKey(
+            "must not contain control characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Input {
+        url: String,
+        body: Vec<u8>,
+        key: String,
+        max_attempts: u32,
+        timeout: Duration,
+    }
+
+    fn valid() -> Input {
+        Input {
+            url: "http://127.0.0.1:9000/hook".into(),
+            body: b"{}".to_vec(),
+            key: "order-1".into(),
+            max_attempts: 3,
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Applies `edit` to a valid input and checks the outcome: `None` means
+    /// valid, `Some(field)` means refused naming that field.
+    fn check(edit: impl FnOnce(&mut Input), limits: Limits, expected: Option<&str>) {
+        let mut input = valid();
+        edit(&mut input);
+        let got = NewTask::new(
+            input.url,
+            input.body,
+            input.key,
+            input.max_attempts,
+            input.timeout,
+            &limits,
+        );
+        match (got, expected) {
+            (Ok(_), None) => {}
+            (Err(e), Some(field)) => {
+                assert_eq!(e.field(), field, "{e}");
+                assert!(
+                    e.to_string().starts_with(field),
+                    "message names the field: {e}"
+                );
+            }
+            (got, expected) => panic!("expected {expected:?}, got {got:?}"),
+        }
+    }
+
+    #[test]
+    fn url_rules() {
+        let d = Limits::default();
+        let host = "http://h/";
+        let at_limit = format!("{host}{}", "a".repeat(Limits::MAX_URL_BYTES - host.len()));
+        let over = format!("{at_limit}a");
+        check(|i| i.url = at_limit, d, None);
+        check(|i| i.url = over, d, Some("url"));
+        check(|i| i.url = "https://example.com".into(), d, None);
+        check(|i| i.url = "http://[::1]:8080/x?y=1".into(), d, None);
+        for bad in [
+            "",
+            "/relative",
+            "example.com/x",
+            "ftp://example.com/",
+            "http://",
+            "http:///x",
+            "not a url",
+            "mailto:a@b",
+        ] {
+            check(|i| i.url = bad.into(), d, Some("url"));
+        }
+    }
+
+    #[test]
+    fn idempotency_key_rules() {
+        let d = Limits::default();
+        check(|i| i.key = "k".into(), d, None);
+        check(|i| i.key = "k".repeat(255), d, None);
+        check(|i| i.key = "k".repeat(256), d, Some("idempotency_key"));
+        check(|i| i.key = String::new(), d, Some("idempotency_key"));
+        check(|i| i.key = "a\nb".into(), d, Some("idempotency_key"));
+        check(|i| i.key = "a\u{7f}".into(), d, Some("idempotency_key"));
+        check(|i| i.key = "naïve-ключ".into(), d, None);
+    }
+
+    #[test]
+    fn max_attempts_rules() {
+        let d = Limits::default();
+        check(|i| i.max_attempts = 0, d, Some("max_attempts"));
+        check(|i| i.max_attempts = 1, d, None);
+        check(|i| i.max_attempts = 100, d, None);
+        check(|i| i.max_attempts = 101, d, Some("max_attempts"));
+    }
+
+    #[test]
+    fn body_rules() {
+        let small = Limits { max_body_bytes: 10 };
+        check(|i| i.body = vec![b' '; 10], small, None);
+        check(|i| i.body = vec![b' '; 11], small, Some("body"));
+        let d = Limits::default();
+        check(|i| i.body = vec![b' '; 1024 * 1024], d, None);
+        check(|i| i.body = vec![b' '; 1024 * 1024 + 1], d, Some("body"));
+    }
+
+    #[test]
+    fn timeout_rules() {
+        let d = Limits::default();
+        check(|i| i.timeout = Duration::ZERO, d, Some("timeout"));
+        check(
+            |i| i.timeout = Duration::from_micros(999),
+            d,
+            Some("timeout"),
+        );
+        check(|i| i.timeout = Duration::from_millis(1), d, None);
+        check(|i| i.timeout = Duration::from_millis(600_000), d, None);
+        check(
+            |i| i.timeout = Duration::from_millis(600_001),
+            d,
+            Some("timeout"),
+        );
+    }
+
+    #[test]
+    fn same_payload_compares_everything_but_the_key() {
+        let i = valid();
+        let task = NewTask::new(
+            i.url.clone(),
+            i.body.clone(),
+            i.key,
+            i.max_attempts,
+            i.timeout,
+            &Limits::default(),
+        )
+        .unwrap();
+        assert!(task.same_payload(&i.url, &i.body, 3, i.timeout));
+        assert!(!task.same_payload("http://other/", &i.body, 3, i.timeout));
+        assert!(!task.same_payload(&i.url, b"[]", 3, i.timeout));
+        assert!(!task.same_payload(&i.url, &i.body, 4, i.timeout));
+        assert!(!task.same_payload(&i.url, &i.body, 3, Duration::from_secs(6)));
+    }
+}

@@ -1,0 +1,228 @@
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::State;
+
+/// A task's identity: a UUID v7, so that ids sort by creation time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(uuid::Uuid);
+
+impl TaskId {
+    /// A fresh id for a task created now.
+    pub fn generate() -> TaskId {
+        TaskId(uuid::Uuid::now_v7())
+    }
+
+    /// The id as a UUID.
+    pub fn as_uuid(&self) -> &uuid::Uuid {
+        &self.0
+    }
+
+    /// The 16 bytes of the UUID, the form stores keep.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        self.0.as_bytes()
+    }
+
+    /// An id from the 16 bytes written by [`TaskId::as_bytes`].
+    pub fn from_bytes(bytes: [u8; 16]) -> TaskId {
+        TaskId(uuid::Uuid::from_bytes(bytes))
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+/// A string that is not a task id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a task id: {0:?}")]
+pub struct UnknownTaskId(pub String);
+
+impl FromStr for TaskId {
+    type Err = UnknownTaskId;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // Only the canonical hyphenated form, so one task has one spelling.
+        if s.len() != 36 {
+            return Err(UnknownTaskId(s.to_owned()));
+        }
+        uuid::Uuid::try_parse(s)
+            .map(TaskId)
+            .map_err(|_| UnknownTaskId(s.to_owned()))
+    }
+}
+
+/// A point in time: milliseconds since the Unix epoch, UTC.
+///
+/// The store and the worker pass time explicitly as this value, so tests can
+/// drive a clock of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    /// The time `ms` milliseconds after the Unix epoch.
+    pub const fn from_millis(ms: i64) -> Timestamp {
+        Timestamp(ms)
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// `self + d`, saturating at the far future.
+    pub fn saturating_add(self, d: Duration) -> Timestamp {
+        let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        Timestamp(self.0.saturating_add(ms))
+    }
+
+    /// The duration from `earlier` to `self`, zero if `earlier` is later.
+    pub fn duration_since(self, earlier: Timestamp) -> Duration {
+        let ms = self.0.saturating_sub(earlier.0).max(0);
+        Duration::from_millis(ms.unsigned_abs())
+    }
+}
+
+/// One try of a task's downstream call, as the attempt history keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    /// The task's attempt counter when this try started (1 for the first).
+    pub n: u32,
+    /// When the try was claimed.
+    pub started_at: Timestamp,
+    /// When its outcome was written; `None` while it runs.
+    pub finished_at: Option<Timestamp>,
+    /// The downstream's status, if it answered.
+    pub http_status: Option<u16>,
+    /// Why the try did not succeed (`http_503`, `timeout`, `interrupted`, …).
+    pub error: Option<String>,
+    /// `finished_at - started_at`, once finished.
+    pub duration_ms: Option<u64>,
+}
+
+/// A task as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// The task's identity.
+    pub id: TaskId,
+    /// Its current state.
+    pub state: State,
+    /// Where the worker POSTs the body.
+    pub url: String,
+    /// The bytes POSTed downstream (JSON).
+    pub body: Vec<u8>,
+    /// The client's key; the store keeps one task per key.
+    pub idempotency_key: String,
+    /// How many tries have been claimed and count against `max_attempts`.
+    pub attempt: u32,
+    /// The most tries this task may use.
+    pub max_attempts: u32,
+    /// Per-try timeout of the downstream call.
+    pub timeout: Duration,
+    /// The downstream's status on the last answered try.
+    pub http_status: Option<u16>,
+    /// The downstream's body on success.
+    pub result: Option<Vec<u8>>,
+    /// The downstream's `Content-Type` on success.
+    pub result_content_type: Option<String>,
+    /// Why the last try did not succeed.
+    pub error: Option<String>,
+    /// When the task was submitted.
+    pub created_at: Timestamp,
+    /// When the task last changed.
+    pub updated_at: Timestamp,
+    /// When the last try was claimed.
+    pub started_at: Option<Timestamp>,
+    /// When the task reached a terminal state.
+    pub finished_at: Option<Timestamp>,
+    /// When a pending task becomes due.
+    pub next_run_at: Option<Timestamp>,
+    /// Until when the running task's worker holds it.
+    pub lease_until: Option<Timestamp>,
+    /// Every try so far, oldest first.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+impl Task {
+    /// Whether another try is allowed after the current one.
+    pub fn can_retry(&self) -> bool {
+        self.attempt < self.max_attempts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_round_trip_and_sort_by_creation() {
+        let a = TaskId::generate();
+        let b = TaskId::generate();
+        assert!(a < b, "v7 ids are monotonic within a process");
+        assert_eq!(a.to_string().parse::<TaskId>(), Ok(a));
+        assert_eq!(TaskId::from_bytes(*a.as_bytes()), a);
+    }
+
+    #[test]
+    fn malformed_task_ids_are_refused() {
+        let good = TaskId::generate().to_string();
+        for bad in [
+            "",
+            "x",
+            &good[..35],
+            &good.replace('-', ""),
+            &format!("{{{good}}}"),
+            "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz",
+        ] {
+            assert!(bad.parse::<TaskId>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timestamps_saturate() {
+        let t = Timestamp::from_millis(i64::MAX - 1);
+        assert_eq!(
+            t.saturating_add(Duration::from_secs(10)).as_millis(),
+            i64::MAX
+        );
+        assert_eq!(
+            Timestamp::from_millis(5).duration_since(Timestamp::from_millis(9)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            Timestamp::from_millis(9).duration_since(Timestamp::from_millis(5)),
+            Duration::from_millis(4)
+        );
+    }
+
+    #[test]
+    fn can_retry_until_attempts_are_used() {
+        let mut task = Task {
+            id: TaskId::generate(),
+            state: State::Running,
+            url: "http://example.test/".into(),
+            body: b"{}".to_vec(),
+            idempotency_key: "k".into(),
+            attempt: 1,
+            max_attempts: 2,
+            timeout: Duration::from_secs(1),
+            http_status: None,
+            result: None,
+            result_content_type: None,
+            error: None,
+            created_at: Timestamp::default(),
+            updated_at: Timestamp::default(),
+            started_at: None,
+            finished_at: None,
+            next_run_at: None,
+            lease_until: None,
+            attempts: Vec::new(),
+        };
+        assert!(task.can_retry());
+        task.attempt = 2;
+        assert!(!task.can_retry());
+    }
+}
