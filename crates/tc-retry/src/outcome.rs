@@ -1,0 +1,87 @@
+use std::time::SystemTime;
+
+/// What one attempt of a call came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The downstream answered with an HTTP status.
+    Status {
+        /// The status code, as received (not necessarily in `100..=599`).
+        code: u16,
+        /// The `Retry-After` header, if the response carried one.
+        retry_after: Option<RetryAfter>,
+    },
+    /// The call did not finish within its timeout.
+    Timeout,
+    /// The connection was refused, reset, or closed mid-response.
+    Connect,
+    /// The response body was over the caller's size cap.
+    ResponseTooLarge,
+    /// Any other error, e.g. a reply that is not HTTP.
+    Other,
+}
+
+impl Outcome {
+    /// The stable reason string for this outcome: `http_<status>`, `timeout`,
+    /// `connect`, `response_too_large` or `error`.
+    pub fn reason(&self) -> String {
+        match self {
+            Outcome::Status { code, .. } => format!("http_{code}"),
+            Outcome::Timeout => "timeout".to_owned(),
+            Outcome::Connect => "connect".to_owned(),
+            Outcome::ResponseTooLarge => "response_too_large".to_owned(),
+            Outcome::Other => "error".to_owned(),
+        }
+    }
+}
+
+/// A raw `Retry-After` header value and when its response arrived.
+///
+/// The arrival time is kept because the HTTP-date form names a moment, and
+/// the delay it asks for is that moment minus the arrival, not minus the time
+/// the decision happens to be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryAfter {
+    /// The header value as received.
+    pub value: String,
+    /// When the response carrying the header arrived.
+    pub received_at: SystemTime,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_stable_strings() {
+        let cases = [
+            (
+                Outcome::Status {
+                    code: 503,
+                    retry_after: None,
+                },
+                "http_503",
+            ),
+            (
+                Outcome::Status {
+                    code: 0,
+                    retry_after: None,
+                },
+                "http_0",
+            ),
+            (
+                Outcome::Status {
+                    code: u16::MAX,
+                    retry_after: None,
+                },
+                "http_65535",
+            ),
+            (Outcome::Timeout, "timeout"),
+            (Outcome::Connect, "connect"),
+            (Outcome::ResponseTooLarge, "response_too_large"),
+            (Outcome::Other, "error"),
+        ];
+        for (outcome, reason) in cases {
+            assert_eq!(outcome.reason(), reason, "{outcome:?}");
+        }
+    }
+}
