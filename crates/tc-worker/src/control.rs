@@ -1,0 +1,168 @@
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tc_model::store::{StoreError, TaskStore};
+use tc_model::{State, Task, TaskId, Timestamp};
+use tokio::sync::{Notify, broadcast};
+use tokio_util::sync::CancellationToken;
+
+use crate::Clock;
+
+/// What the worker knows about the tasks it has claimed.
+#[derive(Default)]
+pub(crate) struct Claims {
+    /// Claimed tasks, each with the token that cancels its attempt.
+    running: HashMap<TaskId, CancellationToken>,
+    /// Set while a claim is on its way to the store: a cancel that lands then
+    /// cannot find the task in `running` yet, so it is remembered here.
+    claim_in_flight: bool,
+    canceled_during_claim: HashSet<TaskId>,
+}
+
+/// How one attempt ended, as [`WorkerControl::subscribe`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptEnded {
+    /// The task.
+    pub task_id: TaskId,
+    /// The attempt counter of the try that ended.
+    pub attempt: u32,
+    /// The task's state after this attempt: `pending` for a retry or an
+    /// interrupted call, the terminal state otherwise.
+    pub state: State,
+}
+
+/// What the claim loop, the attempts and the control handle share.
+pub(crate) struct Shared<S> {
+    pub(crate) store: Arc<S>,
+    pub(crate) clock: Clock,
+    pub(crate) wake: Notify,
+    claims: Mutex<Claims>,
+    events: broadcast::Sender<AttemptEnded>,
+}
+
+impl<S> Shared<S> {
+    pub(crate) fn new(store: Arc<S>, clock: Clock) -> Shared<S> {
+        let (events, _) = broadcast::channel(4096);
+        Shared {
+            store,
+            clock,
+            wake: Notify::new(),
+            claims: Mutex::new(Claims::default()),
+            events,
+        }
+    }
+
+    /// Tells subscribers an attempt ended (no subscriber is fine).
+    pub(crate) fn attempt_ended(&self, event: AttemptEnded) {
+        let _ = self.events.send(event);
+    }
+
+    fn claims(&self) -> std::sync::MutexGuard<'_, Claims> {
+        // The lock guards plain inserts and removes; a panic while holding it
+        // leaves the maps consistent, so a poisoned lock is still usable.
+        self.claims.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the start of a claim: cancels from now on are remembered.
+    pub(crate) fn begin_claim(&self) {
+        self.claims().claim_in_flight = true;
+    }
+
+    /// Registers the claimed tasks and ends the claim. Returns, for each task,
+    /// its cancel token, or `None` when it was canceled while being claimed.
+    pub(crate) fn finish_claim(&self, ids: &[TaskId]) -> Vec<Option<CancellationToken>> {
+        let mut claims = self.claims();
+        let tokens = ids
+            .iter()
+            .map(|id| {
+                if claims.canceled_during_claim.contains(id) {
+                    None
+                } else {
+                    let token = CancellationToken::new();
+                    claims.running.insert(*id, token.clone());
+                    Some(token)
+                }
+            })
+            .collect();
+        claims.claim_in_flight = false;
+        claims.canceled_during_claim.clear();
+        tokens
+    }
+
+    /// Forgets a task whose attempt has ended.
+    pub(crate) fn finish_attempt(&self, id: TaskId) {
+        self.claims().running.remove(&id);
+    }
+
+    /// The ids whose attempts are running here.
+    pub(crate) fn running_ids(&self) -> Vec<TaskId> {
+        self.claims().running.keys().copied().collect()
+    }
+
+    /// Interrupts the attempt of `id` if it runs here, or makes sure a claim in
+    /// progress will not start it.
+    fn interrupt_for_cancel(&self, id: TaskId) {
+        let mut claims = self.claims();
+        if let Some(token) = claims.running.get(&id) {
+            token.cancel();
+        } else if claims.claim_in_flight {
+            claims.canceled_during_claim.insert(id);
+        }
+    }
+}
+
+/// The handle the HTTP layer uses to talk to a running worker. Cheap to clone.
+pub struct WorkerControl<S> {
+    pub(crate) shared: Arc<Shared<S>>,
+}
+
+impl<S> Clone for WorkerControl<S> {
+    fn clone(&self) -> Self {
+        WorkerControl {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: TaskStore> WorkerControl<S> {
+    /// Wakes the claim loop now: a task was submitted.
+    pub fn task_submitted(&self) {
+        self.shared.wake.notify_one();
+    }
+
+    /// The worker's clock: the time to stamp on anything written for it.
+    pub fn now(&self) -> Timestamp {
+        self.shared.clock.now()
+    }
+
+    /// Cancels a task in all three places it can be:
+    /// pending (or waiting for a retry) — it is never claimed;
+    /// claimed but not yet called — it is not called;
+    /// in flight — the call's future is dropped, which closes the connection.
+    ///
+    /// The store's cancel comes first, so any outcome the attempt writes
+    /// afterwards loses the guarded write: a canceled task never becomes
+    /// success. Returns the task: canceled, or its unchanged terminal state.
+    pub async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
+        let task = self
+            .shared
+            .store
+            .cancel(id, self.shared.clock.now())
+            .await?;
+        if task.state == State::Canceled {
+            self.shared.interrupt_for_cancel(id);
+        }
+        Ok(task)
+    }
+
+    /// A stream of attempt endings, from now on: what tests and tools wait on
+    /// instead of polling the store.
+    pub fn subscribe(&self) -> broadcast::Receiver<AttemptEnded> {
+        self.shared.events.subscribe()
+    }
+
+    /// How many claimed tasks this worker is running now.
+    pub fn in_flight(&self) -> usize {
+        self.shared.claims().running.len()
+    }
+}

@@ -1,0 +1,330 @@
+//! taskcenter's worker: the loop that turns registered tasks into downstream
+//! calls.
+//!
+//! - **Bounded**: at most `concurrency` calls in flight. A permit is taken
+//!   before claiming and held until the outcome is written; a task waiting for
+//!   its retry holds nothing (it is written back as pending, due later).
+//! - **Claim loop**: wakes when a task is submitted ([`WorkerControl::task_submitted`]),
+//!   at the earliest due retry, or every `poll_interval`; claims at most as
+//!   many tasks as it has free permits.
+//! - **Cancel** ([`WorkerControl::cancel`]) reaches a task wherever it is, and
+//!   drops an in-flight call's future, which closes its connection.
+//! - **Leases**: claimed tasks are heartbeated while they run; expired leases
+//!   (a crashed worker) are recovered at start and periodically.
+//! - **Shutdown** ([`Worker::shutdown`]): stop claiming, let calls finish
+//!   within a grace period, put the rest back to pending without using up an
+//!   attempt.
+//!
+//! The worker knows the store and the downstream only through their ports.
+
+mod attempt;
+mod clock;
+mod control;
+mod metrics;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tc_downstream::Downstream;
+use tc_model::store::TaskStore;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::attempt::{AttemptContext, run_attempt};
+pub use crate::clock::Clock;
+use crate::control::Shared;
+pub use crate::control::{AttemptEnded, WorkerControl};
+pub use crate::metrics::WorkerMetrics;
+
+/// How the worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The most downstream calls in flight at once (at least 1).
+    pub concurrency: usize,
+    /// How long a claim holds a task before another worker may recover it.
+    pub lease: Duration,
+    /// The longest the claim loop sleeps without being woken.
+    pub poll_interval: Duration,
+    /// How long shutdown waits for in-flight calls before interrupting them.
+    pub shutdown_grace: Duration,
+    /// How often expired leases are recovered.
+    pub recover_interval: Duration,
+    /// Backoff and Retry-After bounds.
+    pub retry: tc_retry::Policy,
+    /// Seed for the backoff jitter; `None` seeds from the OS.
+    pub jitter_seed: Option<u64>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            concurrency: 8,
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(50),
+            shutdown_grace: Duration::from_secs(10),
+            recover_interval: Duration::from_secs(15),
+            retry: tc_retry::Policy::default(),
+            jitter_seed: None,
+        }
+    }
+}
+
+/// What a shutdown did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShutdownReport {
+    /// Calls still in flight when the grace period ended, put back to pending.
+    pub interrupted: usize,
+}
+
+/// Why the worker stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A worker task panicked or was aborted.
+    #[error("worker task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// A running worker. Dropping it without [`Worker::shutdown`] aborts its tasks.
+pub struct Worker<S> {
+    control: WorkerControl<S>,
+    stop: CancellationToken,
+    tasks: JoinSet<Result<ShutdownReport, WorkerError>>,
+}
+
+impl<S: TaskStore> Worker<S> {
+    /// Starts the worker on the current tokio runtime: recovers expired
+    /// leases, then claims and runs due tasks until [`Worker::shutdown`].
+    pub fn spawn<D: Downstream>(
+        store: Arc<S>,
+        downstream: Arc<D>,
+        config: WorkerConfig,
+        clock: Clock,
+        metrics: WorkerMetrics,
+    ) -> Worker<S> {
+        let shared = Arc::new(Shared::new(store, clock));
+        let rng = match config.jitter_seed {
+            Some(seed) => fastrand::Rng::with_seed(seed),
+            None => fastrand::Rng::new(),
+        };
+        let ctx = Arc::new(AttemptContext {
+            shared: Arc::clone(&shared),
+            downstream,
+            policy: config.retry.clone(),
+            rng: Arc::new(Mutex::new(rng)),
+            metrics,
+        });
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        tasks.spawn(claim_loop(ctx, config, stop.clone()));
+        Worker {
+            control: WorkerControl { shared },
+            stop,
+            tasks,
+        }
+    }
+
+    /// The handle for submit wake-ups and cancels.
+    pub fn control(&self) -> WorkerControl<S> {
+        self.control.clone()
+    }
+
+    /// Stops claiming, waits up to the grace period for in-flight calls, then
+    /// interrupts what is left and puts it back to pending. When this returns,
+    /// this worker has no task running in the store.
+    pub async fn shutdown(mut self) -> Result<ShutdownReport, WorkerError> {
+        self.stop.cancel();
+        let mut report = ShutdownReport::default();
+        while let Some(joined) = self.tasks.join_next().await {
+            report.interrupted += joined??.interrupted;
+        }
+        Ok(report)
+    }
+}
+
+/// Claims due tasks while there are permits, runs them, and on stop drains.
+async fn claim_loop<S: TaskStore, D: Downstream>(
+    ctx: Arc<AttemptContext<S, D>>,
+    config: WorkerConfig,
+    stop: CancellationToken,
+) -> Result<ShutdownReport, WorkerError> {
+    let shared = Arc::clone(&ctx.shared);
+    let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    // Cancels every attempt's token at once when the grace period ends.
+    let interrupt_all = CancellationToken::new();
+    let mut attempts = JoinSet::new();
+    let mut background = JoinSet::new();
+    // Recover before the first claim, so tasks a crashed run left behind are
+    // due again right away.
+    recover_once(&shared).await;
+    background.spawn(heartbeat_loop(Arc::clone(&shared), config.lease));
+    background.spawn(recover_loop(
+        Arc::clone(&shared),
+        config.recover_interval,
+        stop.clone(),
+    ));
+
+    'claiming: loop {
+        // Wait for one permit: never claim more than can run.
+        let first = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break 'claiming,
+            permit = Arc::clone(&permits).acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break 'claiming,
+            },
+            Some(joined) = attempts.join_next(), if !attempts.is_empty() => {
+                log_join(joined);
+                continue 'claiming;
+            }
+        };
+        let mut held = vec![first];
+        while let Ok(p) = Arc::clone(&permits).try_acquire_owned() {
+            held.push(p);
+        }
+
+        let wanted = held.len();
+        shared.begin_claim();
+        let now = shared.clock.now();
+        let claimed = match shared.store.claim_due(wanted, now, config.lease).await {
+            Ok(tasks) => tasks,
+            Err(e) => {
+                tracing::error!(error = %e, "claim_failed");
+                Vec::new()
+            }
+        };
+        let ids: Vec<_> = claimed.iter().map(|t| t.id).collect();
+        let tokens = shared.finish_claim(&ids);
+        let got = claimed.len();
+        for (task, token) in claimed.into_iter().zip(tokens) {
+            let Some(permit) = held.pop() else { break };
+            match token {
+                Some(cancel) => {
+                    attempts.spawn(run_attempt(
+                        Arc::clone(&ctx),
+                        task,
+                        cancel,
+                        interrupt_all.clone(),
+                        permit,
+                    ));
+                }
+                None => {
+                    // Canceled while the claim was on its way: never called.
+                    tracing::info!(task_id = %task.id, "task_skip_canceled");
+                    ctx.metrics.count("canceled");
+                    shared.attempt_ended(AttemptEnded {
+                        task_id: task.id,
+                        attempt: task.attempt,
+                        state: tc_model::State::Canceled,
+                    });
+                }
+            }
+        }
+        drop(held);
+        if got == wanted {
+            // The pool, not the store, was the limit: go straight back for
+            // more as permits free up.
+            continue;
+        }
+
+        // Nothing more is due now: sleep until woken, the poll interval, or
+        // the earliest retry, whichever comes first.
+        let mut wake_at = tokio::time::Instant::now() + config.poll_interval;
+        match shared.store.next_due().await {
+            Ok(Some(due)) => wake_at = wake_at.min(shared.clock.instant_of(due)),
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "next_due_failed"),
+        }
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break 'claiming,
+                _ = shared.wake.notified() => break,
+                _ = tokio::time::sleep_until(wake_at) => break,
+                Some(joined) = attempts.join_next(), if !attempts.is_empty() => log_join(joined),
+            }
+        }
+    }
+
+    // Shutdown: no more claims. Let in-flight calls finish within the grace
+    // period, then interrupt the rest; each interrupted attempt releases its
+    // task back to pending itself.
+    let in_flight = attempts.len();
+    let drained = tokio::time::timeout(config.shutdown_grace, async {
+        while let Some(joined) = attempts.join_next().await {
+            log_join(joined);
+        }
+    })
+    .await;
+    let mut report = ShutdownReport::default();
+    if drained.is_err() {
+        report.interrupted = attempts.len();
+        tracing::info!(
+            in_flight,
+            interrupted = report.interrupted,
+            "shutdown_interrupting"
+        );
+        interrupt_all.cancel();
+        while let Some(joined) = attempts.join_next().await {
+            log_join(joined);
+        }
+    }
+    // Heartbeats stop only now: calls in their grace period kept their leases.
+    background.shutdown().await;
+    Ok(report)
+}
+
+/// Extends the leases of every task this worker runs, at a third of the lease.
+///
+/// It runs until the claim loop aborts it after draining, not on stop: calls
+/// in their grace period still need their leases.
+async fn heartbeat_loop<S: TaskStore>(shared: Arc<Shared<S>>, lease: Duration) {
+    let mut tick = tokio::time::interval((lease / 3).max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let ids = shared.running_ids();
+        if ids.is_empty() {
+            continue;
+        }
+        if let Err(e) = shared.store.heartbeat(ids, shared.clock.now(), lease).await {
+            tracing::error!(error = %e, "heartbeat_failed");
+        }
+    }
+}
+
+/// Recovers expired leases every `every` (the first run is at start, by the
+/// claim loop).
+async fn recover_loop<S: TaskStore>(
+    shared: Arc<Shared<S>>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => recover_once(&shared).await,
+        }
+    }
+}
+
+async fn recover_once<S: TaskStore>(shared: &Shared<S>) {
+    match shared.store.recover_expired(shared.clock.now()).await {
+        Ok(0) => {}
+        Ok(recovered) => {
+            tracing::info!(recovered, "leases_recovered");
+            shared.wake.notify_one();
+        }
+        Err(e) => tracing::error!(error = %e, "recover_failed"),
+    }
+}
+
+fn log_join(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined {
+        tracing::error!(error = %e, "attempt_task_failed");
+    }
+}
