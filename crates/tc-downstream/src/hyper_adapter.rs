@@ -1,0 +1,298 @@
+//! The real downstream: hyper's pooled HTTP/1.1 client, with TLS by rustls.
+
+use std::error::Error as StdError;
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
+use http::uri::Scheme;
+use http::{Method, Request, Response, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::{Body, Incoming};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::{DownError, DownRequest, DownResponse, Downstream};
+
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const X_TASK_ID: HeaderName = HeaderName::from_static("x-task-id");
+const X_TASK_ATTEMPT: HeaderName = HeaderName::from_static("x-task-attempt");
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+const TASKCENTER_AGENT: HeaderValue =
+    HeaderValue::from_static(concat!("taskcenter/", env!("CARGO_PKG_VERSION")));
+
+/// Tuning for [`HyperDownstream`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownstreamConfig {
+    /// Largest response body accepted; a longer one fails the try with
+    /// [`DownError::ResponseTooLarge`]. Default 1 MiB.
+    pub max_response_bytes: usize,
+    /// How long an idle keep-alive connection stays pooled. Default 30 s:
+    /// below common server keep-alive limits, so we rarely pick a connection
+    /// the server is about to close.
+    pub pool_idle_timeout: Duration,
+    /// Most idle connections kept per host. Default 16.
+    pub pool_max_idle_per_host: usize,
+    /// Bound on establishing a TCP connection, failing with
+    /// [`DownError::Connect`]. Default `None`: the request's own timeout
+    /// bounds it (as [`DownError::Timeout`]).
+    pub connect_timeout: Option<Duration>,
+}
+
+impl Default for DownstreamConfig {
+    fn default() -> Self {
+        Self {
+            max_response_bytes: 1024 * 1024,
+            pool_idle_timeout: Duration::from_secs(30),
+            pool_max_idle_per_host: 16,
+            connect_timeout: None,
+        }
+    }
+}
+
+/// The production [`Downstream`]: a pooled hyper client speaking HTTP/1.1, and
+/// HTTPS through rustls (ring) trusting the system's root certificates.
+///
+/// Cloning is cheap and shares the connection pool.
+///
+/// Dropping a call's future closes its connection instead of returning it to
+/// the pool (hyper closes a connection whose response or body receiver went
+/// away mid-message); the crate's loopback tests pin that down for both the
+/// wait for headers and the body.
+#[derive(Clone, Debug)]
+pub struct HyperDownstream {
+    transport: Transport,
+    max_response_bytes: usize,
+}
+
+/// With no usable root certificates we still serve `http://` downstreams
+/// rather than refuse to start; `https://` calls then fail with a clear error.
+#[derive(Clone, Debug)]
+enum Transport {
+    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
+    PlainOnly(Client<HttpConnector, Full<Bytes>>),
+}
+
+impl Transport {
+    fn request(&self, request: Request<Full<Bytes>>) -> ResponseFuture {
+        match self {
+            Transport::Tls(client) => client.request(request),
+            Transport::PlainOnly(client) => client.request(request),
+        }
+    }
+}
+
+impl HyperDownstream {
+    /// Builds the client. Never fails: if the system's root certificates
+    /// cannot be loaded, it logs an error and serves `http://` URLs only.
+    pub fn new(config: DownstreamConfig) -> Self {
+        let mut http = HttpConnector::new();
+        // The https connector below needs the inner connector to accept
+        // `https://` URIs; plain-only mode rejects them before connecting.
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(config.connect_timeout);
+
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_max_idle_per_host(config.pool_max_idle_per_host);
+
+        // The provider is named rather than taken from rustls' process default,
+        // which panics when feature unification enables two providers.
+        let transport = match HttpsConnectorBuilder::new()
+            .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
+        {
+            Ok(tls) => Transport::Tls(
+                builder.build(tls.https_or_http().enable_http1().wrap_connector(http)),
+            ),
+            Err(error) => {
+                tracing::error!(
+                    %error,
+                    "no usable root certificates: https downstreams are disabled, http only"
+                );
+                Transport::PlainOnly(builder.build(http))
+            }
+        };
+        Self {
+            transport,
+            max_response_bytes: config.max_response_bytes,
+        }
+    }
+
+    /// Whether `https://` URLs can be called (root certificates were loaded).
+    pub fn https_enabled(&self) -> bool {
+        matches!(self.transport, Transport::Tls(_))
+    }
+
+    /// Sends the request and waits for the response head. Split from
+    /// [`Self::read_body`] so tests can drop a call in either phase.
+    pub(crate) async fn send_head(
+        &self,
+        request: DownRequest,
+    ) -> Result<Response<Incoming>, DownError> {
+        let request = self.build_request(request)?;
+        self.transport
+            .request(request)
+            .await
+            .map_err(|error| classify(&error))
+    }
+
+    /// Reads the whole body within the size cap.
+    pub(crate) async fn read_body(
+        &self,
+        response: Response<Incoming>,
+    ) -> Result<DownResponse, DownError> {
+        let (head, body) = response.into_parts();
+        let too_large = DownError::ResponseTooLarge {
+            limit: self.max_response_bytes,
+        };
+        // A declared Content-Length over the cap fails before reading a byte.
+        if body.size_hint().lower() > self.max_response_bytes as u64 {
+            return Err(too_large);
+        }
+        let body = match Limited::new(body, self.max_response_bytes).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) if error.is::<LengthLimitError>() => return Err(too_large),
+            Err(error) => return Err(classify(&*error)),
+        };
+        let header = |name| {
+            head.headers
+                .get(name)
+                .and_then(|value: &HeaderValue| value.to_str().ok())
+                .map(str::to_owned)
+        };
+        Ok(DownResponse {
+            status: head.status.as_u16(),
+            retry_after: header(RETRY_AFTER),
+            content_type: header(CONTENT_TYPE),
+            body,
+        })
+    }
+
+    fn build_request(&self, request: DownRequest) -> Result<Request<Full<Bytes>>, DownError> {
+        let uri: Uri = request
+            .url
+            .parse()
+            .map_err(|error| DownError::Other(format!("invalid url {:?}: {error}", request.url)))?;
+        match uri.scheme() {
+            Some(scheme) if *scheme == Scheme::HTTP => {}
+            Some(scheme) if *scheme == Scheme::HTTPS => {
+                if !self.https_enabled() {
+                    return Err(DownError::Other(
+                        "https is unavailable: no root certificates could be loaded".into(),
+                    ));
+                }
+            }
+            _ => {
+                return Err(DownError::Other(format!(
+                    "invalid url {:?}: not an absolute http or https url",
+                    request.url
+                )));
+            }
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(DownError::Other(format!(
+                "invalid url {:?}: no host",
+                request.url
+            )));
+        }
+        let header_value = |what: &str, value: &str| {
+            HeaderValue::from_str(value)
+                .map_err(|_| DownError::Other(format!("{what} is not a valid header value")))
+        };
+        Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(CONTENT_TYPE, APPLICATION_JSON)
+            .header(USER_AGENT, TASKCENTER_AGENT)
+            .header(
+                IDEMPOTENCY_KEY,
+                header_value("idempotency key", &request.idempotency_key)?,
+            )
+            .header(X_TASK_ID, header_value("task id", &request.task_id)?)
+            .header(X_TASK_ATTEMPT, HeaderValue::from(request.attempt))
+            .body(Full::new(request.body))
+            .map_err(|error| DownError::Other(format!("cannot build request: {error}")))
+    }
+}
+
+impl Default for HyperDownstream {
+    fn default() -> Self {
+        Self::new(DownstreamConfig::default())
+    }
+}
+
+impl Downstream for HyperDownstream {
+    async fn post(&self, request: DownRequest) -> Result<DownResponse, DownError> {
+        let timeout = request.timeout;
+        let call = async {
+            let head = self.send_head(request).await?;
+            self.read_body(head).await
+        };
+        // One deadline for the whole call; on expiry the call's future is
+        // dropped, which closes its connection.
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(DownError::Timeout),
+        }
+    }
+}
+
+/// Sorts a client or body error into the retry policy's kinds.
+///
+/// Connect failures, connections reset or closed before the response was
+/// complete, and any I/O error are [`DownError::Connect`]; a reply hyper
+/// cannot parse as HTTP, and anything unrecognised, is [`DownError::Other`].
+fn classify(error: &(dyn StdError + 'static)) -> DownError {
+    let message = describe(error);
+    if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>()
+        && client.is_connect()
+    {
+        return DownError::Connect(message);
+    }
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(hyper_error) = current.downcast_ref::<hyper::Error>() {
+            if hyper_error.is_parse() || hyper_error.is_parse_status() {
+                return DownError::Other(format!("invalid HTTP response: {message}"));
+            }
+            if hyper_error.is_incomplete_message()
+                || hyper_error.is_canceled()
+                || hyper_error.is_closed()
+            {
+                return DownError::Connect(message);
+            }
+        }
+        if current.downcast_ref::<io::Error>().is_some() {
+            return DownError::Connect(message);
+        }
+        cause = current.source();
+    }
+    DownError::Other(message)
+}
+
+/// The error and its causes on one line: hyper's top-level messages alone
+/// ("client error (SendRequest)") do not say what happened.
+fn describe(error: &(dyn StdError + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(current) = cause {
+        let text = current.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = current.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod loopback;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,401 @@
+//! The adapter against a real server on 127.0.0.1 (see [`super::loopback`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::net::TcpListener;
+
+use super::loopback::{Loopback, Reply};
+use crate::{DownError, DownRequest, DownResponse, Downstream, DownstreamConfig, HyperDownstream};
+
+/// Request timeout for calls that should not time out, and failure guard for
+/// waits: far above anything a passing test takes.
+const GUARD: Duration = Duration::from_secs(10);
+/// The response cap in these tests, small enough to cross in one line.
+const CAP: usize = 16;
+
+fn client() -> HyperDownstream {
+    HyperDownstream::new(DownstreamConfig {
+        max_response_bytes: CAP,
+        ..DownstreamConfig::default()
+    })
+}
+
+fn request(url: String) -> DownRequest {
+    DownRequest {
+        url,
+        body: Bytes::from_static(br#"{"n":1}"#),
+        timeout: GUARD,
+        idempotency_key: "key-1".into(),
+        task_id: "task-1".into(),
+        attempt: 1,
+    }
+}
+
+fn answer(
+    status: u16,
+    retry_after: Option<&str>,
+    content_type: Option<&str>,
+    body: &'static [u8],
+) -> Result<DownResponse, DownError> {
+    Ok(DownResponse {
+        status,
+        retry_after: retry_after.map(str::to_owned),
+        content_type: content_type.map(str::to_owned),
+        body: Bytes::from_static(body),
+    })
+}
+
+/// Errors compare by kind (the messages are the OS's and hyper's), except the
+/// cap, which is ours.
+fn shape(result: &Result<DownResponse, DownError>) -> String {
+    match result {
+        Ok(response) => format!("{response:?}"),
+        Err(error @ DownError::ResponseTooLarge { .. }) => format!("{error:?}"),
+        Err(error) => error.reason().to_owned(),
+    }
+}
+
+/// Serves `reply` to one call and checks what the call returns, and that it
+/// returned well before its timeout.
+async fn check(name: &str, reply: Reply, expected: Result<DownResponse, DownError>) {
+    let server = Loopback::start(vec![reply]).await;
+    let started = Instant::now();
+    let result = client().post(request(server.url("/hook"))).await;
+    assert_eq!(shape(&result), shape(&expected), "{name}: got {result:?}");
+    assert!(
+        started.elapsed() < GUARD / 2,
+        "{name}: took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn answers_and_failures_map_to_the_right_results() {
+    let too_large = Err(DownError::ResponseTooLarge { limit: CAP });
+    let connect = Err(DownError::Connect(String::new()));
+    let other = Err(DownError::Other(String::new()));
+    let cases: Vec<(&str, Reply, Result<DownResponse, DownError>)> = vec![
+        (
+            "200 with a JSON body",
+            Reply::KeepAlive(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}",
+            ),
+            answer(200, None, Some("application/json"), b"{\"ok\":true}"),
+        ),
+        (
+            "503 with Retry-After in seconds",
+            Reply::KeepAlive(
+                b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 120\r\nContent-Length: 0\r\n\r\n",
+            ),
+            answer(503, Some("120"), None, b""),
+        ),
+        (
+            "429 with Retry-After as a date and a non-JSON content type",
+            Reply::KeepAlive(
+                b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 9\r\n\r\nslow down",
+            ),
+            answer(
+                429,
+                Some("Wed, 21 Oct 2015 07:28:00 GMT"),
+                Some("text/plain; charset=utf-8"),
+                b"slow down",
+            ),
+        ),
+        (
+            "chunked body",
+            Reply::KeepAlive(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+            ),
+            answer(200, None, None, b"hello world"),
+        ),
+        (
+            "body exactly at the cap",
+            Reply::KeepAlive(b"HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\n0123456789abcdef"),
+            answer(200, None, None, b"0123456789abcdef"),
+        ),
+        (
+            "complete response, then the server closes",
+            Reply::Close(b"HTTP/1.1 204 No Content\r\n\r\n"),
+            answer(204, None, None, b""),
+        ),
+        (
+            "declared length one past the cap",
+            Reply::KeepAlive(b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n0123456789abcdefg"),
+            too_large.clone(),
+        ),
+        (
+            "declared length over the cap, body never sent: refused without reading",
+            Reply::Hold(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n"),
+            too_large.clone(),
+        ),
+        (
+            "chunked body growing past the cap",
+            Reply::KeepAlive(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\na\r\n0123456789\r\n0\r\n\r\n",
+            ),
+            too_large,
+        ),
+        ("closed before any response", Reply::Close(b""), connect.clone()),
+        (
+            "closed in the middle of the headers",
+            Reply::Close(b"HTTP/1.1 200 OK\r\nContent-Le"),
+            connect.clone(),
+        ),
+        (
+            "closed in the middle of the body",
+            Reply::Close(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart"),
+            connect.clone(),
+        ),
+        ("reset before any response", Reply::Reset(b""), connect.clone()),
+        (
+            "reset in the middle of the body",
+            Reply::Reset(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart"),
+            connect,
+        ),
+        ("not HTTP", Reply::KeepAlive(b"garbage\r\n\r\n"), other.clone()),
+        ("not HTTP, then closed", Reply::Close(b"garbage\r\n\r\n"), other.clone()),
+        (
+            "unparsable status code",
+            Reply::KeepAlive(b"HTTP/1.1 abc OK\r\nContent-Length: 0\r\n\r\n"),
+            other,
+        ),
+    ];
+    for (name, reply, expected) in cases {
+        check(name, reply, expected).await;
+    }
+}
+
+#[tokio::test]
+async fn sends_a_json_post_with_the_task_headers() {
+    let mut server = Loopback::start(vec![Reply::KeepAlive(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    )])
+    .await;
+    let sent = DownRequest {
+        url: server.url("/hooks/payment?tenant=7"),
+        body: Bytes::from_static(br#"{"amount":42}"#),
+        timeout: GUARD,
+        idempotency_key: "order-17:charge".into(),
+        task_id: "0192d3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d".into(),
+        attempt: 3,
+    };
+    client().post(sent).await.unwrap();
+
+    let (_, received) = server.next_request().await;
+    assert_eq!(received.method, "POST");
+    assert_eq!(received.target, "/hooks/payment?tenant=7");
+    assert_eq!(received.header("content-type"), Some("application/json"));
+    assert_eq!(received.header("idempotency-key"), Some("order-17:charge"));
+    assert_eq!(
+        received.header("x-task-id"),
+        Some("0192d3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d")
+    );
+    assert_eq!(received.header("x-task-attempt"), Some("3"));
+    assert_eq!(received.header("content-length"), Some("13"));
+    assert_eq!(received.body, br#"{"amount":42}"#);
+}
+
+#[tokio::test]
+async fn refused_connection_is_a_connect_error() {
+    // Binding then dropping a listener leaves a port nobody listens on.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+
+    let result = client().post(request(format!("http://{addr}/"))).await;
+    assert!(
+        matches!(&result, Err(DownError::Connect(message)) if message.contains("refused")),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn requests_that_cannot_be_sent_are_other_errors() {
+    let check = |what: &str, request: DownRequest, expected: &str| {
+        let result = HyperDownstream::default().build_request(request);
+        match result {
+            Err(DownError::Other(message)) => {
+                assert!(message.contains(expected), "{what}: {message}");
+            }
+            other => panic!("{what}: expected Other, got {other:?}"),
+        }
+    };
+    let base = request("http://127.0.0.1:9/".into());
+    let with_url = |url: &str| DownRequest {
+        url: url.into(),
+        ..base.clone()
+    };
+    check(
+        "not a url",
+        with_url("not a url"),
+        "invalid url \"not a url\"",
+    );
+    check(
+        "relative",
+        with_url("/hooks"),
+        "not an absolute http or https url",
+    );
+    check(
+        "ftp",
+        with_url("ftp://example.com/"),
+        "not an absolute http or https url",
+    );
+    check(
+        "no scheme",
+        with_url("example.com:80"),
+        "not an absolute http or https url",
+    );
+    check(
+        "line break in key",
+        DownRequest {
+            idempotency_key: "a\r\nInjected: 1".into(),
+            ..base.clone()
+        },
+        "idempotency key is not a valid header value",
+    );
+    check(
+        "control character in task id",
+        DownRequest {
+            task_id: "t\u{0}".into(),
+            ..base
+        },
+        "task id is not a valid header value",
+    );
+}
+
+#[tokio::test]
+async fn slow_body_times_out_and_closes_the_connection() {
+    // Headers and part of the body arrive at once; the rest never does.
+    let mut server = Loopback::start(vec![Reply::Hold(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart",
+    )])
+    .await;
+    let timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let result = client()
+        .post(DownRequest {
+            timeout,
+            ..request(server.url("/"))
+        })
+        .await;
+    let elapsed = started.elapsed();
+
+    assert_eq!(result, Err(DownError::Timeout));
+    assert!(
+        elapsed >= timeout,
+        "returned before the timeout: {elapsed:?}"
+    );
+    assert!(
+        elapsed < timeout + GUARD / 2,
+        "hung past the timeout: {elapsed:?}"
+    );
+    let (connection, _) = server.next_request().await;
+    server.client_closed(connection).await;
+}
+
+#[tokio::test]
+async fn silent_server_times_out_and_the_connection_is_closed() {
+    let mut server = Loopback::start(vec![Reply::Hold(b"")]).await;
+    let timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let result = client()
+        .post(DownRequest {
+            timeout,
+            ..request(server.url("/"))
+        })
+        .await;
+
+    assert_eq!(result, Err(DownError::Timeout));
+    assert!(
+        started.elapsed() < timeout + GUARD / 2,
+        "{:?}",
+        started.elapsed()
+    );
+    let (connection, _) = server.next_request().await;
+    server.client_closed(connection).await;
+}
+
+#[tokio::test]
+async fn dropping_a_call_waiting_for_headers_closes_its_connection() {
+    let mut server = Loopback::start(vec![Reply::Hold(b"")]).await;
+    let downstream = client();
+    let call = tokio::spawn({
+        let request = request(server.url("/"));
+        async move { downstream.post(request).await }
+    });
+    // The server has the request, so the call is in flight.
+    let (connection, _) = server.next_request().await;
+
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    server.client_closed(connection).await;
+}
+
+#[tokio::test]
+async fn dropping_a_call_reading_the_body_closes_its_connection() {
+    let mut server = Loopback::start(vec![Reply::Hold(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart",
+    )])
+    .await;
+    let downstream = client();
+    let head = downstream
+        .send_head(request(server.url("/")))
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    let (connection, _) = server.next_request().await;
+
+    let mut reading: Pin<Box<dyn Future<Output = _>>> = Box::pin(downstream.read_body(head));
+    let first_poll = std::future::poll_fn(|cx| Poll::Ready(reading.as_mut().poll(cx))).await;
+    assert!(first_poll.is_pending(), "the body cannot be complete yet");
+    drop(reading);
+
+    server.client_closed(connection).await;
+}
+
+#[tokio::test]
+async fn a_dropped_call_leaves_no_connection_behind_for_the_next() {
+    let mut server = Loopback::start(vec![
+        Reply::Hold(b""),
+        Reply::KeepAlive(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+    ])
+    .await;
+    let downstream = client();
+    let first = tokio::spawn({
+        let downstream = downstream.clone();
+        let request = request(server.url("/"));
+        async move { downstream.post(request).await }
+    });
+    let (dropped_on, _) = server.next_request().await;
+    first.abort();
+    server.client_closed(dropped_on).await;
+
+    let second = downstream.post(request(server.url("/"))).await;
+    assert_eq!(second, answer(200, None, None, b"ok"));
+    let (served_on, _) = server.next_request().await;
+    assert_ne!(served_on, dropped_on);
+}
+
+#[tokio::test]
+async fn sequential_calls_reuse_one_keep_alive_connection() {
+    let mut server = Loopback::start(vec![Reply::KeepAlive(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    )])
+    .await;
+    let downstream = client();
+    for call in 0..5 {
+        let result = downstream.post(request(server.url("/"))).await;
+        assert_eq!(result, answer(200, None, None, b"ok"), "call {call}");
+        let (connection, _) = server.next_request().await;
+        assert_eq!(connection, 0, "call {call} opened a new connection");
+    }
+    assert_eq!(
+        server.accepted_so_far(),
+        0,
+        "only connection 0 was ever opened"
+    );
+}

@@ -1,0 +1,143 @@
+//! The downstream port: what the worker needs to perform one try of a task.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+/// One try of a task: POST `body` to `url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownRequest {
+    /// Absolute `http://` or `https://` URL to POST to.
+    pub url: String,
+    /// The task's JSON payload, sent as is.
+    pub body: Bytes,
+    /// Upper bound for the whole call: connect, request, response headers and
+    /// response body.
+    pub timeout: Duration,
+    /// Sent as `Idempotency-Key`; the same for every try of a task.
+    pub idempotency_key: String,
+    /// Sent as `X-Task-Id`.
+    pub task_id: String,
+    /// Sent as `X-Task-Attempt`; 1 for the first try.
+    pub attempt: u32,
+}
+
+/// What the downstream answered, whatever the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownResponse {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The `Retry-After` header as sent (seconds or an HTTP date), if it was
+    /// present and printable.
+    pub retry_after: Option<String>,
+    /// The `Content-Type` header as sent, if it was present and printable.
+    pub content_type: Option<String>,
+    /// The whole response body.
+    pub body: Bytes,
+}
+
+/// Why a try got no HTTP answer, in kinds the retry policy can act on.
+///
+/// The kinds map one-to-one onto tc-retry's outcomes; the strings carry the
+/// transport's own explanation for logs and the attempt record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DownError {
+    /// The call did not finish within [`DownRequest::timeout`].
+    #[error("downstream call timed out")]
+    Timeout,
+    /// The connection failed: refused, reset, closed before the response was
+    /// complete, DNS or TLS failure. Worth retrying.
+    #[error("downstream connection failed: {0}")]
+    Connect(String),
+    /// The response body was larger than the configured cap. Not worth
+    /// retrying: the downstream would send the same again.
+    #[error("downstream response exceeds {limit} bytes")]
+    ResponseTooLarge {
+        /// The cap, in bytes.
+        limit: usize,
+    },
+    /// Anything else: an invalid URL or header value, a reply that is not
+    /// HTTP, an unsupported scheme.
+    #[error("downstream call failed: {0}")]
+    Other(String),
+}
+
+impl DownError {
+    /// A short, stable label for metrics and attempt records: `timeout`,
+    /// `connect`, `response_too_large` or `error`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DownError::Timeout => "timeout",
+            DownError::Connect(_) => "connect",
+            DownError::ResponseTooLarge { .. } => "response_too_large",
+            DownError::Other(_) => "error",
+        }
+    }
+}
+
+/// Performs one try of a task against its downstream.
+///
+/// # Contract for implementations
+///
+/// - The request is a `POST` to [`DownRequest::url`] with the body as given and
+///   the headers `Content-Type: application/json`, `Idempotency-Key: <key>`,
+///   `X-Task-Id: <id>` and `X-Task-Attempt: <n>`. Delivery is at-least-once (a
+///   try whose answer was lost is tried again), so the key is what lets the
+///   downstream swallow duplicates.
+/// - Any HTTP answer, 2xx or not, is `Ok`: judging statuses is the retry
+///   policy's job.
+/// - [`DownRequest::timeout`] bounds the whole call — connect, sending,
+///   response headers and body — and running out yields
+///   [`DownError::Timeout`].
+/// - Dropping the returned future aborts the call and closes its connection:
+///   that is how canceling a task stops a try in flight, and a half-read
+///   connection must never be reused.
+pub trait Downstream: Send + Sync + 'static {
+    /// Sends `request` and returns the downstream's answer.
+    fn post(
+        &self,
+        request: DownRequest,
+    ) -> impl Future<Output = Result<DownResponse, DownError>> + Send;
+}
+
+/// Lets one downstream be shared, e.g. between the worker and a test that
+/// inspects a fake.
+impl<D: Downstream> Downstream for Arc<D> {
+    fn post(
+        &self,
+        request: DownRequest,
+    ) -> impl Future<Output = Result<DownResponse, DownError>> + Send {
+        (**self).post(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_the_stable_labels() {
+        let check = |error: DownError, reason: &str| assert_eq!(error.reason(), reason, "{error}");
+        check(DownError::Timeout, "timeout");
+        check(DownError::Connect("refused".into()), "connect");
+        check(
+            DownError::ResponseTooLarge { limit: 1 },
+            "response_too_large",
+        );
+        check(DownError::Other("bad url".into()), "error");
+    }
+
+    #[test]
+    fn messages_carry_the_detail() {
+        assert_eq!(
+            DownError::ResponseTooLarge { limit: 1024 }.to_string(),
+            "downstream response exceeds 1024 bytes"
+        );
+        assert_eq!(
+            DownError::Connect("connection refused".into()).to_string(),
+            "downstream connection failed: connection refused"
+        );
+    }
+}
