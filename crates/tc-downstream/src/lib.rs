@@ -14,6 +14,8 @@
 //! The crate depends on no other workspace crate: the worker maps
 //! [`DownError`] onto tc-retry's outcomes.
 
+#[cfg(feature = "fakes")]
+pub mod fakes;
 mod hyper_adapter;
 mod port;
 
