@@ -1,0 +1,490 @@
+//! The application: routes and their handlers, as plain async functions over
+//! a request, so that every contract row can be tested without a socket.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue, LOCATION};
+use http::request::Parts;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Body;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use tc_model::TaskId;
+use tc_model::store::TaskStore;
+
+use crate::auth::authorized;
+use crate::body::{BodyLimits, RequestBody};
+use crate::config::HttpConfig;
+use crate::control::Control;
+use crate::dto::{CancelView, ListView, TaskView, parse_submit};
+use crate::error::ApiError;
+use crate::metrics::{HttpMetrics, SubmitResult};
+use crate::query::parse_list_query;
+
+/// Everything a request needs: the store, the worker's control port, the
+/// config and the metrics registry. Share it behind an `Arc`.
+pub struct App<S, C> {
+    store: Arc<S>,
+    control: C,
+    config: HttpConfig,
+    registry: Registry,
+    metrics: HttpMetrics,
+}
+
+impl<S: TaskStore, C: Control> App<S, C> {
+    /// Builds the application. `registry` may already hold other components'
+    /// metrics (the worker's); the HTTP layer adds its own, and `GET /metrics`
+    /// serves them all.
+    pub fn new(store: Arc<S>, control: C, config: HttpConfig, mut registry: Registry) -> Self {
+        let metrics = HttpMetrics::register(&mut registry);
+        App {
+            store,
+            control,
+            config,
+            registry,
+            metrics,
+        }
+    }
+
+    /// The configuration it was built with.
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+}
+
+/// One route the API serves: what the router matches and the OpenAPI document
+/// must describe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// The HTTP method.
+    pub method: &'static str,
+    /// The path template; `{id}` stands for a task id.
+    pub path: &'static str,
+    /// Whether a configured API token is required.
+    pub needs_token: bool,
+    endpoint: Endpoint,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Submit,
+    List,
+    Get,
+    Result,
+    Cancel,
+    Health,
+    Metrics,
+}
+
+const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> Route {
+    // Every /tasks route is behind the token; health and metrics stay open
+    // for probes and scrapers.
+    let needs_token = !matches!(endpoint, Endpoint::Health | Endpoint::Metrics);
+    Route {
+        method,
+        path,
+        needs_token,
+        endpoint,
+    }
+}
+
+/// Every route the router serves. The router matches against this table, so
+/// it is the one truth the OpenAPI test checks against.
+pub const ROUTES: &[Route] = &[
+    route("POST", "/tasks", Endpoint::Submit),
+    route("GET", "/tasks", Endpoint::List),
+    route("GET", "/tasks/{id}", Endpoint::Get),
+    route("GET", "/tasks/{id}/result", Endpoint::Result),
+    route("POST", "/tasks/{id}/cancel", Endpoint::Cancel),
+    route("GET", "/healthz", Endpoint::Health),
+    route("GET", "/metrics", Endpoint::Metrics),
+];
+
+/// The metrics label for requests that matched no route.
+const UNMATCHED: &str = "unmatched";
+
+/// Whether `path` fits `template`; returns the `{id}` segment if it has one.
+fn match_template<'p>(template: &str, path: &'p str) -> Option<Option<&'p str>> {
+    let mut id = None;
+    let mut want = template.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return Some(id),
+            (Some("{id}"), Some(segment)) if !segment.is_empty() => id = Some(segment),
+            (Some(w), Some(g)) if w == g => {}
+            _ => return None,
+        }
+    }
+}
+
+enum Matched<'p> {
+    Found(&'static Route, Option<&'p str>),
+    WrongMethod { allow: String, needs_token: bool },
+    NotFound,
+}
+
+fn find<'p>(method: &Method, path: &'p str) -> Matched<'p> {
+    let mut allow: Vec<&str> = Vec::new();
+    let mut needs_token = false;
+    for r in ROUTES {
+        if let Some(id) = match_template(r.path, path) {
+            if r.method == method.as_str() {
+                return Matched::Found(r, id);
+            }
+            allow.push(r.method);
+            needs_token |= r.needs_token;
+        }
+    }
+    if allow.is_empty() {
+        Matched::NotFound
+    } else {
+        allow.sort_unstable();
+        allow.dedup();
+        Matched::WrongMethod {
+            allow: allow.join(", "),
+            needs_token,
+        }
+    }
+}
+
+/// Answers one request: routing, auth, the handler, and the request body's
+/// bounds (read with a limit, the rest drained so a plain client gets the
+/// answer). Never panics and never answers 5xx for a malformed request.
+pub async fn handle<S, C, B>(app: &App<S, C>, req: Request<B>) -> Response<Full<Bytes>>
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let (parts, body) = req.into_parts();
+    let limits = BodyLimits {
+        max_bytes: app.config.max_body_bytes,
+        read_timeout: app.config.body_read_timeout,
+        drain_max_bytes: app.config.drain_max_bytes,
+        drain_timeout: app.config.drain_timeout,
+    };
+    let mut body = RequestBody::new(body, &parts.headers, limits);
+    let (label, result) = route_request(app, &parts, &mut body).await;
+    let mut response = result.unwrap_or_else(ApiError::into_response);
+    if !body.finish().await {
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    let status = response.status().as_u16();
+    app.metrics.answered(label, status);
+    tracing::debug!(method = %parts.method, path = parts.uri.path(), status, "request");
+    response
+}
+
+type Answer = Result<Response<Full<Bytes>>, ApiError>;
+
+async fn route_request<S, C, B>(
+    app: &App<S, C>,
+    parts: &Parts,
+    body: &mut RequestBody<B>,
+) -> (&'static str, Answer)
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let path = parts.uri.path();
+    let (route, id) = match find(&parts.method, path) {
+        Matched::NotFound => {
+            return (
+                UNMATCHED,
+                Err(ApiError::NotFound(format!("no route for {path}"))),
+            );
+        }
+        Matched::WrongMethod { allow, needs_token } => {
+            // Unauthenticated clients learn nothing about /tasks, not even
+            // which methods it has.
+            let answer = match check_token(app, parts, needs_token) {
+                Err(e) => Err(e),
+                Ok(()) => Err(ApiError::MethodNotAllowed { allow }),
+            };
+            return (UNMATCHED, answer);
+        }
+        Matched::Found(route, id) => (route, id),
+    };
+    if let Err(e) = check_token(app, parts, route.needs_token) {
+        return (route.path, Err(e));
+    }
+    (
+        route.path,
+        dispatch(app, route.endpoint, id, parts, body).await,
+    )
+}
+
+async fn dispatch<S, C, B>(
+    app: &App<S, C>,
+    endpoint: Endpoint,
+    id: Option<&str>,
+    parts: &Parts,
+    body: &mut RequestBody<B>,
+) -> Answer
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    match endpoint {
+        Endpoint::Submit => submit(app, parts, body).await,
+        Endpoint::List => list(app, parts).await,
+        Endpoint::Get => get(app, task_id(id)?).await,
+        Endpoint::Result => result(app, task_id(id)?).await,
+        Endpoint::Cancel => cancel(app, task_id(id)?).await,
+        Endpoint::Health => json(StatusCode::OK, &serde_json::json!({ "status": "ok" })),
+        Endpoint::Metrics => metrics(app).await,
+    }
+}
+
+fn check_token<S, C>(app: &App<S, C>, parts: &Parts, needs_token: bool) -> Result<(), ApiError> {
+    match &app.config.api_token {
+        Some(token) if needs_token && !authorized(&parts.headers, token) => {
+            Err(ApiError::Unauthorized)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A malformed id names no task: 404, like an unknown one.
+fn task_id(segment: Option<&str>) -> Result<TaskId, ApiError> {
+    segment
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| ApiError::NotFound("no task with this id".into()))
+}
+
+fn json<T: Serialize>(status: StatusCode, value: &T) -> Answer {
+    let bytes =
+        serde_json::to_vec(value).map_err(|e| ApiError::Internal(format!("encoding JSON: {e}")))?;
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
+}
+
+async fn submit<S, C, B>(app: &App<S, C>, parts: &Parts, body: &mut RequestBody<B>) -> Answer
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let answer = try_submit(app, parts, body).await;
+    let result = match &answer {
+        Ok((_, true)) => SubmitResult::Created,
+        Ok((_, false)) => SubmitResult::Existing,
+        Err(ApiError::IdempotencyConflict(_)) => SubmitResult::Conflict,
+        Err(e) if e.status().is_server_error() => SubmitResult::Error,
+        Err(_) => SubmitResult::Invalid,
+    };
+    app.metrics.submitted(result);
+    answer.map(|(response, _)| response)
+}
+
+/// The response and whether it created a task.
+async fn try_submit<S, C, B>(
+    app: &App<S, C>,
+    parts: &Parts,
+    body: &mut RequestBody<B>,
+) -> Result<(Response<Full<Bytes>>, bool), ApiError>
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    check_json_content_type(parts)?;
+    let bytes = body.read_all().await?;
+    let new = parse_submit(&bytes, &app.config)?;
+    check_url_allowed(new.url(), &app.config.allow_url_prefixes)?;
+    let submitted = app.store.submit(new, app.control.now()).await?;
+    let task = &submitted.task;
+    if submitted.created {
+        app.control.task_submitted();
+        tracing::info!(task_id = %task.id, url = %task.url, "task submitted");
+        let mut response = json(StatusCode::CREATED, &TaskView::new(task))?;
+        let location = HeaderValue::try_from(format!("/tasks/{}", task.id))
+            .map_err(|e| ApiError::Internal(format!("Location header: {e}")))?;
+        response.headers_mut().insert(LOCATION, location);
+        Ok((response, true))
+    } else {
+        Ok((json(StatusCode::OK, &TaskView::new(task))?, false))
+    }
+}
+
+/// `application/json`, any case, parameters (`; charset=utf-8`) allowed.
+fn check_json_content_type(parts: &Parts) -> Result<(), ApiError> {
+    let given = parts.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes);
+    let essence = given.map(|v| {
+        v.split(|&b| b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii()
+    });
+    match essence {
+        Some(e) if e.eq_ignore_ascii_case(b"application/json") => Ok(()),
+        Some(_) => Err(ApiError::UnsupportedMediaType(format!(
+            "Content-Type must be application/json, got {:?}",
+            String::from_utf8_lossy(given.unwrap_or_default())
+        ))),
+        None => Err(ApiError::UnsupportedMediaType(
+            "Content-Type must be application/json, got none".into(),
+        )),
+    }
+}
+
+fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
+    if prefixes.is_empty() || prefixes.iter().any(|p| url.starts_with(p.as_str())) {
+        Ok(())
+    } else {
+        Err(ApiError::UrlNotAllowed(
+            "url: not under any allowed prefix of this server".into(),
+        ))
+    }
+}
+
+async fn get<S: TaskStore, C>(app: &App<S, C>, id: TaskId) -> Answer {
+    let task = app.store.get(id).await?;
+    json(StatusCode::OK, &TaskView::new(&task))
+}
+
+async fn result<S: TaskStore, C>(app: &App<S, C>, id: TaskId) -> Answer {
+    let task = app.store.get(id).await?;
+    let Some(bytes) = task.result else {
+        return Err(ApiError::NotFound(format!(
+            "task has no result (state {})",
+            task.state
+        )));
+    };
+    let content_type = task
+        .result_content_type
+        .as_deref()
+        .and_then(|ct| HeaderValue::from_str(ct).ok())
+        .unwrap_or_else(|| HeaderValue::from_static("application/octet-stream"));
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, content_type);
+    // The bytes are the downstream's, not ours: a browser must not guess a
+    // more dangerous type than the one declared.
+    headers.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    Ok(response)
+}
+
+async fn cancel<S, C: Control>(app: &App<S, C>, id: TaskId) -> Answer {
+    let task = app.control.cancel(id).await?;
+    json(StatusCode::OK, &CancelView::new(task.id, task.state))
+}
+
+async fn list<S: TaskStore, C>(app: &App<S, C>, parts: &Parts) -> Answer {
+    let query = parse_list_query(parts.uri.query())?;
+    let page = app.store.list(query).await?;
+    json(StatusCode::OK, &ListView::new(&page))
+}
+
+/// The OpenMetrics text format, which Prometheus scrapes.
+const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn metrics<S: TaskStore, C>(app: &App<S, C>) -> Answer {
+    let counts = app.store.count_by_state().await?;
+    app.metrics.set_task_counts(&counts);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &app.registry)
+        .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_whole_segments() {
+        let cases: &[(&str, &str, Option<Option<&str>>)] = &[
+            ("/tasks", "/tasks", Some(None)),
+            ("/tasks", "/tasks/", None),
+            ("/tasks", "/task", None),
+            ("/tasks", "/tasksx", None),
+            ("/tasks/{id}", "/tasks/abc", Some(Some("abc"))),
+            ("/tasks/{id}", "/tasks/", None),
+            ("/tasks/{id}", "/tasks/abc/", None),
+            ("/tasks/{id}/cancel", "/tasks/abc/cancel", Some(Some("abc"))),
+            ("/tasks/{id}/cancel", "/tasks/abc/result", None),
+            ("/tasks/{id}/cancel", "/tasks//cancel", None),
+            ("/healthz", "/healthz", Some(None)),
+            ("/healthz", "//healthz", None),
+        ];
+        for &(template, path, expected) in cases {
+            assert_eq!(
+                match_template(template, path),
+                expected,
+                "{template} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_methods_list_the_allowed_ones() {
+        let allow = |method: Method, path: &str| match find(&method, path) {
+            Matched::WrongMethod { allow, .. } => Some(allow),
+            _ => None,
+        };
+        assert_eq!(
+            allow(Method::DELETE, "/tasks").as_deref(),
+            Some("GET, POST")
+        );
+        assert_eq!(allow(Method::PUT, "/tasks/x").as_deref(), Some("GET"));
+        assert_eq!(
+            allow(Method::GET, "/tasks/x/cancel").as_deref(),
+            Some("POST")
+        );
+        assert_eq!(allow(Method::HEAD, "/healthz").as_deref(), Some("GET"));
+        assert!(matches!(find(&Method::GET, "/nope"), Matched::NotFound));
+        assert!(matches!(
+            find(&Method::GET, "/tasks/x"),
+            Matched::Found(_, Some("x"))
+        ));
+    }
+
+    #[test]
+    fn every_route_is_reachable_and_unique() {
+        for r in ROUTES {
+            let path = r.path.replace("{id}", "some-id");
+            let method = Method::from_bytes(r.method.as_bytes()).unwrap();
+            match find(&method, &path) {
+                Matched::Found(found, _) => assert_eq!(found, r),
+                _ => panic!("{} {} is not routed", r.method, r.path),
+            }
+        }
+    }
+
+    #[test]
+    fn url_allow_list_matches_prefixes() {
+        let prefixes = vec![
+            "http://a.test/".to_owned(),
+            "https://b.test/hooks/".to_owned(),
+        ];
+        assert!(check_url_allowed("http://a.test/x", &prefixes).is_ok());
+        assert!(check_url_allowed("https://b.test/hooks/1", &prefixes).is_ok());
+        assert!(check_url_allowed("https://b.test/other", &prefixes).is_err());
+        assert!(check_url_allowed("http://a.test.evil/", &prefixes).is_err());
+        assert!(check_url_allowed("http://anything/", &[]).is_ok());
+    }
+}

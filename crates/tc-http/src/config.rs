@@ -1,0 +1,58 @@
+use std::time::Duration;
+
+/// How the HTTP layer behaves: limits, defaults for submissions, auth and
+/// the connection bounds. Build one with `HttpConfig::default()` and change
+/// the fields that differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// The largest request body accepted, in bytes (default 1 MiB). Enforced
+    /// while reading: a larger body is refused with 413 before it is buffered.
+    pub max_body_bytes: usize,
+    /// `max_attempts` of a submission that does not say (default 3).
+    pub default_max_attempts: u32,
+    /// `timeout_ms` of a submission that does not say (default 5 s).
+    pub default_timeout: Duration,
+    /// With a token, every `/tasks` route needs `Authorization: Bearer <token>`.
+    pub api_token: Option<String>,
+    /// When not empty, a task's url must start with one of these prefixes.
+    /// Write them with a trailing `/` (`http://hooks.internal/`), or
+    /// `http://hooks.internal` would also admit `http://hooks.internal.evil/`.
+    pub allow_url_prefixes: Vec<String>,
+    /// How long a client may take to send a request's headers (default 10 s);
+    /// the connection is closed when it runs out.
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body once its headers
+    /// arrived (default 30 s); then the answer is 408.
+    pub body_read_timeout: Duration,
+    /// After refusing a request without reading all of its body, how many more
+    /// bytes are read and thrown away so that a client that writes its whole
+    /// body before reading still gets the answer (default 16 MiB). A larger
+    /// remainder closes the connection instead.
+    pub drain_max_bytes: u64,
+    /// The most time spent on that draining (default 5 s).
+    pub drain_timeout: Duration,
+    /// The most connections served at once (default 1024); more wait in the
+    /// listen backlog.
+    pub max_connections: usize,
+    /// After shutdown starts, how long open connections get to finish their
+    /// requests before they are dropped (default 10 s).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            max_body_bytes: tc_model::Limits::DEFAULT_MAX_BODY_BYTES,
+            default_max_attempts: 3,
+            default_timeout: Duration::from_millis(5000),
+            api_token: None,
+            allow_url_prefixes: Vec::new(),
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            drain_max_bytes: 16 * 1024 * 1024,
+            drain_timeout: Duration::from_secs(5),
+            max_connections: 1024,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! The JSON the API speaks, and its conversion to and from domain types. Only
+//! this module knows the wire shapes; the domain types stay free of serde.
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use tc_model::store::Page;
+use tc_model::{AttemptRecord, Limits, NewTask, State, Task, TaskId, Timestamp, ValidationError};
+
+use crate::config::HttpConfig;
+use crate::error::ApiError;
+
+/// The body of `POST /tasks` as sent. Every field is a raw JSON value so that
+/// type errors can be reported with the field's name (serde's own messages
+/// for a wrong type do not name it); `Some(Value::Null)` is an explicit null,
+/// `None` an absent field.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitBody {
+    #[serde(default, deserialize_with = "present")]
+    url: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    json: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    idempotency_key: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    max_attempts: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    timeout_ms: Option<Value>,
+}
+
+/// Deserializes a field that is present, even as `null`, to `Some`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Parses and validates a submission. Every refusal is 400 and its message
+/// starts with the field's name as the API spells it.
+pub(crate) fn parse_submit(bytes: &[u8], config: &HttpConfig) -> Result<NewTask, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    // A struct also deserializes from a JSON array (fields by position):
+    // only an object is a submission.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(match serde_json::from_slice::<Value>(bytes) {
+            Ok(_) => invalid("body: must be a JSON object".into()),
+            Err(e) => invalid(format!("body: not valid JSON: {e}")),
+        });
+    }
+    // Straight from the bytes, not through a `Value`, so that a repeated
+    // field is refused rather than silently last-one-wins.
+    let body: SubmitBody = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => invalid(format!("body: {e}")),
+        _ => invalid(format!("body: not valid JSON: {e}")),
+    })?;
+
+    let url = required_string("url", body.url)?;
+    let idempotency_key = required_string("idempotency_key", body.idempotency_key)?;
+    let json = body
+        .json
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    let max_attempts = match body.max_attempts {
+        None => config.default_max_attempts,
+        Some(v) => {
+            let n = integer("max_attempts", &v, 1, u64::from(Limits::MAX_ATTEMPTS))?;
+            u32::try_from(n).map_err(|_| range_error("max_attempts", 1, Limits::MAX_ATTEMPTS))?
+        }
+    };
+    let max_timeout_ms = u64::try_from(Limits::MAX_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+    let timeout = match body.timeout_ms {
+        None => config.default_timeout,
+        Some(v) => Duration::from_millis(integer("timeout_ms", &v, 1, max_timeout_ms)?),
+    };
+    let downstream_body = serde_json::to_vec(&json)
+        .map_err(|e| invalid(format!("json: cannot be serialized: {e}")))?;
+    let limits = Limits {
+        max_body_bytes: config.max_body_bytes,
+    };
+    NewTask::new(
+        url,
+        downstream_body,
+        idempotency_key,
+        max_attempts,
+        timeout,
+        &limits,
+    )
+    .map_err(|e| invalid(validation_message(&e)))
+}
+
+fn required_string(field: &str, value: Option<Value>) -> Result<String, ApiError> {
+    match value {
+        Some(Value::String(s)) => Ok(s),
+        None => Err(ApiError::InvalidRequest(format!("{field}: is required"))),
+        Some(other) => Err(ApiError::InvalidRequest(format!(
+            "{field}: must be a string, got {}",
+            json_type(&other)
+        ))),
+    }
+}
+
+/// A non-negative integer in `min..=max`; floats, negatives and numbers too
+/// large for u64 are refused, naming the field.
+fn integer(field: &str, value: &Value, min: u64, max: u64) -> Result<u64, ApiError> {
+    match value.as_u64() {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(range_error(field, min, max)),
+    }
+}
+
+fn range_error(field: &str, min: impl std::fmt::Display, max: impl std::fmt::Display) -> ApiError {
+    ApiError::InvalidRequest(format!(
+        "{field}: must be an integer between {min} and {max}"
+    ))
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The domain's message with the field renamed to the API's spelling.
+fn validation_message(e: &ValidationError) -> String {
+    let field = e.field();
+    let api_field = match field {
+        "timeout" => "timeout_ms",
+        "body" => "json",
+        other => other,
+    };
+    let text = e.to_string();
+    let rest = text
+        .strip_prefix(field)
+        .and_then(|r| r.strip_prefix(": "))
+        .unwrap_or(&text);
+    format!("{api_field}: {rest}")
+}
+
+/// A task as `GET /tasks/{id}` shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct TaskView<'a> {
+    id: String,
+    state: &'static str,
+    url: &'a str,
+    idempotency_key: &'a str,
+    attempt: u32,
+    max_attempts: u32,
+    http_status: Option<u16>,
+    error: Option<&'a str>,
+    result: Option<Cow<'a, str>>,
+    created_at: String,
+    updated_at: String,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    duration_ms: Option<u64>,
+    attempts: Vec<AttemptView<'a>>,
+}
+
+/// One try in a task view.
+#[derive(Debug, Serialize)]
+pub(crate) struct AttemptView<'a> {
+    n: u32,
+    started_at: String,
+    finished_at: Option<String>,
+    http_status: Option<u16>,
+    error: Option<&'a str>,
+    duration_ms: Option<u64>,
+}
+
+impl<'a> TaskView<'a> {
+    pub(crate) fn new(task: &'a Task) -> TaskView<'a> {
+        TaskView {
+            id: task.id.to_string(),
+            state: task.state.as_str(),
+            url: &task.url,
+            idempotency_key: &task.idempotency_key,
+            attempt: task.attempt,
+            max_attempts: task.max_attempts,
+            http_status: task.http_status,
+            error: task.error.as_deref(),
+            result: task.result.as_deref().map(String::from_utf8_lossy),
+            created_at: rfc3339(task.created_at),
+            updated_at: rfc3339(task.updated_at),
+            started_at: task.started_at.map(rfc3339),
+            finished_at: task.finished_at.map(rfc3339),
+            duration_ms: task.attempts.last().and_then(|a| a.duration_ms),
+            attempts: task.attempts.iter().map(AttemptView::new).collect(),
+        }
+    }
+}
+
+impl<'a> AttemptView<'a> {
+    fn new(a: &'a AttemptRecord) -> AttemptView<'a> {
+        AttemptView {
+            n: a.n,
+            started_at: rfc3339(a.started_at),
+            finished_at: a.finished_at.map(rfc3339),
+            http_status: a.http_status,
+            error: a.error.as_deref(),
+            duration_ms: a.duration_ms,
+        }
+    }
+}
+
+/// The answer to `POST /tasks/{id}/cancel`.
+#[derive(Debug, Serialize)]
+pub(crate) struct CancelView {
+    id: String,
+    state: &'static str,
+}
+
+impl CancelView {
+    pub(crate) fn new(id: TaskId, state: State) -> CancelView {
+        CancelView {
+            id: id.to_string(),
+            state: state.as_str(),
+        }
+    }
+}
+
+/// One page of `GET /tasks`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ListView<'a> {
+    tasks: Vec<TaskView<'a>>,
+    next: Option<String>,
+}
+
+impl<'a> ListView<'a> {
+    pub(crate) fn new(page: &'a Page) -> ListView<'a> {
+        ListView {
+            tasks: page.tasks.iter().map(TaskView::new).collect(),
+            next: page.next.map(|c| c.to_string()),
+        }
+    }
+}
+
+/// The last millisecond humantime can print (end of year 9999).
+const MAX_PRINTABLE_MS: i64 = 253_402_300_800_000 - 1;
+
+/// RFC 3339 in UTC with milliseconds, e.g. `2026-01-02T03:04:05.678Z`.
+/// Times outside 1970..=9999 are clamped: humantime panics on those, and
+/// no clock this service runs on produces them.
+pub(crate) fn rfc3339(t: Timestamp) -> String {
+    let ms = t.as_millis().clamp(0, MAX_PRINTABLE_MS);
+    let time = UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs());
+    format_system_time(time)
+}
+
+fn format_system_time(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> HttpConfig {
+        HttpConfig {
+            default_max_attempts: 7,
+            default_timeout: Duration::from_millis(1234),
+            max_body_bytes: 64,
+            ..HttpConfig::default()
+        }
+    }
+
+    /// Parses `body`; `Ok(())` checks it was accepted, `Err(prefix)` that it
+    /// was refused with a message starting with `prefix`.
+    fn check(body: &str, expected: Result<(), &str>) {
+        let got = parse_submit(body.as_bytes(), &config());
+        match (got, expected) {
+            (Ok(_), Ok(())) => {}
+            (Err(ApiError::InvalidRequest(message)), Err(prefix)) => {
+                assert!(
+                    message.starts_with(prefix),
+                    "{body}: message {message:?} should start with {prefix:?}"
+                );
+            }
+            (got, expected) => panic!("{body}: expected {expected:?}, got {got:?}"),
+        }
+    }
+
+    const URL: &str = r#""url":"http://127.0.0.1:9/hook""#;
+    const KEY: &str = r#""idempotency_key":"k1""#;
+
+    #[test]
+    fn submissions_are_checked_field_by_field() {
+        let ok = |extra: &str| format!("{{{URL},{KEY}{extra}}}");
+        let cases: Vec<(String, Result<(), &str>)> = vec![
+            (ok(""), Ok(())),
+            (
+                ok(r#","json":{"a":[1,2]},"max_attempts":100,"timeout_ms":600000"#),
+                Ok(()),
+            ),
+            (ok(r#","json":null"#), Ok(())),
+            (ok(r#","json":"text""#), Ok(())),
+            (ok(r#","max_attempts":1,"timeout_ms":1"#), Ok(())),
+            ("".into(), Err("body: not valid JSON")),
+            ("{".into(), Err("body: not valid JSON")),
+            (format!("{{{URL},{KEY}}} x"), Err("body: not valid JSON")),
+            ("[]".into(), Err("body: must be a JSON object")),
+            (
+                r#"["http://x/","k"]"#.into(),
+                Err("body: must be a JSON object"),
+            ),
+            ("null".into(), Err("body: must be a JSON object")),
+            (ok(r#","extra":1"#), Err("body: unknown field `extra`")),
+            (
+                ok(r#","url":"http://a/""#),
+                Err("body: duplicate field `url`"),
+            ),
+            (format!("{{{KEY}}}"), Err("url: is required")),
+            (format!("{{{URL}}}"), Err("idempotency_key: is required")),
+            (
+                format!(r#"{{"url":5,{KEY}}}"#),
+                Err("url: must be a string, got a number"),
+            ),
+            (
+                format!(r#"{{"url":null,{KEY}}}"#),
+                Err("url: must be a string, got null"),
+            ),
+            (
+                format!(r#"{{{URL},"idempotency_key":["k"]}}"#),
+                Err("idempotency_key: must be a string"),
+            ),
+            (
+                format!(r#"{{"url":"ftp://h/x",{KEY}}}"#),
+                Err("url: scheme must be http or https"),
+            ),
+            (format!(r#"{{"url":"/relative",{KEY}}}"#), Err("url: ")),
+            (format!(r#"{{"url":"not a url",{KEY}}}"#), Err("url: ")),
+            (
+                format!(r#"{{{URL},"idempotency_key":""}}"#),
+                Err("idempotency_key: must not be empty"),
+            ),
+            (
+                ok(r#","max_attempts":0"#),
+                Err("max_attempts: must be an integer between 1 and 100"),
+            ),
+            (
+                ok(r#","max_attempts":101"#),
+                Err("max_attempts: must be an integer between 1 and 100"),
+            ),
+            (ok(r#","max_attempts":-1"#), Err("max_attempts: ")),
+            (ok(r#","max_attempts":2.5"#), Err("max_attempts: ")),
+            (ok(r#","max_attempts":3.0"#), Err("max_attempts: ")),
+            (ok(r#","max_attempts":1e3"#), Err("max_attempts: ")),
+            (
+                ok(r#","max_attempts":99999999999999999999999"#),
+                Err("max_attempts: "),
+            ),
+            (ok(r#","max_attempts":"3""#), Err("max_attempts: ")),
+            (ok(r#","max_attempts":null"#), Err("max_attempts: ")),
+            (
+                ok(r#","timeout_ms":0"#),
+                Err("timeout_ms: must be an integer between 1 and 600000"),
+            ),
+            (ok(r#","timeout_ms":600001"#), Err("timeout_ms: ")),
+            (ok(r#","timeout_ms":-5"#), Err("timeout_ms: ")),
+            (
+                ok(r#","timeout_ms":18446744073709551615"#),
+                Err("timeout_ms: "),
+            ),
+            (
+                ok(r#","json":"0123456789012345678901234567890123456789012345678901234567890123""#),
+                Err("json: "),
+            ),
+        ];
+        for (body, expected) in cases {
+            check(&body, expected);
+        }
+    }
+
+    #[test]
+    fn defaults_come_from_the_config_and_json_from_the_json_field() {
+        let task = parse_submit(format!("{{{URL},{KEY}}}").as_bytes(), &config()).unwrap();
+        assert_eq!(task.max_attempts(), 7);
+        assert_eq!(task.timeout(), Duration::from_millis(1234));
+        assert_eq!(task.body(), b"{}");
+        assert_eq!(task.url(), "http://127.0.0.1:9/hook");
+        assert_eq!(task.idempotency_key(), "k1");
+
+        let body = format!(r#"{{{URL},{KEY},"json":{{ "b" : [1, "x"], "a": null }}}}"#);
+        let task = parse_submit(body.as_bytes(), &config()).unwrap();
+        assert_eq!(task.body(), br#"{"a":null,"b":[1,"x"]}"#, "compact JSON");
+
+        let task = parse_submit(
+            format!(r#"{{{URL},{KEY},"json":null}}"#).as_bytes(),
+            &config(),
+        )
+        .unwrap();
+        assert_eq!(task.body(), b"null", "an explicit null is sent as null");
+    }
+
+    #[test]
+    fn domain_field_names_become_api_field_names() {
+        let e = ValidationError::Timeout { got_ms: 0 };
+        assert!(validation_message(&e).starts_with("timeout_ms: must be between"));
+        let e = ValidationError::Body { got: 9, limit: 1 };
+        assert_eq!(
+            validation_message(&e),
+            "json: 9 bytes is over the limit of 1 bytes"
+        );
+        let e = ValidationError::Url("must have a host".into());
+        assert_eq!(validation_message(&e), "url: must have a host");
+    }
+
+    #[test]
+    fn timestamps_print_as_rfc3339_utc_millis() {
+        let cases = [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (1_767_225_845_678, "2026-01-01T00:04:05.678Z"),
+            (-5, "1970-01-01T00:00:00.000Z"),
+            (i64::MAX, "9999-12-31T23:59:59.999Z"),
+        ];
+        for (ms, expected) in cases {
+            assert_eq!(rfc3339(Timestamp::from_millis(ms)), expected, "{ms}");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+use bytes::Bytes;
+use http::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use serde::Serialize;
+use tc_model::store::StoreError;
+
+/// Every error the API answers with: one variant per documented code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ApiError {
+    /// 400: the request is malformed; the message names the field.
+    InvalidRequest(String),
+    /// 401: the bearer token is missing or wrong.
+    Unauthorized,
+    /// 403: the url is under none of the allowed prefixes.
+    UrlNotAllowed(String),
+    /// 404: no such route, task or result.
+    NotFound(String),
+    /// 405: the path exists but not with this method; `allow` lists those it has.
+    MethodNotAllowed { allow: String },
+    /// 408: the body did not arrive in time.
+    RequestTimeout(String),
+    /// 409: the idempotency key belongs to a task with another payload.
+    IdempotencyConflict(String),
+    /// 413: the body is over the limit.
+    PayloadTooLarge { limit: usize },
+    /// 415: the body is not JSON.
+    UnsupportedMediaType(String),
+    /// 500: a broken invariant; never caused by the request's content.
+    Internal(String),
+    /// 503: the store cannot serve now; the message is the store's reason.
+    Unavailable(String),
+}
+
+/// Every code a client can see, in the order of [`ApiError`]'s variants
+/// (the OpenAPI test checks the document lists exactly these).
+#[cfg(test)]
+pub(crate) const ERROR_CODES: &[&str] = &[
+    "invalid_request",
+    "unauthorized",
+    "url_not_allowed",
+    "not_found",
+    "method_not_allowed",
+    "request_timeout",
+    "idempotency_conflict",
+    "payload_too_large",
+    "unsupported_media_type",
+    "internal",
+    "unavailable",
+];
+
+impl ApiError {
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::UrlNotAllowed(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::IdempotencyConflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::UrlNotAllowed(_) => "url_not_allowed",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::RequestTimeout(_) => "request_timeout",
+            ApiError::IdempotencyConflict(_) => "idempotency_conflict",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::Internal(_) => "internal",
+            ApiError::Unavailable(_) => "unavailable",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            ApiError::InvalidRequest(m)
+            | ApiError::UrlNotAllowed(m)
+            | ApiError::NotFound(m)
+            | ApiError::RequestTimeout(m)
+            | ApiError::IdempotencyConflict(m)
+            | ApiError::UnsupportedMediaType(m)
+            | ApiError::Internal(m)
+            | ApiError::Unavailable(m) => m.clone(),
+            ApiError::Unauthorized => {
+                "this route needs the header Authorization: Bearer <token>".into()
+            }
+            ApiError::MethodNotAllowed { allow } => {
+                format!("method not allowed here; allowed: {allow}")
+            }
+            ApiError::PayloadTooLarge { limit } => {
+                format!("request body is over the limit of {limit} bytes")
+            }
+        }
+    }
+
+    /// The JSON error response, with the headers its status calls for.
+    pub(crate) fn into_response(self) -> Response<Full<Bytes>> {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            error: Detail<'a>,
+        }
+        #[derive(Serialize)]
+        struct Detail<'a> {
+            code: &'a str,
+            message: &'a str,
+        }
+        let message = self.message();
+        let body = Body {
+            error: Detail {
+                code: self.code(),
+                message: &message,
+            },
+        };
+        // Serializing two strings cannot fail; the fallback keeps that a
+        // non-panicking truth rather than an unwrap.
+        let bytes = serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec());
+        let mut response = Response::new(Full::new(Bytes::from(bytes)));
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        match &self {
+            ApiError::Unauthorized => {
+                headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::MethodNotAllowed { allow } => {
+                if let Ok(value) = HeaderValue::from_str(allow) {
+                    headers.insert(ALLOW, value);
+                }
+            }
+            // The client may still be sending the rest of its body; the
+            // connection cannot carry another request after that.
+            ApiError::PayloadTooLarge { .. } | ApiError::RequestTimeout(_) => {
+                headers.insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            ApiError::Unavailable(_) => {
+                headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+/// The one place where store errors become HTTP errors.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => ApiError::NotFound("no task with this id".into()),
+            StoreError::IdempotencyConflict => ApiError::IdempotencyConflict(
+                "idempotency_key: already used for a task with a different payload \
+                 (url, json, max_attempts or timeout_ms)"
+                    .into(),
+            ),
+            StoreError::IllegalTransition(t) => {
+                tracing::error!(transition = %t, "store refused an illegal transition");
+                ApiError::Internal(format!("illegal transition {t}"))
+            }
+            StoreError::Unavailable(reason) => {
+                tracing::warn!(%reason, "store unavailable");
+                ApiError::Unavailable(format!("store unavailable: {reason}"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_variant() -> Vec<ApiError> {
+        vec![
+            ApiError::InvalidRequest("x".into()),
+            ApiError::Unauthorized,
+            ApiError::UrlNotAllowed("x".into()),
+            ApiError::NotFound("x".into()),
+            ApiError::MethodNotAllowed {
+                allow: "GET".into(),
+            },
+            ApiError::RequestTimeout("x".into()),
+            ApiError::IdempotencyConflict("x".into()),
+            ApiError::PayloadTooLarge { limit: 1 },
+            ApiError::UnsupportedMediaType("x".into()),
+            ApiError::Internal("x".into()),
+            ApiError::Unavailable("x".into()),
+        ]
+    }
+
+    #[test]
+    fn error_codes_list_every_variant_once() {
+        let codes: Vec<&str> = every_variant().iter().map(ApiError::code).collect();
+        assert_eq!(codes, ERROR_CODES);
+    }
+
+    #[test]
+    fn error_bodies_carry_code_and_message() {
+        for e in every_variant() {
+            let code = e.code();
+            let status = e.status();
+            let response = e.into_response();
+            assert_eq!(response.status(), status);
+            assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+            let bytes = futures_body(response);
+            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(v["error"]["code"], code);
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty())
+            );
+        }
+    }
+
+    #[test]
+    fn store_errors_map_to_their_statuses() {
+        let cases = [
+            (StoreError::NotFound, 404, "not_found"),
+            (StoreError::IdempotencyConflict, 409, "idempotency_conflict"),
+            (
+                StoreError::Unavailable("database is locked".into()),
+                503,
+                "unavailable",
+            ),
+        ];
+        for (store_error, status, code) in cases {
+            let e = ApiError::from(store_error);
+            assert_eq!(e.status().as_u16(), status);
+            assert_eq!(e.code(), code);
+        }
+        let e = ApiError::from(StoreError::Unavailable("disk I/O error".into()));
+        assert!(e.message().contains("disk I/O error"), "keeps the reason");
+    }
+
+    fn futures_body(response: Response<Full<Bytes>>) -> Bytes {
+        use http_body_util::BodyExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes()
+    }
+}

@@ -1,0 +1,42 @@
+//! taskcenter's HTTP API on raw hyper 1.x.
+//!
+//! An adapter: it drives the store port ([`tc_model::store::TaskStore`]) and
+//! the worker through its own port, [`Control`]; it knows neither SQLite nor
+//! the worker's insides. It is the only crate that knows the JSON shapes, and
+//! the one place where store errors become HTTP statuses.
+//!
+//! - [`App`] holds the store, the control port, the [`HttpConfig`] and the
+//!   metrics registry; [`handle`] answers one request without a socket.
+//! - [`serve`] runs the HTTP/1.1 server on a listener and returns a
+//!   [`Server`] handle to await after triggering its shutdown.
+//! - [`ROUTES`] lists every route; docs/openapi.yaml documents each of them.
+//!
+//! ```no_run
+//! # async fn demo<S: tc_model::store::TaskStore, C: tc_http::Control>(store: std::sync::Arc<S>, control: C) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! let registry = prometheus_client::registry::Registry::default();
+//! let app = Arc::new(tc_http::App::new(store, control, tc_http::HttpConfig::default(), registry));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let server = tc_http::serve(listener, app, async { let _ = stopped.await; })?;
+//! println!("listening on {}", server.local_addr());
+//! let _ = stop.send(());
+//! server.wait().await?;
+//! # Ok(()) }
+//! ```
+
+mod app;
+mod auth;
+mod body;
+mod config;
+mod control;
+mod dto;
+mod error;
+mod metrics;
+mod query;
+mod server;
+
+pub use app::{App, ROUTES, Route, handle};
+pub use config::HttpConfig;
+pub use control::Control;
+pub use server::{ServeError, Server, serve};

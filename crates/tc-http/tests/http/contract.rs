@@ -1,0 +1,961 @@
+//! The HTTP contract, row by row, through `tc_http::handle` (no socket) over
+//! a real SQLite store.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+use tc_http::HttpConfig;
+use tc_model::TaskId;
+use tc_model::store::Completion;
+
+use crate::support::{Harness, NOW_TEXT, harness};
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// Ids of tasks in each state, for the `{…}` placeholders of the rows.
+struct Fixture {
+    pending: TaskId,
+    success: TaskId,
+    binary: TaskId,
+    failed: TaskId,
+    canceled: TaskId,
+}
+
+async fn fixture(h: &Harness) -> Fixture {
+    // Completed tasks first: seeding claims the oldest due task.
+    let success = h
+        .seed(
+            "success",
+            Some(Completion::Success {
+                http_status: 200,
+                result: br#"{"ok":true}"#.to_vec(),
+                content_type: Some("application/json".into()),
+            }),
+        )
+        .await;
+    let binary = h
+        .seed(
+            "binary",
+            Some(Completion::Success {
+                http_status: 201,
+                result: vec![0xff, 0x00, b'a'],
+                content_type: None,
+            }),
+        )
+        .await;
+    let failed = h
+        .seed(
+            "failed",
+            Some(Completion::Failed {
+                reason: "http_400".into(),
+                http_status: Some(400),
+            }),
+        )
+        .await;
+    let canceled = h.seed("canceled", None).await;
+    let reply = h
+        .call("POST", &format!("/tasks/{canceled}/cancel"), &[], b"")
+        .await;
+    assert_eq!(reply.status, 200);
+    let pending = h.seed("pending", None).await;
+    Fixture {
+        pending,
+        success,
+        binary,
+        failed,
+        canceled,
+    }
+}
+
+impl Fixture {
+    fn path(&self, template: &str) -> String {
+        template
+            .replace("{pending}", &self.pending.to_string())
+            .replace("{success}", &self.success.to_string())
+            .replace("{binary}", &self.binary.to_string())
+            .replace("{failed}", &self.failed.to_string())
+            .replace("{canceled}", &self.canceled.to_string())
+            .replace("{unknown}", &TaskId::generate().to_string())
+    }
+}
+
+/// One request and the status (and error code) it must get.
+struct Row {
+    method: &'static str,
+    path: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+    body: &'static str,
+    status: u16,
+    /// The error code for a 4xx/5xx; `None` for a success.
+    code: Option<&'static str>,
+    /// Text the error message must contain (the field it names).
+    message: &'static str,
+}
+
+const fn ok(method: &'static str, path: &'static str, status: u16) -> Row {
+    Row {
+        method,
+        path,
+        headers: &[],
+        body: "",
+        status,
+        code: None,
+        message: "",
+    }
+}
+
+const fn err(method: &'static str, path: &'static str, status: u16, code: &'static str) -> Row {
+    Row {
+        method,
+        path,
+        headers: &[],
+        body: "",
+        status,
+        code: Some(code),
+        message: "",
+    }
+}
+
+const fn submit(
+    body: &'static str,
+    status: u16,
+    code: Option<&'static str>,
+    message: &'static str,
+) -> Row {
+    Row {
+        method: "POST",
+        path: "/tasks",
+        headers: &[JSON],
+        body,
+        status,
+        code,
+        message,
+    }
+}
+
+async fn check(h: &Harness, f: &Fixture, row: &Row) {
+    let path = f.path(row.path);
+    let reply = h
+        .call(row.method, &path, row.headers, row.body.as_bytes())
+        .await;
+    let what = format!("{} {path} {:?}", row.method, row.body);
+    assert_eq!(reply.status, row.status, "{what}: {reply:?}");
+    assert_eq!(reply.error_code().as_deref(), row.code, "{what}: {reply:?}");
+    if row.code.is_some() {
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/json"),
+            "{what}"
+        );
+        let message = reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            !message.is_empty() && message.contains(row.message),
+            "{what}: message {message:?} should contain {:?}",
+            row.message
+        );
+    }
+}
+
+const ROWS: &[Row] = &[
+    // POST /tasks
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"new-1"}"#,
+        201,
+        None,
+        "",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":1}"#,
+        200,
+        None,
+        "",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/other","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":1}"#,
+        409,
+        Some("idempotency_conflict"),
+        "idempotency_key",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":2}"#,
+        409,
+        Some("idempotency_conflict"),
+        "",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":1,"timeout_ms":6000}"#,
+        409,
+        Some("idempotency_conflict"),
+        "",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"success","json":{"key":"success"},"max_attempts":1}"#,
+        200,
+        None,
+        "",
+    ),
+    submit(r#"{"url":"#, 400, Some("invalid_request"), "not valid JSON"),
+    submit("", 400, Some("invalid_request"), "body"),
+    submit("[1,2]", 400, Some("invalid_request"), "object"),
+    submit(
+        r#"{"idempotency_key":"k"}"#,
+        400,
+        Some("invalid_request"),
+        "url",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a"}"#,
+        400,
+        Some("invalid_request"),
+        "idempotency_key",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","retries":3}"#,
+        400,
+        Some("invalid_request"),
+        "retries",
+    ),
+    submit(
+        r#"{"url":7,"idempotency_key":"k"}"#,
+        400,
+        Some("invalid_request"),
+        "url",
+    ),
+    submit(
+        r#"{"url":"ftp://h/a","idempotency_key":"k"}"#,
+        400,
+        Some("invalid_request"),
+        "url",
+    ),
+    submit(
+        r#"{"url":"/just/a/path","idempotency_key":"k"}"#,
+        400,
+        Some("invalid_request"),
+        "url",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","max_attempts":-1}"#,
+        400,
+        Some("invalid_request"),
+        "max_attempts",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","max_attempts":1.5}"#,
+        400,
+        Some("invalid_request"),
+        "max_attempts",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","max_attempts":101}"#,
+        400,
+        Some("invalid_request"),
+        "max_attempts",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","max_attempts":1e400}"#,
+        400,
+        Some("invalid_request"),
+        "",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","timeout_ms":0}"#,
+        400,
+        Some("invalid_request"),
+        "timeout_ms",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","timeout_ms":600001}"#,
+        400,
+        Some("invalid_request"),
+        "timeout_ms",
+    ),
+    submit(
+        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","timeout_ms":"5"}"#,
+        400,
+        Some("invalid_request"),
+        "timeout_ms",
+    ),
+    Row {
+        headers: &[("content-type", "text/plain")],
+        ..submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k"}"#,
+            415,
+            Some("unsupported_media_type"),
+            "application/json",
+        )
+    },
+    Row {
+        headers: &[],
+        ..submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k"}"#,
+            415,
+            Some("unsupported_media_type"),
+            "",
+        )
+    },
+    Row {
+        headers: &[("content-type", "Application/JSON; charset=utf-8")],
+        ..submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"new-2"}"#,
+            201,
+            None,
+            "",
+        )
+    },
+    // GET /tasks/{id}
+    ok("GET", "/tasks/{pending}", 200),
+    ok("GET", "/tasks/{success}", 200),
+    ok("GET", "/tasks/{failed}", 200),
+    ok("GET", "/tasks/{canceled}", 200),
+    err("GET", "/tasks/{unknown}", 404, "not_found"),
+    err("GET", "/tasks/not-a-task-id", 404, "not_found"),
+    err("GET", "/tasks/%20", 404, "not_found"),
+    // GET /tasks/{id}/result
+    ok("GET", "/tasks/{success}/result", 200),
+    ok("GET", "/tasks/{binary}/result", 200),
+    err("GET", "/tasks/{pending}/result", 404, "not_found"),
+    err("GET", "/tasks/{failed}/result", 404, "not_found"),
+    err("GET", "/tasks/{unknown}/result", 404, "not_found"),
+    err("GET", "/tasks/xyz/result", 404, "not_found"),
+    // POST /tasks/{id}/cancel
+    ok("POST", "/tasks/{success}/cancel", 200),
+    ok("POST", "/tasks/{canceled}/cancel", 200),
+    err("POST", "/tasks/{unknown}/cancel", 404, "not_found"),
+    err("POST", "/tasks/xyz/cancel", 404, "not_found"),
+    // GET /tasks
+    ok("GET", "/tasks", 200),
+    ok("GET", "/tasks?state=failed&limit=500", 200),
+    ok("GET", "/tasks?limit=1&after=0", 200),
+    err("GET", "/tasks?state=done", 400, "invalid_request"),
+    err("GET", "/tasks?limit=0", 400, "invalid_request"),
+    err("GET", "/tasks?limit=501", 400, "invalid_request"),
+    err("GET", "/tasks?limit=ten", 400, "invalid_request"),
+    err("GET", "/tasks?after=not-a-cursor", 400, "invalid_request"),
+    err("GET", "/tasks?sort=id", 400, "invalid_request"),
+    // health and metrics
+    ok("GET", "/healthz", 200),
+    ok("GET", "/metrics", 200),
+    // routing
+    err("GET", "/", 404, "not_found"),
+    err("GET", "/task", 404, "not_found"),
+    err("GET", "/tasks/", 404, "not_found"),
+    err("GET", "/tasks/{pending}/cancel/now", 404, "not_found"),
+    err("DELETE", "/tasks", 405, "method_not_allowed"),
+    err("PUT", "/tasks/{pending}", 405, "method_not_allowed"),
+    err("GET", "/tasks/{pending}/cancel", 405, "method_not_allowed"),
+    err("POST", "/tasks/{pending}/result", 405, "method_not_allowed"),
+    err("POST", "/healthz", 405, "method_not_allowed"),
+    err("HEAD", "/metrics", 405, "method_not_allowed"),
+];
+
+#[tokio::test]
+async fn every_contract_row() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    for row in ROWS {
+        check(&h, &f, row).await;
+    }
+}
+
+#[tokio::test]
+async fn wrong_method_names_the_allowed_ones() {
+    let h = harness(HttpConfig::default()).await;
+    let cases = [
+        ("DELETE", "/tasks", "GET, POST"),
+        ("PATCH", "/tasks/x", "GET"),
+        ("GET", "/tasks/x/cancel", "POST"),
+        ("PUT", "/tasks/x/result", "GET"),
+        ("POST", "/metrics", "GET"),
+    ];
+    for (method, path, allow) in cases {
+        let reply = h.call(method, path, &[], b"").await;
+        assert_eq!(reply.status, 405, "{method} {path}");
+        assert_eq!(reply.header("allow"), Some(allow), "{method} {path}");
+    }
+}
+
+#[tokio::test]
+async fn submit_creates_once_and_wakes_the_worker_once() {
+    let h = harness(HttpConfig::default()).await;
+    let body =
+        json!({"url": "http://127.0.0.1:9/a", "idempotency_key": "order-1", "json": {"n": 1}});
+    let first = h.submit(&body).await;
+    assert_eq!(first.status, 201);
+    let id = first.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        first.header("location"),
+        Some(format!("/tasks/{id}").as_str())
+    );
+    assert_eq!(h.wakes(), 1);
+
+    let again = h.submit(&body).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.json()["id"], id.as_str(), "the same task");
+    assert_eq!(again.header("location"), None);
+    assert_eq!(h.wakes(), 1, "an existing task does not wake the worker");
+
+    let other =
+        json!({"url": "http://127.0.0.1:9/a", "idempotency_key": "order-1", "json": {"n": 2}});
+    assert_eq!(h.submit(&other).await.status, 409);
+    assert_eq!(h.wakes(), 1);
+}
+
+#[tokio::test]
+async fn defaults_come_from_the_config() {
+    let config = HttpConfig {
+        default_max_attempts: 9,
+        ..HttpConfig::default()
+    };
+    let h = harness(config).await;
+    let reply = h
+        .submit(&json!({"url": "http://127.0.0.1:9/a", "idempotency_key": "d"}))
+        .await;
+    assert_eq!(reply.status, 201);
+    assert_eq!(reply.json()["max_attempts"], 9);
+}
+
+const VIEW_FIELDS: &[&str] = &[
+    "id",
+    "state",
+    "url",
+    "idempotency_key",
+    "attempt",
+    "max_attempts",
+    "http_status",
+    "error",
+    "result",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "attempts",
+];
+
+const ATTEMPT_FIELDS: &[&str] = &[
+    "n",
+    "started_at",
+    "finished_at",
+    "http_status",
+    "error",
+    "duration_ms",
+];
+
+fn keys(v: &Value) -> BTreeSet<&str> {
+    v.as_object().unwrap().keys().map(String::as_str).collect()
+}
+
+#[tokio::test]
+async fn task_views_have_exactly_the_documented_fields() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+
+    let pending = h
+        .call("GET", &f.path("/tasks/{pending}"), &[], b"")
+        .await
+        .json();
+    assert_eq!(keys(&pending), VIEW_FIELDS.iter().copied().collect());
+    let expected = json!({
+        "id": f.pending.to_string(),
+        "state": "pending",
+        "url": "http://127.0.0.1:9/hook",
+        "idempotency_key": "pending",
+        "attempt": 0,
+        "max_attempts": 1,
+        "http_status": null,
+        "error": null,
+        "result": null,
+        "created_at": NOW_TEXT,
+        "updated_at": NOW_TEXT,
+        "started_at": null,
+        "finished_at": null,
+        "duration_ms": null,
+        "attempts": [],
+    });
+    assert_eq!(pending, expected);
+
+    let success = h
+        .call("GET", &f.path("/tasks/{success}"), &[], b"")
+        .await
+        .json();
+    assert_eq!(success["state"], "success");
+    assert_eq!(success["attempt"], 1);
+    assert_eq!(success["http_status"], 200);
+    assert_eq!(success["result"], r#"{"ok":true}"#, "the body as text");
+    assert_eq!(success["started_at"], "2026-01-02T03:04:06.678Z");
+    assert_eq!(success["finished_at"], "2026-01-02T03:04:06.928Z");
+    assert_eq!(success["duration_ms"], 250);
+    let attempts = success["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(keys(&attempts[0]), ATTEMPT_FIELDS.iter().copied().collect());
+    assert_eq!(
+        attempts[0],
+        json!({
+            "n": 1,
+            "started_at": "2026-01-02T03:04:06.678Z",
+            "finished_at": "2026-01-02T03:04:06.928Z",
+            "http_status": 200,
+            "error": null,
+            "duration_ms": 250,
+        })
+    );
+
+    let binary = h
+        .call("GET", &f.path("/tasks/{binary}"), &[], b"")
+        .await
+        .json();
+    assert_eq!(binary["result"], "\u{fffd}\u{0}a", "lossy UTF-8");
+
+    let failed = h
+        .call("GET", &f.path("/tasks/{failed}"), &[], b"")
+        .await
+        .json();
+    assert_eq!(failed["state"], "failed");
+    assert_eq!(failed["error"], "http_400");
+    assert_eq!(failed["http_status"], 400);
+    assert_eq!(failed["result"], Value::Null);
+    assert_eq!(failed["attempts"][0]["error"], "http_400");
+}
+
+#[tokio::test]
+async fn result_is_the_downstream_body_byte_for_byte() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+
+    let reply = h
+        .call("GET", &f.path("/tasks/{success}/result"), &[], b"")
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    assert_eq!(&reply.body[..], br#"{"ok":true}"#);
+
+    let reply = h
+        .call("GET", &f.path("/tasks/{binary}/result"), &[], b"")
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert_eq!(&reply.body[..], &[0xff, 0x00, b'a']);
+}
+
+#[tokio::test]
+async fn cancel_answers_id_and_state() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    let cases = [
+        ("{pending}", f.pending, "canceled"),
+        ("{pending}", f.pending, "canceled"),
+        ("{success}", f.success, "success"),
+        ("{failed}", f.failed, "failed"),
+        ("{canceled}", f.canceled, "canceled"),
+    ];
+    for (placeholder, id, state) in cases {
+        let path = f.path(&format!("/tasks/{placeholder}/cancel"));
+        let reply = h.call("POST", &path, &[], b"").await;
+        assert_eq!(reply.status, 200, "{path}");
+        assert_eq!(
+            reply.json(),
+            json!({"id": id.to_string(), "state": state}),
+            "{path}"
+        );
+    }
+    let view = h
+        .call("GET", &f.path("/tasks/{pending}"), &[], b"")
+        .await
+        .json();
+    assert_eq!(view["state"], "canceled");
+}
+
+#[tokio::test]
+async fn listing_pages_through_every_task_once() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    let all = [f.success, f.binary, f.failed, f.canceled, f.pending];
+
+    let mut seen = Vec::new();
+    let mut path = "/tasks?limit=2".to_owned();
+    for _ in 0..10 {
+        let page = h.call("GET", &path, &[], b"").await.json();
+        assert_eq!(keys(&page), ["next", "tasks"].into_iter().collect());
+        let tasks = page["tasks"].as_array().unwrap();
+        assert!(tasks.len() <= 2);
+        for t in tasks {
+            assert_eq!(keys(t), VIEW_FIELDS.iter().copied().collect());
+            seen.push(t["id"].as_str().unwrap().to_owned());
+        }
+        match page["next"].as_str() {
+            Some(next) => path = format!("/tasks?limit=2&after={next}"),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = all.iter().map(TaskId::to_string).collect();
+    assert_eq!(seen, expected, "creation order, each once");
+
+    let page = h.call("GET", "/tasks?state=success", &[], b"").await.json();
+    let ids: Vec<&str> = page["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [f.success.to_string(), f.binary.to_string()]);
+    assert_eq!(page["next"], Value::Null);
+}
+
+#[tokio::test]
+async fn the_token_guards_every_tasks_route_and_nothing_else() {
+    let config = HttpConfig {
+        api_token: Some("s3cret".into()),
+        ..HttpConfig::default()
+    };
+    let h = harness(config).await;
+    let id = TaskId::generate();
+    let paths = [
+        ("POST", "/tasks".to_owned()),
+        ("GET", "/tasks".to_owned()),
+        ("GET", format!("/tasks/{id}")),
+        ("GET", format!("/tasks/{id}/result")),
+        ("POST", format!("/tasks/{id}/cancel")),
+        ("DELETE", "/tasks".to_owned()),
+    ];
+    let refused: [&[(&str, &str)]; 5] = [
+        &[JSON],
+        &[JSON, ("authorization", "Bearer wrong")],
+        &[JSON, ("authorization", "Bearer s3cret ")],
+        &[JSON, ("authorization", "Basic s3cret")],
+        &[JSON, ("authorization", "s3cret")],
+    ];
+    for (method, path) in &paths {
+        for headers in refused {
+            let reply = h.call(method, path, headers, b"{}").await;
+            assert_eq!(reply.status, 401, "{method} {path} {headers:?}");
+            assert_eq!(reply.error_code().as_deref(), Some("unauthorized"));
+            assert_eq!(reply.header("www-authenticate"), Some("Bearer"));
+        }
+        let reply = h
+            .call(
+                method,
+                path,
+                &[JSON, ("authorization", "Bearer s3cret")],
+                b"{}",
+            )
+            .await;
+        assert_ne!(reply.status, 401, "{method} {path} with the token");
+    }
+    for path in ["/healthz", "/metrics"] {
+        assert_eq!(
+            h.call("GET", path, &[], b"").await.status,
+            200,
+            "{path} stays open"
+        );
+    }
+    let reply = h
+        .call(
+            "POST",
+            "/tasks",
+            &[JSON, ("authorization", "bearer s3cret")],
+            br#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k"}"#,
+        )
+        .await;
+    assert_eq!(reply.status, 201, "the scheme is case-insensitive");
+}
+
+#[tokio::test]
+async fn urls_outside_the_allow_list_are_forbidden() {
+    let config = HttpConfig {
+        allow_url_prefixes: vec![
+            "http://127.0.0.1:9/ok/".into(),
+            "https://hooks.test/".into(),
+        ],
+        ..HttpConfig::default()
+    };
+    let h = harness(config).await;
+    let cases = [
+        ("http://127.0.0.1:9/ok/1", 201),
+        ("https://hooks.test/x", 201),
+        ("http://127.0.0.1:9/other", 403),
+        ("http://127.0.0.1:9/ok", 403),
+        ("https://hooks.test.evil/x", 403),
+        ("ftp://hooks.test/", 400),
+    ];
+    for (i, (url, status)) in cases.into_iter().enumerate() {
+        let reply = h
+            .submit(&json!({"url": url, "idempotency_key": format!("k{i}")}))
+            .await;
+        assert_eq!(reply.status, status, "{url}: {reply:?}");
+        if status == 403 {
+            assert_eq!(reply.error_code().as_deref(), Some("url_not_allowed"));
+        }
+    }
+    assert_eq!(h.wakes(), 2);
+}
+
+#[tokio::test]
+async fn an_unavailable_store_is_503_with_its_reason_and_writes_nothing() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    h.set_store_down(true);
+    let rows: &[(&str, String)] = &[
+        ("POST", "/tasks".into()),
+        ("GET", "/tasks".into()),
+        ("GET", f.path("/tasks/{pending}")),
+        ("GET", f.path("/tasks/{success}/result")),
+        ("POST", f.path("/tasks/{pending}/cancel")),
+        ("GET", "/metrics".into()),
+    ];
+    let body = br#"{"url":"http://127.0.0.1:9/a","idempotency_key":"while-down"}"#;
+    for (method, path) in rows {
+        let reply = h.call(method, path, &[JSON], body).await;
+        assert_eq!(reply.status, 503, "{method} {path}");
+        assert_eq!(reply.error_code().as_deref(), Some("unavailable"));
+        let message = reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(message.contains("database or disk is full"), "{message}");
+        assert_eq!(reply.header("retry-after"), Some("1"));
+    }
+    assert_eq!(h.call("GET", "/healthz", &[], b"").await.status, 200);
+    assert_eq!(h.wakes(), 5, "only the fixture's submits woke the worker");
+
+    h.set_store_down(false);
+    let all = h.call("GET", "/tasks", &[], b"").await.json();
+    assert_eq!(
+        all["tasks"].as_array().unwrap().len(),
+        5,
+        "nothing was written"
+    );
+    let view = h
+        .call("GET", &f.path("/tasks/{pending}"), &[], b"")
+        .await
+        .json();
+    assert_eq!(view["state"], "pending", "the cancel did not happen");
+}
+
+#[tokio::test]
+async fn over_limit_bodies_are_413_before_parsing() {
+    let config = HttpConfig {
+        max_body_bytes: 100,
+        ..HttpConfig::default()
+    };
+    let h = harness(config).await;
+    let big = format!(
+        r#"{{"url":"http://127.0.0.1:9/a","idempotency_key":"k","json":"{}"}}"#,
+        "x".repeat(100)
+    );
+    let reply = h.call("POST", "/tasks", &[JSON], big.as_bytes()).await;
+    assert_eq!(reply.status, 413);
+    assert_eq!(reply.error_code().as_deref(), Some("payload_too_large"));
+    assert_eq!(reply.header("connection"), Some("close"));
+    // Exactly at the limit is fine.
+    let frame = |n: usize| {
+        format!(
+            r#"{{"url":"http://127.0.0.1:9/a","idempotency_key":"k","json":"{}"}}"#,
+            "x".repeat(n)
+        )
+    };
+    let exact = frame(100 - frame(0).len());
+    assert_eq!(exact.len(), 100);
+    let reply = h.call("POST", "/tasks", &[JSON], exact.as_bytes()).await;
+    assert_eq!(reply.status, 201, "{reply:?}");
+}
+
+#[tokio::test]
+async fn metrics_show_tasks_by_state_submits_and_registered_metrics() {
+    let h = harness(HttpConfig::default()).await;
+    let _f = fixture(&h).await;
+    h.submit(&json!({"url": "http://127.0.0.1:9/hook", "idempotency_key": "pending", "json": {"key": "pending"}, "max_attempts": 1}))
+        .await;
+    h.submit(&json!({"url": "http://127.0.0.1:9/hook", "idempotency_key": "pending"}))
+        .await;
+    h.submit(&json!({"url": 1})).await;
+
+    let reply = h.call("GET", "/metrics", &[], b"").await;
+    assert_eq!(reply.status, 200);
+    assert!(
+        reply
+            .header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+        "{:?}",
+        reply.header("content-type")
+    );
+    let text = String::from_utf8(reply.body.to_vec()).unwrap();
+    for line in [
+        r#"taskcenter_tasks{state="pending"} 1"#,
+        r#"taskcenter_tasks{state="running"} 0"#,
+        r#"taskcenter_tasks{state="success"} 2"#,
+        r#"taskcenter_tasks{state="failed"} 1"#,
+        r#"taskcenter_tasks{state="canceled"} 1"#,
+        r#"taskcenter_submits_total{result="created"} 5"#,
+        r#"taskcenter_submits_total{result="existing"} 1"#,
+        r#"taskcenter_submits_total{result="conflict"} 1"#,
+        r#"taskcenter_submits_total{result="invalid"} 1"#,
+        r#"taskcenter_http_requests_total{route="/tasks",status="201"} 5"#,
+        r#"taskcenter_http_requests_total{route="/tasks/{id}/cancel",status="200"} 1"#,
+        "# EOF",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn metrics_include_what_others_registered() {
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::registry::Registry;
+
+    let inner = tc_store::SqliteStore::open_in_memory(tc_store::StoreConfig::default())
+        .await
+        .unwrap();
+    let mut registry = Registry::default();
+    let in_flight = Gauge::<i64>::default();
+    registry.register(
+        "taskcenter_in_flight_calls",
+        "Downstream calls in flight",
+        in_flight.clone(),
+    );
+    in_flight.set(3);
+    let app = tc_http::App::new(
+        std::sync::Arc::new(inner),
+        NoControl,
+        HttpConfig::default(),
+        registry,
+    );
+    let request = http::Request::get("/metrics")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = tc_http::handle(&app, request).await;
+    assert_eq!(response.status(), 200);
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    assert!(text.contains("taskcenter_in_flight_calls 3"), "{text}");
+    assert!(
+        text.contains(r#"taskcenter_tasks{state="pending"} 0"#),
+        "{text}"
+    );
+}
+
+/// A control for tests that never cancel or submit.
+struct NoControl;
+
+impl tc_http::Control for NoControl {
+    fn task_submitted(&self) {}
+    async fn cancel(&self, _: TaskId) -> Result<tc_model::Task, tc_model::store::StoreError> {
+        Err(tc_model::store::StoreError::NotFound)
+    }
+    fn now(&self) -> tc_model::Timestamp {
+        tc_model::Timestamp::from_millis(0)
+    }
+}
+
+/// A deterministic stream of pseudo-random numbers (xorshift), so the same
+/// inputs run every time.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+}
+
+#[tokio::test]
+async fn no_input_gets_a_5xx() {
+    let h = harness(HttpConfig {
+        max_body_bytes: 512,
+        ..HttpConfig::default()
+    })
+    .await;
+    let f = fixture(&h).await;
+    let methods = ["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"];
+    let paths = [
+        "/tasks",
+        "/tasks/{pending}",
+        "/tasks/{success}/result",
+        "/tasks/{pending}/cancel",
+        "/tasks?state=pending&limit=3",
+        "/tasks?limit=%FF",
+        "/tasks?after=%",
+        "/tasks/{unknown}",
+        "/healthz",
+        "/metrics",
+        "/%00",
+        "/tasks/../healthz",
+    ];
+    let fragments = [
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        "\"",
+        "\\",
+        "null",
+        "true",
+        "-",
+        "1e309",
+        "0.5",
+        "18446744073709551616",
+        r#""url""#,
+        r#""json""#,
+        r#""idempotency_key""#,
+        r#""max_attempts""#,
+        r#""timeout_ms""#,
+        r#""http://127.0.0.1:9/x""#,
+        "\u{0}",
+        "é",
+        "\u{feff}",
+        " ",
+        "\n",
+    ];
+    let content_types = [
+        "application/json",
+        "text/plain",
+        "",
+        "application/json; charset=latin1",
+    ];
+    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    for _ in 0..400 {
+        let method = rng.pick(&methods);
+        let path = f.path(rng.pick(&paths));
+        let mut body = String::new();
+        for _ in 0..rng.next() % 24 {
+            body.push_str(rng.pick(&fragments));
+        }
+        if rng.next().is_multiple_of(3) {
+            body = format!(
+                r#"{{"url":"http://127.0.0.1:9/x","idempotency_key":"f{}","json":{body}}}"#,
+                rng.next() % 5
+            );
+        }
+        let content_type = rng.pick(&content_types);
+        let headers: Vec<(&str, &str)> = if content_type.is_empty() {
+            vec![]
+        } else {
+            vec![("content-type", content_type)]
+        };
+        let reply = h.call(method, &path, &headers, body.as_bytes()).await;
+        assert!(reply.status < 500, "{method} {path} {body:?}: {reply:?}");
+        if reply.status >= 400 {
+            assert!(reply.error_code().is_some(), "{method} {path}: {reply:?}");
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! tc-http's tests against its public API: the contract through the handler
+//! (no socket) and the network behaviour through a real loopback server.
+//! One test binary with modules, so the crate links once.
+
+// Helpers outside #[test] fns unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+mod contract;
+mod socket;
+mod support;

@@ -1,0 +1,402 @@
+//! The network path: a real server on 127.0.0.1 and plain blocking clients
+//! that behave like Python's http.client or curl without `Expect`.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use tc_http::{HttpConfig, Server};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::support::harness;
+
+/// A running server and the switch that stops it.
+struct Running {
+    server: Server,
+    stop: oneshot::Sender<()>,
+}
+
+impl Running {
+    fn addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), self.server.wait())
+            .await
+            .expect("server stops within its grace period")
+            .unwrap();
+    }
+}
+
+async fn start(config: HttpConfig) -> Running {
+    let h = harness(config).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tc_http::serve(listener, h.app, async {
+        let _ = stopped.await;
+    })
+    .unwrap();
+    Running { server, stop }
+}
+
+/// A parsed HTTP/1.1 response.
+#[derive(Debug)]
+struct Raw {
+    status: u16,
+    /// Lowercased names.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn error_code(&self) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        v["error"]["code"].as_str().map(str::to_owned)
+    }
+}
+
+/// Reads one response (Content-Length framed) from the stream.
+fn read_response(stream: &mut TcpStream) -> std::io::Result<Raw> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(length);
+    Ok(Raw {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).unwrap();
+    // Bounds every blocking read: a hung server fails the test, not CI.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+}
+
+/// Writes all of `request` first, then reads the answer: the order of a
+/// plain client that does not use `Expect: 100-continue`.
+async fn send_then_read(addr: SocketAddr, request: Vec<u8>) -> Raw {
+    tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        stream.write_all(&request).unwrap();
+        read_response(&mut stream).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn post_tasks_head(extra: &str) -> String {
+    format!("POST /tasks HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n{extra}\r\n")
+}
+
+const MIB: usize = 1024 * 1024;
+
+/// Over the 1 MiB limit, and larger than what loopback's socket buffers take
+/// in while the server does not read: a server that answered without
+/// draining would reset the connection while this client still writes.
+const OVERSIZED: usize = 8 * MIB;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_client_that_sends_an_oversized_body_first_reads_413() {
+    let running = start(HttpConfig::default()).await;
+    let body = vec![b' '; OVERSIZED];
+    let mut request = post_tasks_head(&format!("Content-Length: {}\r\n", body.len())).into_bytes();
+    request.extend_from_slice(&body);
+    let reply = send_then_read(running.addr(), request).await;
+    assert_eq!(reply.status, 413, "{reply:?}");
+    assert_eq!(reply.error_code().as_deref(), Some("payload_too_large"));
+    assert_eq!(reply.header("connection"), Some("close"));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_oversized_body_without_length_is_413() {
+    let running = start(HttpConfig::default()).await;
+    let mut request = post_tasks_head("Transfer-Encoding: chunked\r\n").into_bytes();
+    let chunk = vec![b' '; 64 * 1024];
+    for _ in 0..(OVERSIZED / chunk.len()) {
+        request.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        request.extend_from_slice(&chunk);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    let reply = send_then_read(running.addr(), request).await;
+    assert_eq!(reply.status, 413, "{reply:?}");
+    assert_eq!(reply.error_code().as_deref(), Some("payload_too_large"));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_expects_100_continue_gets_413_without_sending_the_body() {
+    let running = start(HttpConfig::default()).await;
+    let addr = running.addr();
+    let reply = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        let head = post_tasks_head(&format!(
+            "Content-Length: {}\r\nExpect: 100-continue\r\n",
+            2 * MIB
+        ));
+        stream.write_all(head.as_bytes()).unwrap();
+        read_response(&mut stream).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 413, "{reply:?}");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_submit_over_the_socket_is_201() {
+    let running = start(HttpConfig::default()).await;
+    let body = br#"{"url":"http://127.0.0.1:9/a","idempotency_key":"sock-1"}"#;
+    let mut request = post_tasks_head(&format!("Content-Length: {}\r\n", body.len())).into_bytes();
+    request.extend_from_slice(body);
+    let reply = send_then_read(running.addr(), request).await;
+    assert_eq!(reply.status, 201, "{reply:?}");
+    assert!(
+        reply
+            .header("location")
+            .is_some_and(|l| l.starts_with("/tasks/"))
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_is_disconnected_after_the_header_read_timeout() {
+    let timeout = Duration::from_millis(300);
+    let running = start(HttpConfig {
+        header_read_timeout: timeout,
+        ..HttpConfig::default()
+    })
+    .await;
+    let addr = running.addr();
+    let (outcome, waited) = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        let started = Instant::now();
+        // Half a request head, then silence.
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: te")
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let outcome = stream.read(&mut buf);
+        (outcome.map(|n| buf[..n].to_vec()), started.elapsed())
+    })
+    .await
+    .unwrap();
+    match outcome {
+        // hyper closes without an answer (or with a bare 408 on some versions).
+        Ok(bytes) => assert!(
+            bytes.is_empty() || bytes.starts_with(b"HTTP/1.1 408"),
+            "{:?}",
+            String::from_utf8_lossy(&bytes)
+        ),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}"),
+    }
+    assert!(
+        waited >= timeout,
+        "closed after {waited:?}, before the timeout"
+    );
+    assert!(
+        waited < Duration::from_secs(15),
+        "closed by the server, not the client's bound"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_method_over_the_socket_is_405_with_allow() {
+    let running = start(HttpConfig::default()).await;
+    let request = b"DELETE /tasks HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n".to_vec();
+    let reply = send_then_read(running.addr(), request).await;
+    assert_eq!(reply.status, 405);
+    assert_eq!(reply.header("allow"), Some("GET, POST"));
+    assert_eq!(reply.error_code().as_deref(), Some("method_not_allowed"));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_checked_over_the_socket() {
+    let running = start(HttpConfig {
+        api_token: Some("s3cret".into()),
+        ..HttpConfig::default()
+    })
+    .await;
+    let cases: [(&str, &str, u16); 4] = [
+        ("/tasks", "", 401),
+        ("/tasks", "Authorization: Bearer nope\r\n", 401),
+        ("/tasks", "Authorization: Bearer s3cret\r\n", 200),
+        ("/healthz", "", 200),
+    ];
+    for (path, auth, status) in cases {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{auth}\r\n").into_bytes();
+        let reply = send_then_read(running.addr(), request).await;
+        assert_eq!(reply.status, status, "{path} {auth:?}");
+        if status == 401 {
+            assert_eq!(reply.header("www-authenticate"), Some("Bearer"));
+            assert_eq!(reply.error_code().as_deref(), Some("unauthorized"));
+        }
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_request_is_never_a_5xx() {
+    let running = start(HttpConfig::default()).await;
+    let requests: [&[u8]; 4] = [
+        b"NOT HTTP AT ALL\r\n\r\n",
+        b"GET /tasks HTTP/1.1\r\nHost: test\r\nContent-Length: x\r\n\r\n",
+        b"POST /tasks HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n",
+        b"GET /tasks HTTP/1.1\r\nBad Header Line\r\n\r\n",
+    ];
+    for request in requests {
+        let addr = running.addr();
+        let request = request.to_vec();
+        let shown = String::from_utf8_lossy(&request).into_owned();
+        let reply = tokio::task::spawn_blocking(move || {
+            let mut stream = connect(addr);
+            stream.write_all(&request).unwrap();
+            read_response(&mut stream)
+        })
+        .await
+        .unwrap();
+        // Either an answer below 500 or a closed connection.
+        if let Ok(reply) = reply {
+            assert!(reply.status < 500, "{shown:?}: {reply:?}");
+        }
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_serves_several_requests_and_shutdown_closes_idle_connections() {
+    let running = start(HttpConfig::default()).await;
+    let addr = running.addr();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let client = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        for _ in 0..3 {
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+                .unwrap();
+            let reply = read_response(&mut stream).unwrap();
+            assert_eq!(reply.status, 200);
+            assert_eq!(reply.body, br#"{"status":"ok"}"#);
+        }
+        // Tell the test the connection is idle, then wait for the server to
+        // close it during shutdown.
+        tx.send(()).unwrap();
+        let mut buf = [0u8; 16];
+        stream.read(&mut buf)
+    });
+    tokio::task::spawn_blocking(move || rx.recv().unwrap())
+        .await
+        .unwrap();
+    running.stop().await;
+    let read = client.await.unwrap();
+    assert!(
+        matches!(read, Ok(0))
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::ConnectionReset),
+        "{read:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_bound_wait_until_one_closes() {
+    let running = start(HttpConfig {
+        max_connections: 1,
+        ..HttpConfig::default()
+    })
+    .await;
+    let addr = running.addr();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let mut first = connect(addr);
+        first
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut first).unwrap().status, 200);
+        // The first connection stays open (keep-alive) and holds the only
+        // permit; the second is accepted by the kernel but not served.
+        let mut second = connect(addr);
+        second
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        second
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 1];
+        let while_blocked = second.read(&mut buf).map_err(|e| e.kind());
+        drop(first);
+        second
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let after = read_response(&mut second)
+            .map(|r| r.status)
+            .map_err(|e| e.kind());
+        (while_blocked, after)
+    })
+    .await
+    .unwrap();
+    let (while_blocked, after) = outcome;
+    assert!(
+        matches!(
+            while_blocked,
+            Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)
+        ),
+        "the second connection was served while the first held the permit: {while_blocked:?}"
+    );
+    assert_eq!(after, Ok(200), "served once the first closed");
+    running.stop().await;
+}

@@ -1,0 +1,259 @@
+//! Test fixtures: a real SQLite store (in memory) behind a switch that makes
+//! it unavailable, a fake worker control, and a one-call request helper.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Full};
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+use tc_http::{App, Control, HttpConfig};
+use tc_model::store::{
+    Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+};
+use tc_model::{NewTask, Task, TaskId, Timestamp};
+use tc_store::{SqliteStore, StoreConfig};
+
+/// The fixed "now" of the fake control: 2026-01-02T03:04:05.678Z.
+pub(crate) const NOW: Timestamp = Timestamp::from_millis(1_767_323_045_678);
+pub(crate) const NOW_TEXT: &str = "2026-01-02T03:04:05.678Z";
+
+/// A store that forwards to SQLite, or fails every call as unavailable while
+/// `down` is set (what a full disk or a held lock looks like to a caller).
+pub(crate) struct Switchable {
+    inner: SqliteStore,
+    down: AtomicBool,
+}
+
+impl Switchable {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable("database or disk is full".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl TaskStore for Switchable {
+    async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
+        self.check()?;
+        self.inner.submit(task, now).await
+    }
+    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
+        self.check()?;
+        self.inner.get(id).await
+    }
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+        self.check()?;
+        self.inner.list(query).await
+    }
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        self.check()?;
+        self.inner.count_by_state().await
+    }
+    async fn claim_due(
+        &self,
+        n: usize,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<Vec<Task>, StoreError> {
+        self.check()?;
+        self.inner.claim_due(n, now, lease).await
+    }
+    async fn heartbeat(
+        &self,
+        ids: Vec<TaskId>,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<usize, StoreError> {
+        self.check()?;
+        self.inner.heartbeat(ids, now, lease).await
+    }
+    async fn complete(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        outcome: Completion,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        self.check()?;
+        self.inner.complete(id, attempt, outcome, now).await
+    }
+    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+        self.check()?;
+        self.inner.cancel(id, now).await
+    }
+    async fn release(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        self.check()?;
+        self.inner.release(id, attempt, now).await
+    }
+    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.check()?;
+        self.inner.recover_expired(now).await
+    }
+    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.check()?;
+        self.inner.next_due().await
+    }
+}
+
+/// The worker's side as the HTTP layer sees it: cancel goes straight to the
+/// store, wakes are counted, the clock stands still.
+pub(crate) struct FakeControl {
+    store: Arc<Switchable>,
+    wakes: Arc<AtomicUsize>,
+}
+
+impl Control for FakeControl {
+    fn task_submitted(&self) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
+        self.store.cancel(id, NOW).await
+    }
+
+    fn now(&self) -> Timestamp {
+        NOW
+    }
+}
+
+pub(crate) type TestApp = App<Switchable, FakeControl>;
+
+pub(crate) struct Harness {
+    pub(crate) app: Arc<TestApp>,
+    pub(crate) store: Arc<Switchable>,
+    pub(crate) wakes: Arc<AtomicUsize>,
+}
+
+pub(crate) async fn harness(config: HttpConfig) -> Harness {
+    let inner = SqliteStore::open_in_memory(StoreConfig::default())
+        .await
+        .unwrap();
+    let store = Arc::new(Switchable {
+        inner,
+        down: AtomicBool::new(false),
+    });
+    let wakes = Arc::new(AtomicUsize::new(0));
+    let control = FakeControl {
+        store: Arc::clone(&store),
+        wakes: Arc::clone(&wakes),
+    };
+    let app = Arc::new(App::new(
+        Arc::clone(&store),
+        control,
+        config,
+        Registry::default(),
+    ));
+    Harness { app, store, wakes }
+}
+
+/// What a handler answered.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+impl Reply {
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// The error code of a JSON error body.
+    pub(crate) fn error_code(&self) -> Option<String> {
+        let v: Value = serde_json::from_slice(&self.body).ok()?;
+        v["error"]["code"].as_str().map(str::to_owned)
+    }
+}
+
+impl Harness {
+    /// Sends one request through [`tc_http::handle`], no socket involved.
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
+        let mut builder = Request::builder().method(method).uri(path);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let request = builder
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .unwrap();
+        let response = tc_http::handle(&self.app, request).await;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// `POST /tasks` with a JSON body.
+    pub(crate) async fn submit(&self, body: &Value) -> Reply {
+        self.call(
+            "POST",
+            "/tasks",
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+        .await
+    }
+
+    pub(crate) fn set_store_down(&self, down: bool) {
+        self.store.down.store(down, Ordering::SeqCst);
+    }
+
+    pub(crate) fn wakes(&self) -> usize {
+        self.wakes.load(Ordering::SeqCst)
+    }
+
+    /// Submits a task and drives it through the store to `outcome`:
+    /// `None` leaves it pending.
+    pub(crate) async fn seed(&self, key: &str, outcome: Option<Completion>) -> TaskId {
+        let reply = self
+            .submit(&serde_json::json!({
+                "url": "http://127.0.0.1:9/hook",
+                "idempotency_key": key,
+                "json": {"key": key},
+                "max_attempts": 1,
+            }))
+            .await;
+        assert_eq!(reply.status, 201, "{reply:?}");
+        let id: TaskId = reply.json()["id"].as_str().unwrap().parse().unwrap();
+        if let Some(outcome) = outcome {
+            let started = Timestamp::from_millis(NOW.as_millis() + 1000);
+            let claimed = self
+                .store
+                .claim_due(1, started, Duration::from_secs(30))
+                .await
+                .unwrap();
+            assert_eq!(claimed.len(), 1, "exactly the seeded task is due");
+            assert_eq!(claimed[0].id, id);
+            let finished = Timestamp::from_millis(started.as_millis() + 250);
+            let guarded = self.store.complete(id, 1, outcome, finished).await.unwrap();
+            assert!(matches!(guarded, Guarded::Applied(_)), "{guarded:?}");
+        }
+        id
+    }
+}
