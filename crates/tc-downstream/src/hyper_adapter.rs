@@ -258,7 +258,7 @@ fn classify(error: &(dyn StdError + 'static)) -> DownError {
     let mut cause = Some(error);
     while let Some(current) = cause {
         if let Some(hyper_error) = current.downcast_ref::<hyper::Error>() {
-            if hyper_error.is_parse() || hyper_error.is_parse_status() {
+            if hyper_error.is_parse() {
                 return DownError::Other(format!("invalid HTTP response: {message}"));
             }
             if hyper_error.is_incomplete_message()

@@ -213,8 +213,9 @@ async fn refused_connection_is_a_connect_error() {
     );
 }
 
-#[tokio::test]
-async fn requests_that_cannot_be_sent_are_other_errors() {
+/// A plain test: building the client needs no runtime.
+#[test]
+fn requests_that_cannot_be_sent_are_other_errors() {
     let check = |what: &str, request: DownRequest, expected: &str| {
         let result = HyperDownstream::default().build_request(request);
         match result {
@@ -387,6 +388,10 @@ async fn sequential_calls_reuse_one_keep_alive_connection() {
     )])
     .await;
     let downstream = client();
+    // Each answer is one small write, so hyper reads the whole message in one
+    // go and the connection is idle, hence back in the pool, by the time the
+    // response is handed over: the next call finds it there rather than
+    // racing a new connect against its return.
     for call in 0..5 {
         let result = downstream.post(request(server.url("/"))).await;
         assert_eq!(result, answer(200, None, None, b"ok"), "call {call}");
@@ -398,4 +403,11 @@ async fn sequential_calls_reuse_one_keep_alive_connection() {
         0,
         "only connection 0 was ever opened"
     );
+}
+
+#[test]
+fn default_config_caps_responses_at_one_mebibyte() {
+    let config = DownstreamConfig::default();
+    assert_eq!(config.max_response_bytes, 1024 * 1024);
+    assert_eq!(config.connect_timeout, None);
 }
