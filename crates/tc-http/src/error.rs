@@ -152,6 +152,28 @@ impl ApiError {
     }
 }
 
+#[cfg(test)]
+impl ApiError {
+    /// One error of each variant, for tests that must cover them all.
+    pub(crate) fn one_of_each() -> Vec<ApiError> {
+        vec![
+            ApiError::InvalidRequest("x".into()),
+            ApiError::Unauthorized,
+            ApiError::UrlNotAllowed("x".into()),
+            ApiError::NotFound("x".into()),
+            ApiError::MethodNotAllowed {
+                allow: "GET".into(),
+            },
+            ApiError::RequestTimeout("x".into()),
+            ApiError::IdempotencyConflict("x".into()),
+            ApiError::PayloadTooLarge { limit: 1 },
+            ApiError::UnsupportedMediaType("x".into()),
+            ApiError::Internal("x".into()),
+            ApiError::Unavailable("x".into()),
+        ]
+    }
+}
+
 /// The one place where store errors become HTTP errors.
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
@@ -178,33 +200,15 @@ impl From<StoreError> for ApiError {
 mod tests {
     use super::*;
 
-    fn every_variant() -> Vec<ApiError> {
-        vec![
-            ApiError::InvalidRequest("x".into()),
-            ApiError::Unauthorized,
-            ApiError::UrlNotAllowed("x".into()),
-            ApiError::NotFound("x".into()),
-            ApiError::MethodNotAllowed {
-                allow: "GET".into(),
-            },
-            ApiError::RequestTimeout("x".into()),
-            ApiError::IdempotencyConflict("x".into()),
-            ApiError::PayloadTooLarge { limit: 1 },
-            ApiError::UnsupportedMediaType("x".into()),
-            ApiError::Internal("x".into()),
-            ApiError::Unavailable("x".into()),
-        ]
-    }
-
     #[test]
     fn error_codes_list_every_variant_once() {
-        let codes: Vec<&str> = every_variant().iter().map(ApiError::code).collect();
+        let codes: Vec<&str> = ApiError::one_of_each().iter().map(ApiError::code).collect();
         assert_eq!(codes, ERROR_CODES);
     }
 
     #[test]
     fn error_bodies_carry_code_and_message() {
-        for e in every_variant() {
+        for e in ApiError::one_of_each() {
             let code = e.code();
             let status = e.status();
             let response = e.into_response();

@@ -36,6 +36,9 @@ mod metrics;
 mod query;
 mod server;
 
+#[cfg(test)]
+mod openapi_tests;
+
 pub use app::{App, ROUTES, Route, handle};
 pub use config::HttpConfig;
 pub use control::Control;

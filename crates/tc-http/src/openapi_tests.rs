@@ -1,0 +1,319 @@
+//! docs/openapi.yaml against the code: every route the router serves is
+//! documented and nothing else is, the document is structurally sound, and its
+//! schemas, error codes and statuses are the ones the code produces.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_json::Value;
+use tc_model::store::{Cursor, Page};
+use tc_model::{AttemptRecord, State, Task, TaskId, Timestamp};
+
+use crate::app::ROUTES;
+use crate::config::HttpConfig;
+use crate::dto::{CancelView, ListView, TaskView, parse_submit};
+use crate::error::{ApiError, ERROR_CODES};
+
+const METHODS: &[&str] = &[
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+fn document() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_norway::from_str(&text).unwrap()
+}
+
+/// Every operation as (METHOD, path) → operation object.
+fn operations(doc: &Value) -> BTreeMap<(String, String), &Value> {
+    let mut ops = BTreeMap::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (key, op) in item.as_object().unwrap() {
+            if METHODS.contains(&key.as_str()) {
+                ops.insert((key.to_uppercase(), path.clone()), op);
+            }
+        }
+    }
+    ops
+}
+
+/// Follows a local `$ref` (`#/components/...`).
+fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+    match v["$ref"].as_str() {
+        Some(r) => {
+            let pointer = r.strip_prefix('#').unwrap();
+            doc.pointer(pointer)
+                .unwrap_or_else(|| panic!("dangling $ref {r}"))
+        }
+        None => v,
+    }
+}
+
+fn all_refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map {
+                if k == "$ref" {
+                    out.push(child.as_str().unwrap());
+                } else {
+                    all_refs(child, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| all_refs(i, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_document_is_structurally_sound() {
+    let doc = document();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1."));
+    assert!(doc["info"]["title"].is_string());
+    assert!(doc["info"]["version"].is_string());
+    for section in ["schemas", "responses", "parameters", "securitySchemes"] {
+        assert!(
+            doc["components"][section].is_object(),
+            "components.{section}"
+        );
+    }
+    let mut refs = Vec::new();
+    all_refs(&doc, &mut refs);
+    assert!(refs.len() > 20, "the document uses components");
+    for r in refs {
+        assert!(r.starts_with("#/components/"), "{r}");
+        resolve(&doc, &serde_json::json!({ "$ref": r }));
+    }
+    for ((method, path), op) in operations(&doc) {
+        let what = format!("{method} {path}");
+        assert!(op["operationId"].is_string(), "{what}: operationId");
+        let responses = op["responses"].as_object().unwrap();
+        assert!(
+            responses.keys().any(|s| s.starts_with('2')),
+            "{what}: a success response"
+        );
+        for (status, response) in responses {
+            assert!(
+                status.len() == 3 && status.parse::<u16>().is_ok_and(|s| (100..600).contains(&s)),
+                "{what}: status {status}"
+            );
+            assert!(
+                resolve(&doc, response)["description"].is_string(),
+                "{what} {status}: description"
+            );
+        }
+        // Every `{param}` in the path is declared as a path parameter.
+        let declared: BTreeSet<&str> = op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| resolve(&doc, p))
+            .filter(|p| p["in"] == "path")
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        let in_template: BTreeSet<&str> = path
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+            .collect();
+        assert_eq!(declared, in_template, "{what}: path parameters");
+    }
+}
+
+#[test]
+fn every_route_is_documented_and_nothing_else() {
+    let doc = document();
+    let documented: BTreeSet<(String, String)> = operations(&doc).into_keys().collect();
+    let served: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|r| (r.method.to_owned(), r.path.to_owned()))
+        .collect();
+    assert_eq!(documented, served);
+}
+
+#[test]
+fn documented_security_matches_the_token_check() {
+    let doc = document();
+    let ops = operations(&doc);
+    for route in ROUTES {
+        let op = ops[&(route.method.to_owned(), route.path.to_owned())];
+        let expected = if route.needs_token {
+            serde_json::json!([{ "bearer": [] }])
+        } else {
+            serde_json::json!([])
+        };
+        assert_eq!(op["security"], expected, "{} {}", route.method, route.path);
+        let documents_401 = op["responses"].get("401").is_some();
+        assert_eq!(
+            documents_401, route.needs_token,
+            "{} {}",
+            route.method, route.path
+        );
+    }
+}
+
+#[test]
+fn error_codes_and_their_statuses_match_the_code() {
+    let doc = document();
+    let documented: Vec<&str> = doc["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(documented, ERROR_CODES);
+
+    // Each code has one response component whose example carries it; the
+    // status an operation files it under is the status the code answers.
+    let status_of: BTreeMap<&str, u16> = ApiError::one_of_each()
+        .iter()
+        .map(|e| (e.code(), e.status().as_u16()))
+        .collect();
+    let mut component_code = BTreeMap::new();
+    for (name, response) in doc["components"]["responses"].as_object().unwrap() {
+        let content = &response["content"]["application/json"];
+        assert_eq!(
+            content["schema"]["$ref"], "#/components/schemas/Error",
+            "{name}"
+        );
+        let code = content["example"]["error"]["code"].as_str().unwrap();
+        assert!(ERROR_CODES.contains(&code), "{name}: {code}");
+        component_code.insert(format!("#/components/responses/{name}"), code);
+    }
+    let covered: BTreeSet<&str> = component_code.values().copied().collect();
+    assert_eq!(covered, ERROR_CODES.iter().copied().collect());
+
+    for ((method, path), op) in operations(&doc) {
+        for (status, response) in op["responses"].as_object().unwrap() {
+            if let Some(r) = response["$ref"].as_str() {
+                let code = component_code[r];
+                assert_eq!(
+                    status.parse::<u16>().unwrap(),
+                    status_of[code],
+                    "{method} {path}: {code} filed under {status}"
+                );
+            } else {
+                assert!(
+                    status.starts_with('2'),
+                    "{method} {path} {status}: errors use a shared response"
+                );
+            }
+        }
+    }
+}
+
+/// The property names of a component schema, and whether all are required.
+fn schema_fields(doc: &Value, name: &str) -> BTreeSet<String> {
+    let schema = &doc["components"]["schemas"][name];
+    assert_eq!(
+        schema["additionalProperties"],
+        Value::Bool(false),
+        "{name} is closed"
+    );
+    schema["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{name} has properties"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn required(doc: &Value, name: &str) -> BTreeSet<String> {
+    doc["components"]["schemas"][name]["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+fn sample_task() -> Task {
+    let t = Timestamp::from_millis(1_767_323_045_678);
+    Task {
+        id: TaskId::generate(),
+        state: State::Success,
+        url: "http://127.0.0.1:9/hook".into(),
+        body: b"{}".to_vec(),
+        idempotency_key: "k".into(),
+        attempt: 1,
+        max_attempts: 3,
+        timeout: Duration::from_secs(5),
+        http_status: Some(200),
+        result: Some(b"ok".to_vec()),
+        result_content_type: None,
+        error: None,
+        created_at: t,
+        updated_at: t,
+        started_at: Some(t),
+        finished_at: Some(t),
+        next_run_at: None,
+        lease_until: None,
+        attempts: vec![AttemptRecord {
+            n: 1,
+            started_at: t,
+            finished_at: Some(t),
+            http_status: Some(200),
+            error: None,
+            duration_ms: Some(0),
+        }],
+    }
+}
+
+#[test]
+fn response_schemas_have_the_fields_the_views_serialize() {
+    let doc = document();
+    let task = sample_task();
+    let view = serde_json::to_value(TaskView::new(&task)).unwrap();
+    assert_eq!(schema_fields(&doc, "Task"), keys(&view));
+    assert_eq!(required(&doc, "Task"), keys(&view));
+    assert_eq!(schema_fields(&doc, "Attempt"), keys(&view["attempts"][0]));
+    assert_eq!(required(&doc, "Attempt"), keys(&view["attempts"][0]));
+
+    let page = Page {
+        tasks: vec![task.clone()],
+        next: Some(Cursor::from_position(1)),
+    };
+    let list = serde_json::to_value(ListView::new(&page)).unwrap();
+    assert_eq!(schema_fields(&doc, "TaskPage"), keys(&list));
+    let cancel = serde_json::to_value(CancelView::new(task.id, task.state)).unwrap();
+    assert_eq!(schema_fields(&doc, "CancelResult"), keys(&cancel));
+    assert_eq!(schema_fields(&doc, "Health"), ["status".to_owned()].into());
+
+    let states: Vec<&str> = doc["components"]["schemas"]["State"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let expected: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(states, expected);
+}
+
+#[test]
+fn the_submit_schema_has_the_fields_the_parser_accepts() {
+    let doc = document();
+    // serde names every accepted field when it refuses an unknown one.
+    let Err(ApiError::InvalidRequest(message)) =
+        parse_submit(br#"{"__probe__":1}"#, &HttpConfig::default())
+    else {
+        panic!("an unknown field is refused");
+    };
+    let accepted: BTreeSet<String> = message
+        .split_once("expected one of")
+        .unwrap()
+        .1
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(accepted.len(), 5, "{message}");
+    assert_eq!(schema_fields(&doc, "SubmitRequest"), accepted);
+    assert_eq!(
+        required(&doc, "SubmitRequest"),
+        ["idempotency_key".to_owned(), "url".to_owned()].into()
+    );
+}
