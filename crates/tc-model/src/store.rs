@@ -70,6 +70,9 @@ pub enum Completion {
 }
 
 /// The result of a guarded write ([`TaskStore::complete`], [`TaskStore::release`]).
+// Returned once per write and matched at once: boxing the task would cost an
+// allocation on the common path to save stack bytes on the rare one.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Guarded {
     /// The task was still running with that attempt; the write applied.

@@ -1,0 +1,59 @@
+//! taskcenter's durable store: the SQLite adapter behind
+//! [`tc_model::store::TaskStore`].
+//!
+//! - One writer thread owns the write connection and commits whatever writes
+//!   have queued in one `BEGIN IMMEDIATE` transaction, one savepoint per
+//!   write, answering callers only after COMMIT returned (group commit: many
+//!   submits share one fsync).
+//! - Reads run on their own connections in tokio's blocking pool; with WAL
+//!   they never wait behind a write batch.
+//! - The layout is one list of migration steps (`PRAGMA user_version`); an
+//!   older file is upgraded in place, a foreign or newer one is refused
+//!   untouched.
+//!
+//! The schema and the write operations are also reachable synchronously in
+//! [`raw`], for tools that want to measure the store against plain rusqlite.
+
+mod config;
+mod ops;
+mod readers;
+mod reads;
+mod rows;
+mod schema;
+mod store;
+mod writer;
+
+pub use config::{StoreConfig, Synchronous};
+pub use schema::OpenError;
+pub use store::SqliteStore;
+
+/// The store's schema and submit operation on a caller's own connection,
+/// without the writer thread: for benchmarks and tools that compare the
+/// store with a plain rusqlite loop on the very same schema and statements.
+pub mod raw {
+    use std::path::Path;
+
+    use rusqlite::Connection;
+    use tc_model::store::{StoreError, Submitted};
+    use tc_model::{NewTask, Timestamp};
+
+    use crate::config::StoreConfig;
+    use crate::schema::{self, OpenError, Target};
+
+    /// Opens the file as the store's writer connection does: refuses foreign
+    /// files, sets WAL, `synchronous` and busy_timeout from `config`, and
+    /// migrates to the current schema.
+    pub fn open(path: &Path, config: &StoreConfig) -> Result<Connection, OpenError> {
+        schema::open_writer(&Target::File(path.to_owned()), config)
+    }
+
+    /// The store's own submit, run on `conn` in whatever transaction the
+    /// caller holds (without one, SQLite commits each statement).
+    pub fn submit(
+        conn: &Connection,
+        task: &NewTask,
+        now: Timestamp,
+    ) -> Result<Submitted, StoreError> {
+        crate::ops::submit(conn, task, now)
+    }
+}

@@ -1,0 +1,476 @@
+//! The write operations, as plain synchronous functions on a connection that
+//! is inside a transaction. The writer thread runs each in a savepoint of its
+//! batch; tests and tools can call them directly, without a runtime.
+//!
+//! Every state change asks [`tc_model::transit`] first and writes with the
+//! state it read in the WHERE clause, so a write can never land on a row that
+//! moved meanwhile.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tc_model::store::{Completion, Guarded, StoreError, Submitted};
+use tc_model::{NewTask, State, Task, TaskId, Timestamp, transit};
+
+use crate::rows::{self, Stored, db, nanos, parse_state};
+
+/// The error an attempt row and the task carry when a try was cut short by a
+/// release or an expired lease.
+pub(crate) const INTERRUPTED: &str = "interrupted";
+/// The error an open attempt row gets when its task is canceled.
+pub(crate) const CANCELED: &str = "canceled";
+
+/// The due pending tasks, oldest due first. Pinned to the partial index
+/// `tasks_due` (which serves filter and order alike): left to itself, the
+/// planner prefers the equality on `tasks_by_state` and sorts every pending
+/// row. `INDEXED BY` also turns a dropped index into a loud error.
+pub(crate) const CLAIM_DUE: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due \
+     WHERE state = 'pending' AND next_run_at <= ?1 \
+     ORDER BY next_run_at, seq LIMIT ?2";
+
+/// The running tasks whose lease ended, through the partial index
+/// `tasks_leased` (pinned for the same reason as [`CLAIM_DUE`]).
+pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts \
+     FROM tasks INDEXED BY tasks_leased \
+     WHERE state = 'running' AND lease_until < ?1";
+
+/// Registers a task, or returns the one that already has its key and payload.
+pub(crate) fn submit(
+    conn: &Connection,
+    new: &NewTask,
+    now: Timestamp,
+) -> Result<Submitted, StoreError> {
+    if let Some(Stored { task, .. }) = rows::load_by_key(conn, new.idempotency_key())? {
+        return if new.same_payload(&task.url, &task.body, task.max_attempts, task.timeout) {
+            Ok(Submitted {
+                task,
+                created: false,
+            })
+        } else {
+            Err(StoreError::IdempotencyConflict)
+        };
+    }
+    // Generated here, on the one writer, so that id order is commit order.
+    let id = TaskId::generate();
+    conn.prepare_cached(
+        "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
+                            attempt, created_at, updated_at, next_run_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?8)",
+    )
+    .map_err(db)?
+    .execute(params![
+        id.as_bytes(),
+        new.idempotency_key(),
+        State::Pending.as_str(),
+        new.url(),
+        new.body(),
+        new.max_attempts(),
+        nanos(new.timeout()),
+        now.as_millis(),
+    ])
+    .map_err(db)?;
+    Ok(Submitted {
+        task: Task {
+            id,
+            state: State::Pending,
+            url: new.url().to_owned(),
+            body: new.body().to_vec(),
+            idempotency_key: new.idempotency_key().to_owned(),
+            attempt: 0,
+            max_attempts: new.max_attempts(),
+            timeout: new.timeout(),
+            http_status: None,
+            result: None,
+            result_content_type: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            finished_at: None,
+            next_run_at: Some(now),
+            lease_until: None,
+            attempts: Vec::new(),
+        },
+        created: true,
+    })
+}
+
+/// Moves up to `n` due pending tasks, oldest due first, to running.
+pub(crate) fn claim_due(
+    conn: &Connection,
+    n: usize,
+    now: Timestamp,
+    lease: Duration,
+) -> Result<Vec<Task>, StoreError> {
+    let due: Vec<(i64, String)> = {
+        let mut stmt = conn.prepare_cached(CLAIM_DUE).map_err(db)?;
+        let limit = i64::try_from(n).unwrap_or(i64::MAX);
+        stmt.query_map(params![now.as_millis(), limit], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?
+    };
+    let lease_until = now.saturating_add(lease);
+    let mut claimed = Vec::with_capacity(due.len());
+    for (seq, state) in due {
+        let from = parse_state(&state)?;
+        let to = transit(from, State::Running)?;
+        let (id, attempt): (Vec<u8>, i64) = conn
+            .prepare_cached(
+                "UPDATE tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
+                                  lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
+                 WHERE seq = ?1 AND state = ?2 RETURNING id, attempt",
+            )
+            .map_err(db)?
+            .query_row(
+                params![
+                    seq,
+                    from.as_str(),
+                    to.as_str(),
+                    now.as_millis(),
+                    lease_until.as_millis()
+                ],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map_err(db)?;
+        conn.prepare_cached("INSERT INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)")
+            .map_err(db)?
+            .execute(params![id, attempt, now.as_millis()])
+            .map_err(db)?;
+        claimed.push(load_seq(conn, seq)?);
+    }
+    Ok(claimed)
+}
+
+/// Extends the lease of those tasks that are still running; returns how many.
+pub(crate) fn heartbeat(
+    conn: &Connection,
+    ids: &[TaskId],
+    now: Timestamp,
+    lease: Duration,
+) -> Result<usize, StoreError> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let lease_until = now.saturating_add(lease).as_millis();
+    let mut stmt = conn
+        .prepare_cached(
+            // Never shortens a lease: a late heartbeat must not hand a task to
+            // recovery earlier than the lease it already had.
+            "UPDATE tasks SET lease_until = max(coalesce(lease_until, ?2), ?2) \
+             WHERE id = ?1 AND state = 'running'",
+        )
+        .map_err(db)?;
+    let mut extended = 0;
+    for id in &ids {
+        extended += stmt
+            .execute(params![id.as_bytes(), lease_until])
+            .map_err(db)?;
+    }
+    Ok(extended)
+}
+
+/// Writes a try's outcome if the task is still running with `attempt`.
+pub(crate) fn complete(
+    conn: &Connection,
+    id: &TaskId,
+    attempt: u32,
+    outcome: &Completion,
+    now: Timestamp,
+) -> Result<Guarded, StoreError> {
+    let head = match guard(conn, id, attempt)? {
+        Ok(head) => head,
+        Err(lost) => return Ok(lost),
+    };
+    let now_ms = now.as_millis();
+    match outcome {
+        Completion::Success {
+            http_status,
+            result,
+            content_type,
+        } => {
+            let to = transit(head.state, State::Success)?;
+            write_one(
+                conn,
+                "UPDATE tasks SET state = ?4, http_status = ?5, result = ?6, \
+                                  result_content_type = ?7, error = NULL, finished_at = ?8, \
+                                  updated_at = ?8, lease_until = NULL, next_run_at = NULL \
+                 WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+                params![
+                    head.seq,
+                    head.state.as_str(),
+                    attempt,
+                    to.as_str(),
+                    http_status,
+                    result,
+                    content_type,
+                    now_ms
+                ],
+            )?;
+            close_attempt(conn, id, attempt, now, Some(*http_status), None)?;
+        }
+        Completion::Retry {
+            next_run_at,
+            reason,
+            http_status,
+        } => {
+            let to = transit(head.state, State::Pending)?;
+            // http_status keeps the last answered try's status when this try
+            // got no answer (a timeout, a refused connection).
+            write_one(
+                conn,
+                "UPDATE tasks SET state = ?4, next_run_at = ?5, error = ?6, \
+                                  http_status = coalesce(?7, http_status), lease_until = NULL, \
+                                  updated_at = ?8 \
+                 WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+                params![
+                    head.seq,
+                    head.state.as_str(),
+                    attempt,
+                    to.as_str(),
+                    next_run_at.as_millis(),
+                    reason,
+                    http_status,
+                    now_ms
+                ],
+            )?;
+            close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
+        }
+        Completion::Failed {
+            reason,
+            http_status,
+        } => {
+            let to = transit(head.state, State::Failed)?;
+            write_one(
+                conn,
+                "UPDATE tasks SET state = ?4, error = ?5, http_status = coalesce(?6, http_status), \
+                                  finished_at = ?7, updated_at = ?7, lease_until = NULL, \
+                                  next_run_at = NULL \
+                 WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+                params![
+                    head.seq,
+                    head.state.as_str(),
+                    attempt,
+                    to.as_str(),
+                    reason,
+                    http_status,
+                    now_ms
+                ],
+            )?;
+            close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
+        }
+    }
+    Ok(Guarded::Applied(load_seq(conn, head.seq)?))
+}
+
+/// Pending or running → canceled; a terminal task is returned unchanged.
+pub(crate) fn cancel(conn: &Connection, id: &TaskId, now: Timestamp) -> Result<Task, StoreError> {
+    let Some(Stored { seq, task }) = rows::load(conn, id)? else {
+        return Err(StoreError::NotFound);
+    };
+    if task.state.is_terminal() {
+        return Ok(task);
+    }
+    let to = transit(task.state, State::Canceled)?;
+    let now_ms = now.as_millis();
+    write_one(
+        conn,
+        "UPDATE tasks SET state = ?4, finished_at = ?5, updated_at = ?5, lease_until = NULL, \
+                          next_run_at = NULL, \
+                          error = CASE WHEN state = 'running' THEN ?6 ELSE error END \
+         WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+        params![
+            seq,
+            task.state.as_str(),
+            task.attempt,
+            to.as_str(),
+            now_ms,
+            CANCELED
+        ],
+    )?;
+    if task.state == State::Running {
+        close_attempt(conn, id, task.attempt, now, None, Some(CANCELED))?;
+    }
+    load_seq(conn, seq)
+}
+
+/// Running → pending without using up the attempt, if still on `attempt`.
+pub(crate) fn release(
+    conn: &Connection,
+    id: &TaskId,
+    attempt: u32,
+    now: Timestamp,
+) -> Result<Guarded, StoreError> {
+    let head = match guard(conn, id, attempt)? {
+        Ok(head) => head,
+        Err(lost) => return Ok(lost),
+    };
+    let to = transit(head.state, State::Pending)?;
+    write_one(
+        conn,
+        "UPDATE tasks SET state = ?4, attempt = attempt - 1, next_run_at = ?5, \
+                          lease_until = NULL, error = ?6, updated_at = ?5 \
+         WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+        params![
+            head.seq,
+            head.state.as_str(),
+            attempt,
+            to.as_str(),
+            now.as_millis(),
+            INTERRUPTED
+        ],
+    )?;
+    // The history keeps the interrupted try; the next claim reuses its n.
+    close_attempt(conn, id, attempt, now, None, Some(INTERRUPTED))?;
+    Ok(Guarded::Applied(load_seq(conn, head.seq)?))
+}
+
+/// Running tasks whose lease ended before `now` → pending, or → failed when
+/// no attempt is left. Returns how many moved.
+pub(crate) fn recover_expired(conn: &Connection, now: Timestamp) -> Result<usize, StoreError> {
+    let expired: Vec<(i64, Vec<u8>, String, u32, u32)> = conn
+        .prepare_cached(EXPIRED)
+        .map_err(db)?
+        .query_map([now.as_millis()], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        })
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    let now_ms = now.as_millis();
+    for (seq, id, state, attempt, max_attempts) in &expired {
+        let from = parse_state(state)?;
+        let to = if attempt < max_attempts {
+            transit(from, State::Pending)?
+        } else {
+            transit(from, State::Failed)?
+        };
+        let (next_run_at, finished_at) = match to {
+            State::Pending => (Some(now_ms), None),
+            _ => (None, Some(now_ms)),
+        };
+        write_one(
+            conn,
+            "UPDATE tasks SET state = ?4, next_run_at = ?5, finished_at = ?6, \
+                              lease_until = NULL, error = ?7, updated_at = ?8 \
+             WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+            params![
+                seq,
+                from.as_str(),
+                attempt,
+                to.as_str(),
+                next_run_at,
+                finished_at,
+                INTERRUPTED,
+                now_ms
+            ],
+        )?;
+        let id: [u8; 16] = id
+            .as_slice()
+            .try_into()
+            .map_err(|_| StoreError::Unavailable("corrupt row in tasks: bad id".into()))?;
+        close_attempt(
+            conn,
+            &TaskId::from_bytes(id),
+            *attempt,
+            now,
+            None,
+            Some(INTERRUPTED),
+        )?;
+    }
+    Ok(expired.len())
+}
+
+/// The fields a guarded write checks.
+struct Head {
+    seq: i64,
+    state: State,
+}
+
+/// The task's head if it is running with `attempt`; otherwise the `Lost`
+/// answer to give. An unknown id is [`StoreError::NotFound`].
+fn guard(
+    conn: &Connection,
+    id: &TaskId,
+    attempt: u32,
+) -> Result<Result<Head, Guarded>, StoreError> {
+    let row: Option<(i64, String, u32)> = conn
+        .prepare_cached("SELECT seq, state, attempt FROM tasks WHERE id = ?1")
+        .map_err(db)?
+        .query_row([id.as_bytes()], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()
+        .map_err(db)?;
+    let Some((seq, state, current)) = row else {
+        return Err(StoreError::NotFound);
+    };
+    let state = parse_state(&state)?;
+    if state == State::Running && current == attempt {
+        Ok(Ok(Head { seq, state }))
+    } else {
+        Ok(Err(Guarded::Lost(state)))
+    }
+}
+
+/// Runs an UPDATE that must change exactly the one row it names. Zero rows
+/// would mean the row moved inside this transaction, which the single writer
+/// rules out; it is reported rather than ignored.
+fn write_one(
+    conn: &Connection,
+    sql: &str,
+    params: &[&dyn rusqlite::ToSql],
+) -> Result<(), StoreError> {
+    let changed = conn
+        .prepare_cached(sql)
+        .map_err(db)?
+        .execute(params)
+        .map_err(db)?;
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Unavailable(format!(
+            "guarded update changed {changed} rows instead of 1"
+        )))
+    }
+}
+
+/// Closes the open history row of try `n`.
+fn close_attempt(
+    conn: &Connection,
+    id: &TaskId,
+    n: u32,
+    now: Timestamp,
+    http_status: Option<u16>,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE attempts SET finished_at = ?3, http_status = ?4, error = ?5, \
+                             duration_ms = max(?3 - started_at, 0) \
+         WHERE task_id = ?1 AND n = ?2 AND finished_at IS NULL",
+    )
+    .map_err(db)?
+    .execute(params![
+        id.as_bytes(),
+        n,
+        now.as_millis(),
+        http_status,
+        error
+    ])
+    .map_err(db)?;
+    Ok(())
+}
+
+fn load_seq(conn: &Connection, seq: i64) -> Result<Task, StoreError> {
+    rows::load_seq(conn, seq)?
+        .map(|stored| stored.task)
+        .ok_or_else(|| StoreError::Unavailable(format!("task at seq {seq} vanished")))
+}

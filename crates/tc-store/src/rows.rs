@@ -1,0 +1,171 @@
+//! Turning rows into [`Task`]s and back: the one place that knows which
+//! column holds what.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Row};
+use tc_model::store::StoreError;
+use tc_model::{AttemptRecord, State, Task, TaskId, Timestamp};
+
+/// The columns [`task_from_row`] reads, in its order.
+macro_rules! task_columns {
+    () => {
+        "seq, id, state, url, body, idempotency_key, attempt, max_attempts, timeout_ns, \
+         http_status, result, result_content_type, error, created_at, updated_at, \
+         started_at, finished_at, next_run_at, lease_until"
+    };
+}
+pub(crate) use task_columns;
+
+/// An SQLite failure as the port reports it: unavailable, with SQLite's words.
+pub(crate) fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("corrupt row in tasks: bad {what}"))
+}
+
+/// A task with its store position.
+pub(crate) struct Stored {
+    pub(crate) seq: i64,
+    pub(crate) task: Task,
+}
+
+/// Decodes a row selected with [`task_columns`]; the attempt history is left
+/// empty for [`attempts_of`] to fill.
+pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
+    let id: Vec<u8> = row.get(1).map_err(db)?;
+    let id: [u8; 16] = id.try_into().map_err(|_| corrupt("id"))?;
+    let state: String = row.get(2).map_err(db)?;
+    let timeout_ns: i64 = row.get(8).map_err(db)?;
+    let task = Task {
+        id: TaskId::from_bytes(id),
+        state: state.parse().map_err(|_| corrupt("state"))?,
+        url: row.get(3).map_err(db)?,
+        body: row.get(4).map_err(db)?,
+        idempotency_key: row.get(5).map_err(db)?,
+        attempt: to_u32(row.get(6).map_err(db)?, "attempt")?,
+        max_attempts: to_u32(row.get(7).map_err(db)?, "max_attempts")?,
+        timeout: Duration::from_nanos(u64::try_from(timeout_ns).map_err(|_| corrupt("timeout"))?),
+        http_status: opt_status(row.get(9).map_err(db)?)?,
+        result: row.get(10).map_err(db)?,
+        result_content_type: row.get(11).map_err(db)?,
+        error: row.get(12).map_err(db)?,
+        created_at: Timestamp::from_millis(row.get(13).map_err(db)?),
+        updated_at: Timestamp::from_millis(row.get(14).map_err(db)?),
+        started_at: opt_time(row.get(15).map_err(db)?),
+        finished_at: opt_time(row.get(16).map_err(db)?),
+        next_run_at: opt_time(row.get(17).map_err(db)?),
+        lease_until: opt_time(row.get(18).map_err(db)?),
+        attempts: Vec::new(),
+    };
+    Ok(Stored {
+        seq: row.get(0).map_err(db)?,
+        task,
+    })
+}
+
+/// The task with this id and its history, if there is one.
+pub(crate) fn load(conn: &Connection, id: &TaskId) -> Result<Option<Stored>, StoreError> {
+    load_where(
+        conn,
+        concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?1"),
+        id.as_bytes(),
+    )
+}
+
+/// The task with this idempotency key and its history, if there is one.
+pub(crate) fn load_by_key(conn: &Connection, key: &str) -> Result<Option<Stored>, StoreError> {
+    load_where(
+        conn,
+        concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE idempotency_key = ?1"
+        ),
+        key,
+    )
+}
+
+/// The task at this store position and its history, if there is one.
+pub(crate) fn load_seq(conn: &Connection, seq: i64) -> Result<Option<Stored>, StoreError> {
+    load_where(
+        conn,
+        concat!("SELECT ", task_columns!(), " FROM tasks WHERE seq = ?1"),
+        seq,
+    )
+}
+
+fn load_where(
+    conn: &Connection,
+    sql: &str,
+    key: impl rusqlite::ToSql,
+) -> Result<Option<Stored>, StoreError> {
+    let found = conn
+        .prepare_cached(sql)
+        .map_err(db)?
+        .query_row([key], |row| Ok(task_from_row(row)))
+        .optional()
+        .map_err(db)?
+        .transpose()?;
+    match found {
+        Some(mut stored) => {
+            stored.task.attempts = attempts_of(conn, &stored.task.id)?;
+            Ok(Some(stored))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Every try of the task, oldest first.
+pub(crate) fn attempts_of(
+    conn: &Connection,
+    id: &TaskId,
+) -> Result<Vec<AttemptRecord>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT n, started_at, finished_at, http_status, error, duration_ms \
+             FROM attempts WHERE task_id = ?1 ORDER BY seq",
+        )
+        .map_err(db)?;
+    let mut rows = stmt.query([id.as_bytes()]).map_err(db)?;
+    let mut attempts = Vec::new();
+    while let Some(row) = rows.next().map_err(db)? {
+        let duration_ms: Option<i64> = row.get(5).map_err(db)?;
+        attempts.push(AttemptRecord {
+            n: to_u32(row.get(0).map_err(db)?, "attempt n")?,
+            started_at: Timestamp::from_millis(row.get(1).map_err(db)?),
+            finished_at: opt_time(row.get(2).map_err(db)?),
+            http_status: opt_status(row.get(3).map_err(db)?)?,
+            error: row.get(4).map_err(db)?,
+            duration_ms: duration_ms
+                .map(|ms| u64::try_from(ms).map_err(|_| corrupt("duration_ms")))
+                .transpose()?,
+        });
+    }
+    Ok(attempts)
+}
+
+/// The state column as the model's [`State`].
+pub(crate) fn parse_state(s: &str) -> Result<State, StoreError> {
+    s.parse().map_err(|_| corrupt("state"))
+}
+
+fn to_u32(v: i64, what: &str) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| corrupt(what))
+}
+
+fn opt_status(v: Option<i64>) -> Result<Option<u16>, StoreError> {
+    v.map(|s| u16::try_from(s).map_err(|_| corrupt("http_status")))
+        .transpose()
+}
+
+fn opt_time(v: Option<i64>) -> Option<Timestamp> {
+    v.map(Timestamp::from_millis)
+}
+
+/// A duration in nanoseconds for `timeout_ns`, saturating.
+pub(crate) fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}

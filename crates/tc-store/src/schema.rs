@@ -1,0 +1,419 @@
+//! The one place the database layout is written down, and how a connection
+//! is opened and brought to it.
+//!
+//! The layout is the list [`MIGRATIONS`]: step `k` takes a file from
+//! `user_version = k` to `k + 1`. A new file runs every step, an older file
+//! runs the steps it lacks, in one transaction, in place. A change to the
+//! layout is a new step at the end, never an edit of an old one (files written
+//! by earlier builds went through the old steps as they were).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+
+use crate::config::{StoreConfig, Synchronous};
+
+/// `PRAGMA application_id` of a taskcenter database ("TCst"), so that a file
+/// that merely happens to be SQLite is told apart from ours.
+pub(crate) const APPLICATION_ID: i32 = 0x5443_7374;
+
+/// Step 0 → 1: the tables.
+///
+/// `seq` is the store-assigned position: one writer assigns it, so seq order
+/// is commit order and keyset pagination over it never skips a row committed
+/// later. STRICT keeps a bug from storing text where a number belongs.
+const V1_TABLES: &str = "
+CREATE TABLE tasks (
+    seq                 INTEGER PRIMARY KEY,
+    id                  BLOB    NOT NULL UNIQUE CHECK (length(id) = 16),
+    idempotency_key     TEXT    NOT NULL UNIQUE,
+    state               TEXT    NOT NULL
+        CHECK (state IN ('pending', 'running', 'success', 'failed', 'canceled')),
+    url                 TEXT    NOT NULL,
+    body                BLOB    NOT NULL,
+    max_attempts        INTEGER NOT NULL CHECK (max_attempts >= 1),
+    timeout_ns          INTEGER NOT NULL CHECK (timeout_ns >= 1),
+    attempt             INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    http_status         INTEGER,
+    result              BLOB,
+    result_content_type TEXT,
+    error               TEXT,
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL,
+    started_at          INTEGER,
+    finished_at         INTEGER,
+    next_run_at         INTEGER,
+    lease_until         INTEGER
+) STRICT;
+
+CREATE TABLE attempts (
+    seq         INTEGER PRIMARY KEY,
+    task_id     BLOB    NOT NULL REFERENCES tasks (id),
+    n           INTEGER NOT NULL CHECK (n >= 1),
+    started_at  INTEGER NOT NULL,
+    finished_at INTEGER,
+    http_status INTEGER,
+    error       TEXT,
+    duration_ms INTEGER
+) STRICT;
+
+CREATE INDEX attempts_by_task ON attempts (task_id, seq);
+";
+
+/// Step 1 → 2: the indexes the worker's hot queries need, so that they stay
+/// cheap with a million pending rows.
+///
+/// - `tasks_due` holds only pending rows in due order: `claim_due` and
+///   `next_due` read its first entries and never sort.
+/// - `tasks_leased` holds only running rows: `recover_expired` scans the
+///   expired leases, not the table.
+/// - `tasks_by_state` serves a state-filtered listing in seq order and lets
+///   `count_by_state` count from an index instead of the wide rows.
+///
+/// Queries must spell `state = 'pending'` / `'running'` as literals: SQLite
+/// only uses a partial index when the query's WHERE visibly implies it.
+const V2_INDEXES: &str = "
+CREATE INDEX tasks_due ON tasks (next_run_at, seq) WHERE state = 'pending';
+CREATE INDEX tasks_leased ON tasks (lease_until) WHERE state = 'running';
+CREATE INDEX tasks_by_state ON tasks (state, seq);
+";
+
+/// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
+pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_INDEXES];
+
+/// The `user_version` this build writes and reads.
+pub(crate) const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Why a database could not be opened. Nothing is written to a file that is
+/// refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file exists but is not an SQLite database.
+    #[error("{path}: not an SQLite database ({message}); refusing to touch it")]
+    NotSqlite {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's own words.
+        message: String,
+    },
+    /// An SQLite database, but not one of taskcenter's.
+    #[error(
+        "{path}: an SQLite database that is not taskcenter's \
+         (application_id {application_id:#x}, user_version {user_version}, tables: {tables}); \
+         refusing to touch it"
+    )]
+    ForeignSchema {
+        /// The file.
+        path: PathBuf,
+        /// Its `PRAGMA application_id`.
+        application_id: i32,
+        /// Its `PRAGMA user_version`.
+        user_version: i64,
+        /// Some of the tables it holds.
+        tables: String,
+    },
+    /// A taskcenter database written by a newer build.
+    #[error(
+        "{path}: schema version {found} was written by a newer taskcenter; \
+         this build knows up to version {known}; refusing to touch it"
+    )]
+    NewerSchema {
+        /// The file.
+        path: PathBuf,
+        /// The version in the file.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
+    /// SQLite could not open, configure or migrate the database (I/O,
+    /// permissions, locked by another process beyond the busy timeout…).
+    #[error("{path}: {message}")]
+    Sqlite {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's own words, with what was being done.
+        message: String,
+    },
+}
+
+/// Where the database lives.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// A file on disk, in WAL mode.
+    File(PathBuf),
+    /// A private in-memory database shared by the store's connections.
+    ///
+    /// SQLite's `memdb` VFS shares a database among every connection of the
+    /// process that opens the same name starting with `/`, and frees it when
+    /// the last one closes. Unlike `mode=memory&cache=shared`, it keeps
+    /// ordinary file locking (busy_timeout applies, no SQLITE_LOCKED table
+    /// locks). It has no WAL, so in memory a reader can briefly wait for a
+    /// commit; the busy timeout covers that.
+    Memory(String),
+}
+
+impl Target {
+    /// A fresh, uniquely named in-memory database.
+    pub(crate) fn new_memory() -> Target {
+        Target::Memory(format!(
+            "file:/tc-{}?vfs=memdb",
+            tc_model::TaskId::generate()
+        ))
+    }
+
+    /// The path errors name.
+    pub(crate) fn path(&self) -> PathBuf {
+        match self {
+            Target::File(path) => path.clone(),
+            Target::Memory(uri) => PathBuf::from(uri),
+        }
+    }
+
+    fn open_raw(&self) -> rusqlite::Result<Connection> {
+        let base = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        match self {
+            // No URI flag for files, so a path is always a path.
+            Target::File(path) => Connection::open_with_flags(path, base),
+            Target::Memory(uri) => {
+                Connection::open_with_flags(uri, base | OpenFlags::SQLITE_OPEN_URI)
+            }
+        }
+    }
+}
+
+/// What an existing database is, judged without writing to it.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// Empty: a new file, or an empty one. Ours to set up.
+    Empty,
+    /// Ours, at this version (≤ [`CURRENT_VERSION`]).
+    Ours(i64),
+}
+
+/// Opens the connection that writes: refuses a foreign or newer file, then
+/// sets WAL (files), `synchronous`, foreign keys, and migrates to
+/// [`CURRENT_VERSION`].
+pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Connection, OpenError> {
+    let path = target.path();
+    let fail = |doing: &str| {
+        let path = path.clone();
+        let doing = doing.to_owned();
+        move |e: rusqlite::Error| OpenError::Sqlite {
+            path,
+            message: format!("{doing}: {e}"),
+        }
+    };
+    let mut conn = target.open_raw().map_err(fail("open"))?;
+    conn.busy_timeout(config.busy_timeout)
+        .map_err(fail("set busy_timeout"))?;
+    // Judge the file before anything can write to it: even switching the
+    // journal mode rewrites its header.
+    inspect(&conn, &path)?;
+    if let Target::File(_) = target {
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(fail("set journal_mode"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(OpenError::Sqlite {
+                path,
+                message: format!("journal_mode WAL refused (got {mode})"),
+            });
+        }
+    }
+    let sync = match config.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(fail("set synchronous"))?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(fail("enable foreign keys"))?;
+    migrate(&mut conn, &path)?;
+    Ok(conn)
+}
+
+/// Opens a connection that only reads a database [`open_writer`] has set up.
+pub(crate) fn open_reader(target: &Target, busy_timeout: Duration) -> rusqlite::Result<Connection> {
+    let conn = target.open_raw()?;
+    conn.busy_timeout(busy_timeout)?;
+    conn.pragma_update(None, "query_only", "ON")?;
+    Ok(conn)
+}
+
+/// Brings the database to [`CURRENT_VERSION`] in one `BEGIN IMMEDIATE`
+/// transaction, judging it again inside, so that two processes opening one
+/// new file do not both run the steps.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
+    let fail = |e: rusqlite::Error| OpenError::Sqlite {
+        path: path.to_owned(),
+        message: format!("migrate: {e}"),
+    };
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(fail)?;
+    let from = match inspect(&tx, path)? {
+        Found::Empty => {
+            tx.pragma_update(None, "application_id", APPLICATION_ID)
+                .map_err(fail)?;
+            0
+        }
+        Found::Ours(version) => version,
+    };
+    if from == CURRENT_VERSION {
+        return tx.commit().map_err(fail);
+    }
+    for (k, step) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(from).unwrap_or(0))
+    {
+        tx.execute_batch(step).map_err(|e| OpenError::Sqlite {
+            path: path.to_owned(),
+            message: format!("migration step {k} -> {}: {e}", k + 1),
+        })?;
+    }
+    tx.pragma_update(None, "user_version", CURRENT_VERSION)
+        .map_err(fail)?;
+    tx.commit().map_err(fail)?;
+    tracing::info!(
+        path = %path.display(),
+        from,
+        to = CURRENT_VERSION,
+        "store schema migrated"
+    );
+    Ok(())
+}
+
+/// Reads the header fields and the table list; writes nothing.
+fn inspect(conn: &Connection, path: &Path) -> Result<Found, OpenError> {
+    let fail = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => OpenError::NotSqlite {
+            path: path.to_owned(),
+            message: e.to_string(),
+        },
+        _ => OpenError::Sqlite {
+            path: path.to_owned(),
+            message: format!("read the schema: {e}"),
+        },
+    };
+    let application_id: i32 = conn
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(fail)?;
+    let user_version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(fail)?;
+    let tables: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_schema \
+             WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([], |row| row.get(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()
+        })
+        .map_err(fail)?;
+    let ours = application_id == APPLICATION_ID;
+    if ours && user_version > CURRENT_VERSION {
+        return Err(OpenError::NewerSchema {
+            path: path.to_owned(),
+            found: user_version,
+            known: CURRENT_VERSION,
+        });
+    }
+    if ours && user_version >= 1 {
+        return Ok(Found::Ours(user_version));
+    }
+    if application_id == 0 && user_version == 0 && tables.is_empty() {
+        return Ok(Found::Empty);
+    }
+    let mut listed: Vec<&str> = tables.iter().map(String::as_str).take(5).collect();
+    if tables.len() > listed.len() {
+        listed.push("…");
+    }
+    Err(OpenError::ForeignSchema {
+        path: path.to_owned(),
+        application_id,
+        user_version,
+        tables: if listed.is_empty() {
+            "none".to_owned()
+        } else {
+            listed.join(", ")
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use tc_model::State;
+
+    use super::*;
+
+    fn fresh() -> Connection {
+        open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap()
+    }
+
+    /// SQLite's plan for `sql`, one detail line per step.
+    fn plan(conn: &Connection, sql: &str) -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        // Unbound parameters are NULL, which does not change the plan.
+        let mut rows = stmt.raw_query();
+        let mut details = Vec::new();
+        while let Some(row) = rows.next().unwrap() {
+            details.push(row.get::<_, String>(3).unwrap());
+        }
+        details.join("; ")
+    }
+
+    #[test]
+    fn hot_queries_read_their_index_without_sorting() {
+        let conn = fresh();
+        let cases = [
+            (crate::ops::CLAIM_DUE, "tasks_due"),
+            (crate::reads::NEXT_DUE, "tasks_due"),
+            (crate::ops::EXPIRED, "tasks_leased"),
+            (crate::reads::LIST_STATE, "tasks_by_state"),
+            (crate::reads::COUNT_BY_STATE, "tasks_by_state"),
+            (crate::reads::LIST_ALL, "INTEGER PRIMARY KEY"),
+        ];
+        for (sql, index) in cases {
+            let plan = plan(&conn, sql);
+            assert!(plan.contains(index), "{sql}\n  plan: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{sql} sorts\n  plan: {plan}");
+        }
+    }
+
+    #[test]
+    fn the_state_column_takes_exactly_the_model_s_state_names() {
+        let conn = fresh();
+        let insert = |state: &str| {
+            conn.execute(
+                "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
+                                    timeout_ns, created_at, updated_at) \
+                 VALUES (randomblob(16), hex(randomblob(8)), ?1, 'u', x'', 1, 1000000, 0, 0)",
+                [state],
+            )
+        };
+        for state in State::ALL {
+            insert(state.as_str()).unwrap();
+        }
+        for bad in ["Pending", "done", ""] {
+            assert!(insert(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_fresh_database_is_marked_and_at_the_current_version() {
+        let conn = fresh();
+        let read = |pragma: &str| -> i64 {
+            conn.pragma_query_value(None, pragma, |row| row.get(0))
+                .unwrap()
+        };
+        assert_eq!(read("user_version"), CURRENT_VERSION);
+        assert_eq!(read("application_id"), i64::from(APPLICATION_ID));
+        assert_eq!(read("foreign_keys"), 1);
+        assert_eq!(read("synchronous"), 2, "FULL by default");
+    }
+}

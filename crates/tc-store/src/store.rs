@@ -1,0 +1,191 @@
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::Connection;
+use tc_model::store::{
+    Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+};
+use tc_model::{NewTask, Task, TaskId, Timestamp};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::StoreConfig;
+use crate::readers::Readers;
+use crate::schema::{self, OpenError, Target};
+use crate::{ops, reads, writer};
+
+/// The SQLite adapter behind [`TaskStore`].
+///
+/// Writes go to one writer thread that commits them in batches; reads run on
+/// a small pool of their own connections in tokio's blocking pool. Needs a
+/// tokio runtime. Close it with [`SqliteStore::close`]; dropping it also
+/// flushes queued writes and joins the writer, but blocks the dropping thread
+/// while it does.
+pub struct SqliteStore {
+    commands: Option<mpsc::Sender<writer::Command>>,
+    writer: Option<JoinHandle<()>>,
+    readers: Arc<Readers>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the database file at `path`, in WAL mode, migrating
+    /// an older taskcenter file in place. A file that is not SQLite, not
+    /// taskcenter's, or from a newer build is refused and left untouched.
+    pub async fn open(
+        path: impl AsRef<Path>,
+        config: StoreConfig,
+    ) -> Result<SqliteStore, OpenError> {
+        SqliteStore::start(Target::File(path.as_ref().to_owned()), config).await
+    }
+
+    /// Opens a fresh, private in-memory database (gone when the store is).
+    pub async fn open_in_memory(config: StoreConfig) -> Result<SqliteStore, OpenError> {
+        SqliteStore::start(Target::new_memory(), config).await
+    }
+
+    async fn start(target: Target, config: StoreConfig) -> Result<SqliteStore, OpenError> {
+        let path = target.path();
+        let opened = {
+            let (target, config) = (target.clone(), config.clone());
+            tokio::task::spawn_blocking(move || schema::open_writer(&target, &config)).await
+        };
+        let conn = opened.map_err(|e| OpenError::Sqlite {
+            path: path.clone(),
+            message: format!("open task failed: {e}"),
+        })??;
+        let (commands, queue) = mpsc::channel(config.max_batch.max(1).saturating_mul(4));
+        let writer =
+            writer::spawn(conn, queue, config.max_batch).map_err(|e| OpenError::Sqlite {
+                path,
+                message: format!("start the writer thread: {e}"),
+            })?;
+        Ok(SqliteStore {
+            commands: Some(commands),
+            writer: Some(writer),
+            readers: Arc::new(Readers::new(target, config.busy_timeout, config.readers)),
+        })
+    }
+
+    /// Stops taking writes, waits until every queued write is committed and
+    /// answered, and stops the writer thread.
+    pub async fn close(mut self) {
+        self.commands.take();
+        if let Some(writer) = self.writer.take() {
+            let joined = tokio::task::spawn_blocking(move || writer.join()).await;
+            if !matches!(joined, Ok(Ok(()))) {
+                tracing::error!("store writer thread panicked");
+            }
+        }
+    }
+
+    async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let closed = || StoreError::Unavailable("store is closed".to_owned());
+        let commands = self.commands.as_ref().ok_or_else(closed)?;
+        let (reply, answer) = oneshot::channel();
+        commands
+            .send(writer::command(op, reply))
+            .await
+            .map_err(|_| closed())?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("store writer stopped".to_owned()))?
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Dropping the only sender ends the writer's loop once the queue is
+        // drained; joining waits for those last commits.
+        self.commands.take();
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!("store writer thread panicked");
+        }
+    }
+}
+
+impl TaskStore for SqliteStore {
+    async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
+        self.write(move |conn| ops::submit(conn, &task, now)).await
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
+        self.readers.run(move |conn| reads::get(conn, &id)).await
+    }
+
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+        self.readers
+            .run(move |conn| reads::list(conn, &query))
+            .await
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        self.readers.run(|conn| reads::count_by_state(conn)).await
+    }
+
+    async fn claim_due(
+        &self,
+        n: usize,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<Vec<Task>, StoreError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        self.write(move |conn| ops::claim_due(conn, n, now, lease))
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        ids: Vec<TaskId>,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<usize, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        self.write(move |conn| ops::heartbeat(conn, &ids, now, lease))
+            .await
+    }
+
+    async fn complete(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        outcome: Completion,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        self.write(move |conn| ops::complete(conn, &id, attempt, &outcome, now))
+            .await
+    }
+
+    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+        self.write(move |conn| ops::cancel(conn, &id, now)).await
+    }
+
+    async fn release(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        self.write(move |conn| ops::release(conn, &id, attempt, now))
+            .await
+    }
+
+    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.write(move |conn| ops::recover_expired(conn, now))
+            .await
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.readers.run(|conn| reads::next_due(conn)).await
+    }
+}

@@ -1,0 +1,236 @@
+//! The one writer: a thread that owns the write connection and commits
+//! whatever commands have queued in one transaction (group commit).
+//!
+//! SQLite lets one connection write at a time, and a durable commit costs an
+//! fsync whatever it holds, so many callers' writes share one commit. Each
+//! command runs in its own savepoint: a command that fails (a conflict, a
+//! refused transition) is rolled back alone and the rest of the batch still
+//! commits. A caller hears back only after COMMIT returned; if COMMIT fails,
+//! every command of the batch is told the store is unavailable.
+
+use std::thread::JoinHandle;
+
+use rusqlite::{Connection, TransactionBehavior};
+use tc_model::store::StoreError;
+use tokio::sync::{mpsc, oneshot};
+
+/// A write queued for the writer thread.
+pub(crate) type Command = Box<dyn Job>;
+
+/// A write and the caller waiting for its result.
+pub(crate) trait Job: Send {
+    /// Runs the write; `true` if it succeeded and its savepoint should stay.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Tells the caller, once the batch's fate is known: the write's own
+    /// result if the batch committed, otherwise `failed`.
+    fn reply(self: Box<Self>, failed: Option<&StoreError>);
+}
+
+struct Op<T, F> {
+    op: Option<F>,
+    result: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Job for Op<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> Result<T, StoreError> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let Some(op) = self.op.take() else {
+            return false;
+        };
+        let result = op(conn);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn reply(self: Box<Self>, failed: Option<&StoreError>) {
+        let result = match (failed, self.result) {
+            (None, Some(result)) => result,
+            (Some(e), _) => Err(e.clone()),
+            (None, None) => Err(StoreError::Unavailable("write was not run".to_owned())),
+        };
+        // The caller may have gone away; the write stands regardless.
+        let _ = self.reply.send(result);
+    }
+}
+
+/// A command running `op` whose result goes to `reply`.
+pub(crate) fn command<T, F>(op: F, reply: oneshot::Sender<Result<T, StoreError>>) -> Command
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+{
+    Box::new(Op {
+        op: Some(op),
+        result: None,
+        reply,
+    })
+}
+
+/// Starts the writer thread. It runs until every sender is dropped and the
+/// queue is drained, so dropping the sender and joining the handle flushes.
+pub(crate) fn spawn(
+    conn: Connection,
+    commands: mpsc::Receiver<Command>,
+    max_batch: usize,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("tc-store-writer".to_owned())
+        .spawn(move || run(conn, commands, max_batch.max(1)))
+}
+
+fn run(mut conn: Connection, mut commands: mpsc::Receiver<Command>, max_batch: usize) {
+    let mut batch: Vec<Command> = Vec::with_capacity(max_batch);
+    while let Some(first) = commands.blocking_recv() {
+        batch.push(first);
+        while batch.len() < max_batch {
+            match commands.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&mut conn, &mut batch);
+    }
+    tracing::debug!("store writer stopped: queue drained");
+}
+
+/// Runs and commits one batch, then replies to every caller in it.
+pub(crate) fn commit_batch(conn: &mut Connection, batch: &mut Vec<Command>) {
+    let outcome = run_batch(conn, batch);
+    let failed = outcome.err().map(|e| {
+        tracing::warn!(error = %e, commands = batch.len(), "store batch failed; nothing in it was written");
+        StoreError::Unavailable(e.to_string())
+    });
+    for job in batch.drain(..) {
+        job.reply(failed.as_ref());
+    }
+}
+
+fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<()> {
+    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for job in batch.iter_mut() {
+        let mut savepoint = tx.savepoint()?;
+        if job.run(&savepoint) {
+            savepoint.commit()?;
+        } else {
+            savepoint.rollback()?;
+            savepoint.commit()?;
+        }
+        // Some errors (disk full, I/O) make SQLite roll back the whole
+        // transaction on its own; then nothing before this point stands.
+        if tx.is_autocommit() {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                Some("SQLite rolled back the batch transaction".to_owned()),
+            ));
+        }
+    }
+    tx.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tc_model::store::Submitted;
+    use tc_model::{Limits, NewTask, Timestamp};
+
+    use super::*;
+    use crate::config::StoreConfig;
+    use crate::ops;
+    use crate::schema::{Target, open_writer};
+
+    fn task(key: &str, body: &[u8]) -> NewTask {
+        NewTask::new(
+            "http://127.0.0.1:9/".into(),
+            body.to_vec(),
+            key.into(),
+            3,
+            Duration::from_secs(1),
+            &Limits::default(),
+        )
+        .unwrap()
+    }
+
+    fn submit(
+        key: &'static str,
+        body: &'static [u8],
+    ) -> (Command, oneshot::Receiver<Result<Submitted, StoreError>>) {
+        let (reply, answer) = oneshot::channel();
+        let op = move |conn: &Connection| ops::submit(conn, &task(key, body), Timestamp::default());
+        (command(op, reply), answer)
+    }
+
+    fn count(conn: &Connection) -> i64 {
+        conn.query_row("SELECT count(*) FROM tasks", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_failing_command_fails_alone_in_its_batch() {
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let (first, first_answer) = submit("a", b"1");
+        let (clash, clash_answer) = submit("a", b"2");
+        let (last, last_answer) = submit("b", b"1");
+        let mut batch = vec![first, clash, last];
+        commit_batch(&mut conn, &mut batch);
+        assert!(batch.is_empty());
+        assert!(first_answer.blocking_recv().unwrap().unwrap().created);
+        assert_eq!(
+            clash_answer.blocking_recv().unwrap(),
+            Err(StoreError::IdempotencyConflict)
+        );
+        assert!(last_answer.blocking_recv().unwrap().unwrap().created);
+        assert_eq!(count(&conn), 2);
+    }
+
+    #[test]
+    fn a_failed_commit_fails_every_command_and_writes_nothing() {
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let (good, good_answer) = submit("a", b"1");
+        // A deferred foreign-key violation passes its statement and fails
+        // only at COMMIT: the one failure a savepoint cannot contain.
+        let (reply, orphan_answer) = oneshot::channel();
+        let orphan = command(
+            |conn: &Connection| {
+                conn.execute_batch(
+                    "PRAGMA defer_foreign_keys = ON;
+                     INSERT INTO attempts (task_id, n, started_at) VALUES (zeroblob(16), 1, 0);",
+                )
+                .map_err(crate::rows::db)
+            },
+            reply,
+        );
+        let mut batch = vec![good, orphan];
+        commit_batch(&mut conn, &mut batch);
+        for answer in [
+            good_answer.blocking_recv().unwrap().map(|_| ()),
+            orphan_answer.blocking_recv().unwrap(),
+        ] {
+            match answer {
+                Err(StoreError::Unavailable(message)) => {
+                    assert!(message.contains("FOREIGN KEY"), "{message}")
+                }
+                other => panic!("expected unavailable, got {other:?}"),
+            }
+        }
+        assert_eq!(count(&conn), 0);
+        // The writer's connection is usable for the next batch.
+        let (next, next_answer) = submit("a", b"1");
+        commit_batch(&mut conn, &mut vec![next]);
+        assert!(next_answer.blocking_recv().unwrap().unwrap().created);
+    }
+
+    #[test]
+    fn a_caller_that_went_away_does_not_stop_the_write() {
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let (cmd, answer) = submit("a", b"1");
+        drop(answer);
+        commit_batch(&mut conn, &mut vec![cmd]);
+        assert_eq!(count(&conn), 1);
+    }
+}

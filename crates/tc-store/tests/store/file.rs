@@ -1,0 +1,345 @@
+//! What only a file can show: reopening, upgrading an older file in place,
+//! and refusing files that are not ours.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+use tc_model::store::{Completion, ListQuery, TaskStore};
+use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
+use tc_store::{OpenError, SqliteStore, StoreConfig, Synchronous};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn task(key: &str) -> NewTask {
+    NewTask::new(
+        format!("http://127.0.0.1:9/{key}"),
+        format!("{{\"key\":\"{key}\"}}").into_bytes(),
+        key.to_owned(),
+        3,
+        Duration::from_secs(2),
+        &Limits::default(),
+    )
+    .unwrap()
+}
+
+fn t(ms: i64) -> Timestamp {
+    Timestamp::from_millis(1_700_000_000_000 + ms)
+}
+
+fn everything() -> ListQuery {
+    ListQuery {
+        state: None,
+        limit: 1_000,
+        after: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopening_keeps_every_task_and_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    // NORMAL on purpose: a clean close must keep everything in either mode.
+    let config = StoreConfig {
+        synchronous: Synchronous::Normal,
+        ..StoreConfig::default()
+    };
+    let store = SqliteStore::open(&path, config.clone()).await.unwrap();
+    for key in ["a", "b", "c", "d"] {
+        store.submit(task(key), t(0)).await.unwrap();
+    }
+    let claimed = store.claim_due(2, t(10), LEASE).await.unwrap();
+    let ok = Completion::Success {
+        http_status: 200,
+        result: b"done".to_vec(),
+        content_type: Some("text/plain".into()),
+    };
+    store.complete(claimed[0].id, 1, ok, t(20)).await.unwrap();
+    let retry = Completion::Retry {
+        next_run_at: t(5_000),
+        reason: "http_503".into(),
+        http_status: Some(503),
+    };
+    store
+        .complete(claimed[1].id, 1, retry, t(20))
+        .await
+        .unwrap();
+    let last = store.list(everything()).await.unwrap().tasks[3].id;
+    store.cancel(last, t(30)).await.unwrap();
+
+    let listed = store.list(everything()).await.unwrap();
+    let counts = store.count_by_state().await.unwrap();
+    let due = store.next_due().await.unwrap();
+    store.close().await;
+
+    let store = SqliteStore::open(&path, config).await.unwrap();
+    assert_eq!(store.list(everything()).await.unwrap(), listed);
+    assert_eq!(store.count_by_state().await.unwrap(), counts);
+    assert_eq!(store.next_due().await.unwrap(), due);
+    assert_eq!(listed.tasks[1].attempts.len(), 1, "history survived");
+    let again = store.submit(task("a"), t(40)).await.unwrap();
+    assert!(!again.created);
+    assert_eq!(again.task, listed.tasks[0]);
+    // New tasks continue after the old ones.
+    let new = store.submit(task("e"), t(50)).await.unwrap().task;
+    let after = store.list(everything()).await.unwrap().tasks;
+    assert_eq!(after.len(), 5);
+    assert_eq!(after[4].id, new.id);
+}
+
+/// Taskcenter's schema version 1 as that build wrote it, written out by hand
+/// rather than taken from the crate, so that "an old file" keeps meaning what
+/// old builds really left on disk.
+const V1_LAYOUT: &str = "
+PRAGMA application_id = 1413706612;
+CREATE TABLE tasks (
+    seq                 INTEGER PRIMARY KEY,
+    id                  BLOB    NOT NULL UNIQUE CHECK (length(id) = 16),
+    idempotency_key     TEXT    NOT NULL UNIQUE,
+    state               TEXT    NOT NULL
+        CHECK (state IN ('pending', 'running', 'success', 'failed', 'canceled')),
+    url                 TEXT    NOT NULL,
+    body                BLOB    NOT NULL,
+    max_attempts        INTEGER NOT NULL CHECK (max_attempts >= 1),
+    timeout_ns          INTEGER NOT NULL CHECK (timeout_ns >= 1),
+    attempt             INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    http_status         INTEGER,
+    result              BLOB,
+    result_content_type TEXT,
+    error               TEXT,
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL,
+    started_at          INTEGER,
+    finished_at         INTEGER,
+    next_run_at         INTEGER,
+    lease_until         INTEGER
+) STRICT;
+CREATE TABLE attempts (
+    seq         INTEGER PRIMARY KEY,
+    task_id     BLOB    NOT NULL REFERENCES tasks (id),
+    n           INTEGER NOT NULL CHECK (n >= 1),
+    started_at  INTEGER NOT NULL,
+    finished_at INTEGER,
+    http_status INTEGER,
+    error       TEXT,
+    duration_ms INTEGER
+) STRICT;
+CREATE INDEX attempts_by_task ON attempts (task_id, seq);
+PRAGMA user_version = 1;
+";
+
+fn pragma(conn: &Connection, name: &str) -> i64 {
+    conn.pragma_query_value(None, name, |row| row.get(0))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    let (done, waiting) = (TaskId::generate(), TaskId::generate());
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(V1_LAYOUT).unwrap();
+        conn.execute(
+            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns,
+                                attempt, http_status, result, result_content_type, created_at,
+                                updated_at, started_at, finished_at)
+             VALUES (?1, 'old-done', 'success', 'http://127.0.0.1:9/old', x'7B7D', 3, 2000000000,
+                     1, 200, x'6F6B', 'text/plain', ?2, ?3, ?2, ?3)",
+            params![done.as_bytes(), t(0).as_millis(), t(100).as_millis()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO attempts (task_id, n, started_at, finished_at, http_status, duration_ms)
+             VALUES (?1, 1, ?2, ?3, 200, 100)",
+            params![done.as_bytes(), t(0).as_millis(), t(100).as_millis()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns,
+                                created_at, updated_at, next_run_at)
+             VALUES (?1, 'old-waiting', 'pending', 'http://127.0.0.1:9/w', x'5B5D', 2, 1000000,
+                     ?2, ?2, ?2)",
+            params![waiting.as_bytes(), t(50).as_millis()],
+        )
+        .unwrap();
+        assert_eq!(pragma(&conn, "user_version"), 1);
+    }
+
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    let old = store.get(done).await.unwrap();
+    assert_eq!(old.state, State::Success);
+    assert_eq!(old.idempotency_key, "old-done");
+    assert_eq!(old.body, b"{}");
+    assert_eq!(old.result.as_deref(), Some(&b"ok"[..]));
+    assert_eq!(old.timeout, Duration::from_secs(2));
+    assert_eq!(old.attempts.len(), 1);
+    assert_eq!(old.attempts[0].duration_ms, Some(100));
+    let claimed = store.claim_due(10, t(60), LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, waiting);
+    assert_eq!(claimed[0].body, b"[]");
+    store.close().await;
+
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(pragma(&conn, "user_version"), 2);
+    let indexes: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        indexes,
+        [
+            "attempts_by_task",
+            "tasks_by_state",
+            "tasks_due",
+            "tasks_leased"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_file_becomes_a_new_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.db");
+    std::fs::write(&path, b"").unwrap();
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    assert!(store.submit(task("a"), t(0)).await.unwrap().created);
+    store.close().await;
+}
+
+/// What a refused file is made of, and which refusal it must get.
+struct Refusal {
+    name: &'static str,
+    make: fn(&Path),
+    expect: fn(&OpenError) -> bool,
+}
+
+fn noise(len: usize) -> Vec<u8> {
+    // A fixed xorshift sequence: random-looking bytes, the same every run.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn sqlite_file(path: &Path, sql: &str) {
+    Connection::open(path).unwrap().execute_batch(sql).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_that_are_not_ours_are_refused_and_left_untouched() {
+    let cases = [
+        Refusal {
+            name: "text",
+            make: |p| std::fs::write(p, "name,amount\nalice,10\n".repeat(200)).unwrap(),
+            expect: |e| matches!(e, OpenError::NotSqlite { .. }),
+        },
+        Refusal {
+            name: "random bytes",
+            make: |p| std::fs::write(p, noise(64 * 1024)).unwrap(),
+            expect: |e| matches!(e, OpenError::NotSqlite { .. }),
+        },
+        Refusal {
+            name: "a few bytes",
+            make: |p| std::fs::write(p, b"{}\n").unwrap(),
+            expect: |e| matches!(e, OpenError::NotSqlite { .. }),
+        },
+        Refusal {
+            name: "another application's SQLite",
+            make: |p| {
+                sqlite_file(
+                    p,
+                    "CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('alice');",
+                )
+            },
+            expect: |e| matches!(e, OpenError::ForeignSchema { tables, .. } if tables == "users"),
+        },
+        Refusal {
+            name: "SQLite with a foreign application_id and no tables",
+            make: |p| sqlite_file(p, "PRAGMA application_id = 42; PRAGMA user_version = 1;"),
+            expect: |e| {
+                matches!(
+                    e,
+                    OpenError::ForeignSchema {
+                        application_id: 42,
+                        ..
+                    }
+                )
+            },
+        },
+        Refusal {
+            name: "taskcenter from a newer build",
+            make: |p| {
+                sqlite_file(
+                    p,
+                    "PRAGMA application_id = 1413706612; PRAGMA user_version = 99;
+                     CREATE TABLE tasks (x); CREATE TABLE future (y);",
+                )
+            },
+            expect: |e| {
+                matches!(
+                    e,
+                    OpenError::NewerSchema {
+                        found: 99,
+                        known: 2,
+                        ..
+                    }
+                )
+            },
+        },
+    ];
+    for case in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data.db");
+        (case.make)(&path);
+        let before = std::fs::read(&path).unwrap();
+        let listing = |dir: &Path| {
+            let mut names: Vec<_> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            names
+        };
+        let files_before = listing(dir.path());
+
+        let err = match SqliteStore::open(&path, StoreConfig::default()).await {
+            Ok(_) => panic!("{}: opened", case.name),
+            Err(e) => e,
+        };
+        assert!((case.expect)(&err), "{}: wrong refusal: {err:?}", case.name);
+        let message = err.to_string();
+        assert!(
+            message.contains("data.db") && message.contains("refusing to touch it"),
+            "{}: unclear message: {message}",
+            case.name
+        );
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "{}: file changed",
+            case.name
+        );
+        assert_eq!(
+            listing(dir.path()),
+            files_before,
+            "{}: files appeared",
+            case.name
+        );
+    }
+}

@@ -1,0 +1,1532 @@
+//! The store contract: what every [`TaskStore`] adapter must do, written
+//! against the port only, so that a new adapter is "pass this suite".
+//!
+//! Each scenario is a plain async function taking a fresh, empty store and
+//! returning `Ok(())` or a message saying what broke. Run them all with
+//! [`run_all`] and a factory making fresh stores:
+//!
+//! ```ignore
+//! let reports = run_all(|| async { MyStore::new().await }).await;
+//! assert_eq!(failures(&reports), None);
+//! ```
+//!
+//! or one by one through [`scenarios`] (a name and a function each), e.g. to
+//! print a matrix per adapter. Scenarios pass `now` explicitly and never
+//! sleep; run them on a multi-threaded runtime with the real clock (a paused
+//! clock would fire the per-scenario timeout while a store waits on its own
+//! threads).
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tc_model::store::{
+    Completion, Cursor, Guarded, ListQuery, Page, StoreError, Submitted, TaskStore,
+};
+use tc_model::{AttemptRecord, Limits, NewTask, State, Task, TaskId, Timestamp};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// A scenario's verdict: `Err` says what broke.
+pub type Outcome = Result<(), String>;
+
+type Run<S> = fn(S) -> Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// One named scenario of the contract.
+pub struct Scenario<S> {
+    name: &'static str,
+    run: Run<S>,
+}
+
+impl<S: TaskStore> Scenario<S> {
+    /// The scenario's name (its function's name).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Runs the scenario on `store`, which must be fresh and empty.
+    pub fn run(&self, store: S) -> Pin<Box<dyn Future<Output = Outcome> + Send>> {
+        (self.run)(store)
+    }
+}
+
+/// Every scenario of the contract, in a fixed order.
+pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
+    macro_rules! list {
+        ($($scenario:ident),* $(,)?) => {
+            vec![$(Scenario::<S> {
+                name: stringify!($scenario),
+                run: |store| Box::pin($scenario(store)),
+            }),*]
+        };
+    }
+    list![
+        submit_creates_a_pending_task,
+        resubmit_returns_the_same_task_in_every_state,
+        same_key_different_payload_is_a_conflict,
+        concurrent_submits_of_one_key_make_one_row,
+        concurrent_submits_of_distinct_keys_all_land,
+        claim_takes_the_oldest_due_first,
+        concurrent_claimers_never_share_a_task,
+        complete_success_records_the_result,
+        complete_retry_returns_to_pending_until_due,
+        complete_failed_is_terminal,
+        stale_attempt_write_is_lost,
+        write_after_cancel_is_lost,
+        write_after_recovery_is_lost,
+        cancel_in_every_state,
+        heartbeat_extends_only_running_leases,
+        release_keeps_the_attempt_and_the_history,
+        recover_expired_requeues_or_fails,
+        attempt_history_records_every_try,
+        illegal_writes_change_nothing,
+        list_pages_in_creation_order,
+        list_pages_are_stable_while_inserting,
+        count_by_state_counts_each_state,
+        next_due_is_the_earliest_pending,
+        unknown_ids_are_not_found,
+    ]
+}
+
+/// The verdict of one scenario.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The scenario.
+    pub name: &'static str,
+    /// What it found.
+    pub outcome: Outcome,
+    /// How long it ran.
+    pub elapsed: Duration,
+}
+
+/// How long one scenario may run before it counts as hung.
+pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs every scenario, each on a fresh store from `make_store`, each in its
+/// own task so that a panic or a hang fails that scenario alone.
+pub async fn run_all<S, F, Fut>(mut make_store: F) -> Vec<Report>
+where
+    S: TaskStore,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = S>,
+{
+    let mut reports = Vec::new();
+    for scenario in scenarios::<S>() {
+        let store = make_store().await;
+        let started = Instant::now();
+        let mut running = tokio::spawn(scenario.run(store));
+        let outcome = match tokio::time::timeout(SCENARIO_TIMEOUT, &mut running).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(join)) if join.is_panic() => Err(format!("panicked: {}", panic_message(join))),
+            Ok(Err(join)) => Err(format!("did not finish: {join}")),
+            Err(_) => {
+                running.abort();
+                Err(format!("did not finish within {SCENARIO_TIMEOUT:?}"))
+            }
+        };
+        reports.push(Report {
+            name: scenario.name(),
+            outcome,
+            elapsed: started.elapsed(),
+        });
+    }
+    reports
+}
+
+/// Every failed scenario with its message, one per line; `None` if all passed.
+pub fn failures(reports: &[Report]) -> Option<String> {
+    let failed: Vec<String> = reports
+        .iter()
+        .filter_map(|r| r.outcome.as_ref().err().map(|e| format!("{}: {e}", r.name)))
+        .collect();
+    if failed.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "{} of {} scenarios failed:\n{}",
+            failed.len(),
+            reports.len(),
+            failed.join("\n")
+        ))
+    }
+}
+
+fn panic_message(join: tokio::task::JoinError) -> String {
+    let payload = join.into_panic();
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Checking helpers
+
+/// Fails the scenario with a message and the line, unless `cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!("line {}: {}", line!(), format!($($msg)+)));
+        }
+    };
+}
+
+/// Fails the scenario unless the two values are equal, showing both.
+macro_rules! ensure_eq {
+    ($got:expr, $want:expr, $($msg:tt)+) => {{
+        let (got, want) = (&$got, &$want);
+        if got != want {
+            return Err(format!(
+                "line {}: {}\n   got: {:?}\n  want: {:?}",
+                line!(),
+                format!($($msg)+),
+                got,
+                want
+            ));
+        }
+    }};
+}
+
+/// Turns a store error into the scenario's failure message.
+trait Step<T> {
+    fn step(self, what: &str) -> Result<T, String>;
+}
+
+impl<T> Step<T> for Result<T, StoreError> {
+    fn step(self, what: &str) -> Result<T, String> {
+        self.map_err(|e| format!("{what}: unexpected error: {e}"))
+    }
+}
+
+const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+const LEASE: Duration = Duration::from_secs(30);
+const URL: &str = "http://127.0.0.1:9/hook";
+
+/// `ms` milliseconds after the scenarios' epoch.
+fn at(ms: i64) -> Timestamp {
+    Timestamp::from_millis(T0.as_millis() + ms)
+}
+
+fn new_task(key: &str) -> NewTask {
+    task_with(
+        key,
+        URL,
+        format!("{{\"key\":\"{key}\"}}").as_bytes(),
+        3,
+        5_000,
+    )
+}
+
+fn task_with(key: &str, url: &str, body: &[u8], max_attempts: u32, timeout_ms: u64) -> NewTask {
+    NewTask::new(
+        url.to_owned(),
+        body.to_vec(),
+        key.to_owned(),
+        max_attempts,
+        Duration::from_millis(timeout_ms),
+        &Limits::default(),
+    )
+    .unwrap()
+}
+
+/// Submits a task that must be new.
+async fn create<S: TaskStore>(store: &S, task: NewTask, now: Timestamp) -> Result<Task, String> {
+    let key = task.idempotency_key().to_owned();
+    let Submitted { task, created } = store.submit(task, now).await.step("submit")?;
+    ensure!(created, "submit of new key {key:?} said created = false");
+    Ok(task)
+}
+
+/// Claims at `now` and checks that exactly the task `id` came back.
+async fn claim_only<S: TaskStore>(
+    store: &S,
+    id: TaskId,
+    now: Timestamp,
+    lease: Duration,
+) -> Result<Task, String> {
+    let mut claimed = store.claim_due(10, now, lease).await.step("claim_due")?;
+    let ids: Vec<TaskId> = claimed.iter().map(|t| t.id).collect();
+    ensure_eq!(
+        ids,
+        vec![id],
+        "claim_due at {now:?} should claim just this task"
+    );
+    Ok(claimed.remove(0))
+}
+
+async fn get<S: TaskStore>(store: &S, id: TaskId) -> Result<Task, String> {
+    store.get(id).await.step("get")
+}
+
+fn applied(result: Guarded, what: &str) -> Result<Task, String> {
+    match result {
+        Guarded::Applied(task) => Ok(task),
+        Guarded::Lost(state) => Err(format!("{what}: lost (task is {state}), should apply")),
+    }
+}
+
+fn open_try(n: u32, started_at: Timestamp) -> AttemptRecord {
+    AttemptRecord {
+        n,
+        started_at,
+        finished_at: None,
+        http_status: None,
+        error: None,
+        duration_ms: None,
+    }
+}
+
+fn closed_try(
+    n: u32,
+    started_at: Timestamp,
+    finished_at: Timestamp,
+    http_status: Option<u16>,
+    error: Option<&str>,
+) -> AttemptRecord {
+    AttemptRecord {
+        n,
+        started_at,
+        finished_at: Some(finished_at),
+        http_status,
+        error: error.map(str::to_owned),
+        duration_ms: Some(finished_at.duration_since(started_at).as_millis() as u64),
+    }
+}
+
+fn success(http_status: u16) -> Completion {
+    Completion::Success {
+        http_status,
+        result: b"{\"ok\":true}".to_vec(),
+        content_type: Some("application/json".to_owned()),
+    }
+}
+
+fn retry(next_run_at: Timestamp, reason: &str, http_status: Option<u16>) -> Completion {
+    Completion::Retry {
+        next_run_at,
+        reason: reason.to_owned(),
+        http_status,
+    }
+}
+
+fn failed(reason: &str, http_status: Option<u16>) -> Completion {
+    Completion::Failed {
+        reason: reason.to_owned(),
+        http_status,
+    }
+}
+
+fn ids(tasks: &[Task]) -> Vec<TaskId> {
+    tasks.iter().map(|t| t.id).collect()
+}
+
+async fn list_all<S: TaskStore>(store: &S, state: Option<State>) -> Result<Vec<Task>, String> {
+    let page = store
+        .list(ListQuery {
+            state,
+            limit: 100_000,
+            after: None,
+        })
+        .await
+        .step("list")?;
+    ensure!(
+        page.next.is_none(),
+        "a listing of everything has a next page"
+    );
+    Ok(page.tasks)
+}
+
+/// Pages through a listing, `limit` at a time, checking each page's size.
+async fn pages<S: TaskStore>(
+    store: &S,
+    state: Option<State>,
+    limit: usize,
+) -> Result<Vec<Vec<Task>>, String> {
+    let mut pages = Vec::new();
+    let mut after = None;
+    for _ in 0..10_000 {
+        let Page { tasks, next } = store
+            .list(ListQuery {
+                state,
+                limit,
+                after,
+            })
+            .await
+            .step("list")?;
+        ensure!(
+            tasks.len() <= limit,
+            "page of {} over limit {limit}",
+            tasks.len()
+        );
+        pages.push(tasks);
+        match next {
+            // Cursors travel as text through the API; they must survive it.
+            Some(cursor) => after = Some(cursor.to_string().parse::<Cursor>().unwrap()),
+            None => return Ok(pages),
+        }
+    }
+    Err("listing did not end after 10000 pages".to_owned())
+}
+
+/// Builds a task in `state` through the port alone, at times after `now`.
+/// Pending tasks are made due far in the future, so later claims skip them.
+async fn task_in<S: TaskStore>(
+    store: &S,
+    key: &str,
+    state: State,
+    now: Timestamp,
+) -> Result<Task, String> {
+    let far = Timestamp::from_millis(now.as_millis() + 1_000_000_000);
+    match state {
+        State::Pending => create(store, new_task(key), far).await,
+        State::Running => {
+            let task = create(store, new_task(key), now).await?;
+            claim_only(store, task.id, now, LEASE).await
+        }
+        State::Success | State::Failed => {
+            let task = create(store, new_task(key), now).await?;
+            let task = claim_only(store, task.id, now, LEASE).await?;
+            let outcome = if state == State::Success {
+                success(200)
+            } else {
+                failed("http_400", Some(400))
+            };
+            let done = store
+                .complete(task.id, task.attempt, outcome, now)
+                .await
+                .step("complete")?;
+            applied(done, "complete")
+        }
+        State::Canceled => {
+            let task = create(store, new_task(key), now).await?;
+            store.cancel(task.id, now).await.step("cancel")
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Submit and idempotency
+
+/// A new key makes a pending task, due now, with what was submitted.
+pub async fn submit_creates_a_pending_task<S: TaskStore>(store: S) -> Outcome {
+    let new = task_with("order-1", URL, b"{\"n\":1}", 4, 2_500);
+    let task = create(&store, new.clone(), at(0)).await?;
+    ensure_eq!(task.state, State::Pending, "state");
+    ensure_eq!(task.url, new.url(), "url");
+    ensure_eq!(task.body, new.body(), "body");
+    ensure_eq!(task.idempotency_key, new.idempotency_key(), "key");
+    ensure_eq!(task.max_attempts, 4, "max_attempts");
+    ensure_eq!(task.timeout, Duration::from_millis(2_500), "timeout");
+    ensure_eq!(task.attempt, 0, "attempt");
+    ensure_eq!(task.created_at, at(0), "created_at");
+    ensure_eq!(task.updated_at, at(0), "updated_at");
+    ensure_eq!(task.next_run_at, Some(at(0)), "a new task is due at once");
+    ensure_eq!(
+        (task.started_at, task.finished_at, task.lease_until),
+        (None, None, None),
+        "times of a new task"
+    );
+    ensure_eq!(
+        (&task.http_status, &task.result, &task.error),
+        (&None, &None, &None),
+        "outcome of a new task"
+    );
+    ensure!(task.attempts.is_empty(), "a new task has no tries");
+    ensure_eq!(
+        get(&store, task.id).await?,
+        task,
+        "get returns what submit did"
+    );
+    Ok(())
+}
+
+/// The same key and payload give back the existing task, whatever its
+/// state; nothing new is created and nothing is requeued.
+pub async fn resubmit_returns_the_same_task_in_every_state<S: TaskStore>(store: S) -> Outcome {
+    let mut made = Vec::new();
+    for (i, state) in State::ALL.into_iter().enumerate() {
+        let key = format!("key-{state}");
+        made.push(task_in(&store, &key, state, at(i as i64 * 10)).await?);
+    }
+    // A task waiting for a retry, too.
+    let waiting = create(&store, new_task("key-retrying"), at(100)).await?;
+    let waiting = claim_only(&store, waiting.id, at(100), LEASE).await?;
+    let waiting = store
+        .complete(
+            waiting.id,
+            1,
+            retry(at(1_000_000_000), "http_503", Some(503)),
+            at(101),
+        )
+        .await
+        .step("complete")?;
+    made.push(applied(waiting, "retry")?);
+
+    for before in &made {
+        let again = store
+            .submit(new_task(&before.idempotency_key), at(500))
+            .await
+            .step("resubmit")?;
+        ensure!(
+            !again.created,
+            "resubmit of a {} task created one",
+            before.state
+        );
+        ensure_eq!(again.task, *before, "resubmit of a {} task", before.state);
+        ensure_eq!(
+            get(&store, before.id).await?,
+            *before,
+            "stored {} task",
+            before.state
+        );
+    }
+    ensure_eq!(
+        list_all(&store, None).await?.len(),
+        made.len(),
+        "resubmits add no rows"
+    );
+    let claimed = store
+        .claim_due(100, at(600), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure!(
+        claimed.is_empty(),
+        "a resubmit made something due: {claimed:?}"
+    );
+    Ok(())
+}
+
+/// The same key with any field of the payload changed is refused, and the
+/// first task stays as it was.
+pub async fn same_key_different_payload_is_a_conflict<S: TaskStore>(store: S) -> Outcome {
+    let original = create(&store, task_with("k", URL, b"{}", 3, 5_000), at(0)).await?;
+    let variants = [
+        (
+            "url",
+            task_with("k", "http://127.0.0.1:9/other", b"{}", 3, 5_000),
+        ),
+        ("body", task_with("k", URL, b"{\"x\":1}", 3, 5_000)),
+        ("max_attempts", task_with("k", URL, b"{}", 4, 5_000)),
+        ("timeout", task_with("k", URL, b"{}", 3, 5_001)),
+    ];
+    for (field, variant) in &variants {
+        let got = store.submit(variant.clone(), at(10)).await;
+        ensure_eq!(
+            got,
+            Err(StoreError::IdempotencyConflict),
+            "same key, different {field}"
+        );
+    }
+    ensure_eq!(
+        get(&store, original.id).await?,
+        original,
+        "the original task"
+    );
+    // Still a conflict once the task is done.
+    let task = claim_only(&store, original.id, at(20), LEASE).await?;
+    store
+        .complete(task.id, 1, success(200), at(30))
+        .await
+        .step("complete")?;
+    let got = store.submit(variants[1].1.clone(), at(40)).await;
+    ensure_eq!(
+        got,
+        Err(StoreError::IdempotencyConflict),
+        "conflict after success"
+    );
+    ensure_eq!(list_all(&store, None).await?.len(), 1, "rows");
+    Ok(())
+}
+
+/// Many concurrent submits of one key: one row, one `created`, one id.
+pub async fn concurrent_submits_of_one_key_make_one_row<S: TaskStore>(store: S) -> Outcome {
+    const CALLERS: usize = 200;
+    let store = Arc::new(store);
+    let mut callers = JoinSet::new();
+    for _ in 0..CALLERS {
+        let store = Arc::clone(&store);
+        callers.spawn(async move { store.submit(new_task("one-key"), at(0)).await });
+    }
+    let mut created = 0;
+    let mut seen = HashSet::new();
+    while let Some(joined) = callers.join_next().await {
+        let submitted = joined.unwrap().step("concurrent submit")?;
+        created += usize::from(submitted.created);
+        seen.insert(submitted.task.id);
+    }
+    ensure_eq!(created, 1, "submits that said created");
+    ensure_eq!(seen.len(), 1, "distinct ids handed out");
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    ensure_eq!(counts.get(State::Pending), 1, "pending rows");
+    ensure_eq!(list_all(&*store, None).await?.len(), 1, "rows listed");
+    Ok(())
+}
+
+/// Many concurrent submits of distinct keys all land, each once.
+pub async fn concurrent_submits_of_distinct_keys_all_land<S: TaskStore>(store: S) -> Outcome {
+    const CALLERS: usize = 200;
+    let store = Arc::new(store);
+    let mut callers = JoinSet::new();
+    for i in 0..CALLERS {
+        let store = Arc::clone(&store);
+        callers.spawn(async move { store.submit(new_task(&format!("key-{i}")), at(0)).await });
+    }
+    let mut seen = HashSet::new();
+    while let Some(joined) = callers.join_next().await {
+        let submitted = joined.unwrap().step("concurrent submit")?;
+        ensure!(submitted.created, "a new key said created = false");
+        ensure!(seen.insert(submitted.task.id), "an id was handed out twice");
+    }
+    let listed = list_all(&*store, None).await?;
+    ensure_eq!(listed.len(), CALLERS, "rows listed");
+    let listed: HashSet<TaskId> = listed.iter().map(|t| t.id).collect();
+    ensure!(listed == seen, "listed ids differ from the submitted ones");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Claiming
+
+/// Claims take due tasks by due time (then creation order), skip the ones
+/// not yet due, and mark each running with a lease and an open try.
+pub async fn claim_takes_the_oldest_due_first<S: TaskStore>(store: S) -> Outcome {
+    // Created in one order, due in another.
+    let a = create(&store, new_task("a"), at(30)).await?;
+    let b = create(&store, new_task("b"), at(10)).await?;
+    let c = create(&store, new_task("c"), at(20)).await?;
+    let d = create(&store, new_task("d"), at(1_000)).await?;
+    let e = create(&store, new_task("e"), at(20)).await?;
+
+    let none = store
+        .claim_due(0, at(100), LEASE)
+        .await
+        .step("claim_due(0)")?;
+    ensure!(none.is_empty(), "claim_due(0) claimed {}", none.len());
+    let first = store.claim_due(2, at(100), LEASE).await.step("claim_due")?;
+    ensure_eq!(ids(&first), vec![b.id, c.id], "first two by due time");
+    let second = store
+        .claim_due(10, at(100), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure_eq!(
+        ids(&second),
+        vec![e.id, a.id],
+        "the rest of the due ones, ties by creation"
+    );
+    for task in first.iter().chain(&second) {
+        ensure_eq!(task.state, State::Running, "claimed state");
+        ensure_eq!(task.attempt, 1, "claimed attempt");
+        ensure_eq!(task.started_at, Some(at(100)), "started_at");
+        ensure_eq!(
+            task.lease_until,
+            Some(at(100).saturating_add(LEASE)),
+            "lease_until"
+        );
+        ensure_eq!(
+            task.attempts,
+            vec![open_try(1, at(100))],
+            "history of a claimed task"
+        );
+        ensure_eq!(
+            get(&store, task.id).await?,
+            *task,
+            "claim returns the stored task"
+        );
+    }
+    let early = store
+        .claim_due(10, at(999), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure!(
+        early.is_empty(),
+        "claimed a task before it was due: {:?}",
+        ids(&early)
+    );
+    let on_time = store
+        .claim_due(10, at(1_000), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure_eq!(ids(&on_time), vec![d.id], "due exactly now is due");
+    Ok(())
+}
+
+/// Concurrent claimers over many tasks: every task claimed exactly once.
+pub async fn concurrent_claimers_never_share_a_task<S: TaskStore>(store: S) -> Outcome {
+    const TASKS: usize = 200;
+    const CLAIMERS: usize = 8;
+    let mut submitted = HashSet::new();
+    for i in 0..TASKS {
+        submitted.insert(create(&store, new_task(&format!("t{i}")), at(0)).await?.id);
+    }
+    let store = Arc::new(store);
+    let mut claimers = JoinSet::new();
+    for _ in 0..CLAIMERS {
+        let store = Arc::clone(&store);
+        claimers.spawn(async move {
+            let mut mine = Vec::new();
+            for _ in 0..TASKS {
+                let batch = store.claim_due(7, at(1), LEASE).await?;
+                if batch.is_empty() {
+                    break;
+                }
+                mine.extend(batch);
+            }
+            Ok::<_, StoreError>(mine)
+        });
+    }
+    let mut claimed = HashSet::new();
+    while let Some(joined) = claimers.join_next().await {
+        for task in joined.unwrap().step("claim_due")? {
+            ensure!(claimed.insert(task.id), "task {} claimed twice", task.id);
+            ensure_eq!(task.attempt, 1, "attempt of a claimed task");
+        }
+    }
+    ensure!(
+        claimed == submitted,
+        "claimed {} of {TASKS} tasks",
+        claimed.len()
+    );
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    ensure_eq!(counts.get(State::Running), TASKS as u64, "running");
+    ensure_eq!(counts.get(State::Pending), 0, "pending");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Guarded writes
+
+/// Success writes the result and closes the try with its status.
+pub async fn complete_success_records_the_result<S: TaskStore>(store: S) -> Outcome {
+    let task = create(&store, new_task("s"), at(0)).await?;
+    claim_only(&store, task.id, at(10), LEASE).await?;
+    let outcome = Completion::Success {
+        http_status: 201,
+        result: b"created".to_vec(),
+        content_type: Some("text/plain".to_owned()),
+    };
+    let done = store
+        .complete(task.id, 1, outcome, at(25))
+        .await
+        .step("complete")?;
+    let done = applied(done, "complete success")?;
+    ensure_eq!(done.state, State::Success, "state");
+    ensure_eq!(done.http_status, Some(201), "http_status");
+    ensure_eq!(done.result.as_deref(), Some(&b"created"[..]), "result");
+    ensure_eq!(
+        done.result_content_type.as_deref(),
+        Some("text/plain"),
+        "content type"
+    );
+    ensure_eq!(done.error, None, "error");
+    ensure_eq!(done.finished_at, Some(at(25)), "finished_at");
+    ensure_eq!(done.updated_at, at(25), "updated_at");
+    ensure_eq!(done.lease_until, None, "lease_until");
+    ensure_eq!(done.attempt, 1, "attempt");
+    ensure_eq!(
+        done.attempts,
+        vec![closed_try(1, at(10), at(25), Some(201), None)],
+        "history"
+    );
+    ensure_eq!(get(&store, task.id).await?, done, "stored task");
+    let again = store
+        .complete(task.id, 1, success(200), at(30))
+        .await
+        .step("complete")?;
+    ensure_eq!(again, Guarded::Lost(State::Success), "a second completion");
+    ensure_eq!(
+        get(&store, task.id).await?,
+        done,
+        "stored task after a second completion"
+    );
+    Ok(())
+}
+
+/// Retry goes back to pending, due at the given time, keeping the attempt.
+pub async fn complete_retry_returns_to_pending_until_due<S: TaskStore>(store: S) -> Outcome {
+    let task = create(&store, new_task("r"), at(0)).await?;
+    claim_only(&store, task.id, at(10), LEASE).await?;
+    let done = store
+        .complete(task.id, 1, retry(at(5_000), "http_503", Some(503)), at(20))
+        .await
+        .step("complete")?;
+    let done = applied(done, "complete retry")?;
+    ensure_eq!(done.state, State::Pending, "state");
+    ensure_eq!(done.attempt, 1, "a retry keeps the attempt count");
+    ensure_eq!(done.next_run_at, Some(at(5_000)), "next_run_at");
+    ensure_eq!(done.error.as_deref(), Some("http_503"), "error");
+    ensure_eq!(done.http_status, Some(503), "http_status");
+    ensure_eq!(done.lease_until, None, "lease_until");
+    ensure_eq!(done.finished_at, None, "finished_at");
+    ensure_eq!(
+        done.attempts,
+        vec![closed_try(1, at(10), at(20), Some(503), Some("http_503"))],
+        "history"
+    );
+    ensure_eq!(get(&store, task.id).await?, done, "stored task");
+    let early = store
+        .claim_due(10, at(4_999), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure!(early.is_empty(), "claimed before the retry was due");
+    let again = claim_only(&store, task.id, at(5_000), LEASE).await?;
+    ensure_eq!(again.attempt, 2, "the next try's attempt");
+    ensure_eq!(again.attempts.len(), 2, "tries in the history");
+    ensure_eq!(again.attempts[1], open_try(2, at(5_000)), "the new try");
+    Ok(())
+}
+
+/// Failed is terminal, with the reason and status.
+pub async fn complete_failed_is_terminal<S: TaskStore>(store: S) -> Outcome {
+    let task = create(&store, new_task("f"), at(0)).await?;
+    claim_only(&store, task.id, at(10), LEASE).await?;
+    let done = store
+        .complete(task.id, 1, failed("http_400", Some(400)), at(40))
+        .await
+        .step("complete")?;
+    let done = applied(done, "complete failed")?;
+    ensure_eq!(done.state, State::Failed, "state");
+    ensure_eq!(done.error.as_deref(), Some("http_400"), "error");
+    ensure_eq!(done.http_status, Some(400), "http_status");
+    ensure_eq!(done.finished_at, Some(at(40)), "finished_at");
+    ensure_eq!(done.lease_until, None, "lease_until");
+    ensure_eq!(
+        done.attempts,
+        vec![closed_try(1, at(10), at(40), Some(400), Some("http_400"))],
+        "history"
+    );
+    ensure_eq!(get(&store, task.id).await?, done, "stored task");
+    let claimed = store
+        .claim_due(10, at(1_000_000), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure!(claimed.is_empty(), "a failed task was claimed");
+    Ok(())
+}
+
+/// A write for an attempt other than the current one changes nothing.
+pub async fn stale_attempt_write_is_lost<S: TaskStore>(store: S) -> Outcome {
+    let task = create(&store, new_task("stale"), at(0)).await?;
+    claim_only(&store, task.id, at(10), LEASE).await?;
+    store
+        .complete(task.id, 1, retry(at(20), "timeout", None), at(15))
+        .await
+        .step("complete")?;
+    let current = claim_only(&store, task.id, at(20), LEASE).await?;
+    ensure_eq!(current.attempt, 2, "second try");
+    for attempt in [0, 1, 3] {
+        let got = store
+            .complete(task.id, attempt, success(200), at(30))
+            .await
+            .step("complete")?;
+        ensure_eq!(
+            got,
+            Guarded::Lost(State::Running),
+            "complete with attempt {attempt}"
+        );
+        let got = store
+            .release(task.id, attempt, at(30))
+            .await
+            .step("release")?;
+        ensure_eq!(
+            got,
+            Guarded::Lost(State::Running),
+            "release with attempt {attempt}"
+        );
+    }
+    ensure_eq!(
+        get(&store, task.id).await?,
+        current,
+        "task after stale writes"
+    );
+    Ok(())
+}
+
+/// A canceled task stays canceled whatever its runner writes afterwards.
+pub async fn write_after_cancel_is_lost<S: TaskStore>(store: S) -> Outcome {
+    let task = create(&store, new_task("c"), at(0)).await?;
+    claim_only(&store, task.id, at(10), LEASE).await?;
+    let canceled = store.cancel(task.id, at(15)).await.step("cancel")?;
+    ensure_eq!(canceled.state, State::Canceled, "state after cancel");
+    for outcome in [
+        success(200),
+        retry(at(100), "http_503", Some(503)),
+        failed("http_400", Some(400)),
+    ] {
+        let got = store
+            .complete(task.id, 1, outcome.clone(), at(20))
+            .await
+            .step("complete")?;
+        ensure_eq!(
+            got,
+            Guarded::Lost(State::Canceled),
+            "complete {outcome:?} after cancel"
+        );
+    }
+    let got = store.release(task.id, 1, at(20)).await.step("release")?;
+    ensure_eq!(got, Guarded::Lost(State::Canceled), "release after cancel");
+    let beat = store
+        .heartbeat(vec![task.id], at(20), LEASE)
+        .await
+        .step("heartbeat")?;
+    ensure_eq!(beat, 0, "heartbeats extended after cancel");
+    ensure_eq!(
+        get(&store, task.id).await?,
+        canceled,
+        "task after late writes"
+    );
+    Ok(())
+}
+
+/// After its lease expired and it was recovered, the old runner's write
+/// loses, both while the task waits and once it runs again.
+pub async fn write_after_recovery_is_lost<S: TaskStore>(store: S) -> Outcome {
+    let task = create(&store, new_task("rec"), at(0)).await?;
+    claim_only(&store, task.id, at(0), Duration::from_secs(1)).await?;
+    let moved = store
+        .recover_expired(at(2_000))
+        .await
+        .step("recover_expired")?;
+    ensure_eq!(moved, 1, "recovered");
+    let waiting = get(&store, task.id).await?;
+    ensure_eq!(waiting.state, State::Pending, "state after recovery");
+    let got = store
+        .complete(task.id, 1, success(200), at(2_500))
+        .await
+        .step("complete")?;
+    ensure_eq!(
+        got,
+        Guarded::Lost(State::Pending),
+        "old runner completes while pending"
+    );
+    ensure_eq!(
+        get(&store, task.id).await?,
+        waiting,
+        "task after the lost write"
+    );
+    let rerun = claim_only(&store, task.id, at(3_000), LEASE).await?;
+    ensure_eq!(rerun.attempt, 2, "the recovered try counted");
+    let got = store
+        .complete(task.id, 1, success(200), at(3_500))
+        .await
+        .step("complete")?;
+    ensure_eq!(
+        got,
+        Guarded::Lost(State::Running),
+        "old runner completes the new try"
+    );
+    ensure_eq!(
+        get(&store, task.id).await?,
+        rerun,
+        "task after the lost write"
+    );
+    let got = store
+        .complete(task.id, 2, success(200), at(4_000))
+        .await
+        .step("complete")?;
+    ensure_eq!(
+        applied(got, "new runner")?.state,
+        State::Success,
+        "new runner's write"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Cancel, heartbeat, release, recovery
+
+/// Pending and running tasks cancel; terminal ones come back unchanged;
+/// an unknown id is not found.
+pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Outcome {
+    let pending = create(&store, new_task("p"), at(0)).await?;
+    let got = store
+        .cancel(pending.id, at(5))
+        .await
+        .step("cancel pending")?;
+    ensure_eq!(got.state, State::Canceled, "pending → canceled");
+    ensure_eq!(got.finished_at, Some(at(5)), "finished_at");
+    ensure_eq!(got.attempt, 0, "attempt");
+    ensure!(got.attempts.is_empty(), "a never-run task has no tries");
+    ensure_eq!(get(&store, pending.id).await?, got, "stored task");
+    ensure_eq!(
+        store.next_due().await.step("next_due")?,
+        None,
+        "a canceled task is not due"
+    );
+    let claimed = store
+        .claim_due(10, at(1_000), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure!(claimed.is_empty(), "a canceled task was claimed");
+
+    let running = create(&store, new_task("r"), at(10)).await?;
+    claim_only(&store, running.id, at(10), LEASE).await?;
+    let got = store
+        .cancel(running.id, at(25))
+        .await
+        .step("cancel running")?;
+    ensure_eq!(got.state, State::Canceled, "running → canceled");
+    ensure_eq!(got.finished_at, Some(at(25)), "finished_at");
+    ensure_eq!(got.lease_until, None, "lease_until");
+    ensure_eq!(
+        got.attempts,
+        vec![closed_try(1, at(10), at(25), None, Some("canceled"))],
+        "the cut try is closed as canceled"
+    );
+    ensure_eq!(get(&store, running.id).await?, got, "stored task");
+
+    for (i, state) in [State::Success, State::Failed, State::Canceled]
+        .into_iter()
+        .enumerate()
+    {
+        let before = task_in(&store, &format!("t-{state}"), state, at(100 + i as i64)).await?;
+        let got = store
+            .cancel(before.id, at(500))
+            .await
+            .step("cancel terminal")?;
+        ensure_eq!(got, before, "cancel of a {state} task returns it unchanged");
+        ensure_eq!(get(&store, before.id).await?, before, "stored {state} task");
+    }
+    let got = store.cancel(TaskId::generate(), at(600)).await;
+    ensure_eq!(got, Err(StoreError::NotFound), "cancel of an unknown id");
+    Ok(())
+}
+
+/// Heartbeats extend the leases of running tasks only, and never shorten one.
+pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Outcome {
+    let short = Duration::from_secs(10);
+    let a = create(&store, new_task("a"), at(0)).await?;
+    let a = claim_only(&store, a.id, at(0), short).await?;
+    let b = create(&store, new_task("b"), at(1)).await?;
+    let b = claim_only(&store, b.id, at(1), short).await?;
+    let pending = task_in(&store, "p", State::Pending, at(2)).await?;
+    let done = task_in(&store, "d", State::Success, at(3)).await?;
+    let ids = vec![a.id, b.id, pending.id, done.id, TaskId::generate()];
+    let beat = store
+        .heartbeat(ids, at(5_000), LEASE)
+        .await
+        .step("heartbeat")?;
+    ensure_eq!(beat, 2, "running tasks extended");
+    for task in [&a, &b] {
+        let now = get(&store, task.id).await?;
+        ensure_eq!(
+            now.lease_until,
+            Some(at(5_000).saturating_add(LEASE)),
+            "extended lease"
+        );
+        ensure_eq!(now.state, State::Running, "state");
+    }
+    ensure_eq!(
+        get(&store, pending.id).await?,
+        pending,
+        "pending task after heartbeat"
+    );
+    ensure_eq!(
+        get(&store, done.id).await?,
+        done,
+        "done task after heartbeat"
+    );
+    // A late, shorter heartbeat does not pull a lease in.
+    store
+        .heartbeat(vec![a.id], at(6_000), Duration::from_secs(1))
+        .await
+        .step("heartbeat")?;
+    ensure_eq!(
+        get(&store, a.id).await?.lease_until,
+        Some(at(5_000).saturating_add(LEASE)),
+        "lease after a shorter heartbeat"
+    );
+    let moved = store
+        .recover_expired(at(20_000))
+        .await
+        .step("recover_expired")?;
+    ensure_eq!(moved, 0, "extended leases are not expired");
+    Ok(())
+}
+
+/// Release puts a running task back without using up its attempt; the
+/// history keeps the interrupted try and the next claim reuses its number.
+pub async fn release_keeps_the_attempt_and_the_history<S: TaskStore>(store: S) -> Outcome {
+    // One attempt only: a release that used it up would leave nothing to run.
+    let task = create(&store, task_with("rel", URL, b"{}", 1, 1_000), at(0)).await?;
+    claim_only(&store, task.id, at(10), LEASE).await?;
+    let released = store.release(task.id, 1, at(20)).await.step("release")?;
+    let released = applied(released, "release")?;
+    ensure_eq!(released.state, State::Pending, "state");
+    ensure_eq!(released.attempt, 0, "the interrupted try is not counted");
+    ensure_eq!(released.next_run_at, Some(at(20)), "due at once");
+    ensure_eq!(released.lease_until, None, "lease_until");
+    let interrupted = closed_try(1, at(10), at(20), None, Some("interrupted"));
+    ensure_eq!(released.attempts, vec![interrupted.clone()], "history");
+    ensure_eq!(get(&store, task.id).await?, released, "stored task");
+    let again = store.release(task.id, 1, at(21)).await.step("release")?;
+    ensure_eq!(again, Guarded::Lost(State::Pending), "a second release");
+
+    let rerun = claim_only(&store, task.id, at(30), LEASE).await?;
+    ensure_eq!(rerun.attempt, 1, "the next claim reuses the attempt");
+    ensure_eq!(
+        rerun.attempts,
+        vec![interrupted.clone(), open_try(1, at(30))],
+        "history keeps both tries"
+    );
+    let done = store
+        .complete(task.id, 1, success(200), at(45))
+        .await
+        .step("complete")?;
+    let done = applied(done, "complete")?;
+    ensure_eq!(
+        done.attempts,
+        vec![interrupted, closed_try(1, at(30), at(45), Some(200), None)],
+        "history after the rerun"
+    );
+    Ok(())
+}
+
+/// Expired leases go back to pending, or to failed `interrupted` when no
+/// attempt is left; live leases (including one ending exactly now) stay.
+pub async fn recover_expired_requeues_or_fails<S: TaskStore>(store: S) -> Outcome {
+    let s = Duration::from_secs;
+    let requeue = create(&store, task_with("requeue", URL, b"{}", 3, 1_000), at(0)).await?;
+    claim_only(&store, requeue.id, at(0), s(10)).await?;
+    let last = create(&store, task_with("last", URL, b"{}", 1, 1_000), at(0)).await?;
+    claim_only(&store, last.id, at(0), s(10)).await?;
+    let live = create(&store, new_task("live"), at(0)).await?;
+    let live = claim_only(&store, live.id, at(0), s(60)).await?;
+    let edge = create(&store, new_task("edge"), at(0)).await?;
+    let edge = claim_only(&store, edge.id, at(0), s(20)).await?;
+    let waiting = task_in(&store, "waiting", State::Pending, at(0)).await?;
+
+    let moved = store
+        .recover_expired(at(20_000))
+        .await
+        .step("recover_expired")?;
+    ensure_eq!(moved, 2, "recovered");
+    let interrupted = closed_try(1, at(0), at(20_000), None, Some("interrupted"));
+
+    let got = get(&store, requeue.id).await?;
+    ensure_eq!(got.state, State::Pending, "with attempts left → pending");
+    ensure_eq!(got.attempt, 1, "the recovered try counts");
+    ensure_eq!(got.next_run_at, Some(at(20_000)), "due at once");
+    ensure_eq!(got.lease_until, None, "lease_until");
+    ensure_eq!(got.attempts, vec![interrupted.clone()], "history");
+
+    let got = get(&store, last.id).await?;
+    ensure_eq!(got.state, State::Failed, "with no attempt left → failed");
+    ensure_eq!(got.error.as_deref(), Some("interrupted"), "error");
+    ensure_eq!(got.finished_at, Some(at(20_000)), "finished_at");
+    ensure_eq!(got.lease_until, None, "lease_until");
+    ensure_eq!(got.attempts, vec![interrupted], "history");
+
+    ensure_eq!(get(&store, live.id).await?, live, "a live lease");
+    ensure_eq!(
+        get(&store, edge.id).await?,
+        edge,
+        "a lease ending exactly now"
+    );
+    ensure_eq!(get(&store, waiting.id).await?, waiting, "a pending task");
+    let moved = store
+        .recover_expired(at(20_000))
+        .await
+        .step("recover_expired")?;
+    ensure_eq!(moved, 0, "a second recovery");
+    Ok(())
+}
+
+/// Each try is a row: number, start, end, status, error, duration.
+pub async fn attempt_history_records_every_try<S: TaskStore>(store: S) -> Outcome {
+    let task = create(&store, new_task("h"), at(0)).await?;
+    claim_only(&store, task.id, at(100), LEASE).await?;
+    store
+        .complete(task.id, 1, retry(at(1_000), "http_503", Some(503)), at(350))
+        .await
+        .step("complete")?;
+    claim_only(&store, task.id, at(1_000), LEASE).await?;
+    store
+        .complete(task.id, 2, retry(at(3_000), "timeout", None), at(6_000))
+        .await
+        .step("complete")?;
+    let third = claim_only(&store, task.id, at(7_000), LEASE).await?;
+    ensure_eq!(
+        third.http_status,
+        Some(503),
+        "the last answered status is kept"
+    );
+    let done = store
+        .complete(task.id, 3, success(200), at(7_042))
+        .await
+        .step("complete")?;
+    let done = applied(done, "complete")?;
+    let want = vec![
+        closed_try(1, at(100), at(350), Some(503), Some("http_503")),
+        closed_try(2, at(1_000), at(6_000), None, Some("timeout")),
+        closed_try(3, at(7_000), at(7_042), Some(200), None),
+    ];
+    ensure_eq!(done.attempts, want, "history in the completion");
+    ensure_eq!(get(&store, task.id).await?.attempts, want, "history in get");
+    let listed = list_all(&store, None).await?;
+    ensure_eq!(
+        listed.first().map(|t| &t.attempts),
+        Some(&want),
+        "history in list"
+    );
+    Ok(())
+}
+
+/// Guarded writes on tasks that are not running change nothing and say so.
+pub async fn illegal_writes_change_nothing<S: TaskStore>(store: S) -> Outcome {
+    let mut tasks = Vec::new();
+    for (i, state) in [
+        State::Pending,
+        State::Success,
+        State::Failed,
+        State::Canceled,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        tasks.push(task_in(&store, &format!("t-{state}"), state, at(i as i64 * 10)).await?);
+    }
+    // Pending after a retry, with an attempt on record.
+    let retrying = create(&store, new_task("retrying"), at(100)).await?;
+    claim_only(&store, retrying.id, at(100), LEASE).await?;
+    let retrying = store
+        .complete(
+            retrying.id,
+            1,
+            retry(at(1_000_000_000), "http_500", Some(500)),
+            at(110),
+        )
+        .await
+        .step("complete")?;
+    tasks.push(applied(retrying, "retry")?);
+
+    for before in &tasks {
+        for outcome in [success(200), retry(at(200), "x", None), failed("x", None)] {
+            let got = store
+                .complete(before.id, before.attempt, outcome, at(300))
+                .await
+                .step("complete")?;
+            ensure_eq!(
+                got,
+                Guarded::Lost(before.state),
+                "complete on a {} task",
+                before.state
+            );
+        }
+        let got = store
+            .release(before.id, before.attempt, at(300))
+            .await
+            .step("release")?;
+        ensure_eq!(
+            got,
+            Guarded::Lost(before.state),
+            "release on a {} task",
+            before.state
+        );
+        ensure_eq!(
+            get(&store, before.id).await?,
+            *before,
+            "{} task after refused writes",
+            before.state
+        );
+    }
+    let beat = store
+        .heartbeat(ids(&tasks), at(300), LEASE)
+        .await
+        .step("heartbeat")?;
+    ensure_eq!(beat, 0, "heartbeats on tasks that are not running");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Listing and counting
+
+/// Pages follow creation order, honour the limit and the state filter, and
+/// the last page says so.
+pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Outcome {
+    let mut created = Vec::new();
+    for i in 0..23 {
+        created.push(
+            create(&store, new_task(&format!("k{i:02}")), at(i))
+                .await?
+                .id,
+        );
+    }
+    let running = store.claim_due(5, at(100), LEASE).await.step("claim_due")?;
+    ensure_eq!(ids(&running), created[..5].to_vec(), "claimed");
+    store.cancel(created[5], at(100)).await.step("cancel")?;
+
+    let check = |pages: Vec<Vec<Task>>, sizes: &[usize], want: &[TaskId], what: &str| {
+        let got_sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
+        if got_sizes != sizes {
+            return Err(format!("{what}: page sizes {got_sizes:?}, want {sizes:?}"));
+        }
+        let got: Vec<TaskId> = pages.iter().flatten().map(|t| t.id).collect();
+        if got != want {
+            return Err(format!("{what}: tasks out of creation order or missing"));
+        }
+        Ok(pages.into_iter().flatten().collect::<Vec<Task>>())
+    };
+    check(
+        pages(&store, None, 10).await?,
+        &[10, 10, 3],
+        &created,
+        "all by 10",
+    )?;
+    check(
+        pages(&store, None, 23).await?,
+        &[23],
+        &created,
+        "all in one page",
+    )?;
+    check(
+        pages(&store, None, 22).await?,
+        &[22, 1],
+        &created,
+        "all by 22",
+    )?;
+    check(
+        pages(&store, None, 1000).await?,
+        &[23],
+        &created,
+        "a big limit",
+    )?;
+    let pending = check(
+        pages(&store, Some(State::Pending), 5).await?,
+        &[5, 5, 5, 2],
+        &created[6..],
+        "pending by 5",
+    )?;
+    ensure!(
+        pending.iter().all(|t| t.state == State::Pending),
+        "filter leaked other states"
+    );
+    check(
+        pages(&store, Some(State::Running), 2).await?,
+        &[2, 2, 1],
+        &created[..5],
+        "running by 2",
+    )?;
+    check(
+        pages(&store, Some(State::Canceled), 5).await?,
+        &[1],
+        &created[5..6],
+        "canceled",
+    )?;
+    check(
+        pages(&store, Some(State::Success), 5).await?,
+        &[0],
+        &[],
+        "success",
+    )?;
+
+    // A cursor past the end is an empty last page.
+    let first = store
+        .list(ListQuery {
+            state: None,
+            limit: 22,
+            after: None,
+        })
+        .await
+        .step("list")?;
+    let rest = store
+        .list(ListQuery {
+            state: None,
+            limit: 5,
+            after: first.next,
+        })
+        .await
+        .step("list")?;
+    ensure_eq!(ids(&rest.tasks), created[22..].to_vec(), "the rest");
+    ensure!(rest.next.is_none(), "the rest is the last page");
+    Ok(())
+}
+
+/// Paging while other tasks are being inserted: no task skipped or repeated.
+pub async fn list_pages_are_stable_while_inserting<S: TaskStore>(store: S) -> Outcome {
+    const BEFORE: usize = 50;
+    const DURING: usize = 200;
+    const LIMIT: usize = 7;
+    for i in 0..BEFORE {
+        create(&store, new_task(&format!("before-{i}")), at(0)).await?;
+    }
+    let store = Arc::new(store);
+    let (progress, mut inserted) = watch::channel(0usize);
+    let inserter = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let mut order = Vec::with_capacity(DURING);
+            for i in 0..DURING {
+                let task = store
+                    .submit(new_task(&format!("during-{i}")), at(1))
+                    .await?;
+                order.push(task.task.id);
+                progress.send_replace(i + 1);
+            }
+            Ok::<_, StoreError>(order)
+        })
+    };
+
+    let mut seen: Vec<TaskId> = Vec::new();
+    let mut after = None;
+    let mut finished = false;
+    for _ in 0..100_000 {
+        // Read before listing: if the inserter was done then, this listing
+        // sees every row.
+        let done = *inserted.borrow_and_update() == DURING;
+        let page = store
+            .list(ListQuery {
+                state: None,
+                limit: LIMIT,
+                after,
+            })
+            .await
+            .step("list")?;
+        match page.next {
+            Some(next) => {
+                seen.extend(ids(&page.tasks));
+                after = Some(next);
+            }
+            None if done => {
+                seen.extend(ids(&page.tasks));
+                finished = true;
+                break;
+            }
+            // At the current end while rows are still coming: wait for
+            // more and read this page again. An error means the inserter
+            // stopped early; its own error is reported below.
+            None => {
+                if inserted.changed().await.is_err() && *inserted.borrow() < DURING {
+                    break;
+                }
+            }
+        }
+    }
+    let inserted_order = inserter.await.unwrap().step("concurrent submit")?;
+    ensure!(finished, "paging did not reach the end");
+
+    let all = ids(&list_all(&*store, None).await?);
+    ensure_eq!(all.len(), BEFORE + DURING, "rows at the end");
+    let unique: HashSet<TaskId> = seen.iter().copied().collect();
+    ensure_eq!(unique.len(), seen.len(), "tasks repeated across pages");
+    ensure!(
+        seen == all,
+        "paging saw {} tasks, the full listing has {}; some were skipped or reordered",
+        seen.len(),
+        all.len()
+    );
+    let during: Vec<TaskId> = seen
+        .iter()
+        .copied()
+        .filter(|id| inserted_order.contains(id))
+        .collect();
+    ensure!(
+        during == inserted_order,
+        "tasks inserted during paging are out of creation order"
+    );
+    Ok(())
+}
+
+/// Counts follow every state.
+pub async fn count_by_state_counts_each_state<S: TaskStore>(store: S) -> Outcome {
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    ensure!(
+        counts.iter().all(|(_, n)| n == 0),
+        "an empty store counts {counts:?}"
+    );
+    let want = [
+        (State::Pending, 3),
+        (State::Running, 2),
+        (State::Success, 1),
+        (State::Failed, 4),
+        (State::Canceled, 1),
+    ];
+    let mut t = 0;
+    for (state, n) in want {
+        for i in 0..n {
+            task_in(&store, &format!("{state}-{i}"), state, at(t)).await?;
+            t += 1;
+        }
+    }
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    for (state, n) in want {
+        ensure_eq!(counts.get(state), n, "{state} count");
+    }
+    Ok(())
+}
+
+/// next_due is the earliest next_run_at among pending tasks only.
+pub async fn next_due_is_the_earliest_pending<S: TaskStore>(store: S) -> Outcome {
+    ensure_eq!(
+        store.next_due().await.step("next_due")?,
+        None,
+        "empty store"
+    );
+    let a = create(&store, new_task("a"), at(50)).await?;
+    let b = create(&store, new_task("b"), at(20)).await?;
+    ensure_eq!(
+        store.next_due().await.step("next_due")?,
+        Some(at(20)),
+        "two pending"
+    );
+    claim_only(&store, b.id, at(20), LEASE).await?;
+    ensure_eq!(
+        store.next_due().await.step("next_due")?,
+        Some(at(50)),
+        "running ones do not count"
+    );
+    store
+        .complete(b.id, 1, retry(at(30), "http_503", Some(503)), at(25))
+        .await
+        .step("complete")?;
+    ensure_eq!(
+        store.next_due().await.step("next_due")?,
+        Some(at(30)),
+        "a retry's due time"
+    );
+    store.cancel(b.id, at(26)).await.step("cancel")?;
+    ensure_eq!(
+        store.next_due().await.step("next_due")?,
+        Some(at(50)),
+        "after cancel"
+    );
+    claim_only(&store, a.id, at(50), LEASE).await?;
+    ensure_eq!(
+        store.next_due().await.step("next_due")?,
+        None,
+        "nothing pending"
+    );
+    Ok(())
+}
+
+/// Operations on an id that was never stored say so.
+pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Outcome {
+    create(&store, new_task("real"), at(0)).await?;
+    let ghost = TaskId::generate();
+    ensure_eq!(store.get(ghost).await, Err(StoreError::NotFound), "get");
+    ensure_eq!(
+        store.cancel(ghost, at(1)).await,
+        Err(StoreError::NotFound),
+        "cancel"
+    );
+    ensure_eq!(
+        store.complete(ghost, 1, success(200), at(1)).await,
+        Err(StoreError::NotFound),
+        "complete"
+    );
+    ensure_eq!(
+        store.release(ghost, 1, at(1)).await,
+        Err(StoreError::NotFound),
+        "release"
+    );
+    ensure_eq!(
+        store.heartbeat(vec![ghost], at(1), LEASE).await,
+        Ok(0),
+        "heartbeat"
+    );
+    Ok(())
+}

@@ -1,0 +1,1039 @@
+//! The worker's scenarios, written once against the ports: every one runs
+//! for any store adapter × any downstream that plays a [`Script`] (the
+//! in-process fake, or the real client against [`crate::script::LoopbackServer`]).
+//!
+//! Each scenario spawns the workers it needs with [`Rig::config`] (small
+//! backoffs, so a real-time run stays quick), waits on the worker's attempt
+//! events, never on sleeps, and returns a readable error on failure.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tc_downstream::Downstream;
+use tc_model::store::{Completion, Cursor, Guarded, ListQuery, StoreError, TaskStore};
+use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
+use tc_worker::{AttemptEnded, Clock, Worker, WorkerConfig, WorkerMetrics};
+use tokio::sync::broadcast;
+
+use crate::script::{Reply, Script, Step};
+
+/// Fails the scenario with a message unless `cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+/// The longest any single wait in a scenario may take before it fails.
+const GUARD: Duration = Duration::from_secs(30);
+
+/// A store, a downstream and the script that downstream plays.
+pub struct Rig<S, D> {
+    /// The store under test.
+    pub store: Arc<S>,
+    /// The downstream under test; it plays `script`.
+    pub downstream: Arc<D>,
+    /// What the downstream answers, and what it saw.
+    pub script: Arc<Script>,
+    base_url: String,
+    clock: Clock,
+}
+
+impl<S: TaskStore, D: Downstream> Rig<S, D> {
+    /// A rig whose task urls start with `base_url` (e.g. the loopback
+    /// server's address; any http url for the in-process fake).
+    pub fn new(
+        store: Arc<S>,
+        downstream: Arc<D>,
+        script: Arc<Script>,
+        base_url: impl Into<String>,
+    ) -> Self {
+        Rig {
+            store,
+            downstream,
+            script,
+            base_url: base_url.into(),
+            clock: Clock::system(),
+        }
+    }
+
+    /// The url of `path` on the scripted downstream.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base_url, path)
+    }
+
+    /// A worker configuration for scenarios: quick backoff, short polls.
+    pub fn config(&self) -> WorkerConfig {
+        WorkerConfig {
+            concurrency: 4,
+            lease: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(20),
+            shutdown_grace: Duration::from_secs(5),
+            recover_interval: Duration::from_millis(50),
+            retry: tc_retry::Policy {
+                base: Duration::from_millis(20),
+                cap: Duration::from_millis(100),
+                max_retry_after: Duration::from_secs(3600),
+            },
+            jitter_seed: Some(7),
+        }
+    }
+
+    /// Starts a worker on this rig's store and downstream.
+    pub fn spawn_worker(&self, config: WorkerConfig) -> Worker<S> {
+        Worker::spawn(
+            Arc::clone(&self.store),
+            Arc::clone(&self.downstream),
+            config,
+            self.clock,
+            WorkerMetrics::default(),
+        )
+    }
+
+    /// Submits a task for `path` with `key`, 3 attempts, a 2 s timeout.
+    pub async fn submit(&self, path: &str, key: &str) -> Result<Task, String> {
+        self.submit_with(path, key, 3, Duration::from_secs(2)).await
+    }
+
+    /// Submits a task with explicit attempts and timeout.
+    pub async fn submit_with(
+        &self,
+        path: &str,
+        key: &str,
+        max_attempts: u32,
+        timeout: Duration,
+    ) -> Result<Task, String> {
+        let new = NewTask::new(
+            self.url(path),
+            format!("{{\"key\":\"{key}\"}}").into_bytes(),
+            key.to_owned(),
+            max_attempts,
+            timeout,
+            &Limits::default(),
+        )
+        .map_err(|e| format!("invalid task: {e}"))?;
+        let submitted = self
+            .store
+            .submit(new, self.clock.now())
+            .await
+            .map_err(|e| format!("submit: {e}"))?;
+        Ok(submitted.task)
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Task, String> {
+        self.store
+            .get(id)
+            .await
+            .map_err(|e| format!("get {id}: {e}"))
+    }
+}
+
+/// Every scenario, by name, in the order the matrix prints them.
+pub const SCENARIOS: &[&str] = &[
+    "4xx_not_retried",
+    "5xx_retried_to_limit",
+    "5xx_then_success",
+    "timeout_retried",
+    "retry_after_honoured",
+    "cancel_pending",
+    "cancel_claimed_not_started",
+    "cancel_in_flight",
+    "cancel_during_retry_wait",
+    "no_result_after_cancel",
+    "expired_lease_recovered",
+    "idempotent_submit",
+    "idempotent_submit_concurrent",
+    "same_key_different_payload",
+    "shutdown_returns_in_flight_to_pending",
+    "concurrency_bound",
+    "retry_wait_holds_no_slot",
+    "one_runner_per_task",
+];
+
+/// Runs the scenario called `name` on `rig`.
+pub async fn run<S: TaskStore, D: Downstream>(name: &str, rig: &Rig<S, D>) -> Result<(), String> {
+    match name {
+        "4xx_not_retried" => client_error_not_retried(rig).await,
+        "5xx_retried_to_limit" => server_errors_retried_to_limit(rig).await,
+        "5xx_then_success" => server_error_then_success(rig).await,
+        "timeout_retried" => timeout_retried(rig).await,
+        "retry_after_honoured" => retry_after_honoured(rig).await,
+        "cancel_pending" => cancel_pending(rig).await,
+        "cancel_claimed_not_started" => cancel_claimed_not_started(rig).await,
+        "cancel_in_flight" => cancel_in_flight(rig).await,
+        "cancel_during_retry_wait" => cancel_during_retry_wait(rig).await,
+        "no_result_after_cancel" => no_result_after_cancel(rig).await,
+        "expired_lease_recovered" => expired_lease_recovered(rig).await,
+        "idempotent_submit" => idempotent_submit(rig).await,
+        "idempotent_submit_concurrent" => idempotent_submit_concurrent(rig).await,
+        "same_key_different_payload" => same_key_different_payload(rig).await,
+        "shutdown_returns_in_flight_to_pending" => shutdown_returns_in_flight_to_pending(rig).await,
+        "concurrency_bound" => concurrency_bound(rig).await,
+        "retry_wait_holds_no_slot" => retry_wait_holds_no_slot(rig).await,
+        "one_runner_per_task" => one_runner_per_task(rig).await,
+        other => Err(format!("no scenario named {other:?}")),
+    }
+}
+
+/// Waits for the attempt of `id` that leaves it in one of `states`.
+async fn wait_for(
+    events: &mut broadcast::Receiver<AttemptEnded>,
+    id: TaskId,
+    states: &[State],
+) -> Result<AttemptEnded, String> {
+    let wait = async {
+        loop {
+            match events.recv().await {
+                Ok(e) if e.task_id == id && states.contains(&e.state) => return Ok(e),
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    return Err(format!("missed {n} worker events"));
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    return Err("the worker stopped".to_owned());
+                }
+            }
+        }
+    };
+    tokio::time::timeout(GUARD, wait)
+        .await
+        .map_err(|_| format!("task {id} did not reach {states:?} within {GUARD:?}"))?
+}
+
+async fn wait_terminal(
+    events: &mut broadcast::Receiver<AttemptEnded>,
+    id: TaskId,
+) -> Result<AttemptEnded, String> {
+    wait_for(
+        events,
+        id,
+        &[State::Success, State::Failed, State::Canceled],
+    )
+    .await
+}
+
+async fn guard<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, String> {
+    tokio::time::timeout(GUARD, fut)
+        .await
+        .map_err(|_| format!("{what}: not within {GUARD:?}"))
+}
+
+async fn stop<S: TaskStore>(worker: Worker<S>) -> Result<(), String> {
+    worker
+        .shutdown()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("shutdown: {e}"))
+}
+
+/// Runs one task on `path` with a fresh worker until it is terminal.
+async fn run_one<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+    path: &str,
+    key: &str,
+    max_attempts: u32,
+    timeout: Duration,
+) -> Result<Task, String> {
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    let task = rig.submit_with(path, key, max_attempts, timeout).await?;
+    worker.control().task_submitted();
+    wait_terminal(&mut events, task.id).await?;
+    stop(worker).await?;
+    rig.get(task.id).await
+}
+
+async fn client_error_not_retried<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    rig.script.plan("/bad", [Step::Reply(Reply::status(400))]);
+    let task = run_one(rig, "/bad", "k-400", 3, Duration::from_secs(2)).await?;
+    ensure!(task.state == State::Failed, "state {}", task.state);
+    ensure!(
+        task.error.as_deref() == Some("http_400"),
+        "error {:?}",
+        task.error
+    );
+    ensure!(
+        rig.script.calls("/bad").len() == 1,
+        "{} calls, want 1",
+        rig.script.calls("/bad").len()
+    );
+    Ok(())
+}
+
+async fn server_errors_retried_to_limit<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    rig.script
+        .plan("/down", (0..3).map(|_| Step::Reply(Reply::status(503))));
+    let task = run_one(rig, "/down", "k-503", 3, Duration::from_secs(2)).await?;
+    ensure!(task.state == State::Failed, "state {}", task.state);
+    ensure!(
+        task.error.as_deref() == Some("http_503"),
+        "error {:?}",
+        task.error
+    );
+    ensure!(task.attempt == 3, "attempt {}", task.attempt);
+    ensure!(
+        rig.script.calls("/down").len() == 3,
+        "{} calls, want 3",
+        rig.script.calls("/down").len()
+    );
+    ensure!(
+        task.attempts.len() == 3,
+        "{} attempt records",
+        task.attempts.len()
+    );
+    ensure!(
+        task.attempts
+            .iter()
+            .all(|a| a.http_status == Some(503) && a.error.as_deref() == Some("http_503")),
+        "attempt records {:?}",
+        task.attempts
+    );
+    Ok(())
+}
+
+async fn server_error_then_success<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    rig.script.plan(
+        "/flaky",
+        [
+            Step::Reply(Reply::status(503)),
+            Step::Reply(Reply::status(200)),
+        ],
+    );
+    let task = run_one(rig, "/flaky", "k-flaky", 3, Duration::from_secs(2)).await?;
+    ensure!(task.state == State::Success, "state {}", task.state);
+    ensure!(task.attempt == 2, "attempt {}", task.attempt);
+    ensure!(
+        task.http_status == Some(200),
+        "http_status {:?}",
+        task.http_status
+    );
+    ensure!(
+        task.result.as_deref() == Some(&b"{\"status\":200}"[..]),
+        "result {:?}",
+        task.result
+    );
+    ensure!(
+        rig.script.calls("/flaky").len() == 2,
+        "{} calls",
+        rig.script.calls("/flaky").len()
+    );
+    let keys: Vec<_> = rig
+        .script
+        .calls("/flaky")
+        .into_iter()
+        .map(|c| (c.idempotency_key, c.attempt))
+        .collect();
+    ensure!(
+        keys == [
+            (Some("k-flaky".to_owned()), Some(1)),
+            (Some("k-flaky".to_owned()), Some(2))
+        ],
+        "every try carries the key and its attempt: {keys:?}"
+    );
+    Ok(())
+}
+
+async fn timeout_retried<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
+    rig.script
+        .plan("/slow", [Step::Hang, Step::Reply(Reply::status(200))]);
+    let task = run_one(rig, "/slow", "k-slow", 3, Duration::from_millis(200)).await?;
+    ensure!(task.state == State::Success, "state {}", task.state);
+    ensure!(task.attempt == 2, "attempt {}", task.attempt);
+    ensure!(
+        task.attempts.first().and_then(|a| a.error.as_deref()) == Some("timeout"),
+        "first attempt {:?}",
+        task.attempts.first()
+    );
+    Ok(())
+}
+
+async fn retry_after_honoured<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
+    rig.script.plan(
+        "/busy",
+        [
+            Step::Reply(Reply::status(429).retry_after("1")),
+            Step::Reply(Reply::status(200)),
+        ],
+    );
+    let task = run_one(rig, "/busy", "k-429", 3, Duration::from_secs(2)).await?;
+    ensure!(task.state == State::Success, "state {}", task.state);
+    let calls = rig.script.calls("/busy");
+    ensure!(calls.len() == 2, "{} calls", calls.len());
+    let gap = calls[1].at.duration_since(calls[0].at);
+    // The policy's own backoff is at most 150 ms here: only Retry-After explains a second's wait.
+    ensure!(
+        gap >= Duration::from_secs(1),
+        "second try {gap:?} after the first, want >= 1 s"
+    );
+    Ok(())
+}
+
+async fn cancel_pending<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
+    let doomed = rig.submit("/doomed", "k-doomed").await?;
+    let after = rig.submit("/after", "k-after").await?;
+    let worker = rig.spawn_worker(WorkerConfig {
+        concurrency: 1,
+        ..rig.config()
+    });
+    let canceled = worker
+        .control()
+        .cancel(doomed.id)
+        .await
+        .map_err(|e| format!("cancel: {e}"))?;
+    ensure!(
+        canceled.state == State::Canceled,
+        "cancel returned {}",
+        canceled.state
+    );
+    let mut events = worker.control().subscribe();
+    worker.control().task_submitted();
+    // Claims go oldest first: once the later task is done, the canceled one was passed over.
+    wait_terminal(&mut events, after.id).await?;
+    stop(worker).await?;
+    ensure!(
+        rig.script.calls("/doomed").is_empty(),
+        "a canceled pending task was called"
+    );
+    let doomed = rig.get(doomed.id).await?;
+    ensure!(
+        doomed.state == State::Canceled && doomed.attempt == 0,
+        "{} attempt {}",
+        doomed.state,
+        doomed.attempt
+    );
+    Ok(())
+}
+
+async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    // A store whose claims stop between the database and the worker, so the
+    // cancel lands exactly after the claim and before the call.
+    let gated = Arc::new(GatedClaims::new(Arc::clone(&rig.store)));
+    let worker = Worker::spawn(
+        Arc::clone(&gated),
+        Arc::clone(&rig.downstream),
+        rig.config(),
+        rig.clock,
+        WorkerMetrics::default(),
+    );
+    let control = worker.control();
+    let mut events = control.subscribe();
+    let task = rig.submit("/claimed", "k-claimed").await?;
+    gated.arm();
+    control.task_submitted();
+    guard("claim", gated.claimed()).await?;
+    let canceled = control
+        .cancel(task.id)
+        .await
+        .map_err(|e| format!("cancel: {e}"))?;
+    ensure!(
+        canceled.state == State::Canceled,
+        "cancel returned {}",
+        canceled.state
+    );
+    gated.release();
+    let ended = wait_terminal(&mut events, task.id).await?;
+    stop(worker).await?;
+    ensure!(
+        ended.state == State::Canceled,
+        "attempt ended {}",
+        ended.state
+    );
+    ensure!(
+        rig.script.calls("/claimed").is_empty(),
+        "a claimed-then-canceled task was called"
+    );
+    Ok(())
+}
+
+async fn cancel_in_flight<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
+    rig.script.plan("/hang", [Step::Hang]);
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    let task = rig
+        .submit_with("/hang", "k-hang", 3, Duration::from_secs(60))
+        .await?;
+    worker.control().task_submitted();
+    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    let abandoned_before = rig.script.abandoned();
+    let canceled = worker
+        .control()
+        .cancel(task.id)
+        .await
+        .map_err(|e| format!("cancel: {e}"))?;
+    ensure!(
+        canceled.state == State::Canceled,
+        "cancel returned {}",
+        canceled.state
+    );
+    // The downstream sees the call go away (for the real client: the connection closes).
+    guard(
+        "the call to be dropped",
+        rig.script.wait_abandoned(abandoned_before + 1),
+    )
+    .await?;
+    let ended = wait_terminal(&mut events, task.id).await?;
+    stop(worker).await?;
+    ensure!(
+        ended.state == State::Canceled,
+        "attempt ended {}",
+        ended.state
+    );
+    let task = rig.get(task.id).await?;
+    ensure!(
+        task.state == State::Canceled && task.result.is_none(),
+        "{} {:?}",
+        task.state,
+        task.result
+    );
+    ensure!(
+        rig.script.calls("/hang").len() == 1,
+        "called again after cancel"
+    );
+    Ok(())
+}
+
+async fn cancel_during_retry_wait<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    rig.script.plan("/later", [Step::Reply(Reply::status(503))]);
+    let mut config = rig.config();
+    config.retry.base = Duration::from_secs(60);
+    config.retry.cap = Duration::from_secs(60);
+    let worker = rig.spawn_worker(config);
+    let mut events = worker.control().subscribe();
+    let task = rig.submit("/later", "k-later").await?;
+    worker.control().task_submitted();
+    wait_for(&mut events, task.id, &[State::Pending]).await?;
+    let waiting = rig.get(task.id).await?;
+    ensure!(
+        waiting.state == State::Pending && waiting.next_run_at.is_some(),
+        "not waiting for a retry: {}",
+        waiting.state
+    );
+    let canceled = worker
+        .control()
+        .cancel(task.id)
+        .await
+        .map_err(|e| format!("cancel: {e}"))?;
+    ensure!(
+        canceled.state == State::Canceled,
+        "cancel returned {}",
+        canceled.state
+    );
+    stop(worker).await?;
+    // Nothing is left to claim, ever: the canceled task is no longer due.
+    let due = rig.store.next_due().await.map_err(|e| e.to_string())?;
+    ensure!(due.is_none(), "a canceled task is still due at {due:?}");
+    let claimed = rig
+        .store
+        .claim_due(
+            10,
+            Timestamp::from_millis(i64::MAX / 2),
+            Duration::from_secs(1),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        claimed.is_empty(),
+        "claimed {} tasks far in the future",
+        claimed.len()
+    );
+    ensure!(
+        rig.script.calls("/later").len() == 1,
+        "{} calls",
+        rig.script.calls("/later").len()
+    );
+    Ok(())
+}
+
+async fn no_result_after_cancel<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    // The answer arrives after the store already says canceled (a cancel that
+    // raced the response): the guarded write must lose.
+    rig.script.plan("/race", [Step::Gate(Reply::status(200))]);
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    let task = rig.submit("/race", "k-race").await?;
+    worker.control().task_submitted();
+    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    // Straight to the store, so the worker's in-flight call is not interrupted.
+    rig.store
+        .cancel(task.id, rig.clock.now())
+        .await
+        .map_err(|e| e.to_string())?;
+    rig.script.open_gate();
+    let ended = wait_terminal(&mut events, task.id).await?;
+    stop(worker).await?;
+    ensure!(
+        ended.state == State::Canceled,
+        "attempt ended {}",
+        ended.state
+    );
+    let task = rig.get(task.id).await?;
+    ensure!(task.state == State::Canceled, "state {}", task.state);
+    ensure!(
+        task.result.is_none() && task.http_status.is_none(),
+        "a result was written: {:?} {:?}",
+        task.http_status,
+        task.result
+    );
+    Ok(())
+}
+
+async fn expired_lease_recovered<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    rig.script.plan("/crash", [Step::Hang]);
+    let lease = Duration::from_millis(300);
+    let first = rig.spawn_worker(WorkerConfig {
+        lease,
+        ..rig.config()
+    });
+    let task = rig
+        .submit_with("/crash", "k-crash", 3, Duration::from_secs(60))
+        .await?;
+    first.control().task_submitted();
+    guard("the first call", rig.script.wait_calls(1)).await?;
+    // Killed: no shutdown, no release. The task stays running under a lease
+    // nobody renews.
+    drop(first);
+    let running = rig.get(task.id).await?;
+    ensure!(
+        running.state == State::Running,
+        "state after the crash {}",
+        running.state
+    );
+    let second = rig.spawn_worker(WorkerConfig {
+        lease,
+        ..rig.config()
+    });
+    let mut events = second.control().subscribe();
+    let ended = wait_terminal(&mut events, task.id).await?;
+    stop(second).await?;
+    ensure!(
+        ended.state == State::Success,
+        "recovered task ended {}",
+        ended.state
+    );
+    let task = rig.get(task.id).await?;
+    ensure!(task.attempt == 2, "attempt {}", task.attempt);
+    ensure!(
+        task.attempts.first().and_then(|a| a.error.as_deref()) == Some("interrupted"),
+        "first try {:?}",
+        task.attempts.first()
+    );
+    Ok(())
+}
+
+async fn idempotent_submit<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
+    let task = run_one(rig, "/once", "k-once", 3, Duration::from_secs(2)).await?;
+    ensure!(task.state == State::Success, "state {}", task.state);
+    let again = rig
+        .submit_with("/once", "k-once", 3, Duration::from_secs(2))
+        .await?;
+    ensure!(
+        again.id == task.id && again.state == State::Success,
+        "resubmit gave {} {}",
+        again.id,
+        again.state
+    );
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    let marker = rig.submit("/marker", "k-marker").await?;
+    worker.control().task_submitted();
+    wait_terminal(&mut events, marker.id).await?;
+    stop(worker).await?;
+    ensure!(
+        rig.script.calls("/once").len() == 1,
+        "the downstream was hit {} times",
+        rig.script.calls("/once").len()
+    );
+    Ok(())
+}
+
+async fn idempotent_submit_concurrent<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    let submits: Vec<_> = (0..50)
+        .map(|_| {
+            let store = Arc::clone(&rig.store);
+            let url = rig.url("/same");
+            let now = rig.clock.now();
+            tokio::spawn(async move {
+                let new = NewTask::new(
+                    url,
+                    b"{}".to_vec(),
+                    "k-same".into(),
+                    3,
+                    Duration::from_secs(2),
+                    &Limits::default(),
+                )
+                .map_err(|e| e.to_string())?;
+                store.submit(new, now).await.map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    let mut created = 0;
+    for submit in submits {
+        let submitted = submit.await.map_err(|e| e.to_string())??;
+        created += usize::from(submitted.created);
+        ids.push(submitted.task.id);
+    }
+    ids.dedup();
+    ensure!(
+        ids.len() == 1 && created == 1,
+        "{} ids, {created} created",
+        ids.len()
+    );
+    worker.control().task_submitted();
+    wait_terminal(&mut events, ids[0]).await?;
+    stop(worker).await?;
+    ensure!(
+        rig.script.calls("/same").len() == 1,
+        "{} downstream calls",
+        rig.script.calls("/same").len()
+    );
+    Ok(())
+}
+
+async fn same_key_different_payload<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    rig.submit("/one", "k-conflict").await?;
+    let other = NewTask::new(
+        rig.url("/two"),
+        b"{}".to_vec(),
+        "k-conflict".into(),
+        3,
+        Duration::from_secs(2),
+        &Limits::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let got = rig.store.submit(other, rig.clock.now()).await;
+    ensure!(got == Err(StoreError::IdempotencyConflict), "got {got:?}");
+    let page = rig
+        .store
+        .list(ListQuery {
+            state: None,
+            limit: 100,
+            after: None::<Cursor>,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let with_key = page
+        .tasks
+        .iter()
+        .filter(|t| t.idempotency_key == "k-conflict")
+        .count();
+    ensure!(with_key == 1, "{with_key} tasks with the key");
+    Ok(())
+}
+
+async fn shutdown_returns_in_flight_to_pending<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    rig.script.plan("/long", [Step::Hang]);
+    let worker = rig.spawn_worker(WorkerConfig {
+        shutdown_grace: Duration::from_millis(100),
+        ..rig.config()
+    });
+    let task = rig
+        .submit_with("/long", "k-long", 3, Duration::from_secs(60))
+        .await?;
+    worker.control().task_submitted();
+    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    let report = worker.shutdown().await.map_err(|e| e.to_string())?;
+    ensure!(
+        report.interrupted == 1,
+        "interrupted {}",
+        report.interrupted
+    );
+    let back = rig.get(task.id).await?;
+    ensure!(
+        back.state == State::Pending,
+        "state after shutdown {}",
+        back.state
+    );
+    ensure!(
+        back.attempt == 0,
+        "the interrupted try used up an attempt: {}",
+        back.attempt
+    );
+    ensure!(
+        back.attempts.len() == 1 && back.attempts[0].error.as_deref() == Some("interrupted"),
+        "history {:?}",
+        back.attempts
+    );
+    let running = rig
+        .store
+        .count_by_state()
+        .await
+        .map_err(|e| e.to_string())?
+        .get(State::Running);
+    ensure!(
+        running == 0,
+        "{running} tasks left running after a clean stop"
+    );
+    // A restart finishes it.
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    worker.control().task_submitted();
+    let ended = wait_terminal(&mut events, task.id).await?;
+    stop(worker).await?;
+    ensure!(
+        ended.state == State::Success,
+        "after restart {}",
+        ended.state
+    );
+    Ok(())
+}
+
+async fn concurrency_bound<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
+    const N: usize = 3;
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let path = format!("/bound/{i}");
+        rig.script.plan(
+            &path,
+            [Step::ReplyAfter(
+                Duration::from_millis(30),
+                Reply::status(200),
+            )],
+        );
+        ids.push(rig.submit(&path, &format!("k-bound-{i}")).await?.id);
+    }
+    let worker = rig.spawn_worker(WorkerConfig {
+        concurrency: N,
+        ..rig.config()
+    });
+    let mut events = worker.control().subscribe();
+    worker.control().task_submitted();
+    for id in &ids {
+        wait_terminal(&mut events, *id).await?;
+    }
+    stop(worker).await?;
+    let peak = rig.script.peak_in_flight();
+    ensure!(peak == N, "peak in flight {peak}, want exactly {N}");
+    Ok(())
+}
+
+async fn retry_wait_holds_no_slot<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    rig.script.plan("/waits", [Step::Reply(Reply::status(503))]);
+    let mut config = WorkerConfig {
+        concurrency: 1,
+        ..rig.config()
+    };
+    config.retry.base = Duration::from_secs(60);
+    config.retry.cap = Duration::from_secs(60);
+    let worker = rig.spawn_worker(config);
+    let mut events = worker.control().subscribe();
+    let waiting = rig.submit("/waits", "k-waits").await?;
+    worker.control().task_submitted();
+    wait_for(&mut events, waiting.id, &[State::Pending]).await?;
+    let other = rig.submit("/quick", "k-quick").await?;
+    worker.control().task_submitted();
+    wait_terminal(&mut events, other.id).await?;
+    stop(worker).await?;
+    let waiting = rig.get(waiting.id).await?;
+    let other = rig.get(other.id).await?;
+    let (Some(due), Some(done)) = (waiting.next_run_at, other.finished_at) else {
+        return Err(format!(
+            "missing times: {:?} {:?}",
+            waiting.next_run_at, other.finished_at
+        ));
+    };
+    ensure!(other.state == State::Success, "other task {}", other.state);
+    ensure!(
+        done < due,
+        "the other task finished at {done:?}, not before the retry due at {due:?}"
+    );
+    Ok(())
+}
+
+async fn one_runner_per_task<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let path = format!("/shared/{i}");
+        rig.script.plan(
+            &path,
+            [Step::ReplyAfter(
+                Duration::from_millis(5),
+                Reply::status(200),
+            )],
+        );
+        ids.push(rig.submit(&path, &format!("k-shared-{i}")).await?.id);
+    }
+    let a = rig.spawn_worker(rig.config());
+    let b = rig.spawn_worker(rig.config());
+    let mut events_a = a.control().subscribe();
+    let mut events_b = b.control().subscribe();
+    a.control().task_submitted();
+    b.control().task_submitted();
+    let mut done = std::collections::HashSet::new();
+    guard("all tasks done", async {
+        while done.len() < ids.len() {
+            let event = tokio::select! {
+                e = events_a.recv() => e,
+                e = events_b.recv() => e,
+            };
+            match event {
+                Ok(e) if e.state.is_terminal() => {
+                    done.insert(e.task_id);
+                }
+                Ok(_) => {}
+                Err(e) => return Err(format!("events: {e}")),
+            }
+        }
+        Ok(())
+    })
+    .await??;
+    stop(a).await?;
+    stop(b).await?;
+    for (i, id) in ids.iter().enumerate() {
+        let calls = rig.script.calls(&format!("/shared/{i}"));
+        ensure!(
+            calls.len() == 1,
+            "task {id} was called {} times",
+            calls.len()
+        );
+        let task = rig.get(*id).await?;
+        ensure!(
+            task.state == State::Success && task.attempt == 1,
+            "task {id}: {} attempt {}",
+            task.state,
+            task.attempt
+        );
+    }
+    Ok(())
+}
+
+/// A store that, once armed, holds the next claim between the database and
+/// the worker until released: the window of "claimed, not yet called".
+pub struct GatedClaims<S> {
+    inner: Arc<S>,
+    armed: std::sync::atomic::AtomicBool,
+    claimed: tokio::sync::Notify,
+    released: tokio::sync::Notify,
+}
+
+impl<S> GatedClaims<S> {
+    /// Wraps `inner`; claims pass straight through until [`GatedClaims::arm`].
+    pub fn new(inner: Arc<S>) -> GatedClaims<S> {
+        GatedClaims {
+            inner,
+            armed: std::sync::atomic::AtomicBool::new(false),
+            claimed: tokio::sync::Notify::new(),
+            released: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Holds the next claim that returns at least one task.
+    pub fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Waits until a held claim has its tasks.
+    pub async fn claimed(&self) {
+        self.claimed.notified().await;
+    }
+
+    /// Lets the held claim return.
+    pub fn release(&self) {
+        self.released.notify_one();
+    }
+}
+
+impl<S: TaskStore> TaskStore for GatedClaims<S> {
+    fn submit(
+        &self,
+        task: NewTask,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<tc_model::store::Submitted, StoreError>> + Send {
+        self.inner.submit(task, now)
+    }
+    fn get(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send {
+        self.inner.get(id)
+    }
+    fn list(
+        &self,
+        query: ListQuery,
+    ) -> impl Future<Output = Result<tc_model::store::Page, StoreError>> + Send {
+        self.inner.list(query)
+    }
+    fn count_by_state(
+        &self,
+    ) -> impl Future<Output = Result<tc_model::store::StateCounts, StoreError>> + Send {
+        self.inner.count_by_state()
+    }
+    async fn claim_due(
+        &self,
+        n: usize,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<Vec<Task>, StoreError> {
+        let tasks = self.inner.claim_due(n, now, lease).await?;
+        if !tasks.is_empty() && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            // notify_one stores a permit, so the test may start waiting late.
+            self.claimed.notify_one();
+            self.released.notified().await;
+        }
+        Ok(tasks)
+    }
+    fn heartbeat(
+        &self,
+        ids: Vec<TaskId>,
+        now: Timestamp,
+        lease: Duration,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        self.inner.heartbeat(ids, now, lease)
+    }
+    fn complete(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        outcome: Completion,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
+        self.inner.complete(id, attempt, outcome, now)
+    }
+    fn cancel(
+        &self,
+        id: TaskId,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Task, StoreError>> + Send {
+        self.inner.cancel(id, now)
+    }
+    fn release(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
+        self.inner.release(id, attempt, now)
+    }
+    fn recover_expired(
+        &self,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        self.inner.recover_expired(now)
+    }
+    fn next_due(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send {
+        self.inner.next_due()
+    }
+}
