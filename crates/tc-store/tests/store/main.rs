@@ -5,4 +5,5 @@
 #![allow(clippy::unwrap_used)]
 
 mod contract;
+mod crash;
 mod file;
