@@ -1,0 +1,282 @@
+//! The command line: every flag of `serve` is also an environment variable,
+//! `TC_` followed by the flag's name in upper snake case.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// taskcenter: a durable asynchronous task center. Register "POST this JSON
+/// to this URL" tasks over HTTP; a worker performs them with retries.
+#[derive(Debug, Parser)]
+#[command(name = "tc-server", version, args_conflicts_with_subcommands = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+    /// With no subcommand, the flags of `serve`.
+    #[command(flatten)]
+    pub(crate) serve: ServeArgs,
+}
+
+/// What to run.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Serve the HTTP API and run the worker (the default).
+    Serve(ServeArgs),
+    /// Walk through submit, retry, idempotent resubmit, failure and cancel on
+    /// a temporary database with a built-in downstream, then exit.
+    Demo,
+}
+
+/// Commit durability of the SQLite file (`PRAGMA synchronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Sync {
+    /// Every commit is fsynced: an acknowledged submit survives power loss.
+    Full,
+    /// Commits survive a process crash; the last ones may be lost on power loss.
+    Normal,
+}
+
+/// How log lines look on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One JSON object per line, the event's fields at the top level.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// The flags of `serve`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ServeArgs {
+    /// The SQLite database file; created if missing.
+    #[arg(long, env = "TC_DB", default_value = "./taskcenter.db")]
+    pub(crate) db: PathBuf,
+
+    /// The address the HTTP API listens on; port 0 picks a free port (the
+    /// `listening` log event says which).
+    #[arg(long, env = "TC_LISTEN", default_value = "127.0.0.1:8080")]
+    pub(crate) listen: SocketAddr,
+
+    /// The most downstream calls in flight at once.
+    #[arg(long, env = "TC_CONCURRENCY", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) concurrency: u32,
+
+    /// The timeout of one downstream call, for tasks that do not set
+    /// `timeout_ms`.
+    #[arg(long, env = "TC_CALL_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub(crate) call_timeout_ms: u64,
+
+    /// The most tries of a task that does not set `max_attempts`.
+    #[arg(long, env = "TC_MAX_ATTEMPTS", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) max_attempts: u32,
+
+    /// The backoff before the first retry; it doubles per try, with jitter.
+    #[arg(long, env = "TC_BACKOFF_BASE_MS", default_value_t = 200,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub(crate) backoff_base_ms: u64,
+
+    /// The largest backoff between two tries (at least --backoff-base-ms).
+    #[arg(long, env = "TC_BACKOFF_CAP_MS", default_value_t = 8000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub(crate) backoff_cap_ms: u64,
+
+    /// How long a claimed task is held before a restarted server may take it
+    /// back; renewed every third of it while the call runs.
+    #[arg(long, env = "TC_LEASE_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(3..=86_400_000))]
+    pub(crate) lease_ms: u64,
+
+    /// The longest the worker sleeps before looking for due tasks again.
+    #[arg(long, env = "TC_POLL_INTERVAL_MS", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub(crate) poll_interval_ms: u64,
+
+    /// On SIGTERM or SIGINT, how long calls in flight may finish before they
+    /// are interrupted and put back to pending.
+    #[arg(long, env = "TC_SHUTDOWN_GRACE_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub(crate) shutdown_grace_ms: u64,
+
+    /// When set, every /tasks route needs `Authorization: Bearer <token>`.
+    #[arg(long, env = "TC_API_TOKEN", hide_env_values = true,
+          value_parser = non_empty)]
+    pub(crate) api_token: Option<String>,
+
+    /// Only task urls starting with one of these prefixes are accepted
+    /// (repeatable; in the environment, comma-separated). End a prefix with
+    /// `/`, or `http://hooks` also admits `http://hooks.evil.example/`.
+    #[arg(long, env = "TC_ALLOW_URL_PREFIX", value_delimiter = ',',
+          value_parser = non_empty)]
+    pub(crate) allow_url_prefix: Vec<String>,
+
+    /// Commit durability: `full` fsyncs every commit, `normal` survives a
+    /// process crash but may lose the last commits on power loss.
+    #[arg(long, env = "TC_SYNC", value_enum, default_value_t = Sync::Full)]
+    pub(crate) sync: Sync,
+
+    /// Log lines on stdout: `json` (one object per line) or `text`.
+    #[arg(long, env = "TC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    pub(crate) log_format: LogFormat,
+
+    /// The largest request body accepted, in bytes.
+    #[arg(long, env = "TC_MAX_BODY_BYTES", default_value_t = tc_model::Limits::DEFAULT_MAX_BODY_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_073_741_824))]
+    pub(crate) max_body_bytes: u64,
+}
+
+fn non_empty(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        Err("must not be empty".to_owned())
+    } else {
+        Ok(value.to_owned())
+    }
+}
+
+impl ServeArgs {
+    /// Checks what one flag alone cannot: the relations between flags.
+    pub(crate) fn check(&self) -> Result<(), clap::Error> {
+        use clap::CommandFactory;
+        if self.backoff_cap_ms < self.backoff_base_ms {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--backoff-cap-ms ({}) must be at least --backoff-base-ms ({})",
+                    self.backoff_cap_ms, self.backoff_base_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    pub(crate) fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+
+    pub(crate) fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    pub(crate) fn retry_policy(&self) -> tc_retry::Policy {
+        tc_retry::Policy {
+            base: Duration::from_millis(self.backoff_base_ms),
+            cap: Duration::from_millis(self.backoff_cap_ms),
+            ..tc_retry::Policy::default()
+        }
+    }
+}
+
+impl Cli {
+    /// The serve flags to run with: those after `serve`, or the top-level ones.
+    pub(crate) fn serve_args(&self) -> &ServeArgs {
+        match &self.command {
+            Some(Command::Serve(args)) => args,
+            _ => &self.serve,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let cli = Cli::try_parse_from(std::iter::once("tc-server").chain(args.iter().copied()))?;
+        cli.serve_args().check()?;
+        Ok(cli)
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_match_the_documented_ones() {
+        let cli = parse(&[]).unwrap();
+        assert!(cli.command.is_none());
+        let a = cli.serve_args();
+        assert_eq!(a.db, PathBuf::from("./taskcenter.db"));
+        assert_eq!(a.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(
+            (a.concurrency, a.call_timeout_ms, a.max_attempts),
+            (8, 5000, 3)
+        );
+        assert_eq!(
+            (a.backoff_base_ms, a.backoff_cap_ms, a.lease_ms),
+            (200, 8000, 30_000)
+        );
+        assert_eq!((a.poll_interval_ms, a.shutdown_grace_ms), (50, 10_000));
+        assert_eq!(a.api_token, None);
+        assert!(a.allow_url_prefix.is_empty());
+        assert_eq!((a.sync, a.log_format), (Sync::Full, LogFormat::Json));
+        assert_eq!(a.max_body_bytes, 1024 * 1024);
+    }
+
+    #[test]
+    fn serve_flags_work_before_and_after_the_subcommand() {
+        let flags = [
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-url-prefix",
+            "http://a/",
+            "--allow-url-prefix",
+            "http://b/,http://c/",
+        ];
+        let top = parse(&flags).unwrap();
+        let mut with_serve = vec!["serve"];
+        with_serve.extend(flags);
+        let sub = parse(&with_serve).unwrap();
+        for cli in [top, sub] {
+            let a = cli.serve_args();
+            assert_eq!(a.listen.port(), 0);
+            assert_eq!(a.allow_url_prefix, ["http://a/", "http://b/", "http://c/"]);
+        }
+        assert!(matches!(
+            parse(&["demo"]).unwrap().command,
+            Some(Command::Demo)
+        ));
+    }
+
+    /// Each bad command line is refused, and the message names the flag.
+    #[test]
+    fn bad_values_are_refused_naming_the_flag() {
+        let check = |args: &[&str], flag: &str| {
+            let err = parse(args).expect_err(&format!("{args:?} must be refused"));
+            let msg = err.to_string();
+            assert!(msg.contains(flag), "{args:?}: {msg}");
+        };
+        check(&["--concurrency", "0"], "--concurrency");
+        check(&["--concurrency=-1"], "--concurrency");
+        check(&["--max-attempts", "0"], "--max-attempts");
+        check(&["--max-attempts", "101"], "--max-attempts");
+        check(&["--call-timeout-ms", "0"], "--call-timeout-ms");
+        check(&["--call-timeout-ms", "600001"], "--call-timeout-ms");
+        check(&["--lease-ms", "0"], "--lease-ms");
+        check(&["--poll-interval-ms", "0"], "--poll-interval-ms");
+        check(&["--backoff-base-ms", "0"], "--backoff-base-ms");
+        check(
+            &["--backoff-base-ms", "500", "--backoff-cap-ms", "100"],
+            "--backoff-cap-ms",
+        );
+        check(&["--listen", "localhost"], "--listen");
+        check(&["--sync", "off"], "--sync");
+        check(&["--log-format", "xml"], "--log-format");
+        check(&["--api-token", ""], "--api-token");
+        check(&["--max-body-bytes", "0"], "--max-body-bytes");
+        check(&["--no-such-flag"], "--no-such-flag");
+    }
+}

@@ -1,0 +1,23 @@
+//! The HTTP layer's [`tc_http::Control`] port, implemented over the worker's
+//! handle: tc-http and tc-worker never see each other.
+
+use tc_model::store::{StoreError, TaskStore};
+use tc_model::{Task, TaskId, Timestamp};
+use tc_worker::WorkerControl;
+
+/// Hands tc-http's wake-ups, cancels and clock reads to the worker.
+pub(crate) struct WorkerPort<S>(pub(crate) WorkerControl<S>);
+
+impl<S: TaskStore> tc_http::Control for WorkerPort<S> {
+    fn task_submitted(&self) {
+        self.0.task_submitted();
+    }
+
+    async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
+        self.0.cancel(id).await
+    }
+
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+}

@@ -1,0 +1,228 @@
+//! Wiring: the store, the downstream client, the worker and the HTTP API,
+//! started in that order and stopped in reverse.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tc_downstream::{DownstreamConfig, HyperDownstream};
+use tc_store::{SqliteStore, StoreConfig, Synchronous};
+use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::cli::{ServeArgs, Sync};
+use crate::control::WorkerPort;
+
+/// Why the server could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServeError {
+    /// The database could not be opened; the file was left as it was.
+    #[error("cannot open the database: {0}")]
+    Store(#[from] tc_store::OpenError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The HTTP server failed to start or ended abnormally.
+    #[error("HTTP server: {0}")]
+    Http(#[from] tc_http::ServeError),
+    /// The worker ended abnormally.
+    #[error("worker: {0}")]
+    Worker(#[from] tc_worker::WorkerError),
+}
+
+/// Everything [`start`] needs, from the command line or the demo.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) db: PathBuf,
+    pub(crate) listen: SocketAddr,
+    pub(crate) store: StoreConfig,
+    pub(crate) worker: WorkerConfig,
+    pub(crate) http: tc_http::HttpConfig,
+}
+
+impl Settings {
+    pub(crate) fn from_args(args: &ServeArgs) -> Settings {
+        let lease = args.lease();
+        Settings {
+            db: args.db.clone(),
+            listen: args.listen,
+            store: StoreConfig {
+                synchronous: match args.sync {
+                    Sync::Full => Synchronous::Full,
+                    Sync::Normal => Synchronous::Normal,
+                },
+                ..StoreConfig::default()
+            },
+            worker: WorkerConfig {
+                concurrency: args.concurrency as usize,
+                lease,
+                poll_interval: args.poll_interval(),
+                shutdown_grace: args.shutdown_grace(),
+                // Twice per lease: a task left by a crashed run is picked up
+                // at most one and a half leases after the crash.
+                recover_interval: (lease / 2).max(Duration::from_millis(1)),
+                retry: args.retry_policy(),
+                jitter_seed: None,
+            },
+            http: tc_http::HttpConfig {
+                max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
+                default_max_attempts: args.max_attempts,
+                default_timeout: args.call_timeout(),
+                api_token: args.api_token.clone(),
+                allow_url_prefixes: args.allow_url_prefix.clone(),
+                shutdown_grace: args.shutdown_grace(),
+                ..tc_http::HttpConfig::default()
+            },
+        }
+    }
+}
+
+/// A running service: the HTTP API served, the worker claiming.
+pub(crate) struct Running {
+    addr: SocketAddr,
+    store: Arc<SqliteStore>,
+    worker: Worker<SqliteStore>,
+    http: tc_http::Server,
+    stop_http: oneshot::Sender<()>,
+}
+
+/// Opens the store, spawns the worker (which first recovers the leases a
+/// crashed run left behind) and serves the API. Logs `listening` with the
+/// bound address.
+pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
+    // Bind first: a taken port fails the start before a database file is
+    // created or a task is touched.
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: settings.listen,
+            source,
+        })?;
+    let store = Arc::new(SqliteStore::open(&settings.db, settings.store.clone()).await?);
+    let downstream = Arc::new(HyperDownstream::new(DownstreamConfig::default()));
+
+    let mut registry = Registry::default();
+    let metrics = WorkerMetrics::default();
+    metrics.register(&mut registry);
+
+    let worker = Worker::spawn(
+        Arc::clone(&store),
+        downstream,
+        settings.worker.clone(),
+        Clock::system(),
+        metrics,
+    );
+    let app = Arc::new(tc_http::App::new(
+        Arc::clone(&store),
+        WorkerPort(worker.control()),
+        settings.http.clone(),
+        registry,
+    ));
+    let (stop_http, stopped) = oneshot::channel::<()>();
+    let http = match tc_http::serve(listener, app, async {
+        let _ = stopped.await;
+    }) {
+        Ok(http) => http,
+        Err(e) => {
+            // Leave nothing running: put claimed tasks back before failing.
+            let _ = worker.shutdown().await;
+            return Err(e.into());
+        }
+    };
+    let addr = http.local_addr();
+    tracing::info!(
+        addr = %addr,
+        db = %settings.db.display(),
+        concurrency = settings.worker.concurrency,
+        "listening"
+    );
+    Ok(Running {
+        addr,
+        store,
+        worker,
+        http,
+        stop_http,
+    })
+}
+
+impl Running {
+    /// The address the API is served on.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The worker's handle (the demo watches attempts end through it).
+    pub(crate) fn control(&self) -> WorkerControl<SqliteStore> {
+        self.worker.control()
+    }
+
+    /// Graceful stop: the API stops accepting and finishes open requests
+    /// while the worker stops claiming, lets calls in flight finish within
+    /// the grace period and puts the rest back to pending; then the store
+    /// commits what is queued and closes.
+    pub(crate) async fn shutdown(self) -> Result<(), ServeError> {
+        let Running {
+            store,
+            worker,
+            http,
+            stop_http,
+            ..
+        } = self;
+        tracing::info!("shutdown_started");
+        let _ = stop_http.send(());
+        let (http, worker) = tokio::join!(http.wait(), worker.shutdown());
+        let report = worker?;
+        tracing::info!(interrupted = report.interrupted, "shutdown_worker_stopped");
+        http?;
+        close_store(store).await;
+        tracing::info!("shutdown_complete");
+        Ok(())
+    }
+}
+
+async fn close_store(store: Arc<SqliteStore>) {
+    match Arc::try_unwrap(store) {
+        Ok(store) => store.close().await,
+        Err(shared) => {
+            // Someone still holds the store (an HTTP request past the grace
+            // period): dropping the last handle flushes and joins the writer,
+            // which blocks, so do it off the runtime's threads.
+            tracing::warn!("store still shared at shutdown; it closes when released");
+            let _ = tokio::task::spawn_blocking(move || drop(shared)).await;
+        }
+    }
+}
+
+/// SIGTERM and SIGINT, caught from the moment [`Signals::install`] returns
+/// (before `listening` is logged, so that a signal sent right after it is
+/// never the default "terminate at once").
+pub(crate) struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub(crate) fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// The next signal's name.
+    pub(crate) async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
