@@ -2,7 +2,7 @@
 //! this module knows the wire shapes; the domain types stay free of serde.
 
 use std::borrow::Cow;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -247,12 +247,8 @@ const MAX_PRINTABLE_MS: i64 = 253_402_300_800_000 - 1;
 /// no clock this service runs on produces them.
 pub(crate) fn rfc3339(t: Timestamp) -> String {
     let ms = t.as_millis().clamp(0, MAX_PRINTABLE_MS);
-    let time = UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs());
-    format_system_time(time)
-}
-
-fn format_system_time(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs()))
+        .to_string()
 }
 
 #[cfg(test)]

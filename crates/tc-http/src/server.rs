@@ -97,7 +97,14 @@ where
         let permit = tokio::select! {
             biased;
             () = &mut shutdown => break,
-            Some(_) = connections.join_next() => continue,
+            Some(joined) = connections.join_next() => {
+                if let Err(e) = joined
+                    && e.is_panic()
+                {
+                    tracing::error!(error = %e, "a connection task panicked");
+                }
+                continue;
+            }
             permit = permits.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
                 // The semaphore is never closed; leaving is the safe reading.

@@ -255,6 +255,39 @@ async fn a_slow_client_is_disconnected_after_the_header_read_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed_after_the_header_read_timeout() {
+    let timeout = Duration::from_millis(300);
+    let running = start(HttpConfig {
+        header_read_timeout: timeout,
+        ..HttpConfig::default()
+    })
+    .await;
+    let addr = running.addr();
+    let (read, idle) = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut stream).unwrap().status, 200);
+        let answered = Instant::now();
+        let mut buf = [0u8; 16];
+        (stream.read(&mut buf), answered.elapsed())
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(read, Ok(0))
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::ConnectionReset),
+        "{read:?}"
+    );
+    assert!(idle >= timeout, "closed after {idle:?} idle");
+    assert!(idle < Duration::from_secs(15), "closed by the server");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_method_over_the_socket_is_405_with_allow() {
     let running = start(HttpConfig::default()).await;
     let request = b"DELETE /tasks HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n".to_vec();
