@@ -1,0 +1,18 @@
+//! Black-box tests: each starts the real `tc-server` binary (port 0, a temp
+//! database) against a loopback downstream, and talks to it over HTTP only.
+//!
+//! - `api`: every row of the HTTP contract, status by status.
+//! - `delivery`: what the worker does with real downstream answers (retry,
+//!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
+//! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
+//!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
+//!   database file.
+
+// The whole crate is test code (clippy's allow-unwrap-in-tests only covers
+// #[test] functions, not their helpers): a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod api;
+mod delivery;
+mod lifecycle;
+mod support;

@@ -1,0 +1,54 @@
+//! The harness: the binary, the process, the API client, the downstream.
+
+pub(crate) mod api;
+pub(crate) mod bin;
+pub(crate) mod downstream;
+pub(crate) mod server;
+
+use tempfile::TempDir;
+
+pub(crate) use api::Api;
+pub(crate) use downstream::Downstream;
+pub(crate) use server::{Config, Server};
+
+/// A server on a fresh temp database, a downstream and a client for it.
+pub(crate) struct Setup {
+    /// Holds the database; removed when the setup is dropped.
+    _dir: TempDir,
+    pub(crate) config: Config,
+    pub(crate) down: Downstream,
+    pub(crate) server: Server,
+    pub(crate) api: Api,
+}
+
+/// Starts everything with the harness's default flags.
+pub(crate) async fn start() -> Setup {
+    start_with(|_, _| {}).await
+}
+
+/// Starts everything, letting `configure` change the flags (it sees the
+/// downstream, for flags that name its address).
+pub(crate) async fn start_with(configure: impl FnOnce(&mut Config, &Downstream)) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Downstream::start().await;
+    let mut config = Config::new(dir.path());
+    configure(&mut config, &down);
+    let server = config.start().await;
+    let api = Api::new(server.base_url());
+    Setup {
+        _dir: dir,
+        config,
+        down,
+        server,
+        api,
+    }
+}
+
+impl Setup {
+    /// Starts a new server process on the same database and flags (after
+    /// the previous one exited or was killed), pointing `api` at it.
+    pub(crate) async fn restart(&mut self) {
+        self.server = self.config.start().await;
+        self.api = Api::new(self.server.base_url());
+    }
+}
