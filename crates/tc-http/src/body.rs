@@ -79,7 +79,7 @@ where
         {
             return Err(too_large);
         }
-        let deadline = Instant::now() + self.limits.read_timeout;
+        let deadline = deadline_after(self.limits.read_timeout);
         let mut buf = BytesMut::new();
         while !self.ended {
             let data = match tokio::time::timeout_at(deadline, self.next_data()).await {
@@ -125,7 +125,7 @@ where
             // the client from a reset anyway.
             return false;
         }
-        let deadline = Instant::now() + self.limits.drain_timeout;
+        let deadline = deadline_after(self.limits.drain_timeout);
         while !self.ended && self.received <= drain_max {
             match tokio::time::timeout_at(deadline, self.next_data()).await {
                 Ok(Ok(_)) => {}
@@ -157,6 +157,14 @@ where
             }
         }
     }
+}
+
+/// `now + d`, or a year from now for a `d` too large to add (`Duration::MAX`
+/// in a config means "no limit", not a panic).
+fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 #[cfg(test)]
@@ -270,6 +278,19 @@ mod tests {
         assert!(body.read_all().await.is_err());
         assert!(!body.finish().await);
         assert!(!body.polled, "never asked the client for the body");
+    }
+
+    #[tokio::test]
+    async fn unbounded_timeouts_do_not_overflow() {
+        let headers = HeaderMap::new();
+        let limits = BodyLimits {
+            read_timeout: Duration::MAX,
+            drain_timeout: Duration::MAX,
+            ..limits(5)
+        };
+        let mut body = RequestBody::new(chunks(&[3, 3], false), &headers, limits);
+        assert!(body.read_all().await.is_err());
+        assert!(body.finish().await);
     }
 
     #[tokio::test(start_paused = true)]

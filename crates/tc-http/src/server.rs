@@ -52,6 +52,9 @@ impl Server {
     }
 }
 
+/// The longest header-read timeout passed to hyper.
+const MAX_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// How long to pause after a failed accept (out of file descriptors, say),
 /// so that the loop does not spin while the cause persists.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -88,9 +91,11 @@ where
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let mut builder = http1::Builder::new();
+    // hyper adds the timeout to "now" unchecked: a huge value must not panic
+    // every connection, and a day is "no limit" for a header.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout);
+        .header_read_timeout(config.header_read_timeout.min(MAX_HEADER_READ_TIMEOUT));
     let mut shutdown = pin!(shutdown);
 
     loop {
