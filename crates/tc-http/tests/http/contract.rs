@@ -82,9 +82,10 @@ impl Fixture {
 /// One request and the status (and error code) it must get.
 struct Row {
     method: &'static str,
+    /// With `{pending}`-style placeholders for the fixture's tasks.
     path: &'static str,
     headers: &'static [(&'static str, &'static str)],
-    body: &'static str,
+    body: String,
     status: u16,
     /// The error code for a 4xx/5xx; `None` for a success.
     code: Option<&'static str>,
@@ -92,44 +93,55 @@ struct Row {
     message: &'static str,
 }
 
-const fn ok(method: &'static str, path: &'static str, status: u16) -> Row {
+/// A request without a body that succeeds with `status`.
+fn ok(method: &'static str, path: &'static str, status: u16) -> Row {
     Row {
         method,
         path,
         headers: &[],
-        body: "",
+        body: String::new(),
         status,
         code: None,
         message: "",
     }
 }
 
-const fn err(method: &'static str, path: &'static str, status: u16, code: &'static str) -> Row {
+/// A request without a body refused with `status` and `code`.
+fn err(method: &'static str, path: &'static str, status: u16, code: &'static str) -> Row {
     Row {
-        method,
-        path,
-        headers: &[],
-        body: "",
-        status,
         code: Some(code),
-        message: "",
+        ..ok(method, path, status)
     }
 }
 
-const fn submit(
-    body: &'static str,
-    status: u16,
-    code: Option<&'static str>,
-    message: &'static str,
-) -> Row {
+/// `POST /tasks` with a JSON body, answered with `status`.
+fn submit(body: &str, status: u16) -> Row {
     Row {
-        method: "POST",
-        path: "/tasks",
         headers: &[JSON],
-        body,
-        status,
-        code,
+        body: body.to_owned(),
+        ..ok("POST", "/tasks", status)
+    }
+}
+
+/// `POST /tasks` refused with 400 whose message names `field`: a valid
+/// submission with `extra` fields appended (a repeated field wins nothing).
+fn invalid(extra: &str, field: &'static str) -> Row {
+    Row {
+        code: Some("invalid_request"),
+        message: field,
+        ..submit(
+            &format!(r#"{{"url":"http://127.0.0.1:9/a","idempotency_key":"k"{extra}}}"#),
+            400,
+        )
+    }
+}
+
+/// `POST /tasks` refused with `status` and `code`, the message containing `message`.
+fn refused(body: &str, status: u16, code: &'static str, message: &'static str) -> Row {
+    Row {
+        code: Some(code),
         message,
+        ..submit(body, status)
     }
 }
 
@@ -159,203 +171,157 @@ async fn check(h: &Harness, f: &Fixture, row: &Row) {
     }
 }
 
-const ROWS: &[Row] = &[
-    // POST /tasks
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"new-1"}"#,
-        201,
-        None,
-        "",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":1}"#,
-        200,
-        None,
-        "",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/other","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":1}"#,
-        409,
-        Some("idempotency_conflict"),
-        "idempotency_key",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":2}"#,
-        409,
-        Some("idempotency_conflict"),
-        "",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":1,"timeout_ms":6000}"#,
-        409,
-        Some("idempotency_conflict"),
-        "",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"success","json":{"key":"success"},"max_attempts":1}"#,
-        200,
-        None,
-        "",
-    ),
-    submit(r#"{"url":"#, 400, Some("invalid_request"), "not valid JSON"),
-    submit("", 400, Some("invalid_request"), "body"),
-    submit("[1,2]", 400, Some("invalid_request"), "object"),
-    submit(
-        r#"{"idempotency_key":"k"}"#,
-        400,
-        Some("invalid_request"),
-        "url",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a"}"#,
-        400,
-        Some("invalid_request"),
-        "idempotency_key",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","retries":3}"#,
-        400,
-        Some("invalid_request"),
-        "retries",
-    ),
-    submit(
-        r#"{"url":7,"idempotency_key":"k"}"#,
-        400,
-        Some("invalid_request"),
-        "url",
-    ),
-    submit(
-        r#"{"url":"ftp://h/a","idempotency_key":"k"}"#,
-        400,
-        Some("invalid_request"),
-        "url",
-    ),
-    submit(
-        r#"{"url":"/just/a/path","idempotency_key":"k"}"#,
-        400,
-        Some("invalid_request"),
-        "url",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","max_attempts":-1}"#,
-        400,
-        Some("invalid_request"),
-        "max_attempts",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","max_attempts":1.5}"#,
-        400,
-        Some("invalid_request"),
-        "max_attempts",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","max_attempts":101}"#,
-        400,
-        Some("invalid_request"),
-        "max_attempts",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","max_attempts":1e400}"#,
-        400,
-        Some("invalid_request"),
-        "",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","timeout_ms":0}"#,
-        400,
-        Some("invalid_request"),
-        "timeout_ms",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","timeout_ms":600001}"#,
-        400,
-        Some("invalid_request"),
-        "timeout_ms",
-    ),
-    submit(
-        r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k","timeout_ms":"5"}"#,
-        400,
-        Some("invalid_request"),
-        "timeout_ms",
-    ),
-    Row {
-        headers: &[("content-type", "text/plain")],
-        ..submit(
-            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k"}"#,
-            415,
-            Some("unsupported_media_type"),
-            "application/json",
-        )
-    },
-    Row {
-        headers: &[],
-        ..submit(
-            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k"}"#,
-            415,
-            Some("unsupported_media_type"),
-            "",
-        )
-    },
-    Row {
-        headers: &[("content-type", "Application/JSON; charset=utf-8")],
-        ..submit(
-            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"new-2"}"#,
+/// The payload the fixture's `pending` task was submitted with.
+const PENDING: &str =
+    r#""url":"http://127.0.0.1:9/hook","idempotency_key":"pending","json":{"key":"pending"}"#;
+
+fn rows() -> Vec<Row> {
+    let pending = |extra: &str| format!("{{{PENDING}{extra}}}");
+    vec![
+        // POST /tasks: created, existing, conflict
+        submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"new-1"}"#,
             201,
-            None,
+        ),
+        submit(&pending(r#","max_attempts":1"#), 200),
+        submit(
+            r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"success","json":{"key":"success"},"max_attempts":1}"#,
+            200,
+        ),
+        refused(
+            &pending(r#","max_attempts":2"#),
+            409,
+            "idempotency_conflict",
+            "idempotency_key",
+        ),
+        refused(
+            &pending(r#","max_attempts":1,"timeout_ms":6000"#),
+            409,
+            "idempotency_conflict",
             "",
-        )
-    },
-    // GET /tasks/{id}
-    ok("GET", "/tasks/{pending}", 200),
-    ok("GET", "/tasks/{success}", 200),
-    ok("GET", "/tasks/{failed}", 200),
-    ok("GET", "/tasks/{canceled}", 200),
-    err("GET", "/tasks/{unknown}", 404, "not_found"),
-    err("GET", "/tasks/not-a-task-id", 404, "not_found"),
-    err("GET", "/tasks/%20", 404, "not_found"),
-    // GET /tasks/{id}/result
-    ok("GET", "/tasks/{success}/result", 200),
-    ok("GET", "/tasks/{binary}/result", 200),
-    err("GET", "/tasks/{pending}/result", 404, "not_found"),
-    err("GET", "/tasks/{failed}/result", 404, "not_found"),
-    err("GET", "/tasks/{unknown}/result", 404, "not_found"),
-    err("GET", "/tasks/xyz/result", 404, "not_found"),
-    // POST /tasks/{id}/cancel
-    ok("POST", "/tasks/{success}/cancel", 200),
-    ok("POST", "/tasks/{canceled}/cancel", 200),
-    err("POST", "/tasks/{unknown}/cancel", 404, "not_found"),
-    err("POST", "/tasks/xyz/cancel", 404, "not_found"),
-    // GET /tasks
-    ok("GET", "/tasks", 200),
-    ok("GET", "/tasks?state=failed&limit=500", 200),
-    ok("GET", "/tasks?limit=1&after=0", 200),
-    err("GET", "/tasks?state=done", 400, "invalid_request"),
-    err("GET", "/tasks?limit=0", 400, "invalid_request"),
-    err("GET", "/tasks?limit=501", 400, "invalid_request"),
-    err("GET", "/tasks?limit=ten", 400, "invalid_request"),
-    err("GET", "/tasks?after=not-a-cursor", 400, "invalid_request"),
-    err("GET", "/tasks?sort=id", 400, "invalid_request"),
-    // health and metrics
-    ok("GET", "/healthz", 200),
-    ok("GET", "/metrics", 200),
-    // routing
-    err("GET", "/", 404, "not_found"),
-    err("GET", "/task", 404, "not_found"),
-    err("GET", "/tasks/", 404, "not_found"),
-    err("GET", "/tasks/{pending}/cancel/now", 404, "not_found"),
-    err("DELETE", "/tasks", 405, "method_not_allowed"),
-    err("PUT", "/tasks/{pending}", 405, "method_not_allowed"),
-    err("GET", "/tasks/{pending}/cancel", 405, "method_not_allowed"),
-    err("POST", "/tasks/{pending}/result", 405, "method_not_allowed"),
-    err("POST", "/healthz", 405, "method_not_allowed"),
-    err("HEAD", "/metrics", 405, "method_not_allowed"),
-];
+        ),
+        refused(
+            r#"{"url":"http://127.0.0.1:9/other","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":1}"#,
+            409,
+            "idempotency_conflict",
+            "",
+        ),
+        // POST /tasks: malformed
+        refused(r#"{"url":"#, 400, "invalid_request", "not valid JSON"),
+        refused("", 400, "invalid_request", "body"),
+        refused("[1,2]", 400, "invalid_request", "object"),
+        refused(r#"{"idempotency_key":"k"}"#, 400, "invalid_request", "url"),
+        refused(
+            r#"{"url":"http://127.0.0.1:9/a"}"#,
+            400,
+            "invalid_request",
+            "idempotency_key",
+        ),
+        refused(
+            r#"{"url":7,"idempotency_key":"k"}"#,
+            400,
+            "invalid_request",
+            "url",
+        ),
+        refused(
+            r#"{"url":"ftp://h/a","idempotency_key":"k"}"#,
+            400,
+            "invalid_request",
+            "url",
+        ),
+        refused(
+            r#"{"url":"/just/a/path","idempotency_key":"k"}"#,
+            400,
+            "invalid_request",
+            "url",
+        ),
+        invalid(r#","retries":3"#, "retries"),
+        invalid(r#","url":"http://127.0.0.1:9/b""#, "url"),
+        invalid(r#","max_attempts":-1"#, "max_attempts"),
+        invalid(r#","max_attempts":1.5"#, "max_attempts"),
+        invalid(r#","max_attempts":101"#, "max_attempts"),
+        invalid(r#","max_attempts":1e400"#, ""),
+        invalid(r#","timeout_ms":0"#, "timeout_ms"),
+        invalid(r#","timeout_ms":600001"#, "timeout_ms"),
+        invalid(r#","timeout_ms":"5""#, "timeout_ms"),
+        // POST /tasks: content type
+        Row {
+            headers: &[("content-type", "text/plain")],
+            ..refused(
+                r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k"}"#,
+                415,
+                "unsupported_media_type",
+                "application/json",
+            )
+        },
+        Row {
+            headers: &[],
+            ..refused(
+                r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"k"}"#,
+                415,
+                "unsupported_media_type",
+                "",
+            )
+        },
+        Row {
+            headers: &[("content-type", "Application/JSON; charset=utf-8")],
+            ..submit(
+                r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"new-2"}"#,
+                201,
+            )
+        },
+        // GET /tasks/{id}
+        ok("GET", "/tasks/{pending}", 200),
+        ok("GET", "/tasks/{success}", 200),
+        ok("GET", "/tasks/{failed}", 200),
+        ok("GET", "/tasks/{canceled}", 200),
+        err("GET", "/tasks/{unknown}", 404, "not_found"),
+        err("GET", "/tasks/not-a-task-id", 404, "not_found"),
+        err("GET", "/tasks/%20", 404, "not_found"),
+        // GET /tasks/{id}/result
+        ok("GET", "/tasks/{success}/result", 200),
+        ok("GET", "/tasks/{binary}/result", 200),
+        err("GET", "/tasks/{pending}/result", 404, "not_found"),
+        err("GET", "/tasks/{failed}/result", 404, "not_found"),
+        err("GET", "/tasks/{unknown}/result", 404, "not_found"),
+        err("GET", "/tasks/xyz/result", 404, "not_found"),
+        // POST /tasks/{id}/cancel
+        ok("POST", "/tasks/{success}/cancel", 200),
+        ok("POST", "/tasks/{canceled}/cancel", 200),
+        err("POST", "/tasks/{unknown}/cancel", 404, "not_found"),
+        err("POST", "/tasks/xyz/cancel", 404, "not_found"),
+        // GET /tasks
+        ok("GET", "/tasks", 200),
+        ok("GET", "/tasks?state=failed&limit=500", 200),
+        ok("GET", "/tasks?limit=1&after=0", 200),
+        err("GET", "/tasks?state=done", 400, "invalid_request"),
+        err("GET", "/tasks?limit=0", 400, "invalid_request"),
+        err("GET", "/tasks?limit=501", 400, "invalid_request"),
+        err("GET", "/tasks?limit=ten", 400, "invalid_request"),
+        err("GET", "/tasks?after=not-a-cursor", 400, "invalid_request"),
+        err("GET", "/tasks?sort=id", 400, "invalid_request"),
+        // health and metrics
+        ok("GET", "/healthz", 200),
+        ok("GET", "/metrics", 200),
+        // routing
+        err("GET", "/", 404, "not_found"),
+        err("GET", "/task", 404, "not_found"),
+        err("GET", "/tasks/", 404, "not_found"),
+        err("GET", "/tasks/{pending}/cancel/now", 404, "not_found"),
+        err("DELETE", "/tasks", 405, "method_not_allowed"),
+        err("PUT", "/tasks/{pending}", 405, "method_not_allowed"),
+        err("GET", "/tasks/{pending}/cancel", 405, "method_not_allowed"),
+        err("POST", "/tasks/{pending}/result", 405, "method_not_allowed"),
+        err("POST", "/healthz", 405, "method_not_allowed"),
+        err("HEAD", "/metrics", 405, "method_not_allowed"),
+    ]
+}
 
 #[tokio::test]
 async fn every_contract_row() {
     let h = harness(HttpConfig::default()).await;
     let f = fixture(&h).await;
-    for row in ROWS {
+    for row in &rows() {
         check(&h, &f, row).await;
     }
 }
