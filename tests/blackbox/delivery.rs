@@ -119,8 +119,7 @@ async fn a_timeout_is_retried_and_each_timed_out_call_is_closed() {
     assert_eq!(view["state"], "failed", "{view}");
     assert_eq!(view["error"], "timeout");
     assert_eq!(requests.len(), 2);
-    s.down.closed_while_held("too-slow").await;
-    s.down.closed_while_held("too-slow").await;
+    s.down.closed_while_held("too-slow", 2).await;
 }
 
 #[tokio::test]

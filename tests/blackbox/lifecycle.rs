@@ -21,7 +21,7 @@ async fn cancel_of_an_in_flight_call_closes_the_downstream_connection() {
     let reply = s.api.cancel(&id).await;
     assert_eq!(reply.status, 200);
     assert_eq!(reply.json(), json!({"id": id, "state": "canceled"}));
-    s.down.closed_while_held("cancel-me").await;
+    s.down.closed_while_held("cancel-me", 1).await;
 
     let view = s.api.task(&id).await;
     assert_eq!(view["state"], "canceled");
@@ -60,7 +60,7 @@ async fn sigterm_puts_calls_in_flight_back_and_they_finish_after_restart() {
     assert_eq!(stopped["interrupted"], 3, "{stopped}");
     s.server.logged("shutdown_complete").await;
     for i in 0..3 {
-        s.down.closed_while_held(&format!("drain-{i}")).await;
+        s.down.closed_while_held(&format!("drain-{i}"), 1).await;
     }
 
     s.restart().await;

@@ -16,7 +16,7 @@
 //! | `/slow` | never; reports when the client closes the connection |
 //! | `/gate` | like `/ok` once [`Downstream::open_gate`] was called; until then held like `/slow` |
 //!
-//! Every request is recorded with its headers, and reported as an [`Event`].
+//! Every request is recorded with its headers; tests wait on the record.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -56,24 +56,18 @@ impl Received {
     }
 }
 
-/// What the downstream observed.
-#[derive(Debug, Clone)]
-pub(crate) enum Event {
-    /// A request arrived (before it is answered or held).
-    Request(Received),
-    /// The client closed a connection whose request was held (`/slow`, `/gate`).
-    ClosedWhileHeld { key: String },
-}
-
 #[derive(Default)]
 struct State {
     requests: Vec<Received>,
     calls: HashMap<(String, String), u32>,
+    /// Per key, how many held requests the client closed.
+    closed: HashMap<String, usize>,
 }
 
 pub(crate) struct Downstream {
     pub(crate) addr: SocketAddr,
-    events: mpsc::UnboundedReceiver<Event>,
+    /// Bumped after every change to `state`: what waiters wait on.
+    changed: watch::Receiver<u64>,
     state: Arc<Mutex<State>>,
     gate: watch::Sender<bool>,
     server: JoinHandle<()>,
@@ -83,11 +77,11 @@ impl Downstream {
     pub(crate) async fn start() -> Downstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (events_tx, events) = mpsc::unbounded_channel();
+        let (changed_tx, changed) = watch::channel(0);
         let state = Arc::new(Mutex::new(State::default()));
         let (gate, _) = watch::channel(false);
         let shared = Shared {
-            events: events_tx,
+            changed: changed_tx,
             state: Arc::clone(&state),
             gate: gate.clone(),
         };
@@ -104,7 +98,7 @@ impl Downstream {
         });
         Downstream {
             addr,
-            events,
+            changed,
             state,
             gate,
             server,
@@ -130,50 +124,44 @@ impl Downstream {
         self.requests().iter().filter(|r| r.key() == key).count()
     }
 
-    /// The next event, failing the test if none comes within the guard.
-    pub(crate) async fn next_event(&mut self) -> Event {
-        tokio::time::timeout(GUARD, self.events.recv())
-            .await
-            .expect("no downstream event within 30 s")
-            .expect("downstream stopped")
+    /// Waits until `done` holds for the recorded state; its answer.
+    async fn wait_for<T>(&mut self, what: &str, done: impl Fn(&State) -> Option<T>) -> T {
+        let deadline = Instant::now() + GUARD;
+        for _ in 0..1_000_000 {
+            self.changed.borrow_and_update();
+            if let Some(found) = done(&self.state.lock().unwrap()) {
+                return found;
+            }
+            tokio::time::timeout_at(deadline, self.changed.changed())
+                .await
+                .unwrap_or_else(|_| panic!("downstream: no {what} within 30 s"))
+                .expect("downstream stopped");
+        }
+        panic!("downstream: no {what} after a million changes")
     }
 
-    /// Waits for a request with this idempotency key.
+    /// The first request with this idempotency key, waiting for it.
     pub(crate) async fn request_with_key(&mut self, key: &str) -> Received {
-        for _ in 0..100_000 {
-            if let Event::Request(r) = self.next_event().await
-                && r.key() == key
-            {
-                return r;
-            }
-        }
-        panic!("no request with key {key:?}")
+        self.wait_for(&format!("request with key {key:?}"), |s| {
+            s.requests.iter().find(|r| r.key() == key).cloned()
+        })
+        .await
     }
 
-    /// Waits until `n` more requests arrived; returns them.
-    pub(crate) async fn requests_arrived(&mut self, n: usize) -> Vec<Received> {
-        let mut got = Vec::new();
-        for _ in 0..100_000 {
-            if got.len() == n {
-                return got;
-            }
-            if let Event::Request(r) = self.next_event().await {
-                got.push(r);
-            }
-        }
-        panic!("only {} of {n} requests arrived", got.len())
+    /// Waits until `n` requests arrived in all.
+    pub(crate) async fn requests_arrived(&mut self, n: usize) {
+        self.wait_for(&format!("{n} requests"), |s| {
+            (s.requests.len() >= n).then_some(())
+        })
+        .await
     }
 
-    /// Waits until the client closes the held request with this key.
-    pub(crate) async fn closed_while_held(&mut self, key: &str) {
-        for _ in 0..100_000 {
-            if let Event::ClosedWhileHeld { key: k, .. } = self.next_event().await
-                && k == key
-            {
-                return;
-            }
-        }
-        panic!("the held request with key {key:?} was not closed")
+    /// Waits until the client closed `n` held requests with this key.
+    pub(crate) async fn closed_while_held(&mut self, key: &str, n: usize) {
+        self.wait_for(&format!("{n} closed connections for key {key:?}"), |s| {
+            (s.closed.get(key).copied().unwrap_or(0) >= n).then_some(())
+        })
+        .await
     }
 }
 
@@ -185,9 +173,20 @@ impl Drop for Downstream {
 
 #[derive(Clone)]
 struct Shared {
-    events: mpsc::UnboundedSender<Event>,
+    changed: watch::Sender<u64>,
     state: Arc<Mutex<State>>,
     gate: watch::Sender<bool>,
+}
+
+impl Shared {
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        change(&mut self.state.lock().unwrap());
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    fn closed(&self, key: String) {
+        self.update(|s| *s.closed.entry(key).or_insert(0) += 1);
+    }
 }
 
 enum Answer {
@@ -254,15 +253,15 @@ async fn serve(mut stream: TcpStream, shared: Shared) {
         };
         let key = received.key().to_owned();
         let path = received.path.clone();
-        let call = {
-            let mut state = shared.state.lock().unwrap();
-            state.requests.push(received.clone());
+        let mut call = 0;
+        let body = received.body.clone();
+        shared.update(|state| {
+            state.requests.push(received);
             let count = state.calls.entry((path.clone(), key.clone())).or_insert(0);
             *count += 1;
-            *count
-        };
-        let answer = answer(&path, call, &received.body);
-        let _ = shared.events.send(Event::Request(received));
+            call = *count;
+        });
+        let answer = answer(&path, call, &body);
         let reply = match answer {
             Answer::Reply {
                 status,
@@ -275,7 +274,7 @@ async fn serve(mut stream: TcpStream, shared: Shared) {
             }
             Answer::HoldForever => {
                 wait_for_close(&mut stream).await;
-                let _ = shared.events.send(Event::ClosedWhileHeld { key });
+                shared.closed(key);
                 return;
             }
             Answer::HoldUntilGate(body) => {
@@ -283,7 +282,7 @@ async fn serve(mut stream: TcpStream, shared: Shared) {
                 tokio::select! {
                     _ = gate.wait_for(|open| *open) => encode(200, &[("content-type", "application/json".into())], &body),
                     () = wait_for_close(&mut stream) => {
-                        let _ = shared.events.send(Event::ClosedWhileHeld { key });
+                        shared.closed(key);
                         return;
                     }
                 }
