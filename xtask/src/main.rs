@@ -2,6 +2,7 @@
 
 #![allow(clippy::print_stdout)]
 
+mod bench_store;
 mod tidy;
 
 use std::process::ExitCode;
@@ -11,12 +12,14 @@ usage: cargo xtask <command>
 
 commands:
   tidy         check the workspace's dependency rules (cargo metadata)
+  bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
 ";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("tidy") => tidy::run(),
+        Some("bench-store") => bench_store::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())
