@@ -1,0 +1,136 @@
+//! `cargo xtask bench` arguments. Besides the public `--quick`, the bench
+//! starts itself as a child process to serve the reference servers (the
+//! no-op ceiling and the naive peer), so that they run in a process of their
+//! own like tc-server does; those flags are internal.
+
+use std::path::PathBuf;
+
+/// What one invocation of `xtask bench` does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Invocation {
+    /// Print the usage.
+    Help,
+    /// Run the bench.
+    Run {
+        /// The short smoke run (under a minute) instead of the full one.
+        quick: bool,
+    },
+    /// Serve one of the bench's reference servers until killed (internal).
+    Peer(PeerArgs),
+}
+
+/// Which reference server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerKind {
+    /// Reads the submit request and answers tc-server's bytes: the HTTP ceiling.
+    Noop,
+    /// Spawns the downstream call and forgets it, then answers: no store.
+    Naive,
+}
+
+/// The internal arguments of a reference server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PeerArgs {
+    pub(crate) kind: PeerKind,
+    /// The response body to answer with (captured from tc-server).
+    pub(crate) response_body: PathBuf,
+    /// The `Location` header to answer with (captured from tc-server).
+    pub(crate) location: String,
+}
+
+pub(crate) const USAGE: &str = "\
+usage: cargo xtask bench [--quick]
+
+Builds tc-server in release and measures, in one run, each figure beside its
+ceiling on this machine; prints a table and writes target/bench/results.json.
+  --quick   a smoke run: smaller counts and shorter windows (under 60 s)
+";
+
+/// Parses the arguments that follow `bench`.
+pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
+    let mut quick = false;
+    let mut peer: Option<PeerKind> = None;
+    let mut response_body: Option<PathBuf> = None;
+    let mut location: Option<String> = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let mut value = |name: &str| {
+            rest.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--help" | "-h" => return Ok(Invocation::Help),
+            "--peer" => {
+                peer = Some(match value("--peer")?.as_str() {
+                    "noop" => PeerKind::Noop,
+                    "naive" => PeerKind::Naive,
+                    other => return Err(format!("--peer: unknown server {other:?}")),
+                });
+            }
+            "--response-body" => response_body = Some(value("--response-body")?.into()),
+            "--location" => location = Some(value("--location")?),
+            other => return Err(format!("bench: unknown argument {other:?}\n\n{USAGE}")),
+        }
+    }
+    match (peer, response_body, location) {
+        (None, None, None) => Ok(Invocation::Run { quick }),
+        (Some(kind), Some(response_body), Some(location)) if !quick => {
+            Ok(Invocation::Peer(PeerArgs {
+                kind,
+                response_body,
+                location,
+            }))
+        }
+        _ => Err("--peer needs --response-body and --location, and nothing else".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(args: &[&str], want: Result<Invocation, &str>) {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        match (parse(&args), want) {
+            (Ok(got), Ok(want)) => assert_eq!(got, want, "{args:?}"),
+            (Err(got), Err(part)) => assert!(got.contains(part), "{args:?}: {got}"),
+            (got, want) => panic!("{args:?}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn arguments() {
+        let peer = |kind| {
+            Ok(Invocation::Peer(PeerArgs {
+                kind,
+                response_body: "/tmp/b".into(),
+                location: "/tasks/x".into(),
+            }))
+        };
+        check(&[], Ok(Invocation::Run { quick: false }));
+        check(&["--quick"], Ok(Invocation::Run { quick: true }));
+        check(&["--help"], Ok(Invocation::Help));
+        check(&["-h", "--bogus"], Ok(Invocation::Help));
+        check(&["--fast"], Err("unknown argument \"--fast\""));
+        check(&["quick"], Err("unknown argument"));
+        let full = ["--response-body", "/tmp/b", "--location", "/tasks/x"];
+        check(
+            &[&["--peer", "noop"], &full[..]].concat(),
+            peer(PeerKind::Noop),
+        );
+        check(
+            &[&full[..], &["--peer", "naive"]].concat(),
+            peer(PeerKind::Naive),
+        );
+        check(&["--peer", "fancy"], Err("unknown server \"fancy\""));
+        check(&["--peer"], Err("--peer needs a value"));
+        check(&["--peer", "noop"], Err("needs --response-body"));
+        check(&["--location", "/x"], Err("needs --response-body"));
+        check(
+            &[&["--quick", "--peer", "noop"], &full[..]].concat(),
+            Err("nothing else"),
+        );
+    }
+}

@@ -1,0 +1,173 @@
+//! `cargo xtask bench`: builds tc-server in release, then measures, in one
+//! run, each figure of issue 6 beside its ceiling on this machine, prints a
+//! table and writes `target/bench/results.json`.
+//!
+//! `cargo xtask` builds this tool in debug; a load generator and ceilings
+//! measured in a debug build would flatter every ratio, so the debug build
+//! only builds the release one (with tc-server) and hands over to it.
+//!
+//! Everything runs on loopback (127.0.0.1). tc-server and the two reference
+//! servers (no-op and naive, see [`peer`]) run as child processes; the load
+//! generator, the downstreams and the store-alone measurements run in this
+//! process. Every load loop is bounded in count and in time.
+
+mod args;
+mod downstream;
+mod load;
+mod peer;
+mod phases;
+mod procfs;
+mod report;
+mod server;
+mod stats;
+mod store;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use args::Invocation;
+
+/// How big and how long each part of a run is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub(crate) quick: bool,
+    /// Keep-alive connections (virtual clients) of the submit loads, and the
+    /// worker's concurrency.
+    pub(crate) connections: usize,
+    /// Load before a measured window, not counted.
+    pub(crate) warmup: Duration,
+    /// A measured submit window.
+    pub(crate) window: Duration,
+    /// The store-alone window.
+    pub(crate) store_window: Duration,
+    /// The most requests of any one time-bounded load.
+    pub(crate) max_requests: u64,
+    /// Tasks in the end-to-end runs.
+    pub(crate) e2e_tasks: u64,
+    /// Tasks waiting behind the slow downstream.
+    pub(crate) slow_backlog: u64,
+    /// The slow downstream's delay.
+    pub(crate) slow_delay: Duration,
+    /// In-flight cancels timed.
+    pub(crate) cancels: usize,
+    /// Pending rows of the small and the large scale database.
+    pub(crate) scale_small: u64,
+    pub(crate) scale_large: u64,
+    /// Claim + complete rounds (of `connections` tasks) per scale database.
+    pub(crate) scale_rounds: usize,
+    /// How long tc-server serves on the large database before its peak RSS
+    /// is read.
+    pub(crate) rss_window: Duration,
+    /// The bound of any wait for the system to catch up (all tasks
+    /// terminal, a backlog submitted).
+    pub(crate) patience: Duration,
+}
+
+impl Plan {
+    pub(crate) fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                quick,
+                connections: 64,
+                warmup: Duration::from_millis(500),
+                window: Duration::from_secs(3),
+                store_window: Duration::from_secs(2),
+                max_requests: 2_000_000,
+                e2e_tasks: 2_000,
+                slow_backlog: 1_000,
+                slow_delay: Duration::from_secs(2),
+                cancels: 50,
+                scale_small: 1_000,
+                scale_large: 100_000,
+                scale_rounds: 30,
+                rss_window: Duration::from_secs(3),
+                patience: Duration::from_secs(20),
+            }
+        } else {
+            Plan {
+                quick,
+                connections: 64,
+                warmup: Duration::from_secs(1),
+                window: Duration::from_secs(10),
+                store_window: Duration::from_secs(5),
+                max_requests: 10_000_000,
+                e2e_tasks: 20_000,
+                slow_backlog: 5_000,
+                slow_delay: Duration::from_secs(2),
+                cancels: 200,
+                scale_small: 1_000,
+                scale_large: 1_000_000,
+                scale_rounds: 100,
+                rss_window: Duration::from_secs(10),
+                patience: Duration::from_secs(120),
+            }
+        }
+    }
+}
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    match args::parse(args)? {
+        Invocation::Help => {
+            print!("{}", args::USAGE);
+            Ok(())
+        }
+        Invocation::Peer(peer) => peer::serve(peer),
+        Invocation::Run { quick } => {
+            let root = workspace_root();
+            if cfg!(debug_assertions) {
+                return hand_over_to_release(&root, args);
+            }
+            build(&root, &["-p", "tc-server"])?;
+            let tc_server = target_dir(&root).join("release").join("tc-server");
+            let out_dir = target_dir(&root).join("bench");
+            phases::run(Plan::new(quick), &tc_server, &out_dir)
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_owned()
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+/// `$CARGO build --release <packages>` in the workspace.
+fn build(root: &Path, packages: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("[bench] cargo build --release {}", packages.join(" "));
+    let status = Command::new(&cargo)
+        .current_dir(root)
+        .args(["build", "--release"])
+        .args(packages)
+        .status()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build --release failed ({status})"))
+    }
+}
+
+fn hand_over_to_release(root: &Path, args: &[String]) -> Result<(), String> {
+    build(root, &["-p", "tc-server", "-p", "xtask"])?;
+    let release = target_dir(root).join("release").join("xtask");
+    let status = Command::new(&release)
+        .arg("bench")
+        .args(args)
+        .status()
+        .map_err(|e| format!("running {}: {e}", release.display()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the bench failed ({status})"))
+    }
+}
