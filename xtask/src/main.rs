@@ -2,6 +2,7 @@
 
 #![allow(clippy::print_stdout)]
 
+mod bench;
 mod bench_store;
 mod tidy;
 
@@ -12,6 +13,7 @@ usage: cargo xtask <command>
 
 commands:
   tidy         check the workspace's dependency rules (cargo metadata)
+  bench        build release, measure each figure beside its ceiling [--quick]
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
 ";
 
@@ -19,6 +21,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("tidy") => tidy::run(),
+        Some("bench") => bench::run(&args[1..]),
         Some("bench-store") => bench_store::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
