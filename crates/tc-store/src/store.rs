@@ -91,9 +91,15 @@ impl SqliteStore {
             .send(writer::command(op, reply))
             .await
             .map_err(|_| closed())?;
-        answer
+        // Waiting on the blocking pool rather than on the oneshot directly:
+        // tokio's paused test clock does not auto-advance while a blocking
+        // task runs, so a test's timers cannot jump ahead while a write is on
+        // its way to disk. Only a parked thread per in-flight write is spent.
+        let stopped = || StoreError::Unavailable("store writer stopped".to_owned());
+        tokio::task::spawn_blocking(move || answer.blocking_recv())
             .await
-            .map_err(|_| StoreError::Unavailable("store writer stopped".to_owned()))?
+            .map_err(|_| stopped())?
+            .map_err(|_| stopped())?
     }
 }
 

@@ -81,7 +81,9 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
         }
     }
 
-    /// Starts a worker on this rig's store and downstream.
+    /// Starts a worker on this rig's store and downstream. Scenarios
+    /// subscribe to its events before their next await: on a current-thread
+    /// runtime (the tests' and the matrix's) nothing runs before then.
     pub fn spawn_worker(&self, config: WorkerConfig) -> Worker<S> {
         Worker::spawn(
             Arc::clone(&self.store),
@@ -212,6 +214,29 @@ async fn wait_terminal(
         &[State::Success, State::Failed, State::Canceled],
     )
     .await
+}
+
+/// Waits until every task in `ids` is terminal, in whatever order they end.
+async fn wait_all_terminal(
+    events: &mut broadcast::Receiver<AttemptEnded>,
+    ids: &[TaskId],
+) -> Result<(), String> {
+    let mut left: std::collections::HashSet<TaskId> = ids.iter().copied().collect();
+    let wait = async {
+        while !left.is_empty() {
+            match events.recv().await {
+                Ok(e) if e.state.is_terminal() => {
+                    left.remove(&e.task_id);
+                }
+                Ok(_) => {}
+                Err(e) => return Err(format!("worker events: {e}")),
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(GUARD, wait)
+        .await
+        .map_err(|_| format!("{} tasks not terminal within {GUARD:?}", ids.len()))?
 }
 
 async fn guard<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, String> {
@@ -379,13 +404,11 @@ async fn retry_after_honoured<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> R
 async fn cancel_pending<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
     let doomed = rig.submit("/doomed", "k-doomed").await?;
     let after = rig.submit("/after", "k-after").await?;
-    let worker = rig.spawn_worker(WorkerConfig {
-        concurrency: 1,
-        ..rig.config()
-    });
-    let canceled = worker
-        .control()
-        .cancel(doomed.id)
+    // Canceled while pending and before any worker could claim it (the
+    // worker's cancel does exactly this store write for a pending task).
+    let canceled = rig
+        .store
+        .cancel(doomed.id, rig.clock.now())
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -393,6 +416,10 @@ async fn cancel_pending<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<
         "cancel returned {}",
         canceled.state
     );
+    let worker = rig.spawn_worker(WorkerConfig {
+        concurrency: 1,
+        ..rig.config()
+    });
     let mut events = worker.control().subscribe();
     worker.control().task_submitted();
     // Claims go oldest first: once the later task is done, the canceled one was passed over.
@@ -427,8 +454,9 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
     );
     let control = worker.control();
     let mut events = control.subscribe();
-    let task = rig.submit("/claimed", "k-claimed").await?;
+    // Armed before the task exists, so its first claim is the one held.
     gated.arm();
+    let task = rig.submit("/claimed", "k-claimed").await?;
     control.task_submitted();
     guard("claim", gated.claimed()).await?;
     let canceled = control
@@ -822,9 +850,7 @@ async fn concurrency_bound<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Resu
     });
     let mut events = worker.control().subscribe();
     worker.control().task_submitted();
-    for id in &ids {
-        wait_terminal(&mut events, *id).await?;
-    }
+    wait_all_terminal(&mut events, &ids).await?;
     stop(worker).await?;
     let peak = rig.script.peak_in_flight();
     ensure!(peak == N, "peak in flight {peak}, want exactly {N}");
@@ -881,28 +907,28 @@ async fn one_runner_per_task<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Re
     }
     let a = rig.spawn_worker(rig.config());
     let b = rig.spawn_worker(rig.config());
-    let mut events_a = a.control().subscribe();
-    let mut events_b = b.control().subscribe();
+    // Every task ends on exactly one of the two workers: merge their events.
+    let (mut events_a, mut events_b) = (a.control().subscribe(), b.control().subscribe());
     a.control().task_submitted();
     b.control().task_submitted();
-    let mut done = std::collections::HashSet::new();
-    guard("all tasks done", async {
-        while done.len() < ids.len() {
+    let mut left: std::collections::HashSet<TaskId> = ids.iter().copied().collect();
+    let everything_done = async {
+        while !left.is_empty() {
             let event = tokio::select! {
                 e = events_a.recv() => e,
                 e = events_b.recv() => e,
             };
             match event {
                 Ok(e) if e.state.is_terminal() => {
-                    done.insert(e.task_id);
+                    left.remove(&e.task_id);
                 }
                 Ok(_) => {}
-                Err(e) => return Err(format!("events: {e}")),
+                Err(e) => return Err(format!("worker events: {e}")),
             }
         }
         Ok(())
-    })
-    .await??;
+    };
+    guard("all tasks done", everything_done).await??;
     stop(a).await?;
     stop(b).await?;
     for (i, id) in ids.iter().enumerate() {

@@ -110,7 +110,7 @@ impl<S: TaskStore> Worker<S> {
         let ctx = Arc::new(AttemptContext {
             shared: Arc::clone(&shared),
             downstream,
-            policy: config.retry.clone(),
+            policy: config.retry,
             rng: Arc::new(Mutex::new(rng)),
             metrics,
         });
