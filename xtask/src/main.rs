@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_store;
+mod test_matrix;
 mod tidy;
 
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ usage: cargo xtask <command>
 
 commands:
   tidy         check the workspace's dependency rules (cargo metadata)
+  test-matrix  the worker's scenarios for every store adapter x downstream [--verbose] [--only <scenario>]
   bench        build release, measure each figure beside its ceiling [--quick]
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
 ";
@@ -21,6 +23,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("tidy") => tidy::run(),
+        Some("test-matrix") => test_matrix::run_matrix(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("bench-store") => bench_store::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
