@@ -145,6 +145,7 @@ pub const SCENARIOS: &[&str] = &[
     "cancel_during_retry_wait",
     "no_result_after_cancel",
     "expired_lease_recovered",
+    "long_call_keeps_its_lease",
     "idempotent_submit",
     "idempotent_submit_concurrent",
     "same_key_different_payload",
@@ -168,6 +169,7 @@ pub async fn run<S: TaskStore, D: Downstream>(name: &str, rig: &Rig<S, D>) -> Re
         "cancel_during_retry_wait" => cancel_during_retry_wait(rig).await,
         "no_result_after_cancel" => no_result_after_cancel(rig).await,
         "expired_lease_recovered" => expired_lease_recovered(rig).await,
+        "long_call_keeps_its_lease" => long_call_keeps_its_lease(rig).await,
         "idempotent_submit" => idempotent_submit(rig).await,
         "idempotent_submit_concurrent" => idempotent_submit_concurrent(rig).await,
         "same_key_different_payload" => same_key_different_payload(rig).await,
@@ -660,6 +662,43 @@ async fn expired_lease_recovered<S: TaskStore, D: Downstream>(
         task.attempts.first().and_then(|a| a.error.as_deref()) == Some("interrupted"),
         "first try {:?}",
         task.attempts.first()
+    );
+    Ok(())
+}
+
+async fn long_call_keeps_its_lease<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    // The call outlives the lease several times over while recovery runs
+    // every 50 ms: the heartbeat must keep the task this worker's.
+    let lease = Duration::from_millis(300);
+    rig.script.plan(
+        "/long-call",
+        [Step::ReplyAfter(
+            Duration::from_millis(1200),
+            Reply::status(200),
+        )],
+    );
+    let worker = rig.spawn_worker(WorkerConfig {
+        lease,
+        ..rig.config()
+    });
+    let mut events = worker.control().subscribe();
+    let task = rig.submit("/long-call", "k-long-call").await?;
+    worker.control().task_submitted();
+    let ended = wait_terminal(&mut events, task.id).await?;
+    stop(worker).await?;
+    ensure!(ended.state == State::Success, "ended {}", ended.state);
+    let task = rig.get(task.id).await?;
+    ensure!(
+        task.attempt == 1 && task.attempts.len() == 1,
+        "recovered under a live worker: {:?}",
+        task.attempts
+    );
+    ensure!(
+        rig.script.calls("/long-call").len() == 1,
+        "{} calls",
+        rig.script.calls("/long-call").len()
     );
     Ok(())
 }

@@ -59,6 +59,7 @@ scenarios! {
     cancel_during_retry_wait => "cancel_during_retry_wait",
     answer_after_cancel_writes_nothing => "no_result_after_cancel",
     expired_lease_is_recovered_by_a_new_worker => "expired_lease_recovered",
+    a_long_call_keeps_its_lease => "long_call_keeps_its_lease",
     idempotent_resubmit_calls_once => "idempotent_submit",
     concurrent_idempotent_submits_call_once => "idempotent_submit_concurrent",
     same_key_different_payload_is_refused => "same_key_different_payload",
