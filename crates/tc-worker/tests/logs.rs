@@ -1,0 +1,132 @@
+//! The worker's log events are a public interface: their names and fields are
+//! checked here from the JSON a subscriber writes.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tc_store::{SqliteStore, StoreConfig};
+use tc_testkit::script::{Script, ScriptDownstream};
+use tc_testkit::worker_scenarios::{Rig, run};
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+/// Runs `scenario` with a JSON subscriber and returns every event it logged.
+async fn events_of(scenario: &str) -> Vec<Value> {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(captured.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let store = Arc::new(
+        SqliteStore::open_in_memory(StoreConfig::default())
+            .await
+            .unwrap(),
+    );
+    let script = Script::new();
+    let rig = Rig::new(
+        store,
+        Arc::new(ScriptDownstream::new(Arc::clone(&script))),
+        script,
+        "http://downstream.test",
+    );
+    run(scenario, &rig).await.unwrap();
+    let bytes = captured.0.lock().unwrap().clone();
+    String::from_utf8(bytes)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Checks that the first event named `name` has every field in `fields`,
+/// and returns it.
+fn check<'a>(events: &'a [Value], name: &str, fields: &[&str]) -> &'a Value {
+    let event = events
+        .iter()
+        .find(|e| e["message"] == name)
+        .unwrap_or_else(|| panic!("no {name} event in {events:#?}"));
+    for field in fields {
+        assert!(!event[field].is_null(), "{name} lacks {field}: {event}");
+    }
+    event
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
+    let events = events_of("5xx_then_success").await;
+    let start = check(&events, "task_start", &["task_id", "attempt", "url"]);
+    assert_eq!(start["attempt"], 1);
+    let retry = check(
+        &events,
+        "task_retry",
+        &[
+            "task_id",
+            "reason",
+            "delay_ms",
+            "retry",
+            "duration_ms",
+            "http_status",
+        ],
+    );
+    assert_eq!(
+        (
+            retry["reason"].as_str(),
+            retry["http_status"].as_u64(),
+            retry["retry"].as_u64()
+        ),
+        (Some("http_503"), Some(503), Some(1))
+    );
+    let done = check(
+        &events,
+        "task_done",
+        &["task_id", "state", "retry", "duration_ms", "http_status"],
+    );
+    assert_eq!(
+        (done["state"].as_str(), done["retry"].as_u64()),
+        (Some("success"), Some(2))
+    );
+    assert_eq!(start["task_id"], done["task_id"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_logs_its_error_and_interruptions_and_skips_are_named() {
+    let events = events_of("4xx_not_retried").await;
+    let done = check(
+        &events,
+        "task_done",
+        &["task_id", "state", "retry", "duration_ms", "error"],
+    );
+    assert_eq!(
+        (done["state"].as_str(), done["error"].as_str()),
+        (Some("failed"), Some("http_400"))
+    );
+
+    let events = events_of("shutdown_returns_in_flight_to_pending").await;
+    check(&events, "task_interrupted", &["task_id", "duration_ms"]);
+
+    let events = events_of("cancel_claimed_not_started").await;
+    check(&events, "task_skip_canceled", &["task_id"]);
+}
