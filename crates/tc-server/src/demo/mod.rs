@@ -229,7 +229,7 @@ impl Demo {
             .as_str()
             .and_then(|id| id.parse::<TaskId>().ok())
             .ok_or_else(|| DemoError::Unexpected(format!("no task id in {view}")))?;
-        println!("   <- {status}: task {id}, state {}", view["state"]);
+        println!("   <- {status}: task {id}, state {}", plain(&view["state"]));
         if status != expected {
             return Err(DemoError::Unexpected(format!(
                 "expected {expected}, got {status}"
@@ -247,17 +247,20 @@ impl Demo {
         println!("   GET /tasks/{id}");
         println!(
             "   <- state {}, attempt {} of {}, http_status {}, error {}, result {}",
-            view["state"],
-            view["attempt"],
-            view["max_attempts"],
-            view["http_status"],
-            view["error"],
-            view["result"]
+            plain(&view["state"]),
+            plain(&view["attempt"]),
+            plain(&view["max_attempts"]),
+            plain(&view["http_status"]),
+            plain(&view["error"]),
+            plain(&view["result"])
         );
         for attempt in view["attempts"].as_array().into_iter().flatten() {
             println!(
                 "      attempt {}: http_status {}, error {}, {} ms",
-                attempt["n"], attempt["http_status"], attempt["error"], attempt["duration_ms"]
+                plain(&attempt["n"]),
+                plain(&attempt["http_status"]),
+                plain(&attempt["error"]),
+                plain(&attempt["duration_ms"])
             );
         }
         Ok(view)
@@ -304,6 +307,14 @@ impl Demo {
                 );
             }
         }
+    }
+}
+
+/// A JSON value as a person reads it: strings without their quotes.
+fn plain(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
