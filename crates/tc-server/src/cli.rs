@@ -31,7 +31,7 @@ pub(crate) enum Command {
 
 /// Commit durability of the SQLite file (`PRAGMA synchronous`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Sync {
+pub(crate) enum SyncMode {
     /// Every commit is fsynced: an acknowledged submit survives power loss.
     Full,
     /// Commits survive a process crash; the last ones may be lost on power loss.
@@ -116,8 +116,8 @@ pub(crate) struct ServeArgs {
 
     /// Commit durability: `full` fsyncs every commit, `normal` survives a
     /// process crash but may lose the last commits on power loss.
-    #[arg(long, env = "TC_SYNC", value_enum, default_value_t = Sync::Full)]
-    pub(crate) sync: Sync,
+    #[arg(long, env = "TC_SYNC", value_enum, default_value_t = SyncMode::Full)]
+    pub(crate) sync: SyncMode,
 
     /// Log lines on stdout: `json` (one object per line) or `text`.
     #[arg(long, env = "TC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
@@ -222,7 +222,7 @@ mod tests {
         assert_eq!((a.poll_interval_ms, a.shutdown_grace_ms), (50, 10_000));
         assert_eq!(a.api_token, None);
         assert!(a.allow_url_prefix.is_empty());
-        assert_eq!((a.sync, a.log_format), (Sync::Full, LogFormat::Json));
+        assert_eq!((a.sync, a.log_format), (SyncMode::Full, LogFormat::Json));
         assert_eq!(a.max_body_bytes, 1024 * 1024);
     }
 

@@ -13,7 +13,7 @@ use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::cli::{ServeArgs, Sync};
+use crate::cli::{ServeArgs, SyncMode};
 use crate::control::WorkerPort;
 
 /// Why the server could not start or stop cleanly.
@@ -56,8 +56,8 @@ impl Settings {
             listen: args.listen,
             store: StoreConfig {
                 synchronous: match args.sync {
-                    Sync::Full => Synchronous::Full,
-                    Sync::Normal => Synchronous::Normal,
+                    SyncMode::Full => Synchronous::Full,
+                    SyncMode::Normal => Synchronous::Normal,
                 },
                 ..StoreConfig::default()
             },
@@ -224,5 +224,68 @@ impl Signals {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    fn settings(args: &[&str]) -> Settings {
+        let cli =
+            Cli::try_parse_from(std::iter::once("tc-server").chain(args.iter().copied())).unwrap();
+        Settings::from_args(cli.serve_args())
+    }
+
+    #[test]
+    fn every_flag_reaches_the_component_it_configures() {
+        let s = settings(&[
+            "--db=/tmp/x.db",
+            "--listen=127.0.0.1:0",
+            "--concurrency=3",
+            "--call-timeout-ms=700",
+            "--max-attempts=9",
+            "--backoff-base-ms=10",
+            "--backoff-cap-ms=90",
+            "--lease-ms=3000",
+            "--poll-interval-ms=5",
+            "--shutdown-grace-ms=250",
+            "--api-token=t",
+            "--allow-url-prefix=http://a/",
+            "--sync=normal",
+            "--max-body-bytes=2048",
+        ]);
+        assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
+        assert_eq!(s.listen.port(), 0);
+        assert_eq!(s.store.synchronous, Synchronous::Normal);
+        let ms = Duration::from_millis;
+        let w = &s.worker;
+        assert_eq!(w.concurrency, 3);
+        assert_eq!((w.lease, w.recover_interval), (ms(3000), ms(1500)));
+        assert_eq!((w.poll_interval, w.shutdown_grace), (ms(5), ms(250)));
+        assert_eq!((w.retry.base, w.retry.cap), (ms(10), ms(90)));
+        let h = &s.http;
+        assert_eq!(h.max_body_bytes, 2048);
+        assert_eq!((h.default_max_attempts, h.default_timeout), (9, ms(700)));
+        assert_eq!(h.api_token.as_deref(), Some("t"));
+        assert_eq!(h.allow_url_prefixes, ["http://a/"]);
+        assert_eq!(h.shutdown_grace, ms(250));
+    }
+
+    #[test]
+    fn defaults_are_the_components_own() {
+        let s = settings(&[]);
+        assert_eq!(s.store, StoreConfig::default());
+        let (w, d) = (&s.worker, WorkerConfig::default());
+        assert_eq!(
+            (w.concurrency, w.lease, w.poll_interval, w.shutdown_grace),
+            (d.concurrency, d.lease, d.poll_interval, d.shutdown_grace)
+        );
+        assert_eq!(w.retry, d.retry);
+        let h = tc_http::HttpConfig::default();
+        assert_eq!(s.http, h);
     }
 }
