@@ -118,13 +118,19 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             if cfg!(debug_assertions) {
                 return hand_over_to_release(&root, args);
             }
-            build(&root, &["-p", "tc-server"])?;
+            if std::env::var_os(BUILT).is_none() {
+                build(&root, &["-p", "tc-server"])?;
+            }
             let tc_server = target_dir(&root).join("release").join("tc-server");
             let out_dir = target_dir(&root).join("bench");
             phases::run(Plan::new(quick), &tc_server, &out_dir)
         }
     }
 }
+
+/// Set by the debug build for the release one it hands over to: the
+/// release build of tc-server is already fresh.
+const BUILT: &str = "TC_BENCH_BUILT";
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -163,6 +169,7 @@ fn hand_over_to_release(root: &Path, args: &[String]) -> Result<(), String> {
     let status = Command::new(&release)
         .arg("bench")
         .args(args)
+        .env(BUILT, "1")
         .status()
         .map_err(|e| format!("running {}: {e}", release.display()))?;
     if status.success() {

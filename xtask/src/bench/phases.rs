@@ -49,11 +49,20 @@ struct Bench {
 pub(crate) fn run(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     let machine = Machine::read();
-    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    // Private copies of both binaries: another build in the shared target
+    // directory may replace them while the run goes on.
+    let copy = |from: &Path, name: &str| {
+        let to = dir.path().join(name);
+        std::fs::copy(from, &to)
+            .map(|_| to)
+            .map_err(|e| format!("copying {} for the run: {e}", from.display()))
+    };
+    let tc_server = copy(tc_server, "tc-server")?;
+    let me = copy(Path::new("/proc/self/exe"), "xtask-bench")?;
     let mut bench = Bench {
         plan,
-        tc_server: tc_server.to_owned(),
+        tc_server,
         me,
         dir,
         clock: std::time::Instant::now(),
@@ -105,6 +114,7 @@ pub(crate) fn run(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), St
             "load_at_end": Machine::load_now(),
         },
         "seconds": bench.clock.elapsed().as_secs_f64(),
+        "plan": format!("{plan:?}"),
         "figures": bench.figures.iter().map(report::to_json).collect::<Vec<_>>(),
         "details": bench.details,
         "failures": bench.failures,
@@ -287,6 +297,12 @@ impl Bench {
         let measured = self
             .submit_window("tc-server submits", &endpoint, &down.url())
             .await;
+        // Threads show how many OS threads the request path parks (a
+        // blocking-pool thread per waiting call, say).
+        let threads = tc.threads().ok();
+        if let Some(threads) = threads {
+            self.progress(&format!("tc-server has {threads} threads after the window"));
+        }
         let warnings = self.server_warnings(&tc);
         tc.stop();
         let measured = measured?;
@@ -373,6 +389,7 @@ impl Bench {
                 "noop": load_json(&ceiling),
                 "store_alone": load_json(&alone),
                 "store_alone_p99_ms": store_lat.map(|s| ms(s.p99)),
+                "tc_server_threads": threads,
             }),
         );
         Ok(())
@@ -448,10 +465,12 @@ impl Bench {
 
         let ceiling = load::run(
             &Endpoint::new(down.addr),
+            // A rate over a time window: n calls at this speed take only a
+            // few hundred milliseconds, too short to be steady.
             Load {
                 connections: self.plan.connections,
-                max_requests: n,
-                max_duration: self.plan.patience,
+                max_requests: self.plan.max_requests,
+                max_duration: self.plan.window / 3,
             },
             downstream_calls(),
             load::success,

@@ -3,14 +3,31 @@
 
 use std::fs;
 
-/// A `kB` field of /proc/<pid>/status (`VmHWM:    12345 kB`), in KiB.
-pub(crate) fn status_kib(status: &str, field: &str) -> Option<u64> {
+/// The value of a /proc/<pid>/status field, trimmed.
+fn status_field<'s>(status: &'s str, field: &str) -> Option<&'s str> {
     status.lines().find_map(|line| {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;
-        let mut words = rest.split_whitespace();
-        let value = words.next()?.parse().ok()?;
-        (words.next() == Some("kB")).then_some(value)
+        Some(rest.trim())
     })
+}
+
+/// A `kB` field of /proc/<pid>/status (`VmHWM:    12345 kB`), in KiB.
+pub(crate) fn status_kib(status: &str, field: &str) -> Option<u64> {
+    let mut words = status_field(status, field)?.split_whitespace();
+    let value = words.next()?.parse().ok()?;
+    (words.next() == Some("kB") && words.next().is_none()).then_some(value)
+}
+
+/// A plain number field of /proc/<pid>/status (`Threads:  7`).
+pub(crate) fn status_count(status: &str, field: &str) -> Option<u64> {
+    status_field(status, field)?.parse().ok()
+}
+
+/// How many threads the process has now.
+pub(crate) fn threads(pid: u32) -> Result<u64, String> {
+    let path = format!("/proc/{pid}/status");
+    let status = fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
+    status_count(&status, "Threads").ok_or_else(|| format!("{path} has no Threads"))
 }
 
 /// The process's resident-set high-water mark (`VmHWM`) and its current
@@ -92,6 +109,13 @@ mod tests {
         check("VmHWM:\tlots kB\n", "VmHWM", None);
         check("VmHWM:\t12 MB\n", "VmHWM", None);
         check("MemTotal:       24683568 kB\n", "MemTotal", Some(24683568));
+    }
+
+    #[test]
+    fn status_counts() {
+        assert_eq!(status_count(STATUS, "Threads"), Some(7));
+        assert_eq!(status_count(STATUS, "VmHWM"), None);
+        assert_eq!(status_count(STATUS, "Thread"), None);
     }
 
     #[test]

@@ -100,6 +100,11 @@ impl ServerProcess {
         super::procfs::memory_kib(self.pid())
     }
 
+    /// Its thread count now.
+    pub(crate) fn threads(&self) -> Result<u64, String> {
+        super::procfs::threads(self.pid())
+    }
+
     /// Warnings and errors it logged so far, with the first one.
     pub(crate) fn warnings(&self) -> (u64, Option<String>) {
         let first = self.first_warning.lock().ok().and_then(|f| f.clone());
