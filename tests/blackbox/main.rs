@@ -8,6 +8,8 @@
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
 
+// Signals and process control go through `kill`: Unix only.
+#![cfg(unix)]
 // The whole crate is test code (clippy's allow-unwrap-in-tests only covers
 // #[test] functions, not their helpers): a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]

@@ -201,15 +201,18 @@ async fn close_store(store: Arc<SqliteStore>) {
     }
 }
 
-/// SIGTERM and SIGINT, caught from the moment [`Signals::install`] returns
-/// (before `listening` is logged, so that a signal sent right after it is
-/// never the default "terminate at once").
+/// SIGTERM and SIGINT (Ctrl-C elsewhere), caught from the moment
+/// [`Signals::install`] returns: before `listening` is logged, so that a
+/// signal sent right after it never meets the default "terminate at once".
 pub(crate) struct Signals {
+    #[cfg(unix)]
     term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
     int: tokio::signal::unix::Signal,
 }
 
 impl Signals {
+    #[cfg(unix)]
     pub(crate) fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
         Ok(Signals {
@@ -219,11 +222,24 @@ impl Signals {
     }
 
     /// The next signal's name.
+    #[cfg(unix)]
     pub(crate) async fn recv(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
         }
+    }
+
+    #[cfg(not(unix))]
+    pub(crate) fn install() -> std::io::Result<Signals> {
+        Ok(Signals {})
+    }
+
+    /// The next Ctrl-C.
+    #[cfg(not(unix))]
+    pub(crate) async fn recv(&mut self) -> &'static str {
+        let _ = tokio::signal::ctrl_c().await;
+        "ctrl_c"
     }
 }
 
