@@ -88,13 +88,15 @@ async fn sigint_stops_an_idle_server_with_exit_0() {
     assert_eq!(status.code(), Some(0), "exit status {status:?}");
 }
 
-/// 200 tasks submitted by 8 concurrent clients; the server is SIGKILLed once
-/// 100 submits have returned, while the downstream holds every call it gets.
+/// 8 concurrent clients submit 300 tasks; the server is SIGKILLed once 200
+/// submits have returned, with submits still on their way and the downstream
+/// holding every call it gets (so all of those 200 are pending or in flight).
 /// A new server on the same database must finish every task whose submit
 /// returned; the rest are resubmitted (idempotently) and finish too.
 #[tokio::test]
 async fn sigkill_loses_no_acknowledged_task() {
-    const TASKS: usize = 200;
+    const TASKS: usize = 300;
+    const KILL_AT: usize = 200;
     let mut s = support::start_with(|c, _| {
         c.flag("--lease-ms", "600").flag("--concurrency", "16");
     })
@@ -102,15 +104,15 @@ async fn sigkill_loses_no_acknowledged_task() {
     let url = s.down.url("/gate");
     let acked = Arc::new(std::sync::Mutex::new(BTreeMap::<String, String>::new()));
     let returned = Arc::new(AtomicUsize::new(0));
-    let half = Arc::new(Notify::new());
+    let kill_now = Arc::new(Notify::new());
     let mut clients = tokio::task::JoinSet::new();
     for client in 0..8 {
-        let (api, url, acked, returned, half) = (
+        let (api, url, acked, returned, kill_now) = (
             s.api.clone(),
             url.clone(),
             Arc::clone(&acked),
             Arc::clone(&returned),
-            Arc::clone(&half),
+            Arc::clone(&kill_now),
         );
         clients.spawn(async move {
             for i in (client..TASKS).step_by(8) {
@@ -119,21 +121,21 @@ async fn sigkill_loses_no_acknowledged_task() {
                     return; // the server is gone
                 };
                 acked.lock().unwrap().insert(key, id);
-                if returned.fetch_add(1, Ordering::SeqCst) + 1 == TASKS / 2 {
-                    half.notify_one();
+                if returned.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AT {
+                    kill_now.notify_one();
                 }
             }
         });
     }
-    tokio::time::timeout(std::time::Duration::from_secs(30), half.notified())
+    tokio::time::timeout(std::time::Duration::from_secs(30), kill_now.notified())
         .await
-        .expect("100 submits within 30 s");
+        .expect("200 submits within 30 s");
     s.server.kill9().await;
     while let Some(joined) = clients.join_next().await {
         joined.unwrap();
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() >= TASKS / 2, "{} acknowledged", acked.len());
+    assert!(acked.len() >= KILL_AT, "{} acknowledged", acked.len());
 
     s.restart().await;
     s.down.open_gate();
