@@ -39,6 +39,7 @@ impl Drop for Serving {
 #[derive(Default)]
 struct Served {
     count: AtomicU64,
+    connections: AtomicU64,
     changed: Notify,
 }
 
@@ -80,6 +81,12 @@ impl HttpDownstream {
         self.served.count.load(Ordering::Relaxed)
     }
 
+    /// Connections accepted so far: far more than the caller's concurrency
+    /// means its connections are not kept alive.
+    pub(crate) fn connections(&self) -> u64 {
+        self.served.connections.load(Ordering::Relaxed)
+    }
+
     /// Waits until at least `n` requests were answered, or `until`; returns
     /// whether they were.
     pub(crate) async fn wait_served(&self, n: u64, until: Instant) -> bool {
@@ -104,6 +111,7 @@ async fn accept_http(listener: TcpListener, delay: Duration, served: Arc<Served>
             Some(_) = connections.join_next() => {}
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                served.connections.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
                 let served = Arc::clone(&served);
                 let service = service_fn(move |request: Request<Incoming>| {
@@ -322,5 +330,6 @@ mod tests {
         let until = Instant::now() + Duration::from_secs(10);
         assert!(down.wait_served(3, until).await);
         assert_eq!(down.served(), 3);
+        assert_eq!(down.connections(), 1, "one keep-alive connection");
     }
 }

@@ -41,6 +41,7 @@ struct Bench {
     captured: Option<Captured>,
     /// Phase 1's figures that later phases compare with.
     idle_submit: Option<(f64, Summary)>,
+    noop_rate: Option<f64>,
     tc_e2e_rate: Option<f64>,
 }
 
@@ -71,6 +72,7 @@ pub(crate) fn run(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), St
         failures: Vec::new(),
         captured: None,
         idle_submit: None,
+        noop_rate: None,
         tc_e2e_rate: None,
     };
     bench.progress(&format!(
@@ -336,6 +338,7 @@ impl Bench {
         };
         let rate = measured.per_second();
         self.idle_submit = Some((rate, tc_lat));
+        self.noop_rate = Some(ceiling.per_second());
         let note = [measured.problems(), warnings].join(" ").trim().to_owned();
         self.push(
             Figure::new(
@@ -456,8 +459,10 @@ impl Bench {
         let warnings = self.server_warnings(&tc);
         tc.stop();
         let rate = stats::rate(n, elapsed);
+        let connections = down.connections();
         self.progress(&format!(
-            "tc-server: {n} tasks terminal in {:.2} s = {rate:.0}/s (downstream answered {})",
+            "tc-server: {n} tasks terminal in {:.2} s = {rate:.0}/s (downstream answered {} \
+             on {connections} connections)",
             elapsed.as_secs_f64(),
             down.served()
         ));
@@ -494,6 +499,7 @@ impl Bench {
                 "tasks": n,
                 "seconds": elapsed.as_secs_f64(),
                 "submit_seconds": submitted.elapsed.as_secs_f64(),
+                "downstream_connections": connections,
                 "ceiling": load_json(&ceiling),
             }),
         );
@@ -607,6 +613,18 @@ impl Bench {
                 measured.per_second() as u64
             )),
         );
+        if let Some(noop) = self.noop_rate {
+            self.push(
+                Figure::new(
+                    "slow_submit_rate",
+                    "3 submits/s while the worker waits on the slow downstream",
+                    measured.per_second(),
+                    "/s",
+                )
+                .beside(noop, "no-op hyper server")
+                .note("the request path without the worker's writes and calls beside it"),
+            );
+        }
         self.detail(
             "slow_downstream",
             json!({ "backlog": load_json(&backlog), "window": load_json(&measured), "counts": counts }),
@@ -886,9 +904,11 @@ impl Bench {
         }
         let e2e = stats::rate(n, elapsed);
         self.progress(&format!(
-            "naive peer: {n} calls done in {:.2} s = {e2e:.0}/s ({} submits ok)",
+            "naive peer: {n} calls done in {:.2} s = {e2e:.0}/s ({} submits ok, {} downstream \
+             connections)",
             elapsed.as_secs_f64(),
-            submitted.ok
+            submitted.ok,
+            down.connections()
         ));
         let summary = stats::summarize(measured.latencies.clone())
             .ok_or_else(|| format!("no naive submit answered: {}", measured.problems()))?;
