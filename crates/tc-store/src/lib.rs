@@ -14,6 +14,7 @@
 //! The schema and the write operations are also reachable synchronously in
 //! [`raw`], for tools that want to measure the store against plain rusqlite.
 
+mod clock_hold;
 mod config;
 mod ops;
 mod readers;

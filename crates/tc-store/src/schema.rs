@@ -85,6 +85,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_INDEXES];
 /// The `user_version` this build writes and reads.
 pub(crate) const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// Prepared statements kept per connection: more than the store's distinct
+/// statements (about 25 on the writer), so none is ever prepared twice.
+/// rusqlite's default of 16 would evict on a mixed workload.
+const STATEMENT_CACHE: usize = 64;
+
 /// Why a database could not be opened. Nothing is written to a file that is
 /// refused.
 #[derive(Debug, thiserror::Error)]
@@ -207,6 +212,7 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
         }
     };
     let mut conn = target.open_raw().map_err(fail("open"))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     conn.busy_timeout(config.busy_timeout)
         .map_err(fail("set busy_timeout"))?;
     // Judge the file before anything can write to it: even switching the
@@ -238,6 +244,7 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
 /// Opens a connection that only reads a database [`open_writer`] has set up.
 pub(crate) fn open_reader(target: &Target, busy_timeout: Duration) -> rusqlite::Result<Connection> {
     let conn = target.open_raw()?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     conn.busy_timeout(busy_timeout)?;
     conn.pragma_update(None, "query_only", "ON")?;
     Ok(conn)

@@ -10,6 +10,7 @@ use tc_model::store::{
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::clock_hold::ClockHold;
 use crate::config::StoreConfig;
 use crate::readers::Readers;
 use crate::schema::{self, OpenError, Target};
@@ -26,6 +27,7 @@ pub struct SqliteStore {
     commands: Option<mpsc::Sender<writer::Command>>,
     writer: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
+    clock_hold: ClockHold,
 }
 
 impl SqliteStore {
@@ -64,6 +66,7 @@ impl SqliteStore {
             commands: Some(commands),
             writer: Some(writer),
             readers: Arc::new(Readers::new(target, config.busy_timeout, config.readers)),
+            clock_hold: ClockHold::default(),
         })
     }
 
@@ -86,20 +89,17 @@ impl SqliteStore {
     {
         let closed = || StoreError::Unavailable("store is closed".to_owned());
         let commands = self.commands.as_ref().ok_or_else(closed)?;
+        // Held until answered, so that a paused test clock cannot jump ahead
+        // while the write is on its way to disk (see clock_hold).
+        let _held = self.clock_hold.enter();
         let (reply, answer) = oneshot::channel();
         commands
             .send(writer::command(op, reply))
             .await
             .map_err(|_| closed())?;
-        // Waiting on the blocking pool rather than on the oneshot directly:
-        // tokio's paused test clock does not auto-advance while a blocking
-        // task runs, so a test's timers cannot jump ahead while a write is on
-        // its way to disk. Only a parked thread per in-flight write is spent.
-        let stopped = || StoreError::Unavailable("store writer stopped".to_owned());
-        tokio::task::spawn_blocking(move || answer.blocking_recv())
+        answer
             .await
-            .map_err(|_| stopped())?
-            .map_err(|_| stopped())?
+            .map_err(|_| StoreError::Unavailable("store writer stopped".to_owned()))?
     }
 }
 

@@ -111,15 +111,15 @@ pub(crate) fn commit_batch(conn: &mut Connection, batch: &mut Vec<Command>) {
 }
 
 fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<()> {
-    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch.iter_mut() {
-        let mut savepoint = tx.savepoint()?;
-        if job.run(&savepoint) {
-            savepoint.commit()?;
-        } else {
-            savepoint.rollback()?;
-            savepoint.commit()?;
+        // Cached statements rather than rusqlite's Savepoint, which builds
+        // and parses the SQL text anew for every command.
+        tx.prepare_cached("SAVEPOINT command")?.execute([])?;
+        if !job.run(&tx) {
+            tx.prepare_cached("ROLLBACK TO command")?.execute([])?;
         }
+        tx.prepare_cached("RELEASE command")?.execute([])?;
         // Some errors (disk full, I/O) make SQLite roll back the whole
         // transaction on its own; then nothing before this point stands.
         if tx.is_autocommit() {
