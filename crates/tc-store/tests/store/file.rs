@@ -1,7 +1,10 @@
 //! What only a file can show: reopening, upgrading an older file in place,
 //! and refusing files that are not ours.
 
+use std::future::Future;
 use std::path::Path;
+use std::pin::pin;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
@@ -340,6 +343,55 @@ async fn files_that_are_not_ours_are_refused_and_left_untouched() {
             files_before,
             "{}: files appeared",
             case.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_commits_writes_whose_callers_went_away() {
+    // More than one batch (256), so the writer still has work when the
+    // store is closed.
+    const QUEUED: usize = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flush.db");
+    let mut expected = 0;
+    for close in [true, false] {
+        let store = SqliteStore::open(&path, StoreConfig::default())
+            .await
+            .unwrap();
+        let mut unanswered = 0;
+        for i in 0..QUEUED {
+            // Polled once: the command is queued, then the caller goes away
+            // without waiting for the answer. Unconstrained, or tokio's
+            // per-task budget would stop the send itself after 128 polls.
+            let submit = store.submit(task(&format!("{close}-{i}")), t(0));
+            let submit = pin!(tokio::task::unconstrained(submit));
+            if submit
+                .poll(&mut Context::from_waker(Waker::noop()))
+                .is_pending()
+            {
+                unanswered += 1;
+            }
+        }
+        assert!(
+            unanswered > 0,
+            "every submit was answered at once; nothing to flush"
+        );
+        if close {
+            store.close().await;
+        } else {
+            drop(store);
+        }
+        expected += QUEUED;
+        // A plain reader sees what is committed, without waiting for a writer.
+        let conn = Connection::open(&path).unwrap();
+        let stored: i64 = conn
+            .query_row("SELECT count(*) FROM tasks", [], |row| row.get(0))
+            .unwrap();
+        let how = if close { "close" } else { "drop" };
+        assert_eq!(
+            stored as usize, expected,
+            "{how} returned before every queued write was committed"
         );
     }
 }
