@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tc_model::store::{Completion, Guarded, StoreError, Submitted};
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, transit};
 
-use crate::rows::{self, Stored, db, nanos, parse_state};
+use crate::rows::{self, Stored, db, nanos, parse_id, parse_state};
 
 /// The error an attempt row and the task carry when a try was cut short by a
 /// release or an expired lease.
@@ -346,8 +346,9 @@ pub(crate) fn recover_expired(conn: &Connection, now: Timestamp) -> Result<usize
         .collect::<rusqlite::Result<_>>()
         .map_err(db)?;
     let now_ms = now.as_millis();
-    for (seq, id, state, attempt, max_attempts) in &expired {
-        let from = parse_state(state)?;
+    let moved = expired.len();
+    for (seq, id, state, attempt, max_attempts) in expired {
+        let from = parse_state(&state)?;
         let to = if attempt < max_attempts {
             transit(from, State::Pending)?
         } else {
@@ -373,20 +374,9 @@ pub(crate) fn recover_expired(conn: &Connection, now: Timestamp) -> Result<usize
                 now_ms
             ],
         )?;
-        let id: [u8; 16] = id
-            .as_slice()
-            .try_into()
-            .map_err(|_| StoreError::Unavailable("corrupt row in tasks: bad id".into()))?;
-        close_attempt(
-            conn,
-            &TaskId::from_bytes(id),
-            *attempt,
-            now,
-            None,
-            Some(INTERRUPTED),
-        )?;
+        close_attempt(conn, &parse_id(id)?, attempt, now, None, Some(INTERRUPTED))?;
     }
-    Ok(expired.len())
+    Ok(moved)
 }
 
 /// The fields a guarded write checks.

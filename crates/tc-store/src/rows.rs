@@ -35,12 +35,11 @@ pub(crate) struct Stored {
 /// Decodes a row selected with [`task_columns`]; the attempt history is left
 /// empty for [`attempts_of`] to fill.
 pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
-    let id: Vec<u8> = row.get(1).map_err(db)?;
-    let id: [u8; 16] = id.try_into().map_err(|_| corrupt("id"))?;
+    let id = parse_id(row.get(1).map_err(db)?)?;
     let state: String = row.get(2).map_err(db)?;
     let timeout_ns: i64 = row.get(8).map_err(db)?;
     let task = Task {
-        id: TaskId::from_bytes(id),
+        id,
         state: state.parse().map_err(|_| corrupt("state"))?,
         url: row.get(3).map_err(db)?,
         body: row.get(4).map_err(db)?,
@@ -145,6 +144,12 @@ pub(crate) fn attempts_of(
         });
     }
     Ok(attempts)
+}
+
+/// An id column as the model's [`TaskId`].
+pub(crate) fn parse_id(blob: Vec<u8>) -> Result<TaskId, StoreError> {
+    let bytes: [u8; 16] = blob.try_into().map_err(|_| corrupt("id"))?;
+    Ok(TaskId::from_bytes(bytes))
 }
 
 /// The state column as the model's [`State`].
