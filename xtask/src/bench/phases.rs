@@ -452,10 +452,18 @@ impl Bench {
                 submitted.problems()
             ));
         }
-        let done = self
+        let (submits_done, done) = self
             .wait_terminal(&endpoint, n, started + self.plan.patience)
             .await?;
         let elapsed = done - started;
+        // Once the submits are in, the worker has the machine to itself.
+        let (drain_from, terminal_then) = submits_done;
+        let drain = stats::rate(n - terminal_then.min(n), done - drain_from);
+        self.progress(&format!(
+            "  {terminal_then} terminal when the submits were in; the other {} drained at \
+             {drain:.0}/s",
+            n - terminal_then.min(n)
+        ));
         let warnings = self.server_warnings(&tc);
         tc.stop();
         let rate = stats::rate(n, elapsed);
@@ -482,6 +490,28 @@ impl Bench {
         )
         .await?;
         self.report_load("no store, no worker: client → downstream", &ceiling);
+
+        // The store's part of the worker's job alone: claim 64, complete
+        // them, durably, round after round.
+        let worker_db = self.db("worker-alone");
+        let (path, url) = (worker_db.clone(), down.url());
+        tokio::task::spawn_blocking(move || store::fill(&path, n, &url, "wa", &|_| {}))
+            .await
+            .map_err(|e| format!("fill: {e}"))??;
+        let alone = store::claim_complete_cost(
+            &worker_db,
+            tc_store::Synchronous::Full,
+            self.plan.scale_rounds,
+            self.plan.connections,
+            &down.url(),
+            "wa",
+            self.plan.patience,
+        )
+        .await?;
+        let alone_rate = 1.0 / alone.per_task.as_secs_f64().max(1e-9);
+        self.progress(&format!(
+            "store alone, claim_due(64) + 64 completes, FULL: {alone_rate:.0} tasks/s"
+        ));
         self.push(
             Figure::new(
                 "e2e_rate",
@@ -493,10 +523,22 @@ impl Bench {
             .target(Target::RatioAtLeast(0.4))
             .note(warnings),
         );
+        self.push(
+            Figure::new(
+                "e2e_vs_store",
+                "2 end to end tasks/s vs the store's claim+complete",
+                rate,
+                "/s",
+            )
+            .beside(alone_rate, "SqliteStore, FULL, rounds of 64"),
+        );
         self.detail(
             "e2e",
             json!({
                 "tasks": n,
+                "terminal_when_submitted": terminal_then,
+                "drain_rate": drain,
+                "store_claim_complete_rate": alone_rate,
                 "seconds": elapsed.as_secs_f64(),
                 "submit_seconds": submitted.elapsed.as_secs_f64(),
                 "downstream_connections": connections,
@@ -531,21 +573,25 @@ impl Bench {
         .await
     }
 
-    /// Polls `/metrics` until `n` tasks are terminal; the instant it saw so.
+    /// Polls `/metrics` until `n` tasks are terminal. Returns the first
+    /// poll (its instant and terminal count) and the instant all were.
     async fn wait_terminal(
         &self,
         endpoint: &Endpoint,
         n: u64,
         until: Instant,
-    ) -> Result<Instant, String> {
+    ) -> Result<((Instant, u64), Instant), String> {
         const POLL: Duration = Duration::from_millis(10);
         let mut conn = Conn::open(endpoint.addr).await?;
         let mut last_report = Instant::now();
+        let mut first = None;
         loop {
+            let polled = Instant::now();
             let counts = task_counts_of(&mut conn, endpoint).await?;
             let terminal = terminal(&counts);
+            let first = *first.get_or_insert((polled, terminal));
             if terminal >= n {
-                return Ok(Instant::now());
+                return Ok((first, Instant::now()));
             }
             if Instant::now() >= until {
                 return Err(format!(
@@ -757,6 +803,7 @@ impl Bench {
             ));
             let cost = store::claim_complete_cost(
                 db,
+                tc_store::Synchronous::Normal,
                 plan.scale_rounds,
                 plan.connections,
                 &closed_url,

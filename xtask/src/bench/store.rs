@@ -160,11 +160,13 @@ pub(crate) struct ClaimCost {
 /// Rounds of what the worker does at concurrency `batch`: claim `batch` due
 /// tasks, then complete each (concurrently, so the writer groups them). Only
 /// claim and complete are timed; after each round as many new tasks are
-/// submitted (untimed), so the pending count stays at what it was. Runs with
-/// `synchronous = NORMAL`: an fsync per commit would add a constant that
-/// hides what the row count costs.
+/// submitted (untimed), so the pending count stays at what it was. The
+/// scale figure runs it with `synchronous = NORMAL` (an fsync per commit
+/// would add a constant that hides what the row count costs); the end-to-end
+/// figure with FULL, as the store-alone bound of the worker.
 pub(crate) async fn claim_complete_cost(
     path: &Path,
+    synchronous: Synchronous,
     rounds: usize,
     batch: usize,
     url: &str,
@@ -172,7 +174,7 @@ pub(crate) async fn claim_complete_cost(
     max_duration: Duration,
 ) -> Result<ClaimCost, String> {
     const WARMUP_ROUNDS: usize = 3;
-    let store = open(path, Synchronous::Normal).await?;
+    let store = open(path, synchronous).await?;
     let lease = Duration::from_secs(60);
     let deadline = Instant::now() + max_duration;
     let mut timed = Duration::ZERO;
