@@ -30,9 +30,14 @@ struct Canned {
     location: HeaderValue,
 }
 
-/// Serves until the process is killed. Prints tc-server's `listening` line
-/// (JSON with `addr`) on stdout once bound.
+/// Serves until the process is killed or its stdin closes (the bench holds
+/// the other end: if the bench dies, so do its servers). Prints tc-server's
+/// `listening` line (JSON with `addr`) on stdout once bound.
 pub(crate) fn serve(args: PeerArgs) -> Result<(), String> {
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        std::process::exit(0);
+    });
     let body = std::fs::read(&args.response_body)
         .map_err(|e| format!("reading {}: {e}", args.response_body.display()))?;
     let location =

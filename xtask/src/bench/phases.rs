@@ -899,7 +899,7 @@ impl Bench {
             .note(format!(
                 "VmHWM after {:.0} s serving 64-conn submits + /metrics scrapes, worker at \
                  concurrency 64 retrying tasks against a closed port (1 h backoff keeps them \
-                 pending); {warnings}",
+                 pending). {warnings}",
                 plan.rss_window.as_secs_f64()
             )),
         );

@@ -84,7 +84,8 @@ impl Figure {
     }
 
     pub(crate) fn note(mut self, note: impl Into<String>) -> Figure {
-        self.note = note.into();
+        // Notes are often joined from parts that may be empty.
+        self.note = note.into().trim().to_owned();
         self
     }
 

@@ -42,7 +42,9 @@ impl ServerProcess {
     /// line. The rest of stdout is read (and dropped) by a thread, so the
     /// child never blocks on a full pipe; warnings and errors are counted.
     pub(crate) fn start(name: &str, mut command: Command) -> Result<ServerProcess, String> {
-        command.stdout(Stdio::piped()).stdin(Stdio::null());
+        // stdin stays open for the child's life: the reference servers exit
+        // when it closes, so none outlives a killed bench.
+        command.stdout(Stdio::piped()).stdin(Stdio::piped());
         let mut child = command
             .spawn()
             .map_err(|e| format!("starting {name} ({command:?}): {e}"))?;
