@@ -107,7 +107,15 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
             source,
         })?;
     let store = Arc::new(SqliteStore::open(&settings.db, settings.store.clone()).await?);
-    let downstream = Arc::new(HyperDownstream::new(DownstreamConfig::default()));
+    // Keep as many idle connections per host as calls can be in flight: with
+    // fewer, every call past the pool's size opens a new TCP connection.
+    let downstream = Arc::new(HyperDownstream::new(DownstreamConfig {
+        pool_max_idle_per_host: settings
+            .worker
+            .concurrency
+            .max(DownstreamConfig::default().pool_max_idle_per_host),
+        ..DownstreamConfig::default()
+    }));
 
     let mut registry = Registry::default();
     let metrics = WorkerMetrics::default();
