@@ -16,6 +16,7 @@ use tc_downstream::{DownstreamConfig, HyperDownstream};
 use tc_model::store::TaskStore;
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::script::{LoopbackServer, Script, ScriptDownstream};
+use tc_testkit::store_contract::{self, Report};
 use tc_testkit::worker_scenarios::{Rig, SCENARIOS, run};
 
 /// How a cell's downstream is served.
@@ -32,19 +33,47 @@ const DOWNSTREAMS: &[(&str, Down)] = &[("fake", Down::Fake), ("hyper", Down::Hyp
 /// Runs one scenario on one store adapter with one downstream.
 type Cell = fn(&str, Down, &Path) -> Result<(), String>;
 
-/// Every store adapter: name and how to run a cell on a fresh one.
-const STORES: &[(&str, Cell)] = &[
-    ("sqlite-mem", |scenario, down, _dir| {
-        run_cell(scenario, down, async {
-            SqliteStore::open_in_memory(StoreConfig::default()).await
-        })
-    }),
-    ("sqlite-file", |scenario, down, dir| {
-        let path = dir.join("matrix.db");
-        run_cell(scenario, down, async move {
-            SqliteStore::open(&path, StoreConfig::default()).await
-        })
-    }),
+/// Runs the whole store contract on fresh stores of one adapter.
+type Contract = fn(&Path) -> Result<Vec<Report>, String>;
+
+/// Every store adapter: its name, how to run a worker cell on a fresh one,
+/// and how to run the store contract on it. A new adapter is one more line.
+const STORES: &[(&str, Cell, Contract)] = &[
+    (
+        "sqlite-mem",
+        |scenario, down, _dir| {
+            run_cell(scenario, down, async {
+                SqliteStore::open_in_memory(StoreConfig::default()).await
+            })
+        },
+        |_dir| {
+            run_contract(|_| async {
+                SqliteStore::open_in_memory(StoreConfig::default())
+                    .await
+                    .unwrap_or_else(|e| panic!("open: {e}"))
+            })
+        },
+    ),
+    (
+        "sqlite-file",
+        |scenario, down, dir| {
+            let path = dir.join("matrix.db");
+            run_cell(scenario, down, async move {
+                SqliteStore::open(&path, StoreConfig::default()).await
+            })
+        },
+        |dir| {
+            let dir = dir.to_owned();
+            run_contract(move |n| {
+                let path = dir.join(format!("contract-{n}.db"));
+                async move {
+                    SqliteStore::open(&path, StoreConfig::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("open: {e}"))
+                }
+            })
+        },
+    ),
 ];
 
 /// The longest one cell may take.
@@ -79,7 +108,7 @@ pub(crate) fn run_matrix(args: &[String]) -> Result<(), String> {
     }
     let columns: Vec<(String, Cell, Down)> = STORES
         .iter()
-        .flat_map(|(store, cell)| {
+        .flat_map(|(store, cell, _)| {
             DOWNSTREAMS
                 .iter()
                 .map(move |(down_name, down)| (format!("{store}×{down_name}"), *cell, *down))
@@ -137,6 +166,7 @@ pub(crate) fn run_matrix(args: &[String]) -> Result<(), String> {
             }
         }
     }
+    let contract_failures = if only.is_some() { 0 } else { print_contract()? };
     let cells = scenarios.len() * columns.len();
     println!(
         "\n{} of {cells} cells passed in {:.1} s{}",
@@ -148,11 +178,75 @@ pub(crate) fn run_matrix(args: &[String]) -> Result<(), String> {
             " (--verbose shows a failing cell's logs)"
         }
     );
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{} cells failed", failures.len()))
+    match (failures.len(), contract_failures) {
+        (0, 0) => Ok(()),
+        (worker, contract) => Err(format!(
+            "{worker} worker cells and {contract} store contract cells failed"
+        )),
     }
+}
+
+/// Runs the store contract on every store adapter and prints it as a table;
+/// returns how many cells failed.
+fn print_contract() -> Result<usize, String> {
+    let mut columns = Vec::new();
+    for (name, _, contract) in STORES {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        columns.push((*name, contract(dir.path())?));
+        eprint!(".");
+    }
+    eprintln!();
+    let names: Vec<&str> = columns
+        .first()
+        .map(|(_, reports)| reports.iter().map(|r| r.name).collect())
+        .unwrap_or_default();
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(8);
+    let mut header = format!("{:width$}", "store contract");
+    for (name, _) in &columns {
+        header.push_str(&format!("  {name:>12}"));
+    }
+    println!("\n{header}");
+    println!("{}", "-".repeat(header.chars().count()));
+    let mut failed = Vec::new();
+    for (row, scenario) in names.iter().enumerate() {
+        let mut line = format!("{scenario:width$}");
+        for (adapter, reports) in &columns {
+            let mark = match reports.get(row).map(|r| &r.outcome) {
+                Some(Ok(())) => "ok",
+                Some(Err(message)) => {
+                    failed.push(format!("FAIL {scenario} [{adapter}]: {message}"));
+                    "FAIL"
+                }
+                None => "missing",
+            };
+            line.push_str(&format!("  {mark:>12}"));
+        }
+        println!("{line}");
+    }
+    for failure in &failed {
+        println!("\n{failure}");
+    }
+    Ok(failed.len())
+}
+
+/// Runs the contract on a multi-threaded runtime (the contract's own
+/// requirement: real concurrency, the real clock).
+fn run_contract<S, F, Fut>(mut make_store: F) -> Result<Vec<Report>, String>
+where
+    S: TaskStore,
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = S>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let mut n = 0;
+    Ok(runtime.block_on(store_contract::run_all(|| {
+        n += 1;
+        make_store(n)
+    })))
 }
 
 #[derive(Clone)]
