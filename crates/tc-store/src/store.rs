@@ -42,6 +42,10 @@ impl SqliteStore {
     }
 
     /// Opens a fresh, private in-memory database (gone when the store is).
+    ///
+    /// The writer and the readers share it through SQLite's `memdb` VFS under
+    /// a unique name (`file:/tc-<id>?vfs=memdb`). It has no WAL: a reader may
+    /// wait for a commit, within the busy timeout.
     pub async fn open_in_memory(config: StoreConfig) -> Result<SqliteStore, OpenError> {
         SqliteStore::start(Target::new_memory(), config).await
     }

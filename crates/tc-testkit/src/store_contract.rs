@@ -5,9 +5,21 @@
 //! returning `Ok(())` or a message saying what broke. Run them all with
 //! [`run_all`] and a factory making fresh stores:
 //!
-//! ```ignore
-//! let reports = run_all(|| async { MyStore::new().await }).await;
-//! assert_eq!(failures(&reports), None);
+//! ```
+//! use std::future::Future;
+//!
+//! use tc_model::store::TaskStore;
+//! use tc_testkit::store_contract::{failures, run_all};
+//!
+//! /// Fails naming every broken scenario; `new_store` makes a fresh store.
+//! async fn check_contract<S, Fut>(new_store: impl FnMut() -> Fut)
+//! where
+//!     S: TaskStore,
+//!     Fut: Future<Output = S>,
+//! {
+//!     let reports = run_all(new_store).await;
+//!     assert_eq!(failures(&reports), None);
+//! }
 //! ```
 //!
 //! or one by one through [`scenarios`] (a name and a function each), e.g. to
