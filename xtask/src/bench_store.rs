@@ -46,16 +46,16 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             "release"
         }
     );
-    println!(
-        "{:<8} {:<28} {:>9} {:>12} {:>9}",
-        "sync", "writer", "submits", "submits/s", "× naive"
-    );
     if cfg!(debug_assertions) {
         println!(
             "note: a debug build compiles SQLite without optimisation; for representative \
              figures run `cargo run --release -p xtask -- bench-store`"
         );
     }
+    println!(
+        "{:<8} {:<28} {:>9} {:>12} {:>9}",
+        "sync", "writer", "submits", "submits/s", "× naive"
+    );
     for (name, synchronous) in [("FULL", Synchronous::Full), ("NORMAL", Synchronous::Normal)] {
         let config = StoreConfig {
             synchronous,
