@@ -312,7 +312,7 @@ where
     let task = &submitted.task;
     if submitted.created {
         app.control.task_submitted();
-        tracing::info!(task_id = %task.id, url = %task.url, "task submitted");
+        tracing::info!(task_id = %task.id, url = %task.url, "task_submitted");
         let mut response = json(StatusCode::CREATED, &TaskView::new(task))?;
         let location = HeaderValue::try_from(format!("/tasks/{}", task.id))
             .map_err(|e| ApiError::Internal(format!("Location header: {e}")))?;

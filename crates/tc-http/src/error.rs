@@ -170,11 +170,11 @@ impl From<StoreError> for ApiError {
                     .into(),
             ),
             StoreError::IllegalTransition(t) => {
-                tracing::error!(transition = %t, "store refused an illegal transition");
+                tracing::error!(transition = %t, "store_illegal_transition");
                 ApiError::Internal(format!("illegal transition {t}"))
             }
             StoreError::Unavailable(reason) => {
-                tracing::warn!(%reason, "store unavailable");
+                tracing::warn!(%reason, "store_unavailable");
                 ApiError::Unavailable(format!("store unavailable: {reason}"))
             }
         }

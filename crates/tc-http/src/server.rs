@@ -106,7 +106,7 @@ where
                 if let Err(e) = joined
                     && e.is_panic()
                 {
-                    tracing::error!(error = %e, "a connection task panicked");
+                    tracing::error!(error = %e, "http_connection_panicked");
                 }
                 continue;
             }
@@ -122,7 +122,7 @@ where
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    tracing::warn!(%error, "accept failed");
+                    tracing::warn!(%error, "http_accept_failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
@@ -138,7 +138,7 @@ where
             if let Err(error) = connection.await {
                 // Timeouts, resets and unparseable requests end here; hyper
                 // has already answered what could be answered.
-                tracing::debug!(%peer, %error, "connection ended with an error");
+                tracing::debug!(%peer, %error, "http_connection_error");
             }
             drop(permit);
         });
@@ -146,7 +146,7 @@ where
 
     drop(listener);
     let open = graceful.count();
-    tracing::info!(open, "http server stopping");
+    tracing::info!(open, "http_server_stopping");
     if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
         .await
         .is_err()
@@ -157,5 +157,5 @@ where
         );
     }
     connections.shutdown().await;
-    tracing::info!("http server stopped");
+    tracing::info!("http_server_stopped");
 }

@@ -73,7 +73,7 @@ async fn serve(settings: Settings) -> ExitCode {
 /// Reports a fatal error on stderr (where a person starting the server looks)
 /// and in the log.
 fn fail(what: &str, error: &dyn std::error::Error) -> ExitCode {
-    tracing::error!(error = %error, "{what}");
+    tracing::error!(error = %error, what, "server_failed");
     eprintln!("tc-server: {what}: {error}");
     ExitCode::FAILURE
 }

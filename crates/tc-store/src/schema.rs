@@ -289,7 +289,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
         path = %path.display(),
         from,
         to = CURRENT_VERSION,
-        "store schema migrated"
+        "store_schema_migrated"
     );
     Ok(())
 }

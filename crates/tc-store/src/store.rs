@@ -81,7 +81,7 @@ impl SqliteStore {
         if let Some(writer) = self.writer.take() {
             let joined = tokio::task::spawn_blocking(move || writer.join()).await;
             if !matches!(joined, Ok(Ok(()))) {
-                tracing::error!("store writer thread panicked");
+                tracing::error!("store_writer_panicked");
             }
         }
     }
@@ -115,7 +115,7 @@ impl Drop for SqliteStore {
         if let Some(writer) = self.writer.take()
             && writer.join().is_err()
         {
-            tracing::error!("store writer thread panicked");
+            tracing::error!("store_writer_panicked");
         }
     }
 }

@@ -167,7 +167,7 @@ mod tests {
             r#"{"message":"listening","addr":"[::1]:80"}"#,
             Some("[::1]:80"),
         );
-        check(r#"{"message":"task submitted","addr":"127.0.0.1:1"}"#, None);
+        check(r#"{"message":"task_submitted","addr":"127.0.0.1:1"}"#, None);
         check(r#"{"message":"listening","addr":"nowhere"}"#, None);
         check(r#"{"message":"listening"}"#, None);
         check("listening on 127.0.0.1:1", None);
