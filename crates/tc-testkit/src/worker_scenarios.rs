@@ -142,8 +142,10 @@ pub const SCENARIOS: &[&str] = &[
     "cancel_pending",
     "cancel_claimed_not_started",
     "cancel_in_flight",
+    "cancel_caller_gone",
     "cancel_during_retry_wait",
     "no_result_after_cancel",
+    "cancel_elsewhere_drops_the_call",
     "expired_lease_recovered",
     "long_call_keeps_its_lease",
     "idempotent_submit",
@@ -166,8 +168,10 @@ pub async fn run<S: TaskStore, D: Downstream>(name: &str, rig: &Rig<S, D>) -> Re
         "cancel_pending" => cancel_pending(rig).await,
         "cancel_claimed_not_started" => cancel_claimed_not_started(rig).await,
         "cancel_in_flight" => cancel_in_flight(rig).await,
+        "cancel_caller_gone" => cancel_caller_gone(rig).await,
         "cancel_during_retry_wait" => cancel_during_retry_wait(rig).await,
         "no_result_after_cancel" => no_result_after_cancel(rig).await,
+        "cancel_elsewhere_drops_the_call" => cancel_elsewhere_drops_the_call(rig).await,
         "expired_lease_recovered" => expired_lease_recovered(rig).await,
         "long_call_keeps_its_lease" => long_call_keeps_its_lease(rig).await,
         "idempotent_submit" => idempotent_submit(rig).await,
@@ -459,7 +463,7 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
 ) -> Result<(), String> {
     // A store whose claims stop between the database and the worker, so the
     // cancel lands exactly after the claim and before the call.
-    let gated = Arc::new(GatedClaims::new(Arc::clone(&rig.store)));
+    let gated = Arc::new(GatedStore::new(Arc::clone(&rig.store)));
     let worker = Worker::spawn(
         Arc::clone(&gated),
         Arc::clone(&rig.downstream),
@@ -470,10 +474,10 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
     let control = worker.control();
     let mut events = control.subscribe();
     // Armed before the task exists, so its first claim is the one held.
-    gated.arm();
+    gated.arm_claim();
     let task = rig.submit("/claimed", "k-claimed").await?;
     control.task_submitted();
-    guard("claim", gated.claimed()).await?;
+    guard("claim", gated.held()).await?;
     let canceled = control
         .cancel(task.id)
         .await
@@ -541,6 +545,47 @@ async fn cancel_in_flight<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Resul
     ensure!(
         rig.script.calls("/hang").len() == 1,
         "called again after cancel"
+    );
+    Ok(())
+}
+
+async fn cancel_caller_gone<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
+    // The caller of cancel goes away (an HTTP client hanging up) after the
+    // store has the cancel and before the worker was told: the call must
+    // still be dropped.
+    rig.script.plan("/gone", [Step::Hang]);
+    let gated = Arc::new(GatedStore::new(Arc::clone(&rig.store)));
+    let worker = Worker::spawn(
+        Arc::clone(&gated),
+        Arc::clone(&rig.downstream),
+        // A lease so long that no heartbeat falls within the guard: only the
+        // cancel itself can drop the call here.
+        WorkerConfig {
+            lease: Duration::from_secs(600),
+            ..rig.config()
+        },
+        rig.clock,
+        WorkerMetrics::default(),
+    );
+    let mut events = worker.control().subscribe();
+    let task = rig
+        .submit_with("/gone", "k-gone", 3, Duration::from_secs(60))
+        .await?;
+    worker.control().task_submitted();
+    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    gated.arm_cancel();
+    let control = worker.control();
+    let caller = tokio::spawn(async move { control.cancel(task.id).await });
+    guard("the cancel to be written", gated.held()).await?;
+    caller.abort();
+    gated.release();
+    guard("the call to be dropped", rig.script.wait_abandoned(1)).await?;
+    let ended = wait_terminal(&mut events, task.id).await?;
+    stop(worker).await?;
+    ensure!(
+        ended.state == State::Canceled,
+        "attempt ended {}",
+        ended.state
     );
     Ok(())
 }
@@ -632,6 +677,53 @@ async fn no_result_after_cancel<S: TaskStore, D: Downstream>(
         task.result
     );
     Ok(())
+}
+
+async fn cancel_elsewhere_drops_the_call<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    // Canceled in the store by someone else (another server process on the
+    // same database): the worker learns it at its next heartbeat, when the
+    // lease is not extended, and drops the call.
+    rig.script.plan("/elsewhere", [Step::Hang]);
+    let worker = rig.spawn_worker(WorkerConfig {
+        lease: Duration::from_millis(300),
+        ..rig.config()
+    });
+    let mut events = worker.control().subscribe();
+    let task = rig
+        .submit_with("/elsewhere", "k-elsewhere", 3, Duration::from_secs(60))
+        .await?;
+    worker.control().task_submitted();
+    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    rig.store
+        .cancel(task.id, rig.clock.now())
+        .await
+        .map_err(|e| e.to_string())?;
+    guard("the call to be dropped", rig.script.wait_abandoned(1)).await?;
+    let ended = wait_terminal(&mut events, task.id).await?;
+    stop(worker).await?;
+    ensure!(
+        ended.state == State::Canceled,
+        "attempt ended {}",
+        ended.state
+    );
+    ensure!(
+        worker_in_flight_is_zero(rig).await?,
+        "a task is still running"
+    );
+    Ok(())
+}
+
+async fn worker_in_flight_is_zero<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<bool, String> {
+    let counts = rig
+        .store
+        .count_by_state()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(counts.get(State::Running) == 0)
 }
 
 async fn expired_lease_recovered<S: TaskStore, D: Downstream>(
@@ -981,43 +1073,61 @@ async fn one_runner_per_task<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Re
     Ok(())
 }
 
-/// A store that, once armed, holds the next claim between the database and
-/// the worker until released: the window of "claimed, not yet called".
-pub struct GatedClaims<S> {
+/// A store that, once armed, holds the next claim (between the database and
+/// the worker: the window of "claimed, not yet called") or the next cancel
+/// (after its write, before its caller hears back) until released.
+pub struct GatedStore<S> {
     inner: Arc<S>,
-    armed: std::sync::atomic::AtomicBool,
-    claimed: tokio::sync::Notify,
+    claim_armed: std::sync::atomic::AtomicBool,
+    cancel_armed: std::sync::atomic::AtomicBool,
+    held: tokio::sync::Notify,
     released: tokio::sync::Notify,
 }
 
-impl<S> GatedClaims<S> {
-    /// Wraps `inner`; claims pass straight through until [`GatedClaims::arm`].
-    pub fn new(inner: Arc<S>) -> GatedClaims<S> {
-        GatedClaims {
+impl<S> GatedStore<S> {
+    /// Wraps `inner`; everything passes straight through until armed.
+    pub fn new(inner: Arc<S>) -> GatedStore<S> {
+        GatedStore {
             inner,
-            armed: std::sync::atomic::AtomicBool::new(false),
-            claimed: tokio::sync::Notify::new(),
+            claim_armed: std::sync::atomic::AtomicBool::new(false),
+            cancel_armed: std::sync::atomic::AtomicBool::new(false),
+            held: tokio::sync::Notify::new(),
             released: tokio::sync::Notify::new(),
         }
     }
 
     /// Holds the next claim that returns at least one task.
-    pub fn arm(&self) {
-        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    pub fn arm_claim(&self) {
+        self.claim_armed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Waits until a held claim has its tasks.
-    pub async fn claimed(&self) {
-        self.claimed.notified().await;
+    /// Holds the next cancel once it is written.
+    pub fn arm_cancel(&self) {
+        self.cancel_armed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Lets the held claim return.
+    /// Waits until a claim or cancel is held.
+    pub async fn held(&self) {
+        self.held.notified().await;
+    }
+
+    /// Lets the held operation return.
     pub fn release(&self) {
         self.released.notify_one();
     }
+
+    async fn hold_if(&self, armed: &std::sync::atomic::AtomicBool) {
+        if armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            // notify_one stores a permit, so the test may start waiting late.
+            self.held.notify_one();
+            self.released.notified().await;
+        }
+    }
 }
 
-impl<S: TaskStore> TaskStore for GatedClaims<S> {
+impl<S: TaskStore> TaskStore for GatedStore<S> {
     fn submit(
         &self,
         task: NewTask,
@@ -1046,10 +1156,8 @@ impl<S: TaskStore> TaskStore for GatedClaims<S> {
         lease: Duration,
     ) -> Result<Vec<Task>, StoreError> {
         let tasks = self.inner.claim_due(n, now, lease).await?;
-        if !tasks.is_empty() && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            // notify_one stores a permit, so the test may start waiting late.
-            self.claimed.notify_one();
-            self.released.notified().await;
+        if !tasks.is_empty() {
+            self.hold_if(&self.claim_armed).await;
         }
         Ok(tasks)
     }
@@ -1070,12 +1178,10 @@ impl<S: TaskStore> TaskStore for GatedClaims<S> {
     ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
         self.inner.complete(id, attempt, outcome, now)
     }
-    fn cancel(
-        &self,
-        id: TaskId,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Task, StoreError>> + Send {
-        self.inner.cancel(id, now)
+    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+        let task = self.inner.cancel(id, now).await?;
+        self.hold_if(&self.cancel_armed).await;
+        Ok(task)
     }
     fn release(
         &self,

@@ -41,7 +41,7 @@ pub(crate) async fn run_attempt<S: TaskStore, D: Downstream>(
 ) {
     let (task_id, attempt) = (task.id, task.attempt);
     let state = run(&ctx, task, &cancel, &interrupt).await;
-    ctx.shared.finish_attempt(task_id);
+    ctx.shared.finish_attempt(task_id, attempt);
     if let Some(state) = state {
         ctx.shared.attempt_ended(AttemptEnded {
             task_id,

@@ -11,8 +11,10 @@ use crate::Clock;
 /// What the worker knows about the tasks it has claimed.
 #[derive(Default)]
 pub(crate) struct Claims {
-    /// Claimed tasks, each with the token that cancels its attempt.
-    running: HashMap<TaskId, CancellationToken>,
+    /// Claimed tasks, each with its attempt and the token that cancels it.
+    /// The attempt tells a newer claim of the same task (after a lost lease)
+    /// from the one that is ending.
+    running: HashMap<TaskId, (u32, CancellationToken)>,
     /// Set while a claim is on its way to the store: a cancel that lands then
     /// cannot find the task in `running` yet, so it is remembered here.
     claim_in_flight: bool,
@@ -70,16 +72,22 @@ impl<S> Shared<S> {
 
     /// Registers the claimed tasks and ends the claim. Returns, for each task,
     /// its cancel token, or `None` when it was canceled while being claimed.
-    pub(crate) fn finish_claim(&self, ids: &[TaskId]) -> Vec<Option<CancellationToken>> {
+    pub(crate) fn finish_claim(&self, claimed: &[(TaskId, u32)]) -> Vec<Option<CancellationToken>> {
         let mut claims = self.claims();
-        let tokens = ids
+        let tokens = claimed
             .iter()
-            .map(|id| {
+            .map(|(id, attempt)| {
                 if claims.canceled_during_claim.contains(id) {
                     None
                 } else {
                     let token = CancellationToken::new();
-                    claims.running.insert(*id, token.clone());
+                    if let Some((_, older)) = claims.running.insert(*id, (*attempt, token.clone()))
+                    {
+                        // This worker still ran an older attempt whose lease
+                        // was lost: its answer can no longer be written, so
+                        // stop it rather than call twice at once.
+                        older.cancel();
+                    }
                     Some(token)
                 }
             })
@@ -89,21 +97,40 @@ impl<S> Shared<S> {
         tokens
     }
 
-    /// Forgets a task whose attempt has ended.
-    pub(crate) fn finish_attempt(&self, id: TaskId) {
-        self.claims().running.remove(&id);
+    /// Forgets an attempt that has ended (and only that attempt: a newer
+    /// claim of the same task keeps its entry).
+    pub(crate) fn finish_attempt(&self, id: TaskId, attempt: u32) {
+        let mut claims = self.claims();
+        if claims.running.get(&id).is_some_and(|(n, _)| *n == attempt) {
+            claims.running.remove(&id);
+        }
     }
 
-    /// The ids whose attempts are running here.
-    pub(crate) fn running_ids(&self) -> Vec<TaskId> {
-        self.claims().running.keys().copied().collect()
+    /// The attempts running here.
+    pub(crate) fn running(&self) -> Vec<(TaskId, u32)> {
+        self.claims()
+            .running
+            .iter()
+            .map(|(id, (n, _))| (*id, *n))
+            .collect()
+    }
+
+    /// Drops the call of `attempt` of `id` if it still runs here: the store
+    /// says the task has moved on (canceled elsewhere, recovered, claimed
+    /// again), so its answer could not be written anyway.
+    pub(crate) fn stop_attempt(&self, id: TaskId, attempt: u32) {
+        if let Some((n, token)) = self.claims().running.get(&id)
+            && *n == attempt
+        {
+            token.cancel();
+        }
     }
 
     /// Interrupts the attempt of `id` if it runs here, or makes sure a claim in
     /// progress will not start it.
     fn interrupt_for_cancel(&self, id: TaskId) {
         let mut claims = self.claims();
-        if let Some(token) = claims.running.get(&id) {
+        if let Some((_, token)) = claims.running.get(&id) {
             token.cancel();
         } else if claims.claim_in_flight {
             claims.canceled_during_claim.insert(id);
@@ -143,16 +170,22 @@ impl<S: TaskStore> WorkerControl<S> {
     /// The store's cancel comes first, so any outcome the attempt writes
     /// afterwards loses the guarded write: a canceled task never becomes
     /// success. Returns the task: canceled, or its unchanged terminal state.
+    ///
+    /// The store write and the interrupt run as one spawned task: a caller
+    /// that goes away (an HTTP client hanging up) cannot leave a task
+    /// canceled in the store with its call still running here.
     pub async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
-        let task = self
-            .shared
-            .store
-            .cancel(id, self.shared.clock.now())
-            .await?;
-        if task.state == State::Canceled {
-            self.shared.interrupt_for_cancel(id);
-        }
-        Ok(task)
+        let shared = Arc::clone(&self.shared);
+        let cancel = tokio::spawn(async move {
+            let task = shared.store.cancel(id, shared.clock.now()).await?;
+            if task.state == State::Canceled {
+                shared.interrupt_for_cancel(id);
+            }
+            Ok(task)
+        });
+        cancel
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("cancel did not finish: {e}")))?
     }
 
     /// A stream of attempt endings, from now on: what tests and tools wait on

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use tc_downstream::Downstream;
 use tc_model::store::TaskStore;
+use tc_model::{State, TaskId};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -193,7 +194,7 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
                 Vec::new()
             }
         };
-        let ids: Vec<_> = claimed.iter().map(|t| t.id).collect();
+        let ids: Vec<_> = claimed.iter().map(|t| (t.id, t.attempt)).collect();
         let tokens = shared.finish_claim(&ids);
         let got = claimed.len();
         for (task, token) in claimed.into_iter().zip(tokens) {
@@ -215,7 +216,7 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
                     shared.attempt_ended(AttemptEnded {
                         task_id: task.id,
                         attempt: task.attempt,
-                        state: tc_model::State::Canceled,
+                        state: State::Canceled,
                     });
                 }
             }
@@ -284,12 +285,31 @@ async fn heartbeat_loop<S: TaskStore>(shared: Arc<Shared<S>>, lease: Duration) {
     tick.tick().await;
     loop {
         tick.tick().await;
-        let ids = shared.running_ids();
-        if ids.is_empty() {
+        let running = shared.running();
+        if running.is_empty() {
             continue;
         }
-        if let Err(e) = shared.store.heartbeat(ids, shared.clock.now(), lease).await {
-            tracing::error!(error = %e, "heartbeat_failed");
+        let ids = running.iter().map(|(id, _)| *id).collect::<Vec<_>>();
+        match shared.store.heartbeat(ids, shared.clock.now(), lease).await {
+            Ok(extended) if extended < running.len() => stop_taken_away(&shared, &running).await,
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "heartbeat_failed"),
+        }
+    }
+}
+
+/// Some leases were not extended: those tasks are no longer this worker's
+/// (canceled through another process, or recovered after a stall). Their
+/// calls are dropped, as a cancel through this worker would.
+async fn stop_taken_away<S: TaskStore>(shared: &Shared<S>, running: &[(TaskId, u32)]) {
+    for (id, attempt) in running {
+        match shared.store.get(*id).await {
+            Ok(task) if task.state == State::Running && task.attempt == *attempt => {}
+            Ok(task) => {
+                tracing::info!(task_id = %id, attempt, state = %task.state, "task_taken_away");
+                shared.stop_attempt(*id, *attempt);
+            }
+            Err(e) => tracing::error!(task_id = %id, error = %e, "heartbeat_check_failed"),
         }
     }
 }
