@@ -390,6 +390,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(task.body(), b"null", "an explicit null is sent as null");
+
+        // Numbers keep their digits: no rounding through f64 (an exponent
+        // gains its sign, the same value).
+        let body = format!(
+            r#"{{{URL},{KEY},"json":{{"big":123456789012345678901234567890,"exp":1e2,"neg":-0.10}}}}"#
+        );
+        let task = parse_submit(body.as_bytes(), &config()).unwrap();
+        assert_eq!(
+            task.body(),
+            br#"{"big":123456789012345678901234567890,"exp":1e+2,"neg":-0.10}"#
+        );
     }
 
     #[test]
