@@ -113,7 +113,7 @@ impl HyperDownstream {
             Err(error) => {
                 tracing::error!(
                     %error,
-                    "no usable root certificates: https downstreams are disabled, http only"
+                    "downstream_https_disabled"
                 );
                 Transport::PlainOnly(builder.build(http))
             }

@@ -26,7 +26,7 @@ pub struct HttpConfig {
     pub body_read_timeout: Duration,
     /// After refusing a request without reading all of its body, how many more
     /// bytes are read and thrown away so that a client that writes its whole
-    /// body before reading still gets the answer (default 16 MiB). A larger
+    /// body before reading still gets the answer (default 256 MiB). A larger
     /// remainder closes the connection instead.
     pub drain_max_bytes: u64,
     /// The most time spent on that draining (default 5 s).
@@ -49,7 +49,7 @@ impl Default for HttpConfig {
             allow_url_prefixes: Vec::new(),
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
-            drain_max_bytes: 16 * 1024 * 1024,
+            drain_max_bytes: 256 * 1024 * 1024,
             drain_timeout: Duration::from_secs(5),
             max_connections: 1024,
             shutdown_grace: Duration::from_secs(10),

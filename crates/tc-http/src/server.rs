@@ -153,7 +153,7 @@ where
     {
         tracing::warn!(
             grace_ms = config.shutdown_grace.as_millis(),
-            "connections still open after the grace period; dropping them"
+            "http_connections_dropped_after_grace"
         );
     }
     connections.shutdown().await;

@@ -203,7 +203,7 @@ async fn close_store(store: Arc<SqliteStore>) {
             // Someone still holds the store (an HTTP request past the grace
             // period): dropping the last handle flushes and joins the writer,
             // which blocks, so do it off the runtime's threads.
-            tracing::warn!("store still shared at shutdown; it closes when released");
+            tracing::warn!("store_still_shared_at_shutdown");
             let _ = tokio::task::spawn_blocking(move || drop(shared)).await;
         }
     }

@@ -95,14 +95,14 @@ fn run(mut conn: Connection, mut commands: mpsc::Receiver<Command>, max_batch: u
         }
         commit_batch(&mut conn, &mut batch);
     }
-    tracing::debug!("store writer stopped: queue drained");
+    tracing::debug!("store_writer_stopped");
 }
 
 /// Runs and commits one batch, then replies to every caller in it.
 pub(crate) fn commit_batch(conn: &mut Connection, batch: &mut Vec<Command>) {
     let outcome = run_batch(conn, batch);
     let failed = outcome.err().map(|e| {
-        tracing::warn!(error = %e, commands = batch.len(), "store batch failed; nothing in it was written");
+        tracing::warn!(error = %e, commands = batch.len(), "store_batch_failed");
         StoreError::Unavailable(e.to_string())
     });
     for job in batch.drain(..) {
