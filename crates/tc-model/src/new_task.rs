@@ -187,10 +187,30 @@ fn check_url(url: &str) -> Result<(), ValidationError> {
             ));
         }
     }
-    match uri.host() {
-        Some(host) if !host.is_empty() => Ok(()),
-        _ => Err(ValidationError::Url("must have a host".into())),
+    let Some(authority) = uri.authority() else {
+        return Err(ValidationError::Url("must have a host".into()));
+    };
+    if authority.host().is_empty() {
+        return Err(ValidationError::Url("must have a host".into()));
     }
+    if authority.as_str().contains('@') {
+        // Credentials in a url end up in logs and the task view.
+        return Err(ValidationError::Url(
+            "must not contain user information".into(),
+        ));
+    }
+    // `Authority::port` hides a port that does not fit in u16, so read it here.
+    let raw = authority.as_str();
+    let after_host = raw.rfind(']').unwrap_or(0);
+    if let Some(colon) = raw[after_host..].rfind(':') {
+        let port = &raw[after_host + colon + 1..];
+        if !matches!(port.parse::<u16>(), Ok(p) if p > 0) {
+            return Err(ValidationError::Url(
+                "port must be between 1 and 65535".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_key(key: &str) -> Result<(), ValidationError> {
@@ -277,6 +297,12 @@ mod tests {
             "ftp://example.com/",
             "http://",
             "http:///x",
+            "http://h:99999/",
+            "http://h:0/",
+            "http://user@h/",
+            "http://user:pw@h/",
+            "http://h:/",
+            "http://[::1]:70000/",
             "not a url",
             "mailto:a@b",
         ] {
