@@ -11,8 +11,8 @@ use http_body_util::Full;
 use hyper::body::Body;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
-use tc_model::TaskId;
-use tc_model::store::TaskStore;
+use tc_model::store::{ListQuery, TaskStore};
+use tc_model::{Task, TaskId};
 
 use crate::auth::authorized;
 use crate::body::{BodyLimits, RequestBody};
@@ -389,10 +389,41 @@ async fn cancel<S, C: Control>(app: &App<S, C>, id: TaskId) -> Answer {
     json(StatusCode::OK, &CancelView::new(task.id, task.state))
 }
 
+/// The most downstream result bytes one page of a listing carries: a page of
+/// 500 tasks with 1 MiB results each would otherwise be a response of half a
+/// gigabyte, built in memory.
+const PAGE_RESULT_BUDGET: usize = 8 * 1024 * 1024;
+
 async fn list<S: TaskStore, C>(app: &App<S, C>, parts: &Parts) -> Answer {
     let query = parse_list_query(parts.uri.query())?;
-    let page = app.store.list(query).await?;
+    let mut page = app.store.list(query).await?;
+    let fits = tasks_within_budget(&page.tasks, PAGE_RESULT_BUDGET);
+    if fits < page.tasks.len() {
+        // Ask again for fewer: the store then says where the shorter page
+        // ends, so the next page starts right after it.
+        page = app
+            .store
+            .list(ListQuery {
+                limit: fits,
+                ..query
+            })
+            .await?;
+    }
     json(StatusCode::OK, &ListView::new(&page))
+}
+
+/// How many of `tasks`, from the first, fit in `budget` result bytes; at
+/// least one, so that a listing always moves on.
+fn tasks_within_budget(tasks: &[Task], budget: usize) -> usize {
+    let mut used = 0usize;
+    let fits = tasks
+        .iter()
+        .take_while(|task| {
+            used = used.saturating_add(task.result.as_ref().map_or(0, Vec::len));
+            used <= budget
+        })
+        .count();
+    fits.max(1).min(tasks.len())
 }
 
 /// The OpenMetrics text format, which Prometheus scrapes.
@@ -414,6 +445,48 @@ async fn metrics<S: TaskStore, C>(app: &App<S, C>) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_result(bytes: Option<usize>) -> Task {
+        Task {
+            id: TaskId::generate(),
+            state: tc_model::State::Success,
+            url: "http://h/".into(),
+            body: b"{}".to_vec(),
+            idempotency_key: "k".into(),
+            attempt: 1,
+            max_attempts: 3,
+            timeout: std::time::Duration::from_secs(1),
+            http_status: Some(200),
+            result: bytes.map(|n| vec![b'x'; n]),
+            result_content_type: None,
+            error: None,
+            created_at: tc_model::Timestamp::default(),
+            updated_at: tc_model::Timestamp::default(),
+            started_at: None,
+            finished_at: None,
+            next_run_at: None,
+            lease_until: None,
+            attempts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_page_keeps_the_tasks_whose_results_fit_and_always_one() {
+        let check = |sizes: &[Option<usize>], budget: usize, fits: usize| {
+            let tasks: Vec<Task> = sizes.iter().map(|n| with_result(*n)).collect();
+            assert_eq!(
+                tasks_within_budget(&tasks, budget),
+                fits,
+                "{sizes:?} in {budget}"
+            );
+        };
+        check(&[], 10, 0);
+        check(&[None, None, None], 0, 3);
+        check(&[Some(4), Some(6), Some(1)], 10, 2);
+        check(&[Some(4), Some(6)], 10, 2);
+        check(&[Some(11), Some(1)], 10, 1);
+        check(&[Some(5), None, Some(5), Some(1)], 10, 3);
+    }
 
     #[test]
     fn templates_match_whole_segments() {
