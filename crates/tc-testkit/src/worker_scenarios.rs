@@ -55,7 +55,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             downstream,
             script,
             base_url: base_url.into(),
-            clock: Clock::system(),
+            clock: Clock::following_tokio(),
         }
     }
 

@@ -4,42 +4,85 @@ use tc_model::Timestamp;
 use tokio::time::Instant;
 
 /// The worker's notion of "now" as a wall-clock [`Timestamp`].
-///
-/// It reads the wall clock once, then advances with tokio's clock, so that a
-/// test that pauses tokio time pauses the timestamps written to the store too,
-/// and backoff waits are measured on one clock.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
-    base_wall_ms: i64,
-    base: Instant,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// Reads the system clock every time.
+    Wall,
+    /// A wall-clock reading taken once, advanced by tokio's clock.
+    Tokio { base_wall_ms: i64, base: Instant },
 }
 
 impl Clock {
-    /// A clock that starts at the current wall-clock time.
+    /// The system clock, read at every call: what a server uses, so that
+    /// timestamps follow the host's clock over any uptime.
     pub fn system() -> Clock {
-        let wall_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        Clock::starting_at(Timestamp::from_millis(wall_ms))
+        Clock { kind: Kind::Wall }
+    }
+
+    /// A clock that starts at the current wall-clock time and then advances
+    /// with tokio's clock. A test that pauses tokio time pauses these
+    /// timestamps too, so backoff waits and due times are exact.
+    pub fn following_tokio() -> Clock {
+        Clock::starting_at(wall_now())
     }
 
     /// A clock that reads `start` now and advances with tokio's clock.
     pub fn starting_at(start: Timestamp) -> Clock {
         Clock {
-            base_wall_ms: start.as_millis(),
-            base: Instant::now(),
+            kind: Kind::Tokio {
+                base_wall_ms: start.as_millis(),
+                base: Instant::now(),
+            },
         }
     }
 
     /// The current time.
     pub fn now(&self) -> Timestamp {
-        Timestamp::from_millis(self.base_wall_ms).saturating_add(self.base.elapsed())
+        match self.kind {
+            Kind::Wall => wall_now(),
+            Kind::Tokio { base_wall_ms, base } => {
+                Timestamp::from_millis(base_wall_ms).saturating_add(base.elapsed())
+            }
+        }
     }
 
     /// The tokio instant at which the clock will read `at` (now, if `at` is past).
     pub fn instant_of(&self, at: Timestamp) -> Instant {
-        let now = self.now();
-        Instant::now() + at.duration_since(now)
+        Instant::now() + at.duration_since(self.now())
+    }
+}
+
+fn wall_now() -> Timestamp {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    Timestamp::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tokio_clock_advances_with_paused_time_and_the_wall_clock_does_not() {
+        let wall = Clock::system();
+        let tokio_clock = Clock::starting_at(Timestamp::from_millis(1_000));
+        let wall_before = wall.now();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(tokio_clock.now(), Timestamp::from_millis(3_601_000));
+        // An hour of paused time is not an hour of wall time.
+        assert!(wall.now().duration_since(wall_before) < Duration::from_secs(60));
+        assert_eq!(
+            tokio_clock.instant_of(Timestamp::from_millis(3_602_000)) - Instant::now(),
+            Duration::from_secs(1)
+        );
     }
 }
