@@ -108,8 +108,9 @@ pub(crate) struct ServeArgs {
     pub(crate) api_token: Option<String>,
 
     /// Only task urls starting with one of these prefixes are accepted
-    /// (repeatable; in the environment, comma-separated). End a prefix with
-    /// `/`, or `http://hooks` also admits `http://hooks.evil.example/`.
+    /// (repeatable, or comma-separated; a comma always separates prefixes,
+    /// write one inside a url as `%2C`). End a prefix with `/`, or
+    /// `http://hooks` also admits `http://hooks.evil.example/`.
     #[arg(long, env = "TC_ALLOW_URL_PREFIX", value_delimiter = ',',
           value_parser = non_empty)]
     pub(crate) allow_url_prefix: Vec<String>,
