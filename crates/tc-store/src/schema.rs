@@ -14,6 +14,9 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::config::{StoreConfig, Synchronous};
 
+/// WAL pages between automatic checkpoints (10,000 pages of 4 KiB).
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
+
 /// `PRAGMA application_id` of a taskcenter database ("TCst"), so that a file
 /// that merely happens to be SQLite is told apart from ours.
 pub(crate) const APPLICATION_ID: i32 = 0x5443_7374;
@@ -237,6 +240,12 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
         .map_err(fail("set synchronous"))?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(fail("enable foreign keys"))?;
+    // The writer runs the automatic checkpoints inside its COMMITs, where they
+    // stall every caller of the batch; checkpointing every 40 MiB of WAL
+    // instead of SQLite's 4 MiB gave 15-25% more durable submits/s at 64
+    // callers (cargo xtask bench-store), at the price of a larger -wal file.
+    conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+        .map_err(fail("set wal_autocheckpoint"))?;
     migrate(&mut conn, &path)?;
     Ok(conn)
 }
