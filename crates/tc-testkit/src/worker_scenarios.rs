@@ -272,6 +272,22 @@ fn empty_task(url: String, key: &str) -> Result<NewTask, String> {
     .map_err(|e| format!("invalid task: {e}"))
 }
 
+/// Submits a task on `path` whose call never answers, wakes `worker`, and
+/// waits until the call is in flight.
+async fn hanging_call<S: TaskStore, D: Downstream, W: TaskStore>(
+    rig: &Rig<S, D>,
+    worker: &Worker<W>,
+    path: &str,
+) -> Result<Task, String> {
+    rig.script.plan(path, [Step::Hang]);
+    let task = rig
+        .submit_with(path, &format!("k{path}"), 3, Duration::from_secs(60))
+        .await?;
+    worker.control().task_submitted();
+    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    Ok(task)
+}
+
 /// Runs one task on `path` with a fresh worker until it is terminal.
 async fn run_one<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
@@ -503,14 +519,9 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
 }
 
 async fn cancel_in_flight<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<(), String> {
-    rig.script.plan("/hang", [Step::Hang]);
     let worker = rig.spawn_worker(rig.config());
     let mut events = worker.control().subscribe();
-    let task = rig
-        .submit_with("/hang", "k-hang", 3, Duration::from_secs(60))
-        .await?;
-    worker.control().task_submitted();
-    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    let task = hanging_call(rig, &worker, "/hang").await?;
     let abandoned_before = rig.script.abandoned();
     let canceled = worker
         .control()
@@ -553,7 +564,6 @@ async fn cancel_caller_gone<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Res
     // The caller of cancel goes away (an HTTP client hanging up) after the
     // store has the cancel and before the worker was told: the call must
     // still be dropped.
-    rig.script.plan("/gone", [Step::Hang]);
     let gated = Arc::new(GatedStore::new(Arc::clone(&rig.store)));
     let worker = Worker::spawn(
         Arc::clone(&gated),
@@ -568,11 +578,7 @@ async fn cancel_caller_gone<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Res
         WorkerMetrics::default(),
     );
     let mut events = worker.control().subscribe();
-    let task = rig
-        .submit_with("/gone", "k-gone", 3, Duration::from_secs(60))
-        .await?;
-    worker.control().task_submitted();
-    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    let task = hanging_call(rig, &worker, "/gone").await?;
     gated.arm_cancel();
     let control = worker.control();
     let caller = tokio::spawn(async move { control.cancel(task.id).await });
@@ -685,17 +691,12 @@ async fn cancel_elsewhere_drops_the_call<S: TaskStore, D: Downstream>(
     // Canceled in the store by someone else (another server process on the
     // same database): the worker learns it at its next heartbeat, when the
     // lease is not extended, and drops the call.
-    rig.script.plan("/elsewhere", [Step::Hang]);
     let worker = rig.spawn_worker(WorkerConfig {
         lease: Duration::from_millis(300),
         ..rig.config()
     });
     let mut events = worker.control().subscribe();
-    let task = rig
-        .submit_with("/elsewhere", "k-elsewhere", 3, Duration::from_secs(60))
-        .await?;
-    worker.control().task_submitted();
-    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    let task = hanging_call(rig, &worker, "/elsewhere").await?;
     rig.store
         .cancel(task.id, rig.clock.now())
         .await
@@ -729,17 +730,12 @@ async fn worker_in_flight_is_zero<S: TaskStore, D: Downstream>(
 async fn expired_lease_recovered<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
 ) -> Result<(), String> {
-    rig.script.plan("/crash", [Step::Hang]);
     let lease = Duration::from_millis(300);
     let first = rig.spawn_worker(WorkerConfig {
         lease,
         ..rig.config()
     });
-    let task = rig
-        .submit_with("/crash", "k-crash", 3, Duration::from_secs(60))
-        .await?;
-    first.control().task_submitted();
-    guard("the first call", rig.script.wait_calls(1)).await?;
+    let task = hanging_call(rig, &first, "/crash").await?;
     // Killed: no shutdown, no release. The task stays running under a lease
     // nobody renews.
     drop(first);
@@ -898,16 +894,11 @@ async fn same_key_different_payload<S: TaskStore, D: Downstream>(
 async fn shutdown_returns_in_flight_to_pending<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
 ) -> Result<(), String> {
-    rig.script.plan("/long", [Step::Hang]);
     let worker = rig.spawn_worker(WorkerConfig {
         shutdown_grace: Duration::from_millis(100),
         ..rig.config()
     });
-    let task = rig
-        .submit_with("/long", "k-long", 3, Duration::from_secs(60))
-        .await?;
-    worker.control().task_submitted();
-    guard("the call to arrive", rig.script.wait_calls(1)).await?;
+    let task = hanging_call(rig, &worker, "/long").await?;
     let report = worker.shutdown().await.map_err(|e| e.to_string())?;
     ensure!(
         report.interrupted == 1,
