@@ -2,6 +2,7 @@
 
 use std::error::Error as StdError;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,6 +15,9 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, TrustAnchor};
+use rustls::{ClientConfig, RootCertStore};
 
 use crate::{DownError, DownRequest, DownResponse, Downstream};
 
@@ -40,6 +44,10 @@ pub struct DownstreamConfig {
     /// [`DownError::Connect`]. Default `None`: the request's own timeout
     /// bounds it (as [`DownError::Timeout`]).
     pub connect_timeout: Option<Duration>,
+    /// PEM-encoded CA certificates trusted in addition to the system's
+    /// roots, e.g. an internal CA. Each entry may hold several
+    /// certificates. Default empty.
+    pub extra_root_certs_pem: Vec<Vec<u8>>,
 }
 
 impl Default for DownstreamConfig {
@@ -49,12 +57,43 @@ impl Default for DownstreamConfig {
             pool_idle_timeout: Duration::from_secs(30),
             pool_max_idle_per_host: 16,
             connect_timeout: None,
+            extra_root_certs_pem: Vec::new(),
         }
     }
 }
 
+/// Why [`HyperDownstream::try_new`] refused its configuration: an entry of
+/// [`DownstreamConfig::extra_root_certs_pem`] (`index` counts from 0) that
+/// cannot be trusted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DownstreamSetupError {
+    /// The entry is not valid PEM.
+    #[error("extra root certificate {index}: invalid PEM: {reason}")]
+    InvalidPem {
+        /// Which entry.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The entry holds no `CERTIFICATE` section.
+    #[error("extra root certificate {index}: no PEM CERTIFICATE section found")]
+    NoCertificate {
+        /// Which entry.
+        index: usize,
+    },
+    /// A certificate in the entry cannot serve as a trust anchor.
+    #[error("extra root certificate {index}: unusable certificate: {reason}")]
+    InvalidCertificate {
+        /// Which entry.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
 /// The production [`Downstream`]: a pooled hyper client speaking HTTP/1.1, and
-/// HTTPS through rustls (ring) trusting the system's root certificates.
+/// HTTPS through rustls (ring) trusting the system's root certificates plus
+/// [`DownstreamConfig::extra_root_certs_pem`].
 ///
 /// Cloning is cheap and shares the connection pool.
 ///
@@ -86,9 +125,41 @@ impl Transport {
 }
 
 impl HyperDownstream {
-    /// Builds the client. Never fails: if the system's root certificates
-    /// cannot be loaded, it logs an error and serves `http://` URLs only.
+    /// Builds the client. Never fails: an unusable entry of
+    /// [`DownstreamConfig::extra_root_certs_pem`] is logged
+    /// (`downstream_extra_root_invalid`) and skipped, and with no root
+    /// certificate at all (neither the system's nor extra ones) it logs an
+    /// error and serves `http://` URLs only. Use [`Self::try_new`] to refuse
+    /// bad extra roots instead.
     pub fn new(config: DownstreamConfig) -> Self {
+        let mut extra = Vec::new();
+        for (index, pem) in config.extra_root_certs_pem.iter().enumerate() {
+            match trust_anchors(index, pem) {
+                Ok(anchors) => extra.extend(anchors),
+                Err(error) => tracing::error!(%error, index, "downstream_extra_root_invalid"),
+            }
+        }
+        Self::with_roots(&config, native_roots(), extra)
+    }
+
+    /// Like [`Self::new`], but an unusable extra root certificate is an
+    /// error: a server configured with a CA file should not start without
+    /// it. Missing system roots are still only logged.
+    pub fn try_new(config: DownstreamConfig) -> Result<Self, DownstreamSetupError> {
+        let mut extra = Vec::new();
+        for (index, pem) in config.extra_root_certs_pem.iter().enumerate() {
+            extra.extend(trust_anchors(index, pem)?);
+        }
+        Ok(Self::with_roots(&config, native_roots(), extra))
+    }
+
+    /// Builds the client trusting `native` (the system's roots, as loaded)
+    /// and `extra`; split out so tests can stand in for the system's roots.
+    pub(crate) fn with_roots(
+        config: &DownstreamConfig,
+        native: Vec<CertificateDer<'static>>,
+        extra: Vec<TrustAnchor<'static>>,
+    ) -> Self {
         let mut http = HttpConnector::new();
         // The https connector below needs the inner connector to accept
         // `https://` URIs; plain-only mode rejects them before connecting.
@@ -102,19 +173,37 @@ impl HyperDownstream {
             .pool_idle_timeout(config.pool_idle_timeout)
             .pool_max_idle_per_host(config.pool_max_idle_per_host);
 
-        // The provider is named rather than taken from rustls' process default,
-        // which panics when feature unification enables two providers.
-        let transport = match HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
-        {
-            Ok(tls) => Transport::Tls(
-                builder.build(tls.https_or_http().enable_http1().wrap_connector(http)),
-            ),
-            Err(error) => {
-                tracing::error!(
-                    %error,
-                    "downstream_https_disabled"
+        let mut roots = RootCertStore::empty();
+        let (native_added, native_ignored) = roots.add_parsable_certificates(native);
+        if native_ignored > 0 {
+            tracing::warn!(
+                added = native_added,
+                ignored = native_ignored,
+                "downstream_native_roots_unparsable"
+            );
+        }
+        let extra_added = extra.len();
+        roots.extend(extra);
+
+        let transport = match tls_config(roots) {
+            Ok(tls) => {
+                tracing::debug!(
+                    native_roots = native_added,
+                    extra_roots = extra_added,
+                    "downstream_https_enabled"
                 );
+                Transport::Tls(
+                    builder.build(
+                        HttpsConnectorBuilder::new()
+                            .with_tls_config(tls)
+                            .https_or_http()
+                            .enable_http1()
+                            .wrap_connector(http),
+                    ),
+                )
+            }
+            Err(error) => {
+                tracing::error!(%error, "downstream_https_disabled");
                 Transport::PlainOnly(builder.build(http))
             }
         };
@@ -124,7 +213,8 @@ impl HyperDownstream {
         }
     }
 
-    /// Whether `https://` URLs can be called (root certificates were loaded).
+    /// Whether `https://` URLs can be called (some root certificate, the
+    /// system's or an extra one, was loaded).
     pub fn https_enabled(&self) -> bool {
         matches!(self.transport, Transport::Tls(_))
     }
@@ -221,6 +311,58 @@ impl HyperDownstream {
     }
 }
 
+/// The system's root certificates; failures are logged, not fatal, since
+/// extra roots or plain `http://` may be all a deployment needs.
+fn native_roots() -> Vec<CertificateDer<'static>> {
+    let loaded = rustls_native_certs::load_native_certs();
+    for error in &loaded.errors {
+        tracing::warn!(%error, "downstream_native_roots_error");
+    }
+    loaded.certs
+}
+
+/// The trust anchors in one PEM entry of the extra roots.
+fn trust_anchors(
+    index: usize,
+    pem: &[u8],
+) -> Result<Vec<TrustAnchor<'static>>, DownstreamSetupError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| DownstreamSetupError::InvalidPem {
+            index,
+            reason: error.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(DownstreamSetupError::NoCertificate { index });
+    }
+    let mut store = RootCertStore::empty();
+    for cert in certs {
+        store
+            .add(cert)
+            .map_err(|error| DownstreamSetupError::InvalidCertificate {
+                index,
+                reason: error.to_string(),
+            })?;
+    }
+    Ok(store.roots)
+}
+
+/// The client's TLS settings, or why https cannot be offered.
+fn tls_config(roots: RootCertStore) -> Result<ClientConfig, String> {
+    if roots.is_empty() {
+        return Err("no root certificates: none from the system and no extra ones".into());
+    }
+    // The provider is named rather than taken from rustls' process default,
+    // which panics when feature unification enables two providers.
+    Ok(
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|error| error.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
 impl Default for HyperDownstream {
     fn default() -> Self {
         Self::new(DownstreamConfig::default())
@@ -296,3 +438,5 @@ fn describe(error: &(dyn StdError + 'static)) -> String {
 mod loopback;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls;

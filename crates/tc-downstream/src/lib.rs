@@ -19,5 +19,5 @@ pub mod fakes;
 mod hyper_adapter;
 mod port;
 
-pub use hyper_adapter::{DownstreamConfig, HyperDownstream};
+pub use hyper_adapter::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
 pub use port::{DownError, DownRequest, DownResponse, Downstream};

@@ -1,16 +1,19 @@
 //! A raw HTTP/1.1 server on 127.0.0.1 for the adapter's tests: it answers
 //! each request with the next scripted [`Reply`] and reports what it saw —
 //! connections accepted, requests received, and above all connections the
-//! client closed — as [`Event`]s on a channel.
+//! client closed — as [`Event`]s on a channel. [`Loopback::start_tls`]
+//! serves the same over TLS.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 
 /// Generous bound on waiting for an event: a failure guard, never a pause.
 const EVENT_GUARD: Duration = Duration::from_secs(10);
@@ -57,10 +60,14 @@ pub(crate) enum Event {
     Request(usize, Received),
     /// The client closed the connection: a read returned 0 or failed.
     ClientClosed(usize),
+    /// The TLS handshake failed (the client refused the certificate, or
+    /// hung up); the connection is gone.
+    HandshakeFailed(usize),
 }
 
 pub(crate) struct Loopback {
     pub(crate) addr: SocketAddr,
+    tls: bool,
     events: mpsc::UnboundedReceiver<Event>,
     server: JoinHandle<()>,
 }
@@ -69,6 +76,16 @@ impl Loopback {
     /// Serves `script` in order, one reply per request across all
     /// connections; the last reply repeats.
     pub(crate) async fn start(script: Vec<Reply>) -> Loopback {
+        Self::start_with(script, None).await
+    }
+
+    /// Like [`Self::start`], but each connection first completes a TLS
+    /// handshake with `acceptor`.
+    pub(crate) async fn start_tls(script: Vec<Reply>, acceptor: TlsAcceptor) -> Loopback {
+        Self::start_with(script, Some(acceptor)).await
+    }
+
+    async fn start_with(script: Vec<Reply>, tls: Option<TlsAcceptor>) -> Loopback {
         assert!(!script.is_empty(), "a server needs at least one reply");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -76,6 +93,7 @@ impl Loopback {
         let mut script = script;
         script.reverse();
         let replies: Replies = Arc::new(Mutex::new(script));
+        let is_tls = tls.is_some();
         let server = tokio::spawn(async move {
             // Dropping the set (when the server is aborted) aborts every
             // connection task with it.
@@ -85,18 +103,36 @@ impl Loopback {
                     break;
                 };
                 let _ = events_tx.send(Event::Accepted);
-                connections.spawn(serve(number, stream, replies.clone(), events_tx.clone()));
+                let (replies, events_tx) = (replies.clone(), events_tx.clone());
+                match &tls {
+                    None => connections.spawn(serve(number, stream, replies, events_tx)),
+                    Some(acceptor) => {
+                        let handshake = acceptor.accept(stream);
+                        connections.spawn(async move {
+                            match handshake.await {
+                                Ok(stream) => serve(number, stream, replies, events_tx).await,
+                                Err(_) => {
+                                    let _ = events_tx.send(Event::HandshakeFailed(number));
+                                }
+                            }
+                        })
+                    }
+                };
             }
         });
         Loopback {
             addr,
+            tls: is_tls,
             events,
             server,
         }
     }
 
+    /// The url of `path` here; over TLS its host is the IP address, which
+    /// the test certificates name.
     pub(crate) fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.addr)
     }
 
     /// The next event, failing the test if none comes within the guard.
@@ -115,6 +151,9 @@ impl Loopback {
                 Event::Request(connection, request) => return (connection, request),
                 Event::ClientClosed(connection) => {
                     panic!("connection {connection} closed while waiting for a request")
+                }
+                Event::HandshakeFailed(connection) => {
+                    panic!("connection {connection}: TLS handshake failed")
                 }
             }
         }
@@ -163,9 +202,26 @@ fn next_reply(replies: &Replies) -> Reply {
     }
 }
 
+/// A served connection: plain TCP or TLS over it.
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Conn for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Conn for TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
 async fn serve(
     number: usize,
-    mut stream: TcpStream,
+    mut stream: impl Conn,
     replies: Replies,
     events: mpsc::UnboundedSender<Event>,
 ) {
@@ -180,7 +236,8 @@ async fn serve(
         let _ = events.send(Event::Request(number, request));
         match reply {
             Reply::KeepAlive(bytes) => {
-                if stream.write_all(bytes).await.is_err() {
+                // The flush matters over TLS, which may buffer records.
+                if stream.write_all(bytes).await.is_err() || stream.flush().await.is_err() {
                     let _ = events.send(Event::ClientClosed(number));
                     return;
                 }
@@ -192,11 +249,13 @@ async fn serve(
             }
             Reply::Reset(bytes) => {
                 let _ = stream.write_all(bytes).await;
-                stream.set_zero_linger().unwrap();
+                let _ = stream.flush().await;
+                stream.tcp().set_zero_linger().unwrap();
                 return;
             }
             Reply::Hold(bytes) => {
                 let _ = stream.write_all(bytes).await;
+                let _ = stream.flush().await;
                 wait_for_close(&mut stream).await;
                 let _ = events.send(Event::ClientClosed(number));
                 return;
@@ -206,7 +265,7 @@ async fn serve(
 }
 
 /// Reads until the client closes; what it sends meanwhile is discarded.
-async fn wait_for_close(stream: &mut TcpStream) {
+async fn wait_for_close(stream: &mut impl Conn) {
     let mut sink = [0u8; 1024];
     loop {
         match stream.read(&mut sink).await {
@@ -218,7 +277,7 @@ async fn wait_for_close(stream: &mut TcpStream) {
 
 /// One request, or `None` once the client closed. `buffer` keeps bytes read
 /// past this request for the next one.
-async fn read_request(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Received> {
+async fn read_request(stream: &mut impl Conn, buffer: &mut Vec<u8>) -> Option<Received> {
     let head_end = loop {
         if let Some(at) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
             break at + 4;
@@ -254,7 +313,7 @@ async fn read_request(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Re
     })
 }
 
-async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<()> {
+async fn read_more(stream: &mut impl Conn, buffer: &mut Vec<u8>) -> Option<()> {
     let mut chunk = [0u8; 4096];
     match stream.read(&mut chunk).await {
         Ok(0) | Err(_) => None,
