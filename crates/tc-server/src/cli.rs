@@ -128,6 +128,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TC_MAX_BODY_BYTES", default_value_t = tc_model::Limits::DEFAULT_MAX_BODY_BYTES as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_073_741_824))]
     pub(crate) max_body_bytes: u64,
+
+    /// A PEM file of CA certificates that downstream `https://` calls trust
+    /// in addition to the system's roots, e.g. an internal CA. Read at start;
+    /// a missing file or one without a usable certificate stops the start.
+    #[arg(long, env = "TC_DOWNSTREAM_CA_FILE")]
+    pub(crate) downstream_ca_file: Option<PathBuf>,
 }
 
 fn non_empty(value: &str) -> Result<String, String> {
@@ -225,6 +231,7 @@ mod tests {
         assert!(a.allow_url_prefix.is_empty());
         assert_eq!((a.sync, a.log_format), (SyncMode::Full, LogFormat::Json));
         assert_eq!(a.max_body_bytes, 1024 * 1024);
+        assert_eq!(a.downstream_ca_file, None);
     }
 
     #[test]
@@ -278,6 +285,7 @@ mod tests {
         check(&["--log-format", "xml"], "--log-format");
         check(&["--api-token", ""], "--api-token");
         check(&["--max-body-bytes", "0"], "--max-body-bytes");
+        check(&["--downstream-ca-file"], "--downstream-ca-file");
         check(&["--no-such-flag"], "--no-such-flag");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use tc_downstream::{DownstreamConfig, HyperDownstream};
+use tc_downstream::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};
 use tokio::net::TcpListener;
@@ -30,6 +30,22 @@ pub(crate) enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The `--downstream-ca-file` could not be read.
+    #[error("cannot read the downstream CA file {}: {source}", path.display())]
+    CaFileRead {
+        /// The file named.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The `--downstream-ca-file` holds no usable CA certificate.
+    #[error("the downstream CA file {} is unusable: {source}", path.display())]
+    CaFileInvalid {
+        /// The file named.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: DownstreamSetupError,
+    },
     /// The HTTP server failed to start or ended abnormally.
     #[error("HTTP server: {0}")]
     Http(#[from] tc_http::ServeError),
@@ -46,6 +62,8 @@ pub(crate) struct Settings {
     pub(crate) store: StoreConfig,
     pub(crate) worker: WorkerConfig,
     pub(crate) http: tc_http::HttpConfig,
+    /// PEM CA certificates downstream calls trust besides the system's.
+    pub(crate) downstream_ca_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -81,6 +99,7 @@ impl Settings {
                 shutdown_grace: args.shutdown_grace(),
                 ..tc_http::HttpConfig::default()
             },
+            downstream_ca_file: args.downstream_ca_file.clone(),
         }
     }
 }
@@ -106,16 +125,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
             addr: settings.listen,
             source,
         })?;
+    // The downstream client before the store: a bad CA file fails the start
+    // before a database file is created.
+    let downstream = Arc::new(downstream(&settings)?);
     let store = Arc::new(SqliteStore::open(&settings.db, settings.store.clone()).await?);
-    // Keep as many idle connections per host as calls can be in flight: with
-    // fewer, every call past the pool's size opens a new TCP connection.
-    let downstream = Arc::new(HyperDownstream::new(DownstreamConfig {
-        pool_max_idle_per_host: settings
-            .worker
-            .concurrency
-            .max(DownstreamConfig::default().pool_max_idle_per_host),
-        ..DownstreamConfig::default()
-    }));
 
     let mut registry = Registry::default();
     let metrics = WorkerMetrics::default();
@@ -158,6 +171,36 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         worker,
         http,
         stop_http,
+    })
+}
+
+/// The downstream client, trusting the CA file if one is configured; an
+/// unreadable or unusable file is an error, not a warning, since https calls
+/// to the internal services it is for would all fail.
+fn downstream(settings: &Settings) -> Result<HyperDownstream, ServeError> {
+    let mut extra_root_certs_pem = Vec::new();
+    if let Some(path) = &settings.downstream_ca_file {
+        // A small file read once at start: no need to leave the runtime thread.
+        let pem = std::fs::read(path).map_err(|source| ServeError::CaFileRead {
+            path: path.clone(),
+            source,
+        })?;
+        extra_root_certs_pem.push(pem);
+    }
+    HyperDownstream::try_new(DownstreamConfig {
+        // Keep as many idle connections per host as calls can be in flight:
+        // with fewer, every call past the pool's size opens a new TCP
+        // connection.
+        pool_max_idle_per_host: settings
+            .worker
+            .concurrency
+            .max(DownstreamConfig::default().pool_max_idle_per_host),
+        extra_root_certs_pem,
+        ..DownstreamConfig::default()
+    })
+    .map_err(|source| ServeError::CaFileInvalid {
+        path: settings.downstream_ca_file.clone().unwrap_or_default(),
+        source,
     })
 }
 
@@ -281,6 +324,7 @@ mod tests {
             "--allow-url-prefix=http://a/",
             "--sync=normal",
             "--max-body-bytes=2048",
+            "--downstream-ca-file=/etc/internal-ca.pem",
         ]);
         assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
         assert_eq!(s.listen.port(), 0);
@@ -297,6 +341,10 @@ mod tests {
         assert_eq!(h.api_token.as_deref(), Some("t"));
         assert_eq!(h.allow_url_prefixes, ["http://a/"]);
         assert_eq!(h.shutdown_grace, ms(250));
+        assert_eq!(
+            s.downstream_ca_file,
+            Some(PathBuf::from("/etc/internal-ca.pem"))
+        );
     }
 
     #[test]
@@ -311,5 +359,40 @@ mod tests {
         assert_eq!(w.retry, d.retry);
         let h = tc_http::HttpConfig::default();
         assert_eq!(s.http, h);
+        assert_eq!(s.downstream_ca_file, None);
+    }
+
+    /// A CA file that cannot be used stops the start, naming the file, before
+    /// the database is created.
+    #[tokio::test]
+    async fn an_unusable_downstream_ca_file_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("not-pem.txt");
+        std::fs::write(&not_pem, "not a certificate").unwrap();
+        let check = |ca_file: PathBuf, expected: &'static str| {
+            let db = dir.path().join("tasks.db");
+            async move {
+                let mut s = settings(&["--listen=127.0.0.1:0"]);
+                s.db = db.clone();
+                s.downstream_ca_file = Some(ca_file.clone());
+                let error = match start(s).await {
+                    Ok(_) => panic!("{ca_file:?}: started"),
+                    Err(error) => error,
+                };
+                let message = error.to_string();
+                assert!(message.contains(expected), "{message}");
+                assert!(
+                    message.contains(&ca_file.display().to_string()),
+                    "{message}"
+                );
+                assert!(!db.exists(), "{ca_file:?}: the database was created");
+            }
+        };
+        check(
+            dir.path().join("missing.pem"),
+            "cannot read the downstream CA file",
+        )
+        .await;
+        check(not_pem, "no PEM CERTIFICATE section").await;
     }
 }

@@ -110,6 +110,7 @@ fn settings(db: std::path::PathBuf) -> Settings {
             shutdown_grace: Duration::from_secs(1),
             ..tc_http::HttpConfig::default()
         },
+        downstream_ca_file: None,
     }
 }
 
