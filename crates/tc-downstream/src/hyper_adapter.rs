@@ -388,10 +388,15 @@ impl Downstream for HyperDownstream {
 /// Sorts a client or body error into the retry policy's kinds.
 ///
 /// Connect failures, connections reset or closed before the response was
-/// complete, and any I/O error are [`DownError::Connect`]; a reply hyper
-/// cannot parse as HTTP, and anything unrecognised, is [`DownError::Other`].
+/// complete, and any I/O error are [`DownError::Connect`]; a server
+/// certificate that TLS refuses, a reply hyper cannot parse as HTTP, and
+/// anything unrecognised, are [`DownError::Other`].
 fn classify(error: &(dyn StdError + 'static)) -> DownError {
     let message = describe(error);
+    if rejected_certificate(error) {
+        // Not a passing fault: the same certificate is refused on every try.
+        return DownError::Other(format!("TLS certificate refused: {message}"));
+    }
     if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>()
         && client.is_connect()
     {
@@ -416,6 +421,32 @@ fn classify(error: &(dyn StdError + 'static)) -> DownError {
         cause = current.source();
     }
     DownError::Other(message)
+}
+
+/// Whether the chain holds rustls refusing the server's certificate. rustls
+/// travels inside (possibly nested) `io::Error`s, whose `source()` skips the
+/// wrapped error, so each `io::Error` is opened instead.
+fn rejected_certificate(error: &(dyn StdError + 'static)) -> bool {
+    let refused = |e: &(dyn StdError + 'static)| {
+        matches!(
+            e.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+        )
+    };
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if refused(current) {
+            return true;
+        }
+        cause = match current
+            .downcast_ref::<io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => current.source(),
+        };
+    }
+    false
 }
 
 /// The error and its causes on one line: hyper's top-level messages alone

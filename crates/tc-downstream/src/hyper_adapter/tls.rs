@@ -126,10 +126,10 @@ async fn https_with_the_certificate_as_an_extra_root_works_like_http() {
 }
 
 /// An unknown certificate fails inside hyper's connector, before any request
-/// is sent, so it is a [`DownError::Connect`] (retried like a refused
-/// connection: a certificate can be fixed on the other side).
+/// is sent. It is [`DownError::Other`], not `Connect`: the same certificate
+/// would be refused on every retry.
 #[tokio::test]
-async fn an_untrusted_certificate_fails_fast_as_a_connect_error() {
+async fn an_untrusted_certificate_fails_fast_and_is_not_a_connect_error() {
     let served = test_cert("unknown CA");
     let other = test_cert("internal CA");
     let mut server = Loopback::start_tls(vec![Reply::KeepAlive(OK_JSON)], served.acceptor).await;
@@ -138,7 +138,7 @@ async fn an_untrusted_certificate_fails_fast_as_a_connect_error() {
         .post(request(server.url("/x")))
         .await;
     assert!(
-        matches!(&result, Err(DownError::Connect(message)) if message.contains("UnknownIssuer")),
+        matches!(&result, Err(DownError::Other(message)) if message.contains("UnknownIssuer")),
         "{result:?}"
     );
     assert!(started.elapsed() < GUARD / 2, "{:?}", started.elapsed());
