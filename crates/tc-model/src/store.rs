@@ -206,10 +206,12 @@ pub trait TaskStore: Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
 
-    /// Extends the lease of those tasks that are still running; returns how many.
+    /// Extends the lease of each `(id, attempt)` whose task is still running
+    /// with that very attempt; returns how many. Keyed by the attempt so that a
+    /// stalled process's heartbeat can never extend a newer claim of the task.
     fn heartbeat(
         &self,
-        ids: Vec<TaskId>,
+        running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
     ) -> impl Future<Output = Result<usize, StoreError>> + Send;

@@ -144,29 +144,30 @@ pub(crate) fn claim_due(
     Ok(claimed)
 }
 
-/// Extends the lease of those tasks that are still running; returns how many.
+/// Extends the lease of each `(id, attempt)` still running with that attempt;
+/// returns how many.
 pub(crate) fn heartbeat(
     conn: &Connection,
-    ids: &[TaskId],
+    running: &[(TaskId, u32)],
     now: Timestamp,
     lease: Duration,
 ) -> Result<usize, StoreError> {
-    let mut ids = ids.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
+    let mut running = running.to_vec();
+    running.sort_unstable();
+    running.dedup();
     let lease_until = now.saturating_add(lease).as_millis();
     let mut stmt = conn
         .prepare_cached(
             // Never shortens a lease: a late heartbeat must not hand a task to
             // recovery earlier than the lease it already had.
             "UPDATE tasks SET lease_until = max(coalesce(lease_until, ?2), ?2) \
-             WHERE id = ?1 AND state = 'running'",
+             WHERE id = ?1 AND state = 'running' AND attempt = ?3",
         )
         .map_err(db)?;
     let mut extended = 0;
-    for id in &ids {
+    for (id, attempt) in &running {
         extended += stmt
-            .execute(params![id.as_bytes(), lease_until])
+            .execute(params![id.as_bytes(), lease_until, attempt])
             .map_err(db)?;
     }
     Ok(extended)

@@ -154,14 +154,14 @@ impl TaskStore for SqliteStore {
 
     async fn heartbeat(
         &self,
-        ids: Vec<TaskId>,
+        running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
     ) -> Result<usize, StoreError> {
-        if ids.is_empty() {
+        if running.is_empty() {
             return Ok(0);
         }
-        self.write(move |conn| ops::heartbeat(conn, &ids, now, lease))
+        self.write(move |conn| ops::heartbeat(conn, &running, now, lease))
             .await
     }
 

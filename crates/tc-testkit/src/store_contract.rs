@@ -90,6 +90,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         write_after_recovery_is_lost,
         cancel_in_every_state,
         heartbeat_extends_only_running_leases,
+        old_attempts_heartbeat_leaves_a_newer_claim_alone,
         release_keeps_the_attempt_and_the_history,
         recover_expired_requeues_or_fails,
         attempt_history_records_every_try,
@@ -882,7 +883,7 @@ pub async fn write_after_cancel_is_lost<S: TaskStore>(store: S) -> Outcome {
     let got = store.release(task.id, 1, at(20)).await.step("release")?;
     ensure_eq!(got, Guarded::Lost(State::Canceled), "release after cancel");
     let beat = store
-        .heartbeat(vec![task.id], at(20), LEASE)
+        .heartbeat(vec![(task.id, 1)], at(20), LEASE)
         .await
         .step("heartbeat")?;
     ensure_eq!(beat, 0, "heartbeats extended after cancel");
@@ -1008,6 +1009,38 @@ pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Outcome {
     Ok(())
 }
 
+/// A stalled runner of attempt 1 that heartbeats after the task was
+/// recovered and claimed again (attempt 2) extends nothing: the newer claim's
+/// lease is its own runner's to extend.
+pub async fn old_attempts_heartbeat_leaves_a_newer_claim_alone<S: TaskStore>(store: S) -> Outcome {
+    let short = Duration::from_secs(1);
+    let task = create(&store, new_task("stalled"), at(0)).await?;
+    claim_only(&store, task.id, at(0), short).await?;
+    let moved = store
+        .recover_expired(at(2_000))
+        .await
+        .step("recover_expired")?;
+    ensure_eq!(moved, 1, "recovered");
+    let rerun = claim_only(&store, task.id, at(2_000), short).await?;
+    ensure_eq!(rerun.attempt, 2, "claimed again");
+    let beat = store
+        .heartbeat(vec![(task.id, 1)], at(2_500), LEASE)
+        .await
+        .step("heartbeat")?;
+    ensure_eq!(beat, 0, "the old attempt's heartbeat extended a lease");
+    ensure_eq!(
+        get(&store, task.id).await?.lease_until,
+        Some(at(2_000).saturating_add(short)),
+        "the newer claim's lease"
+    );
+    let beat = store
+        .heartbeat(vec![(task.id, 2)], at(2_500), LEASE)
+        .await
+        .step("heartbeat")?;
+    ensure_eq!(beat, 1, "the newer attempt's own heartbeat");
+    Ok(())
+}
+
 /// Heartbeats extend the leases of running tasks only, and never shorten one.
 pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Outcome {
     let short = Duration::from_secs(10);
@@ -1017,9 +1050,15 @@ pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Ou
     let b = claim_only(&store, b.id, at(1), short).await?;
     let pending = task_in(&store, "p", State::Pending, at(2)).await?;
     let done = task_in(&store, "d", State::Success, at(3)).await?;
-    let ids = vec![a.id, b.id, pending.id, done.id, TaskId::generate()];
+    let running = vec![
+        (a.id, 1),
+        (b.id, 1),
+        (pending.id, 0),
+        (done.id, 1),
+        (TaskId::generate(), 1),
+    ];
     let beat = store
-        .heartbeat(ids, at(5_000), LEASE)
+        .heartbeat(running, at(5_000), LEASE)
         .await
         .step("heartbeat")?;
     ensure_eq!(beat, 2, "running tasks extended");
@@ -1044,7 +1083,7 @@ pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Ou
     );
     // A late, shorter heartbeat does not pull a lease in.
     store
-        .heartbeat(vec![a.id], at(6_000), Duration::from_secs(1))
+        .heartbeat(vec![(a.id, 1)], at(6_000), Duration::from_secs(1))
         .await
         .step("heartbeat")?;
     ensure_eq!(
@@ -1247,7 +1286,11 @@ pub async fn illegal_writes_change_nothing<S: TaskStore>(store: S) -> Outcome {
         );
     }
     let beat = store
-        .heartbeat(ids(&tasks), at(300), LEASE)
+        .heartbeat(
+            tasks.iter().map(|t| (t.id, t.attempt)).collect(),
+            at(300),
+            LEASE,
+        )
         .await
         .step("heartbeat")?;
     ensure_eq!(beat, 0, "heartbeats on tasks that are not running");
@@ -1536,7 +1579,7 @@ pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Outcome {
         "release"
     );
     ensure_eq!(
-        store.heartbeat(vec![ghost], at(1), LEASE).await,
+        store.heartbeat(vec![(ghost, 1)], at(1), LEASE).await,
         Ok(0),
         "heartbeat"
     );

@@ -1154,11 +1154,11 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     }
     fn heartbeat(
         &self,
-        ids: Vec<TaskId>,
+        running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
     ) -> impl Future<Output = Result<usize, StoreError>> + Send {
-        self.inner.heartbeat(ids, now, lease)
+        self.inner.heartbeat(running, now, lease)
     }
     fn complete(
         &self,

@@ -289,8 +289,11 @@ async fn heartbeat_loop<S: TaskStore>(shared: Arc<Shared<S>>, lease: Duration) {
         if running.is_empty() {
             continue;
         }
-        let ids = running.iter().map(|(id, _)| *id).collect::<Vec<_>>();
-        match shared.store.heartbeat(ids, shared.clock.now(), lease).await {
+        match shared
+            .store
+            .heartbeat(running.clone(), shared.clock.now(), lease)
+            .await
+        {
             Ok(extended) if extended < running.len() => stop_taken_away(&shared, &running).await,
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "heartbeat_failed"),

@@ -66,12 +66,12 @@ impl TaskStore for Switchable {
     }
     async fn heartbeat(
         &self,
-        ids: Vec<TaskId>,
+        running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
     ) -> Result<usize, StoreError> {
         self.check()?;
-        self.inner.heartbeat(ids, now, lease).await
+        self.inner.heartbeat(running, now, lease).await
     }
     async fn complete(
         &self,
