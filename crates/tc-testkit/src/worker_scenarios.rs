@@ -132,58 +132,67 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
     }
 }
 
-/// Every scenario, by name, in the order the matrix prints them.
-pub const SCENARIOS: &[&str] = &[
-    "4xx_not_retried",
-    "5xx_retried_to_limit",
-    "5xx_then_success",
-    "timeout_retried",
-    "retry_after_honoured",
-    "cancel_pending",
-    "cancel_claimed_not_started",
-    "cancel_in_flight",
-    "cancel_caller_gone",
-    "cancel_during_retry_wait",
-    "no_result_after_cancel",
-    "cancel_elsewhere_drops_the_call",
-    "expired_lease_recovered",
-    "long_call_keeps_its_lease",
-    "idempotent_submit",
-    "idempotent_submit_concurrent",
-    "same_key_different_payload",
-    "shutdown_returns_in_flight_to_pending",
-    "concurrency_bound",
-    "retry_wait_holds_no_slot",
-    "one_runner_per_task",
-];
-
-/// Runs the scenario called `name` on `rig`.
-pub async fn run<S: TaskStore, D: Downstream>(name: &str, rig: &Rig<S, D>) -> Result<(), String> {
-    match name {
-        "4xx_not_retried" => client_error_not_retried(rig).await,
-        "5xx_retried_to_limit" => server_errors_retried_to_limit(rig).await,
-        "5xx_then_success" => server_error_then_success(rig).await,
-        "timeout_retried" => timeout_retried(rig).await,
-        "retry_after_honoured" => retry_after_honoured(rig).await,
-        "cancel_pending" => cancel_pending(rig).await,
-        "cancel_claimed_not_started" => cancel_claimed_not_started(rig).await,
-        "cancel_in_flight" => cancel_in_flight(rig).await,
-        "cancel_caller_gone" => cancel_caller_gone(rig).await,
-        "cancel_during_retry_wait" => cancel_during_retry_wait(rig).await,
-        "no_result_after_cancel" => no_result_after_cancel(rig).await,
-        "cancel_elsewhere_drops_the_call" => cancel_elsewhere_drops_the_call(rig).await,
-        "expired_lease_recovered" => expired_lease_recovered(rig).await,
-        "long_call_keeps_its_lease" => long_call_keeps_its_lease(rig).await,
-        "idempotent_submit" => idempotent_submit(rig).await,
-        "idempotent_submit_concurrent" => idempotent_submit_concurrent(rig).await,
-        "same_key_different_payload" => same_key_different_payload(rig).await,
-        "shutdown_returns_in_flight_to_pending" => shutdown_returns_in_flight_to_pending(rig).await,
-        "concurrency_bound" => concurrency_bound(rig).await,
-        "retry_wait_holds_no_slot" => retry_wait_holds_no_slot(rig).await,
-        "one_runner_per_task" => one_runner_per_task(rig).await,
-        other => Err(format!("no scenario named {other:?}")),
-    }
+/// Every worker scenario, declared once: `$callback! { name, ... }` is called
+/// with the list, in the order the matrix prints it. A scenario's name is its
+/// function's name, its `cargo test` name and its matrix row.
+///
+/// ```text
+/// macro_rules! tests {
+///     ($($name:ident),* $(,)?) => {
+///         $(#[tokio::test(start_paused = true)]
+///         async fn $name() { check(stringify!($name)).await })*
+///     };
+/// }
+/// tc_testkit::worker_scenarios!(tests);
+/// ```
+#[macro_export]
+macro_rules! worker_scenarios {
+    ($callback:ident) => {
+        $callback! {
+            client_error_not_retried,
+            server_errors_retried_to_limit,
+            server_error_then_success,
+            timeout_retried,
+            retry_after_honoured,
+            cancel_pending,
+            cancel_claimed_not_started,
+            cancel_in_flight,
+            cancel_caller_gone,
+            cancel_during_retry_wait,
+            no_result_after_cancel,
+            cancel_elsewhere_drops_the_call,
+            expired_lease_recovered,
+            long_call_keeps_its_lease,
+            idempotent_submit,
+            idempotent_submit_concurrent,
+            same_key_different_payload,
+            shutdown_returns_in_flight_to_pending,
+            concurrency_bound,
+            retry_wait_holds_no_slot,
+            one_runner_per_task,
+        }
+    };
 }
+
+macro_rules! declare {
+    ($($name:ident),* $(,)?) => {
+        /// Every scenario's name, in the order the matrix prints them.
+        pub const SCENARIOS: &[&str] = &[$(stringify!($name)),*];
+
+        /// Runs the scenario called `name` on `rig`.
+        pub async fn run<S: TaskStore, D: Downstream>(
+            name: &str,
+            rig: &Rig<S, D>,
+        ) -> Result<(), String> {
+            match name {
+                $(stringify!($name) => $name(rig).await,)*
+                other => Err(format!("no scenario named {other:?}")),
+            }
+        }
+    };
+}
+
+worker_scenarios!(declare);
 
 /// Waits for the attempt of `id` that leaves it in one of `states`.
 async fn wait_for(

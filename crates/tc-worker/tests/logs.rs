@@ -76,7 +76,7 @@ fn check<'a>(events: &'a [Value], name: &str, fields: &[&str]) -> &'a Value {
 
 #[tokio::test(start_paused = true)]
 async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
-    let events = events_of("5xx_then_success").await;
+    let events = events_of("server_error_then_success").await;
     let start = check(&events, "task_start", &["task_id", "attempt", "url"]);
     assert_eq!(start["attempt"], 1);
     let retry = check(
@@ -113,7 +113,7 @@ async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failure_logs_its_error_and_interruptions_and_skips_are_named() {
-    let events = events_of("4xx_not_retried").await;
+    let events = events_of("client_error_not_retried").await;
     let done = check(
         &events,
         "task_done",
