@@ -448,7 +448,7 @@ mod tests {
 
     fn with_result(bytes: Option<usize>) -> Task {
         Task {
-            id: TaskId::generate(),
+            id: TaskId::new(tc_model::Timestamp::from_millis(0), [0xee; 10]),
             state: tc_model::State::Success,
             url: "http://h/".into(),
             body: b"{}".to_vec(),

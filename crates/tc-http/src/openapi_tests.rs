@@ -234,7 +234,7 @@ fn keys(v: &Value) -> BTreeSet<String> {
 fn sample_task() -> Task {
     let t = Timestamp::from_millis(1_767_323_045_678);
     Task {
-        id: TaskId::generate(),
+        id: TaskId::new(Timestamp::from_millis(0), [0xee; 10]),
         state: State::Success,
         url: "http://127.0.0.1:9/hook".into(),
         body: b"{}".to_vec(),

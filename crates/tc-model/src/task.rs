@@ -4,14 +4,18 @@ use std::time::Duration;
 
 use crate::State;
 
-/// A task's identity: a UUID v7, so that ids sort by creation time.
+/// A task's identity: a UUID v7, so that ids sort by creation millisecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId(uuid::Uuid);
 
 impl TaskId {
-    /// A fresh id for a task created now.
-    pub fn generate() -> TaskId {
-        TaskId(uuid::Uuid::now_v7())
+    /// The id of a task created at `created`: a UUID v7 whose time field is
+    /// `created` (times before the epoch count as the epoch) and whose other
+    /// bits come from `random`. The caller brings both, so this crate reads
+    /// neither a clock nor an entropy source.
+    pub fn new(created: Timestamp, random: [u8; 10]) -> TaskId {
+        let millis = u64::try_from(created.as_millis()).unwrap_or(0);
+        TaskId(uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid())
     }
 
     /// The id as a UUID.
@@ -159,16 +163,26 @@ mod tests {
 
     #[test]
     fn task_ids_round_trip_and_sort_by_creation() {
-        let a = TaskId::generate();
-        let b = TaskId::generate();
-        assert!(a < b, "v7 ids are monotonic within a process");
+        let a = TaskId::new(Timestamp::from_millis(1_000), [0xff; 10]);
+        let b = TaskId::new(Timestamp::from_millis(1_001), [0x00; 10]);
+        assert!(a < b, "the time field sorts before the random bits");
+        assert_eq!(a.as_uuid().get_version_num(), 7);
+        assert_eq!(
+            a.as_uuid().get_timestamp().map(|t| t.to_unix()),
+            Some((1, 0))
+        );
         assert_eq!(a.to_string().parse::<TaskId>(), Ok(a));
         assert_eq!(TaskId::from_bytes(*a.as_bytes()), a);
+        assert_ne!(a, TaskId::new(Timestamp::from_millis(1_000), [0xfe; 10]));
+        assert_eq!(
+            TaskId::new(Timestamp::from_millis(-5), [1; 10]),
+            TaskId::new(Timestamp::from_millis(0), [1; 10]),
+        );
     }
 
     #[test]
     fn malformed_task_ids_are_refused() {
-        let good = TaskId::generate().to_string();
+        let good = TaskId::new(Timestamp::from_millis(7), [7; 10]).to_string();
         for bad in [
             "",
             "x",
@@ -201,7 +215,7 @@ mod tests {
     #[test]
     fn can_retry_until_attempts_are_used() {
         let mut task = Task {
-            id: TaskId::generate(),
+            id: TaskId::new(Timestamp::from_millis(0), [0; 10]),
             state: State::Running,
             url: "http://example.test/".into(),
             body: b"{}".to_vec(),

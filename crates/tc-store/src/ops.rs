@@ -50,8 +50,11 @@ pub(crate) fn submit(
             Err(StoreError::IdempotencyConflict)
         };
     }
-    // Generated here, on the one writer, so that id order is commit order.
-    let id = TaskId::generate();
+    // The id's time is the submit's own `now`; its random bits come from the
+    // writer thread's generator (tc-model reads no entropy of its own).
+    let mut random = [0; 10];
+    fastrand::fill(&mut random);
+    let id = TaskId::new(now, random);
     conn.prepare_cached(
         "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
                             attempt, created_at, updated_at, next_run_at) \

@@ -164,10 +164,7 @@ pub(crate) enum Target {
 impl Target {
     /// A fresh, uniquely named in-memory database.
     pub(crate) fn new_memory() -> Target {
-        Target::Memory(format!(
-            "file:/tc-{}?vfs=memdb",
-            tc_model::TaskId::generate()
-        ))
+        Target::Memory(format!("file:/tc-{:032x}?vfs=memdb", fastrand::u128(..)))
     }
 
     /// The path errors name.

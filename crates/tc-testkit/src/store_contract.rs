@@ -1004,7 +1004,9 @@ pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Outcome {
         ensure_eq!(got, before, "cancel of a {state} task returns it unchanged");
         ensure_eq!(get(&store, before.id).await?, before, "stored {state} task");
     }
-    let got = store.cancel(TaskId::generate(), at(600)).await;
+    let got = store
+        .cancel(TaskId::new(Timestamp::from_millis(0), [0xee; 10]), at(600))
+        .await;
     ensure_eq!(got, Err(StoreError::NotFound), "cancel of an unknown id");
     Ok(())
 }
@@ -1055,7 +1057,7 @@ pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Ou
         (b.id, 1),
         (pending.id, 0),
         (done.id, 1),
-        (TaskId::generate(), 1),
+        (TaskId::new(Timestamp::from_millis(0), [0xee; 10]), 1),
     ];
     let beat = store
         .heartbeat(running, at(5_000), LEASE)
@@ -1561,7 +1563,7 @@ pub async fn next_due_is_the_earliest_pending<S: TaskStore>(store: S) -> Outcome
 /// Operations on an id that was never stored say so.
 pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Outcome {
     create(&store, new_task("real"), at(0)).await?;
-    let ghost = TaskId::generate();
+    let ghost = TaskId::new(Timestamp::from_millis(0), [0xee; 10]);
     ensure_eq!(store.get(ghost).await, Err(StoreError::NotFound), "get");
     ensure_eq!(
         store.cancel(ghost, at(1)).await,

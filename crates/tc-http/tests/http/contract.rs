@@ -75,7 +75,10 @@ impl Fixture {
             .replace("{binary}", &self.binary.to_string())
             .replace("{failed}", &self.failed.to_string())
             .replace("{canceled}", &self.canceled.to_string())
-            .replace("{unknown}", &TaskId::generate().to_string())
+            .replace(
+                "{unknown}",
+                &TaskId::new(tc_model::Timestamp::from_millis(0), [0xee; 10]).to_string(),
+            )
     }
 }
 
@@ -580,7 +583,7 @@ async fn the_token_guards_every_tasks_route_and_nothing_else() {
         ..HttpConfig::default()
     };
     let h = harness(config).await;
-    let id = TaskId::generate();
+    let id = TaskId::new(tc_model::Timestamp::from_millis(0), [0xee; 10]);
     let paths = [
         ("POST", "/tasks".to_owned()),
         ("GET", "/tasks".to_owned()),

@@ -140,7 +140,10 @@ fn pragma(conn: &Connection, name: &str) -> i64 {
 async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.db");
-    let (done, waiting) = (TaskId::generate(), TaskId::generate());
+    let (done, waiting) = (
+        TaskId::new(Timestamp::from_millis(1), [1; 10]),
+        TaskId::new(Timestamp::from_millis(2), [2; 10]),
+    );
     {
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch(V1_LAYOUT).unwrap();
