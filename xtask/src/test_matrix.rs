@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use tc_downstream::{DownstreamConfig, HyperDownstream};
 use tc_model::store::TaskStore;
 use tc_store::{SqliteStore, StoreConfig};
+use tc_testkit::memory_store::MemoryStore;
 use tc_testkit::script::{LoopbackServer, Script, ScriptDownstream};
 use tc_testkit::store_contract::{self, Report};
 use tc_testkit::worker_scenarios::{Rig, SCENARIOS, run};
@@ -40,10 +41,17 @@ type Contract = fn(&Path) -> Result<Vec<Report>, String>;
 /// and how to run the store contract on it. A new adapter is one more line.
 const STORES: &[(&str, Cell, Contract)] = &[
     (
+        "memory",
+        |scenario, down, _dir| run_cell(scenario, down, async { Ok(MemoryStore::new()) }),
+        |_dir| run_contract(|_| async { MemoryStore::new() }),
+    ),
+    (
         "sqlite-mem",
         |scenario, down, _dir| {
             run_cell(scenario, down, async {
-                SqliteStore::open_in_memory(StoreConfig::default()).await
+                SqliteStore::open_in_memory(StoreConfig::default())
+                    .await
+                    .map_err(|e| e.to_string())
             })
         },
         |_dir| {
@@ -59,7 +67,9 @@ const STORES: &[(&str, Cell, Contract)] = &[
         |scenario, down, dir| {
             let path = dir.join("matrix.db");
             run_cell(scenario, down, async move {
-                SqliteStore::open(&path, StoreConfig::default()).await
+                SqliteStore::open(&path, StoreConfig::default())
+                    .await
+                    .map_err(|e| e.to_string())
             })
         },
         |dir| {
@@ -289,7 +299,7 @@ fn run_captured(cell: Cell, scenario: &str, down: Down) -> CellResult {
 fn run_cell<S, Open>(scenario: &str, down: Down, open: Open) -> Result<(), String>
 where
     S: TaskStore,
-    Open: Future<Output = Result<S, tc_store::OpenError>>,
+    Open: Future<Output = Result<S, String>>,
 {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

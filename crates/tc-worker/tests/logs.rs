@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use tc_store::{SqliteStore, StoreConfig};
+use tc_testkit::memory_store::MemoryStore;
 use tc_testkit::script::{Script, ScriptDownstream};
 use tc_testkit::worker_scenarios::{Rig, run};
 
@@ -40,11 +40,7 @@ async fn events_of(scenario: &str) -> Vec<Value> {
         .with_writer(captured.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let store = Arc::new(
-        SqliteStore::open_in_memory(StoreConfig::default())
-            .await
-            .unwrap(),
-    );
+    let store = Arc::new(MemoryStore::new());
     let script = Script::new();
     let rig = Rig::new(
         store,

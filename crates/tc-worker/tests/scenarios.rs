@@ -1,5 +1,5 @@
-//! The worker's scenarios (tc-testkit), one test each, on the SQLite store in
-//! memory and the in-process scripted downstream, on tokio's paused clock:
+//! The worker's scenarios (tc-testkit), one test each, on the reference in-memory
+//! store and the in-process scripted downstream, on tokio's paused clock:
 //! backoff and Retry-After waits are exact and take no real time.
 //!
 //! `cargo xtask test-matrix` runs the same list for every store adapter ×
@@ -9,16 +9,12 @@
 
 use std::sync::Arc;
 
-use tc_store::{SqliteStore, StoreConfig};
+use tc_testkit::memory_store::MemoryStore;
 use tc_testkit::script::{Script, ScriptDownstream};
 use tc_testkit::worker_scenarios::{Rig, run};
 
 async fn check(name: &str) {
-    let store = Arc::new(
-        SqliteStore::open_in_memory(StoreConfig::default())
-            .await
-            .unwrap(),
-    );
+    let store = Arc::new(MemoryStore::new());
     let script = Script::new();
     let downstream = Arc::new(ScriptDownstream::new(Arc::clone(&script)));
     let rig = Rig::new(store, downstream, script, "http://downstream.test");

@@ -781,9 +781,7 @@ async fn metrics_include_what_others_registered() {
     use prometheus_client::metrics::gauge::Gauge;
     use prometheus_client::registry::Registry;
 
-    let inner = tc_store::SqliteStore::open_in_memory(tc_store::StoreConfig::default())
-        .await
-        .unwrap();
+    let inner = tc_testkit::memory_store::MemoryStore::new();
     let mut registry = Registry::default();
     let in_flight = Gauge::<i64>::default();
     registry.register(

@@ -1,4 +1,4 @@
-//! Test fixtures: a real SQLite store (in memory) behind a switch that makes
+//! Test fixtures: the reference in-memory store (tc-testkit) behind a switch that makes
 //! it unavailable, a fake worker control, and a one-call request helper.
 
 use std::sync::Arc;
@@ -15,16 +15,16 @@ use tc_model::store::{
     Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
-use tc_store::{SqliteStore, StoreConfig};
+use tc_testkit::memory_store::MemoryStore;
 
 /// The fixed "now" of the fake control: 2026-01-02T03:04:05.678Z.
 pub(crate) const NOW: Timestamp = Timestamp::from_millis(1_767_323_045_678);
 pub(crate) const NOW_TEXT: &str = "2026-01-02T03:04:05.678Z";
 
-/// A store that forwards to SQLite, or fails every call as unavailable while
+/// A store that forwards to the in-memory store, or fails every call as unavailable while
 /// `down` is set (what a full disk or a held lock looks like to a caller).
 pub(crate) struct Switchable {
-    inner: SqliteStore,
+    inner: MemoryStore,
     down: AtomicBool,
 }
 
@@ -136,9 +136,7 @@ pub(crate) struct Harness {
 }
 
 pub(crate) async fn harness(config: HttpConfig) -> Harness {
-    let inner = SqliteStore::open_in_memory(StoreConfig::default())
-        .await
-        .unwrap();
+    let inner = MemoryStore::new();
     let store = Arc::new(Switchable {
         inner,
         down: AtomicBool::new(false),

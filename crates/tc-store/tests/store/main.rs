@@ -7,3 +7,4 @@
 mod contract;
 mod crash;
 mod file;
+mod model;

@@ -1,0 +1,408 @@
+//! [`MemoryStore`]: the reference [`TaskStore`], a mutex and two maps.
+//!
+//! It is the plainest reading of the port's documentation: no SQL, no
+//! threads, no I/O. It passes the store contract like every adapter, the
+//! store property test holds SqliteStore against it, and worker and HTTP
+//! unit tests use it as their fast store (they need no SQLite). Every
+//! operation completes at once, so it is exact on tokio's paused clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tc_model::store::{
+    Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+};
+use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
+
+/// The error a try carries when it was cut short by a release or an expired
+/// lease (the same word every adapter writes).
+const INTERRUPTED: &str = "interrupted";
+/// The error an open try gets when its task is canceled.
+const CANCELED: &str = "canceled";
+
+/// An in-memory [`TaskStore`]: the model the SQL adapters are checked against.
+#[derive(Default)]
+pub struct MemoryStore {
+    state: Mutex<Tables>,
+}
+
+#[derive(Default)]
+struct Tables {
+    /// Every task by its position, the listing order (like SQLite's `seq`).
+    tasks: BTreeMap<i64, Task>,
+    by_id: HashMap<TaskId, i64>,
+    by_key: HashMap<String, i64>,
+    last_seq: i64,
+    /// Feeds the ids' random bits: deterministic, so a test's ids repeat.
+    rng: u64,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        // A panic while holding the lock leaves the maps consistent: every
+        // operation checks before it changes anything.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Tables {
+    fn seq_of(&self, id: TaskId) -> Result<i64, StoreError> {
+        self.by_id.get(&id).copied().ok_or(StoreError::NotFound)
+    }
+
+    fn task_mut(&mut self, seq: i64) -> Result<&mut Task, StoreError> {
+        self.tasks
+            .get_mut(&seq)
+            .ok_or_else(|| StoreError::Unavailable(format!("task at {seq} vanished")))
+    }
+
+    /// The running task's position if it is still on `attempt`; otherwise
+    /// the `Lost` answer.
+    fn guard(&self, id: TaskId, attempt: u32) -> Result<Result<i64, Guarded>, StoreError> {
+        let seq = self.seq_of(id)?;
+        let task = &self.tasks[&seq];
+        if task.state == State::Running && task.attempt == attempt {
+            Ok(Ok(seq))
+        } else {
+            Ok(Err(Guarded::Lost(task.state)))
+        }
+    }
+
+    fn next_id(&mut self, now: Timestamp) -> TaskId {
+        // splitmix64: a few lines, no dependency, good enough for test ids.
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let mut random = [0; 10];
+        random[..8].copy_from_slice(&z.to_le_bytes());
+        random[8..].copy_from_slice(&self.last_seq.to_le_bytes()[..2]);
+        TaskId::new(now, random)
+    }
+}
+
+/// Closes the open history row of try `n`.
+fn close_attempt(
+    task: &mut Task,
+    n: u32,
+    now: Timestamp,
+    http_status: Option<u16>,
+    error: Option<&str>,
+) {
+    if let Some(record) = task
+        .attempts
+        .iter_mut()
+        .find(|a| a.n == n && a.finished_at.is_none())
+    {
+        record.finished_at = Some(now);
+        record.http_status = http_status;
+        record.error = error.map(str::to_owned);
+        record.duration_ms = Some(
+            u64::try_from(now.duration_since(record.started_at).as_millis()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+impl TaskStore for MemoryStore {
+    async fn submit(&self, new: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
+        let mut t = self.tables();
+        if let Some(seq) = t.by_key.get(new.idempotency_key()) {
+            let task = &t.tasks[seq];
+            return if new.same_payload(&task.url, &task.body, task.max_attempts, task.timeout) {
+                Ok(Submitted {
+                    task: task.clone(),
+                    created: false,
+                })
+            } else {
+                Err(StoreError::IdempotencyConflict)
+            };
+        }
+        t.last_seq += 1;
+        let seq = t.last_seq;
+        let id = t.next_id(now);
+        let task = Task {
+            id,
+            state: State::Pending,
+            url: new.url().to_owned(),
+            body: new.body().to_vec(),
+            idempotency_key: new.idempotency_key().to_owned(),
+            attempt: 0,
+            max_attempts: new.max_attempts(),
+            timeout: new.timeout(),
+            http_status: None,
+            result: None,
+            result_content_type: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            finished_at: None,
+            next_run_at: Some(now),
+            lease_until: None,
+            attempts: Vec::new(),
+        };
+        t.by_id.insert(id, seq);
+        t.by_key.insert(task.idempotency_key.clone(), seq);
+        t.tasks.insert(seq, task.clone());
+        Ok(Submitted {
+            task,
+            created: true,
+        })
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
+        let t = self.tables();
+        let seq = t.seq_of(id)?;
+        Ok(t.tasks[&seq].clone())
+    }
+
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+        let t = self.tables();
+        let after = query.after.map_or(0, Cursor::position);
+        let mut matching = t
+            .tasks
+            .range(after.saturating_add(1)..)
+            .filter(|(_, task)| query.state.is_none_or(|s| task.state == s));
+        let mut tasks = Vec::new();
+        let mut last = after;
+        for (seq, task) in matching.by_ref().take(query.limit) {
+            tasks.push(task.clone());
+            last = *seq;
+        }
+        let next = matching
+            .next()
+            .is_some()
+            .then(|| Cursor::from_position(last));
+        Ok(Page { tasks, next })
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        let mut counts = StateCounts::default();
+        for task in self.tables().tasks.values() {
+            counts.set(task.state, counts.get(task.state) + 1);
+        }
+        Ok(counts)
+    }
+
+    async fn claim_due(
+        &self,
+        n: usize,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<Vec<Task>, StoreError> {
+        let mut t = self.tables();
+        let mut due: Vec<(Timestamp, i64)> = t
+            .tasks
+            .iter()
+            .filter_map(|(seq, task)| match (task.state, task.next_run_at) {
+                (State::Pending, Some(at)) if at <= now => Some((at, *seq)),
+                _ => None,
+            })
+            .collect();
+        due.sort_unstable();
+        due.truncate(n);
+        let mut claimed = Vec::with_capacity(due.len());
+        for (_, seq) in due {
+            let task = t.task_mut(seq)?;
+            task.state = transit(task.state, State::Running)?;
+            task.attempt += 1;
+            task.started_at = Some(now);
+            task.lease_until = Some(now.saturating_add(lease));
+            task.next_run_at = None;
+            task.updated_at = now;
+            task.attempts.push(AttemptRecord {
+                n: task.attempt,
+                started_at: now,
+                finished_at: None,
+                http_status: None,
+                error: None,
+                duration_ms: None,
+            });
+            claimed.push(task.clone());
+        }
+        Ok(claimed)
+    }
+
+    async fn heartbeat(
+        &self,
+        mut running: Vec<(TaskId, u32)>,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<usize, StoreError> {
+        running.sort_unstable();
+        running.dedup();
+        let until = now.saturating_add(lease);
+        let mut t = self.tables();
+        let mut extended = 0;
+        for (id, attempt) in running {
+            let Some(&seq) = t.by_id.get(&id) else {
+                continue;
+            };
+            let task = t.task_mut(seq)?;
+            if task.state == State::Running && task.attempt == attempt {
+                // Never shortens a lease.
+                task.lease_until = Some(task.lease_until.map_or(until, |held| held.max(until)));
+                extended += 1;
+            }
+        }
+        Ok(extended)
+    }
+
+    async fn complete(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        outcome: Completion,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        let mut t = self.tables();
+        let seq = match t.guard(id, attempt)? {
+            Ok(seq) => seq,
+            Err(lost) => return Ok(lost),
+        };
+        let task = t.task_mut(seq)?;
+        task.updated_at = now;
+        task.lease_until = None;
+        match outcome {
+            Completion::Success {
+                http_status,
+                result,
+                content_type,
+            } => {
+                task.state = transit(task.state, State::Success)?;
+                task.http_status = Some(http_status);
+                task.result = Some(result);
+                task.result_content_type = content_type;
+                task.error = None;
+                task.finished_at = Some(now);
+                task.next_run_at = None;
+                close_attempt(task, attempt, now, Some(http_status), None);
+            }
+            Completion::Retry {
+                next_run_at,
+                reason,
+                http_status,
+            } => {
+                task.state = transit(task.state, State::Pending)?;
+                task.next_run_at = Some(next_run_at);
+                // Keeps the last answered try's status when this one got none.
+                task.http_status = http_status.or(task.http_status);
+                close_attempt(task, attempt, now, http_status, Some(&reason));
+                task.error = Some(reason);
+            }
+            Completion::Failed {
+                reason,
+                http_status,
+            } => {
+                task.state = transit(task.state, State::Failed)?;
+                task.http_status = http_status.or(task.http_status);
+                task.finished_at = Some(now);
+                task.next_run_at = None;
+                close_attempt(task, attempt, now, http_status, Some(&reason));
+                task.error = Some(reason);
+            }
+        }
+        Ok(Guarded::Applied(task.clone()))
+    }
+
+    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+        let mut t = self.tables();
+        let seq = t.seq_of(id)?;
+        let task = t.task_mut(seq)?;
+        if task.state.is_terminal() {
+            return Ok(task.clone());
+        }
+        let was = task.state;
+        task.state = transit(was, State::Canceled)?;
+        task.finished_at = Some(now);
+        task.updated_at = now;
+        task.lease_until = None;
+        task.next_run_at = None;
+        if was == State::Running {
+            task.error = Some(CANCELED.to_owned());
+            let attempt = task.attempt;
+            close_attempt(task, attempt, now, None, Some(CANCELED));
+        }
+        Ok(task.clone())
+    }
+
+    async fn release(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        let mut t = self.tables();
+        let seq = match t.guard(id, attempt)? {
+            Ok(seq) => seq,
+            Err(lost) => return Ok(lost),
+        };
+        let task = t.task_mut(seq)?;
+        task.state = transit(task.state, State::Pending)?;
+        // The history keeps the interrupted try; the next claim reuses its n.
+        task.attempt -= 1;
+        task.next_run_at = Some(now);
+        task.lease_until = None;
+        task.error = Some(INTERRUPTED.to_owned());
+        task.updated_at = now;
+        close_attempt(task, attempt, now, None, Some(INTERRUPTED));
+        Ok(Guarded::Applied(task.clone()))
+    }
+
+    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
+        let mut t = self.tables();
+        let mut moved = 0;
+        for task in t.tasks.values_mut() {
+            let expired = task.state == State::Running && task.lease_until.is_some_and(|l| l < now);
+            if !expired {
+                continue;
+            }
+            if task.attempt < task.max_attempts {
+                task.state = transit(task.state, State::Pending)?;
+                task.next_run_at = Some(now);
+                task.finished_at = None;
+            } else {
+                task.state = transit(task.state, State::Failed)?;
+                task.next_run_at = None;
+                task.finished_at = Some(now);
+            }
+            task.lease_until = None;
+            task.error = Some(INTERRUPTED.to_owned());
+            task.updated_at = now;
+            let attempt = task.attempt;
+            close_attempt(task, attempt, now, None, Some(INTERRUPTED));
+            moved += 1;
+        }
+        Ok(moved)
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        Ok(self
+            .tables()
+            .tasks
+            .values()
+            .filter(|task| task.state == State::Pending)
+            .filter_map(|task| task.next_run_at)
+            .min())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store_contract::{failures, run_all};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_memory_store_passes_the_store_contract() {
+        let reports = run_all(|| async { MemoryStore::new() }).await;
+        assert!(reports.len() >= 20, "the suite lost scenarios");
+        assert_eq!(failures(&reports), None);
+    }
+}
