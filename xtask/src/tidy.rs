@@ -4,6 +4,15 @@
 //!   database crate, not even transitively.
 //! - tc-retry depends on no workspace crate: other projects reuse it.
 //! - No adapter depends on another adapter.
+//!
+//! And, from `cargo tree` (features resolved as when the crate is built
+//! alone, dev-dependencies left out):
+//! - tc-worker links no HTTP client, TLS or SQLite crate.
+//! - A release tc-server contains no test machinery: no test-support crate,
+//!   no test or bench feature.
+//!
+//! And, from `cargo metadata`'s targets: the product crates build no binary
+//! but tc-server (test helpers are test code).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -25,23 +34,44 @@ const STANDALONE: &[&str] = &["tc-retry"];
 /// Adapters: they depend on ports, never on each other.
 const ADAPTERS: &[&str] = &["tc-store", "tc-downstream", "tc-http"];
 
+/// Crates whose normal dependencies, built alone, must not contain these.
+const LEAN: &[(&str, &[&str])] = &[];
+/// What the worker must not link: it knows the ports, never an adapter's
+/// client, TLS or database.
+// Not yet in LEAN: tc-downstream still links its hyper client unconditionally.
+#[allow(dead_code)]
+const LEAN_WORKER: &[&str] = &[
+    "hyper",
+    "hyper-util",
+    "hyper-rustls",
+    "rustls",
+    "tokio-rustls",
+    "rusqlite",
+    "libsqlite3-sys",
+];
+/// The product: what ships, built alone in release.
+const PRODUCT: &str = "tc-server";
+/// Packages that exist for tests only.
+const TEST_ONLY_PACKAGES: &[&str] = &["tc-testkit"];
+/// Features (package, feature) that exist for tests and benchmarks only.
+const TEST_ONLY_FEATURES: &[(&str, &str)] = &[("tc-store", "raw"), ("tokio", "test-util")];
+/// The only binaries the workspace's product crates may build.
+const PRODUCT_BINARIES: &[&str] = &["tc-server"];
+
+/// One crate's resolved normal dependency tree: every package in it with
+/// the features enabled on it.
+pub(crate) type Tree = BTreeMap<String, BTreeSet<String>>;
+
 /// The normal (non-dev) dependency graph, by package name.
 pub(crate) type Graph = BTreeMap<String, BTreeSet<String>>;
 
 pub(crate) fn run() -> Result<(), String> {
-    let graph = load_graph(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap_or(Path::new(".")),
-    )?;
-    let workspace: BTreeSet<String> = graph
-        .keys()
-        .filter(|n| n.starts_with("tc-"))
-        .cloned()
-        .collect();
-    let violations = check_rules(&graph, &workspace);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."));
+    let (crates, violations) = all_violations(root)?;
     if violations.is_empty() {
-        println!("tidy: dependency rules hold for {} crates", workspace.len());
+        println!("tidy: dependency rules hold for {crates} crates");
         Ok(())
     } else {
         Err(format!(
@@ -49,6 +79,24 @@ pub(crate) fn run() -> Result<(), String> {
             violations.join("\n  ")
         ))
     }
+}
+
+/// How many workspace crates were checked, and every broken rule.
+fn all_violations(root: &Path) -> Result<(usize, Vec<String>), String> {
+    let meta = load_metadata(root)?;
+    let graph = parse_graph(&meta)?;
+    let workspace: BTreeSet<String> = graph
+        .keys()
+        .filter(|n| n.starts_with("tc-"))
+        .cloned()
+        .collect();
+    let mut violations = check_rules(&graph, &workspace);
+    for (krate, forbidden) in LEAN {
+        violations.extend(check_lean(krate, forbidden, &load_tree(root, krate)?));
+    }
+    violations.extend(check_product(&load_tree(root, PRODUCT)?));
+    violations.extend(check_binaries(&parse_binaries(&meta)?));
+    Ok((workspace.len(), violations))
 }
 
 /// Every broken rule, as a readable line; empty when the graph is clean.
@@ -80,6 +128,39 @@ pub(crate) fn check_rules(graph: &Graph, workspace: &BTreeSet<String>) -> Vec<St
     violations
 }
 
+/// What `krate`'s tree holds of the `forbidden` crates.
+pub(crate) fn check_lean(krate: &str, forbidden: &[&str], tree: &Tree) -> Vec<String> {
+    forbidden
+        .iter()
+        .filter(|dep| tree.contains_key(**dep))
+        .map(|dep| format!("{krate} links {dep} in its normal dependencies"))
+        .collect()
+}
+
+/// Test machinery in the product's tree: test-only packages or features.
+pub(crate) fn check_product(tree: &Tree) -> Vec<String> {
+    let packages = TEST_ONLY_PACKAGES
+        .iter()
+        .filter(|p| tree.contains_key(**p))
+        .map(|p| format!("{PRODUCT} contains the test-only crate {p}"));
+    let features = TEST_ONLY_FEATURES
+        .iter()
+        .filter(|(p, f)| tree.get(*p).is_some_and(|on| on.contains(*f)))
+        .map(|(p, f)| format!("{PRODUCT} contains {p} with its test-only feature {f:?}"));
+    packages.chain(features).collect()
+}
+
+/// Binaries of workspace crates (`tc-*`) other than [`PRODUCT_BINARIES`].
+pub(crate) fn check_binaries(binaries: &[(String, String)]) -> Vec<String> {
+    binaries
+        .iter()
+        .filter(|(package, bin)| {
+            package.starts_with("tc-") && !PRODUCT_BINARIES.contains(&bin.as_str())
+        })
+        .map(|(package, bin)| format!("{package} builds the binary {bin}, which would ship"))
+        .collect()
+}
+
 fn reachable(graph: &Graph, from: &str) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
     let mut todo = vec![from.to_owned()];
@@ -93,24 +174,95 @@ fn reachable(graph: &Graph, from: &str) -> BTreeSet<String> {
     seen
 }
 
-/// Reads the resolved graph with `cargo metadata`, keeping normal and build
-/// dependencies (dev-dependencies do not ship).
-pub(crate) fn load_graph(workspace_root: &Path) -> Result<Graph, String> {
+/// Runs cargo with `args` in `workspace_root` and returns its stdout.
+fn cargo(workspace_root: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--locked"])
+        .args(args)
         .current_dir(workspace_root)
         .output()
-        .map_err(|e| format!("running cargo metadata: {e}"))?;
+        .map_err(|e| format!("running cargo {}: {e}", args.join(" ")))?;
     if !output.status.success() {
         return Err(format!(
-            "cargo metadata failed: {}",
+            "cargo {} failed: {}",
+            args.join(" "),
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    let meta: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .map_err(|e| format!("parsing cargo metadata: {e}"))?;
-    parse_graph(&meta)
+    Ok(output.stdout)
+}
+
+fn load_metadata(workspace_root: &Path) -> Result<serde_json::Value, String> {
+    let out = cargo(
+        workspace_root,
+        &["metadata", "--format-version", "1", "--locked"],
+    )?;
+    serde_json::from_slice(&out).map_err(|e| format!("parsing cargo metadata: {e}"))
+}
+
+/// `krate`'s normal dependency tree with features resolved as `cargo build
+/// -p krate` resolves them (`cargo tree -e normal`).
+pub(crate) fn load_tree(workspace_root: &Path, krate: &str) -> Result<Tree, String> {
+    let out = cargo(
+        workspace_root,
+        &[
+            "tree", "--locked", "-p", krate, "-e", "normal", "--prefix", "none", "-f", "{p}|{f}",
+        ],
+    )?;
+    Ok(parse_tree(&String::from_utf8_lossy(&out)))
+}
+
+/// Parses `cargo tree --prefix none -f "{p}|{f}"`: one `name vX (path)|f1,f2`
+/// line per package, ` (*)` marking a repeat.
+fn parse_tree(text: &str) -> Tree {
+    let mut tree = Tree::new();
+    for line in text.lines() {
+        let Some((package, features)) = line.split_once('|') else {
+            continue;
+        };
+        let Some(name) = package.split_whitespace().next() else {
+            continue;
+        };
+        let on = tree.entry(name.to_owned()).or_default();
+        let features = features.trim_end_matches(" (*)").trim();
+        on.extend(
+            features
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    tree
+}
+
+/// Every (package, binary) of the workspace's members.
+fn parse_binaries(meta: &serde_json::Value) -> Result<Vec<(String, String)>, String> {
+    let members: BTreeSet<&str> = meta["workspace_members"]
+        .as_array()
+        .ok_or("cargo metadata has no workspace_members")?
+        .iter()
+        .filter_map(|m| m.as_str())
+        .collect();
+    let mut binaries = Vec::new();
+    for package in meta["packages"].as_array().into_iter().flatten() {
+        let (Some(id), Some(name)) = (package["id"].as_str(), package["name"].as_str()) else {
+            continue;
+        };
+        if !members.contains(id) {
+            continue;
+        }
+        for target in package["targets"].as_array().into_iter().flatten() {
+            let is_bin = target["kind"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|k| k.as_str() == Some("bin"));
+            if let (true, Some(bin)) = (is_bin, target["name"].as_str()) {
+                binaries.push((name.to_owned(), bin.to_owned()));
+            }
+        }
+    }
+    Ok(binaries)
 }
 
 fn parse_graph(meta: &serde_json::Value) -> Result<Graph, String> {
@@ -247,12 +399,127 @@ mod tests {
         assert_eq!(g["tc-model"], BTreeSet::from(["tokio".to_string()]));
     }
 
+    fn tree(packages: &[(&str, &[&str])]) -> Tree {
+        packages
+            .iter()
+            .map(|(p, fs)| (p.to_string(), fs.iter().map(|f| f.to_string()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_worker_linking_a_client_tls_or_sqlite_is_caught() {
+        let clean = tree(&[
+            ("tc-worker", &[]),
+            ("tokio", &["rt"]),
+            ("tc-downstream", &[]),
+        ]);
+        let forbidden = LEAN_WORKER;
+        assert_eq!(
+            check_lean("tc-worker", forbidden, &clean),
+            Vec::<String>::new()
+        );
+        let dirty = tree(&[
+            ("tc-worker", &[]),
+            ("tc-downstream", &["hyper-client"]),
+            ("hyper", &["client"]),
+            ("rustls", &[]),
+            ("libsqlite3-sys", &["bundled"]),
+        ]);
+        assert_eq!(
+            check_lean("tc-worker", forbidden, &dirty),
+            [
+                "tc-worker links hyper in its normal dependencies",
+                "tc-worker links rustls in its normal dependencies",
+                "tc-worker links libsqlite3-sys in its normal dependencies",
+            ]
+        );
+    }
+
+    #[test]
+    fn test_machinery_in_the_product_is_caught() {
+        let clean = tree(&[
+            ("tc-server", &[]),
+            ("tc-store", &[]),
+            ("tc-downstream", &["hyper-client"]),
+            ("tokio", &["rt", "time"]),
+        ]);
+        assert_eq!(check_product(&clean), Vec::<String>::new());
+        let dirty = tree(&[
+            ("tc-server", &[]),
+            ("tc-testkit", &[]),
+            ("tc-store", &["raw"]),
+            ("tokio", &["rt", "test-util"]),
+        ]);
+        assert_eq!(
+            check_product(&dirty),
+            [
+                "tc-server contains the test-only crate tc-testkit",
+                "tc-server contains tc-store with its test-only feature \"raw\"",
+                "tc-server contains tokio with its test-only feature \"test-util\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_helper_binary_in_a_product_crate_is_caught() {
+        let bins = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(p, b)| (p.to_string(), b.to_string()))
+                .collect()
+        };
+        let clean = bins(&[("tc-server", "tc-server"), ("xtask", "xtask")]);
+        assert_eq!(check_binaries(&clean), Vec::<String>::new());
+        let dirty = bins(&[
+            ("tc-server", "tc-server"),
+            ("tc-store", "tc-store-crash-child"),
+        ]);
+        assert_eq!(
+            check_binaries(&dirty),
+            ["tc-store builds the binary tc-store-crash-child, which would ship"]
+        );
+    }
+
+    #[test]
+    fn parses_cargo_tree_lines_and_repeats() {
+        let text = "tc-worker v0.1.0 (/w/crates/tc-worker)|\n\
+                    tokio v1.54.1|rt,time\n\
+                    tokio v1.54.1|rt,time (*)\n\
+                    uuid v1.29.3|\n";
+        assert_eq!(
+            parse_tree(text),
+            tree(&[
+                ("tc-worker", &[]),
+                ("tokio", &["rt", "time"]),
+                ("uuid", &[])
+            ])
+        );
+    }
+
+    #[test]
+    fn parses_the_binaries_of_workspace_members_only() {
+        let meta = serde_json::json!({
+            "workspace_members": ["a 1"],
+            "packages": [
+                {"id": "a 1", "name": "tc-store", "targets": [
+                    {"name": "tc_store", "kind": ["lib"]},
+                    {"name": "helper", "kind": ["bin"]},
+                ]},
+                {"id": "b 1", "name": "outside", "targets": [
+                    {"name": "tool", "kind": ["bin"]},
+                ]},
+            ],
+        });
+        assert_eq!(
+            parse_binaries(&meta).unwrap(),
+            [("tc-store".to_string(), "helper".to_string())]
+        );
+    }
+
     #[test]
     fn the_real_workspace_obeys_the_rules() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let g = load_graph(root).unwrap();
-        assert!(g.contains_key("tc-model"), "metadata lists the workspace");
-        let violations = check_rules(&g, &workspace_of(&g));
+        let (crates, violations) = all_violations(root).unwrap();
+        assert!(crates >= 8, "metadata lists the workspace: {crates} crates");
         assert!(violations.is_empty(), "{violations:#?}");
     }
 }

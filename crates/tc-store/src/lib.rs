@@ -11,10 +11,10 @@
 //!   older file is upgraded in place, a foreign or newer one is refused
 //!   untouched.
 //!
-//! The schema and the write operations are also reachable synchronously in
-//! [`raw`], for tools that want to measure the store against plain rusqlite.
+//! With the `raw` feature (xtask's store benchmark only), the schema and the
+//! submit operation are also reachable synchronously in `raw`, to measure the
+//! store against plain rusqlite on the very same statements.
 
-mod clock_hold;
 mod config;
 mod ops;
 mod readers;
@@ -31,6 +31,7 @@ pub use store::SqliteStore;
 /// The store's schema and submit operation on a caller's own connection,
 /// without the writer thread: for benchmarks and tools that compare the
 /// store with a plain rusqlite loop on the very same schema and statements.
+#[cfg(feature = "raw")]
 pub mod raw {
     use std::path::Path;
 

@@ -10,7 +10,6 @@ use tc_model::store::{
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::clock_hold::ClockHold;
 use crate::config::StoreConfig;
 use crate::readers::Readers;
 use crate::schema::{self, OpenError, Target};
@@ -27,7 +26,6 @@ pub struct SqliteStore {
     commands: Option<mpsc::Sender<writer::Command>>,
     writer: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
-    clock_hold: ClockHold,
 }
 
 impl SqliteStore {
@@ -70,7 +68,6 @@ impl SqliteStore {
             commands: Some(commands),
             writer: Some(writer),
             readers: Arc::new(Readers::new(target, config.busy_timeout, config.readers)),
-            clock_hold: ClockHold::default(),
         })
     }
 
@@ -93,9 +90,6 @@ impl SqliteStore {
     {
         let closed = || StoreError::Unavailable("store is closed".to_owned());
         let commands = self.commands.as_ref().ok_or_else(closed)?;
-        // Held until answered, so that a paused test clock cannot jump ahead
-        // while the write is on its way to disk (see clock_hold).
-        let _held = self.clock_hold.enter();
         let (reply, answer) = oneshot::channel();
         commands
             .send(writer::command(op, reply))

@@ -1,18 +1,33 @@
 //! A process that is killed while submitting loses nothing it was told was
 //! stored.
+//!
+//! The submitting process is this test binary itself, run again with
+//! [`CHILD_ENV`] set: the crash child is test code, never a product binary.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tc_model::store::TaskStore;
-use tc_model::{State, TaskId};
+use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
+use tokio::sync::mpsc;
+
+/// Set (to the database path) in the child: the test then submits instead.
+const CHILD_ENV: &str = "TC_STORE_CRASH_CHILD";
+/// The test's name as libtest filters it, to run only this test in the child.
+const TEST_NAME: &str = "crash::sigkill_mid_stream_loses_no_acknowledged_submit";
+/// The child's concurrent callers.
+const CALLERS: usize = 8;
+/// The child stops by itself after this, should the kill never come.
+const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Lines to read before the kill: enough that many batches have committed.
 const BEFORE_KILL: usize = 400;
 /// The child's own bound on submits; far more than it can do before the kill.
-const CHILD_COUNT: &str = "1000000";
+const CHILD_COUNT: usize = 1_000_000;
 
 /// `<i> <id>` as the child prints it.
 fn parse(line: &str) -> (usize, TaskId) {
@@ -22,15 +37,22 @@ fn parse(line: &str) -> (usize, TaskId) {
 
 #[test]
 fn sigkill_mid_stream_loses_no_acknowledged_submit() {
+    if let Some(path) = std::env::var_os(CHILD_ENV) {
+        submit_until_killed(path.as_ref());
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.db");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tc-store-crash-child"))
-        .arg(&path)
-        .arg(CHILD_COUNT)
-        .stdout(Stdio::piped())
+    // The child acknowledges on stderr, written directly: libtest's own
+    // lines go to stdout.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, &path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut out = BufReader::new(child.stderr.take().unwrap());
     let mut acknowledged = Vec::new();
     let mut line = String::new();
     while acknowledged.len() < BEFORE_KILL {
@@ -78,5 +100,51 @@ fn sigkill_mid_stream_loses_no_acknowledged_submit() {
             acknowledged.len()
         );
         store.close().await;
+    });
+}
+
+/// The child: submits tasks from several concurrent callers and writes
+/// `<i> <id>` to stderr as each submit returns, until killed, `CHILD_COUNT`
+/// tasks or `DEADLINE`. Task `i` has key `crash-<i>`, url
+/// `http://127.0.0.1:9/crash/<i>` and body `{"i":<i>}`.
+fn submit_until_killed(path: &std::path::Path) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = Arc::new(
+            SqliteStore::open(path, StoreConfig::default())
+                .await
+                .unwrap(),
+        );
+        let started = Instant::now();
+        let (done, mut acknowledged) = mpsc::unbounded_channel();
+        for caller in 0..CALLERS {
+            let (store, done) = (Arc::clone(&store), done.clone());
+            tokio::spawn(async move {
+                for i in (caller..CHILD_COUNT).step_by(CALLERS) {
+                    if started.elapsed() > DEADLINE {
+                        break;
+                    }
+                    let task = NewTask::new(
+                        format!("http://127.0.0.1:9/crash/{i}"),
+                        format!("{{\"i\":{i}}}").into_bytes(),
+                        format!("crash-{i}"),
+                        3,
+                        Duration::from_secs(1),
+                        &Limits::default(),
+                    )
+                    .unwrap();
+                    let submitted = store.submit(task, Timestamp::from_millis(0)).await.unwrap();
+                    if done.send((i, submitted.task.id)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(done);
+        let mut stderr = std::io::stderr().lock();
+        while let Some((i, id)) = acknowledged.recv().await {
+            writeln!(stderr, "{i} {id}").unwrap();
+            stderr.flush().unwrap();
+        }
     });
 }
