@@ -26,6 +26,13 @@ macro_rules! ensure {
     };
 }
 
+mod faults;
+
+use faults::{
+    claim_errors_back_off, clock_jump_mid_call_delivers_once, outcome_write_retried_until_it_lands,
+    panic_in_attempt_ends_it,
+};
+
 /// The longest any single wait in a scenario may take before it fails.
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -89,7 +96,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             Arc::clone(&self.store),
             Arc::clone(&self.downstream),
             config,
-            self.clock,
+            self.clock.clone(),
             WorkerMetrics::default(),
         )
     }
@@ -170,6 +177,10 @@ macro_rules! worker_scenarios {
             concurrency_bound,
             retry_wait_holds_no_slot,
             one_runner_per_task,
+            outcome_write_retried_until_it_lands,
+            claim_errors_back_off,
+            panic_in_attempt_ends_it,
+            clock_jump_mid_call_delivers_once,
         }
     };
 }
@@ -493,7 +504,7 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
         Arc::clone(&gated),
         Arc::clone(&rig.downstream),
         rig.config(),
-        rig.clock,
+        rig.clock.clone(),
         WorkerMetrics::default(),
     );
     let control = worker.control();
@@ -583,7 +594,7 @@ async fn cancel_caller_gone<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Res
             lease: Duration::from_secs(600),
             ..rig.config()
         },
-        rig.clock,
+        rig.clock.clone(),
         WorkerMetrics::default(),
     );
     let mut events = worker.control().subscribe();
@@ -1073,15 +1084,26 @@ async fn one_runner_per_task<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Re
     Ok(())
 }
 
+/// Claims after which [`GatedStore`] stops failing them (see its `claim_due`).
+const SPIN_GUARD_CLAIMS: usize = 10_000;
+
 /// A store that, once armed, holds the next claim (between the database and
 /// the worker: the window of "claimed, not yet called") or the next cancel
-/// (after its write, before its caller hears back) until released.
+/// (after its write, before its caller hears back) until released; and that
+/// fails on request, as a full disk or a busy database would: the next K
+/// completes, or every claim while claims are set to fail. It counts claims
+/// and lease recoveries so that scenarios can wait on them.
 pub struct GatedStore<S> {
     inner: Arc<S>,
     claim_armed: std::sync::atomic::AtomicBool,
     cancel_armed: std::sync::atomic::AtomicBool,
     held: tokio::sync::Notify,
     released: tokio::sync::Notify,
+    completes_to_fail: std::sync::atomic::AtomicUsize,
+    completes_failed: std::sync::atomic::AtomicUsize,
+    claims_fail: std::sync::atomic::AtomicBool,
+    claims: std::sync::atomic::AtomicUsize,
+    recoveries: tokio::sync::watch::Sender<usize>,
 }
 
 impl<S> GatedStore<S> {
@@ -1093,7 +1115,47 @@ impl<S> GatedStore<S> {
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
             held: tokio::sync::Notify::new(),
             released: tokio::sync::Notify::new(),
+            completes_to_fail: std::sync::atomic::AtomicUsize::new(0),
+            completes_failed: std::sync::atomic::AtomicUsize::new(0),
+            claims_fail: std::sync::atomic::AtomicBool::new(false),
+            claims: std::sync::atomic::AtomicUsize::new(0),
+            recoveries: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Fails the next `k` completes with [`StoreError::Unavailable`].
+    pub fn fail_completes(&self, k: usize) {
+        self.completes_to_fail
+            .store(k, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many completes failed on request.
+    pub fn completes_failed(&self) -> usize {
+        self.completes_failed
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Makes every claim fail (`true`) or pass through (`false`).
+    pub fn fail_claims(&self, fail: bool) {
+        self.claims_fail
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many claims were asked for, failed or not.
+    pub fn claims(&self) -> usize {
+        self.claims.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until lease recovery has run `n` times in all.
+    pub async fn wait_recoveries(&self, n: usize) {
+        let mut seen = self.recoveries.subscribe();
+        // The sender lives in self, so the channel cannot close here.
+        let _ = seen.wait_for(|done| *done >= n).await;
+    }
+
+    /// How many times lease recovery has run.
+    pub fn recoveries(&self) -> usize {
+        *self.recoveries.borrow()
     }
 
     /// Holds the next claim that returns at least one task.
@@ -1155,6 +1217,18 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         now: Timestamp,
         lease: Duration,
     ) -> Result<Vec<Task>, StoreError> {
+        let claims = self
+            .claims
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // A claim loop that spins on errors would never let a paused clock
+        // move: past this many claims the failure stops, so such a loop ends
+        // its scenario (failed, by the claim count) instead of hanging it.
+        if claims >= SPIN_GUARD_CLAIMS {
+            self.fail_claims(false);
+        }
+        if self.claims_fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("claims fail (test)".to_owned()));
+        }
         let tasks = self.inner.claim_due(n, now, lease).await?;
         if !tasks.is_empty() {
             self.hold_if(&self.claim_armed).await;
@@ -1169,14 +1243,29 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     ) -> impl Future<Output = Result<usize, StoreError>> + Send {
         self.inner.heartbeat(running, now, lease)
     }
-    fn complete(
+    async fn complete(
         &self,
         id: TaskId,
         attempt: u32,
         outcome: Completion,
         now: Timestamp,
-    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
-        self.inner.complete(id, attempt, outcome, now)
+    ) -> Result<Guarded, StoreError> {
+        let fail = self
+            .completes_to_fail
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |left| left.checked_sub(1),
+            )
+            .is_ok();
+        if fail {
+            self.completes_failed
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(StoreError::Unavailable(
+                "database or disk is full (test)".to_owned(),
+            ));
+        }
+        self.inner.complete(id, attempt, outcome, now).await
     }
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
         let task = self.inner.cancel(id, now).await?;
@@ -1191,11 +1280,10 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
         self.inner.release(id, attempt, now)
     }
-    fn recover_expired(
-        &self,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
-        self.inner.recover_expired(now)
+    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
+        let recovered = self.inner.recover_expired(now).await;
+        self.recoveries.send_modify(|done| *done += 1);
+        recovered
     }
     fn next_due(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send {
         self.inner.next_due()

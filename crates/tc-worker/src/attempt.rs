@@ -30,6 +30,13 @@ enum Race {
     Interrupted,
 }
 
+/// The first wait before an outcome write is tried again, and the longest.
+const WRITE_RETRY_FIRST: Duration = Duration::from_millis(50);
+const WRITE_RETRY_CAP: Duration = Duration::from_secs(5);
+
+/// The error an attempt writes when the worker panicked while running it.
+pub(crate) const WORKER_PANIC: &str = "worker_panic";
+
 /// Runs one claimed task to the end of its attempt. The permit is held until
 /// the outcome is written, so in-flight work never exceeds the bound.
 pub(crate) async fn run_attempt<S: TaskStore, D: Downstream>(
@@ -40,7 +47,9 @@ pub(crate) async fn run_attempt<S: TaskStore, D: Downstream>(
     _permit: OwnedSemaphorePermit,
 ) {
     let (task_id, attempt) = (task.id, task.attempt);
-    let state = run(&ctx, task, &cancel, &interrupt).await;
+    let mut guard = PanicGuard::new(&ctx, &task);
+    let state = run(&ctx, task, &cancel, &interrupt, &mut guard).await;
+    guard.disarm();
     ctx.shared.finish_attempt(task_id, attempt);
     if let Some(state) = state {
         ctx.shared.attempt_ended(AttemptEnded {
@@ -51,11 +60,166 @@ pub(crate) async fn run_attempt<S: TaskStore, D: Downstream>(
     }
 }
 
+/// Ends an attempt that never reached its end: the attempt's future was
+/// dropped half-way because something in it panicked (tokio catches the panic
+/// and drops the future). Without it the task would stay registered here and
+/// be heartbeated as running forever, and the in-flight gauge would never
+/// fall. It restores the gauge and writes the attempt off as `worker_panic`:
+/// back to pending, or failed on its last attempt.
+///
+/// A worker that is dropped without shutdown drops its attempts too; those
+/// are not panics, and their tasks are left to lease recovery like a crash's.
+struct PanicGuard<S: TaskStore, D> {
+    ctx: Arc<AttemptContext<S, D>>,
+    task_id: tc_model::TaskId,
+    attempt: u32,
+    last_attempt: bool,
+    calling: bool,
+    armed: bool,
+}
+
+impl<S: TaskStore, D> PanicGuard<S, D> {
+    fn new(ctx: &Arc<AttemptContext<S, D>>, task: &Task) -> Self {
+        PanicGuard {
+            ctx: Arc::clone(ctx),
+            task_id: task.id,
+            attempt: task.attempt,
+            last_attempt: task.attempt >= task.max_attempts,
+            calling: false,
+            armed: true,
+        }
+    }
+
+    /// The downstream call starts: counted in flight until [`Self::call_ended`].
+    fn call_started(&mut self) {
+        self.ctx.metrics.in_flight.inc();
+        self.calling = true;
+    }
+
+    fn call_ended(&mut self) {
+        self.ctx.metrics.in_flight.dec();
+        self.calling = false;
+    }
+
+    /// The attempt ended normally: nothing to clean up.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl<S: TaskStore, D> Drop for PanicGuard<S, D> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if self.calling {
+            self.ctx.metrics.in_flight.dec();
+        }
+        let shared = Arc::clone(&self.ctx.shared);
+        let (task_id, attempt) = (self.task_id, self.attempt);
+        let runtime = tokio::runtime::Handle::try_current();
+        if shared.is_aborted() || runtime.is_err() {
+            shared.finish_attempt(task_id, attempt);
+            return;
+        }
+        tracing::error!(task_id = %task_id, attempt, "task_panicked");
+        self.ctx.metrics.count("panicked");
+        let now = shared.clock.now();
+        let completion = if self.last_attempt {
+            Completion::Failed {
+                reason: WORKER_PANIC.to_owned(),
+                http_status: None,
+            }
+        } else {
+            Completion::Retry {
+                next_run_at: now,
+                reason: WORKER_PANIC.to_owned(),
+                http_status: None,
+            }
+        };
+        if let Ok(runtime) = runtime {
+            // The write outlives this drop: the task stays registered (and
+            // heartbeated) until it lands.
+            runtime.spawn(async move {
+                let never = CancellationToken::new();
+                let written =
+                    write_outcome(&shared, task_id, attempt, completion, now, &never, &never).await;
+                shared.finish_attempt(task_id, attempt);
+                let state = match written {
+                    Ok(Guarded::Applied(task)) => task.state,
+                    Ok(Guarded::Lost(state)) => state,
+                    Err(_) => return,
+                };
+                tracing::info!(task_id = %task_id, state = %state, retry = attempt, error = WORKER_PANIC, "task_done");
+                shared.wake.notify_one();
+                shared.attempt_ended(AttemptEnded {
+                    task_id,
+                    attempt,
+                    state,
+                });
+            });
+        }
+    }
+}
+
+/// Why an outcome write stopped being retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteAbandoned {
+    /// The attempt's cancel token fired: the task was canceled or taken away,
+    /// so the outcome can no longer be written anyway.
+    Canceled,
+    /// Shutdown's grace period ended.
+    Interrupted,
+}
+
+/// Writes an attempt's outcome with the guarded complete, and keeps trying
+/// while the store fails (busy, disk full, a failed commit): the call was
+/// made, and losing its outcome would mean calling again. Waits start at
+/// 50 ms and double up to 5 s. The attempt stays registered meanwhile, so its
+/// heartbeats keep the lease.
+pub(crate) async fn write_outcome<S: TaskStore>(
+    shared: &Shared<S>,
+    task_id: tc_model::TaskId,
+    attempt: u32,
+    completion: Completion,
+    now: tc_model::Timestamp,
+    cancel: &CancellationToken,
+    interrupt: &CancellationToken,
+) -> Result<Guarded, WriteAbandoned> {
+    let mut wait = WRITE_RETRY_FIRST;
+    loop {
+        match shared
+            .store
+            .complete(task_id, attempt, completion.clone(), now)
+            .await
+        {
+            Ok(written) => return Ok(written),
+            Err(e) => {
+                tracing::warn!(
+                    task_id = %task_id,
+                    attempt,
+                    error = %e,
+                    retry_in_ms = millis(wait),
+                    "task_complete_failed"
+                );
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(WriteAbandoned::Canceled),
+            _ = interrupt.cancelled() => return Err(WriteAbandoned::Interrupted),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(WRITE_RETRY_CAP);
+    }
+}
+
 async fn run<S: TaskStore, D: Downstream>(
     ctx: &AttemptContext<S, D>,
     task: Task,
     cancel: &CancellationToken,
     interrupt: &CancellationToken,
+    guard: &mut PanicGuard<S, D>,
 ) -> Option<State> {
     let task_id = task.id;
     if cancel.is_cancelled() {
@@ -76,7 +240,7 @@ async fn run<S: TaskStore, D: Downstream>(
     };
 
     let started = Instant::now();
-    ctx.metrics.in_flight.inc();
+    guard.call_started();
     // The call future lives only inside this select: when a token wins, it is
     // dropped here, and with it the connection. Outcomes are written after
     // the race, never inside the cancellable future.
@@ -86,37 +250,28 @@ async fn run<S: TaskStore, D: Downstream>(
         _ = interrupt.cancelled() => Race::Interrupted,
         answer = ctx.downstream.post(request) => Race::Answered(answer),
     };
-    ctx.metrics.in_flight.dec();
+    guard.call_ended();
     let duration = started.elapsed();
     let duration_ms = millis(duration);
     ctx.metrics.call_duration.observe(duration.as_secs_f64());
 
     match race {
-        Race::Canceled => {
-            tracing::info!(task_id = %task_id, state = "canceled", retry = task.attempt, duration_ms, error = "canceled", "task_done");
-            ctx.metrics.count("canceled");
-            Some(State::Canceled)
-        }
-        Race::Interrupted => {
-            let now = ctx.shared.clock.now();
-            match ctx.shared.store.release(task_id, task.attempt, now).await {
-                Ok(Guarded::Applied(_)) => {
-                    tracing::info!(task_id = %task_id, state = "pending", duration_ms, "task_interrupted");
-                    ctx.metrics.count("interrupted");
-                    Some(State::Pending)
-                }
-                Ok(Guarded::Lost(state)) => {
-                    tracing::info!(task_id = %task_id, state = %state, duration_ms, "task_interrupted");
-                    ctx.metrics.count("lost");
-                    Some(state)
-                }
-                Err(e) => {
-                    tracing::error!(task_id = %task_id, error = %e, "task_release_failed");
-                    None
-                }
+        Race::Canceled => match ctx.shared.taken_away(task_id, task.attempt) {
+            // Another claim or process owns the task now: this try was
+            // interrupted, not canceled.
+            Some(state) => {
+                tracing::info!(task_id = %task_id, state = %state, retry = task.attempt, duration_ms, reason = "taken_away", "task_interrupted");
+                ctx.metrics.count("lost");
+                Some(state)
             }
-        }
-        Race::Answered(answer) => finish(ctx, &task, answer, duration_ms).await,
+            None => {
+                tracing::info!(task_id = %task_id, state = "canceled", retry = task.attempt, duration_ms, error = "canceled", "task_done");
+                ctx.metrics.count("canceled");
+                Some(State::Canceled)
+            }
+        },
+        Race::Interrupted => release(ctx, &task, duration_ms).await,
+        Race::Answered(answer) => finish(ctx, &task, answer, duration_ms, cancel, interrupt).await,
     }
 }
 
@@ -126,6 +281,8 @@ async fn finish<S: TaskStore, D>(
     task: &Task,
     answer: Result<DownResponse, DownError>,
     duration_ms: u64,
+    cancel: &CancellationToken,
+    interrupt: &CancellationToken,
 ) -> Option<State> {
     let task_id = task.id;
     let outcome = outcome_of(&answer);
@@ -180,11 +337,16 @@ async fn finish<S: TaskStore, D>(
         Completion::Success { .. } => None,
     };
 
-    match ctx
-        .shared
-        .store
-        .complete(task_id, task.attempt, completion, now)
-        .await
+    match write_outcome(
+        &ctx.shared,
+        task_id,
+        task.attempt,
+        completion,
+        now,
+        cancel,
+        interrupt,
+    )
+    .await
     {
         Ok(Guarded::Applied(written)) => match written.state {
             State::Pending => {
@@ -221,10 +383,47 @@ async fn finish<S: TaskStore, D>(
             ctx.metrics.count("lost");
             Some(state)
         }
+        Err(WriteAbandoned::Canceled) => {
+            // Canceled or taken away while the store refused the write: the
+            // store has the task's state, and it is not ours to write.
+            let state = ctx
+                .shared
+                .taken_away(task_id, task.attempt)
+                .unwrap_or(State::Canceled);
+            log_done(task, state, duration_ms, http_status, Some("lost_race"));
+            ctx.metrics.count("lost");
+            Some(state)
+        }
+        Err(WriteAbandoned::Interrupted) => {
+            // Shutdown's grace ended before the store took the outcome: put
+            // the task back, as for a call still in flight.
+            release(ctx, task, duration_ms).await
+        }
+    }
+}
+
+/// Puts an interrupted attempt's task back to pending without using up the
+/// attempt (shutdown).
+async fn release<S: TaskStore, D>(
+    ctx: &AttemptContext<S, D>,
+    task: &Task,
+    duration_ms: u64,
+) -> Option<State> {
+    let task_id = task.id;
+    let now = ctx.shared.clock.now();
+    match ctx.shared.store.release(task_id, task.attempt, now).await {
+        Ok(Guarded::Applied(_)) => {
+            tracing::info!(task_id = %task_id, state = "pending", duration_ms, reason = "shutdown", "task_interrupted");
+            ctx.metrics.count("interrupted");
+            Some(State::Pending)
+        }
+        Ok(Guarded::Lost(state)) => {
+            tracing::info!(task_id = %task_id, state = %state, duration_ms, reason = "shutdown", "task_interrupted");
+            ctx.metrics.count("lost");
+            Some(state)
+        }
         Err(e) => {
-            // The task stays running under our lease; once the lease expires,
-            // recovery makes it due again.
-            tracing::error!(task_id = %task_id, error = %e, duration_ms, "task_complete_failed");
+            tracing::error!(task_id = %task_id, error = %e, "task_release_failed");
             None
         }
     }

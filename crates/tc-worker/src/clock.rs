@@ -1,20 +1,27 @@
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tc_model::Timestamp;
 use tokio::time::Instant;
 
 /// The worker's notion of "now" as a wall-clock [`Timestamp`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Clock {
     kind: Kind,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Kind {
     /// Reads the system clock every time.
     Wall,
-    /// A wall-clock reading taken once, advanced by tokio's clock.
-    Tokio { base_wall_ms: i64, base: Instant },
+    /// A wall-clock reading taken once, advanced by tokio's clock and by
+    /// [`Clock::jump`] (shared by every clone).
+    Tokio {
+        base_wall_ms: i64,
+        base: Instant,
+        jumped_ms: Arc<AtomicU64>,
+    },
 }
 
 impl Clock {
@@ -37,17 +44,37 @@ impl Clock {
             kind: Kind::Tokio {
                 base_wall_ms: start.as_millis(),
                 base: Instant::now(),
+                jumped_ms: Arc::new(AtomicU64::new(0)),
             },
+        }
+    }
+
+    /// Steps this clock and every clone of it forward by `by` without any
+    /// tokio time passing, as an NTP step of the host's clock would: what
+    /// tests of clock jumps need. The system clock cannot be stepped from
+    /// here; for it this does nothing and returns `false`.
+    pub fn jump(&self, by: Duration) -> bool {
+        match &self.kind {
+            Kind::Wall => false,
+            Kind::Tokio { jumped_ms, .. } => {
+                let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+                jumped_ms.fetch_add(ms, Ordering::SeqCst);
+                true
+            }
         }
     }
 
     /// The current time.
     pub fn now(&self) -> Timestamp {
-        match self.kind {
+        match &self.kind {
             Kind::Wall => wall_now(),
-            Kind::Tokio { base_wall_ms, base } => {
-                Timestamp::from_millis(base_wall_ms).saturating_add(base.elapsed())
-            }
+            Kind::Tokio {
+                base_wall_ms,
+                base,
+                jumped_ms,
+            } => Timestamp::from_millis(*base_wall_ms)
+                .saturating_add(base.elapsed())
+                .saturating_add(Duration::from_millis(jumped_ms.load(Ordering::SeqCst))),
         }
     }
 
@@ -84,5 +111,16 @@ mod tests {
             tokio_clock.instant_of(Timestamp::from_millis(3_602_000)) - Instant::now(),
             Duration::from_secs(1)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_jump_moves_every_clone_and_no_tokio_time() {
+        let clock = Clock::starting_at(Timestamp::from_millis(1_000));
+        let clone = clock.clone();
+        let before = Instant::now();
+        assert!(clock.jump(Duration::from_secs(3600)));
+        assert_eq!(clone.now(), Timestamp::from_millis(3_601_000));
+        assert_eq!(Instant::now(), before);
+        assert!(!Clock::system().jump(Duration::from_secs(1)));
     }
 }

@@ -1,4 +1,5 @@
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tc_model::store::{StoreError, TaskStore};
@@ -19,6 +20,9 @@ pub(crate) struct Claims {
     /// cannot find the task in `running` yet, so it is remembered here.
     claim_in_flight: bool,
     canceled_during_claim: HashSet<TaskId>,
+    /// Attempts stopped because the task is no longer theirs (canceled or
+    /// recovered elsewhere, or claimed again), with the state the store had.
+    taken_away: HashMap<(TaskId, u32), State>,
 }
 
 /// How one attempt ended, as [`WorkerControl::subscribe`] reports it.
@@ -40,6 +44,9 @@ pub(crate) struct Shared<S> {
     pub(crate) wake: Notify,
     claims: Mutex<Claims>,
     events: broadcast::Sender<AttemptEnded>,
+    /// Set when the worker is dropped without a shutdown: its attempts are
+    /// being dropped, which is not a panic.
+    aborted: AtomicBool,
 }
 
 impl<S> Shared<S> {
@@ -51,6 +58,7 @@ impl<S> Shared<S> {
             wake: Notify::new(),
             claims: Mutex::new(Claims::default()),
             events,
+            aborted: AtomicBool::new(false),
         }
     }
 
@@ -81,11 +89,15 @@ impl<S> Shared<S> {
                     None
                 } else {
                     let token = CancellationToken::new();
-                    if let Some((_, older)) = claims.running.insert(*id, (*attempt, token.clone()))
+                    if let Some((older_attempt, older)) =
+                        claims.running.insert(*id, (*attempt, token.clone()))
                     {
                         // This worker still ran an older attempt whose lease
                         // was lost: its answer can no longer be written, so
                         // stop it rather than call twice at once.
+                        claims
+                            .taken_away
+                            .insert((*id, older_attempt), State::Running);
                         older.cancel();
                     }
                     Some(token)
@@ -104,6 +116,23 @@ impl<S> Shared<S> {
         if claims.running.get(&id).is_some_and(|(n, _)| *n == attempt) {
             claims.running.remove(&id);
         }
+        claims.taken_away.remove(&(id, attempt));
+    }
+
+    /// The store's state of a task whose `attempt` was stopped here because
+    /// the task is no longer this attempt's; `None` if it was not.
+    pub(crate) fn taken_away(&self, id: TaskId, attempt: u32) -> Option<State> {
+        self.claims().taken_away.get(&(id, attempt)).copied()
+    }
+
+    /// Marks the worker as dropped without shutdown.
+    pub(crate) fn abort(&self) {
+        self.aborted.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the worker was dropped without shutdown.
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
     }
 
     /// The attempts running here.
@@ -118,10 +147,13 @@ impl<S> Shared<S> {
     /// Drops the call of `attempt` of `id` if it still runs here: the store
     /// says the task has moved on (canceled elsewhere, recovered, claimed
     /// again), so its answer could not be written anyway.
-    pub(crate) fn stop_attempt(&self, id: TaskId, attempt: u32) {
-        if let Some((n, token)) = self.claims().running.get(&id)
+    pub(crate) fn stop_attempt(&self, id: TaskId, attempt: u32, now_in: State) {
+        let mut claims = self.claims();
+        if let Some((n, token)) = claims.running.get(&id)
             && *n == attempt
         {
+            let token = token.clone();
+            claims.taken_away.insert((id, attempt), now_in);
             token.cancel();
         }
     }

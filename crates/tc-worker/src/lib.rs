@@ -143,6 +143,18 @@ impl<S: TaskStore> Worker<S> {
     }
 }
 
+impl<S> Drop for Worker<S> {
+    fn drop(&mut self) {
+        // After a shutdown nothing runs any more; without one, the tasks are
+        // aborted right after this, and their attempts must not mistake that
+        // for a panic.
+        self.control.shared.abort();
+    }
+}
+
+/// The longest the claim loop waits after a failed claim.
+const CLAIM_BACKOFF_CAP: Duration = Duration::from_secs(5);
+
 /// Claims due tasks while there are permits, runs them, and on stop drains.
 async fn claim_loop<S: TaskStore, D: Downstream>(
     ctx: Arc<AttemptContext<S, D>>,
@@ -157,14 +169,18 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
     let mut background = JoinSet::new();
     // Recover before the first claim, so tasks a crashed run left behind are
     // due again right away.
-    recover_once(&shared).await;
+    recover_once(&shared, config.lease).await;
     background.spawn(heartbeat_loop(Arc::clone(&shared), config.lease));
     background.spawn(recover_loop(
         Arc::clone(&shared),
         config.recover_interval,
+        config.lease,
         stop.clone(),
     ));
 
+    // Doubles from the poll interval after each failed claim, up to
+    // CLAIM_BACKOFF_CAP; reset by the first claim that works.
+    let mut claim_backoff: Option<Duration> = None;
     'claiming: loop {
         // Wait for one permit: never claim more than can run.
         let first = tokio::select! {
@@ -188,10 +204,32 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
         shared.begin_claim();
         let now = shared.clock.now();
         let claimed = match shared.store.claim_due(wanted, now, config.lease).await {
-            Ok(tasks) => tasks,
+            Ok(tasks) => {
+                if claim_backoff.take().is_some() {
+                    tracing::info!("claims_resumed");
+                }
+                tasks
+            }
             Err(e) => {
-                tracing::error!(error = %e, "claim_failed");
-                Vec::new()
+                // A failing store must not be hammered: wait, longer each
+                // time, without waking for submits (they fail alike).
+                shared.finish_claim(&[]);
+                drop(held);
+                let wait = claim_backoff
+                    .map_or(config.poll_interval, |w| w * 2)
+                    .min(CLAIM_BACKOFF_CAP)
+                    .max(Duration::from_millis(1));
+                claim_backoff = Some(wait);
+                tracing::error!(error = %e, retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "claim_failed");
+                let until = tokio::time::Instant::now() + wait;
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => break 'claiming,
+                        _ = tokio::time::sleep_until(until) => continue 'claiming,
+                        Some(joined) = attempts.join_next(), if !attempts.is_empty() => log_join(joined),
+                    }
+                }
             }
         };
         let ids: Vec<_> = claimed.iter().map(|t| (t.id, t.attempt)).collect();
@@ -310,7 +348,7 @@ async fn stop_taken_away<S: TaskStore>(shared: &Shared<S>, running: &[(TaskId, u
             Ok(task) if task.state == State::Running && task.attempt == *attempt => {}
             Ok(task) => {
                 tracing::info!(task_id = %id, attempt, state = %task.state, "task_taken_away");
-                shared.stop_attempt(*id, *attempt);
+                shared.stop_attempt(*id, *attempt, task.state);
             }
             Err(e) => tracing::error!(task_id = %id, error = %e, "heartbeat_check_failed"),
         }
@@ -322,6 +360,7 @@ async fn stop_taken_away<S: TaskStore>(shared: &Shared<S>, running: &[(TaskId, u
 async fn recover_loop<S: TaskStore>(
     shared: Arc<Shared<S>>,
     every: Duration,
+    lease: Duration,
     stop: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
@@ -330,13 +369,26 @@ async fn recover_loop<S: TaskStore>(
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tick.tick() => recover_once(&shared).await,
+            _ = tick.tick() => recover_once(&shared, lease).await,
         }
     }
 }
 
-async fn recover_once<S: TaskStore>(shared: &Shared<S>) {
-    match shared.store.recover_expired(shared.clock.now()).await {
+/// Recovers expired leases, never this worker's own: its running attempts
+/// are heartbeated first, at the same `now`. A forward jump of the wall clock
+/// larger than the lease would otherwise make this very worker take back (and
+/// call again) tasks it is still running.
+async fn recover_once<S: TaskStore>(shared: &Shared<S>, lease: Duration) {
+    let now = shared.clock.now();
+    let running = shared.running();
+    if !running.is_empty()
+        && let Err(e) = shared.store.heartbeat(running, now, lease).await
+    {
+        // Recovering now could take back our own calls: skip this round.
+        tracing::error!(error = %e, "heartbeat_failed");
+        return;
+    }
+    match shared.store.recover_expired(now).await {
         Ok(0) => {}
         Ok(recovered) => {
             tracing::info!(recovered, "leases_recovered");

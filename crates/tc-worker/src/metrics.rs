@@ -54,6 +54,11 @@ impl WorkerMetrics {
         );
     }
 
+    /// The downstream calls in flight now, as the gauge reads.
+    pub fn in_flight_calls(&self) -> i64 {
+        self.in_flight.get()
+    }
+
     pub(crate) fn count(&self, outcome: &'static str) {
         self.attempts.get_or_create(&OutcomeLabel { outcome }).inc();
     }
