@@ -12,11 +12,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use tc_downstream::fake::{FakeDownstream, FakeServer, Script};
 use tc_downstream::{DownstreamConfig, HyperDownstream};
 use tc_model::store::TaskStore;
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::memory_store::MemoryStore;
-use tc_testkit::script::{LoopbackServer, Script, ScriptDownstream};
 use tc_testkit::store_contract::{self, Report};
 use tc_testkit::worker_scenarios::{Rig, SCENARIOS, run};
 
@@ -311,7 +311,7 @@ where
         let play = async {
             match down {
                 Down::Fake => {
-                    let fake = Arc::new(ScriptDownstream::new(Arc::clone(&script)));
+                    let fake = Arc::new(FakeDownstream::new(Arc::clone(&script)));
                     run(
                         scenario,
                         &Rig::new(store, fake, script, "http://downstream.test"),
@@ -319,7 +319,7 @@ where
                     .await
                 }
                 Down::Hyper => {
-                    let server = LoopbackServer::start(Arc::clone(&script))
+                    let server = FakeServer::start(Arc::clone(&script))
                         .await
                         .map_err(|e| format!("loopback server: {e}"))?;
                     let client = Arc::new(HyperDownstream::new(DownstreamConfig::default()));

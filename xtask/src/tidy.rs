@@ -35,11 +35,9 @@ const STANDALONE: &[&str] = &["tc-retry"];
 const ADAPTERS: &[&str] = &["tc-store", "tc-downstream", "tc-http"];
 
 /// Crates whose normal dependencies, built alone, must not contain these.
-const LEAN: &[(&str, &[&str])] = &[];
+const LEAN: &[(&str, &[&str])] = &[("tc-worker", LEAN_WORKER)];
 /// What the worker must not link: it knows the ports, never an adapter's
 /// client, TLS or database.
-// Not yet in LEAN: tc-downstream still links its hyper client unconditionally.
-#[allow(dead_code)]
 const LEAN_WORKER: &[&str] = &[
     "hyper",
     "hyper-util",

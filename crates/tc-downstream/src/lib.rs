@@ -1,23 +1,27 @@
 //! taskcenter's downstream: the port through which the worker POSTs a task's
-//! JSON to its URL, the real adapter on hyper, and (feature `fakes`) test
-//! doubles for other crates' tests.
+//! JSON to its URL, the one fake everybody tests with, and (feature
+//! `hyper-client`) the real client on hyper.
 //!
 //! - [`Downstream`] is the port; [`DownRequest`], [`DownResponse`] and
 //!   [`DownError`] are its vocabulary. Its docs state the contract every
 //!   implementation keeps: the headers sent, the timeout covering the whole
 //!   call, and that dropping a call aborts it and closes its connection.
-//! - [`HyperDownstream`] is the production implementation.
-//! - `fakes` (enable the `fakes` feature from `[dev-dependencies]`) holds
-//!   scripted, blocking and closure-based downstreams that run on tokio's
-//!   paused clock.
+//! - [`fake`] holds the scripted fake: in process, or served over loopback
+//!   HTTP for the real client. Tests, the demo and the bench all use it.
+//! - `HyperDownstream` (feature `hyper-client`, enabled by tc-server and the
+//!   tests that exercise the real client) is the production implementation:
+//!   glue between the port and hyper-util's client, as hyper-util is glue
+//!   between hyper's traits and tokio. Without the feature the crate links no
+//!   HTTP client and no TLS.
 //!
 //! The crate depends on no other workspace crate: the worker maps
 //! [`DownError`] onto tc-retry's outcomes.
 
-#[cfg(feature = "fakes")]
-pub mod fakes;
+pub mod fake;
+#[cfg(feature = "hyper-client")]
 mod hyper_adapter;
 mod port;
 
+#[cfg(feature = "hyper-client")]
 pub use hyper_adapter::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
 pub use port::{DownError, DownRequest, DownResponse, Downstream};

@@ -8,13 +8,13 @@
 //!
 //! [`worker_scenarios`] are the worker's semantics (retries, cancel in every
 //! layer, leases, shutdown, the concurrency bound), written once against the
-//! ports and run for every store × downstream; [`script`] is the scripted
-//! downstream they run against, in process or over loopback HTTP.
+//! ports and run for every store × downstream that plays
+//! [`tc_downstream::fake::Script`] (the fake in process, or the real client
+//! against the fake served on loopback).
 
 // Test support: a failed unwrap here is a failed test.
 #![allow(clippy::unwrap_used)]
 
 pub mod memory_store;
-pub mod script;
 pub mod store_contract;
 pub mod worker_scenarios;

@@ -1,6 +1,6 @@
 //! The worker's scenarios, written once against the ports: every one runs
 //! for any store adapter × any downstream that plays a [`Script`] (the
-//! in-process fake, or the real client against [`crate::script::LoopbackServer`]).
+//! in-process fake, or the real client against [`tc_downstream::fake::FakeServer`]).
 //!
 //! Each scenario spawns the workers it needs with [`Rig::config`] (small
 //! backoffs, so a real-time run stays quick), waits on the worker's attempt
@@ -15,7 +15,7 @@ use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_worker::{AttemptEnded, Clock, Worker, WorkerConfig, WorkerMetrics};
 use tokio::sync::broadcast;
 
-use crate::script::{Reply, Script, Step};
+use tc_downstream::fake::{Reply, Script, Step};
 
 /// Fails the scenario with a message unless `cond` holds.
 macro_rules! ensure {

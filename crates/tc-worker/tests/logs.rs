@@ -7,8 +7,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
+use tc_downstream::fake::{FakeDownstream, Script};
 use tc_testkit::memory_store::MemoryStore;
-use tc_testkit::script::{Script, ScriptDownstream};
 use tc_testkit::worker_scenarios::{Rig, run};
 
 #[derive(Clone, Default)]
@@ -44,7 +44,7 @@ async fn events_of(scenario: &str) -> Vec<Value> {
     let script = Script::new();
     let rig = Rig::new(
         store,
-        Arc::new(ScriptDownstream::new(Arc::clone(&script))),
+        Arc::new(FakeDownstream::new(Arc::clone(&script))),
         script,
         "http://downstream.test",
     );

@@ -9,14 +9,14 @@
 
 use std::sync::Arc;
 
+use tc_downstream::fake::{FakeDownstream, Script};
 use tc_testkit::memory_store::MemoryStore;
-use tc_testkit::script::{Script, ScriptDownstream};
 use tc_testkit::worker_scenarios::{Rig, run};
 
 async fn check(name: &str) {
     let store = Arc::new(MemoryStore::new());
     let script = Script::new();
-    let downstream = Arc::new(ScriptDownstream::new(Arc::clone(&script)));
+    let downstream = Arc::new(FakeDownstream::new(Arc::clone(&script)));
     let rig = Rig::new(store, downstream, script, "http://downstream.test");
     if let Err(message) = run(name, &rig).await {
         panic!("scenario {name}: {message}");

@@ -10,7 +10,7 @@ use tc_model::store::TaskStore;
 use tc_worker::{Worker, WorkerMetrics};
 
 use super::{GatedStore, Rig, guard, stop, wait_terminal};
-use crate::script::{Reply, Step};
+use tc_downstream::fake::{Reply, Step};
 
 /// A downstream that panics on every call whose path is `path` and passes
 /// every other call on: a bug in the code that runs an attempt.

@@ -1,13 +1,16 @@
-//! A scripted downstream, served two ways from one script: in process (a
-//! fake [`Downstream`]) and over real loopback HTTP (for the real client).
-//! Scenarios program the script per path and read back what it saw, without
-//! knowing which way it is served.
+//! The one fake downstream: a [`Script`] (what to answer, per path; what was
+//! seen), played two ways: in process by [`FakeDownstream`], and over real
+//! loopback HTTP by [`FakeServer`] for the real client. Tests program the
+//! script and read back what it saw, without knowing which way it is served.
+//!
+//! Every wait runs on tokio's clock, so the in-process fake is exact on a
+//! paused clock (`#[tokio::test(start_paused = true)]`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tc_downstream::{DownError, DownRequest, DownResponse, Downstream};
+use crate::{DownError, DownRequest, DownResponse, Downstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -233,18 +236,18 @@ fn path_of(url: &str) -> String {
 
 /// The script served in process: a fake [`Downstream`] that honours the
 /// request's timeout on tokio's clock (so it runs on a paused clock).
-pub struct ScriptDownstream {
+pub struct FakeDownstream {
     script: Arc<Script>,
 }
 
-impl ScriptDownstream {
+impl FakeDownstream {
     /// A fake that plays `script`.
-    pub fn new(script: Arc<Script>) -> ScriptDownstream {
-        ScriptDownstream { script }
+    pub fn new(script: Arc<Script>) -> FakeDownstream {
+        FakeDownstream { script }
     }
 }
 
-impl Downstream for ScriptDownstream {
+impl Downstream for FakeDownstream {
     async fn post(&self, request: DownRequest) -> Result<DownResponse, DownError> {
         let step = self.script.begin(Call {
             path: path_of(&request.url),
@@ -273,14 +276,14 @@ impl Downstream for ScriptDownstream {
 /// The script served over HTTP/1.1 on 127.0.0.1, for the real client. A
 /// hanging call ends when the client closes its connection, which the
 /// script counts as abandoned: how tests see that a cancel closed it.
-pub struct LoopbackServer {
+pub struct FakeServer {
     url: String,
     accept: tokio::task::JoinHandle<()>,
 }
 
-impl LoopbackServer {
+impl FakeServer {
     /// Binds 127.0.0.1 on a free port and serves `script` until dropped.
-    pub async fn start(script: Arc<Script>) -> std::io::Result<LoopbackServer> {
+    pub async fn start(script: Arc<Script>) -> std::io::Result<FakeServer> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let accept = tokio::spawn(async move {
@@ -288,7 +291,7 @@ impl LoopbackServer {
                 tokio::spawn(serve_connection(stream, Arc::clone(&script)));
             }
         });
-        Ok(LoopbackServer { url, accept })
+        Ok(FakeServer { url, accept })
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -297,7 +300,7 @@ impl LoopbackServer {
     }
 }
 
-impl Drop for LoopbackServer {
+impl Drop for FakeServer {
     fn drop(&mut self) {
         self.accept.abort();
     }
@@ -418,7 +421,7 @@ mod tests {
             "/x",
             [Step::Reply(Reply::status(503).retry_after("2")), Step::Hang],
         );
-        let fake = ScriptDownstream::new(Arc::clone(&script));
+        let fake = FakeDownstream::new(Arc::clone(&script));
         let first = fake
             .post(request("/x", Duration::from_secs(1)))
             .await
@@ -445,14 +448,14 @@ mod tests {
         assert_eq!(script.peak_in_flight(), 1);
     }
 
+    #[cfg(feature = "hyper-client")]
     #[tokio::test]
     async fn the_loopback_server_answers_and_sees_a_dropped_call_close() {
         let script = Script::new();
         script.plan("/hang", [Step::Hang]);
         script.plan("/busy", [Step::Reply(Reply::status(429).retry_after("1"))]);
-        let server = LoopbackServer::start(Arc::clone(&script)).await.unwrap();
-        let client =
-            tc_downstream::HyperDownstream::new(tc_downstream::DownstreamConfig::default());
+        let server = FakeServer::start(Arc::clone(&script)).await.unwrap();
+        let client = crate::HyperDownstream::new(crate::DownstreamConfig::default());
         let mut req = request("/busy", Duration::from_secs(30));
         req.url = format!("{}/busy", server.url());
         let answer = client.post(req).await.unwrap();
