@@ -25,6 +25,10 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// The most read connections open at once; more concurrent reads wait.
     pub readers: usize,
+    /// The most payload bytes (request bodies, results) queued for the
+    /// writer at once; a write that would pass it waits for room. With the
+    /// count bound (`4 × max_batch` commands) this caps the queue's memory.
+    pub max_queued_bytes: usize,
 }
 
 impl Default for StoreConfig {
@@ -34,6 +38,7 @@ impl Default for StoreConfig {
             busy_timeout: Duration::from_secs(5),
             max_batch: 256,
             readers: 4,
+            max_queued_bytes: 64 << 20,
         }
     }
 }

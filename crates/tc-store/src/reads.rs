@@ -27,8 +27,8 @@ pub(crate) const LIST_ALL: &str = concat!(
     " FROM tasks WHERE seq > ?1 ORDER BY seq LIMIT ?2"
 );
 
-/// Counts per state, from `tasks_by_state` rather than the wide rows.
-pub(crate) const COUNT_BY_STATE: &str = "SELECT state, count(*) FROM tasks GROUP BY state";
+/// Counts per state, from the counts table the triggers keep (schema step 3).
+pub(crate) const COUNT_BY_STATE: &str = "SELECT state, n FROM state_counts ORDER BY state";
 
 /// The task with its history, or [`StoreError::NotFound`].
 pub(crate) fn get(conn: &mut Connection, id: &TaskId) -> Result<Task, StoreError> {

@@ -8,7 +8,7 @@ use tc_model::store::{
     Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::StoreConfig;
 use crate::readers::Readers;
@@ -24,6 +24,9 @@ use crate::{ops, reads, writer};
 /// while it does.
 pub struct SqliteStore {
     commands: Option<mpsc::Sender<writer::Command>>,
+    /// One permit per payload byte queued for the writer.
+    queued_bytes: Arc<Semaphore>,
+    max_queued_bytes: usize,
     writer: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
 }
@@ -64,8 +67,11 @@ impl SqliteStore {
                 path,
                 message: format!("start the writer thread: {e}"),
             })?;
+        let max_queued_bytes = config.max_queued_bytes.clamp(1, Semaphore::MAX_PERMITS);
         Ok(SqliteStore {
             commands: Some(commands),
+            queued_bytes: Arc::new(Semaphore::new(max_queued_bytes)),
+            max_queued_bytes,
             writer: Some(writer),
             readers: Arc::new(Readers::new(target, config.busy_timeout, config.readers)),
         })
@@ -88,11 +94,33 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.write_sized(0, op).await
+    }
+
+    /// A write carrying `bytes` of payload: it waits until the queue has
+    /// room for them, and holds that room until the writer is done with it.
+    async fn write_sized<T, F>(&self, bytes: usize, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
         let closed = || StoreError::Unavailable("store is closed".to_owned());
         let commands = self.commands.as_ref().ok_or_else(closed)?;
+        // A payload larger than the whole budget takes all of it.
+        let wanted = u32::try_from(bytes.min(self.max_queued_bytes)).unwrap_or(u32::MAX);
+        let room = if wanted == 0 {
+            None
+        } else {
+            Some(
+                Arc::clone(&self.queued_bytes)
+                    .acquire_many_owned(wanted)
+                    .await
+                    .map_err(|_| closed())?,
+            )
+        };
         let (reply, answer) = oneshot::channel();
         commands
-            .send(writer::command(op, reply))
+            .send(writer::command(op, reply, room))
             .await
             .map_err(|_| closed())?;
         answer
@@ -116,7 +144,9 @@ impl Drop for SqliteStore {
 
 impl TaskStore for SqliteStore {
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
-        self.write(move |conn| ops::submit(conn, &task, now)).await
+        let bytes = task.body().len() + task.url().len() + task.idempotency_key().len();
+        self.write_sized(bytes, move |conn| ops::submit(conn, &task, now))
+            .await
     }
 
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
@@ -166,8 +196,14 @@ impl TaskStore for SqliteStore {
         outcome: Completion,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        self.write(move |conn| ops::complete(conn, &id, attempt, &outcome, now))
-            .await
+        let bytes = match &outcome {
+            Completion::Success { result, .. } => result.len(),
+            Completion::Retry { .. } | Completion::Failed { .. } => 0,
+        };
+        self.write_sized(bytes, move |conn| {
+            ops::complete(conn, &id, attempt, &outcome, now)
+        })
+        .await
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {

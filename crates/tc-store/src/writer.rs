@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 
 use rusqlite::{Connection, TransactionBehavior};
 use tc_model::store::StoreError;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
 /// A write queued for the writer thread.
 pub(crate) type Command = Box<dyn Job>;
@@ -30,6 +30,9 @@ struct Op<T, F> {
     op: Option<F>,
     result: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
+    /// The queue room this command's payload takes, given back when the
+    /// command is dropped (after its reply), not when its caller goes away.
+    _room: Option<OwnedSemaphorePermit>,
 }
 
 impl<T, F> Job for Op<T, F>
@@ -58,8 +61,13 @@ where
     }
 }
 
-/// A command running `op` whose result goes to `reply`.
-pub(crate) fn command<T, F>(op: F, reply: oneshot::Sender<Result<T, StoreError>>) -> Command
+/// A command running `op` whose result goes to `reply`, holding `room` in
+/// the queue's byte budget until it is done.
+pub(crate) fn command<T, F>(
+    op: F,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+    room: Option<OwnedSemaphorePermit>,
+) -> Command
 where
     T: Send + 'static,
     F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -68,6 +76,7 @@ where
         op: Some(op),
         result: None,
         reply,
+        _room: room,
     })
 }
 
@@ -134,6 +143,7 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use tc_model::store::Submitted;
@@ -162,7 +172,7 @@ mod tests {
     ) -> (Command, oneshot::Receiver<Result<Submitted, StoreError>>) {
         let (reply, answer) = oneshot::channel();
         let op = move |conn: &Connection| ops::submit(conn, &task(key, body), Timestamp::default());
-        (command(op, reply), answer)
+        (command(op, reply, None), answer)
     }
 
     fn count(conn: &Connection) -> i64 {
@@ -189,6 +199,20 @@ mod tests {
     }
 
     #[test]
+    fn a_command_holds_its_queue_room_until_it_is_done() {
+        let room = Arc::new(tokio::sync::Semaphore::new(10));
+        let permit = Arc::clone(&room).try_acquire_many_owned(10).unwrap();
+        let (reply, answer) = oneshot::channel::<Result<(), StoreError>>();
+        // The caller went away: the room stays taken while the command waits.
+        drop(answer);
+        let job = command(|_: &Connection| Ok(()), reply, Some(permit));
+        assert_eq!(room.available_permits(), 0);
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        commit_batch(&mut conn, &mut vec![job]);
+        assert_eq!(room.available_permits(), 10);
+    }
+
+    #[test]
     fn a_failed_commit_fails_every_command_and_writes_nothing() {
         let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
         let (good, good_answer) = submit("a", b"1");
@@ -204,6 +228,7 @@ mod tests {
                 .map_err(crate::rows::db)
             },
             reply,
+            None,
         );
         let mut batch = vec![good, orphan];
         commit_batch(&mut conn, &mut batch);

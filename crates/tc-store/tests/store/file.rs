@@ -191,7 +191,20 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     store.close().await;
 
     let conn = Connection::open(&path).unwrap();
-    assert_eq!(pragma(&conn, "user_version"), 2);
+    assert_eq!(pragma(&conn, "user_version"), 3);
+    // The counts table started from the rows the old file had, and followed
+    // the claim since.
+    let counts: Vec<(String, i64)> = conn
+        .prepare("SELECT state, n FROM state_counts WHERE n <> 0 ORDER BY state")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        counts,
+        [("running".to_owned(), 1), ("success".to_owned(), 1)]
+    );
     let indexes: Vec<String> = conn
         .prepare(
             "SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL ORDER BY name",
@@ -303,7 +316,7 @@ async fn files_that_are_not_ours_are_refused_and_left_untouched() {
                     e,
                     OpenError::NewerSchema {
                         found: 99,
-                        known: 2,
+                        known: 3,
                         ..
                     }
                 )
