@@ -7,6 +7,8 @@
 mod cli;
 mod control;
 mod demo;
+#[cfg(test)]
+mod disk_full_tests;
 mod logging;
 mod serve;
 

@@ -77,6 +77,36 @@ impl SqliteStore {
         })
     }
 
+    /// Caps the database at `pages` pages (SQLite's `max_page_count`), or
+    /// lifts the cap with `None`. A write that would grow the file past it
+    /// fails as on a full disk (`SQLITE_FULL`, [`StoreError::Unavailable`])
+    /// and changes nothing; writes that fit go on. A size ceiling for
+    /// operators, and a full disk that tests can make without root.
+    /// Returns the cap now in force.
+    pub async fn set_max_pages(&self, pages: Option<u64>) -> Result<u64, StoreError> {
+        // SQLite's own ceiling, which "no cap" restores.
+        const NO_CAP: u64 = 0xFFFF_FFFE;
+        let pages = pages.unwrap_or(NO_CAP).min(NO_CAP);
+        self.write(move |conn| {
+            conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(crate::rows::db)
+        })
+        .await
+    }
+
+    /// How many pages the database has now (its size in pages).
+    pub async fn page_count(&self) -> Result<u64, StoreError> {
+        self.write(|conn| {
+            conn.query_row("PRAGMA page_count", [], |row| row.get::<_, i64>(0))
+                .map(|n| u64::try_from(n).unwrap_or(0))
+                .map_err(crate::rows::db)
+        })
+        .await
+    }
+
     /// Stops taking writes, waits until every queued write is committed and
     /// answered, and stops the writer thread.
     pub async fn close(mut self) {
