@@ -1,47 +1,103 @@
-//! The one fake downstream: a [`Script`] (what to answer, per path; what was
-//! seen), played two ways: in process by [`FakeDownstream`], and over real
-//! loopback HTTP by [`FakeServer`] for the real client. Tests program the
-//! script and read back what it saw, without knowing which way it is served.
+//! The one fake downstream: a [`Script`] (what to answer, per path or by a
+//! rule; what was seen), played two ways: in process by [`FakeDownstream`],
+//! and over real loopback HTTP/1.1 by [`FakeServer`] for the real client.
+//! Tests program the script and read back what it saw, without knowing which
+//! way it is served; the demo and the bench use the same server.
 //!
 //! Every wait runs on tokio's clock, so the in-process fake is exact on a
 //! paused clock (`#[tokio::test(start_paused = true)]`).
+//!
+//! The server is raw tokio TCP with httparse for the heads, so that it sees
+//! what a hyper server would hide: a client closing a connection while its
+//! request is held (how tests see that a cancel closed it), and it can send
+//! bytes no HTTP library would ([`Step::Raw`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::{DownError, DownRequest, DownResponse, Downstream};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
+
+use crate::{DownError, DownRequest, DownResponse, Downstream};
 
 /// An answer the downstream gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     /// The status code.
     pub status: u16,
-    /// A `Retry-After` header value.
-    pub retry_after: Option<String>,
-    /// The body (sent as `application/json`).
-    pub body: String,
+    /// Headers besides `Content-Length`, in the order sent.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Bytes,
 }
 
 impl Reply {
-    /// An answer with this status and a small JSON body.
+    /// This status with the JSON body `{"status":<status>}`.
     pub fn status(status: u16) -> Reply {
+        Reply::json(status, format!("{{\"status\":{status}}}"))
+    }
+
+    /// This status with a JSON body.
+    pub fn json(status: u16, body: impl Into<Bytes>) -> Reply {
+        Reply::with_body(status, "application/json", body)
+    }
+
+    /// This status with a body of this content type.
+    pub fn with_body(status: u16, content_type: &str, body: impl Into<Bytes>) -> Reply {
         Reply {
             status,
-            retry_after: None,
-            body: format!("{{\"status\":{status}}}"),
+            headers: vec![("content-type".to_owned(), content_type.to_owned())],
+            body: body.into(),
         }
     }
 
-    /// The same answer with a `Retry-After` header.
-    pub fn retry_after(mut self, value: &str) -> Reply {
-        self.retry_after = Some(value.to_owned());
+    /// The same answer with one more header.
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.to_owned(), value.to_owned()));
         self
     }
+
+    /// The same answer with a `Retry-After` header.
+    pub fn retry_after(self, value: &str) -> Reply {
+        self.header("retry-after", value)
+    }
+
+    fn header_value(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The reply as HTTP/1.1 bytes.
+    fn encode(&self) -> Vec<u8> {
+        let mut head = format!("HTTP/1.1 {} X\r\n", self.status);
+        for (name, value) in &self.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str(&format!("content-length: {}\r\n\r\n", self.body.len()));
+        let mut bytes = head.into_bytes();
+        bytes.extend_from_slice(&self.body);
+        bytes
+    }
+}
+
+/// What the server does with the connection after a [`Step::Raw`] write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Wait for the next request on it.
+    KeepAlive,
+    /// Close it (FIN).
+    Close,
+    /// Reset it (RST).
+    Reset,
+    /// Only wait for the client to close it.
+    Hold,
 }
 
 /// What the downstream does with one call.
@@ -55,13 +111,26 @@ pub enum Step {
     Hang,
     /// Answer when [`Script::open_gate`] is called.
     Gate(Reply),
+    /// Reset the connection without answering; in process, a
+    /// [`DownError::Connect`].
+    Reset,
+    /// Over loopback, write these bytes as they are (malformed HTTP, a cut
+    /// body, ...), then treat the connection as `Then` says. In process there
+    /// is no wire: a [`DownError::Other`].
+    Raw(Bytes, Then),
 }
 
 /// One call the downstream received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
-    /// The request path.
+    /// The request target: path and query.
     pub path: String,
+    /// The request method.
+    pub method: String,
+    /// The headers, names lowercased, in the order sent.
+    pub headers: Vec<(String, String)>,
+    /// The request body.
+    pub body: Bytes,
     /// The `Idempotency-Key` header.
     pub idempotency_key: Option<String>,
     /// The `X-Task-Id` header.
@@ -70,39 +139,141 @@ pub struct Call {
     pub attempt: Option<u32>,
     /// When it arrived, on tokio's clock.
     pub at: Instant,
+    /// Over loopback, the connection it came on: 0, 1, ... in order of
+    /// acceptance.
+    pub connection: Option<usize>,
 }
 
-#[derive(Default)]
-struct ScriptState {
-    plans: HashMap<String, VecDeque<Step>>,
+impl Call {
+    /// The first header called `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Picks the step of a call no plan covers; `earlier` counts the calls
+/// before this one with the same path and idempotency key.
+pub type Rule = dyn Fn(&Call, usize) -> Step + Send + Sync;
+
+/// What the script has seen so far.
+#[derive(Debug, Default)]
+pub struct Record {
     calls: Vec<Call>,
+    count: usize,
+    answered: usize,
+    abandoned: Vec<(usize, Instant)>,
     in_flight: usize,
     peak: usize,
-    abandoned: usize,
+    connections: usize,
+    closed: Vec<usize>,
+    handshakes_failed: usize,
     gate_open: bool,
+    seen_keys: HashMap<(String, Option<String>), usize>,
+}
+
+impl Record {
+    /// Every call kept, oldest first (none with [`Script::counting`]).
+    pub fn calls(&self) -> &[Call] {
+        &self.calls
+    }
+
+    /// How many calls arrived.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// How many calls were answered.
+    pub fn answered(&self) -> usize {
+        self.answered
+    }
+
+    /// The kept calls whose caller went away before the answer (timeout,
+    /// cancel; over loopback, the client closed the connection), with when.
+    pub fn abandoned(&self) -> impl Iterator<Item = (&Call, Instant)> {
+        self.abandoned
+            .iter()
+            .filter_map(|(i, at)| self.calls.get(*i).map(|c| (c, *at)))
+    }
+
+    /// How many calls were abandoned.
+    pub fn abandoned_count(&self) -> usize {
+        self.abandoned.len()
+    }
+
+    /// Connections accepted over loopback.
+    pub fn connections(&self) -> usize {
+        self.connections
+    }
+
+    /// Whether the client closed `connection`.
+    pub fn closed(&self, connection: usize) -> bool {
+        self.closed.contains(&connection)
+    }
+
+    /// TLS handshakes that failed (the client refused the certificate).
+    pub fn handshakes_failed(&self) -> usize {
+        self.handshakes_failed
+    }
 }
 
 /// The downstream's program and its record. Share it with `Arc`.
-#[derive(Default)]
 pub struct Script {
-    state: Mutex<ScriptState>,
+    record: Mutex<Record>,
+    plans: Mutex<HashMap<String, VecDeque<Step>>>,
+    rule: Box<Rule>,
+    keep_calls: bool,
     changed: Notify,
 }
 
 impl Script {
-    /// A script where every path answers 200 until planned otherwise.
+    /// A script where every path answers [`Reply::status`]`(200)` until
+    /// planned otherwise.
     pub fn new() -> Arc<Script> {
-        Arc::new(Script::default())
+        Script::with_rule(|_, _| Step::Reply(Reply::status(200)))
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, ScriptState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// A script whose unplanned calls get `rule`'s step.
+    pub fn with_rule(rule: impl Fn(&Call, usize) -> Step + Send + Sync + 'static) -> Arc<Script> {
+        Arc::new(Script {
+            record: Mutex::default(),
+            plans: Mutex::default(),
+            rule: Box::new(rule),
+            keep_calls: true,
+            changed: Notify::new(),
+        })
     }
 
-    /// Queues `steps` for calls to `path`; once they are used up, calls get 200.
+    /// Like [`Script::with_rule`], but keeping counts only, not the calls
+    /// (and the rule's `earlier` is always 0): for the bench's long runs,
+    /// whose calls would pile up.
+    pub fn counting(rule: impl Fn(&Call, usize) -> Step + Send + Sync + 'static) -> Arc<Script> {
+        Arc::new(Script {
+            record: Mutex::default(),
+            plans: Mutex::default(),
+            rule: Box::new(rule),
+            keep_calls: false,
+            changed: Notify::new(),
+        })
+    }
+
+    fn record(&self) -> MutexGuard<'_, Record> {
+        self.record.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Record)) {
+        change(&mut self.record());
+        self.changed.notify_waiters();
+    }
+
+    /// Queues `steps` for calls to `path`; once they are used up, the rule
+    /// answers.
     pub fn plan(&self, path: &str, steps: impl IntoIterator<Item = Step>) {
-        self.state()
-            .plans
+        self.plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(path.to_owned())
             .or_default()
             .extend(steps);
@@ -110,7 +281,7 @@ impl Script {
 
     /// Every call to `path` so far, oldest first.
     pub fn calls(&self, path: &str) -> Vec<Call> {
-        self.state()
+        self.record()
             .calls
             .iter()
             .filter(|c| c.path == path)
@@ -120,34 +291,37 @@ impl Script {
 
     /// Every call so far.
     pub fn all_calls(&self) -> Vec<Call> {
-        self.state().calls.clone()
+        self.record().calls.clone()
     }
 
     /// The most calls that were in flight at once.
     pub fn peak_in_flight(&self) -> usize {
-        self.state().peak
+        self.record().peak
     }
 
-    /// Calls whose caller went away before the answer (timeout, cancel):
-    /// for the loopback server, connections the client closed.
+    /// How many calls were abandoned by their callers.
     pub fn abandoned(&self) -> usize {
-        self.state().abandoned
+        self.record().abandoned.len()
+    }
+
+    /// Reads the record.
+    pub fn read<T>(&self, read: impl FnOnce(&Record) -> T) -> T {
+        read(&self.record())
     }
 
     /// Lets every [`Step::Gate`] call answer.
     pub fn open_gate(&self) {
-        self.state().gate_open = true;
-        self.changed.notify_waiters();
+        self.update(|r| r.gate_open = true);
     }
 
-    /// Waits until `ready` holds for the script's record.
-    async fn wait(&self, ready: impl Fn(&ScriptState) -> bool) {
+    /// Waits until `ready` finds something in the record.
+    pub async fn wait_for<T>(&self, ready: impl Fn(&Record) -> Option<T>) -> T {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if ready(&self.state()) {
-                return;
+            if let Some(found) = ready(&self.record()) {
+                return found;
             }
             changed.await;
         }
@@ -155,60 +329,109 @@ impl Script {
 
     /// Waits until at least `n` calls have arrived.
     pub async fn wait_calls(&self, n: usize) {
-        self.wait(|s| s.calls.len() >= n).await;
+        self.wait_for(|r| (r.count >= n).then_some(())).await;
     }
 
     /// Waits until at least `n` calls were abandoned by their callers.
     pub async fn wait_abandoned(&self, n: usize) {
-        self.wait(|s| s.abandoned >= n).await;
+        self.wait_for(|r| (r.abandoned.len() >= n).then_some(()))
+            .await;
+    }
+
+    /// Waits until the client closed `connection`.
+    pub async fn wait_closed(&self, connection: usize) {
+        self.wait_for(|r| r.closed(connection).then_some(())).await;
+    }
+
+    /// Records a call and picks its step; returns the call's index.
+    fn begin(&self, call: Call) -> (usize, Step) {
+        let planned = self
+            .plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&call.path)
+            .and_then(VecDeque::pop_front);
+        let mut r = self.record();
+        let earlier = if self.keep_calls {
+            let seen = r
+                .seen_keys
+                .entry((call.path.clone(), call.idempotency_key.clone()))
+                .or_default();
+            *seen += 1;
+            *seen - 1
+        } else {
+            0
+        };
+        let step = planned.unwrap_or_else(|| (self.rule)(&call, earlier));
+        let index = r.count;
+        r.count += 1;
+        if self.keep_calls {
+            r.calls.push(call);
+        }
+        r.in_flight += 1;
+        r.peak = r.peak.max(r.in_flight);
+        drop(r);
+        self.changed.notify_waiters();
+        (index, step)
+    }
+
+    fn end(&self, index: usize, answered: bool) {
+        let now = Instant::now();
+        self.update(|r| {
+            r.in_flight -= 1;
+            if answered {
+                r.answered += 1;
+            } else {
+                r.abandoned.push((index, now));
+            }
+        });
     }
 
     async fn gate(&self) {
-        self.wait(|s| s.gate_open).await;
+        self.wait_for(|r| r.gate_open.then_some(())).await;
     }
 
-    /// Records a call and picks its step.
-    fn begin(&self, call: Call) -> Step {
-        let step = {
-            let mut s = self.state();
-            let step = s
-                .plans
-                .get_mut(&call.path)
-                .and_then(VecDeque::pop_front)
-                .unwrap_or(Step::Reply(Reply::status(200)));
-            s.calls.push(call);
-            s.in_flight += 1;
-            s.peak = s.peak.max(s.in_flight);
-            step
-        };
-        self.changed.notify_waiters();
-        step
-    }
-
-    fn end(&self, answered: bool) {
-        {
-            let mut s = self.state();
-            s.in_flight -= 1;
-            if !answered {
-                s.abandoned += 1;
-            }
-        }
-        self.changed.notify_waiters();
-    }
-
-    /// Plays a step: `Some(reply)` when it answers.
-    async fn play(&self, step: Step) -> Reply {
-        match step {
-            Step::Reply(reply) => reply,
-            Step::ReplyAfter(delay, reply) => {
+    /// Plays a waiting step until it answers.
+    async fn play(&self, reply: Waiting) -> Reply {
+        match reply {
+            Waiting::Now(reply) => reply,
+            Waiting::After(delay, reply) => {
                 tokio::time::sleep(delay).await;
                 reply
             }
-            Step::Hang => std::future::pending().await,
-            Step::Gate(reply) => {
+            Waiting::Never => std::future::pending().await,
+            Waiting::Gate(reply) => {
                 self.gate().await;
                 reply
             }
+        }
+    }
+}
+
+/// How a step answers with a [`Reply`], if it does.
+enum Waiting {
+    Now(Reply),
+    After(Duration, Reply),
+    Never,
+    Gate(Reply),
+}
+
+/// A step, split into "answer with a reply" and the wire-level rest.
+enum Play {
+    Answer(Waiting),
+    Reset,
+    Raw(Bytes, Then),
+}
+
+impl From<Step> for Play {
+    fn from(step: Step) -> Play {
+        match step {
+            Step::Reply(reply) => Play::Answer(Waiting::Now(reply)),
+            Step::ReplyAfter(delay, reply) => Play::Answer(Waiting::After(delay, reply)),
+            Step::Hang => Play::Answer(Waiting::Never),
+            Step::Gate(reply) => Play::Answer(Waiting::Gate(reply)),
+            Step::Reset => Play::Reset,
+            Step::Raw(bytes, then) => Play::Raw(bytes, then),
         }
     }
 }
@@ -217,12 +440,13 @@ impl Script {
 /// call counts as abandoned.
 struct InFlight<'a> {
     script: &'a Script,
+    index: usize,
     answered: bool,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.script.end(self.answered);
+        self.script.end(self.index, self.answered);
     }
 }
 
@@ -234,8 +458,8 @@ fn path_of(url: &str) -> String {
     }
 }
 
-/// The script served in process: a fake [`Downstream`] that honours the
-/// request's timeout on tokio's clock (so it runs on a paused clock).
+/// The script played in process: a [`Downstream`] that honours the request's
+/// timeout on tokio's clock (so it runs on a paused clock).
 pub struct FakeDownstream {
     script: Arc<Script>,
 }
@@ -249,35 +473,59 @@ impl FakeDownstream {
 
 impl Downstream for FakeDownstream {
     async fn post(&self, request: DownRequest) -> Result<DownResponse, DownError> {
-        let step = self.script.begin(Call {
+        let headers = vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            (
+                "idempotency-key".to_owned(),
+                request.idempotency_key.clone(),
+            ),
+            ("x-task-id".to_owned(), request.task_id.clone()),
+            ("x-task-attempt".to_owned(), request.attempt.to_string()),
+        ];
+        let (index, step) = self.script.begin(Call {
             path: path_of(&request.url),
+            method: "POST".to_owned(),
+            headers,
+            body: request.body.clone(),
             idempotency_key: Some(request.idempotency_key.clone()),
             task_id: Some(request.task_id.clone()),
             attempt: Some(request.attempt),
             at: Instant::now(),
+            connection: None,
         });
         let mut guard = InFlight {
             script: &self.script,
+            index,
             answered: false,
         };
-        let reply = tokio::time::timeout(request.timeout, self.script.play(step))
+        let waiting = match Play::from(step) {
+            Play::Answer(waiting) => waiting,
+            Play::Reset => return Err(DownError::Connect("connection reset".to_owned())),
+            Play::Raw(..) => {
+                return Err(DownError::Other(
+                    "a raw reply is played over loopback only".to_owned(),
+                ));
+            }
+        };
+        let reply = tokio::time::timeout(request.timeout, self.script.play(waiting))
             .await
             .map_err(|_| DownError::Timeout)?;
         guard.answered = true;
         Ok(DownResponse {
             status: reply.status,
-            retry_after: reply.retry_after,
-            content_type: Some("application/json".into()),
-            body: reply.body.into(),
+            retry_after: reply.header_value("retry-after").map(str::to_owned),
+            content_type: reply.header_value("content-type").map(str::to_owned),
+            body: reply.body,
         })
     }
 }
 
 /// The script served over HTTP/1.1 on 127.0.0.1, for the real client. A
-/// hanging call ends when the client closes its connection, which the
-/// script counts as abandoned: how tests see that a cancel closed it.
+/// held call ends when the client closes its connection, which the script
+/// counts as abandoned. Stops when dropped.
 pub struct FakeServer {
-    url: String,
+    addr: std::net::SocketAddr,
+    scheme: &'static str,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -285,18 +533,69 @@ impl FakeServer {
     /// Binds 127.0.0.1 on a free port and serves `script` until dropped.
     pub async fn start(script: Arc<Script>) -> std::io::Result<FakeServer> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
+        let addr = listener.local_addr()?;
         let accept = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve_connection(stream, Arc::clone(&script)));
+            // Dropping the set (when the server is aborted) aborts every
+            // connection task with it.
+            let mut connections = JoinSet::new();
+            for number in 0usize.. {
+                tokio::select! {
+                    Some(_) = connections.join_next() => {}
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { break };
+                        script.update(|r| r.connections += 1);
+                        connections.spawn(serve(number, stream, Arc::clone(&script)));
+                    }
+                }
             }
         });
-        Ok(FakeServer { url, accept })
+        Ok(FakeServer {
+            addr,
+            scheme: "http",
+            accept,
+        })
     }
 
-    /// `http://127.0.0.1:<port>`.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// Like [`FakeServer::start`], each connection first completing a TLS
+    /// handshake with `acceptor` (for the real client's https tests).
+    #[cfg(test)]
+    pub(crate) async fn start_tls(
+        script: Arc<Script>,
+        acceptor: tokio_rustls::TlsAcceptor,
+    ) -> std::io::Result<FakeServer> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let accept = tokio::spawn(async move {
+            let mut connections = JoinSet::new();
+            for number in 0usize.. {
+                let Ok((stream, _)) = listener.accept().await else {
+                    break;
+                };
+                script.update(|r| r.connections += 1);
+                let (script, handshake) = (Arc::clone(&script), acceptor.accept(stream));
+                connections.spawn(async move {
+                    match handshake.await {
+                        Ok(stream) => serve(number, stream, script).await,
+                        Err(_) => script.update(|r| r.handshakes_failed += 1),
+                    }
+                });
+            }
+        });
+        Ok(FakeServer {
+            addr,
+            scheme: "https",
+            accept,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>` (`https://` over TLS).
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme, self.addr)
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
     }
 }
 
@@ -306,73 +605,154 @@ impl Drop for FakeServer {
     }
 }
 
+/// A served connection: plain TCP, or TLS over it.
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Conn for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+#[cfg(test)]
+impl Conn for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+/// A request head larger than this is not waited for.
 const MAX_HEAD: usize = 64 * 1024;
 
-async fn serve_connection(mut stream: TcpStream, script: Arc<Script>) {
+async fn serve(number: usize, mut stream: impl Conn, script: Arc<Script>) {
     let mut buf = Vec::with_capacity(4096);
     loop {
-        let Some((call, consumed)) = read_request(&mut stream, &mut buf).await else {
+        let Some((call, consumed)) = read_request(&mut stream, &mut buf, number).await else {
+            script.update(|r| r.closed.push(number));
             return;
         };
         buf.drain(..consumed);
-        let step = script.begin(call);
+        let (index, step) = script.begin(call);
         let mut guard = InFlight {
             script: &script,
+            index,
             answered: false,
+        };
+        let waiting = match Play::from(step) {
+            Play::Answer(waiting) => waiting,
+            Play::Reset => {
+                reset(&stream);
+                return;
+            }
+            Play::Raw(bytes, then) => {
+                let written =
+                    stream.write_all(&bytes).await.is_ok() && stream.flush().await.is_ok();
+                // A held call never completes: when the client gives up, it
+                // is abandoned like any other.
+                guard.answered = written && then != Then::Hold;
+                match then {
+                    Then::KeepAlive if written => continue,
+                    Then::KeepAlive | Then::Close => {
+                        let _ = stream.shutdown().await;
+                    }
+                    Then::Reset => reset(&stream),
+                    Then::Hold => {
+                        drop(guard);
+                        wait_for_close(&mut stream).await;
+                        script.update(|r| r.closed.push(number));
+                    }
+                }
+                return;
+            }
         };
         // While the step plays, a read that returns means the client closed
         // (or broke) the connection: the call is abandoned.
         let mut probe = [0u8; 1];
         let reply = tokio::select! {
-            reply = script.play(step) => reply,
-            _ = stream.read(&mut probe) => return,
+            reply = script.play(waiting) => reply,
+            _ = stream.read(&mut probe) => {
+                drop(guard);
+                script.update(|r| r.closed.push(number));
+                return;
+            }
         };
-        let mut head = format!(
-            "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-            reply.status,
-            reply.body.len()
-        );
-        if let Some(value) = &reply.retry_after {
-            head.push_str(&format!("retry-after: {value}\r\n"));
-        }
-        head.push_str("\r\n");
-        head.push_str(&reply.body);
-        if stream.write_all(head.as_bytes()).await.is_err() {
+        // The flush matters over TLS, which may buffer records.
+        if stream.write_all(&reply.encode()).await.is_err() || stream.flush().await.is_err() {
+            drop(guard);
+            script.update(|r| r.closed.push(number));
             return;
         }
         guard.answered = true;
     }
 }
 
+fn reset(stream: &impl Conn) {
+    // SO_LINGER 0: closing sends RST instead of FIN.
+    let _ = stream.tcp().set_zero_linger();
+}
+
+/// Reads until the client closes; what it sends meanwhile is discarded.
+async fn wait_for_close(stream: &mut impl Conn) {
+    let mut sink = [0u8; 1024];
+    while let Ok(n) = stream.read(&mut sink).await {
+        if n == 0 {
+            return;
+        }
+    }
+}
+
 /// Reads one request (head and Content-Length body); `None` at EOF or on
 /// anything malformed.
-async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Call, usize)> {
+async fn read_request(
+    stream: &mut impl Conn,
+    buf: &mut Vec<u8>,
+    connection: usize,
+) -> Option<(Call, usize)> {
     loop {
-        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut req = httparse::Request::new(&mut headers);
         if let Ok(httparse::Status::Complete(head_len)) = req.parse(buf) {
+            let headers: Vec<(String, String)> = req
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_ascii_lowercase(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect();
             let header = |name: &str| {
-                req.headers
+                headers
                     .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case(name))
-                    .and_then(|h| std::str::from_utf8(h.value).ok())
-                    .map(str::to_owned)
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
             };
             let body_len: usize = header("content-length")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            let call = Call {
-                path: req.path.unwrap_or("/").to_owned(),
-                idempotency_key: header("idempotency-key"),
-                task_id: header("x-task-id"),
-                attempt: header("x-task-attempt").and_then(|v| v.parse().ok()),
-                at: Instant::now(),
-            };
+            let (path, method) = (
+                req.path.unwrap_or("/").to_owned(),
+                req.method.unwrap_or("").to_owned(),
+            );
             while buf.len() < head_len + body_len {
                 if read_more(stream, buf).await? == 0 {
                     return None;
                 }
             }
+            let call = Call {
+                path,
+                method,
+                idempotency_key: header("idempotency-key"),
+                task_id: header("x-task-id"),
+                attempt: header("x-task-attempt").and_then(|v| v.parse().ok()),
+                headers,
+                body: Bytes::copy_from_slice(&buf[head_len..head_len + body_len]),
+                at: Instant::now(),
+                connection: Some(connection),
+            };
             return Some((call, head_len + body_len));
         }
         if buf.len() > MAX_HEAD || read_more(stream, buf).await? == 0 {
@@ -381,7 +761,7 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Call
     }
 }
 
-async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+async fn read_more(stream: &mut impl Conn, buf: &mut Vec<u8>) -> Option<usize> {
     let mut chunk = [0u8; 8192];
     let n = stream.read(&mut chunk).await.ok()?;
     buf.extend_from_slice(&chunk[..n]);
@@ -389,91 +769,4 @@ async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_are_taken_from_urls() {
-        for (url, path) in [
-            ("http://127.0.0.1:1/a/b?x=1", "/a/b?x=1"),
-            ("http://h", "/"),
-            ("https://h/", "/"),
-        ] {
-            assert_eq!(path_of(url), path, "{url}");
-        }
-    }
-
-    fn request(path: &str, timeout: Duration) -> DownRequest {
-        DownRequest {
-            url: format!("http://127.0.0.1:9{path}"),
-            body: "{}".into(),
-            timeout,
-            idempotency_key: "k".into(),
-            task_id: "t".into(),
-            attempt: 1,
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_fake_plays_the_plan_then_answers_200() {
-        let script = Script::new();
-        script.plan(
-            "/x",
-            [Step::Reply(Reply::status(503).retry_after("2")), Step::Hang],
-        );
-        let fake = FakeDownstream::new(Arc::clone(&script));
-        let first = fake
-            .post(request("/x", Duration::from_secs(1)))
-            .await
-            .unwrap();
-        assert_eq!(
-            (first.status, first.retry_after.as_deref()),
-            (503, Some("2"))
-        );
-        let started = Instant::now();
-        assert_eq!(
-            fake.post(request("/x", Duration::from_secs(1))).await,
-            Err(DownError::Timeout)
-        );
-        assert_eq!(started.elapsed(), Duration::from_secs(1));
-        assert_eq!(
-            fake.post(request("/x", Duration::from_secs(1)))
-                .await
-                .unwrap()
-                .status,
-            200
-        );
-        assert_eq!(script.calls("/x").len(), 3);
-        assert_eq!(script.abandoned(), 1);
-        assert_eq!(script.peak_in_flight(), 1);
-    }
-
-    #[cfg(feature = "hyper-client")]
-    #[tokio::test]
-    async fn the_loopback_server_answers_and_sees_a_dropped_call_close() {
-        let script = Script::new();
-        script.plan("/hang", [Step::Hang]);
-        script.plan("/busy", [Step::Reply(Reply::status(429).retry_after("1"))]);
-        let server = FakeServer::start(Arc::clone(&script)).await.unwrap();
-        let client = crate::HyperDownstream::new(crate::DownstreamConfig::default());
-        let mut req = request("/busy", Duration::from_secs(30));
-        req.url = format!("{}/busy", server.url());
-        let answer = client.post(req).await.unwrap();
-        assert_eq!(
-            (answer.status, answer.retry_after.as_deref()),
-            (429, Some("1"))
-        );
-
-        let mut req = request("/hang", Duration::from_secs(30));
-        req.url = format!("{}/hang", server.url());
-        let call = tokio::spawn(async move { client.post(req).await });
-        script.wait_calls(2).await;
-        call.abort();
-        tokio::time::timeout(Duration::from_secs(10), script.wait_abandoned(1))
-            .await
-            .expect("the server saw the connection close");
-        let calls = script.calls("/hang");
-        assert_eq!(calls[0].idempotency_key.as_deref(), Some("k"));
-        assert_eq!(calls[0].attempt, Some(1));
-    }
-}
+mod tests;

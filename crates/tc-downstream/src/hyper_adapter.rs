@@ -466,8 +466,6 @@ fn describe(error: &(dyn StdError + 'static)) -> String {
 }
 
 #[cfg(test)]
-mod loopback;
-#[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod tls;
+mod tls_tests;

@@ -1,15 +1,72 @@
-//! The adapter against a real server on 127.0.0.1 (see [`super::loopback`]).
+//! The adapter against the fake downstream served on 127.0.0.1
+//! ([`crate::fake::FakeServer`]), which can send bytes no HTTP library would.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::net::TcpListener;
 
-use super::loopback::{Loopback, Reply};
+use crate::fake::{Call, FakeServer, Script, Step, Then};
 use crate::{DownError, DownRequest, DownResponse, Downstream, DownstreamConfig, HyperDownstream};
+
+/// Write `bytes`, keep the connection for the next request.
+pub(super) fn keep(bytes: &'static [u8]) -> Step {
+    Step::Raw(Bytes::from_static(bytes), Then::KeepAlive)
+}
+
+/// Write `bytes`, then close (FIN).
+fn close(bytes: &'static [u8]) -> Step {
+    Step::Raw(Bytes::from_static(bytes), Then::Close)
+}
+
+/// Write `bytes`, then reset (RST).
+fn reset(bytes: &'static [u8]) -> Step {
+    Step::Raw(Bytes::from_static(bytes), Then::Reset)
+}
+
+/// Write `bytes`, then only wait for the client to close.
+pub(super) fn hold(bytes: &'static [u8]) -> Step {
+    Step::Raw(Bytes::from_static(bytes), Then::Hold)
+}
+
+/// A script playing `steps` in order, one per call whatever its path; the
+/// last repeats.
+pub(super) fn in_order(steps: Vec<Step>) -> Arc<Script> {
+    assert!(!steps.is_empty(), "a server needs at least one step");
+    let next = AtomicUsize::new(0);
+    Script::with_rule(move |_, _| {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        steps[i.min(steps.len() - 1)].clone()
+    })
+}
+
+/// Serves `steps` (see [`in_order`]) on loopback.
+async fn serve(steps: Vec<Step>) -> (Arc<Script>, FakeServer) {
+    let script = in_order(steps);
+    let server = FakeServer::start(Arc::clone(&script)).await.unwrap();
+    (script, server)
+}
+
+/// The `n`th call (from 0) the server received, once it has.
+pub(super) async fn nth_call(script: &Script, n: usize) -> Call {
+    tokio::time::timeout(GUARD, script.wait_calls(n + 1))
+        .await
+        .expect("no call within the guard");
+    script.all_calls()[n].clone()
+}
+
+/// Waits until the client closed `connection`.
+pub(super) async fn closed(script: &Script, connection: Option<usize>) {
+    let connection = connection.expect("a call over loopback");
+    tokio::time::timeout(GUARD, script.wait_closed(connection))
+        .await
+        .expect("the connection was not closed within the guard");
+}
 
 /// Request timeout for calls that should not time out, and failure guard for
 /// waits: far above anything a passing test takes.
@@ -61,10 +118,12 @@ fn shape(result: &Result<DownResponse, DownError>) -> String {
 
 /// Serves `reply` to one call and checks what the call returns, and that it
 /// returned well before its timeout.
-async fn check(name: &str, reply: Reply, expected: Result<DownResponse, DownError>) {
-    let server = Loopback::start(vec![reply]).await;
+async fn check(name: &str, step: Step, expected: Result<DownResponse, DownError>) {
+    let (_script, server) = serve(vec![step]).await;
     let started = Instant::now();
-    let result = client().post(request(server.url("/hook"))).await;
+    let result = client()
+        .post(request(format!("{}/hook", server.url())))
+        .await;
     assert_eq!(shape(&result), shape(&expected), "{name}: got {result:?}");
     assert!(
         started.elapsed() < GUARD / 2,
@@ -78,24 +137,24 @@ async fn answers_and_failures_map_to_the_right_results() {
     let too_large = Err(DownError::ResponseTooLarge { limit: CAP });
     let connect = Err(DownError::Connect(String::new()));
     let other = Err(DownError::Other(String::new()));
-    let cases: Vec<(&str, Reply, Result<DownResponse, DownError>)> = vec![
+    let cases: Vec<(&str, Step, Result<DownResponse, DownError>)> = vec![
         (
             "200 with a JSON body",
-            Reply::KeepAlive(
+            keep(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}",
             ),
             answer(200, None, Some("application/json"), b"{\"ok\":true}"),
         ),
         (
             "503 with Retry-After in seconds",
-            Reply::KeepAlive(
+            keep(
                 b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 120\r\nContent-Length: 0\r\n\r\n",
             ),
             answer(503, Some("120"), None, b""),
         ),
         (
             "429 with Retry-After as a date and a non-JSON content type",
-            Reply::KeepAlive(
+            keep(
                 b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 9\r\n\r\nslow down",
             ),
             answer(
@@ -107,76 +166,73 @@ async fn answers_and_failures_map_to_the_right_results() {
         ),
         (
             "chunked body",
-            Reply::KeepAlive(
+            keep(
                 b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
             ),
             answer(200, None, None, b"hello world"),
         ),
         (
             "body exactly at the cap",
-            Reply::KeepAlive(b"HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\n0123456789abcdef"),
+            keep(b"HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\n0123456789abcdef"),
             answer(200, None, None, b"0123456789abcdef"),
         ),
         (
             "complete response, then the server closes",
-            Reply::Close(b"HTTP/1.1 204 No Content\r\n\r\n"),
+            close(b"HTTP/1.1 204 No Content\r\n\r\n"),
             answer(204, None, None, b""),
         ),
         (
             "declared length one past the cap",
-            Reply::KeepAlive(b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n0123456789abcdefg"),
+            keep(b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n0123456789abcdefg"),
             too_large.clone(),
         ),
         (
             "declared length over the cap, body never sent: refused without reading",
-            Reply::Hold(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n"),
+            hold(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n"),
             too_large.clone(),
         ),
         (
             "chunked body growing past the cap",
-            Reply::KeepAlive(
+            keep(
                 b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\na\r\n0123456789\r\n0\r\n\r\n",
             ),
             too_large,
         ),
-        ("closed before any response", Reply::Close(b""), connect.clone()),
+        ("closed before any response", close(b""), connect.clone()),
         (
             "closed in the middle of the headers",
-            Reply::Close(b"HTTP/1.1 200 OK\r\nContent-Le"),
+            close(b"HTTP/1.1 200 OK\r\nContent-Le"),
             connect.clone(),
         ),
         (
             "closed in the middle of the body",
-            Reply::Close(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart"),
+            close(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart"),
             connect.clone(),
         ),
-        ("reset before any response", Reply::Reset(b""), connect.clone()),
+        ("reset before any response", reset(b""), connect.clone()),
         (
             "reset in the middle of the body",
-            Reply::Reset(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart"),
+            reset(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart"),
             connect,
         ),
-        ("not HTTP", Reply::KeepAlive(b"garbage\r\n\r\n"), other.clone()),
-        ("not HTTP, then closed", Reply::Close(b"garbage\r\n\r\n"), other.clone()),
+        ("not HTTP", keep(b"garbage\r\n\r\n"), other.clone()),
+        ("not HTTP, then closed", close(b"garbage\r\n\r\n"), other.clone()),
         (
             "unparsable status code",
-            Reply::KeepAlive(b"HTTP/1.1 abc OK\r\nContent-Length: 0\r\n\r\n"),
+            keep(b"HTTP/1.1 abc OK\r\nContent-Length: 0\r\n\r\n"),
             other,
         ),
     ];
-    for (name, reply, expected) in cases {
-        check(name, reply, expected).await;
+    for (name, step, expected) in cases {
+        check(name, step, expected).await;
     }
 }
 
 #[tokio::test]
 async fn sends_a_json_post_with_the_task_headers() {
-    let mut server = Loopback::start(vec![Reply::KeepAlive(
-        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
-    )])
-    .await;
+    let (script, server) = serve(vec![keep(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")]).await;
     let sent = DownRequest {
-        url: server.url("/hooks/payment?tenant=7"),
+        url: format!("{}/hooks/payment?tenant=7", server.url()),
         body: Bytes::from_static(br#"{"amount":42}"#),
         timeout: GUARD,
         idempotency_key: "order-17:charge".into(),
@@ -185,9 +241,9 @@ async fn sends_a_json_post_with_the_task_headers() {
     };
     client().post(sent).await.unwrap();
 
-    let (_, received) = server.next_request().await;
+    let received = nth_call(&script, 0).await;
     assert_eq!(received.method, "POST");
-    assert_eq!(received.target, "/hooks/payment?tenant=7");
+    assert_eq!(received.path, "/hooks/payment?tenant=7");
     assert_eq!(received.header("content-type"), Some("application/json"));
     assert_eq!(received.header("idempotency-key"), Some("order-17:charge"));
     assert_eq!(
@@ -196,7 +252,7 @@ async fn sends_a_json_post_with_the_task_headers() {
     );
     assert_eq!(received.header("x-task-attempt"), Some("3"));
     assert_eq!(received.header("content-length"), Some("13"));
-    assert_eq!(received.body, br#"{"amount":42}"#);
+    assert_eq!(&received.body[..], br#"{"amount":42}"#);
 }
 
 #[tokio::test]
@@ -271,7 +327,7 @@ fn requests_that_cannot_be_sent_are_other_errors() {
 #[tokio::test]
 async fn slow_body_times_out_and_closes_the_connection() {
     // Headers and part of the body arrive at once; the rest never does.
-    let mut server = Loopback::start(vec![Reply::Hold(
+    let (script, server) = serve(vec![hold(
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart",
     )])
     .await;
@@ -280,7 +336,7 @@ async fn slow_body_times_out_and_closes_the_connection() {
     let result = client()
         .post(DownRequest {
             timeout,
-            ..request(server.url("/"))
+            ..request(format!("{}/", server.url()))
         })
         .await;
     let elapsed = started.elapsed();
@@ -294,19 +350,19 @@ async fn slow_body_times_out_and_closes_the_connection() {
         elapsed < timeout + GUARD / 2,
         "hung past the timeout: {elapsed:?}"
     );
-    let (connection, _) = server.next_request().await;
-    server.client_closed(connection).await;
+    let call = nth_call(&script, 0).await;
+    closed(&script, call.connection).await;
 }
 
 #[tokio::test]
 async fn silent_server_times_out_and_the_connection_is_closed() {
-    let mut server = Loopback::start(vec![Reply::Hold(b"")]).await;
+    let (script, server) = serve(vec![hold(b"")]).await;
     let timeout = Duration::from_millis(300);
     let started = Instant::now();
     let result = client()
         .post(DownRequest {
             timeout,
-            ..request(server.url("/"))
+            ..request(format!("{}/", server.url()))
         })
         .await;
 
@@ -316,74 +372,74 @@ async fn silent_server_times_out_and_the_connection_is_closed() {
         "{:?}",
         started.elapsed()
     );
-    let (connection, _) = server.next_request().await;
-    server.client_closed(connection).await;
+    let call = nth_call(&script, 0).await;
+    closed(&script, call.connection).await;
 }
 
 #[tokio::test]
 async fn dropping_a_call_waiting_for_headers_closes_its_connection() {
-    let mut server = Loopback::start(vec![Reply::Hold(b"")]).await;
+    let (script, server) = serve(vec![hold(b"")]).await;
     let downstream = client();
     let call = tokio::spawn({
-        let request = request(server.url("/"));
+        let request = request(format!("{}/", server.url()));
         async move { downstream.post(request).await }
     });
     // The server has the request, so the call is in flight.
-    let (connection, _) = server.next_request().await;
+    let received = nth_call(&script, 0).await;
 
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
-    server.client_closed(connection).await;
+    closed(&script, received.connection).await;
 }
 
 #[tokio::test]
 async fn dropping_a_call_reading_the_body_closes_its_connection() {
-    let mut server = Loopback::start(vec![Reply::Hold(
+    let (script, server) = serve(vec![hold(
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart",
     )])
     .await;
     let downstream = client();
     let head = downstream
-        .send_head(request(server.url("/")))
+        .send_head(request(format!("{}/", server.url())))
         .await
         .unwrap();
     assert_eq!(head.status(), 200);
-    let (connection, _) = server.next_request().await;
+    let received = nth_call(&script, 0).await;
 
     let mut reading: Pin<Box<dyn Future<Output = _>>> = Box::pin(downstream.read_body(head));
     let first_poll = std::future::poll_fn(|cx| Poll::Ready(reading.as_mut().poll(cx))).await;
     assert!(first_poll.is_pending(), "the body cannot be complete yet");
     drop(reading);
 
-    server.client_closed(connection).await;
+    closed(&script, received.connection).await;
 }
 
 #[tokio::test]
 async fn a_dropped_call_leaves_no_connection_behind_for_the_next() {
-    let mut server = Loopback::start(vec![
-        Reply::Hold(b""),
-        Reply::KeepAlive(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+    let (script, server) = serve(vec![
+        hold(b""),
+        keep(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
     ])
     .await;
     let downstream = client();
     let first = tokio::spawn({
         let downstream = downstream.clone();
-        let request = request(server.url("/"));
+        let request = request(format!("{}/", server.url()));
         async move { downstream.post(request).await }
     });
-    let (dropped_on, _) = server.next_request().await;
+    let dropped_on = nth_call(&script, 0).await.connection;
     first.abort();
-    server.client_closed(dropped_on).await;
+    closed(&script, dropped_on).await;
 
-    let second = downstream.post(request(server.url("/"))).await;
+    let second = downstream.post(request(format!("{}/", server.url()))).await;
     assert_eq!(second, answer(200, None, None, b"ok"));
-    let (served_on, _) = server.next_request().await;
+    let served_on = nth_call(&script, 1).await.connection;
     assert_ne!(served_on, dropped_on);
 }
 
 #[tokio::test]
 async fn sequential_calls_reuse_one_keep_alive_connection() {
-    let mut server = Loopback::start(vec![Reply::KeepAlive(
+    let (script, server) = serve(vec![keep(
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     )])
     .await;
@@ -393,14 +449,14 @@ async fn sequential_calls_reuse_one_keep_alive_connection() {
     // response is handed over: the next call finds it there rather than
     // racing a new connect against its return.
     for call in 0..5 {
-        let result = downstream.post(request(server.url("/"))).await;
+        let result = downstream.post(request(format!("{}/", server.url()))).await;
         assert_eq!(result, answer(200, None, None, b"ok"), "call {call}");
-        let (connection, _) = server.next_request().await;
-        assert_eq!(connection, 0, "call {call} opened a new connection");
+        let connection = nth_call(&script, call).await.connection;
+        assert_eq!(connection, Some(0), "call {call} opened a new connection");
     }
     assert_eq!(
-        server.accepted_so_far(),
-        0,
+        script.read(|r| r.connections()),
+        1,
         "only connection 0 was ever opened"
     );
 }

@@ -10,8 +10,9 @@ use rustls::ServerConfig;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use super::loopback::{Event, Loopback, Reply};
+use super::tests::{closed, hold, in_order, keep, nth_call};
 use super::trust_anchors;
+use crate::fake::{FakeServer, Script};
 use crate::{
     DownError, DownRequest, Downstream, DownstreamConfig, DownstreamSetupError, HyperDownstream,
 };
@@ -98,14 +99,19 @@ async fn https_with_the_certificate_as_an_extra_root_works_like_http() {
     ];
     for (name, client) in clients {
         assert!(client.https_enabled(), "{name}");
-        let mut server =
-            Loopback::start_tls(vec![Reply::KeepAlive(OK_JSON)], cert.acceptor.clone()).await;
-        let port = server.addr.port();
+        let script = in_order(vec![keep(OK_JSON)]);
+        let server = FakeServer::start_tls(Arc::clone(&script), cert.acceptor.clone())
+            .await
+            .unwrap();
+        let port = server.addr().port();
         // The IP address and the DNS name: the certificate names both.
-        for url in [
-            server.url("/x?n=1"),
+        for (n, url) in [
+            format!("{}/x?n=1", server.url()),
             format!("https://localhost:{port}/x?n=1"),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let response = client.post(request(url.clone())).await;
             let response = response.unwrap_or_else(|error| panic!("{name}, {url}: {error:?}"));
             assert_eq!(response.status, 200, "{name}, {url}");
@@ -113,14 +119,14 @@ async fn https_with_the_certificate_as_an_extra_root_works_like_http() {
             assert_eq!(response.content_type.as_deref(), Some("application/json"));
             assert_eq!(response.body, Bytes::from_static(b"{\"ok\":true}"));
 
-            let (_, received) = server.next_request().await;
+            let received = nth_call(&script, n).await;
             assert_eq!(received.method, "POST", "{name}, {url}");
-            assert_eq!(received.target, "/x?n=1");
+            assert_eq!(received.path, "/x?n=1");
             assert_eq!(received.header("content-type"), Some("application/json"));
             assert_eq!(received.header("idempotency-key"), Some("order-17:charge"));
             assert_eq!(received.header("x-task-id"), Some("task-1"));
             assert_eq!(received.header("x-task-attempt"), Some("2"));
-            assert_eq!(received.body, br#"{"amount":42}"#);
+            assert_eq!(&received.body[..], br#"{"amount":42}"#);
         }
     }
 }
@@ -132,41 +138,44 @@ async fn https_with_the_certificate_as_an_extra_root_works_like_http() {
 async fn an_untrusted_certificate_fails_fast_and_is_not_a_connect_error() {
     let served = test_cert("unknown CA");
     let other = test_cert("internal CA");
-    let mut server = Loopback::start_tls(vec![Reply::KeepAlive(OK_JSON)], served.acceptor).await;
+    let script = in_order(vec![keep(OK_JSON)]);
+    let server = FakeServer::start_tls(Arc::clone(&script), served.acceptor)
+        .await
+        .unwrap();
     let started = Instant::now();
     let result = trusting_only(&other.pem)
-        .post(request(server.url("/x")))
+        .post(request(format!("{}/x", server.url())))
         .await;
     assert!(
         matches!(&result, Err(DownError::Other(message)) if message.contains("UnknownIssuer")),
         "{result:?}"
     );
     assert!(started.elapsed() < GUARD / 2, "{:?}", started.elapsed());
-    for _ in 0..10 {
-        match server.next_event().await {
-            Event::Accepted => {}
-            Event::HandshakeFailed(_) => return,
-            event => panic!("expected a failed handshake, got {event:?}"),
-        }
-    }
-    panic!("no failed handshake among 10 events");
+    let failed = script.wait_for(|r| (r.handshakes_failed() > 0).then_some(()));
+    tokio::time::timeout(GUARD, failed)
+        .await
+        .expect("the server saw the handshake fail");
+    assert_eq!(script.read(|r| r.count()), 0, "no request got through");
 }
 
 #[tokio::test]
 async fn dropping_an_https_call_closes_its_connection() {
     let cert = test_cert("internal CA");
-    let mut server = Loopback::start_tls(vec![Reply::Hold(b"")], cert.acceptor).await;
+    let script: Arc<Script> = in_order(vec![hold(b"")]);
+    let server = FakeServer::start_tls(Arc::clone(&script), cert.acceptor)
+        .await
+        .unwrap();
     let client = trusting(vec![cert.pem]);
     let call = tokio::spawn({
-        let request = request(server.url("/x"));
+        let request = request(format!("{}/x", server.url()));
         async move { client.post(request).await }
     });
     // The server has the request, so the call is in flight.
-    let (connection, _) = server.next_request().await;
+    let received = nth_call(&script, 0).await;
 
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
-    server.client_closed(connection).await;
+    closed(&script, received.connection).await;
 }
 
 /// `try_new` refuses each bad entry naming it; `new` skips it and keeps the
