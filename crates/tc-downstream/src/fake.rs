@@ -162,6 +162,8 @@ pub type Rule = dyn Fn(&Call, usize) -> Step + Send + Sync;
 #[derive(Debug, Default)]
 pub struct Record {
     calls: Vec<Call>,
+    /// The status each kept call was answered with, by index.
+    statuses: Vec<Option<u16>>,
     count: usize,
     answered: usize,
     abandoned: Vec<(usize, Instant)>,
@@ -178,6 +180,12 @@ impl Record {
     /// Every call kept, oldest first (none with [`Script::counting`]).
     pub fn calls(&self) -> &[Call] {
         &self.calls
+    }
+
+    /// The status the `i`th kept call was answered with; `None` while it
+    /// runs, when abandoned, or for a raw reply.
+    pub fn status_of(&self, i: usize) -> Option<u16> {
+        self.statuses.get(i).copied().flatten()
     }
 
     /// How many calls arrived.
@@ -367,6 +375,7 @@ impl Script {
         r.count += 1;
         if self.keep_calls {
             r.calls.push(call);
+            r.statuses.push(None);
         }
         r.in_flight += 1;
         r.peak = r.peak.max(r.in_flight);
@@ -375,12 +384,15 @@ impl Script {
         (index, step)
     }
 
-    fn end(&self, index: usize, answered: bool) {
+    fn end(&self, index: usize, answered: bool, status: Option<u16>) {
         let now = Instant::now();
         self.update(|r| {
             r.in_flight -= 1;
             if answered {
                 r.answered += 1;
+                if let Some(slot) = r.statuses.get_mut(index) {
+                    *slot = status;
+                }
             } else {
                 r.abandoned.push((index, now));
             }
@@ -442,11 +454,28 @@ struct InFlight<'a> {
     script: &'a Script,
     index: usize,
     answered: bool,
+    status: Option<u16>,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(script: &'a Script, index: usize) -> InFlight<'a> {
+        InFlight {
+            script,
+            index,
+            answered: false,
+            status: None,
+        }
+    }
+
+    fn answered(&mut self, status: Option<u16>) {
+        self.answered = true;
+        self.status = status;
+    }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.script.end(self.index, self.answered);
+        self.script.end(self.index, self.answered, self.status);
     }
 }
 
@@ -493,11 +522,7 @@ impl Downstream for FakeDownstream {
             at: Instant::now(),
             connection: None,
         });
-        let mut guard = InFlight {
-            script: &self.script,
-            index,
-            answered: false,
-        };
+        let mut guard = InFlight::new(&self.script, index);
         let waiting = match Play::from(step) {
             Play::Answer(waiting) => waiting,
             Play::Reset => return Err(DownError::Connect("connection reset".to_owned())),
@@ -510,7 +535,7 @@ impl Downstream for FakeDownstream {
         let reply = tokio::time::timeout(request.timeout, self.script.play(waiting))
             .await
             .map_err(|_| DownError::Timeout)?;
-        guard.answered = true;
+        guard.answered(Some(reply.status));
         Ok(DownResponse {
             status: reply.status,
             retry_after: reply.header_value("retry-after").map(str::to_owned),
@@ -635,11 +660,7 @@ async fn serve(number: usize, mut stream: impl Conn, script: Arc<Script>) {
         };
         buf.drain(..consumed);
         let (index, step) = script.begin(call);
-        let mut guard = InFlight {
-            script: &script,
-            index,
-            answered: false,
-        };
+        let mut guard = InFlight::new(&script, index);
         let waiting = match Play::from(step) {
             Play::Answer(waiting) => waiting,
             Play::Reset => {
@@ -651,7 +672,9 @@ async fn serve(number: usize, mut stream: impl Conn, script: Arc<Script>) {
                     stream.write_all(&bytes).await.is_ok() && stream.flush().await.is_ok();
                 // A held call never completes: when the client gives up, it
                 // is abandoned like any other.
-                guard.answered = written && then != Then::Hold;
+                if written && then != Then::Hold {
+                    guard.answered(None);
+                }
                 match then {
                     Then::KeepAlive if written => continue,
                     Then::KeepAlive | Then::Close => {
@@ -684,7 +707,7 @@ async fn serve(number: usize, mut stream: impl Conn, script: Arc<Script>) {
             script.update(|r| r.closed.push(number));
             return;
         }
-        guard.answered = true;
+        guard.answered(Some(reply.status));
     }
 }
 

@@ -19,9 +19,9 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tc_model::{State, TaskId};
 use tc_worker::{AttemptEnded, WorkerConfig};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
-use self::downstream::{DemoDownstream, Seen};
+use self::downstream::DemoDownstream;
 use crate::serve::{self, ServeError, Settings};
 
 /// The longest any one step may take before the demo gives up.
@@ -54,14 +54,13 @@ pub(crate) async fn run() -> ExitCode {
 
 async fn walk_through() -> Result<(), DemoError> {
     let dir = tempfile::tempdir()?;
-    let (seen_tx, seen) = mpsc::unbounded_channel();
-    let downstream = DemoDownstream::start(seen_tx).await?;
+    let downstream = DemoDownstream::start().await?;
     let settings = settings(dir.path().join("demo.db"));
     let running = serve::start(settings).await?;
     let mut demo = Demo {
         api: ApiClient::new(running.addr()),
         ended: running.control().subscribe(),
-        seen,
+        printed: 0,
     };
 
     println!("taskcenter demo");
@@ -117,7 +116,8 @@ fn settings(db: std::path::PathBuf) -> Settings {
 struct Demo {
     api: ApiClient,
     ended: broadcast::Receiver<AttemptEnded>,
-    seen: mpsc::UnboundedReceiver<Seen>,
+    /// How many of the downstream's calls were printed so far.
+    printed: usize,
 }
 
 impl Demo {
@@ -134,7 +134,7 @@ impl Demo {
         let id = self.submit(&task, StatusCode::CREATED).await?;
         println!("   The answer came at once; the worker calls the downstream in the background.");
         self.task_finished(id).await?;
-        self.print_downstream_calls();
+        self.print_downstream_calls(downstream);
         let view = self.show(id).await?;
         expect(&view, "state", "success")?;
         expect(&view, "attempt", 2)?;
@@ -151,7 +151,7 @@ impl Demo {
                 "resubmit gave {again}, not {id}"
             )));
         }
-        let quiet = self.seen.try_recv().is_err();
+        let quiet = downstream.script.read(|r| r.count()) == self.printed;
         println!(
             "   -> the same task {id}: nothing new was created{}.",
             if quiet {
@@ -174,7 +174,7 @@ impl Demo {
         });
         let id = self.submit(&task, StatusCode::CREATED).await?;
         self.task_finished(id).await?;
-        self.print_downstream_calls();
+        self.print_downstream_calls(downstream);
         let view = self.show(id).await?;
         expect(&view, "state", "failed")?;
         expect(&view, "attempt", 1)?;
@@ -193,26 +193,23 @@ impl Demo {
             "timeout_ms": 60000,
         });
         let id = self.submit(&task, StatusCode::CREATED).await?;
-        match self.next_seen("the call to /slow").await? {
-            Seen::Call { answered: None, .. } => {
-                println!(
-                    "   downstream: call received on /slow; it is holding the connection open"
-                );
-            }
-            other => return Err(DemoError::Unexpected(format!("{other:?}"))),
-        }
+        let on_slow = |r: &tc_downstream::fake::Record| r.calls().iter().any(|c| c.path == "/slow");
+        wait_on(downstream, "the call to /slow", move |r| {
+            on_slow(r).then_some(())
+        })
+        .await?;
+        println!("   downstream: call received on /slow; it is holding the connection open");
         println!("   POST /tasks/{id}/cancel");
         let (status, answer) = self
             .api
             .call(Method::POST, &format!("/tasks/{id}/cancel"), None)
             .await?;
         println!("   <- {status} {answer}");
-        match self.next_seen("the downstream connection to close").await? {
-            Seen::ClosedWhileHeld { path } => {
-                println!("   downstream: the connection for {path} was closed by taskcenter");
-            }
-            other => return Err(DemoError::Unexpected(format!("{other:?}"))),
-        }
+        wait_on(downstream, "the downstream connection to close", |r| {
+            r.abandoned().any(|(c, _)| c.path == "/slow").then_some(())
+        })
+        .await?;
+        println!("   downstream: the connection for /slow was closed by taskcenter");
         let view = self.show(id).await?;
         expect(&view, "state", "canceled")?;
         println!(
@@ -285,30 +282,38 @@ impl Demo {
             .map_err(|_| DemoError::Timeout("the task to finish"))?
     }
 
-    async fn next_seen(&mut self, what: &'static str) -> Result<Seen, DemoError> {
-        match tokio::time::timeout(STEP_GUARD, self.seen.recv()).await {
-            Ok(Some(seen)) => Ok(seen),
-            Ok(None) => Err(DemoError::Unexpected("the demo downstream stopped".into())),
-            Err(_) => Err(DemoError::Timeout(what)),
-        }
-    }
-
     /// Prints the calls the downstream answered since the last print.
-    fn print_downstream_calls(&mut self) {
-        while let Ok(seen) = self.seen.try_recv() {
-            if let Seen::Call {
-                path,
-                idempotency_key,
-                attempt,
-                answered: Some(status),
-            } = seen
-            {
-                println!(
-                    "   downstream: {path} called (X-Task-Attempt {attempt}, Idempotency-Key {idempotency_key}) -> answered {status}"
-                );
-            }
+    fn print_downstream_calls(&mut self, downstream: &DemoDownstream) {
+        let lines: Vec<String> = downstream.script.read(|r| {
+            (self.printed..r.calls().len())
+                .filter_map(|i| {
+                    let (call, status) = (&r.calls()[i], r.status_of(i)?);
+                    let header = |name| call.header(name).unwrap_or("-");
+                    Some(format!(
+                        "   downstream: {} called (X-Task-Attempt {}, Idempotency-Key {}) -> answered {status}",
+                        call.path,
+                        header("x-task-attempt"),
+                        header("idempotency-key"),
+                    ))
+                })
+                .collect()
+        });
+        self.printed = downstream.script.read(|r| r.calls().len());
+        for line in lines {
+            println!("{line}");
         }
     }
+}
+
+/// Waits (within the step guard) until the downstream's record shows `what`.
+async fn wait_on(
+    downstream: &DemoDownstream,
+    what: &'static str,
+    found: impl Fn(&tc_downstream::fake::Record) -> Option<()>,
+) -> Result<(), DemoError> {
+    tokio::time::timeout(STEP_GUARD, downstream.script.wait_for(found))
+        .await
+        .map_err(|_| DemoError::Timeout(what))
 }
 
 /// A JSON value as a person reads it: strings without their quotes.
