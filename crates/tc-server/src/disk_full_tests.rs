@@ -55,7 +55,7 @@ async fn a_full_disk_refuses_submits_and_loses_no_outcome() {
     // Every call waits at the gate, then answers with a large body whose
     // outcome write needs new pages.
     let big = Reply {
-        body: format!("{{\"report\":\"{}\"}}", "r".repeat(200_000)),
+        body: format!("{{\"report\":\"{}\"}}", "r".repeat(200_000)).into(),
         ..Reply::status(200)
     };
     script.plan("/report", (0..TASKS).map(|_| Step::Gate(big.clone())));
