@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_store;
+mod chaos;
 mod test_matrix;
 mod tidy;
 
@@ -17,6 +18,7 @@ commands:
   test-matrix  the worker's scenarios for every store adapter x downstream [--verbose] [--only <scenario>]
   bench        build release, measure each figure beside its ceiling [--quick]
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
+  chaos        kill -9 tc-server under mixed load, restart, check nothing is lost [--rounds N] [--seed S]
 ";
 
 fn main() -> ExitCode {
@@ -26,6 +28,7 @@ fn main() -> ExitCode {
         Some("test-matrix") => test_matrix::run_matrix(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("bench-store") => bench_store::run(&args[1..]),
+        Some("chaos") => chaos::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())

@@ -13,12 +13,12 @@
 
 mod args;
 mod downstream;
-mod load;
+pub(crate) mod load;
 mod peer;
 mod phases;
 mod procfs;
 mod report;
-mod server;
+pub(crate) mod server;
 mod stats;
 mod store;
 
@@ -132,14 +132,14 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 /// release build of tc-server is already fresh.
 const BUILT: &str = "TC_BENCH_BUILT";
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap_or(Path::new("."))
         .to_owned()
 }
 
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => root.join(dir),
         None => root.join("target"),
@@ -147,7 +147,7 @@ fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// `$CARGO build --release <packages>` in the workspace.
-fn build(root: &Path, packages: &[&str]) -> Result<(), String> {
+pub(crate) fn build(root: &Path, packages: &[&str]) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("[bench] cargo build --release {}", packages.join(" "));
     let status = Command::new(&cargo)
