@@ -198,9 +198,10 @@ async fn chaos(binary: &std::path::Path, rounds: usize, seed: u64) -> Result<(),
     let endpoint = Endpoint::new(server.addr);
     let mut conn = Conn::open(server.addr).await?;
     drain(&mut conn, &endpoint).await?;
-    let report = check(&mut conn, &endpoint, &lock(&ledger), &script).await;
+    // Every client has stopped: the ledger is no longer shared.
+    let ledger = std::mem::take(&mut *lock(&ledger));
+    let report = check(&mut conn, &endpoint, &ledger, &script).await;
     server.stop();
-    let ledger = lock(&ledger);
     println!(
         "chaos: {rounds} kill -9 rounds in {:.1?}: {} tasks acknowledged ({} submits, {} cancels, {} requests cut by a kill), {} downstream calls",
         started.elapsed(),
