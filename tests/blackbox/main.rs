@@ -16,5 +16,6 @@
 
 mod api;
 mod delivery;
+mod edge;
 mod lifecycle;
 mod support;

@@ -312,7 +312,8 @@ where
     let task = &submitted.task;
     if submitted.created {
         app.control.task_submitted();
-        tracing::info!(task_id = %task.id, url = %task.url, "task_submitted");
+        let (origin, path) = tc_model::origin_and_path(&task.url);
+        tracing::info!(task_id = %task.id, origin, path, "task_submitted");
         let mut response = json(StatusCode::CREATED, &TaskView::new(task))?;
         let location = HeaderValue::try_from(format!("/tasks/{}", task.id))
             .map_err(|e| ApiError::Internal(format!("Location header: {e}")))?;
@@ -344,8 +345,11 @@ fn check_json_content_type(parts: &Parts) -> Result<(), ApiError> {
     }
 }
 
+/// A prefix matches the normalised url at a path-segment boundary (see
+/// [`tc_model::is_under_prefix`]), never as mere text: `https://b.test/hooks`
+/// admits `/hooks/1`, not `/hooksx`.
 fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
-    if prefixes.is_empty() || prefixes.iter().any(|p| url.starts_with(p.as_str())) {
+    if prefixes.is_empty() || prefixes.iter().any(|p| tc_model::is_under_prefix(url, p)) {
         Ok(())
     } else {
         Err(ApiError::UrlNotAllowed(
@@ -380,6 +384,12 @@ async fn result<S: TaskStore, C>(app: &App<S, C>, id: TaskId) -> Answer {
     headers.insert(
         http::header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
+    );
+    // A text/html result opened in a browser must not run scripts or reach
+    // cookies on the API's origin: sandbox gives it a unique opaque origin.
+    headers.insert(
+        http::header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox"),
     );
     Ok(response)
 }
@@ -558,6 +568,8 @@ mod tests {
         assert!(check_url_allowed("https://b.test/hooks/1", &prefixes).is_ok());
         assert!(check_url_allowed("https://b.test/other", &prefixes).is_err());
         assert!(check_url_allowed("http://a.test.evil/", &prefixes).is_err());
+        assert!(check_url_allowed("https://b.test/hooksx/1", &prefixes).is_err());
+        assert!(check_url_allowed("https://B.test:443/hooks/1", &prefixes).is_ok());
         assert!(check_url_allowed("http://anything/", &[]).is_ok());
     }
 }

@@ -14,9 +14,9 @@ pub struct HttpConfig {
     pub default_timeout: Duration,
     /// With a token, every `/tasks` route needs `Authorization: Bearer <token>`.
     pub api_token: Option<String>,
-    /// When not empty, a task's url must start with one of these prefixes.
-    /// Write them with a trailing `/` (`http://hooks.internal/`), or
-    /// `http://hooks.internal` would also admit `http://hooks.internal.evil/`.
+    /// When not empty, a task's url must lie under one of these prefixes:
+    /// same scheme, host and port, and a path that starts with the prefix's
+    /// at a segment boundary, both normalised ([`tc_model::is_under_prefix`]).
     pub allow_url_prefixes: Vec<String>,
     /// How long a client may take to send a request's headers (default 10 s);
     /// the connection is closed when it runs out.

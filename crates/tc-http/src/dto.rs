@@ -6,6 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tc_model::store::Page;
 use tc_model::{AttemptRecord, Limits, NewTask, State, Task, TaskId, Timestamp, ValidationError};
 
@@ -21,8 +22,10 @@ use crate::error::ApiError;
 struct SubmitBody {
     #[serde(default, deserialize_with = "present")]
     url: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    json: Option<Value>,
+    /// Kept as the client wrote it: the downstream gets its key order,
+    /// number digits and string escapes unchanged.
+    #[serde(default, deserialize_with = "present_raw")]
+    json: Option<Box<RawValue>>,
     #[serde(default, deserialize_with = "present")]
     idempotency_key: Option<Value>,
     #[serde(default, deserialize_with = "present")]
@@ -34,6 +37,35 @@ struct SubmitBody {
 /// Deserializes a field that is present, even as `null`, to `Some`.
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
+}
+
+/// Like [`present`], for a value kept as its JSON text.
+fn present_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// `json` without its insignificant whitespace, every other byte as sent.
+/// The input is valid JSON (serde checked it), so whitespace outside
+/// strings is exactly what may go.
+fn compact(json: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json.as_bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            continue;
+        }
+        out.push(b);
+    }
+    out
 }
 
 /// Parses and validates a submission. Every refusal is 400 and its message
@@ -57,9 +89,6 @@ pub(crate) fn parse_submit(bytes: &[u8], config: &HttpConfig) -> Result<NewTask,
 
     let url = required_string("url", body.url)?;
     let idempotency_key = required_string("idempotency_key", body.idempotency_key)?;
-    let json = body
-        .json
-        .unwrap_or_else(|| Value::Object(Default::default()));
     let max_attempts = match body.max_attempts {
         None => config.default_max_attempts,
         Some(v) => {
@@ -72,8 +101,9 @@ pub(crate) fn parse_submit(bytes: &[u8], config: &HttpConfig) -> Result<NewTask,
         None => config.default_timeout,
         Some(v) => Duration::from_millis(integer("timeout_ms", &v, 1, max_timeout_ms)?),
     };
-    let downstream_body = serde_json::to_vec(&json)
-        .map_err(|e| invalid(format!("json: cannot be serialized: {e}")))?;
+    let downstream_body = body
+        .json
+        .map_or_else(|| b"{}".to_vec(), |raw| compact(raw.get()));
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
     };
@@ -380,9 +410,13 @@ mod tests {
         assert_eq!(task.url(), "http://127.0.0.1:9/hook");
         assert_eq!(task.idempotency_key(), "k1");
 
-        let body = format!(r#"{{{URL},{KEY},"json":{{ "b" : [1, "x"], "a": null }}}}"#);
+        let body = format!("{{{URL},{KEY},\"json\":{{ \"b\" : [1, \"x\"],\n\t\"a\": null }}}}");
         let task = parse_submit(body.as_bytes(), &config()).unwrap();
-        assert_eq!(task.body(), br#"{"a":null,"b":[1,"x"]}"#, "compact JSON");
+        assert_eq!(
+            task.body(),
+            br#"{"b":[1,"x"],"a":null}"#,
+            "compact JSON, keys in the order sent"
+        );
 
         let task = parse_submit(
             format!(r#"{{{URL},{KEY},"json":null}}"#).as_bytes(),
@@ -390,17 +424,38 @@ mod tests {
         )
         .unwrap();
         assert_eq!(task.body(), b"null", "an explicit null is sent as null");
+    }
 
-        // Numbers keep their digits: no rounding through f64 (an exponent
-        // gains its sign, the same value).
-        let body = format!(
-            r#"{{{URL},{KEY},"json":{{"big":123456789012345678901234567890,"exp":1e2,"neg":-0.10}}}}"#
+    #[test]
+    fn the_downstream_gets_the_json_as_sent_less_its_whitespace() {
+        let check = |json: &str, expected: &str| {
+            let body = format!(r#"{{{URL},{KEY},"json":{json}}}"#);
+            let config = HttpConfig {
+                max_body_bytes: 1024,
+                ..config()
+            };
+            let task = parse_submit(body.as_bytes(), &config).unwrap();
+            assert_eq!(String::from_utf8_lossy(task.body()), expected, "{json}");
+        };
+        // Numbers keep their digits: no rounding through f64, no rewriting.
+        check(
+            r#"{"big":123456789012345678901234567890,"exp":1e2,"neg":-0.10,"f":1.50}"#,
+            r#"{"big":123456789012345678901234567890,"exp":1e2,"neg":-0.10,"f":1.50}"#,
         );
-        let task = parse_submit(body.as_bytes(), &config()).unwrap();
-        assert_eq!(
-            task.body(),
-            br#"{"big":123456789012345678901234567890,"exp":1e+2,"neg":-0.10}"#
+        // serde_json's arbitrary_precision marker is just an object here.
+        check(
+            r#"{"$serde_json::private::Number":"1"}"#,
+            r#"{"$serde_json::private::Number":"1"}"#,
         );
+        check(r#"{ "z" : 1 , "a" : 2 }"#, r#"{"z":1,"a":2}"#);
+        // Escapes and whitespace inside strings stay as written.
+        check(
+            r#""a \"q\" \u00e9\n\\ \t b""#,
+            r#""a \"q\" \u00e9\n\\ \t b""#,
+        );
+        check(r#"[ "x y" , { } ]"#, r#"["x y",{}]"#);
+        check("null", "null");
+        check(r#""\\""#, r#""\\""#);
     }
 
     #[test]

@@ -9,7 +9,9 @@ mod new_task;
 mod state;
 pub mod store;
 mod task;
+mod url;
 
 pub use new_task::{Limits, NewTask, ValidationError};
 pub use state::{IllegalTransition, State, UnknownState, transit};
 pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};
+pub use url::{is_under_prefix, origin_and_path};

@@ -148,7 +148,10 @@ impl NewTask {
     }
 
     /// Whether `other` asks for the same work: the fields an idempotent
-    /// resubmit must repeat exactly (everything but the key itself).
+    /// resubmit must repeat (everything but the key itself). Bodies are
+    /// compared as JSON values when both are JSON, so that a resubmit that
+    /// orders keys differently or spaces them otherwise is the same work;
+    /// numbers compare by their digits as written.
     pub fn same_payload(
         &self,
         url: &str,
@@ -157,9 +160,24 @@ impl NewTask {
         timeout: Duration,
     ) -> bool {
         self.url == url
-            && self.body == body
+            && same_json(&self.body, body)
             && self.max_attempts == max_attempts
             && self.timeout == timeout
+    }
+}
+
+/// Equal bytes, or equal JSON values (object keys in any order, any
+/// insignificant whitespace).
+fn same_json(a: &[u8], b: &[u8]) -> bool {
+    if a == b {
+        return true;
+    }
+    match (
+        serde_json::from_slice::<serde_json::Value>(a),
+        serde_json::from_slice::<serde_json::Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -197,6 +215,13 @@ fn check_url(url: &str) -> Result<(), ValidationError> {
         // Credentials in a url end up in logs and the task view.
         return Err(ValidationError::Url(
             "must not contain user information".into(),
+        ));
+    }
+    if crate::url::has_dot_segment(uri.path()) {
+        // `/hooks/../admin` would pass a prefix check on the text and reach
+        // `/admin` once the downstream resolves it.
+        return Err(ValidationError::Url(
+            "must not have `.` or `..` path segments, literal or percent-encoded".into(),
         ));
     }
     // `Authority::port` hides a port that does not fit in u16, so read it here.
@@ -305,6 +330,10 @@ mod tests {
             "http://[::1]:70000/",
             "not a url",
             "mailto:a@b",
+            "https://b.test/hooks/../admin",
+            "https://b.test/hooks/%2e%2E/admin",
+            "https://b.test/hooks/./x",
+            "https://b.test/hooks/..",
         ] {
             check(|i| i.url = bad.into(), d, Some("url"));
         }
@@ -360,6 +389,25 @@ mod tests {
     }
 
     #[test]
+    fn bodies_compare_as_json_values() {
+        let check = |a: &str, b: &str, same: bool| {
+            assert_eq!(same_json(a.as_bytes(), b.as_bytes()), same, "{a} vs {b}");
+        };
+        check(r#"{"b":1,"a":[1,2]}"#, r#"{ "a" : [1, 2], "b" : 1 }"#, true);
+        check(r#"{"a":{"y":1,"x":2}}"#, r#"{"a":{"x":2,"y":1}}"#, true);
+        check(r#"{"a":[1,2]}"#, r#"{"a":[2,1]}"#, false);
+        check(
+            r#"{"n":123456789012345678901234567890}"#,
+            r#"{"n":123456789012345678901234567891}"#,
+            false,
+        );
+        check(r#"{"n":1.0}"#, r#"{"n":1}"#, false);
+        check(r#"{"a":1}"#, r#"{"a":1,"b":null}"#, false);
+        check("not json", "not json", true);
+        check("not json", "not  json", false);
+    }
+
+    #[test]
     fn same_payload_compares_everything_but_the_key() {
         let i = valid();
         let task = NewTask::new(
@@ -374,6 +422,7 @@ mod tests {
         assert!(task.same_payload(&i.url, &i.body, 3, i.timeout));
         assert!(!task.same_payload("http://other/", &i.body, 3, i.timeout));
         assert!(!task.same_payload(&i.url, b"[]", 3, i.timeout));
+        assert!(!task.same_payload(&i.url, b"not json", 3, i.timeout));
         assert!(!task.same_payload(&i.url, &i.body, 4, i.timeout));
         assert!(!task.same_payload(&i.url, &i.body, 3, Duration::from_secs(6)));
     }

@@ -107,10 +107,11 @@ pub(crate) struct ServeArgs {
           value_parser = non_empty)]
     pub(crate) api_token: Option<String>,
 
-    /// Only task urls starting with one of these prefixes are accepted
-    /// (repeatable, or comma-separated; a comma always separates prefixes,
-    /// write one inside a url as `%2C`). End a prefix with `/`, or
-    /// `http://hooks` also admits `http://hooks.evil.example/`.
+    /// Only task urls under one of these prefixes are accepted (repeatable,
+    /// or comma-separated; a comma always separates prefixes, write one
+    /// inside a url as `%2C`). Matched on the normalised url at a path-segment
+    /// boundary: `http://hooks/a` admits `http://hooks/a/1`, not
+    /// `http://hooks/ab` nor `http://hooks.evil.example/`.
     #[arg(long, env = "TC_ALLOW_URL_PREFIX", value_delimiter = ',',
           value_parser = non_empty)]
     pub(crate) allow_url_prefix: Vec<String>,

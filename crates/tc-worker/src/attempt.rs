@@ -229,7 +229,9 @@ async fn run<S: TaskStore, D: Downstream>(
         ctx.metrics.count("canceled");
         return Some(State::Canceled);
     }
-    tracing::info!(task_id = %task_id, attempt = task.attempt, url = %task.url, "task_start");
+    // Origin and path only: a query string often carries a secret.
+    let (origin, path) = tc_model::origin_and_path(&task.url);
+    tracing::info!(task_id = %task_id, attempt = task.attempt, origin, path, "task_start");
     let request = DownRequest {
         url: task.url.clone(),
         body: bytes::Bytes::from(task.body.clone()),

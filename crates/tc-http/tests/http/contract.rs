@@ -373,6 +373,29 @@ async fn submit_creates_once_and_wakes_the_worker_once() {
 }
 
 #[tokio::test]
+async fn a_resubmit_may_order_keys_and_space_them_otherwise() {
+    let h = harness(HttpConfig::default()).await;
+    let ct = [("content-type", "application/json")];
+    let submit = |json: &'static str| {
+        let body =
+            format!(r#"{{"url":"http://127.0.0.1:9/a","idempotency_key":"k","json":{json}}}"#);
+        let h = &h;
+        async move { h.call("POST", "/tasks", &ct, body.as_bytes()).await }
+    };
+    let first = submit(r#"{"b":1,"a":{"y":[1,2],"x":"\u00e9"}}"#).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    let same = submit(r#"{ "a" : { "x" : "\u00e9", "y" : [ 1, 2 ] }, "b" : 1 }"#).await;
+    assert_eq!(same.status, 200, "{same:?}");
+    assert_eq!(same.json()["id"], first.json()["id"]);
+    for other in [
+        r#"{"b":1,"a":{"y":[2,1],"x":"\u00e9"}}"#,
+        r#"{"b":1.0,"a":{"y":[1,2],"x":"\u00e9"}}"#,
+    ] {
+        assert_eq!(submit(other).await.status, 409, "{other}");
+    }
+}
+
+#[tokio::test]
 async fn defaults_come_from_the_config() {
     let config = HttpConfig {
         default_max_attempts: 9,
@@ -500,6 +523,9 @@ async fn result_is_the_downstream_body_byte_for_byte() {
     assert_eq!(reply.status, 200);
     assert_eq!(reply.header("content-type"), Some("application/json"));
     assert_eq!(&reply.body[..], br#"{"ok":true}"#);
+    // A text/html result must not run on the API's origin.
+    assert_eq!(reply.header("content-security-policy"), Some("sandbox"));
+    assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
 
     let reply = h
         .call("GET", &f.path("/tasks/{binary}/result"), &[], b"")
@@ -651,17 +677,31 @@ async fn urls_outside_the_allow_list_are_forbidden() {
         ("http://127.0.0.1:9/ok", 403),
         ("https://hooks.test.evil/x", 403),
         ("ftp://hooks.test/", 400),
+        // Dot-segments would climb out of the prefix once resolved.
+        ("https://hooks.test/../admin", 400),
+        ("https://hooks.test/a/%2e%2E/admin", 400),
+        ("https://hooks.test/./x", 400),
+        ("http://127.0.0.1:9/ok/..%2Fadmin", 400),
+        // The prefix matches the normalised url, at a segment boundary.
+        ("HTTPS://Hooks.Test:443/x", 201),
+        ("http://127.0.0.1:9/okx/1", 403),
     ];
     for (i, (url, status)) in cases.into_iter().enumerate() {
         let reply = h
             .submit(&json!({"url": url, "idempotency_key": format!("k{i}")}))
             .await;
         assert_eq!(reply.status, status, "{url}: {reply:?}");
-        if status == 403 {
-            assert_eq!(reply.error_code().as_deref(), Some("url_not_allowed"));
+        match status {
+            403 => assert_eq!(reply.error_code().as_deref(), Some("url_not_allowed")),
+            400 => {
+                assert_eq!(reply.error_code().as_deref(), Some("invalid_request"));
+                let message = reply.json()["error"]["message"].as_str().map(str::to_owned);
+                assert!(message.is_some_and(|m| m.starts_with("url: ")), "{reply:?}");
+            }
+            _ => {}
         }
     }
-    assert_eq!(h.wakes(), 2);
+    assert_eq!(h.wakes(), 3);
 }
 
 #[tokio::test]

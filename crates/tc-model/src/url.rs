@@ -1,0 +1,229 @@
+//! What the domain needs to know about a task's url beyond "it parses":
+//! dot-segments (which let a url climb out of an allowed prefix), matching
+//! an allow-list prefix on the normalised url, and the parts of a url that
+//! may be logged (never its query string, which often carries secrets).
+
+/// Whether the path of `uri` has a `.` or `..` segment, literal or
+/// percent-encoded (`%2e%2E`), also when a segment hides one behind an
+/// encoded slash (`a%2F..`) that a downstream might decode.
+pub(crate) fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|segment| {
+        let decoded = percent_decode(segment);
+        decoded
+            .split(|&b| b == b'/' || b == b'\\')
+            .any(|part| part == b"." || part == b"..")
+    })
+}
+
+/// Whether `url` lies under the allow-list `prefix`: same scheme, host and
+/// port (compared case-insensitively, default ports made explicit), and a
+/// path that starts with the prefix's path at a segment boundary, after
+/// both were normalised (percent-encoded unreserved characters decoded, the
+/// other escapes in upper case). A prefix that is not an absolute http(s)
+/// url matches nothing; so does a url with a query when the prefix has one.
+pub fn is_under_prefix(url: &str, prefix: &str) -> bool {
+    let (Some(url), Some(prefix)) = (Normalised::parse(url), Normalised::parse(prefix)) else {
+        return false;
+    };
+    if url.origin != prefix.origin || prefix.has_query {
+        return false;
+    }
+    let Some(rest) = url.path.strip_prefix(prefix.path.as_str()) else {
+        return false;
+    };
+    prefix.path.ends_with('/') || rest.is_empty() || rest.starts_with('/')
+}
+
+/// The origin (`scheme://host:port`, the port always written) and the path
+/// of `url`, without its query string: what logs may say about a task's url.
+/// A url that does not parse (no task has one) is logged as `invalid`.
+pub fn origin_and_path(url: &str) -> (String, &str) {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return ("invalid".to_owned(), "");
+    };
+    let path_start = url
+        .find("://")
+        .and_then(|scheme_end| {
+            let after = scheme_end + 3;
+            url[after..].find(['/', '?']).map(|p| after + p)
+        })
+        .unwrap_or(url.len());
+    let path_end = url[path_start..]
+        .find(['?', '#'])
+        .map_or(url.len(), |p| path_start + p);
+    (
+        origin(&uri).unwrap_or_else(|| "invalid".to_owned()),
+        &url[path_start..path_end],
+    )
+}
+
+fn origin(uri: &http::Uri) -> Option<String> {
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let host = uri.host()?.to_ascii_lowercase();
+    let port = uri.port_u16().or(match scheme.as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    })?;
+    Some(format!("{scheme}://{host}:{port}"))
+}
+
+struct Normalised {
+    origin: String,
+    path: String,
+    has_query: bool,
+}
+
+impl Normalised {
+    fn parse(url: &str) -> Option<Normalised> {
+        let uri: http::Uri = url.parse().ok()?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return None;
+        }
+        let path = if uri.path().is_empty() {
+            "/"
+        } else {
+            uri.path()
+        };
+        Some(Normalised {
+            origin: origin(&uri)?,
+            path: normalise_escapes(path),
+            has_query: uri.query().is_some(),
+        })
+    }
+}
+
+/// RFC 3986 §6.2.2: escapes of unreserved characters decoded, the other
+/// escapes' hex digits in upper case, so that equal paths compare equal.
+fn normalise_escapes(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(b) = escaped_byte(bytes, i) {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                out.push(char::from(b));
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+            i += 3;
+        } else {
+            out.push(char::from(bytes[i]));
+            i += 1;
+        }
+    }
+    out
+}
+
+fn percent_decode(segment: &str) -> Vec<u8> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(b) = escaped_byte(bytes, i) {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The byte `%XX` at `i` stands for, if there is a well-formed escape there.
+fn escaped_byte(bytes: &[u8], i: usize) -> Option<u8> {
+    if bytes.get(i) != Some(&b'%') {
+        return None;
+    }
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let hi = hex(*bytes.get(i + 1)?)?;
+    let lo = hex(*bytes.get(i + 2)?)?;
+    u8::try_from(hi * 16 + lo).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_segments_are_found_literal_or_encoded() {
+        let check = |path: &str, expected: bool| {
+            assert_eq!(has_dot_segment(path), expected, "{path}");
+        };
+        check("/hooks/1", false);
+        check("/hooks/a.b/..c/.d/...", false);
+        check("/", false);
+        check("", false);
+        check("/hooks/../admin", true);
+        check("/hooks/./x", true);
+        check("/hooks/..", true);
+        check("/hooks/.", true);
+        check("/hooks/%2e%2e/admin", true);
+        check("/hooks/%2E%2e/admin", true);
+        check("/hooks/.%2E/admin", true);
+        check("/hooks/%2e/admin", true);
+        check("/hooks/x%2F..%2Fadmin", true);
+        check("/hooks/x%5C..%5Cadmin", true);
+        check("/hooks/%2e%2ex", false);
+        check("/hooks/%zz/..%", false);
+    }
+
+    #[test]
+    fn prefixes_match_the_normalised_url_at_a_segment_boundary() {
+        let check = |url: &str, prefix: &str, expected: bool| {
+            assert_eq!(
+                is_under_prefix(url, prefix),
+                expected,
+                "{url} under {prefix}"
+            );
+        };
+        let hooks = "https://b.test/hooks/";
+        check("https://b.test/hooks/1", hooks, true);
+        check("https://b.test/hooks/", hooks, true);
+        check("https://B.TEST/hooks/1", hooks, true);
+        check("HTTPS://b.test:443/hooks/1?x=1", hooks, true);
+        check("https://b.test/%68ooks/1", hooks, true);
+        check("https://b.test/hooks", hooks, false);
+        check("https://b.test/hooksx/1", hooks, false);
+        check("https://b.test/other", hooks, false);
+        check("http://b.test/hooks/1", hooks, false);
+        check("https://b.test:8443/hooks/1", hooks, false);
+        check("https://b.test.evil/hooks/1", hooks, false);
+        check("https://b.test/hooks%2F1", hooks, false);
+        // Without a trailing slash, the prefix still ends at a boundary.
+        let bare = "https://b.test/hooks";
+        check("https://b.test/hooks", bare, true);
+        check("https://b.test/hooks/1", bare, true);
+        check("https://b.test/hooks?x", bare, true);
+        check("https://b.test/hooksx", bare, false);
+        let host = "http://a.test";
+        check("http://a.test/x", host, true);
+        check("http://a.test", host, true);
+        check("http://a.test.evil/", host, false);
+        check("http://a.test:8080/", host, false);
+        check("http://a.test/x", "not a url", false);
+        check("http://a.test/x?y", "http://a.test/x?y", false);
+    }
+
+    #[test]
+    fn logs_see_the_origin_and_path_never_the_query() {
+        let check = |url: &str, origin: &str, path: &str| {
+            assert_eq!(origin_and_path(url), (origin.to_owned(), path), "{url}");
+        };
+        check(
+            "http://127.0.0.1:9000/hook?token=s3cret",
+            "http://127.0.0.1:9000",
+            "/hook",
+        );
+        check(
+            "https://Example.com/a/b#frag",
+            "https://example.com:443",
+            "/a/b",
+        );
+        check("http://h?x=1", "http://h:80", "");
+        check("http://h", "http://h:80", "");
+        check("http://[::1]:8080/x", "http://[::1]:8080", "/x");
+        check("nonsense", "invalid", "");
+    }
+}
