@@ -10,7 +10,10 @@ use crate::support;
 async fn logs_carry_the_origin_and_path_never_the_query_string() {
     let mut s = support::start().await;
     let url = format!("{}?token=s3cret-in-query", s.down.url("/ok"));
-    let reply = s.api.submit(&url, "logged-query", serde_json::json!({})).await;
+    let reply = s
+        .api
+        .submit(&url, "logged-query", serde_json::json!({}))
+        .await;
     assert_eq!(reply.status, 201, "{:?}", reply.json());
     let id = reply.id();
     s.api.wait_terminal(&id).await;
