@@ -6,6 +6,7 @@
 
 mod cli;
 mod control;
+mod db_lock;
 mod demo;
 #[cfg(test)]
 mod disk_full_tests;

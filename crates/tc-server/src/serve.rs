@@ -19,6 +19,9 @@ use crate::control::WorkerPort;
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ServeError {
+    /// Another tc-server has the database; nothing was touched.
+    #[error(transparent)]
+    Locked(#[from] crate::db_lock::LockError),
     /// The database could not be opened; the file was left as it was.
     #[error("cannot open the database: {0}")]
     Store(#[from] tc_store::OpenError),
@@ -107,6 +110,8 @@ impl Settings {
 /// A running service: the HTTP API served, the worker claiming.
 pub(crate) struct Running {
     addr: SocketAddr,
+    /// Released after the store closed (and by the kernel on any exit).
+    db_lock: crate::db_lock::DbLock,
     store: Arc<SqliteStore>,
     worker: Worker<SqliteStore>,
     http: tc_http::Server,
@@ -128,6 +133,8 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     // The downstream client before the store: a bad CA file fails the start
     // before a database file is created.
     let downstream = Arc::new(downstream(&settings)?);
+    // Before the store opens the file: a second server must not touch it.
+    let db_lock = crate::db_lock::acquire(&settings.db)?;
     let store = Arc::new(SqliteStore::open(&settings.db, settings.store.clone()).await?);
 
     let mut registry = Registry::default();
@@ -167,6 +174,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     );
     Ok(Running {
         addr,
+        db_lock,
         store,
         worker,
         http,
@@ -221,6 +229,7 @@ impl Running {
     /// commits what is queued and closes.
     pub(crate) async fn shutdown(self) -> Result<(), ServeError> {
         let Running {
+            db_lock,
             store,
             worker,
             http,
@@ -234,6 +243,7 @@ impl Running {
         tracing::info!(interrupted = report.interrupted, "shutdown_worker_stopped");
         http?;
         close_store(store).await;
+        drop(db_lock);
         tracing::info!("shutdown_complete");
         Ok(())
     }

@@ -218,6 +218,11 @@ impl Server {
         server
     }
 
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
     pub(crate) fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
