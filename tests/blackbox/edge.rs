@@ -65,3 +65,48 @@ async fn the_downstream_receives_the_json_as_the_client_wrote_it() {
         .expect("the downstream was called");
     assert_eq!(String::from_utf8_lossy(&got.body), json);
 }
+
+#[tokio::test]
+async fn a_second_server_on_the_same_file_exits_1_and_touches_nothing() {
+    let mut s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/ok"), "first-server").await;
+    s.api.wait_terminal(&id).await;
+    let (status, stderr) = s.config.run_to_exit().await;
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    let expected = format!(
+        "database {} is in use by another tc-server (pid {})",
+        s.config.db().display(),
+        s.server.pid()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    // The first one still serves its tasks.
+    assert_eq!(s.api.task(&id).await["state"], "success");
+    // A holder killed with SIGKILL leaves no stale lock.
+    s.server.kill9().await;
+    s.restart().await;
+    assert_eq!(s.api.task(&id).await["state"], "success");
+}
+
+#[tokio::test]
+async fn healthz_is_503_while_the_store_cannot_write_and_200_again_after() {
+    let s = support::start().await;
+    assert_eq!(s.api.get("/healthz").await.status, 200);
+    // Another writer holds the database's write lock: every write of the
+    // server waits, then fails, though HTTP itself is fine.
+    let blocker = rusqlite::Connection::open(s.config.db()).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let reply = s.api.get("/healthz").await;
+    assert_eq!(reply.status, 503, "{:?}", reply.body);
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    let body = reply.json();
+    assert_eq!(body["status"], "unavailable", "{body}");
+    assert!(
+        body["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{body}"
+    );
+    blocker.execute_batch("ROLLBACK").unwrap();
+    drop(blocker);
+    let reply = s.api.get("/healthz").await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.json(), serde_json::json!({"status": "ok"}));
+}

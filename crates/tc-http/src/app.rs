@@ -241,7 +241,7 @@ where
         Endpoint::Get => get(app, task_id(id)?).await,
         Endpoint::Result => result(app, task_id(id)?).await,
         Endpoint::Cancel => cancel(app, task_id(id)?).await,
-        Endpoint::Health => json(StatusCode::OK, &serde_json::json!({ "status": "ok" })),
+        Endpoint::Health => health(app).await,
         Endpoint::Metrics => metrics(app).await,
     }
 }
@@ -434,6 +434,32 @@ fn tasks_within_budget(tasks: &[Task], budget: usize) -> usize {
         })
         .count();
     fits.max(1).min(tasks.len())
+}
+
+/// How long `/healthz` waits for the store's round trip before it calls the
+/// store unavailable: a probe must answer even while the writer is stuck.
+const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `200 {"status":"ok"}` only while the store answers a write round trip;
+/// otherwise `503 {"status":"unavailable","reason":...}`.
+async fn health<S: TaskStore, C>(app: &App<S, C>) -> Answer {
+    let reason = match tokio::time::timeout(HEALTH_TIMEOUT, app.store.health()).await {
+        Ok(Ok(())) => return json(StatusCode::OK, &serde_json::json!({ "status": "ok" })),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!(
+            "the store did not answer within {} ms",
+            HEALTH_TIMEOUT.as_millis()
+        ),
+    };
+    tracing::warn!(%reason, "health_unavailable");
+    let mut response = json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &serde_json::json!({ "status": "unavailable", "reason": reason }),
+    )?;
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    Ok(response)
 }
 
 /// The OpenMetrics text format, which Prometheus scrapes.

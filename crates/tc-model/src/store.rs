@@ -252,6 +252,12 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The earliest `next_run_at` of any pending task, so a worker knows how
     /// long it may sleep.
     fn next_due(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
+
+    /// Whether the store can take writes now: `Ok` once a round trip through
+    /// the adapter's write path (its writer thread, its pool) answered,
+    /// [`StoreError::Unavailable`] with the reason otherwise. Changes
+    /// nothing; callers bound how long they wait for it.
+    fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 #[cfg(test)]

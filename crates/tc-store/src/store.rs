@@ -258,4 +258,44 @@ impl TaskStore for SqliteStore {
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         self.readers.run(|conn| reads::next_due(conn)).await
     }
+
+    async fn health(&self) -> Result<(), StoreError> {
+        if self.writer.as_ref().is_none_or(JoinHandle::is_finished) {
+            return Err(StoreError::Unavailable(
+                "the store writer thread has stopped".to_owned(),
+            ));
+        }
+        // A no-op through the writer's queue and transaction: it answers only
+        // if the writer runs and can begin a write transaction.
+        self.write(|conn| {
+            conn.prepare_cached("SELECT 1")
+                .and_then(|mut stmt| stmt.query_row([], |_| Ok(())))
+                .map_err(crate::rows::db)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn health_fails_once_the_writer_thread_is_gone() {
+        let store = SqliteStore::open_in_memory(StoreConfig::default())
+            .await
+            .unwrap();
+        assert_eq!(store.health().await, Ok(()));
+        // What a bug in a write does to the writer: it ends the thread.
+        let crashed = store
+            .write(|_| -> Result<(), StoreError> { panic!("a write that panics") })
+            .await;
+        assert!(crashed.is_err(), "{crashed:?}");
+        match store.health().await {
+            Err(StoreError::Unavailable(reason)) => {
+                assert!(reason.contains("writer"), "{reason}")
+            }
+            other => panic!("expected unavailable, got {other:?}"),
+        }
+    }
 }

@@ -100,6 +100,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         count_by_state_counts_each_state,
         next_due_is_the_earliest_pending,
         unknown_ids_are_not_found,
+        health_answers_and_changes_nothing,
     ]
 }
 
@@ -1513,6 +1514,24 @@ pub async fn count_by_state_counts_each_state<S: TaskStore>(store: S) -> Outcome
     for (state, n) in want {
         ensure_eq!(counts.get(state), n, "{state} count");
     }
+    Ok(())
+}
+
+/// An open store is healthy, before and after writes, and a health check
+/// writes nothing.
+pub async fn health_answers_and_changes_nothing<S: TaskStore>(store: S) -> Outcome {
+    store.health().await.step("health on an empty store")?;
+    let task = create(&store, new_task("h"), at(0)).await?;
+    for _ in 0..3 {
+        store.health().await.step("health")?;
+    }
+    ensure_eq!(
+        store.get(task.id).await.step("get")?,
+        task,
+        "the task after health checks"
+    );
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    ensure_eq!(counts.get(State::Pending), 1, "pending count");
     Ok(())
 }
 

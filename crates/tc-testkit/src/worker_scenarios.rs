@@ -1290,4 +1290,7 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     fn next_due(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send {
         self.inner.next_due()
     }
+    fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.health()
+    }
 }

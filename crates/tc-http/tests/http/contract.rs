@@ -729,10 +729,22 @@ async fn an_unavailable_store_is_503_with_its_reason_and_writes_nothing() {
         assert!(message.contains("database or disk is full"), "{message}");
         assert_eq!(reply.header("retry-after"), Some("1"));
     }
-    assert_eq!(h.call("GET", "/healthz", &[], b"").await.status, 200);
+    // Health says so too, in its own shape, with the store's reason.
+    let health = h.call("GET", "/healthz", &[], b"").await;
+    assert_eq!(health.status, 503);
+    assert_eq!(health.header("retry-after"), Some("1"));
+    let body = health.json();
+    assert_eq!(body["status"], "unavailable", "{body}");
+    let reason = body["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("database or disk is full"), "{body}");
     assert_eq!(h.wakes(), 5, "only the fixture's submits woke the worker");
 
     h.set_store_down(false);
+    let health = h.call("GET", "/healthz", &[], b"").await;
+    assert_eq!(
+        (health.status, health.json()),
+        (200, json!({"status": "ok"}))
+    );
     let all = h.call("GET", "/tasks", &[], b"").await.json();
     assert_eq!(
         all["tasks"].as_array().unwrap().len(),

@@ -104,6 +104,10 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.next_due().await
     }
+    async fn health(&self) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.health().await
+    }
 }
 
 /// The worker's side as the HTTP layer sees it: cancel goes straight to the
