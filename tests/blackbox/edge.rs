@@ -17,7 +17,7 @@ async fn logs_carry_the_origin_and_path_never_the_query_string() {
     assert_eq!(reply.status, 201, "{:?}", reply.json());
     let id = reply.id();
     s.api.wait_terminal(&id).await;
-    let origin = format!("http://{}", s.down.addr);
+    let origin = s.down.url("");
     for event in ["task_submitted", "task_start"] {
         let line = s
             .server
