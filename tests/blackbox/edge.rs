@@ -110,3 +110,29 @@ async fn healthz_is_503_while_the_store_cannot_write_and_200_again_after() {
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     assert_eq!(reply.json(), serde_json::json!({"status": "ok"}));
 }
+
+#[tokio::test]
+async fn deny_private_destinations_fails_a_loopback_call_at_once() {
+    let s = support::start_with(|c, _| {
+        c.env("TC_DENY_PRIVATE_DESTINATIONS", "true");
+    })
+    .await;
+    let reply = s
+        .api
+        .post_json(
+            "/tasks",
+            &serde_json::json!({
+                "url": s.down.url("/ok"), "idempotency_key": "ssrf", "max_attempts": 5
+            }),
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.json());
+    let task = s.api.wait_terminal(&reply.id()).await;
+    assert_eq!(task["state"], "failed", "{task}");
+    assert_eq!(task["error"], "destination_denied", "{task}");
+    assert_eq!(task["attempt"], 1, "not retried: {task}");
+    assert!(
+        s.down.requests().is_empty(),
+        "the downstream was not called"
+    );
+}

@@ -12,13 +12,13 @@ use http::{Method, Request, Response, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Body, Incoming};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, TrustAnchor};
 use rustls::{ClientConfig, RootCertStore};
 
+use self::guard::{DestinationDenied, GuardedConnector};
 use crate::{DownError, DownRequest, DownResponse, Downstream};
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -48,6 +48,12 @@ pub struct DownstreamConfig {
     /// roots, e.g. an internal CA. Each entry may hold several
     /// certificates. Default empty.
     pub extra_root_certs_pem: Vec<Vec<u8>>,
+    /// Refuse calls whose destination, as resolved at connect time, is not
+    /// a public address: loopback, private, link-local, CGNAT, unspecified,
+    /// broadcast, multicast, also in IPv4-mapped IPv6 form. The call fails
+    /// with [`DownError::DestinationDenied`]. Default off: the quick start
+    /// calls 127.0.0.1.
+    pub deny_private_destinations: bool,
 }
 
 impl Default for DownstreamConfig {
@@ -58,6 +64,7 @@ impl Default for DownstreamConfig {
             pool_max_idle_per_host: 16,
             connect_timeout: None,
             extra_root_certs_pem: Vec::new(),
+            deny_private_destinations: false,
         }
     }
 }
@@ -111,8 +118,8 @@ pub struct HyperDownstream {
 /// rather than refuse to start; `https://` calls then fail with a clear error.
 #[derive(Clone, Debug)]
 enum Transport {
-    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
-    PlainOnly(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<HttpsConnector<GuardedConnector>, Full<Bytes>>),
+    PlainOnly(Client<GuardedConnector, Full<Bytes>>),
 }
 
 impl Transport {
@@ -160,12 +167,13 @@ impl HyperDownstream {
         native: Vec<CertificateDer<'static>>,
         extra: Vec<TrustAnchor<'static>>,
     ) -> Self {
-        let mut http = HttpConnector::new();
+        let mut http = GuardedConnector::new(config.deny_private_destinations);
         // The https connector below needs the inner connector to accept
         // `https://` URIs; plain-only mode rejects them before connecting.
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(config.connect_timeout);
+        let tcp = http.tcp();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(config.connect_timeout);
 
         let mut builder = Client::builder(TokioExecutor::new());
         builder
@@ -393,6 +401,9 @@ impl Downstream for HyperDownstream {
 /// anything unrecognised, are [`DownError::Other`].
 fn classify(error: &(dyn StdError + 'static)) -> DownError {
     let message = describe(error);
+    if let Some(denied) = find_cause::<DestinationDenied>(error) {
+        return DownError::DestinationDenied(denied.0.clone());
+    }
     if rejected_certificate(error) {
         // Not a passing fault: the same certificate is refused on every try.
         return DownError::Other(format!("TLS certificate refused: {message}"));
@@ -449,6 +460,25 @@ fn rejected_certificate(error: &(dyn StdError + 'static)) -> bool {
     false
 }
 
+/// The first error of type `E` in the chain, looking inside `io::Error`s
+/// (whose `source()` skips the error they wrap).
+fn find_cause<'e, E: StdError + 'static>(error: &'e (dyn StdError + 'static)) -> Option<&'e E> {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(found) = current.downcast_ref::<E>() {
+            return Some(found);
+        }
+        cause = match current
+            .downcast_ref::<io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => current.source(),
+        };
+    }
+    None
+}
+
 /// The error and its causes on one line: hyper's top-level messages alone
 /// ("client error (SendRequest)") do not say what happened.
 fn describe(error: &(dyn StdError + 'static)) -> String {
@@ -465,6 +495,7 @@ fn describe(error: &(dyn StdError + 'static)) -> String {
     message
 }
 
+mod guard;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

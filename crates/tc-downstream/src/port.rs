@@ -58,6 +58,11 @@ pub enum DownError {
         /// The cap, in bytes.
         limit: usize,
     },
+    /// The destination, as resolved when connecting, is not a public
+    /// address and the client refuses those (SSRF protection). Not worth
+    /// retrying: the same name leads to the same place.
+    #[error("downstream destination denied: {0}")]
+    DestinationDenied(String),
     /// Anything else: an invalid URL or header value, a reply that is not
     /// HTTP, an unsupported scheme.
     #[error("downstream call failed: {0}")]
@@ -66,12 +71,13 @@ pub enum DownError {
 
 impl DownError {
     /// A short, stable label for metrics and attempt records: `timeout`,
-    /// `connect`, `response_too_large` or `error`.
+    /// `connect`, `response_too_large`, `destination_denied` or `error`.
     pub fn reason(&self) -> &'static str {
         match self {
             DownError::Timeout => "timeout",
             DownError::Connect(_) => "connect",
             DownError::ResponseTooLarge { .. } => "response_too_large",
+            DownError::DestinationDenied(_) => "destination_denied",
             DownError::Other(_) => "error",
         }
     }
@@ -127,6 +133,10 @@ mod tests {
             "response_too_large",
         );
         check(DownError::Other("bad url".into()), "error");
+        check(
+            DownError::DestinationDenied("127.0.0.1".into()),
+            "destination_denied",
+        );
     }
 
     #[test]

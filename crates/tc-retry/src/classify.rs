@@ -59,7 +59,7 @@ fn class_of(outcome: &Outcome) -> Class {
             honours_retry_after: false,
         },
         // Other is not retried: the downstream may already have acted.
-        Outcome::ResponseTooLarge | Outcome::Other => Class::Permanent,
+        Outcome::ResponseTooLarge | Outcome::DestinationDenied | Outcome::Other => Class::Permanent,
     }
 }
 
@@ -258,6 +258,11 @@ mod tests {
                 "response_too_large",
             ),
             (Outcome::Other, Expect::Fail, "error"),
+            (
+                Outcome::DestinationDenied,
+                Expect::Fail,
+                "destination_denied",
+            ),
         ] {
             for attempt in 1..MAX_ATTEMPTS {
                 check(&outcome, attempt, MAX_ATTEMPTS, expect, reason);

@@ -17,6 +17,7 @@
 //! | any other 4xx, 1xx, 3xx                 | fail at once                               |
 //! | a status outside `100..=599`            | fail at once                               |
 //! | [`Outcome::ResponseTooLarge`]           | fail at once (`response_too_large`)        |
+//! | [`Outcome::DestinationDenied`]          | fail at once (`destination_denied`)        |
 //! | [`Outcome::Other`]                      | fail at once (`error`)                     |
 //!
 //! [`Outcome::Other`] is not retried: the downstream may already have acted on
@@ -26,7 +27,8 @@
 //! fails with the same reason it would have been retried for.
 //!
 //! Reasons are stable strings meant for storage and metrics: `http_<status>`
-//! (e.g. `http_503`), `timeout`, `connect`, `response_too_large`, `error`.
+//! (e.g. `http_503`), `timeout`, `connect`, `response_too_large`,
+//! `destination_denied`, `error`.
 //!
 //! # Backoff
 //!

@@ -16,19 +16,22 @@ pub enum Outcome {
     Connect,
     /// The response body was over the caller's size cap.
     ResponseTooLarge,
+    /// The client refused the destination (not a public address).
+    DestinationDenied,
     /// Any other error, e.g. a reply that is not HTTP.
     Other,
 }
 
 impl Outcome {
     /// The stable reason string for this outcome: `http_<status>`, `timeout`,
-    /// `connect`, `response_too_large` or `error`.
+    /// `connect`, `response_too_large`, `destination_denied` or `error`.
     pub fn reason(&self) -> String {
         match self {
             Outcome::Status { code, .. } => format!("http_{code}"),
             Outcome::Timeout => "timeout".to_owned(),
             Outcome::Connect => "connect".to_owned(),
             Outcome::ResponseTooLarge => "response_too_large".to_owned(),
+            Outcome::DestinationDenied => "destination_denied".to_owned(),
             Outcome::Other => "error".to_owned(),
         }
     }
@@ -78,6 +81,7 @@ mod tests {
             (Outcome::Timeout, "timeout"),
             (Outcome::Connect, "connect"),
             (Outcome::ResponseTooLarge, "response_too_large"),
+            (Outcome::DestinationDenied, "destination_denied"),
             (Outcome::Other, "error"),
         ];
         for (outcome, reason) in cases {

@@ -135,6 +135,16 @@ pub(crate) struct ServeArgs {
     /// a missing file or one without a usable certificate stops the start.
     #[arg(long, env = "TC_DOWNSTREAM_CA_FILE")]
     pub(crate) downstream_ca_file: Option<PathBuf>,
+
+    /// Refuse downstream calls whose destination, resolved at connect time,
+    /// is loopback, private, link-local, CGNAT, unspecified, broadcast or
+    /// multicast (IPv4-mapped forms too): the try fails at once with reason
+    /// `destination_denied`. Off by default because the quick start calls
+    /// 127.0.0.1; turn it on where clients are not trusted with the network.
+    #[arg(long, env = "TC_DENY_PRIVATE_DESTINATIONS",
+          action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) deny_private_destinations: bool,
 }
 
 fn non_empty(value: &str) -> Result<String, String> {

@@ -67,6 +67,8 @@ pub(crate) struct Settings {
     pub(crate) http: tc_http::HttpConfig,
     /// PEM CA certificates downstream calls trust besides the system's.
     pub(crate) downstream_ca_file: Option<PathBuf>,
+    /// Refuse non-public downstream destinations (SSRF protection).
+    pub(crate) deny_private_destinations: bool,
 }
 
 impl Settings {
@@ -103,6 +105,7 @@ impl Settings {
                 ..tc_http::HttpConfig::default()
             },
             downstream_ca_file: args.downstream_ca_file.clone(),
+            deny_private_destinations: args.deny_private_destinations,
         }
     }
 }
@@ -204,6 +207,7 @@ fn downstream(settings: &Settings) -> Result<HyperDownstream, ServeError> {
             .concurrency
             .max(DownstreamConfig::default().pool_max_idle_per_host),
         extra_root_certs_pem,
+        deny_private_destinations: settings.deny_private_destinations,
         ..DownstreamConfig::default()
     })
     .map_err(|source| ServeError::CaFileInvalid {
@@ -335,6 +339,7 @@ mod tests {
             "--sync=normal",
             "--max-body-bytes=2048",
             "--downstream-ca-file=/etc/internal-ca.pem",
+            "--deny-private-destinations",
         ]);
         assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
         assert_eq!(s.listen.port(), 0);
@@ -355,6 +360,7 @@ mod tests {
             s.downstream_ca_file,
             Some(PathBuf::from("/etc/internal-ca.pem"))
         );
+        assert!(s.deny_private_destinations);
     }
 
     #[test]
@@ -370,6 +376,7 @@ mod tests {
         let h = tc_http::HttpConfig::default();
         assert_eq!(s.http, h);
         assert_eq!(s.downstream_ca_file, None);
+        assert!(!s.deny_private_destinations);
     }
 
     /// A CA file that cannot be used stops the start, naming the file, before

@@ -461,6 +461,7 @@ pub(crate) fn outcome_of(answer: &Result<DownResponse, DownError>) -> Outcome {
         Err(DownError::Timeout) => Outcome::Timeout,
         Err(DownError::Connect(_)) => Outcome::Connect,
         Err(DownError::ResponseTooLarge { .. }) => Outcome::ResponseTooLarge,
+        Err(DownError::DestinationDenied(_)) => Outcome::DestinationDenied,
         Err(DownError::Other(_)) => Outcome::Other,
     }
 }

@@ -72,6 +72,13 @@ impl Config {
         self
     }
 
+    /// Sets an environment variable of the process.
+    pub(crate) fn env(&mut self, key: &str, value: &str) -> &mut Config {
+        self.envs.retain(|(k, _)| k != key);
+        self.envs.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
     pub(crate) fn db(&self) -> &Path {
         &self.db
     }

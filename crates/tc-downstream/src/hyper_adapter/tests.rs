@@ -467,3 +467,36 @@ fn default_config_caps_responses_at_one_mebibyte() {
     assert_eq!(config.max_response_bytes, 1024 * 1024);
     assert_eq!(config.connect_timeout, None);
 }
+
+/// With `deny_private_destinations`, loopback is refused however the url
+/// names it (a literal, a name resolved at connect time, an IPv4-mapped IPv6
+/// literal), before any connection; without it the same call goes through.
+#[tokio::test]
+async fn private_destinations_are_refused_at_connect_time_when_asked() {
+    let (script, server) = serve(vec![keep(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")]).await;
+    let port = server.url().rsplit(':').next().unwrap().to_owned();
+    let guarded = HyperDownstream::new(DownstreamConfig {
+        deny_private_destinations: true,
+        ..DownstreamConfig::default()
+    });
+    for url in [
+        format!("http://127.0.0.1:{port}/hook"),
+        format!("http://localhost:{port}/hook"),
+        format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+        format!("http://[::1]:{port}/hook"),
+        format!("https://127.0.0.1:{port}/hook"),
+    ] {
+        let result = guarded.post(request(url.clone())).await;
+        assert!(
+            matches!(&result, Err(DownError::DestinationDenied(m)) if m.contains("public")),
+            "{url}: {result:?}"
+        );
+        assert_eq!(result.unwrap_err().reason(), "destination_denied");
+    }
+    assert!(script.all_calls().is_empty(), "nothing reached the server");
+
+    let open = client()
+        .post(request(format!("http://localhost:{port}/hook")))
+        .await;
+    assert_eq!(open.map(|r| r.status), Ok(200), "off by default");
+}

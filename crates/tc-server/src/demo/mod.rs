@@ -110,6 +110,8 @@ fn settings(db: std::path::PathBuf) -> Settings {
             ..tc_http::HttpConfig::default()
         },
         downstream_ca_file: None,
+        // The demo's downstream is on 127.0.0.1.
+        deny_private_destinations: false,
     }
 }
 
