@@ -136,3 +136,56 @@ async fn deny_private_destinations_fails_a_loopback_call_at_once() {
         "the downstream was not called"
     );
 }
+
+/// A task whose result is about 1 MB (the downstream echoes the json).
+async fn task_with_a_big_result(s: &support::Setup, key: &str) -> String {
+    let big = "x".repeat(1_000_000);
+    let reply = s
+        .api
+        .submit(&s.down.url("/ok"), key, serde_json::json!(big))
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.json());
+    let id = reply.id();
+    let task = s.api.wait_terminal(&id).await;
+    assert_eq!(task["state"], "success", "{task}");
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_cannot_lock_out_a_health_probe() {
+    let s = support::start_with(|c, _| {
+        c.flag("--write-timeout-ms", "1000");
+    })
+    .await;
+    let id = task_with_a_big_result(&s, "big-result").await;
+    let request = format!("GET /tasks/{id}/result HTTP/1.1\r\nHost: t\r\n\r\n");
+    // 1024 clients (the default connection limit) ask for it and never read.
+    let mut stuck = Vec::with_capacity(1024);
+    for _ in 0..1024 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // A small window, so that the server's writes stall early.
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(s.server.addr).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes())
+            .await
+            .unwrap();
+        stuck.push(stream);
+    }
+    let started = std::time::Instant::now();
+    let probe = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        s.api
+            .try_send(Method::GET, "/healthz", &[], bytes::Bytes::new()),
+    )
+    .await;
+    let reply = probe
+        .expect("GET /healthz did not answer within 5 s")
+        .expect("GET /healthz failed on the connection");
+    match reply.status {
+        200 => {}
+        503 => assert_eq!(reply.header("retry-after"), Some("1"), "{:?}", reply.body),
+        other => panic!("GET /healthz answered {other}: {:?}", reply.body),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    drop(stuck);
+}

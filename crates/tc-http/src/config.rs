@@ -31,9 +31,12 @@ pub struct HttpConfig {
     pub drain_max_bytes: u64,
     /// The most time spent on that draining (default 5 s).
     pub drain_timeout: Duration,
-    /// The most connections served at once (default 1024); more wait in the
-    /// listen backlog.
+    /// The most connections served at once (default 1024); a connection past
+    /// it is answered `503` with `Retry-After: 1` and closed.
     pub max_connections: usize,
+    /// How long a response may make no progress because the client does not
+    /// read (default 30 s); then its connection is closed.
+    pub write_timeout: Duration,
     /// After shutdown starts, how long open connections get to finish their
     /// requests before they are dropped (default 10 s).
     pub shutdown_grace: Duration,
@@ -52,6 +55,7 @@ impl Default for HttpConfig {
             drain_max_bytes: 256 * 1024 * 1024,
             drain_timeout: Duration::from_secs(5),
             max_connections: 1024,
+            write_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
         }
     }

@@ -35,6 +35,7 @@ mod error;
 mod metrics;
 mod query;
 mod server;
+mod write_timeout;
 
 #[cfg(test)]
 mod openapi_tests;

@@ -1,5 +1,7 @@
-//! The HTTP/1.1 server: an accept loop with a bound on open connections, a
-//! header-read timeout, and a graceful shutdown with a time limit.
+//! The HTTP/1.1 server: an accept loop with a bound on open connections (past
+//! it a connection is answered 503 at once and closed), a header-read
+//! timeout, a write timeout (a client that stops reading loses its
+//! connection), and a graceful shutdown with a time limit.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,6 +21,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::app::{App, handle};
 use crate::control::Control;
+use crate::write_timeout::WriteTimeout;
 
 /// Why the server could not start or did not end cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +62,36 @@ const MAX_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// so that the loop does not spin while the cause persists.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// The most connections being answered "503, at the limit" at once.
+const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+
+/// How long a refused connection gets to take its 503 and to finish
+/// sending its request (read and discarded so that closing does not reset
+/// the connection before the client read the answer).
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// The answer to a connection past the limit.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 83\r\n\
+\r\n\
+{\"error\":{\"code\":\"unavailable\",\"message\":\"too many open connections, retry later\"}}";
+
+/// Answers 503 with `Retry-After: 1` and closes, each step bounded in time.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answer = async {
+        stream.write_all(REFUSAL).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, answer).await;
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then stops
 /// accepting, lets open connections finish within
 /// [`HttpConfig::shutdown_grace`](crate::HttpConfig::shutdown_grace) and drops
@@ -85,9 +118,13 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     let config = app.config().clone();
-    // A permit per open connection: past the bound, connections wait in the
-    // kernel's listen backlog instead of costing memory here.
+    // A permit per open connection. Past the bound a new connection gets a
+    // canned 503 and is closed: waiting in the listen backlog would let
+    // connections that never finish (clients that stop reading) lock every
+    // newcomer out, health probes included.
     let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    // The refusals in flight are bounded too; past that they are dropped.
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let mut builder = http1::Builder::new();
@@ -99,7 +136,7 @@ where
     let mut shutdown = pin!(shutdown);
 
     loop {
-        let permit = tokio::select! {
+        let (stream, peer) = tokio::select! {
             biased;
             () = &mut shutdown => break,
             Some(joined) = connections.join_next() => {
@@ -110,15 +147,6 @@ where
                 }
                 continue;
             }
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                // The semaphore is never closed; leaving is the safe reading.
-                Err(_) => break,
-            },
-        };
-        let (stream, peer) = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -128,6 +156,17 @@ where
                 }
             },
         };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            tracing::warn!(%peer, limit = config.max_connections, "http_connection_refused_at_limit");
+            if let Ok(slot) = Arc::clone(&refusals).try_acquire_owned() {
+                connections.spawn(async move {
+                    refuse(stream).await;
+                    drop(slot);
+                });
+            }
+            continue;
+        };
+        let stream = WriteTimeout::new(stream, config.write_timeout);
         let app = Arc::clone(&app);
         let service = service_fn(move |req| {
             let app = Arc::clone(&app);

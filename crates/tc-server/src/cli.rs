@@ -20,6 +20,9 @@ pub(crate) struct Cli {
 }
 
 /// What to run.
+// Parsed once per process and matched at once: boxing the flags would only
+// move them to the heap.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Serve the HTTP API and run the worker (the default).
@@ -135,6 +138,13 @@ pub(crate) struct ServeArgs {
     /// a missing file or one without a usable certificate stops the start.
     #[arg(long, env = "TC_DOWNSTREAM_CA_FILE")]
     pub(crate) downstream_ca_file: Option<PathBuf>,
+
+    /// How long a response may make no progress because the client does not
+    /// read; then its connection is closed, so that clients which stop
+    /// reading cannot hold every connection.
+    #[arg(long, env = "TC_WRITE_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub(crate) write_timeout_ms: u64,
 
     /// Refuse downstream calls whose destination, resolved at connect time,
     /// is loopback, private, link-local, CGNAT, unspecified, broadcast or

@@ -102,6 +102,7 @@ impl Settings {
                 api_token: args.api_token.clone(),
                 allow_url_prefixes: args.allow_url_prefix.clone(),
                 shutdown_grace: args.shutdown_grace(),
+                write_timeout: Duration::from_millis(args.write_timeout_ms),
                 ..tc_http::HttpConfig::default()
             },
             downstream_ca_file: args.downstream_ca_file.clone(),
@@ -340,6 +341,7 @@ mod tests {
             "--max-body-bytes=2048",
             "--downstream-ca-file=/etc/internal-ca.pem",
             "--deny-private-destinations",
+            "--write-timeout-ms=1500",
         ]);
         assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
         assert_eq!(s.listen.port(), 0);
@@ -356,6 +358,7 @@ mod tests {
         assert_eq!(h.api_token.as_deref(), Some("t"));
         assert_eq!(h.allow_url_prefixes, ["http://a/"]);
         assert_eq!(h.shutdown_grace, ms(250));
+        assert_eq!(h.write_timeout, ms(1500));
         assert_eq!(
             s.downstream_ca_file,
             Some(PathBuf::from("/etc/internal-ca.pem"))

@@ -383,49 +383,127 @@ async fn keep_alive_serves_several_requests_and_shutdown_closes_idle_connections
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_past_the_bound_wait_until_one_closes() {
+async fn a_connection_past_the_bound_is_answered_503_at_once_and_closed() {
     let running = start(HttpConfig {
         max_connections: 1,
         ..HttpConfig::default()
     })
     .await;
     let addr = running.addr();
-    let outcome = tokio::task::spawn_blocking(move || {
+    let (refused, closed, after) = tokio::task::spawn_blocking(move || {
         let mut first = connect(addr);
         first
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
             .unwrap();
         assert_eq!(read_response(&mut first).unwrap().status, 200);
         // The first connection stays open (keep-alive) and holds the only
-        // permit; the second is accepted by the kernel but not served.
+        // permit; the second is told so instead of waiting in the backlog.
         let mut second = connect(addr);
         second
-            .set_read_timeout(Some(Duration::from_millis(300)))
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
             .unwrap();
-        second
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut buf = [0u8; 1];
-        let while_blocked = second.read(&mut buf).map_err(|e| e.kind());
+        let refused = read_response(&mut second).unwrap();
+        let closed = second.read(&mut [0u8; 1]);
         drop(first);
-        second
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let after = read_response(&mut second)
-            .map(|r| r.status)
-            .map_err(|e| e.kind());
-        (while_blocked, after)
+        // Once the first is gone its permit is free again. The server sees
+        // the close asynchronously: retry as Retry-After asks, bounded.
+        let mut after = None;
+        for _ in 0..50 {
+            let mut third = connect(addr);
+            third
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let status = read_response(&mut third).unwrap().status;
+            if status == 200 {
+                after = Some(status);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (refused, closed, after)
     })
     .await
     .unwrap();
-    let (while_blocked, after) = outcome;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(refused.header("connection"), Some("close"));
+    assert_eq!(refused.error_code().as_deref(), Some("unavailable"));
+    assert_closed(&closed);
+    assert_eq!(after, Some(200), "served once the first closed");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_loses_its_connection_after_the_write_timeout() {
+    let h = harness(HttpConfig {
+        write_timeout: Duration::from_millis(300),
+        max_connections: 1,
+        ..HttpConfig::default()
+    })
+    .await;
+    // Far more than loopback's socket buffers hold for a client that reads
+    // nothing.
+    let big = vec![b'x'; 64 * MIB];
+    let id = h
+        .seed(
+            "big",
+            Some(tc_model::store::Completion::Success {
+                http_status: 200,
+                result: big,
+                content_type: None,
+            }),
+        )
+        .await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tc_http::serve(listener, h.app, async {
+        let _ = stopped.await;
+    })
+    .unwrap();
+    let running = Running { server, stop };
+    let addr = running.addr();
+    let received = tokio::task::spawn_blocking(move || {
+        let mut stuck = connect(addr);
+        stuck
+            .write_all(format!("GET /tasks/{id}/result HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+            .unwrap();
+        // With one connection allowed, the stuck one holds the slot until
+        // the server gives up writing to it: probes are refused with 503
+        // until then, and served after.
+        let mut probes = Vec::new();
+        for _ in 0..100 {
+            let mut probe = connect(addr);
+            probe
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let status = read_response(&mut probe).unwrap().status;
+            probes.push(status);
+            if status == 200 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            probes.first(),
+            Some(&503),
+            "the stuck connection held the slot"
+        );
+        assert_eq!(probes.last(), Some(&200), "the slot came back: {probes:?}");
+        let mut total = 0usize;
+        let mut chunk = vec![0u8; 1 << 16];
+        loop {
+            match stuck.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+        total
+    })
+    .await
+    .unwrap();
     assert!(
-        matches!(
-            while_blocked,
-            Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)
-        ),
-        "the second connection was served while the first held the permit: {while_blocked:?}"
+        received < 64 * MIB,
+        "the whole response arrived ({received} bytes): the connection was not cut"
     );
-    assert_eq!(after, Ok(200), "served once the first closed");
     running.stop().await;
 }
