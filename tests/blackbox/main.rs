@@ -4,6 +4,7 @@
 //! - `api`: every row of the HTTP contract, status by status.
 //! - `delivery`: what the worker does with real downstream answers (retry,
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
+//! - `operations`: retry a failed or canceled task, delete a finished one.
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
@@ -18,4 +19,5 @@ mod api;
 mod delivery;
 mod edge;
 mod lifecycle;
+mod operations;
 mod support;

@@ -74,6 +74,8 @@ enum Endpoint {
     Get,
     Result,
     Cancel,
+    Retry,
+    Delete,
     Health,
     Metrics,
 }
@@ -98,6 +100,8 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/tasks/{id}", Endpoint::Get),
     route("GET", "/tasks/{id}/result", Endpoint::Result),
     route("POST", "/tasks/{id}/cancel", Endpoint::Cancel),
+    route("POST", "/tasks/{id}/retry", Endpoint::Retry),
+    route("DELETE", "/tasks/{id}", Endpoint::Delete),
     route("GET", "/healthz", Endpoint::Health),
     route("GET", "/metrics", Endpoint::Metrics),
 ];
@@ -241,6 +245,8 @@ where
         Endpoint::Get => get(app, task_id(id)?).await,
         Endpoint::Result => result(app, task_id(id)?).await,
         Endpoint::Cancel => cancel(app, task_id(id)?).await,
+        Endpoint::Retry => retry(app, task_id(id)?, parts, body).await,
+        Endpoint::Delete => delete(app, task_id(id)?).await,
         Endpoint::Health => health(app).await,
         Endpoint::Metrics => metrics(app).await,
     }
@@ -399,6 +405,41 @@ async fn cancel<S, C: Control>(app: &App<S, C>, id: TaskId) -> Answer {
     json(StatusCode::OK, &CancelView::new(task.id, task.state))
 }
 
+/// `POST /tasks/{id}/retry`: a failed or canceled task runs again, after an
+/// optional delay, with a fresh budget of tries.
+async fn retry<S, C, B>(
+    app: &App<S, C>,
+    id: TaskId,
+    parts: &Parts,
+    body: &mut RequestBody<B>,
+) -> Answer
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let bytes = body.read_all().await?;
+    if !bytes.iter().all(u8::is_ascii_whitespace) {
+        check_json_content_type(parts)?;
+    }
+    let delay = crate::dto::parse_retry(&bytes)?;
+    let now = app.control.now();
+    let task = app.store.retry(id, now.saturating_add(delay), now).await?;
+    tracing::info!(task_id = %task.id, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "task_retried");
+    app.control.task_submitted();
+    json(StatusCode::OK, &TaskView::new(&task))
+}
+
+/// `DELETE /tasks/{id}`: a finished task, its history and result are gone.
+async fn delete<S: TaskStore, C>(app: &App<S, C>, id: TaskId) -> Answer {
+    app.store.delete(id).await?;
+    tracing::info!(task_id = %id, "task_deleted");
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    Ok(response)
+}
+
 /// The most downstream result bytes one page of a listing carries: a page of
 /// 500 tasks with 1 MiB results each would otherwise be a response of half a
 /// gigabyte, built in memory.
@@ -490,6 +531,7 @@ mod tests {
             body: b"{}".to_vec(),
             idempotency_key: "k".into(),
             attempt: 1,
+            attempts_before_retry: 0,
             max_attempts: 3,
             timeout: std::time::Duration::from_secs(1),
             http_status: Some(200),
@@ -559,7 +601,10 @@ mod tests {
             allow(Method::DELETE, "/tasks").as_deref(),
             Some("GET, POST")
         );
-        assert_eq!(allow(Method::PUT, "/tasks/x").as_deref(), Some("GET"));
+        assert_eq!(
+            allow(Method::PUT, "/tasks/x").as_deref(),
+            Some("DELETE, GET")
+        );
         assert_eq!(
             allow(Method::GET, "/tasks/x/cancel").as_deref(),
             Some("POST")

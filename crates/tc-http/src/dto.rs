@@ -118,6 +118,38 @@ pub(crate) fn parse_submit(bytes: &[u8], config: &HttpConfig) -> Result<NewTask,
     .map_err(|e| invalid(validation_message(&e)))
 }
 
+/// The optional body of `POST /tasks/{id}/retry`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryBody {
+    #[serde(default, deserialize_with = "present")]
+    delay_ms: Option<Value>,
+}
+
+/// The longest a retry or a delayed task may be put off: 365 days.
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses a retry's body: empty, or `{"delay_ms": N}` with N in
+/// `0..=365 days`. Returns the delay.
+pub(crate) fn parse_retry(bytes: &[u8]) -> Result<Duration, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Duration::ZERO);
+    }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid("body: must be a JSON object".into()));
+    }
+    let body: RetryBody = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => invalid(format!("body: {e}")),
+        _ => invalid(format!("body: not valid JSON: {e}")),
+    })?;
+    let max_ms = u64::try_from(MAX_DELAY.as_millis()).unwrap_or(u64::MAX);
+    match body.delay_ms {
+        None => Ok(Duration::ZERO),
+        Some(v) => Ok(Duration::from_millis(integer("delay_ms", &v, 0, max_ms)?)),
+    }
+}
+
 fn required_string(field: &str, value: Option<Value>) -> Result<String, ApiError> {
     match value {
         Some(Value::String(s)) => Ok(s),

@@ -22,6 +22,10 @@ pub(crate) enum ApiError {
     RequestTimeout(String),
     /// 409: the idempotency key belongs to a task with another payload.
     IdempotencyConflict(String),
+    /// 409: only a finished task can be deleted.
+    TaskNotTerminal(String),
+    /// 409: only a failed or canceled task can be retried.
+    TaskNotRetryable(String),
     /// 413: the body is over the limit.
     PayloadTooLarge { limit: usize },
     /// 415: the body is not JSON.
@@ -41,7 +45,9 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::IdempotencyConflict(_) => StatusCode::CONFLICT,
+            ApiError::IdempotencyConflict(_)
+            | ApiError::TaskNotTerminal(_)
+            | ApiError::TaskNotRetryable(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -58,6 +64,8 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::RequestTimeout(_) => "request_timeout",
             ApiError::IdempotencyConflict(_) => "idempotency_conflict",
+            ApiError::TaskNotTerminal(_) => "task_not_terminal",
+            ApiError::TaskNotRetryable(_) => "task_not_retryable",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Internal(_) => "internal",
@@ -72,6 +80,8 @@ impl ApiError {
             | ApiError::NotFound(m)
             | ApiError::RequestTimeout(m)
             | ApiError::IdempotencyConflict(m)
+            | ApiError::TaskNotTerminal(m)
+            | ApiError::TaskNotRetryable(m)
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Internal(m)
             | ApiError::Unavailable(m) => m.clone(),
@@ -151,6 +161,8 @@ impl ApiError {
             },
             ApiError::RequestTimeout("x".into()),
             ApiError::IdempotencyConflict("x".into()),
+            ApiError::TaskNotTerminal("x".into()),
+            ApiError::TaskNotRetryable("x".into()),
             ApiError::PayloadTooLarge { limit: 1 },
             ApiError::UnsupportedMediaType("x".into()),
             ApiError::Internal("x".into()),
@@ -169,6 +181,12 @@ impl From<StoreError> for ApiError {
                  (url, json, max_attempts or timeout_ms)"
                     .into(),
             ),
+            StoreError::NotTerminal(state) => ApiError::TaskNotTerminal(format!(
+                "task is {state}: only a finished task can be deleted; cancel it first"
+            )),
+            StoreError::NotRetryable(state) => ApiError::TaskNotRetryable(format!(
+                "task is {state}: only failed or canceled tasks can be retried"
+            )),
             StoreError::IllegalTransition(t) => {
                 tracing::error!(transition = %t, "store_illegal_transition");
                 ApiError::Internal(format!("illegal transition {t}"))
@@ -203,9 +221,11 @@ mod tests {
                 ApiError::UnsupportedMediaType(_) => 8,
                 ApiError::Internal(_) => 9,
                 ApiError::Unavailable(_) => 10,
+                ApiError::TaskNotTerminal(_) => 11,
+                ApiError::TaskNotRetryable(_) => 12,
             })
             .collect();
-        assert_eq!(numbers, (0..=10).collect());
+        assert_eq!(numbers, (0..=12).collect());
     }
 
     #[test]
@@ -239,6 +259,16 @@ mod tests {
         let cases = [
             (StoreError::NotFound, 404, "not_found"),
             (StoreError::IdempotencyConflict, 409, "idempotency_conflict"),
+            (
+                StoreError::NotTerminal(tc_model::State::Running),
+                409,
+                "task_not_terminal",
+            ),
+            (
+                StoreError::NotRetryable(tc_model::State::Success),
+                409,
+                "task_not_retryable",
+            ),
             (
                 StoreError::Unavailable("database is locked".into()),
                 503,

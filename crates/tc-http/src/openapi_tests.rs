@@ -250,6 +250,7 @@ fn sample_task() -> Task {
         body: b"{}".to_vec(),
         idempotency_key: "k".into(),
         attempt: 1,
+        attempts_before_retry: 0,
         max_attempts: 3,
         timeout: Duration::from_secs(5),
         http_status: Some(200),

@@ -103,11 +103,36 @@ pub fn transit(from: State, to: State) -> Result<State, IllegalTransition> {
     }
 }
 
+/// An operator's retry of a finished task: `failed` or `canceled` becomes
+/// `pending` again. Apart from the worker's table ([`transit`]), because only
+/// an explicit request may reopen a terminal task; `success` is never
+/// reopened.
+pub fn retry_by_hand(from: State) -> Result<State, IllegalTransition> {
+    match from {
+        State::Failed | State::Canceled => Ok(State::Pending),
+        from => Err(IllegalTransition {
+            from,
+            to: State::Pending,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use State::*;
+
+    #[test]
+    fn only_failed_and_canceled_tasks_are_retried_by_hand() {
+        for from in State::ALL {
+            let got = retry_by_hand(from);
+            match from {
+                Failed | Canceled => assert_eq!(got, Ok(Pending)),
+                _ => assert_eq!(got, Err(IllegalTransition { from, to: Pending })),
+            }
+        }
+    }
 
     #[test]
     fn transition_table_covers_all_25_pairs() {

@@ -24,6 +24,13 @@ pub enum StoreError {
     /// The operation would break the transition table.
     #[error("illegal transition {0}")]
     IllegalTransition(#[from] IllegalTransition),
+    /// Only a finished task can be deleted; this one is in the given state.
+    #[error("task is {0}, not finished: cancel it first")]
+    NotTerminal(State),
+    /// Only a failed or canceled task can be retried; this one is in the
+    /// given state.
+    #[error("task is {0}: only failed or canceled tasks can be retried")]
+    NotRetryable(State),
     /// The backend cannot serve now (busy, disk full, I/O); the message is the
     /// backend's own.
     #[error("store unavailable: {0}")]
@@ -248,6 +255,24 @@ pub trait TaskStore: Send + Sync + 'static {
         &self,
         now: Timestamp,
     ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// Deletes a finished task with its attempt history and result; its
+    /// idempotency key is free again. A pending or running task is
+    /// [`StoreError::NotTerminal`] (cancel it first), an unknown one
+    /// [`StoreError::NotFound`].
+    fn delete(&self, id: TaskId) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// An operator's retry: a failed or canceled task becomes pending, due
+    /// at `run_at`, with a fresh budget of `max_attempts` tries. Attempt
+    /// numbers go on and the history keeps every earlier try; `error`,
+    /// `http_status`, the result and `finished_at` are cleared. Any other
+    /// state is [`StoreError::NotRetryable`].
+    fn retry(
+        &self,
+        id: TaskId,
+        run_at: Timestamp,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Task, StoreError>> + Send;
 
     /// The earliest `next_run_at` of any pending task, so a worker knows how
     /// long it may sleep.

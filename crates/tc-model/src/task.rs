@@ -120,8 +120,13 @@ pub struct Task {
     pub body: Vec<u8>,
     /// The client's key; the store keeps one task per key.
     pub idempotency_key: String,
-    /// How many tries have been claimed and count against `max_attempts`.
+    /// How many tries have been claimed in all; numbers go on across
+    /// manual retries.
     pub attempt: u32,
+    /// How many of those were made before the latest manual retry: the
+    /// current round's tries are `attempt - attempts_before_retry`, out of
+    /// `max_attempts`. 0 for a task never retried by hand.
+    pub attempts_before_retry: u32,
     /// The most tries this task may use.
     pub max_attempts: u32,
     /// Per-try timeout of the downstream call.
@@ -153,7 +158,14 @@ pub struct Task {
 impl Task {
     /// Whether another try is allowed after the current one.
     pub fn can_retry(&self) -> bool {
-        self.attempt < self.max_attempts
+        self.attempt_in_round() < self.max_attempts
+    }
+
+    /// The current try's number within its round (1 for the first try
+    /// after a submit or a manual retry): what backoff and the attempt
+    /// budget count.
+    pub fn attempt_in_round(&self) -> u32 {
+        self.attempt.saturating_sub(self.attempts_before_retry)
     }
 }
 
@@ -221,6 +233,7 @@ mod tests {
             body: b"{}".to_vec(),
             idempotency_key: "k".into(),
             attempt: 1,
+            attempts_before_retry: 0,
             max_attempts: 2,
             timeout: Duration::from_secs(1),
             http_status: None,
@@ -237,6 +250,13 @@ mod tests {
         };
         assert!(task.can_retry());
         task.attempt = 2;
+        assert!(!task.can_retry());
+        // A retry by hand after attempt 2 gives two more tries: 3 and 4.
+        task.attempts_before_retry = 2;
+        task.attempt = 3;
+        assert_eq!(task.attempt_in_round(), 1);
+        assert!(task.can_retry());
+        task.attempt = 4;
         assert!(!task.can_retry());
     }
 }

@@ -30,7 +30,7 @@ pub(crate) const CLAIM_DUE: &str = "SELECT seq, state FROM tasks INDEXED BY task
 
 /// The running tasks whose lease ended, through the partial index
 /// `tasks_leased` (pinned for the same reason as [`CLAIM_DUE`]).
-pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts \
+pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts + attempts_before_retry \
      FROM tasks INDEXED BY tasks_leased \
      WHERE state = 'running' AND lease_until < ?1";
 
@@ -80,6 +80,7 @@ pub(crate) fn submit(
             body: new.body().to_vec(),
             idempotency_key: new.idempotency_key().to_owned(),
             attempt: 0,
+            attempts_before_retry: 0,
             max_attempts: new.max_attempts(),
             timeout: new.timeout(),
             http_status: None,
@@ -300,6 +301,61 @@ pub(crate) fn cancel(conn: &Connection, id: &TaskId, now: Timestamp) -> Result<T
     load_seq(conn, seq)
 }
 
+/// Deletes a finished task and its attempts.
+pub(crate) fn delete(conn: &Connection, id: &TaskId) -> Result<(), StoreError> {
+    let head: Option<(i64, String)> = conn
+        .prepare_cached("SELECT seq, state FROM tasks WHERE id = ?1")
+        .map_err(db)?
+        .query_row([id.as_bytes()], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+        .map_err(db)?;
+    let Some((seq, state)) = head else {
+        return Err(StoreError::NotFound);
+    };
+    let state = parse_state(&state)?;
+    if !state.is_terminal() {
+        return Err(StoreError::NotTerminal(state));
+    }
+    conn.prepare_cached("DELETE FROM attempts WHERE task_id = ?1")
+        .map_err(db)?
+        .execute([id.as_bytes()])
+        .map_err(db)?;
+    write_one(
+        conn,
+        "DELETE FROM tasks WHERE seq = ?1 AND state = ?2",
+        params![seq, state.as_str()],
+    )
+}
+
+/// Failed or canceled → pending, due at `run_at`, with a fresh budget.
+pub(crate) fn retry(
+    conn: &Connection,
+    id: &TaskId,
+    run_at: Timestamp,
+    now: Timestamp,
+) -> Result<Task, StoreError> {
+    let Some(Stored { seq, task }) = rows::load(conn, id)? else {
+        return Err(StoreError::NotFound);
+    };
+    let to = tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+    write_one(
+        conn,
+        "UPDATE tasks SET state = ?3, attempts_before_retry = attempt, error = NULL, \
+                          http_status = NULL, result = NULL, result_content_type = NULL, \
+                          finished_at = NULL, lease_until = NULL, next_run_at = ?4, \
+                          updated_at = ?5 \
+         WHERE seq = ?1 AND state = ?2",
+        params![
+            seq,
+            task.state.as_str(),
+            to.as_str(),
+            run_at.as_millis(),
+            now.as_millis()
+        ],
+    )?;
+    load_seq(conn, seq)
+}
+
 /// Running → pending without using up the attempt, if still on `attempt`.
 pub(crate) fn release(
     conn: &Connection,
@@ -351,9 +407,9 @@ pub(crate) fn recover_expired(conn: &Connection, now: Timestamp) -> Result<usize
         .map_err(db)?;
     let now_ms = now.as_millis();
     let moved = expired.len();
-    for (seq, id, state, attempt, max_attempts) in expired {
+    for (seq, id, state, attempt, attempt_limit) in expired {
         let from = parse_state(&state)?;
-        let to = if attempt < max_attempts {
+        let to = if attempt < attempt_limit {
             transit(from, State::Pending)?
         } else {
             transit(from, State::Failed)?

@@ -112,8 +112,16 @@ CREATE TRIGGER state_counts_delete AFTER DELETE ON tasks BEGIN
 END;
 ";
 
+/// Step 3 → 4: an operator's retry gives a task a fresh budget of tries;
+/// this counts the tries made before it, so the budget is
+/// `max_attempts + attempts_before_retry` while attempt numbers go on.
+const V4_RETRY_BUDGET: &str = "
+ALTER TABLE tasks ADD COLUMN attempts_before_retry INTEGER NOT NULL DEFAULT 0
+    CHECK (attempts_before_retry >= 0);
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
-pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_INDEXES, V3_STATE_COUNTS];
+pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_INDEXES, V3_STATE_COUNTS, V4_RETRY_BUDGET];
 
 /// The `user_version` this build writes and reads.
 pub(crate) const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;

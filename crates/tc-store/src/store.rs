@@ -255,6 +255,20 @@ impl TaskStore for SqliteStore {
             .await
     }
 
+    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
+        self.write(move |conn| ops::delete(conn, &id)).await
+    }
+
+    async fn retry(
+        &self,
+        id: TaskId,
+        run_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<Task, StoreError> {
+        self.write(move |conn| ops::retry(conn, &id, run_at, now))
+            .await
+    }
+
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         self.readers.run(|conn| reads::next_due(conn)).await
     }

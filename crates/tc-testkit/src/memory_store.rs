@@ -134,6 +134,7 @@ impl TaskStore for MemoryStore {
             body: new.body().to_vec(),
             idempotency_key: new.idempotency_key().to_owned(),
             attempt: 0,
+            attempts_before_retry: 0,
             max_attempts: new.max_attempts(),
             timeout: new.timeout(),
             http_status: None,
@@ -364,7 +365,7 @@ impl TaskStore for MemoryStore {
             if !expired {
                 continue;
             }
-            if task.attempt < task.max_attempts {
+            if task.can_retry() {
                 task.state = transit(task.state, State::Pending)?;
                 task.next_run_at = Some(now);
                 task.finished_at = None;
@@ -391,6 +392,43 @@ impl TaskStore for MemoryStore {
             .filter(|task| task.state == State::Pending)
             .filter_map(|task| task.next_run_at)
             .min())
+    }
+
+    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
+        let mut t = self.tables();
+        let seq = t.seq_of(id)?;
+        let state = t.task_mut(seq)?.state;
+        if !state.is_terminal() {
+            return Err(StoreError::NotTerminal(state));
+        }
+        if let Some(task) = t.tasks.remove(&seq) {
+            t.by_id.remove(&task.id);
+            t.by_key.remove(&task.idempotency_key);
+        }
+        Ok(())
+    }
+
+    async fn retry(
+        &self,
+        id: TaskId,
+        run_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<Task, StoreError> {
+        let mut t = self.tables();
+        let seq = t.seq_of(id)?;
+        let task = t.task_mut(seq)?;
+        task.state =
+            tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+        task.attempts_before_retry = task.attempt;
+        task.error = None;
+        task.http_status = None;
+        task.result = None;
+        task.result_content_type = None;
+        task.finished_at = None;
+        task.lease_until = None;
+        task.next_run_at = Some(run_at);
+        task.updated_at = now;
+        Ok(task.clone())
     }
 
     async fn health(&self) -> Result<(), StoreError> {

@@ -101,6 +101,8 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         next_due_is_the_earliest_pending,
         unknown_ids_are_not_found,
         health_answers_and_changes_nothing,
+        delete_takes_only_finished_tasks_and_frees_the_key,
+        retry_reopens_failed_and_canceled_with_a_fresh_budget,
     ]
 }
 
@@ -1604,5 +1606,166 @@ pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Outcome {
         Ok(0),
         "heartbeat"
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Operations: delete, retry
+
+/// A finished task is deleted with its history; its key is free again. A
+/// pending or running task is refused with its state, an unknown id is not
+/// found.
+pub async fn delete_takes_only_finished_tasks_and_frees_the_key<S: TaskStore>(store: S) -> Outcome {
+    for state in [State::Pending, State::Running] {
+        let task = task_in(&store, &format!("live-{state}"), state, at(0)).await?;
+        ensure_eq!(
+            store.delete(task.id).await,
+            Err(StoreError::NotTerminal(state)),
+            "delete of a {state} task"
+        );
+        ensure_eq!(
+            get(&store, task.id).await?,
+            task,
+            "{state} task after refused delete"
+        );
+    }
+    for state in [State::Success, State::Failed, State::Canceled] {
+        let key = format!("done-{state}");
+        let task = task_in(&store, &key, state, at(0)).await?;
+        store.delete(task.id).await.step("delete")?;
+        ensure_eq!(
+            store.get(task.id).await,
+            Err(StoreError::NotFound),
+            "get after delete"
+        );
+        ensure_eq!(
+            store.delete(task.id).await,
+            Err(StoreError::NotFound),
+            "second delete"
+        );
+        // The key is free: the same key makes a new task, even with another payload.
+        let again = task_with(&key, URL, b"{\"other\":1}", 2, 1_000);
+        let fresh = create(&store, again, at(10)).await?;
+        ensure!(fresh.id != task.id, "the key's new task reused the old id");
+        ensure_eq!(fresh.attempts.len(), 0, "the new task's history");
+    }
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    ensure_eq!(
+        counts.iter().map(|(_, n)| n).sum::<u64>(),
+        5,
+        "tasks left after deletes: {counts:?}"
+    );
+    ensure_eq!(
+        store.delete(TaskId::new(at(0), [7; 10])).await,
+        Err(StoreError::NotFound),
+        "delete of an unknown id"
+    );
+    Ok(())
+}
+
+/// A failed or canceled task becomes pending at `run_at` with a fresh budget:
+/// attempt numbers go on, the history stays, the outcome fields are cleared.
+/// Pending, running and success tasks are refused with their state.
+pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>(
+    store: S,
+) -> Outcome {
+    for state in [State::Pending, State::Running, State::Success] {
+        let task = task_in(&store, &format!("no-{state}"), state, at(0)).await?;
+        ensure_eq!(
+            store.retry(task.id, at(1), at(1)).await,
+            Err(StoreError::NotRetryable(state)),
+            "retry of a {state} task"
+        );
+        ensure_eq!(
+            get(&store, task.id).await?,
+            task,
+            "{state} task after refused retry"
+        );
+    }
+    ensure_eq!(
+        store.retry(TaskId::new(at(0), [7; 10]), at(1), at(1)).await,
+        Err(StoreError::NotFound),
+        "retry of an unknown id"
+    );
+
+    // A task that failed on its last of 2 tries.
+    let task = create(&store, task_with("twice", URL, b"{}", 2, 1_000), at(0)).await?;
+    for n in 1..=2 {
+        let claimed = claim_only(&store, task.id, at(n * 10), LEASE).await?;
+        let outcome = if n == 1 {
+            Completion::Retry {
+                next_run_at: at(n * 10),
+                reason: "http_503".to_owned(),
+                http_status: Some(503),
+            }
+        } else {
+            failed("http_503", Some(503))
+        };
+        store
+            .complete(task.id, claimed.attempt, outcome, at(n * 10 + 1))
+            .await
+            .step("complete")?;
+    }
+    ensure_eq!(
+        get(&store, task.id).await?.state,
+        State::Failed,
+        "state before retry"
+    );
+    let reopened = store.retry(task.id, at(500), at(100)).await.step("retry")?;
+    ensure_eq!(reopened.state, State::Pending, "state after retry");
+    ensure_eq!(reopened.attempt, 2, "attempt numbers go on");
+    ensure_eq!(reopened.attempt_in_round(), 0, "a fresh round");
+    ensure_eq!(reopened.next_run_at, Some(at(500)), "due at run_at");
+    ensure_eq!(
+        (
+            reopened.error.clone(),
+            reopened.http_status,
+            reopened.result.clone(),
+            reopened.finished_at
+        ),
+        (None, None, None, None),
+        "outcome fields cleared"
+    );
+    ensure_eq!(reopened.attempts.len(), 2, "the history keeps every try");
+    ensure_eq!(get(&store, task.id).await?, reopened, "the stored task");
+    let early = store
+        .claim_due(10, at(499), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure!(early.is_empty(), "claimed before run_at: {early:?}");
+    // Two more tries: 3 may retry, 4 is the last.
+    let third = claim_only(&store, task.id, at(500), LEASE).await?;
+    ensure_eq!(third.attempt, 3, "the next try's number");
+    ensure!(third.can_retry(), "try 3 of the new round has a successor");
+    store.release(task.id, 3, at(501)).await.step("release")?;
+    let moved = store
+        .recover_expired(at(502))
+        .await
+        .step("recover_expired")?;
+    ensure_eq!(moved, 0, "nothing expired");
+    let third = claim_only(&store, task.id, at(510), Duration::from_millis(1)).await?;
+    let moved = store
+        .recover_expired(at(600))
+        .await
+        .step("recover_expired")?;
+    ensure_eq!(moved, 1, "the expired try");
+    ensure_eq!(
+        get(&store, task.id).await?.state,
+        State::Pending,
+        "an expired try {} of the new round goes back to pending",
+        third.attempt
+    );
+    let fourth = claim_only(&store, task.id, at(700), LEASE).await?;
+    ensure_eq!(fourth.attempt, 4, "the last try's number");
+    ensure!(!fourth.can_retry(), "try 4 is the round's last");
+
+    // A canceled task reopens too, due at once.
+    let canceled = task_in(&store, "stopped", State::Canceled, at(0)).await?;
+    let again = store
+        .retry(canceled.id, at(800), at(800))
+        .await
+        .step("retry")?;
+    ensure_eq!(again.state, State::Pending, "canceled task after retry");
+    ensure_eq!(again.next_run_at, Some(at(800)), "due now");
     Ok(())
 }

@@ -1290,6 +1290,17 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     fn next_due(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send {
         self.inner.next_due()
     }
+    fn delete(&self, id: TaskId) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.delete(id)
+    }
+    fn retry(
+        &self,
+        id: TaskId,
+        run_at: Timestamp,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Task, StoreError>> + Send {
+        self.inner.retry(id, run_at, now)
+    }
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.health()
     }

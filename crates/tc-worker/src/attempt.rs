@@ -84,7 +84,7 @@ impl<S: TaskStore, D> PanicGuard<S, D> {
             ctx: Arc::clone(ctx),
             task_id: task.id,
             attempt: task.attempt,
-            last_attempt: task.attempt >= task.max_attempts,
+            last_attempt: !task.can_retry(),
             calling: false,
             armed: true,
         }
@@ -292,7 +292,7 @@ async fn finish<S: TaskStore, D>(
         let mut rng = ctx.rng.lock().unwrap_or_else(PoisonError::into_inner);
         tc_retry::classify(
             &outcome,
-            task.attempt,
+            task.attempt_in_round(),
             task.max_attempts,
             &ctx.policy,
             &mut rng,

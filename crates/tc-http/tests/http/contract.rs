@@ -317,7 +317,98 @@ fn rows() -> Vec<Row> {
         err("POST", "/tasks/{pending}/result", 405, "method_not_allowed"),
         err("POST", "/healthz", 405, "method_not_allowed"),
         err("HEAD", "/metrics", 405, "method_not_allowed"),
+        // POST /tasks/{id}/retry (these change the fixture: kept last)
+        err("POST", "/tasks/{pending}/retry", 409, "task_not_retryable"),
+        err("POST", "/tasks/{success}/retry", 409, "task_not_retryable"),
+        err("POST", "/tasks/{unknown}/retry", 404, "not_found"),
+        err("POST", "/tasks/xyz/retry", 404, "not_found"),
+        with_body(
+            "POST",
+            "/tasks/{failed}/retry",
+            r#"{"delay_ms":"soon"}"#,
+            400,
+            Some("invalid_request"),
+            "delay_ms",
+        ),
+        with_body(
+            "POST",
+            "/tasks/{failed}/retry",
+            r#"{"delay_ms":-1}"#,
+            400,
+            Some("invalid_request"),
+            "delay_ms",
+        ),
+        with_body(
+            "POST",
+            "/tasks/{failed}/retry",
+            r#"{"delay_ms":31536000001}"#,
+            400,
+            Some("invalid_request"),
+            "delay_ms",
+        ),
+        with_body(
+            "POST",
+            "/tasks/{failed}/retry",
+            r#"{"later":1}"#,
+            400,
+            Some("invalid_request"),
+            "later",
+        ),
+        with_body(
+            "POST",
+            "/tasks/{failed}/retry",
+            "[1]",
+            400,
+            Some("invalid_request"),
+            "object",
+        ),
+        Row {
+            headers: &[("content-type", "text/plain")],
+            ..with_body(
+                "POST",
+                "/tasks/{failed}/retry",
+                r#"{"delay_ms":1}"#,
+                415,
+                Some("unsupported_media_type"),
+                "",
+            )
+        },
+        with_body(
+            "POST",
+            "/tasks/{failed}/retry",
+            r#"{"delay_ms":60000}"#,
+            200,
+            None,
+            "",
+        ),
+        err("POST", "/tasks/{failed}/retry", 409, "task_not_retryable"),
+        ok("POST", "/tasks/{canceled}/retry", 200),
+        // DELETE /tasks/{id}
+        err("DELETE", "/tasks/{pending}", 409, "task_not_terminal"),
+        err("DELETE", "/tasks/{failed}", 409, "task_not_terminal"),
+        err("DELETE", "/tasks/{unknown}", 404, "not_found"),
+        ok("DELETE", "/tasks/{success}", 204),
+        err("GET", "/tasks/{success}", 404, "not_found"),
+        err("DELETE", "/tasks/{success}", 404, "not_found"),
     ]
+}
+
+/// A request with a JSON body answered with `status` (and `code`).
+fn with_body(
+    method: &'static str,
+    path: &'static str,
+    body: &str,
+    status: u16,
+    code: Option<&'static str>,
+    message: &'static str,
+) -> Row {
+    Row {
+        headers: &[JSON],
+        body: body.to_owned(),
+        code,
+        message,
+        ..ok(method, path, status)
+    }
 }
 
 #[tokio::test]
@@ -334,7 +425,8 @@ async fn wrong_method_names_the_allowed_ones() {
     let h = harness(HttpConfig::default()).await;
     let cases = [
         ("DELETE", "/tasks", "GET, POST"),
-        ("PATCH", "/tasks/x", "GET"),
+        ("PATCH", "/tasks/x", "DELETE, GET"),
+        ("GET", "/tasks/x/retry", "POST"),
         ("GET", "/tasks/x/cancel", "POST"),
         ("PUT", "/tasks/x/result", "GET"),
         ("POST", "/metrics", "GET"),

@@ -108,6 +108,19 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.health().await
     }
+    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.delete(id).await
+    }
+    async fn retry(
+        &self,
+        id: TaskId,
+        run_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<Task, StoreError> {
+        self.check()?;
+        self.inner.retry(id, run_at, now).await
+    }
 }
 
 /// The worker's side as the HTTP layer sees it: cancel goes straight to the

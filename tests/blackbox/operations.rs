@@ -1,0 +1,117 @@
+//! Operating tasks after the fact: retry a failed or canceled task, delete a
+//! finished one.
+
+use http::Method;
+use serde_json::json;
+
+use crate::support::{self, Api};
+
+async fn retry(api: &Api, id: &str, body: &str) -> crate::support::api::Reply {
+    let headers: &[(&str, &str)] = if body.is_empty() {
+        &[]
+    } else {
+        &[("content-type", "application/json")]
+    };
+    api.send(
+        Method::POST,
+        &format!("/tasks/{id}/retry"),
+        headers,
+        body.to_owned(),
+    )
+    .await
+}
+
+async fn delete(api: &Api, id: &str) -> crate::support::api::Reply {
+    api.send(Method::DELETE, &format!("/tasks/{id}"), &[], "")
+        .await
+}
+
+#[tokio::test]
+async fn a_failed_task_retried_by_hand_runs_again_with_a_fresh_budget() {
+    let s = support::start().await;
+    // One try allowed, and the first call of the key answers 503.
+    let reply = s
+        .api
+        .post_json(
+            "/tasks",
+            &json!({"url": s.down.url("/flaky/1"), "idempotency_key": "again", "max_attempts": 1}),
+        )
+        .await;
+    assert_eq!(reply.status, 201);
+    let id = reply.id();
+    let failed = s.api.wait_terminal(&id).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["error"], "http_503", "{failed}");
+
+    let reopened = retry(&s.api, &id, "").await;
+    assert_eq!(reopened.status, 200, "{:?}", reopened.json());
+    let view = reopened.json();
+    assert_eq!(view["state"], "pending", "{view}");
+    assert!(
+        view["error"].is_null() && view["http_status"].is_null(),
+        "{view}"
+    );
+
+    let done = s.api.wait_terminal(&id).await;
+    assert_eq!(done["state"], "success", "{done}");
+    assert_eq!(done["attempt"], 2, "attempt numbers go on: {done}");
+    assert_eq!(done["attempts"].as_array().map(Vec::len), Some(2), "{done}");
+    assert_eq!(s.down.calls_with_key("again"), 2);
+
+    // A succeeded task is not retried; an unknown one is not found.
+    let refused = retry(&s.api, &id, "").await;
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.error_code(), "task_not_retryable");
+    let unknown = retry(&s.api, "0190b8d0-0000-7000-8000-000000000000", "").await;
+    assert_eq!(unknown.status, 404);
+}
+
+#[tokio::test]
+async fn a_canceled_task_retried_with_a_delay_waits_for_it() {
+    let mut s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/gate"), "later").await;
+    s.down.request_with_key("later").await;
+    // Running: neither retried nor deleted.
+    let refused = retry(&s.api, &id, "").await;
+    assert_eq!(refused.status, 409, "{:?}", refused.json());
+    assert_eq!(refused.error_code(), "task_not_retryable");
+    let refused = delete(&s.api, &id).await;
+    assert_eq!(refused.status, 409, "{:?}", refused.json());
+    assert_eq!(refused.error_code(), "task_not_terminal");
+
+    assert_eq!(s.api.cancel(&id).await.status, 200);
+    let bad = retry(&s.api, &id, r#"{"delay_ms": -5}"#).await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.error_code(), "invalid_request");
+    let reply = retry(&s.api, &id, r#"{"delay_ms": 3600000}"#).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.json());
+    let view = reply.json();
+    assert_eq!(view["state"], "pending", "{view}");
+    // Pending and due in an hour: not deletable, and not called meanwhile.
+    let refused = delete(&s.api, &id).await;
+    assert_eq!(refused.error_code(), "task_not_terminal");
+    assert_eq!(s.api.cancel(&id).await.status, 200);
+    assert_eq!(s.down.calls_with_key("later"), 1);
+}
+
+#[tokio::test]
+async fn deleting_a_finished_task_frees_its_key() {
+    let s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/ok"), "gone").await;
+    assert_eq!(s.api.wait_terminal(&id).await["state"], "success");
+
+    let reply = delete(&s.api, &id).await;
+    assert_eq!(reply.status, 204);
+    assert!(reply.body.is_empty());
+    assert_eq!(s.api.get(&format!("/tasks/{id}")).await.status, 404);
+    assert_eq!(s.api.get(&format!("/tasks/{id}/result")).await.status, 404);
+    assert_eq!(delete(&s.api, &id).await.status, 404);
+
+    // The key is free: another payload under it is a new task, not a 409.
+    let again = s
+        .api
+        .submit(&s.down.url("/ok"), "gone", json!({"second": true}))
+        .await;
+    assert_eq!(again.status, 201, "{:?}", again.json());
+    assert_ne!(again.id(), id);
+}
