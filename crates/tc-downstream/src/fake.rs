@@ -568,6 +568,8 @@ impl FakeServer {
                     Some(_) = connections.join_next() => {}
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { break };
+                        // Answers are one write each; never hold one back.
+                        let _ = stream.set_nodelay(true);
                         script.update(|r| r.connections += 1);
                         connections.spawn(serve(number, stream, Arc::clone(&script)));
                     }

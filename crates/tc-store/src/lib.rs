@@ -16,12 +16,12 @@
 //! store against plain rusqlite on the very same statements.
 
 mod config;
-mod ops;
-mod readers;
-mod reads;
+mod read_ops;
+mod read_pool;
 mod rows;
 mod schema;
 mod store;
+mod write_ops;
 mod writer;
 
 pub use config::{StoreConfig, Synchronous};
@@ -56,6 +56,6 @@ pub mod raw {
         task: &NewTask,
         now: Timestamp,
     ) -> Result<Submitted, StoreError> {
-        crate::ops::submit(conn, task, now)
+        crate::write_ops::submit(conn, task, now)
     }
 }

@@ -422,12 +422,12 @@ mod tests {
     fn hot_queries_read_their_index_without_sorting() {
         let conn = fresh();
         let cases = [
-            (crate::ops::CLAIM_DUE, "tasks_due"),
-            (crate::reads::NEXT_DUE, "tasks_due"),
-            (crate::ops::EXPIRED, "tasks_leased"),
-            (crate::reads::LIST_STATE, "tasks_by_state"),
-            (crate::reads::COUNT_BY_STATE, "state_counts"),
-            (crate::reads::LIST_ALL, "INTEGER PRIMARY KEY"),
+            (crate::write_ops::CLAIM_DUE, "tasks_due"),
+            (crate::read_ops::NEXT_DUE, "tasks_due"),
+            (crate::write_ops::EXPIRED, "tasks_leased"),
+            (crate::read_ops::LIST_STATE, "tasks_by_state"),
+            (crate::read_ops::COUNT_BY_STATE, "state_counts"),
+            (crate::read_ops::LIST_ALL, "INTEGER PRIMARY KEY"),
         ];
         for (sql, index) in cases {
             let plan = plan(&conn, sql);
@@ -439,7 +439,7 @@ mod tests {
     #[test]
     fn counting_states_reads_the_counts_table_not_the_tasks() {
         let conn = fresh();
-        let plan = plan(&conn, crate::reads::COUNT_BY_STATE);
+        let plan = plan(&conn, crate::read_ops::COUNT_BY_STATE);
         assert!(!plan.contains("tasks"), "counting reads tasks: {plan}");
     }
 
@@ -447,7 +447,7 @@ mod tests {
     fn the_counts_follow_every_insert_state_change_and_delete() {
         let conn = fresh();
         let counts = || -> Vec<(String, i64)> {
-            conn.prepare(crate::reads::COUNT_BY_STATE)
+            conn.prepare(crate::read_ops::COUNT_BY_STATE)
                 .unwrap()
                 .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
                 .unwrap()

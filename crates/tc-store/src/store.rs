@@ -11,9 +11,9 @@ use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::StoreConfig;
-use crate::readers::Readers;
+use crate::read_pool::Readers;
 use crate::schema::{self, OpenError, Target};
-use crate::{ops, reads, writer};
+use crate::{read_ops, write_ops, writer};
 
 /// The SQLite adapter behind [`TaskStore`].
 ///
@@ -175,22 +175,24 @@ impl Drop for SqliteStore {
 impl TaskStore for SqliteStore {
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         let bytes = task.body().len() + task.url().len() + task.idempotency_key().len();
-        self.write_sized(bytes, move |conn| ops::submit(conn, &task, now))
+        self.write_sized(bytes, move |conn| write_ops::submit(conn, &task, now))
             .await
     }
 
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
-        self.readers.run(move |conn| reads::get(conn, &id)).await
+        self.readers.run(move |conn| read_ops::get(conn, &id)).await
     }
 
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
         self.readers
-            .run(move |conn| reads::list(conn, &query))
+            .run(move |conn| read_ops::list(conn, &query))
             .await
     }
 
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
-        self.readers.run(|conn| reads::count_by_state(conn)).await
+        self.readers
+            .run(|conn| read_ops::count_by_state(conn))
+            .await
     }
 
     async fn claim_due(
@@ -202,7 +204,7 @@ impl TaskStore for SqliteStore {
         if n == 0 {
             return Ok(Vec::new());
         }
-        self.write(move |conn| ops::claim_due(conn, n, now, lease))
+        self.write(move |conn| write_ops::claim_due(conn, n, now, lease))
             .await
     }
 
@@ -215,7 +217,7 @@ impl TaskStore for SqliteStore {
         if running.is_empty() {
             return Ok(0);
         }
-        self.write(move |conn| ops::heartbeat(conn, &running, now, lease))
+        self.write(move |conn| write_ops::heartbeat(conn, &running, now, lease))
             .await
     }
 
@@ -231,13 +233,14 @@ impl TaskStore for SqliteStore {
             Completion::Retry { .. } | Completion::Failed { .. } => 0,
         };
         self.write_sized(bytes, move |conn| {
-            ops::complete(conn, &id, attempt, &outcome, now)
+            write_ops::complete(conn, &id, attempt, &outcome, now)
         })
         .await
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        self.write(move |conn| ops::cancel(conn, &id, now)).await
+        self.write(move |conn| write_ops::cancel(conn, &id, now))
+            .await
     }
 
     async fn release(
@@ -246,12 +249,12 @@ impl TaskStore for SqliteStore {
         attempt: u32,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        self.write(move |conn| ops::release(conn, &id, attempt, now))
+        self.write(move |conn| write_ops::release(conn, &id, attempt, now))
             .await
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.write(move |conn| ops::recover_expired(conn, now))
+        self.write(move |conn| write_ops::recover_expired(conn, now))
             .await
     }
 
@@ -270,7 +273,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.readers.run(|conn| reads::next_due(conn)).await
+        self.readers.run(|conn| read_ops::next_due(conn)).await
     }
 
     async fn health(&self) -> Result<(), StoreError> {

@@ -151,8 +151,8 @@ mod tests {
 
     use super::*;
     use crate::config::StoreConfig;
-    use crate::ops;
     use crate::schema::{Target, open_writer};
+    use crate::write_ops;
 
     fn task(key: &str, body: &[u8]) -> NewTask {
         NewTask::new(
@@ -171,7 +171,9 @@ mod tests {
         body: &'static [u8],
     ) -> (Command, oneshot::Receiver<Result<Submitted, StoreError>>) {
         let (reply, answer) = oneshot::channel();
-        let op = move |conn: &Connection| ops::submit(conn, &task(key, body), Timestamp::default());
+        let op = move |conn: &Connection| {
+            write_ops::submit(conn, &task(key, body), Timestamp::default())
+        };
         (command(op, reply, None), answer)
     }
 

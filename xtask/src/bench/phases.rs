@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::Plan;
-use super::downstream::{HangingDownstream, HttpDownstream, Seen};
+use super::downstream::{HangingDownstream, HttpDownstream};
 use super::load::{self, Conn, Endpoint, Load, MakeRequest, Outcome};
 use super::procfs::Machine;
 use super::report::{self, Figure, Target};
@@ -477,7 +477,7 @@ impl Bench {
         self.tc_e2e_rate = Some(rate);
 
         let ceiling = load::run(
-            &Endpoint::new(down.addr),
+            &Endpoint::new(down.addr()),
             // A rate over a time window: n calls at this speed take only a
             // few hundred milliseconds, too short to be steady.
             Load {
@@ -681,7 +681,7 @@ impl Bench {
     // ---- 4 -------------------------------------------------------------
 
     async fn cancel(&mut self) -> Result<(), String> {
-        let mut hang = HangingDownstream::start().await?;
+        let hang = HangingDownstream::start().await?;
         let tc = self.start_tc(
             "cancel",
             &[
@@ -701,7 +701,7 @@ impl Bench {
             if Instant::now() >= deadline || misses.len() >= 5 {
                 break;
             }
-            match cancel_one(&mut conn, &endpoint, &mut hang, i).await {
+            match cancel_one(&mut conn, &endpoint, &hang, i).await {
                 Ok((closed, answered)) => {
                     to_close.push(closed);
                     to_answer.push(answered);
@@ -1003,7 +1003,7 @@ impl Bench {
 async fn cancel_one(
     conn: &mut Conn,
     endpoint: &Endpoint,
-    hang: &mut HangingDownstream,
+    hang: &HangingDownstream,
     i: u64,
 ) -> Result<(Duration, Duration), String> {
     const WAIT: Duration = Duration::from_secs(10);
@@ -1025,9 +1025,8 @@ async fn cancel_one(
         .as_str()
         .ok_or("submit answer has no id")?
         .to_owned();
-    match hang.next_for(&id, Instant::now() + WAIT).await {
-        Some(Seen::Arrived { .. }) => {}
-        other => return Err(format!("task {id}: call never arrived ({other:?})")),
+    if hang.arrived(&id, Instant::now() + WAIT).await.is_none() {
+        return Err(format!("task {id}: call never arrived"));
     }
     let sent = Instant::now();
     let reply = conn
@@ -1046,11 +1045,9 @@ async fn cancel_one(
             String::from_utf8_lossy(&reply.body)
         ));
     }
-    match hang.next_for(&id, sent + WAIT).await {
-        Some(Seen::Closed { at, .. }) => Ok((at.saturating_duration_since(sent), answered)),
-        other => Err(format!(
-            "task {id}: connection not closed within {WAIT:?} ({other:?})"
-        )),
+    match hang.closed(&id, sent + WAIT).await {
+        Some(at) => Ok((at.saturating_duration_since(sent), answered)),
+        None => Err(format!("task {id}: connection not closed within {WAIT:?}")),
     }
 }
 

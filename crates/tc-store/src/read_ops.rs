@@ -9,7 +9,7 @@ use tc_model::{Task, TaskId, Timestamp};
 use crate::rows::{self, db, parse_state, task_columns, task_from_row};
 
 /// The earliest due time, read from the first entry of `tasks_due` (pinned:
-/// see [`crate::ops::CLAIM_DUE`]).
+/// see [`crate::write_ops::CLAIM_DUE`]).
 pub(crate) const NEXT_DUE: &str =
     "SELECT min(next_run_at) FROM tasks INDEXED BY tasks_due WHERE state = 'pending'";
 
