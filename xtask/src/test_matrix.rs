@@ -221,7 +221,7 @@ fn print_contract() -> Result<usize, String> {
     for (row, scenario) in names.iter().enumerate() {
         let mut line = format!("{scenario:width$}");
         for (adapter, reports) in &columns {
-            let mark = match reports.get(row).map(|r| &r.outcome) {
+            let mark = match reports.get(row).map(|r| &r.verdict) {
                 Some(Ok(())) => "ok",
                 Some(Err(message)) => {
                     failed.push(format!("FAIL {scenario} [{adapter}]: {message}"));

@@ -40,8 +40,9 @@ pub struct DownResponse {
 
 /// Why a try got no HTTP answer, in kinds the retry policy can act on.
 ///
-/// The kinds map one-to-one onto tc-retry's outcomes; the strings carry the
-/// transport's own explanation for logs and the attempt record.
+/// The kinds map one-to-one onto tc-retry's outcomes, whose reason strings
+/// (`timeout`, `connect`, ...) are the only ones; the strings here carry the
+/// transport's own explanation for logs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DownError {
     /// The call did not finish within [`DownRequest::timeout`].
@@ -67,20 +68,6 @@ pub enum DownError {
     /// HTTP, an unsupported scheme.
     #[error("downstream call failed: {0}")]
     Other(String),
-}
-
-impl DownError {
-    /// A short, stable label for metrics and attempt records: `timeout`,
-    /// `connect`, `response_too_large`, `destination_denied` or `error`.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            DownError::Timeout => "timeout",
-            DownError::Connect(_) => "connect",
-            DownError::ResponseTooLarge { .. } => "response_too_large",
-            DownError::DestinationDenied(_) => "destination_denied",
-            DownError::Other(_) => "error",
-        }
-    }
 }
 
 /// Performs one try of a task against its downstream.
@@ -122,22 +109,6 @@ impl<D: Downstream> Downstream for Arc<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reasons_are_the_stable_labels() {
-        let check = |error: DownError, reason: &str| assert_eq!(error.reason(), reason, "{error}");
-        check(DownError::Timeout, "timeout");
-        check(DownError::Connect("refused".into()), "connect");
-        check(
-            DownError::ResponseTooLarge { limit: 1 },
-            "response_too_large",
-        );
-        check(DownError::Other("bad url".into()), "error");
-        check(
-            DownError::DestinationDenied("127.0.0.1".into()),
-            "destination_denied",
-        );
-    }
 
     #[test]
     fn messages_carry_the_detail() {

@@ -42,9 +42,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 /// A scenario's verdict: `Err` says what broke.
-pub type Outcome = Result<(), String>;
+pub type Verdict = Result<(), String>;
 
-type Run<S> = fn(S) -> Pin<Box<dyn Future<Output = Outcome> + Send>>;
+type Run<S> = fn(S) -> Pin<Box<dyn Future<Output = Verdict> + Send>>;
 
 /// One named scenario of the contract.
 pub struct Scenario<S> {
@@ -59,7 +59,7 @@ impl<S: TaskStore> Scenario<S> {
     }
 
     /// Runs the scenario on `store`, which must be fresh and empty.
-    pub fn run(&self, store: S) -> Pin<Box<dyn Future<Output = Outcome> + Send>> {
+    pub fn run(&self, store: S) -> Pin<Box<dyn Future<Output = Verdict> + Send>> {
         (self.run)(store)
     }
 }
@@ -112,7 +112,7 @@ pub struct Report {
     /// The scenario.
     pub name: &'static str,
     /// What it found.
-    pub outcome: Outcome,
+    pub verdict: Verdict,
     /// How long it ran.
     pub elapsed: Duration,
 }
@@ -133,8 +133,8 @@ where
         let store = make_store().await;
         let started = Instant::now();
         let mut running = tokio::spawn(scenario.run(store));
-        let outcome = match tokio::time::timeout(SCENARIO_TIMEOUT, &mut running).await {
-            Ok(Ok(outcome)) => outcome,
+        let verdict = match tokio::time::timeout(SCENARIO_TIMEOUT, &mut running).await {
+            Ok(Ok(verdict)) => verdict,
             Ok(Err(join)) if join.is_panic() => Err(format!("panicked: {}", panic_message(join))),
             Ok(Err(join)) => Err(format!("did not finish: {join}")),
             Err(_) => {
@@ -144,7 +144,7 @@ where
         };
         reports.push(Report {
             name: scenario.name(),
-            outcome,
+            verdict,
             elapsed: started.elapsed(),
         });
     }
@@ -155,7 +155,7 @@ where
 pub fn failures(reports: &[Report]) -> Option<String> {
     let failed: Vec<String> = reports
         .iter()
-        .filter_map(|r| r.outcome.as_ref().err().map(|e| format!("{}: {e}", r.name)))
+        .filter_map(|r| r.verdict.as_ref().err().map(|e| format!("{}: {e}", r.name)))
         .collect();
     if failed.is_empty() {
         None
@@ -429,7 +429,7 @@ async fn task_in<S: TaskStore>(
 // Submit and idempotency
 
 /// A new key makes a pending task, due now, with what was submitted.
-pub async fn submit_creates_a_pending_task<S: TaskStore>(store: S) -> Outcome {
+pub async fn submit_creates_a_pending_task<S: TaskStore>(store: S) -> Verdict {
     let new = task_with("order-1", URL, b"{\"n\":1}", 4, 2_500);
     let task = create(&store, new.clone(), at(0)).await?;
     ensure_eq!(task.state, State::Pending, "state");
@@ -463,7 +463,7 @@ pub async fn submit_creates_a_pending_task<S: TaskStore>(store: S) -> Outcome {
 
 /// The same key and payload give back the existing task, whatever its
 /// state; nothing new is created and nothing is requeued.
-pub async fn resubmit_returns_the_same_task_in_every_state<S: TaskStore>(store: S) -> Outcome {
+pub async fn resubmit_returns_the_same_task_in_every_state<S: TaskStore>(store: S) -> Verdict {
     let mut made = Vec::new();
     for (i, state) in State::ALL.into_iter().enumerate() {
         let key = format!("key-{state}");
@@ -519,7 +519,7 @@ pub async fn resubmit_returns_the_same_task_in_every_state<S: TaskStore>(store: 
 
 /// The same key with any field of the payload changed is refused, and the
 /// first task stays as it was.
-pub async fn same_key_different_payload_is_a_conflict<S: TaskStore>(store: S) -> Outcome {
+pub async fn same_key_different_payload_is_a_conflict<S: TaskStore>(store: S) -> Verdict {
     let original = create(&store, task_with("k", URL, b"{}", 3, 5_000), at(0)).await?;
     let variants = [
         (
@@ -560,7 +560,7 @@ pub async fn same_key_different_payload_is_a_conflict<S: TaskStore>(store: S) ->
 }
 
 /// Many concurrent submits of one key: one row, one `created`, one id.
-pub async fn concurrent_submits_of_one_key_make_one_row<S: TaskStore>(store: S) -> Outcome {
+pub async fn concurrent_submits_of_one_key_make_one_row<S: TaskStore>(store: S) -> Verdict {
     const CALLERS: usize = 200;
     let store = Arc::new(store);
     let mut callers = JoinSet::new();
@@ -584,7 +584,7 @@ pub async fn concurrent_submits_of_one_key_make_one_row<S: TaskStore>(store: S) 
 }
 
 /// Many concurrent submits of distinct keys all land, each once.
-pub async fn concurrent_submits_of_distinct_keys_all_land<S: TaskStore>(store: S) -> Outcome {
+pub async fn concurrent_submits_of_distinct_keys_all_land<S: TaskStore>(store: S) -> Verdict {
     const CALLERS: usize = 200;
     let store = Arc::new(store);
     let mut callers = JoinSet::new();
@@ -610,7 +610,7 @@ pub async fn concurrent_submits_of_distinct_keys_all_land<S: TaskStore>(store: S
 
 /// Claims take due tasks by due time (then creation order), skip the ones
 /// not yet due, and mark each running with a lease and an open try.
-pub async fn claim_takes_the_oldest_due_first<S: TaskStore>(store: S) -> Outcome {
+pub async fn claim_takes_the_oldest_due_first<S: TaskStore>(store: S) -> Verdict {
     // Created in one order, due in another.
     let a = create(&store, new_task("a"), at(30)).await?;
     let b = create(&store, new_task("b"), at(10)).await?;
@@ -672,7 +672,7 @@ pub async fn claim_takes_the_oldest_due_first<S: TaskStore>(store: S) -> Outcome
 }
 
 /// Concurrent claimers over many tasks: every task claimed exactly once.
-pub async fn concurrent_claimers_never_share_a_task<S: TaskStore>(store: S) -> Outcome {
+pub async fn concurrent_claimers_never_share_a_task<S: TaskStore>(store: S) -> Verdict {
     const TASKS: usize = 200;
     const CLAIMERS: usize = 8;
     let mut submitted = HashSet::new();
@@ -717,7 +717,7 @@ pub async fn concurrent_claimers_never_share_a_task<S: TaskStore>(store: S) -> O
 // Guarded writes
 
 /// Success writes the result and closes the try with its status.
-pub async fn complete_success_records_the_result<S: TaskStore>(store: S) -> Outcome {
+pub async fn complete_success_records_the_result<S: TaskStore>(store: S) -> Verdict {
     let task = create(&store, new_task("s"), at(0)).await?;
     claim_only(&store, task.id, at(10), LEASE).await?;
     let outcome = Completion::Success {
@@ -763,7 +763,7 @@ pub async fn complete_success_records_the_result<S: TaskStore>(store: S) -> Outc
 }
 
 /// Retry goes back to pending, due at the given time, keeping the attempt.
-pub async fn complete_retry_returns_to_pending_until_due<S: TaskStore>(store: S) -> Outcome {
+pub async fn complete_retry_returns_to_pending_until_due<S: TaskStore>(store: S) -> Verdict {
     let task = create(&store, new_task("r"), at(0)).await?;
     claim_only(&store, task.id, at(10), LEASE).await?;
     let done = store
@@ -797,7 +797,7 @@ pub async fn complete_retry_returns_to_pending_until_due<S: TaskStore>(store: S)
 }
 
 /// Failed is terminal, with the reason and status.
-pub async fn complete_failed_is_terminal<S: TaskStore>(store: S) -> Outcome {
+pub async fn complete_failed_is_terminal<S: TaskStore>(store: S) -> Verdict {
     let task = create(&store, new_task("f"), at(0)).await?;
     claim_only(&store, task.id, at(10), LEASE).await?;
     let done = store
@@ -825,7 +825,7 @@ pub async fn complete_failed_is_terminal<S: TaskStore>(store: S) -> Outcome {
 }
 
 /// A write for an attempt other than the current one changes nothing.
-pub async fn stale_attempt_write_is_lost<S: TaskStore>(store: S) -> Outcome {
+pub async fn stale_attempt_write_is_lost<S: TaskStore>(store: S) -> Verdict {
     let task = create(&store, new_task("stale"), at(0)).await?;
     claim_only(&store, task.id, at(10), LEASE).await?;
     store
@@ -863,7 +863,7 @@ pub async fn stale_attempt_write_is_lost<S: TaskStore>(store: S) -> Outcome {
 }
 
 /// A canceled task stays canceled whatever its runner writes afterwards.
-pub async fn write_after_cancel_is_lost<S: TaskStore>(store: S) -> Outcome {
+pub async fn write_after_cancel_is_lost<S: TaskStore>(store: S) -> Verdict {
     let task = create(&store, new_task("c"), at(0)).await?;
     claim_only(&store, task.id, at(10), LEASE).await?;
     let canceled = store.cancel(task.id, at(15)).await.step("cancel")?;
@@ -900,7 +900,7 @@ pub async fn write_after_cancel_is_lost<S: TaskStore>(store: S) -> Outcome {
 
 /// After its lease expired and it was recovered, the old runner's write
 /// loses, both while the task waits and once it runs again.
-pub async fn write_after_recovery_is_lost<S: TaskStore>(store: S) -> Outcome {
+pub async fn write_after_recovery_is_lost<S: TaskStore>(store: S) -> Verdict {
     let task = create(&store, new_task("rec"), at(0)).await?;
     claim_only(&store, task.id, at(0), Duration::from_secs(1)).await?;
     let moved = store
@@ -957,7 +957,7 @@ pub async fn write_after_recovery_is_lost<S: TaskStore>(store: S) -> Outcome {
 
 /// Pending and running tasks cancel; terminal ones come back unchanged;
 /// an unknown id is not found.
-pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Outcome {
+pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Verdict {
     let pending = create(&store, new_task("p"), at(0)).await?;
     let got = store
         .cancel(pending.id, at(5))
@@ -1017,7 +1017,7 @@ pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Outcome {
 /// A stalled runner of attempt 1 that heartbeats after the task was
 /// recovered and claimed again (attempt 2) extends nothing: the newer claim's
 /// lease is its own runner's to extend.
-pub async fn old_attempts_heartbeat_leaves_a_newer_claim_alone<S: TaskStore>(store: S) -> Outcome {
+pub async fn old_attempts_heartbeat_leaves_a_newer_claim_alone<S: TaskStore>(store: S) -> Verdict {
     let short = Duration::from_secs(1);
     let task = create(&store, new_task("stalled"), at(0)).await?;
     claim_only(&store, task.id, at(0), short).await?;
@@ -1047,7 +1047,7 @@ pub async fn old_attempts_heartbeat_leaves_a_newer_claim_alone<S: TaskStore>(sto
 }
 
 /// Heartbeats extend the leases of running tasks only, and never shorten one.
-pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Outcome {
+pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Verdict {
     let short = Duration::from_secs(10);
     let a = create(&store, new_task("a"), at(0)).await?;
     let a = claim_only(&store, a.id, at(0), short).await?;
@@ -1106,7 +1106,7 @@ pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Ou
 
 /// Release puts a running task back without using up its attempt; the
 /// history keeps the interrupted try and the next claim reuses its number.
-pub async fn release_keeps_the_attempt_and_the_history<S: TaskStore>(store: S) -> Outcome {
+pub async fn release_keeps_the_attempt_and_the_history<S: TaskStore>(store: S) -> Verdict {
     // One attempt only: a release that used it up would leave nothing to run.
     let task = create(&store, task_with("rel", URL, b"{}", 1, 1_000), at(0)).await?;
     claim_only(&store, task.id, at(10), LEASE).await?;
@@ -1144,7 +1144,7 @@ pub async fn release_keeps_the_attempt_and_the_history<S: TaskStore>(store: S) -
 
 /// Expired leases go back to pending, or to failed `interrupted` when no
 /// attempt is left; live leases (including one ending exactly now) stay.
-pub async fn recover_expired_requeues_or_fails<S: TaskStore>(store: S) -> Outcome {
+pub async fn recover_expired_requeues_or_fails<S: TaskStore>(store: S) -> Verdict {
     let s = Duration::from_secs;
     let requeue = create(&store, task_with("requeue", URL, b"{}", 3, 1_000), at(0)).await?;
     claim_only(&store, requeue.id, at(0), s(10)).await?;
@@ -1193,7 +1193,7 @@ pub async fn recover_expired_requeues_or_fails<S: TaskStore>(store: S) -> Outcom
 }
 
 /// Each try is a row: number, start, end, status, error, duration.
-pub async fn attempt_history_records_every_try<S: TaskStore>(store: S) -> Outcome {
+pub async fn attempt_history_records_every_try<S: TaskStore>(store: S) -> Verdict {
     let task = create(&store, new_task("h"), at(0)).await?;
     claim_only(&store, task.id, at(100), LEASE).await?;
     store
@@ -1233,7 +1233,7 @@ pub async fn attempt_history_records_every_try<S: TaskStore>(store: S) -> Outcom
 }
 
 /// Guarded writes on tasks that are not running change nothing and say so.
-pub async fn illegal_writes_change_nothing<S: TaskStore>(store: S) -> Outcome {
+pub async fn illegal_writes_change_nothing<S: TaskStore>(store: S) -> Verdict {
     let mut tasks = Vec::new();
     for (i, state) in [
         State::Pending,
@@ -1307,7 +1307,7 @@ pub async fn illegal_writes_change_nothing<S: TaskStore>(store: S) -> Outcome {
 
 /// Pages follow creation order, honour the limit and the state filter, and
 /// the last page says so.
-pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Outcome {
+pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Verdict {
     let mut created = Vec::new();
     for i in 0..23 {
         created.push(
@@ -1407,7 +1407,7 @@ pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Outcome {
 }
 
 /// Paging while other tasks are being inserted: no task skipped or repeated.
-pub async fn list_pages_are_stable_while_inserting<S: TaskStore>(store: S) -> Outcome {
+pub async fn list_pages_are_stable_while_inserting<S: TaskStore>(store: S) -> Verdict {
     const BEFORE: usize = 50;
     const DURING: usize = 200;
     const LIMIT: usize = 7;
@@ -1492,7 +1492,7 @@ pub async fn list_pages_are_stable_while_inserting<S: TaskStore>(store: S) -> Ou
 }
 
 /// Counts follow every state.
-pub async fn count_by_state_counts_each_state<S: TaskStore>(store: S) -> Outcome {
+pub async fn count_by_state_counts_each_state<S: TaskStore>(store: S) -> Verdict {
     let counts = store.count_by_state().await.step("count_by_state")?;
     ensure!(
         counts.iter().all(|(_, n)| n == 0),
@@ -1538,7 +1538,7 @@ pub async fn health_answers_and_changes_nothing<S: TaskStore>(store: S) -> Outco
 }
 
 /// next_due is the earliest next_run_at among pending tasks only.
-pub async fn next_due_is_the_earliest_pending<S: TaskStore>(store: S) -> Outcome {
+pub async fn next_due_is_the_earliest_pending<S: TaskStore>(store: S) -> Verdict {
     ensure_eq!(
         store.next_due().await.step("next_due")?,
         None,
@@ -1582,7 +1582,7 @@ pub async fn next_due_is_the_earliest_pending<S: TaskStore>(store: S) -> Outcome
 }
 
 /// Operations on an id that was never stored say so.
-pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Outcome {
+pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Verdict {
     create(&store, new_task("real"), at(0)).await?;
     let ghost = TaskId::new(Timestamp::from_millis(0), [0xee; 10]);
     ensure_eq!(store.get(ghost).await, Err(StoreError::NotFound), "get");

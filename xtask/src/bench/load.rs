@@ -140,7 +140,7 @@ pub(crate) struct Load {
 
 /// What a run measured.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Outcome {
+pub(crate) struct LoadResult {
     /// Answered with an expected status.
     pub(crate) ok: u64,
     /// Answered with another status.
@@ -155,12 +155,12 @@ pub(crate) struct Outcome {
     pub(crate) first_problem: Option<String>,
 }
 
-impl Outcome {
+impl LoadResult {
     pub(crate) fn per_second(&self) -> f64 {
         super::stats::rate(self.ok, self.elapsed)
     }
 
-    fn merge(&mut self, other: Outcome) {
+    fn merge(&mut self, other: LoadResult) {
         self.ok += other.ok;
         self.bad_status += other.bad_status;
         self.errors += other.errors;
@@ -192,7 +192,7 @@ pub(crate) async fn run(
     load: Load,
     make: MakeRequest,
     expected: fn(StatusCode) -> bool,
-) -> Result<Outcome, String> {
+) -> Result<LoadResult, String> {
     let mut conns = Vec::with_capacity(load.connections);
     for _ in 0..load.connections {
         conns.push(Conn::open(endpoint.addr).await?);
@@ -212,7 +212,7 @@ pub(crate) async fn run(
         };
         clients.spawn(client.run(conn, start));
     }
-    let mut total = Outcome::default();
+    let mut total = LoadResult::default();
     let mut last = start;
     while let Some(joined) = clients.join_next().await {
         let (outcome, client_last) = joined.map_err(|e| format!("load client failed: {e}"))?;
@@ -234,10 +234,10 @@ struct Client {
 
 impl Client {
     /// The outcome and the instant of its last answer.
-    async fn run(self, mut conn: Conn, start: Instant) -> (Outcome, Instant) {
-        let mut outcome = Outcome {
+    async fn run(self, mut conn: Conn, start: Instant) -> (LoadResult, Instant) {
+        let mut outcome = LoadResult {
             latencies: Vec::with_capacity(4096),
-            ..Outcome::default()
+            ..LoadResult::default()
         };
         let mut last = start;
         let mut reconnects = 0;

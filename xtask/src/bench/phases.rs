@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::Plan;
 use super::downstream::{HangingDownstream, HttpDownstream};
-use super::load::{self, Conn, Endpoint, Load, MakeRequest, Outcome};
+use super::load::{self, Conn, Endpoint, Load, LoadResult, MakeRequest};
 use super::procfs::Machine;
 use super::report::{self, Figure, Target};
 use super::server::{self, ServerProcess};
@@ -216,7 +216,7 @@ impl Bench {
         what: &str,
         endpoint: &Endpoint,
         url: &str,
-    ) -> Result<Outcome, String> {
+    ) -> Result<LoadResult, String> {
         let plan = self.plan;
         let run_id = self.clock.elapsed().as_nanos();
         let load = |window| Load {
@@ -242,7 +242,7 @@ impl Bench {
         Ok(outcome)
     }
 
-    fn report_load(&self, what: &str, outcome: &Outcome) {
+    fn report_load(&self, what: &str, outcome: &LoadResult) {
         let summary = stats::summarize(outcome.latencies.clone());
         let latency = summary.map_or(String::new(), |s| {
             format!(
@@ -555,7 +555,7 @@ impl Bench {
         url: &str,
         prefix: &str,
         n: u64,
-    ) -> Result<Outcome, String> {
+    ) -> Result<LoadResult, String> {
         load::run(
             endpoint,
             Load {
@@ -1142,7 +1142,7 @@ fn summary_json(s: &Summary) -> Value {
     })
 }
 
-fn load_json(outcome: &Outcome) -> Value {
+fn load_json(outcome: &LoadResult) -> Value {
     json!({
         "ok": outcome.ok,
         "bad_status": outcome.bad_status,

@@ -12,7 +12,7 @@ use tc_store::{SqliteStore, StoreConfig, Synchronous};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::load::Outcome;
+use super::load::LoadResult;
 
 /// The wall clock as the store wants it.
 pub(crate) fn now() -> Timestamp {
@@ -66,7 +66,7 @@ pub(crate) async fn submit_ceiling(
     callers: usize,
     max: u64,
     duration: Duration,
-) -> Result<Outcome, String> {
+) -> Result<LoadResult, String> {
     let store = open(path, Synchronous::Full).await?;
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let start = Instant::now();
@@ -95,7 +95,7 @@ pub(crate) async fn submit_ceiling(
             Ok::<_, String>((latencies, last))
         });
     }
-    let mut outcome = Outcome::default();
+    let mut outcome = LoadResult::default();
     let mut last = start;
     while let Some(joined) = running.join_next().await {
         let (latencies, client_last) = joined.map_err(|e| format!("store caller: {e}"))??;

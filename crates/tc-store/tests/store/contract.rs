@@ -10,7 +10,7 @@ use tc_testkit::store_contract::{Report, failures, run_all};
 #[allow(clippy::print_stdout)]
 fn check(variant: &str, reports: &[Report]) {
     for report in reports {
-        let verdict = if report.outcome.is_ok() {
+        let verdict = if report.verdict.is_ok() {
             "ok"
         } else {
             "FAILED"
