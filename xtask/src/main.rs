@@ -3,8 +3,8 @@
 #![allow(clippy::print_stdout)]
 
 mod bench;
-mod bench_store;
 mod chaos;
+mod store_vs_rusqlite;
 mod test_matrix;
 mod tidy;
 
@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         Some("tidy") => tidy::run(),
         Some("test-matrix") => test_matrix::run_matrix(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
-        Some("bench-store") => bench_store::run(&args[1..]),
+        Some("bench-store") => store_vs_rusqlite::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");

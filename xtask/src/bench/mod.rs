@@ -20,7 +20,7 @@ mod procfs;
 mod report;
 pub(crate) mod server;
 mod stats;
-mod store;
+mod store_alone;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,493 @@
+//! The six measurements, in order, each beside its ceiling: one file per
+//! phase, sharing the run's state ([`Bench`]), the load generator
+//! ([`super::load`]) and the one fake downstream ([`super::downstream`]).
+
+mod cancel;
+mod end_to_end;
+mod naive_peer;
+mod scale;
+mod slow_downstream;
+mod submit;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, LOCATION};
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::Plan;
+use super::downstream::{HangingDownstream, HttpDownstream};
+use super::load::{self, Conn, Endpoint, Load, LoadResult, MakeRequest};
+use super::procfs::Machine;
+use super::report::{self, Figure, Target};
+use super::server::{self, ServerProcess};
+use super::stats::{self, Summary, ms};
+use super::store_alone;
+
+/// What the no-op and naive servers answer: tc-server's own answer to a
+/// submit, captured at the start of the run.
+struct Captured {
+    body_file: PathBuf,
+    location: String,
+}
+
+/// The shared state of one run.
+struct Bench {
+    plan: Plan,
+    tc_server: PathBuf,
+    me: PathBuf,
+    dir: tempfile::TempDir,
+    clock: std::time::Instant,
+    figures: Vec<Figure>,
+    details: serde_json::Map<String, Value>,
+    failures: Vec<String>,
+    captured: Option<Captured>,
+    /// Phase 1's figures that later phases compare with.
+    idle_submit: Option<(f64, Summary)>,
+    noop_rate: Option<f64>,
+    tc_e2e_rate: Option<f64>,
+}
+
+/// Runs every phase, prints the table, writes results.json. Fails only if
+/// the harness itself failed somewhere; targets are reported, not asserted.
+pub(crate) fn run(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let machine = Machine::read();
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    // Private copies of both binaries: another build in the shared target
+    // directory may replace them while the run goes on.
+    let copy = |from: &Path, name: &str| {
+        let to = dir.path().join(name);
+        std::fs::copy(from, &to)
+            .map(|_| to)
+            .map_err(|e| format!("copying {} for the run: {e}", from.display()))
+    };
+    let tc_server = copy(tc_server, "tc-server")?;
+    let me = copy(Path::new("/proc/self/exe"), "xtask-bench")?;
+    let mut bench = Bench {
+        plan,
+        tc_server,
+        me,
+        dir,
+        clock: std::time::Instant::now(),
+        figures: Vec::new(),
+        details: serde_json::Map::new(),
+        failures: Vec::new(),
+        captured: None,
+        idle_submit: None,
+        noop_rate: None,
+        tc_e2e_rate: None,
+    };
+    bench.progress(&format!(
+        "{} run on {} × {}, {} MiB, load {}; databases in {}",
+        if plan.quick { "quick" } else { "full" },
+        machine.cpus,
+        machine.cpu_model,
+        machine.mem_total_mib,
+        machine.load_at_start,
+        bench.dir.path().display()
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    runtime.block_on(async {
+        bench.phase("1 submit", Bench::submit).await;
+        bench.phase("2 end to end", Bench::end_to_end).await;
+        bench
+            .phase("3 slow downstream", Bench::slow_downstream)
+            .await;
+        bench.phase("4 cancel", Bench::cancel).await;
+        bench.phase("5 scale", Bench::scale).await;
+        bench.phase("6 naive peer", Bench::naive_peer).await;
+    });
+    drop(runtime);
+
+    let table = report::table(&bench.figures);
+    println!("\n{table}");
+    for f in bench.figures.iter().filter(|f| !f.note.is_empty()) {
+        println!("  {}: {}", f.name, f.note);
+    }
+    let results = json!({
+        "mode": if plan.quick { "quick" } else { "full" },
+        "machine": {
+            "cpus": machine.cpus,
+            "cpu_model": machine.cpu_model,
+            "mem_total_mib": machine.mem_total_mib,
+            "kernel": machine.kernel,
+            "load_at_start": machine.load_at_start,
+            "load_at_end": Machine::load_now(),
+        },
+        "seconds": bench.clock.elapsed().as_secs_f64(),
+        "plan": format!("{plan:?}"),
+        "figures": bench.figures.iter().map(report::to_json).collect::<Vec<_>>(),
+        "details": bench.details,
+        "failures": bench.failures,
+    });
+    let path = out_dir.join("results.json");
+    let text = serde_json::to_string_pretty(&results).map_err(|e| format!("results: {e}"))?;
+    std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    println!(
+        "\nwrote {} ({:.0} s, load {} → {})",
+        path.display(),
+        bench.clock.elapsed().as_secs_f64(),
+        machine.load_at_start,
+        Machine::load_now()
+    );
+    if bench.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} measurement(s) failed:\n  {}",
+            bench.failures.len(),
+            bench.failures.join("\n  ")
+        ))
+    }
+}
+
+impl Bench {
+    fn progress(&self, message: &str) {
+        eprintln!(
+            "[bench {:>6.1}s] {message}",
+            self.clock.elapsed().as_secs_f64()
+        );
+    }
+
+    async fn phase<F>(&mut self, name: &str, body: F)
+    where
+        F: AsyncFnOnce(&mut Bench) -> Result<(), String>,
+    {
+        self.progress(&format!("== {name}"));
+        if let Err(e) = body(self).await {
+            self.progress(&format!("{name} FAILED: {e}"));
+            self.failures.push(format!("{name}: {e}"));
+        }
+    }
+
+    fn detail(&mut self, key: &str, value: Value) {
+        self.details.insert(key.to_owned(), value);
+    }
+
+    fn push(&mut self, figure: Figure) {
+        self.figures.push(figure);
+    }
+
+    fn fail(&mut self, key: &str, name: &str, unit: &'static str, why: String) {
+        self.failures.push(format!("{name}: {why}"));
+        self.push(Figure::failed(key, name, unit, why));
+    }
+
+    fn db(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.db"))
+    }
+
+    fn start_tc(&self, name: &str, flags: &[&str]) -> Result<ServerProcess, String> {
+        let command = server::tc_server(&self.tc_server, &self.db(name), flags);
+        let process = ServerProcess::start(&format!("tc-server ({name})"), command)?;
+        self.progress(&format!(
+            "{} listening on {} (pid {})",
+            process.name,
+            process.addr,
+            process.pid()
+        ));
+        Ok(process)
+    }
+
+    fn start_peer(&self, kind: &str) -> Result<ServerProcess, String> {
+        let captured = self
+            .captured
+            .as_ref()
+            .ok_or("no tc-server response was captured for the reference servers")?;
+        let mut command = std::process::Command::new(&self.me);
+        command
+            .args(["bench", "--peer", kind, "--response-body"])
+            .arg(&captured.body_file)
+            .args(["--location", &captured.location]);
+        let process = ServerProcess::start(&format!("{kind} peer"), command)?;
+        self.progress(&format!(
+            "{} listening on {} (pid {})",
+            process.name,
+            process.addr,
+            process.pid()
+        ));
+        Ok(process)
+    }
+
+    /// A warm-up then a measured window of closed-loop submits.
+    async fn submit_window(
+        &self,
+        what: &str,
+        endpoint: &Endpoint,
+        url: &str,
+    ) -> Result<LoadResult, String> {
+        let plan = self.plan;
+        let run_id = self.clock.elapsed().as_nanos();
+        let load = |window| Load {
+            connections: plan.connections,
+            max_requests: plan.max_requests,
+            max_duration: window,
+        };
+        load::run(
+            endpoint,
+            load(plan.warmup),
+            load::submits(url.to_owned(), format!("warm-{run_id}"), ""),
+            load::created,
+        )
+        .await?;
+        let outcome = load::run(
+            endpoint,
+            load(plan.window),
+            load::submits(url.to_owned(), format!("load-{run_id}"), ""),
+            load::created,
+        )
+        .await?;
+        self.report_load(what, &outcome);
+        Ok(outcome)
+    }
+
+    fn report_load(&self, what: &str, outcome: &LoadResult) {
+        let summary = stats::summarize(outcome.latencies.clone());
+        let latency = summary.map_or(String::new(), |s| {
+            format!(
+                ", p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
+                ms(s.p50),
+                ms(s.p99),
+                ms(s.p999)
+            )
+        });
+        let problems = outcome.problems();
+        self.progress(&format!(
+            "{what}: {} in {:.1} s = {:.0}/s{latency}{}",
+            outcome.ok,
+            outcome.elapsed.as_secs_f64(),
+            outcome.per_second(),
+            if problems.is_empty() {
+                String::new()
+            } else {
+                format!(" — {problems}")
+            }
+        ));
+    }
+
+    fn server_warnings(&self, process: &ServerProcess) -> String {
+        match process.warnings() {
+            (0, _) => String::new(),
+            (n, first) => {
+                let note = format!(
+                    "{} logged {n} warnings/errors; first: {}",
+                    process.name,
+                    first.unwrap_or_default()
+                );
+                self.progress(&note);
+                note
+            }
+        }
+    }
+
+    // ---- 1 -------------------------------------------------------------
+
+    /// Submits `n` tasks as fast as 64 connections go, bounded by patience.
+    async fn submit_batch(
+        &self,
+        endpoint: &Endpoint,
+        url: &str,
+        prefix: &str,
+        n: u64,
+    ) -> Result<LoadResult, String> {
+        load::run(
+            endpoint,
+            Load {
+                connections: self.plan.connections,
+                max_requests: n,
+                max_duration: self.plan.patience,
+            },
+            load::submits(
+                url.to_owned(),
+                format!("{prefix}-{}", self.clock.elapsed().as_nanos()),
+                "",
+            ),
+            load::created,
+        )
+        .await
+    }
+
+    /// Polls `/metrics` until `n` tasks are terminal. Returns the first
+    /// poll (its instant and terminal count) and the instant all were.
+    async fn wait_terminal(
+        &self,
+        endpoint: &Endpoint,
+        n: u64,
+        until: Instant,
+    ) -> Result<((Instant, u64), Instant), String> {
+        const POLL: Duration = Duration::from_millis(10);
+        let mut conn = Conn::open(endpoint.addr).await?;
+        let mut last_report = Instant::now();
+        let mut first = None;
+        loop {
+            let polled = Instant::now();
+            let counts = task_counts_of(&mut conn, endpoint).await?;
+            let terminal = terminal(&counts);
+            let first = *first.get_or_insert((polled, terminal));
+            if terminal >= n {
+                return Ok((first, Instant::now()));
+            }
+            if Instant::now() >= until {
+                return Err(format!(
+                    "only {terminal} of {n} tasks terminal in time: {counts:?}"
+                ));
+            }
+            if last_report.elapsed() >= Duration::from_secs(5) {
+                self.progress(&format!("  {terminal}/{n} terminal"));
+                last_report = Instant::now();
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    // ---- 3 -------------------------------------------------------------
+}
+
+/// What the worker sends downstream, sent straight from the bench: the
+/// ceiling of end to end.
+fn downstream_calls() -> MakeRequest {
+    Arc::new(|endpoint: &Endpoint, i| {
+        let mut request = endpoint.request(
+            Method::POST,
+            "/hook",
+            Some(Bytes::from(format!(r#"{{"n":{i}}}"#))),
+        )?;
+        let headers = request.headers_mut();
+        let key = HeaderValue::try_from(format!("e2e-{i}")).map_err(|e| e.to_string())?;
+        headers.insert("idempotency-key", key);
+        headers.insert(
+            "x-task-id",
+            HeaderValue::from_static("01890000-0000-7000-8000-000000000000"),
+        );
+        headers.insert("x-task-attempt", HeaderValue::from_static("1"));
+        Ok(request)
+    })
+}
+
+fn submits_with_many_attempts(url: String) -> MakeRequest {
+    load::submits(url, "rss".into(), r#","max_attempts":100"#)
+}
+
+/// A loopback port nothing listens on (bound, then released).
+async fn closed_port() -> Result<SocketAddr, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("bind: {e}"))?;
+    listener.local_addr().map_err(|e| format!("addr: {e}"))
+}
+
+async fn task_counts_of(
+    conn: &mut Conn,
+    endpoint: &Endpoint,
+) -> Result<BTreeMap<String, u64>, String> {
+    let reply = conn
+        .send(endpoint.request(Method::GET, "/metrics", None)?)
+        .await?;
+    if reply.status != StatusCode::OK {
+        return Err(format!("/metrics: status {}", reply.status));
+    }
+    Ok(task_counts(&String::from_utf8_lossy(&reply.body)))
+}
+
+/// `taskcenter_tasks{state="…"} N` lines of the metrics text.
+pub(crate) fn task_counts(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("taskcenter_tasks{")?;
+            let (labels, value) = rest.split_once('}')?;
+            let state = labels
+                .split(',')
+                .find_map(|l| l.trim().strip_prefix("state=\""))?
+                .strip_suffix('"')?;
+            let count = value.trim().parse::<f64>().ok()?;
+            Some((state.to_owned(), count.max(0.0) as u64))
+        })
+        .collect()
+}
+
+fn terminal(counts: &BTreeMap<String, u64>) -> u64 {
+    ["success", "failed", "canceled"]
+        .iter()
+        .map(|s| counts.get(*s).copied().unwrap_or(0))
+        .sum()
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn summary_json(s: &Summary) -> Value {
+    json!({
+        "count": s.count,
+        "p50": ms(s.p50),
+        "p99": ms(s.p99),
+        "p999": ms(s.p999),
+        "max": ms(s.max),
+    })
+}
+
+fn load_json(outcome: &LoadResult) -> Value {
+    json!({
+        "ok": outcome.ok,
+        "bad_status": outcome.bad_status,
+        "errors": outcome.errors,
+        "seconds": outcome.elapsed.as_secs_f64(),
+        "per_second": outcome.per_second(),
+        "latency_ms": stats::summarize(outcome.latencies.clone()).map(|s| summary_json(&s)),
+        "first_problem": outcome.first_problem,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_counts_from_metrics() {
+        let text = "# HELP taskcenter_tasks Tasks in each state\n\
+                    # TYPE taskcenter_tasks gauge\n\
+                    taskcenter_tasks{state=\"pending\"} 12\n\
+                    taskcenter_tasks{state=\"success\"} 3\n\
+                    taskcenter_tasks{state=\"failed\"} 1\n\
+                    taskcenter_tasks_other{state=\"success\"} 99\n\
+                    taskcenter_submits_total{result=\"created\"} 16\n\
+                    taskcenter_tasks{state=\"canceled\"} 2.0\n";
+        let counts = task_counts(text);
+        assert_eq!(counts.len(), 4, "{counts:?}");
+        assert_eq!(counts["pending"], 12);
+        assert_eq!(counts["canceled"], 2);
+        assert_eq!(terminal(&counts), 6);
+        assert_eq!(terminal(&BTreeMap::new()), 0);
+    }
+
+    #[test]
+    fn thousands_separators() {
+        for (n, want) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (100_000, "100,000"),
+            (1_000_000, "1,000,000"),
+        ] {
+            assert_eq!(thousands(n), want);
+        }
+    }
+}
