@@ -1521,7 +1521,7 @@ pub async fn count_by_state_counts_each_state<S: TaskStore>(store: S) -> Verdict
 
 /// An open store is healthy, before and after writes, and a health check
 /// writes nothing.
-pub async fn health_answers_and_changes_nothing<S: TaskStore>(store: S) -> Outcome {
+pub async fn health_answers_and_changes_nothing<S: TaskStore>(store: S) -> Verdict {
     store.health().await.step("health on an empty store")?;
     let task = create(&store, new_task("h"), at(0)).await?;
     for _ in 0..3 {
