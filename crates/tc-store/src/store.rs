@@ -259,7 +259,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
-        self.write(move |conn| ops::delete(conn, &id)).await
+        self.write(move |conn| write_ops::delete(conn, &id)).await
     }
 
     async fn retry(
@@ -268,7 +268,7 @@ impl TaskStore for SqliteStore {
         run_at: Timestamp,
         now: Timestamp,
     ) -> Result<Task, StoreError> {
-        self.write(move |conn| ops::retry(conn, &id, run_at, now))
+        self.write(move |conn| write_ops::retry(conn, &id, run_at, now))
             .await
     }
 

@@ -1615,7 +1615,7 @@ pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Verdict {
 /// A finished task is deleted with its history; its key is free again. A
 /// pending or running task is refused with its state, an unknown id is not
 /// found.
-pub async fn delete_takes_only_finished_tasks_and_frees_the_key<S: TaskStore>(store: S) -> Outcome {
+pub async fn delete_takes_only_finished_tasks_and_frees_the_key<S: TaskStore>(store: S) -> Verdict {
     for state in [State::Pending, State::Running] {
         let task = task_in(&store, &format!("live-{state}"), state, at(0)).await?;
         ensure_eq!(
@@ -1668,7 +1668,7 @@ pub async fn delete_takes_only_finished_tasks_and_frees_the_key<S: TaskStore>(st
 /// Pending, running and success tasks are refused with their state.
 pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>(
     store: S,
-) -> Outcome {
+) -> Verdict {
     for state in [State::Pending, State::Running, State::Success] {
         let task = task_in(&store, &format!("no-{state}"), state, at(0)).await?;
         ensure_eq!(
