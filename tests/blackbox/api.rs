@@ -25,6 +25,7 @@ const VIEW_FIELDS: &[&str] = &[
     "updated_at",
     "started_at",
     "finished_at",
+    "run_at",
     "duration_ms",
     "attempts",
 ];

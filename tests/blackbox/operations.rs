@@ -115,3 +115,78 @@ async fn deleting_a_finished_task_frees_its_key() {
     assert_eq!(again.status, 201, "{:?}", again.json());
     assert_ne!(again.id(), id);
 }
+
+#[tokio::test]
+async fn a_delayed_task_waits_pending_until_its_time() {
+    let s = support::start().await;
+    let submitted = tokio::time::Instant::now();
+    let reply = s
+        .api
+        .post_json(
+            "/tasks",
+            &json!({"url": s.down.url("/ok"), "idempotency_key": "soon", "delay_ms": 700}),
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.json());
+    let id = reply.id();
+    let view = reply.json();
+    assert_eq!(view["state"], "pending");
+    assert!(view["run_at"].is_string(), "{view}");
+    // The same request again is the same task.
+    let again = s
+        .api
+        .post_json(
+            "/tasks",
+            &json!({"url": s.down.url("/ok"), "idempotency_key": "soon", "delay_ms": 700}),
+        )
+        .await;
+    assert_eq!((again.status, again.id()), (200, id.clone()));
+    let done = s.api.wait_terminal(&id).await;
+    assert_eq!(done["state"], "success", "{done}");
+    let call = s
+        .down
+        .requests()
+        .into_iter()
+        .find(|r| r.key() == "soon")
+        .unwrap();
+    assert!(
+        call.at.duration_since(submitted) >= std::time::Duration::from_millis(700),
+        "called {:?} after the submit",
+        call.at.duration_since(submitted)
+    );
+
+    // Far ahead: pending, cancelable at once; both fields at once: refused.
+    let far = s
+        .api
+        .post_json(
+            "/tasks",
+            &json!({"url": s.down.url("/ok"), "idempotency_key": "next-year", "run_at": "2099-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(
+        far.status,
+        400,
+        "more than 365 days ahead: {:?}",
+        far.json()
+    );
+    assert_eq!(far.error_code(), "invalid_request");
+    let both = s
+        .api
+        .post_json(
+            "/tasks",
+            &json!({"url": s.down.url("/ok"), "idempotency_key": "both", "run_at": "2030-01-01T00:00:00Z", "delay_ms": 5}),
+        )
+        .await;
+    assert_eq!(both.status, 400);
+    let hour = s
+        .api
+        .post_json(
+            "/tasks",
+            &json!({"url": s.down.url("/ok"), "idempotency_key": "in-an-hour", "delay_ms": 3_600_000}),
+        )
+        .await;
+    assert_eq!(hour.status, 201);
+    let canceled = s.api.cancel(&hour.id()).await;
+    assert_eq!(canceled.json()["state"], "canceled");
+    assert_eq!(s.down.calls_with_key("in-an-hour"), 0);
+}

@@ -312,7 +312,7 @@ where
 {
     check_json_content_type(parts)?;
     let bytes = body.read_all().await?;
-    let new = parse_submit(&bytes, &app.config)?;
+    let new = parse_submit(&bytes, &app.config, app.control.now())?;
     check_url_allowed(new.url(), &app.config.allow_url_prefixes)?;
     let submitted = app.store.submit(new, app.control.now()).await?;
     let task = &submitted.task;
@@ -534,6 +534,7 @@ mod tests {
             attempts_before_retry: 0,
             max_attempts: 3,
             timeout: std::time::Duration::from_secs(1),
+            schedule: tc_model::Schedule::Now,
             http_status: Some(200),
             result: bytes.map(|n| vec![b'x'; n]),
             result_content_type: None,

@@ -8,7 +8,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tc_model::store::Page;
-use tc_model::{AttemptRecord, Limits, NewTask, State, Task, TaskId, Timestamp, ValidationError};
+use tc_model::{
+    AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp, ValidationError,
+};
 
 use crate::config::HttpConfig;
 use crate::error::ApiError;
@@ -32,6 +34,10 @@ struct SubmitBody {
     max_attempts: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     timeout_ms: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    run_at: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    delay_ms: Option<Value>,
 }
 
 /// Deserializes a field that is present, even as `null`, to `Some`.
@@ -70,7 +76,11 @@ fn compact(json: &str) -> Vec<u8> {
 
 /// Parses and validates a submission. Every refusal is 400 and its message
 /// starts with the field's name as the API spells it.
-pub(crate) fn parse_submit(bytes: &[u8], config: &HttpConfig) -> Result<NewTask, ApiError> {
+pub(crate) fn parse_submit(
+    bytes: &[u8],
+    config: &HttpConfig,
+    now: Timestamp,
+) -> Result<NewTask, ApiError> {
     let invalid = ApiError::InvalidRequest;
     // A struct also deserializes from a JSON array (fields by position):
     // only an object is a submission.
@@ -104,6 +114,7 @@ pub(crate) fn parse_submit(bytes: &[u8], config: &HttpConfig) -> Result<NewTask,
     let downstream_body = body
         .json
         .map_or_else(|| b"{}".to_vec(), |raw| compact(raw.get()));
+    let schedule = parse_schedule(body.run_at, body.delay_ms, now)?;
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
     };
@@ -115,7 +126,47 @@ pub(crate) fn parse_submit(bytes: &[u8], config: &HttpConfig) -> Result<NewTask,
         timeout,
         &limits,
     )
+    .and_then(|task| task.with_schedule(schedule))
     .map_err(|e| invalid(validation_message(&e)))
+}
+
+/// `run_at` (RFC 3339, at most 365 days after `now`; a past time runs at
+/// once) or `delay_ms` (0..=365 days), not both.
+fn parse_schedule(
+    run_at: Option<Value>,
+    delay_ms: Option<Value>,
+    now: Timestamp,
+) -> Result<Schedule, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    let max_ms = u64::try_from(Schedule::MAX_AHEAD.as_millis()).unwrap_or(u64::MAX);
+    match (run_at, delay_ms) {
+        (Some(_), Some(_)) => Err(invalid("run_at: give run_at or delay_ms, not both".into())),
+        (None, None) => Ok(Schedule::Now),
+        (None, Some(v)) => Ok(Schedule::After(Duration::from_millis(integer(
+            "delay_ms", &v, 0, max_ms,
+        )?))),
+        (Some(Value::String(text)), None) => {
+            // humantime reads RFC 3339 in UTC (`Z`), with any fraction.
+            let at = humantime::parse_rfc3339(&text)
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .and_then(|d| i64::try_from(d.as_millis()).ok())
+                .map(Timestamp::from_millis)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "run_at: not an RFC 3339 time in UTC (e.g. 2026-01-02T03:04:05Z): {text:?}"
+                    ))
+                })?;
+            if at.duration_since(now) > Schedule::MAX_AHEAD {
+                return Err(invalid("run_at: must be at most 365 days ahead".into()));
+            }
+            Ok(Schedule::At(at))
+        }
+        (Some(other), None) => Err(invalid(format!(
+            "run_at: must be a string, got {}",
+            json_type(&other)
+        ))),
+    }
 }
 
 /// The optional body of `POST /tasks/{id}/retry`.
@@ -219,6 +270,7 @@ pub(crate) struct TaskView<'a> {
     updated_at: String,
     started_at: Option<String>,
     finished_at: Option<String>,
+    run_at: Option<String>,
     duration_ms: Option<u64>,
     attempts: Vec<AttemptView<'a>>,
 }
@@ -250,6 +302,7 @@ impl<'a> TaskView<'a> {
             updated_at: rfc3339(task.updated_at),
             started_at: task.started_at.map(rfc3339),
             finished_at: task.finished_at.map(rfc3339),
+            run_at: task.schedule.run_at(task.created_at).map(rfc3339),
             duration_ms: task.attempts.last().and_then(|a| a.duration_ms),
             attempts: task.attempts.iter().map(AttemptView::new).collect(),
         }
@@ -317,6 +370,9 @@ pub(crate) fn rfc3339(t: Timestamp) -> String {
 mod tests {
     use super::*;
 
+    /// 2026-01-01T00:00:00Z.
+    const NOW: Timestamp = Timestamp::from_millis(1_767_225_600_000);
+
     fn config() -> HttpConfig {
         HttpConfig {
             default_max_attempts: 7,
@@ -329,7 +385,7 @@ mod tests {
     /// Parses `body`; `Ok(())` checks it was accepted, `Err(prefix)` that it
     /// was refused with a message starting with `prefix`.
     fn check(body: &str, expected: Result<(), &str>) {
-        let got = parse_submit(body.as_bytes(), &config());
+        let got = parse_submit(body.as_bytes(), &config(), NOW);
         match (got, expected) {
             (Ok(_), Ok(())) => {}
             (Err(ApiError::InvalidRequest(message)), Err(prefix)) => {
@@ -427,6 +483,35 @@ mod tests {
                 ok(r#","json":"0123456789012345678901234567890123456789012345678901234567890123""#),
                 Err("json: "),
             ),
+            // Delayed tasks: NOW is 2026-01-01T00:00:00Z.
+            (ok(r#","delay_ms":0"#), Ok(())),
+            (ok(r#","delay_ms":31536000000"#), Ok(())),
+            (ok(r#","delay_ms":31536000001"#), Err("delay_ms: ")),
+            (ok(r#","delay_ms":-1"#), Err("delay_ms: ")),
+            (ok(r#","delay_ms":1.5"#), Err("delay_ms: ")),
+            (ok(r#","run_at":"2026-06-01T12:00:00Z""#), Ok(())),
+            (ok(r#","run_at":"2026-12-31T23:59:59.999Z""#), Ok(())),
+            (ok(r#","run_at":"2025-01-01T00:00:00Z""#), Ok(())),
+            (
+                ok(r#","run_at":"2027-01-01T00:00:00.001Z""#),
+                Err("run_at: must be at most 365 days"),
+            ),
+            (
+                ok(r#","run_at":"tomorrow""#),
+                Err("run_at: not an RFC 3339"),
+            ),
+            (
+                ok(r#","run_at":"2026-06-01""#),
+                Err("run_at: not an RFC 3339"),
+            ),
+            (
+                ok(r#","run_at":1767225600000"#),
+                Err("run_at: must be a string"),
+            ),
+            (
+                ok(r#","run_at":"2026-06-01T12:00:00Z","delay_ms":5"#),
+                Err("run_at: give run_at or delay_ms, not both"),
+            ),
         ];
         for (body, expected) in cases {
             check(&body, expected);
@@ -434,8 +519,26 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_is_kept_as_asked() {
+        let parse = |extra: &str| {
+            parse_submit(format!("{{{URL},{KEY}{extra}}}").as_bytes(), &config(), NOW)
+                .unwrap()
+                .schedule()
+        };
+        assert_eq!(parse(""), Schedule::Now);
+        assert_eq!(
+            parse(r#","delay_ms":1500"#),
+            Schedule::After(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            parse(r#","run_at":"2026-01-01T00:00:01.250Z""#),
+            Schedule::At(Timestamp::from_millis(NOW.as_millis() + 1250))
+        );
+    }
+
+    #[test]
     fn defaults_come_from_the_config_and_json_from_the_json_field() {
-        let task = parse_submit(format!("{{{URL},{KEY}}}").as_bytes(), &config()).unwrap();
+        let task = parse_submit(format!("{{{URL},{KEY}}}").as_bytes(), &config(), NOW).unwrap();
         assert_eq!(task.max_attempts(), 7);
         assert_eq!(task.timeout(), Duration::from_millis(1234));
         assert_eq!(task.body(), b"{}");
@@ -443,7 +546,7 @@ mod tests {
         assert_eq!(task.idempotency_key(), "k1");
 
         let body = format!("{{{URL},{KEY},\"json\":{{ \"b\" : [1, \"x\"],\n\t\"a\": null }}}}");
-        let task = parse_submit(body.as_bytes(), &config()).unwrap();
+        let task = parse_submit(body.as_bytes(), &config(), NOW).unwrap();
         assert_eq!(
             task.body(),
             br#"{"b":[1,"x"],"a":null}"#,
@@ -453,6 +556,7 @@ mod tests {
         let task = parse_submit(
             format!(r#"{{{URL},{KEY},"json":null}}"#).as_bytes(),
             &config(),
+            NOW,
         )
         .unwrap();
         assert_eq!(task.body(), b"null", "an explicit null is sent as null");
@@ -466,7 +570,7 @@ mod tests {
                 max_body_bytes: 1024,
                 ..config()
             };
-            let task = parse_submit(body.as_bytes(), &config).unwrap();
+            let task = parse_submit(body.as_bytes(), &config, NOW).unwrap();
             assert_eq!(String::from_utf8_lossy(task.body()), expected, "{json}");
         };
         // Numbers keep their digits: no rounding through f64, no rewriting.

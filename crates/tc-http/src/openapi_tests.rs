@@ -253,6 +253,7 @@ fn sample_task() -> Task {
         attempts_before_retry: 0,
         max_attempts: 3,
         timeout: Duration::from_secs(5),
+        schedule: tc_model::Schedule::Now,
         http_status: Some(200),
         result: Some(b"ok".to_vec()),
         result_content_type: None,
@@ -308,9 +309,11 @@ fn response_schemas_have_the_fields_the_views_serialize() {
 fn the_submit_schema_has_the_fields_the_parser_accepts() {
     let doc = document();
     // serde names every accepted field when it refuses an unknown one.
-    let Err(ApiError::InvalidRequest(message)) =
-        parse_submit(br#"{"__probe__":1}"#, &HttpConfig::default())
-    else {
+    let Err(ApiError::InvalidRequest(message)) = parse_submit(
+        br#"{"__probe__":1}"#,
+        &HttpConfig::default(),
+        tc_model::Timestamp::from_millis(0),
+    ) else {
         panic!("an unknown field is refused");
     };
     let accepted: BTreeSet<String> = message
@@ -322,7 +325,7 @@ fn the_submit_schema_has_the_fields_the_parser_accepts() {
         .step_by(2)
         .map(str::to_owned)
         .collect();
-    assert_eq!(accepted.len(), 5, "{message}");
+    assert_eq!(accepted.len(), 7, "{message}");
     assert_eq!(schema_fields(&doc, "SubmitRequest"), accepted);
     assert_eq!(
         required(&doc, "SubmitRequest"),

@@ -11,7 +11,7 @@ pub mod store;
 mod task;
 mod url;
 
-pub use new_task::{Limits, NewTask, ValidationError};
+pub use new_task::{Limits, NewTask, Schedule, ValidationError};
 pub use state::{IllegalTransition, State, UnknownState, retry_by_hand, transit};
 pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};
 pub use url::{is_under_prefix, origin_and_path};

@@ -1,3 +1,4 @@
+use crate::Timestamp;
 use std::time::Duration;
 
 /// Bounds a submission must respect. Only the body limit is configurable; the
@@ -60,6 +61,12 @@ pub enum ValidationError {
         /// The value given, in milliseconds.
         got_ms: u128,
     },
+    /// The delay is over 365 days.
+    #[error("delay_ms: must be at most 365 days (31536000000 ms), got {got_ms} ms")]
+    Delay {
+        /// The value given, in milliseconds.
+        got_ms: u128,
+    },
 }
 
 impl ValidationError {
@@ -71,12 +78,53 @@ impl ValidationError {
             ValidationError::MaxAttempts { .. } => "max_attempts",
             ValidationError::Body { .. } => "body",
             ValidationError::Timeout { .. } => "timeout",
+            ValidationError::Delay { .. } => "delay_ms",
+        }
+    }
+}
+
+/// When a submitted task first becomes due, as the client asked.
+///
+/// Kept as asked (not only as the resulting time) because it is part of
+/// the idempotency payload: a resubmit with the same `delay_ms` is the same
+/// work, though it arrives later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Schedule {
+    /// At once.
+    #[default]
+    Now,
+    /// At this time (at once if it has passed).
+    At(Timestamp),
+    /// This long after the submit.
+    After(Duration),
+}
+
+impl Schedule {
+    /// The longest a task may be put off: 365 days.
+    pub const MAX_AHEAD: Duration = Duration::from_secs(365 * 24 * 3600);
+
+    /// When a task submitted at `submitted` first becomes due.
+    pub fn first_run(self, submitted: Timestamp) -> Timestamp {
+        match self {
+            Schedule::Now => submitted,
+            Schedule::At(at) => at.max(submitted),
+            Schedule::After(delay) => submitted.saturating_add(delay),
+        }
+    }
+
+    /// The time asked for, if any: what a task view shows as `run_at`.
+    pub fn run_at(self, submitted: Timestamp) -> Option<Timestamp> {
+        match self {
+            Schedule::Now => None,
+            Schedule::At(at) => Some(at),
+            Schedule::After(delay) => Some(submitted.saturating_add(delay)),
         }
     }
 }
 
 /// A valid submission: "POST `body` to `url`, at most `max_attempts` times,
-/// each try within `timeout`". One that exists has passed every check.
+/// each try within `timeout`", due as its [`Schedule`] says. One that exists
+/// has passed every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
     url: String,
@@ -84,6 +132,7 @@ pub struct NewTask {
     idempotency_key: String,
     max_attempts: u32,
     timeout: Duration,
+    schedule: Schedule,
 }
 
 impl NewTask {
@@ -119,7 +168,28 @@ impl NewTask {
             idempotency_key,
             max_attempts,
             timeout,
+            schedule: Schedule::Now,
         })
+    }
+
+    /// The same submission, first due as `schedule` says. A delay over
+    /// [`Schedule::MAX_AHEAD`] is refused; how far ahead an absolute time
+    /// lies depends on the clock, which the caller checks.
+    pub fn with_schedule(mut self, schedule: Schedule) -> Result<NewTask, ValidationError> {
+        if let Schedule::After(delay) = schedule
+            && delay > Schedule::MAX_AHEAD
+        {
+            return Err(ValidationError::Delay {
+                got_ms: delay.as_millis(),
+            });
+        }
+        self.schedule = schedule;
+        Ok(self)
+    }
+
+    /// When it first becomes due.
+    pub fn schedule(&self) -> Schedule {
+        self.schedule
     }
 
     /// Where the task POSTs.
@@ -163,6 +233,13 @@ impl NewTask {
             && same_json(&self.body, body)
             && self.max_attempts == max_attempts
             && self.timeout == timeout
+    }
+
+    /// [`NewTask::same_payload`] against a stored task, its schedule
+    /// included.
+    pub fn same_work_as(&self, task: &crate::Task) -> bool {
+        self.same_payload(&task.url, &task.body, task.max_attempts, task.timeout)
+            && self.schedule == task.schedule
     }
 }
 

@@ -131,6 +131,8 @@ pub struct Task {
     pub max_attempts: u32,
     /// Per-try timeout of the downstream call.
     pub timeout: Duration,
+    /// When the task was asked to run first (part of its payload).
+    pub schedule: crate::Schedule,
     /// The downstream's status on the last answered try.
     pub http_status: Option<u16>,
     /// The downstream's body on success.
@@ -236,6 +238,7 @@ mod tests {
             attempts_before_retry: 0,
             max_attempts: 2,
             timeout: Duration::from_secs(1),
+            schedule: crate::Schedule::Now,
             http_status: None,
             result: None,
             result_content_type: None,

@@ -120,8 +120,22 @@ ALTER TABLE tasks ADD COLUMN attempts_before_retry INTEGER NOT NULL DEFAULT 0
     CHECK (attempts_before_retry >= 0);
 ";
 
+/// Step 4 → 5: when a task was asked to run first (`run_at` or `delay_ms`
+/// at submit), kept as asked because it is part of the idempotency
+/// payload. At most one of the two is set.
+const V5_SCHEDULE: &str = "
+ALTER TABLE tasks ADD COLUMN schedule_at INTEGER;
+ALTER TABLE tasks ADD COLUMN schedule_delay_ms INTEGER CHECK (schedule_delay_ms >= 0);
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
-pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_INDEXES, V3_STATE_COUNTS, V4_RETRY_BUDGET];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    V1_TABLES,
+    V2_INDEXES,
+    V3_STATE_COUNTS,
+    V4_RETRY_BUDGET,
+    V5_SCHEDULE,
+];
 
 /// The `user_version` this build writes and reads.
 pub(crate) const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -41,7 +41,7 @@ pub(crate) fn submit(
     now: Timestamp,
 ) -> Result<Submitted, StoreError> {
     if let Some(Stored { task, .. }) = rows::load_by_key(conn, new.idempotency_key())? {
-        return if new.same_payload(&task.url, &task.body, task.max_attempts, task.timeout) {
+        return if new.same_work_as(&task) {
             Ok(Submitted {
                 task,
                 created: false,
@@ -55,10 +55,14 @@ pub(crate) fn submit(
     let mut random = [0; 10];
     fastrand::fill(&mut random);
     let id = TaskId::new(now, random);
+    let schedule = new.schedule();
+    let first_run = schedule.first_run(now);
+    let (schedule_at, schedule_delay_ms) = rows::schedule_columns(schedule);
     conn.prepare_cached(
         "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
-                            attempt, created_at, updated_at, next_run_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?8)",
+                            attempt, created_at, updated_at, next_run_at, schedule_at, \
+                            schedule_delay_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11)",
     )
     .map_err(db)?
     .execute(params![
@@ -70,6 +74,9 @@ pub(crate) fn submit(
         new.max_attempts(),
         nanos(new.timeout()),
         now.as_millis(),
+        first_run.as_millis(),
+        schedule_at,
+        schedule_delay_ms,
     ])
     .map_err(db)?;
     Ok(Submitted {
@@ -83,6 +90,7 @@ pub(crate) fn submit(
             attempts_before_retry: 0,
             max_attempts: new.max_attempts(),
             timeout: new.timeout(),
+            schedule,
             http_status: None,
             result: None,
             result_content_type: None,
@@ -91,7 +99,7 @@ pub(crate) fn submit(
             updated_at: now,
             started_at: None,
             finished_at: None,
-            next_run_at: Some(now),
+            next_run_at: Some(first_run),
             lease_until: None,
             attempts: Vec::new(),
         },

@@ -115,7 +115,7 @@ impl TaskStore for MemoryStore {
         let mut t = self.tables();
         if let Some(seq) = t.by_key.get(new.idempotency_key()) {
             let task = &t.tasks[seq];
-            return if new.same_payload(&task.url, &task.body, task.max_attempts, task.timeout) {
+            return if new.same_work_as(task) {
                 Ok(Submitted {
                     task: task.clone(),
                     created: false,
@@ -137,6 +137,7 @@ impl TaskStore for MemoryStore {
             attempts_before_retry: 0,
             max_attempts: new.max_attempts(),
             timeout: new.timeout(),
+            schedule: new.schedule(),
             http_status: None,
             result: None,
             result_content_type: None,
@@ -145,7 +146,7 @@ impl TaskStore for MemoryStore {
             updated_at: now,
             started_at: None,
             finished_at: None,
-            next_run_at: Some(now),
+            next_run_at: Some(new.schedule().first_run(now)),
             lease_until: None,
             attempts: Vec::new(),
         };

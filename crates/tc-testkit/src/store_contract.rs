@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use tc_model::store::{
     Completion, Cursor, Guarded, ListQuery, Page, StoreError, Submitted, TaskStore,
 };
-use tc_model::{AttemptRecord, Limits, NewTask, State, Task, TaskId, Timestamp};
+use tc_model::{AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -103,6 +103,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         health_answers_and_changes_nothing,
         delete_takes_only_finished_tasks_and_frees_the_key,
         retry_reopens_failed_and_canceled_with_a_fresh_budget,
+        a_delayed_task_waits_for_its_time_and_keeps_its_schedule,
     ]
 }
 
@@ -1767,5 +1768,84 @@ pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>
         .step("retry")?;
     ensure_eq!(again.state, State::Pending, "canceled task after retry");
     ensure_eq!(again.next_run_at, Some(at(800)), "due now");
+    Ok(())
+}
+
+/// A task asked to run later is pending and not due until then; its
+/// schedule is kept as asked and is part of the idempotency payload.
+pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskStore>(
+    store: S,
+) -> Outcome {
+    let later = new_task("later")
+        .with_schedule(Schedule::At(at(5_000)))
+        .map_err(|e| format!("schedule: {e}"))?;
+    let task = create(&store, later.clone(), at(0)).await?;
+    ensure_eq!(task.schedule, Schedule::At(at(5_000)), "schedule");
+    ensure_eq!(task.next_run_at, Some(at(5_000)), "due at run_at");
+    ensure_eq!(
+        store.next_due().await.step("next_due")?,
+        Some(at(5_000)),
+        "next_due"
+    );
+    let early = store
+        .claim_due(10, at(4_999), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure!(early.is_empty(), "claimed before its time: {early:?}");
+
+    // The same schedule again is the same task; another is a conflict.
+    let again = store.submit(later, at(100)).await.step("resubmit")?;
+    ensure!(
+        !again.created && again.task.id == task.id,
+        "resubmit made {again:?}"
+    );
+    for other in [
+        Schedule::Now,
+        Schedule::At(at(5_001)),
+        Schedule::After(Duration::from_millis(5_000)),
+    ] {
+        let new = new_task("later")
+            .with_schedule(other)
+            .map_err(|e| format!("schedule: {e}"))?;
+        ensure_eq!(
+            store.submit(new, at(100)).await,
+            Err(StoreError::IdempotencyConflict),
+            "resubmit with {other:?}"
+        );
+    }
+    let on_time = store
+        .claim_due(10, at(5_000), LEASE)
+        .await
+        .step("claim_due")?;
+    ensure_eq!(ids(&on_time), vec![task.id], "claimed on time");
+
+    // A delay counts from the submit and repeats as the same delay.
+    let delayed = new_task("delayed")
+        .with_schedule(Schedule::After(Duration::from_millis(300)))
+        .map_err(|e| format!("schedule: {e}"))?;
+    let task = create(&store, delayed.clone(), at(1_000)).await?;
+    ensure_eq!(task.next_run_at, Some(at(1_300)), "due after its delay");
+    let again = store.submit(delayed, at(2_000)).await.step("resubmit")?;
+    ensure!(
+        !again.created && again.task.id == task.id,
+        "a later resubmit made {again:?}"
+    );
+    ensure_eq!(
+        again.task.next_run_at,
+        Some(at(1_300)),
+        "the due time stays"
+    );
+
+    // A time that has passed runs at once.
+    let past = new_task("past")
+        .with_schedule(Schedule::At(at(10)))
+        .map_err(|e| format!("schedule: {e}"))?;
+    let task = create(&store, past, at(6_000)).await?;
+    ensure_eq!(
+        task.next_run_at,
+        Some(at(6_000)),
+        "a past run_at is due now"
+    );
+    ensure_eq!(task.schedule, Schedule::At(at(10)), "kept as asked");
     Ok(())
 }

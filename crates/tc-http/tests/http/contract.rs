@@ -515,6 +515,7 @@ const VIEW_FIELDS: &[&str] = &[
     "updated_at",
     "started_at",
     "finished_at",
+    "run_at",
     "duration_ms",
     "attempts",
 ];
@@ -556,6 +557,7 @@ async fn task_views_have_exactly_the_documented_fields() {
         "updated_at": NOW_TEXT,
         "started_at": null,
         "finished_at": null,
+        "run_at": null,
         "duration_ms": null,
         "attempts": [],
     });

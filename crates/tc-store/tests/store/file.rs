@@ -191,7 +191,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     store.close().await;
 
     let conn = Connection::open(&path).unwrap();
-    assert_eq!(pragma(&conn, "user_version"), 4);
+    assert_eq!(pragma(&conn, "user_version"), 5);
     // The counts table started from the rows the old file had, and followed
     // the claim since.
     let counts: Vec<(String, i64)> = conn
@@ -316,7 +316,7 @@ async fn files_that_are_not_ours_are_refused_and_left_untouched() {
                     e,
                     OpenError::NewerSchema {
                         found: 99,
-                        known: 4,
+                        known: 5,
                         ..
                     }
                 )
