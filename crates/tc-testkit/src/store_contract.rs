@@ -1775,7 +1775,7 @@ pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>
 /// schedule is kept as asked and is part of the idempotency payload.
 pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskStore>(
     store: S,
-) -> Outcome {
+) -> Verdict {
     let later = new_task("later")
         .with_schedule(Schedule::At(at(5_000)))
         .map_err(|e| format!("schedule: {e}"))?;
