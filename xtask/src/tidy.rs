@@ -32,7 +32,7 @@ const FORBIDDEN_IN_DOMAIN: &[&str] = &[
 /// Crates that must stand alone in the workspace.
 const STANDALONE: &[&str] = &["tc-retry"];
 /// Adapters: they depend on ports, never on each other.
-const ADAPTERS: &[&str] = &["tc-store", "tc-downstream", "tc-http"];
+const ADAPTERS: &[&str] = &["tc-store", "tc-store-pg", "tc-downstream", "tc-http"];
 
 /// Crates whose normal dependencies, built alone, must not contain these.
 const LEAN: &[(&str, &[&str])] = &[("tc-worker", LEAN_WORKER)];

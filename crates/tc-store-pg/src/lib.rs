@@ -1,0 +1,33 @@
+//! taskcenter's PostgreSQL store: the adapter behind
+//! [`tc_model::store::TaskStore`] for several nodes sharing one database.
+//!
+//! - tokio-postgres with a deadpool pool; no TLS (PostgreSQL on loopback or
+//!   a trusted network).
+//! - Claims with `FOR UPDATE SKIP LOCKED`, in batches; guarded writes lock
+//!   the row and check (state, attempt); idempotent submit through the unique
+//!   index and `ON CONFLICT`.
+//! - Times from the database's clock ([`PgClock::Database`]), so nodes whose
+//!   clocks disagree share leases and due times correctly.
+//! - LISTEN/NOTIFY ([`PgStore::subscribe`]) for wake-ups and cancels across
+//!   nodes.
+//! - The layout is one list of migration steps with a version table, applied
+//!   under an advisory lock; a foreign or newer schema is refused untouched.
+
+mod config;
+mod error;
+mod notify;
+mod ops;
+mod rows;
+mod schema;
+mod store;
+pub mod testing;
+
+pub use config::{PgClock, PgConfig};
+pub use error::OpenError;
+pub use notify::PgEvent;
+pub use store::PgStore;
+
+/// Whether `db` names a PostgreSQL database rather than an SQLite file.
+pub fn is_postgres_url(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}

@@ -1,0 +1,661 @@
+//! The store operations as SQL. Every write is one transaction (or one
+//! statement, which PostgreSQL runs as one), and answers only after COMMIT
+//! returned.
+//!
+//! Times: `$1` of every statement that stamps a time is the caller's `now`
+//! in [`crate::PgClock::Caller`] mode and NULL in database mode, read
+//! through `tc_now_ms($1)` (schema.rs). Times the caller computed (a
+//! retry's due time) arrive as delays from its `now`, so in database mode
+//! they are added to the database's clock.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use deadpool_postgres::{Client, Transaction};
+use tc_model::store::{Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError};
+use tc_model::{NewTask, State, Task, TaskId, transit};
+
+use crate::error::db;
+use crate::rows::{self, ATTEMPT_COLUMNS, Stored, millis, nanos, parse_state, task_columns};
+
+const CANCELED: &str = "canceled";
+const INTERRUPTED: &str = "interrupted";
+
+/// What a submit found.
+pub(crate) enum Inserted {
+    /// This call created the task.
+    Created(Task),
+    /// The key was taken by this task (payload not yet compared).
+    Existing(Task),
+}
+
+/// Inserts the task, or finds the one that holds its key. Race-safe across
+/// nodes: the unique index decides, `ON CONFLICT DO NOTHING` waits for a
+/// concurrent insert of the same key to commit or roll back.
+pub(crate) async fn submit(
+    client: &Client,
+    new: &NewTask,
+    now: Option<i64>,
+) -> Result<Inserted, StoreError> {
+    let insert = client
+        .prepare_cached(concat!(
+            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
+                                attempt, created_at, updated_at, next_run_at) \
+             VALUES ($2, $3, 'pending', $4, $5, $6, $7, 0, tc_now_ms($1), tc_now_ms($1), \
+                     tc_now_ms($1)) \
+             ON CONFLICT (idempotency_key) DO NOTHING \
+             RETURNING ",
+            task_columns!()
+        ))
+        .await
+        .map_err(db)?;
+    let by_key = client
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE idempotency_key = $1"
+        ))
+        .await
+        .map_err(db)?;
+    let max_attempts = i32::try_from(new.max_attempts())
+        .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?;
+    // Two rounds: a key found taken whose task then vanished (it cannot be
+    // deleted today) is tried once more rather than reported as an error.
+    for _ in 0..2 {
+        let id = TaskId::generate();
+        let inserted = client
+            .query_opt(
+                &insert,
+                &[
+                    &now,
+                    &id.as_bytes().as_slice(),
+                    &new.idempotency_key(),
+                    &new.url(),
+                    &new.body(),
+                    &max_attempts,
+                    &nanos(new.timeout()),
+                ],
+            )
+            .await
+            .map_err(db)?;
+        if let Some(row) = inserted {
+            return Ok(Inserted::Created(rows::task_from_row(&row)?.task));
+        }
+        if let Some(row) = client
+            .query_opt(&by_key, &[&new.idempotency_key()])
+            .await
+            .map_err(db)?
+        {
+            let mut task = rows::task_from_row(&row)?.task;
+            task.attempts = attempts_of_client(client, &task.id).await?;
+            return Ok(Inserted::Existing(task));
+        }
+    }
+    Err(StoreError::Unavailable(
+        "idempotency key taken and released twice during one submit".into(),
+    ))
+}
+
+/// Moves up to `n` due pending tasks, oldest due first, to running. Rows
+/// another claimer has locked are skipped, not waited for.
+pub(crate) async fn claim_due(
+    tx: &Transaction<'_>,
+    n: usize,
+    now: Option<i64>,
+    lease: Duration,
+) -> Result<Vec<Task>, StoreError> {
+    transit(State::Pending, State::Running)?;
+    let stmt = tx
+        .prepare_cached(concat!(
+            "WITH due AS ( \
+                 SELECT pos, next_run_at FROM tasks \
+                 WHERE state = 'pending' AND next_run_at <= tc_now_ms($1) \
+                 ORDER BY next_run_at, pos LIMIT $2 \
+                 FOR UPDATE SKIP LOCKED \
+             ), claimed AS ( \
+                 UPDATE tasks t SET state = 'running', attempt = t.attempt + 1, \
+                                    started_at = tc_now_ms($1), \
+                                    lease_until = tc_now_ms($1) + $3, \
+                                    next_run_at = NULL, updated_at = tc_now_ms($1) \
+                 FROM due WHERE t.pos = due.pos \
+                 RETURNING due.next_run_at AS was_due, ",
+            "t.pos, t.id, t.state, t.url, t.body, t.idempotency_key, t.attempt, \
+             t.max_attempts, t.timeout_ns, t.http_status, t.result, t.result_content_type, \
+             t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
+             t.next_run_at, t.lease_until \
+             ), opened AS ( \
+                 INSERT INTO attempts (task_id, n, started_at) \
+                 SELECT id, attempt, started_at FROM claimed \
+             ) \
+             SELECT ",
+            task_columns!(),
+            ", was_due FROM claimed ORDER BY was_due, pos"
+        ))
+        .await
+        .map_err(db)?;
+    let limit = i64::try_from(n).unwrap_or(i64::MAX);
+    let found = tx
+        .query(&stmt, &[&now, &limit, &millis(lease)])
+        .await
+        .map_err(db)?;
+    let mut claimed = found
+        .iter()
+        .map(|row| rows::task_from_row(row).map(|s| s.task))
+        .collect::<Result<Vec<_>, _>>()?;
+    fill_attempts(tx, &mut claimed).await?;
+    Ok(claimed)
+}
+
+/// Extends the lease of those tasks that are still running; returns how many.
+pub(crate) async fn heartbeat(
+    client: &Client,
+    ids: &[TaskId],
+    now: Option<i64>,
+    lease: Duration,
+) -> Result<usize, StoreError> {
+    let mut ids: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let stmt = client
+        .prepare_cached(
+            // Never shortens a lease: a late heartbeat must not hand a task to
+            // recovery earlier than the lease it already had.
+            "UPDATE tasks SET lease_until = greatest(coalesce(lease_until, tc_now_ms($1) + $3), \
+                                                     tc_now_ms($1) + $3) \
+             WHERE id = ANY($2) AND state = 'running'",
+        )
+        .await
+        .map_err(db)?;
+    let extended = client
+        .execute(&stmt, &[&now, &ids, &millis(lease)])
+        .await
+        .map_err(db)?;
+    Ok(usize::try_from(extended).unwrap_or(usize::MAX))
+}
+
+/// The fields a guarded write checks, read under a row lock.
+struct Head {
+    pos: i64,
+    state: State,
+    attempt: u32,
+}
+
+/// Locks the task's row and reads its head; an unknown id is
+/// [`StoreError::NotFound`].
+async fn lock_head(tx: &Transaction<'_>, id: &TaskId) -> Result<Head, StoreError> {
+    let stmt = tx
+        .prepare_cached("SELECT pos, state, attempt FROM tasks WHERE id = $1 FOR UPDATE")
+        .await
+        .map_err(db)?;
+    let row = tx
+        .query_opt(&stmt, &[&id.as_bytes().as_slice()])
+        .await
+        .map_err(db)?
+        .ok_or(StoreError::NotFound)?;
+    let state: String = row.try_get(1).map_err(db)?;
+    let attempt: i32 = row.try_get(2).map_err(db)?;
+    Ok(Head {
+        pos: row.try_get(0).map_err(db)?,
+        state: parse_state(&state)?,
+        attempt: u32::try_from(attempt)
+            .map_err(|_| StoreError::Unavailable("corrupt row in tasks: bad attempt".into()))?,
+    })
+}
+
+/// The head if the task is running with `attempt`, else the `Lost` answer.
+async fn guard(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+    attempt: u32,
+) -> Result<Result<Head, Guarded>, StoreError> {
+    let head = lock_head(tx, id).await?;
+    if head.state == State::Running && head.attempt == attempt {
+        Ok(Ok(head))
+    } else {
+        Ok(Err(Guarded::Lost(head.state)))
+    }
+}
+
+/// Writes a try's outcome if the task is still running with `attempt`.
+pub(crate) async fn complete(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+    attempt: u32,
+    outcome: &Completion,
+    now_ms: i64,
+    now: Option<i64>,
+) -> Result<Guarded, StoreError> {
+    let head = match guard(tx, id, attempt).await? {
+        Ok(head) => head,
+        Err(lost) => return Ok(lost),
+    };
+    match outcome {
+        Completion::Success {
+            http_status,
+            result,
+            content_type,
+        } => {
+            transit(head.state, State::Success)?;
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE tasks SET state = 'success', http_status = $3, result = $4, \
+                                      result_content_type = $5, error = NULL, \
+                                      finished_at = tc_now_ms($1), updated_at = tc_now_ms($1), \
+                                      lease_until = NULL, next_run_at = NULL \
+                     WHERE pos = $2",
+                )
+                .await
+                .map_err(db)?;
+            let status = i32::from(*http_status);
+            tx.execute(&stmt, &[&now, &head.pos, &status, result, content_type])
+                .await
+                .map_err(db)?;
+            close_attempt(tx, id, attempt, now, Some(*http_status), None).await?;
+        }
+        Completion::Retry {
+            next_run_at,
+            reason,
+            http_status,
+        } => {
+            transit(head.state, State::Pending)?;
+            // The due time as a delay from the caller's now, laid on the
+            // store's clock (the same instant in caller mode).
+            let delay = next_run_at.as_millis().saturating_sub(now_ms);
+            let stmt = tx
+                .prepare_cached(
+                    // http_status keeps the last answered try's status when
+                    // this try got no answer (a timeout, a refused connection).
+                    "UPDATE tasks SET state = 'pending', next_run_at = tc_now_ms($1) + $3, \
+                                      error = $4, http_status = coalesce($5, http_status), \
+                                      lease_until = NULL, updated_at = tc_now_ms($1) \
+                     WHERE pos = $2",
+                )
+                .await
+                .map_err(db)?;
+            let status = http_status.map(i32::from);
+            tx.execute(&stmt, &[&now, &head.pos, &delay, reason, &status])
+                .await
+                .map_err(db)?;
+            close_attempt(tx, id, attempt, now, *http_status, Some(reason)).await?;
+        }
+        Completion::Failed {
+            reason,
+            http_status,
+        } => {
+            transit(head.state, State::Failed)?;
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE tasks SET state = 'failed', error = $3, \
+                                      http_status = coalesce($4, http_status), \
+                                      finished_at = tc_now_ms($1), updated_at = tc_now_ms($1), \
+                                      lease_until = NULL, next_run_at = NULL \
+                     WHERE pos = $2",
+                )
+                .await
+                .map_err(db)?;
+            let status = http_status.map(i32::from);
+            tx.execute(&stmt, &[&now, &head.pos, reason, &status])
+                .await
+                .map_err(db)?;
+            close_attempt(tx, id, attempt, now, *http_status, Some(reason)).await?;
+        }
+    }
+    Ok(Guarded::Applied(load_pos(tx, head.pos).await?))
+}
+
+/// What a cancel did.
+pub(crate) struct Canceled {
+    /// The task after the cancel.
+    pub(crate) task: Task,
+    /// Whether a try was running (somewhere) when it was canceled.
+    pub(crate) was_running: bool,
+}
+
+/// Pending or running → canceled; a terminal task is returned unchanged. A
+/// running task's cancel is announced on `channel` in the same transaction,
+/// so every node hears of it once it is committed.
+pub(crate) async fn cancel(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+    now: Option<i64>,
+    channel: &str,
+) -> Result<Canceled, StoreError> {
+    let head = lock_head(tx, id).await?;
+    if head.state.is_terminal() {
+        return Ok(Canceled {
+            task: load_pos(tx, head.pos).await?,
+            was_running: false,
+        });
+    }
+    transit(head.state, State::Canceled)?;
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE tasks SET state = 'canceled', finished_at = tc_now_ms($1), \
+                              updated_at = tc_now_ms($1), lease_until = NULL, next_run_at = NULL, \
+                              error = CASE WHEN state = 'running' THEN $3 ELSE error END \
+             WHERE pos = $2",
+        )
+        .await
+        .map_err(db)?;
+    tx.execute(&stmt, &[&now, &head.pos, &CANCELED])
+        .await
+        .map_err(db)?;
+    let was_running = head.state == State::Running;
+    if was_running {
+        close_attempt(tx, id, head.attempt, now, None, Some(CANCELED)).await?;
+        let notify = tx
+            .prepare_cached("SELECT pg_notify($1, $2)")
+            .await
+            .map_err(db)?;
+        tx.execute(&notify, &[&channel, &id.to_string()])
+            .await
+            .map_err(db)?;
+    }
+    Ok(Canceled {
+        task: load_pos(tx, head.pos).await?,
+        was_running,
+    })
+}
+
+/// Running → pending without using up the attempt, if still on `attempt`.
+pub(crate) async fn release(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+    attempt: u32,
+    now: Option<i64>,
+) -> Result<Guarded, StoreError> {
+    let head = match guard(tx, id, attempt).await? {
+        Ok(head) => head,
+        Err(lost) => return Ok(lost),
+    };
+    transit(head.state, State::Pending)?;
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE tasks SET state = 'pending', attempt = attempt - 1, \
+                              next_run_at = tc_now_ms($1), lease_until = NULL, error = $3, \
+                              updated_at = tc_now_ms($1) \
+             WHERE pos = $2",
+        )
+        .await
+        .map_err(db)?;
+    tx.execute(&stmt, &[&now, &head.pos, &INTERRUPTED])
+        .await
+        .map_err(db)?;
+    // The history keeps the interrupted try; the next claim reuses its n.
+    close_attempt(tx, id, attempt, now, None, Some(INTERRUPTED)).await?;
+    Ok(Guarded::Applied(load_pos(tx, head.pos).await?))
+}
+
+/// Running tasks whose lease ended before now → pending, or → failed when no
+/// attempt is left, with their open tries closed; one statement. Rows locked
+/// by a write in progress (a completion racing the recovery) are skipped:
+/// that write decides them.
+pub(crate) async fn recover_expired(
+    client: &Client,
+    now: Option<i64>,
+) -> Result<usize, StoreError> {
+    transit(State::Running, State::Pending)?;
+    transit(State::Running, State::Failed)?;
+    let stmt = client
+        .prepare_cached(
+            "WITH expired AS ( \
+                 SELECT pos, attempt < max_attempts AS again FROM tasks \
+                 WHERE state = 'running' AND lease_until < tc_now_ms($1) \
+                 FOR UPDATE SKIP LOCKED \
+             ), moved AS ( \
+                 UPDATE tasks t SET \
+                     state = CASE WHEN e.again THEN 'pending' ELSE 'failed' END, \
+                     next_run_at = CASE WHEN e.again THEN tc_now_ms($1) END, \
+                     finished_at = CASE WHEN e.again THEN NULL ELSE tc_now_ms($1) END, \
+                     lease_until = NULL, error = $2, updated_at = tc_now_ms($1) \
+                 FROM expired e WHERE t.pos = e.pos \
+                 RETURNING t.id, t.attempt \
+             ), closed AS ( \
+                 UPDATE attempts a SET finished_at = tc_now_ms($1), error = $2, \
+                                       duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
+                 FROM moved m \
+                 WHERE a.task_id = m.id AND a.n = m.attempt AND a.finished_at IS NULL \
+             ) \
+             SELECT count(*) FROM moved",
+        )
+        .await
+        .map_err(db)?;
+    let moved: i64 = client
+        .query_one(&stmt, &[&now, &INTERRUPTED])
+        .await
+        .map_err(db)?
+        .try_get(0)
+        .map_err(db)?;
+    Ok(usize::try_from(moved).unwrap_or(0))
+}
+
+/// Closes the open history row of try `n`.
+async fn close_attempt(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+    n: u32,
+    now: Option<i64>,
+    http_status: Option<u16>,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE attempts SET finished_at = tc_now_ms($1), http_status = $4, error = $5, \
+                                 duration_ms = greatest(tc_now_ms($1) - started_at, 0) \
+             WHERE task_id = $2 AND n = $3 AND finished_at IS NULL",
+        )
+        .await
+        .map_err(db)?;
+    let n = i32::try_from(n).unwrap_or(i32::MAX);
+    let status = http_status.map(i32::from);
+    tx.execute(
+        &stmt,
+        &[&now, &id.as_bytes().as_slice(), &n, &status, &error],
+    )
+    .await
+    .map_err(db)?;
+    Ok(())
+}
+
+/// The task at `pos` with its history.
+async fn load_pos(tx: &Transaction<'_>, pos: i64) -> Result<Task, StoreError> {
+    let stmt = tx
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE pos = $1"
+        ))
+        .await
+        .map_err(db)?;
+    let row = tx
+        .query_opt(&stmt, &[&pos])
+        .await
+        .map_err(db)?
+        .ok_or_else(|| StoreError::Unavailable(format!("task at pos {pos} vanished")))?;
+    let mut task = rows::task_from_row(&row)?.task;
+    task.attempts = attempts_of(tx, &task.id).await?;
+    Ok(task)
+}
+
+/// Every try of the task, oldest first.
+async fn attempts_of(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+) -> Result<Vec<tc_model::AttemptRecord>, StoreError> {
+    let stmt = tx
+        .prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE task_id = $1 ORDER BY seq"
+        ))
+        .await
+        .map_err(db)?;
+    tx.query(&stmt, &[&id.as_bytes().as_slice()])
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|row| rows::attempt_from_row(row).map(|(_, a)| a))
+        .collect()
+}
+
+async fn attempts_of_client(
+    client: &Client,
+    id: &TaskId,
+) -> Result<Vec<tc_model::AttemptRecord>, StoreError> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE task_id = $1 ORDER BY seq"
+        ))
+        .await
+        .map_err(db)?;
+    client
+        .query(&stmt, &[&id.as_bytes().as_slice()])
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|row| rows::attempt_from_row(row).map(|(_, a)| a))
+        .collect()
+}
+
+/// Fills the attempt history of every task, in one query.
+async fn fill_attempts(tx: &Transaction<'_>, tasks: &mut [Task]) -> Result<(), StoreError> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    let stmt = tx
+        .prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE task_id = ANY($1) ORDER BY seq"
+        ))
+        .await
+        .map_err(db)?;
+    let ids: Vec<&[u8]> = tasks.iter().map(|t| t.id.as_bytes().as_slice()).collect();
+    let found = tx.query(&stmt, &[&ids]).await.map_err(db)?;
+    let mut by_task: HashMap<TaskId, usize> = HashMap::with_capacity(tasks.len());
+    for (i, task) in tasks.iter_mut().enumerate() {
+        task.attempts.clear();
+        by_task.insert(task.id, i);
+    }
+    for row in &found {
+        let (id, attempt) = rows::attempt_from_row(row)?;
+        if let Some(&i) = by_task.get(&id) {
+            tasks[i].attempts.push(attempt);
+        }
+    }
+    Ok(())
+}
+
+/// The task with its history, or [`StoreError::NotFound`], from one snapshot.
+pub(crate) async fn get(tx: &Transaction<'_>, id: &TaskId) -> Result<Task, StoreError> {
+    let stmt = tx
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE id = $1"
+        ))
+        .await
+        .map_err(db)?;
+    let row = tx
+        .query_opt(&stmt, &[&id.as_bytes().as_slice()])
+        .await
+        .map_err(db)?
+        .ok_or(StoreError::NotFound)?;
+    let mut task = [rows::task_from_row(&row)?.task];
+    fill_attempts(tx, &mut task).await?;
+    let [task] = task;
+    Ok(task)
+}
+
+/// A page in position (creation) order after the cursor, from one snapshot.
+///
+/// Positions are inserting transaction ids, and a transaction with a lower id
+/// may commit after one with a higher id. So the page ends before the first
+/// row at or above the snapshot's `xmin` (the oldest transaction still
+/// running): below it every transaction has ended, and no row can appear
+/// there later, behind a cursor already handed out. Such a row is only held
+/// back until the older transactions end (milliseconds, for ours); the page
+/// then says another one follows, and the second value says rows were held.
+pub(crate) async fn list(
+    tx: &Transaction<'_>,
+    query: &ListQuery,
+) -> Result<(Page, bool), StoreError> {
+    let after = query.after.map_or(0, Cursor::position);
+    // One row more than asked tells whether another page follows.
+    let fetch = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
+    let rows = match query.state {
+        Some(state) => {
+            let stmt = tx
+                .prepare_cached(concat!(
+                    "SELECT ",
+                    task_columns!(),
+                    ", pg_snapshot_xmin(pg_current_snapshot())::text::bigint \
+                     FROM tasks WHERE state = $3 AND pos > $1 ORDER BY pos LIMIT $2"
+                ))
+                .await
+                .map_err(db)?;
+            tx.query(&stmt, &[&after, &fetch, &state.as_str()]).await
+        }
+        None => {
+            let stmt = tx
+                .prepare_cached(concat!(
+                    "SELECT ",
+                    task_columns!(),
+                    ", pg_snapshot_xmin(pg_current_snapshot())::text::bigint \
+                     FROM tasks WHERE pos > $1 ORDER BY pos LIMIT $2"
+                ))
+                .await
+                .map_err(db)?;
+            tx.query(&stmt, &[&after, &fetch]).await
+        }
+    }
+    .map_err(db)?;
+    let mut found: Vec<Stored> = Vec::with_capacity(rows.len());
+    let mut held_back = false;
+    for row in &rows {
+        let horizon: i64 = row.try_get(19).map_err(db)?;
+        let stored = rows::task_from_row(row)?;
+        if stored.pos >= horizon {
+            held_back = true;
+            break;
+        }
+        found.push(stored);
+    }
+    let more = held_back || found.len() > query.limit;
+    found.truncate(query.limit);
+    let next = if more {
+        // With limit 0 (or every row held back) nothing is on the page; the
+        // next one starts where this one did.
+        Some(Cursor::from_position(found.last().map_or(after, |s| s.pos)))
+    } else {
+        None
+    };
+    let mut tasks: Vec<Task> = found.into_iter().map(|s| s.task).collect();
+    fill_attempts(tx, &mut tasks).await?;
+    Ok((Page { tasks, next }, held_back))
+}
+
+/// How many tasks are in each state, from the sharded counters.
+pub(crate) async fn count_by_state(client: &Client) -> Result<StateCounts, StoreError> {
+    let stmt = client
+        .prepare_cached("SELECT state, sum(n)::bigint FROM task_counts GROUP BY state")
+        .await
+        .map_err(db)?;
+    let mut counts = StateCounts::default();
+    for row in client.query(&stmt, &[]).await.map_err(db)? {
+        let state: String = row.try_get(0).map_err(db)?;
+        let count: i64 = row.try_get(1).map_err(db)?;
+        counts.set(parse_state(&state)?, u64::try_from(count).unwrap_or(0));
+    }
+    Ok(counts)
+}
+
+/// The earliest due time of a pending task, and the store's now beside it
+/// (NULL in caller mode), from one statement.
+pub(crate) async fn next_due(client: &Client) -> Result<(Option<i64>, i64), StoreError> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT (SELECT min(next_run_at) FROM tasks WHERE state = 'pending'), \
+                    tc_now_ms(NULL)",
+        )
+        .await
+        .map_err(db)?;
+    let row = client.query_one(&stmt, &[]).await.map_err(db)?;
+    Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?))
+}

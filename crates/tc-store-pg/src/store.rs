@@ -1,0 +1,449 @@
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tc_model::store::{
+    Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+};
+use tc_model::{NewTask, Task, TaskId, Timestamp};
+use tokio::sync::{Notify, broadcast, watch};
+use tokio_postgres::NoTls;
+use tokio_postgres::config::Host;
+
+use crate::config::{PgClock, PgConfig};
+use crate::error::{OpenError, db, describe, pool};
+use crate::notify::{self, Channels, PgEvent};
+use crate::ops::{self, Inserted};
+use crate::schema;
+
+/// The longest a listing waits for older transactions to end before it
+/// answers a page that stops short (see `ops::list`).
+const LIST_HOLD: Duration = Duration::from_secs(2);
+
+/// The PostgreSQL adapter behind [`TaskStore`].
+///
+/// A pool of connections for the operations, one more connection that
+/// listens for other nodes' notifications ([`PgStore::subscribe`]). Needs a
+/// tokio runtime. Dropping it stops its background tasks; connections close
+/// as they are released.
+pub struct PgStore {
+    pool: Pool,
+    clock: PgClock,
+    channels: Channels,
+    events: broadcast::Sender<PgEvent>,
+    submitted: Arc<Notify>,
+    // Dropping it (with the store) ends the listener and the announcer.
+    _stop: watch::Sender<bool>,
+    target: String,
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://` or `postgresql://`),
+    /// migrating its schema under an advisory lock. A schema holding another
+    /// application's tables, or written by a newer build, is refused and
+    /// left untouched.
+    pub async fn open(url: &str, config: PgConfig) -> Result<PgStore, OpenError> {
+        let mut pg: tokio_postgres::Config = url.parse().map_err(|e| OpenError::BadUrl {
+            target: redact(url),
+            message: describe(&e),
+        })?;
+        let target = describe_target(&pg);
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(Duration::from_secs(5));
+        }
+        if pg.get_application_name().is_none() {
+            pg.application_name("taskcenter");
+        }
+        if let Some(schema) = &config.schema {
+            check_schema_name(schema, &target)?;
+            create_schema(&pg, schema, &target).await?;
+        }
+        // A submit is answered after its COMMIT returned; synchronous_commit
+        // makes that COMMIT wait for the WAL flush, whatever the server's
+        // default.
+        let mut options = pg.get_options().unwrap_or_default().to_owned();
+        options.push_str(" -c synchronous_commit=on");
+        if let Some(schema) = &config.schema {
+            options.push_str(&format!(" -c search_path={schema}"));
+        }
+        pg.options(options.trim_start());
+
+        let manager = Manager::from_config(
+            pg.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size.max(1))
+            .wait_timeout(Some(config.wait_timeout))
+            .create_timeout(Some(config.wait_timeout))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| OpenError::Postgres {
+                target: target.clone(),
+                message: format!("build the pool: {e}"),
+            })?;
+        let mut client = pool.get().await.map_err(|e| OpenError::Postgres {
+            target: target.clone(),
+            message: format!("connect: {}", pool_message(e)),
+        })?;
+        schema::migrate(&mut client, &target).await?;
+        let schema: String = client
+            .query_one("SELECT current_schema()", &[])
+            .await
+            .map_err(|e| OpenError::Postgres {
+                target: target.clone(),
+                message: format!("read current_schema: {}", describe(&e)),
+            })?
+            .get(0);
+        drop(client);
+
+        let channels = Channels::for_schema(&schema);
+        let (events, _) = broadcast::channel(1024);
+        let (stop, stopped) = watch::channel(false);
+        let submitted = Arc::new(Notify::new());
+        tokio::spawn(notify::listen(
+            pg,
+            channels.clone(),
+            events.clone(),
+            stopped.clone(),
+            config.listen_retry,
+        ));
+        tokio::spawn(notify::announce_submits(
+            pool.clone(),
+            channels.wake.clone(),
+            Arc::clone(&submitted),
+            stopped,
+        ));
+        Ok(PgStore {
+            pool,
+            clock: config.clock,
+            channels,
+            events,
+            submitted,
+            _stop: stop,
+            target,
+        })
+    }
+
+    /// What other nodes (and this one) announce: submits to claim, running
+    /// tasks canceled. A receiver that lags has missed some; it should treat
+    /// that as a [`PgEvent::Wake`] and rely on the heartbeat for cancels.
+    pub fn subscribe(&self) -> broadcast::Receiver<PgEvent> {
+        self.events.subscribe()
+    }
+
+    /// The database, as logs name it (without a password).
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Closes the pool's connections; operations after this fail as
+    /// unavailable.
+    pub fn close(&self) {
+        self.pool.close();
+    }
+
+    /// The `$1` of a statement: the caller's time in caller mode, NULL (the
+    /// database's clock) otherwise.
+    fn stamp(&self, now: Timestamp) -> Option<i64> {
+        match self.clock {
+            PgClock::Caller => Some(now.as_millis()),
+            PgClock::Database => None,
+        }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool)
+    }
+}
+
+impl TaskStore for PgStore {
+    async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
+        let client = self.client().await?;
+        match ops::submit(&client, &task, self.stamp(now)).await? {
+            Inserted::Created(created) => {
+                self.submitted.notify_one();
+                Ok(Submitted {
+                    task: created,
+                    created: true,
+                })
+            }
+            Inserted::Existing(existing) => {
+                if task.same_payload(
+                    &existing.url,
+                    &existing.body,
+                    existing.max_attempts,
+                    existing.timeout,
+                ) {
+                    Ok(Submitted {
+                        task: existing,
+                        created: false,
+                    })
+                } else {
+                    Err(StoreError::IdempotencyConflict)
+                }
+            }
+        }
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
+        let mut client = self.client().await?;
+        let tx = read_snapshot(&mut client).await?;
+        let task = ops::get(&tx, &id).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(task)
+    }
+
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+        let mut client = self.client().await?;
+        let mut pause = Duration::from_millis(1);
+        let mut waited = Duration::ZERO;
+        loop {
+            let tx = read_snapshot(&mut client).await?;
+            let (page, held_back) = ops::list(&tx, &query).await?;
+            tx.commit().await.map_err(db)?;
+            // Rows held back wait for write transactions older than them
+            // (anyone's, cluster-wide) to end: usually milliseconds. Past
+            // LIST_HOLD the page is answered as it is; its cursor continues
+            // exactly where it stopped.
+            if !held_back || waited >= LIST_HOLD {
+                return Ok(page);
+            }
+            tokio::time::sleep(pause).await;
+            waited += pause;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        ops::count_by_state(&self.client().await?).await
+    }
+
+    async fn claim_due(
+        &self,
+        n: usize,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<Vec<Task>, StoreError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let claimed = ops::claim_due(&tx, n, self.stamp(now), lease).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(claimed)
+    }
+
+    async fn heartbeat(
+        &self,
+        ids: Vec<TaskId>,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<usize, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        ops::heartbeat(&self.client().await?, &ids, self.stamp(now), lease).await
+    }
+
+    async fn complete(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        outcome: Completion,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let done = ops::complete(
+            &tx,
+            &id,
+            attempt,
+            &outcome,
+            now.as_millis(),
+            self.stamp(now),
+        )
+        .await?;
+        tx.commit().await.map_err(db)?;
+        Ok(done)
+    }
+
+    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let canceled = ops::cancel(&tx, &id, self.stamp(now), &self.channels.cancel).await?;
+        tx.commit().await.map_err(db)?;
+        if canceled.was_running {
+            tracing::debug!(task_id = %id, "store_cancel_announced");
+        }
+        Ok(canceled.task)
+    }
+
+    async fn release(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let released = ops::release(&tx, &id, attempt, self.stamp(now)).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(released)
+    }
+
+    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
+        ops::recover_expired(&self.client().await?, self.stamp(now)).await
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        let (due, store_now) = ops::next_due(&self.client().await?).await?;
+        Ok(due.map(|due| match self.clock {
+            PgClock::Caller => Timestamp::from_millis(due),
+            // The port's next_due has no caller clock to speak in; the
+            // server's worker runs on the system clock, so the database's
+            // due time is handed over as "this long from now" on it.
+            PgClock::Database => {
+                Timestamp::from_millis(system_now_ms().saturating_add(due - store_now))
+            }
+        }))
+    }
+}
+
+/// A read-only transaction on one snapshot (a task and its history, a page
+/// and its histories, agree).
+async fn read_snapshot(
+    client: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, StoreError> {
+    client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(db)
+}
+
+fn system_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn pool_message(e: deadpool_postgres::PoolError) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => describe(&e),
+        other => other.to_string(),
+    }
+}
+
+/// Schema names are spliced into options and SQL: only plain lowercase
+/// identifiers are taken.
+fn check_schema_name(schema: &str, target: &str) -> Result<(), OpenError> {
+    let plain = !schema.is_empty()
+        && schema.len() <= 48
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        Ok(())
+    } else {
+        Err(OpenError::Postgres {
+            target: target.to_owned(),
+            message: format!("schema name {schema:?} is not a plain lowercase identifier"),
+        })
+    }
+}
+
+async fn create_schema(
+    pg: &tokio_postgres::Config,
+    schema: &str,
+    target: &str,
+) -> Result<(), OpenError> {
+    let fail = |doing: &str, e: tokio_postgres::Error| OpenError::Postgres {
+        target: target.to_owned(),
+        message: format!("{doing}: {}", describe(&e)),
+    };
+    let (client, connection) = pg.connect(NoTls).await.map_err(|e| fail("connect", e))?;
+    let driver = tokio::spawn(connection);
+    let created = match client
+        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+        .await
+    {
+        // Two nodes creating it at once: IF NOT EXISTS does not cover the
+        // race, the catalog's unique index does; the loser finds it made.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => Ok(()),
+        other => other.map_err(|e| fail("create schema", e)),
+    };
+    drop(client);
+    let _ = driver.await;
+    created
+}
+
+/// `postgres://user@host:port/db`, without a password, for logs and errors.
+fn describe_target(pg: &tokio_postgres::Config) -> String {
+    let host = pg
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".to_owned());
+    let port = pg.get_ports().first().copied().unwrap_or(5432);
+    let user = pg.get_user().map(|u| format!("{u}@")).unwrap_or_default();
+    let db = pg.get_dbname().unwrap_or_default();
+    format!("postgres://{user}{host}:{port}/{db}")
+}
+
+/// A URL that did not parse, with anything between `:` and `@` hidden.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_never_show_a_password() {
+        let check = |url: &str, want: &str| {
+            let pg: tokio_postgres::Config = url.parse().unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(describe_target(&pg), want, "{url}");
+        };
+        check(
+            "postgresql://postgres@127.0.0.1:5432/test",
+            "postgres://postgres@127.0.0.1:5432/test",
+        );
+        check(
+            "postgres://u:secret@db.internal/tc",
+            "postgres://u@db.internal:5432/tc",
+        );
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("no url"), "no url");
+    }
+
+    #[test]
+    fn only_plain_schema_names_are_taken() {
+        for good in ["tc", "tc_test_01", "_x"] {
+            assert!(check_schema_name(good, "t").is_ok(), "{good}");
+        }
+        for bad in ["", "Tc", "1tc", "tc;drop", "a b", "tc\"x", &"x".repeat(49)] {
+            assert!(check_schema_name(bad, "t").is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Test support: a PostgreSQL for tests, one fresh schema per store.
+//!
+//! The database comes from `TC_TEST_POSTGRES_URL` (default
+//! [`DEFAULT_TEST_URL`]). When it cannot be reached, [`TestDatabase::connect`]
+//! answers [`Skip`], whose text (`skipped: no PostgreSQL at <url>`) a suite
+//! prints once before passing, unless `TC_REQUIRE_POSTGRES=1` (CI), where an
+//! unreachable database fails the suite instead.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio_postgres::NoTls;
+
+use crate::{OpenError, PgConfig, PgStore};
+
+/// The test database when `TC_TEST_POSTGRES_URL` is not set.
+pub const DEFAULT_TEST_URL: &str = "postgresql://postgres@127.0.0.1:5432/test";
+
+/// The test database's URL.
+pub fn test_url() -> String {
+    std::env::var("TC_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| DEFAULT_TEST_URL.to_owned())
+}
+
+/// Whether an unreachable test database must fail the run (`TC_REQUIRE_POSTGRES=1`).
+pub fn required() -> bool {
+    std::env::var("TC_REQUIRE_POSTGRES").is_ok_and(|v| v == "1")
+}
+
+/// No PostgreSQL to test on, and none required.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("skipped: no PostgreSQL at {url}")]
+pub struct Skip {
+    /// The URL tried.
+    pub url: String,
+}
+
+/// A reachable test database; every store it opens gets a schema of its own,
+/// all dropped by [`TestDatabase::cleanup`].
+pub struct TestDatabase {
+    url: String,
+    schemas: Mutex<Vec<String>>,
+}
+
+impl TestDatabase {
+    /// Connects to the test database, or says why the suite is skipped.
+    ///
+    /// # Panics
+    /// When the database is unreachable and [`required`].
+    pub async fn connect() -> Result<TestDatabase, Skip> {
+        let url = test_url();
+        match probe(&url).await {
+            Ok(()) => Ok(TestDatabase {
+                url,
+                schemas: Mutex::new(Vec::new()),
+            }),
+            Err(message) if required() => {
+                panic!("TC_REQUIRE_POSTGRES=1 but PostgreSQL at {url} is unreachable: {message}")
+            }
+            Err(_) => Err(Skip { url }),
+        }
+    }
+
+    /// The database's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A fresh schema name, remembered for [`TestDatabase::cleanup`].
+    pub fn fresh_schema(&self) -> String {
+        let name = format!(
+            "tc_test_{}",
+            tc_model::TaskId::generate().as_uuid().simple()
+        );
+        self.schemas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(name.clone());
+        name
+    }
+
+    /// Opens a store on a fresh schema with `config` (its `schema` replaced).
+    pub async fn open(&self, config: PgConfig) -> Result<PgStore, OpenError> {
+        let schema = self.fresh_schema();
+        PgStore::open(
+            &self.url,
+            PgConfig {
+                schema: Some(schema),
+                ..config
+            },
+        )
+        .await
+    }
+
+    /// Runs SQL on the test database outside any store (to build a foreign
+    /// schema, or to look at one).
+    pub async fn execute(&self, sql: &str) -> Result<(), String> {
+        let (client, connection) = connect(&self.url).await?;
+        let driver = tokio::spawn(connection);
+        let done = client
+            .batch_execute(sql)
+            .await
+            .map_err(|e| crate::error::describe(&e));
+        drop(client);
+        let _ = driver.await;
+        done
+    }
+
+    /// Drops every schema this database handed out.
+    pub async fn cleanup(&self) -> Result<(), String> {
+        let schemas =
+            std::mem::take(&mut *self.schemas.lock().unwrap_or_else(PoisonError::into_inner));
+        if schemas.is_empty() {
+            return Ok(());
+        }
+        let sql: String = schemas
+            .iter()
+            .map(|s| format!("DROP SCHEMA IF EXISTS {s} CASCADE;"))
+            .collect();
+        self.execute(&sql).await
+    }
+}
+
+async fn connect(
+    url: &str,
+) -> Result<
+    (
+        tokio_postgres::Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    ),
+    String,
+> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e| format!("{e}"))?;
+    config.connect_timeout(Duration::from_secs(3));
+    config
+        .connect(NoTls)
+        .await
+        .map_err(|e| crate::error::describe(&e))
+}
+
+async fn probe(url: &str) -> Result<(), String> {
+    let (client, connection) = connect(url).await?;
+    let driver = tokio::spawn(connection);
+    let done = client
+        .simple_query("SELECT 1")
+        .await
+        .map(drop)
+        .map_err(|e| crate::error::describe(&e));
+    drop(client);
+    let _ = driver.await;
+    done
+}

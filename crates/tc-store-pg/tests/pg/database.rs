@@ -1,0 +1,285 @@
+//! What only PostgreSQL shows: schemas that are refused untouched, two nodes
+//! migrating at once, the database's clock, and notifications between two
+//! stores on one schema (two nodes).
+
+use std::time::Duration;
+
+use tc_model::store::{Completion, TaskStore};
+use tc_model::{Limits, NewTask, State, Timestamp};
+use tc_store_pg::testing::TestDatabase;
+use tc_store_pg::{OpenError, PgConfig, PgEvent, PgStore};
+use tokio::sync::broadcast;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+async fn database() -> Option<TestDatabase> {
+    match TestDatabase::connect().await {
+        Ok(db) => Some(db),
+        Err(skip) => {
+            #[allow(clippy::print_stdout)]
+            {
+                println!("{skip}");
+            }
+            None
+        }
+    }
+}
+
+fn config(schema: &str) -> PgConfig {
+    PgConfig {
+        schema: Some(schema.to_owned()),
+        pool_size: 4,
+        ..PgConfig::default()
+    }
+}
+
+fn new_task(key: &str) -> NewTask {
+    NewTask::new(
+        "http://127.0.0.1:9/x".to_owned(),
+        b"{}".to_vec(),
+        key.to_owned(),
+        3,
+        Duration::from_secs(1),
+        &Limits::default(),
+    )
+    .unwrap()
+}
+
+/// The schema's tables and the version row, as text, to show nothing moved.
+async fn snapshot(db: &TestDatabase, schema: &str) -> String {
+    // Written into a table of the test schema by the database itself, read
+    // back through a store-independent query.
+    let url = db.url().to_owned();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = $1 ORDER BY 1",
+            &[&schema],
+        )
+        .await
+        .unwrap();
+    let mut text: Vec<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+    if text.iter().any(|t| t == "taskcenter_schema") {
+        let rows = client
+            .query(
+                &format!("SELECT application || ':' || version FROM {schema}.taskcenter_schema"),
+                &[],
+            )
+            .await
+            .unwrap();
+        text.extend(rows.iter().map(|r| r.get::<_, String>(0)));
+    }
+    drop(client);
+    let _ = driver.await;
+    text.join(",")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_and_newer_schemas_are_refused_untouched() {
+    let Some(db) = database().await else { return };
+    let check = |setup: String, want: fn(&OpenError) -> bool| {
+        let db = &db;
+        async move {
+            let schema = db.fresh_schema();
+            db.execute(&format!(
+                "CREATE SCHEMA {schema}; SET search_path = {schema}; {setup}"
+            ))
+            .await
+            .unwrap();
+            let before = snapshot(db, &schema).await;
+            let refused = PgStore::open(db.url(), config(&schema)).await;
+            match refused {
+                Err(e) => assert!(want(&e), "{setup}: wrong refusal {e}"),
+                Ok(_) => panic!("{setup}: opened"),
+            }
+            assert_eq!(snapshot(db, &schema).await, before, "{setup}: touched");
+        }
+    };
+    check(
+        "CREATE TABLE invoices (id int); CREATE TABLE tasks (x text);".into(),
+        |e| matches!(e, OpenError::ForeignSchema { version: None, .. }),
+    )
+    .await;
+    check(
+        "CREATE TABLE taskcenter_schema (application text, version int); \
+         INSERT INTO taskcenter_schema VALUES ('someone-else', 1);"
+            .into(),
+        |e| {
+            matches!(
+                e,
+                OpenError::ForeignSchema {
+                    version: Some(1),
+                    ..
+                }
+            )
+        },
+    )
+    .await;
+    check(
+        "CREATE TABLE taskcenter_schema (application text, version int); \
+         INSERT INTO taskcenter_schema VALUES ('taskcenter', 99);"
+            .into(),
+        |e| matches!(e, OpenError::NewerSchema { found: 99, .. }),
+    )
+    .await;
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
+    let Some(db) = database().await else { return };
+    let schema = db.fresh_schema();
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, config) = (db.url().to_owned(), config(&schema));
+            tokio::spawn(async move { PgStore::open(&url, config).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(open.await.unwrap().unwrap());
+    }
+    assert_eq!(
+        snapshot(&db, &schema).await,
+        "attempts,task_counts,taskcenter_schema,tasks,taskcenter:1"
+    );
+    let task = stores[0]
+        .submit(new_task("kept"), Timestamp::default())
+        .await
+        .unwrap()
+        .task;
+    drop(stores);
+    let reopened = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    assert_eq!(reopened.get(task.id).await.unwrap().idempotency_key, "kept");
+    drop(reopened);
+    db.cleanup().await.unwrap();
+}
+
+/// A node whose clock is an hour off neither steals a live lease nor stamps
+/// its own time: in database mode every time is the database's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_and_due_times_follow_the_database_clock() {
+    let Some(db) = database().await else { return };
+    let schema = db.fresh_schema();
+    let behind = Timestamp::from_millis(0);
+    let ahead = Timestamp::from_millis(4_000_000_000_000);
+    let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let wall = Timestamp::from_millis(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
+    );
+
+    // Submitted by a node whose clock reads 1970: stamped and due by the database.
+    let task = store.submit(new_task("a"), behind).await.unwrap().task;
+    let skew = task.created_at.as_millis() - wall.as_millis();
+    assert!(
+        skew.abs() < 60_000,
+        "created_at is the database's now: {skew} ms off"
+    );
+    let claimed = store.claim_due(10, behind, LEASE).await.unwrap();
+    assert_eq!(
+        claimed.len(),
+        1,
+        "due by the database's clock, not the caller's"
+    );
+    let lease =
+        claimed[0].lease_until.unwrap().as_millis() - claimed[0].started_at.unwrap().as_millis();
+    assert_eq!(lease, 30_000);
+
+    // A node whose clock is far ahead does not see the lease as expired.
+    assert_eq!(store.recover_expired(ahead).await.unwrap(), 0);
+    assert_eq!(store.get(task.id).await.unwrap().state, State::Running);
+
+    // A retry "in 10 s" by the caller's clock is due 10 s after the database's now.
+    let done = store
+        .complete(
+            task.id,
+            1,
+            Completion::Retry {
+                next_run_at: behind.saturating_add(Duration::from_secs(10)),
+                reason: "http_503".into(),
+                http_status: Some(503),
+            },
+            behind,
+        )
+        .await
+        .unwrap();
+    let tc_model::store::Guarded::Applied(retried) = done else {
+        panic!("lost: {done:?}")
+    };
+    let delay = retried.next_run_at.unwrap().as_millis() - retried.updated_at.as_millis();
+    assert_eq!(delay, 10_000);
+    assert!(
+        store.claim_due(10, ahead, LEASE).await.unwrap().is_empty(),
+        "not due yet by the database's clock"
+    );
+    // next_due speaks the system clock: about 10 s from now.
+    let due = store.next_due().await.unwrap().unwrap();
+    let from_now = due.as_millis() - wall.as_millis();
+    assert!(
+        (5_000..70_000).contains(&from_now),
+        "next_due {from_now} ms from now"
+    );
+    drop(store);
+    db.cleanup().await.unwrap();
+}
+
+async fn next_event(events: &mut broadcast::Receiver<PgEvent>, want: PgEvent) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match events.recv().await {
+                Ok(event) if event == want => return,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("events ended: {e}"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {want:?} within 10 s"));
+}
+
+/// Two stores on one schema are two nodes: a submit on A wakes B, a cancel
+/// of a running task on A tells B, a cancel of a pending one tells nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submits_and_cancels_are_announced_to_other_nodes() {
+    let Some(db) = database().await else { return };
+    let schema = db.fresh_schema();
+    let a = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let b = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let mut heard = b.subscribe();
+    // The listener's own Wake after connecting says it is listening.
+    next_event(&mut heard, PgEvent::Wake).await;
+
+    let now = Timestamp::default();
+    let running = a.submit(new_task("run"), now).await.unwrap().task;
+    next_event(&mut heard, PgEvent::Wake).await;
+    let pending = a.submit(new_task("wait"), now).await.unwrap().task;
+    let claimed = b.claim_due(1, now, LEASE).await.unwrap();
+    assert_eq!(claimed[0].id, running.id);
+
+    a.cancel(pending.id, now).await.unwrap();
+    a.cancel(running.id, now).await.unwrap();
+    let mut cancels = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while cancels.is_empty() {
+            if let Ok(PgEvent::Canceled(id)) = heard.recv().await {
+                cancels.push(id);
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        cancels,
+        vec![running.id],
+        "only the running task's cancel is announced"
+    );
+    drop((a, b));
+    db.cleanup().await.unwrap();
+}
