@@ -16,6 +16,8 @@ use tc_downstream::fake::{FakeDownstream, FakeServer, Script};
 use tc_downstream::{DownstreamConfig, HyperDownstream};
 use tc_model::store::TaskStore;
 use tc_store::{SqliteStore, StoreConfig};
+use tc_store_pg::testing::TestDatabase;
+use tc_store_pg::{PgClock, PgConfig, PgStore};
 use tc_testkit::memory_store::MemoryStore;
 use tc_testkit::store_contract::{self, Report};
 use tc_testkit::worker_scenarios::{Rig, SCENARIOS, run};
@@ -84,7 +86,83 @@ const STORES: &[(&str, Cell, Contract)] = &[
             })
         },
     ),
+    ("postgres", postgres_cell, postgres_contract),
 ];
+
+/// A worker cell on a fresh PostgreSQL schema, in database-clock mode (what
+/// production runs); the schema is dropped after the cell.
+fn postgres_cell(scenario: &str, down: Down, _dir: &Path) -> Result<(), String> {
+    with_test_database(|db| {
+        let schema = db.fresh_schema();
+        let url = db.url().to_owned();
+        run_cell(scenario, down, async move {
+            PgStore::open(
+                &url,
+                PgConfig {
+                    schema: Some(schema),
+                    pool_size: 4,
+                    ..PgConfig::default()
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())
+        })
+    })
+}
+
+/// The store contract on fresh PostgreSQL schemas, in caller-clock mode (the
+/// contract sets every time itself).
+fn postgres_contract(_dir: &Path) -> Result<Vec<Report>, String> {
+    with_test_database(|db| {
+        run_contract(|_| async {
+            db.open(PgConfig {
+                clock: PgClock::Caller,
+                pool_size: 4,
+                ..PgConfig::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("open: {e}"))
+        })
+    })
+}
+
+/// Runs `body` with the test database, then drops the schemas it made.
+fn with_test_database<T>(
+    body: impl FnOnce(&TestDatabase) -> Result<T, String>,
+) -> Result<T, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let db = runtime
+        .block_on(TestDatabase::connect())
+        .map_err(|skip| skip.to_string())?;
+    let result = body(&db);
+    runtime.block_on(db.cleanup())?;
+    result
+}
+
+/// Whether the store column `name` can run here: every column but postgres
+/// always; postgres when its test database answers, or when it is required
+/// (`TC_REQUIRE_POSTGRES=1`), where an unreachable one fails the cells.
+fn store_available(name: &str) -> bool {
+    if name != "postgres" || tc_store_pg::testing::required() {
+        return true;
+    }
+    let reachable = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .is_ok_and(|rt| rt.block_on(TestDatabase::connect()).is_ok());
+    if !reachable {
+        println!(
+            "{}",
+            tc_store_pg::testing::Skip {
+                url: tc_store_pg::testing::test_url()
+            }
+        );
+    }
+    reachable
+}
 
 /// The longest one cell may take.
 const CELL_LIMIT: Duration = Duration::from_secs(90);
@@ -116,7 +194,11 @@ pub(crate) fn run_matrix(args: &[String]) -> Result<(), String> {
             SCENARIOS.join(", ")
         ));
     }
-    let columns: Vec<(String, Cell, Down)> = STORES
+    let stores: Vec<&(&str, Cell, Contract)> = STORES
+        .iter()
+        .filter(|(name, _, _)| store_available(name))
+        .collect();
+    let columns: Vec<(String, Cell, Down)> = stores
         .iter()
         .flat_map(|(store, cell, _)| {
             DOWNSTREAMS
@@ -176,7 +258,11 @@ pub(crate) fn run_matrix(args: &[String]) -> Result<(), String> {
             }
         }
     }
-    let contract_failures = if only.is_some() { 0 } else { print_contract()? };
+    let contract_failures = if only.is_some() {
+        0
+    } else {
+        print_contract(&stores)?
+    };
     let cells = scenarios.len() * columns.len();
     println!(
         "\n{} of {cells} cells passed in {:.1} s{}",
@@ -198,9 +284,9 @@ pub(crate) fn run_matrix(args: &[String]) -> Result<(), String> {
 
 /// Runs the store contract on every store adapter and prints it as a table;
 /// returns how many cells failed.
-fn print_contract() -> Result<usize, String> {
+fn print_contract(stores: &[&(&str, Cell, Contract)]) -> Result<usize, String> {
     let mut columns = Vec::new();
-    for (name, _, contract) in STORES {
+    for (name, _, contract) in stores {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
         columns.push((*name, contract(dir.path())?));
         eprint!(".");

@@ -53,7 +53,8 @@ pub(crate) enum LogFormat {
 /// The flags of `serve`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ServeArgs {
-    /// The SQLite database file; created if missing.
+    /// The store: an SQLite database file (created if missing), or a
+    /// `postgres://` / `postgresql://` URL of a database several nodes share.
     #[arg(long, env = "TC_DB", default_value = "./taskcenter.db")]
     pub(crate) db: PathBuf,
 

@@ -12,6 +12,7 @@ mod demo;
 mod disk_full_tests;
 mod logging;
 mod serve;
+mod store;
 
 use std::process::ExitCode;
 

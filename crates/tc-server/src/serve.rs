@@ -9,12 +9,14 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tc_downstream::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
+use tc_store_pg::{PgConfig, PgEvent, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::cli::{ServeArgs, SyncMode};
 use crate::control::WorkerPort;
+use crate::store::AnyStore;
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +27,10 @@ pub(crate) enum ServeError {
     /// The database could not be opened; the file was left as it was.
     #[error("cannot open the database: {0}")]
     Store(#[from] tc_store::OpenError),
+    /// The PostgreSQL database could not be opened; its schema was left as
+    /// it was.
+    #[error("cannot open the database: {0}")]
+    StorePg(#[from] tc_store_pg::OpenError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -114,10 +120,14 @@ impl Settings {
 /// A running service: the HTTP API served, the worker claiming.
 pub(crate) struct Running {
     addr: SocketAddr,
-    /// Released after the store closed (and by the kernel on any exit).
-    db_lock: crate::db_lock::DbLock,
-    store: Arc<SqliteStore>,
-    worker: Worker<SqliteStore>,
+    /// Released after the store closed (and by the kernel on any exit);
+    /// only an SQLite file is locked.
+    db_lock: Option<crate::db_lock::DbLock>,
+    store: Arc<AnyStore>,
+    worker: Worker<AnyStore>,
+    /// Hands PostgreSQL's notifications to the worker; stopped before the
+    /// store closes.
+    forward: Option<tokio::task::JoinHandle<()>>,
     http: tc_http::Server,
     stop_http: oneshot::Sender<()>,
 }
@@ -137,9 +147,25 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     // The downstream client before the store: a bad CA file fails the start
     // before a database file is created.
     let downstream = Arc::new(downstream(&settings)?);
-    // Before the store opens the file: a second server must not touch it.
-    let db_lock = crate::db_lock::acquire(&settings.db)?;
-    let store = Arc::new(SqliteStore::open(&settings.db, settings.store.clone()).await?);
+    let (store, db_lock, db_shown) = match postgres_url(&settings) {
+        Some(url) => {
+            let store = PgStore::open(url, PgConfig::default()).await?;
+            let shown = store.target().to_owned();
+            (AnyStore::Postgres(store), None, shown)
+        }
+        None => {
+            // Before the store opens the file: a second server must not
+            // touch it.
+            let db_lock = crate::db_lock::acquire(&settings.db)?;
+            let store = SqliteStore::open(&settings.db, settings.store.clone()).await?;
+            (
+                AnyStore::Sqlite(store),
+                Some(db_lock),
+                settings.db.display().to_string(),
+            )
+        }
+    };
+    let store = Arc::new(store);
 
     let mut registry = Registry::default();
     let metrics = WorkerMetrics::default();
@@ -152,6 +178,13 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         Clock::system(),
         metrics,
     );
+    let forward = match &*store {
+        AnyStore::Postgres(pg) => Some(tokio::spawn(forward_notifications(
+            pg.subscribe(),
+            worker.control(),
+        ))),
+        AnyStore::Sqlite(_) => None,
+    };
     let app = Arc::new(tc_http::App::new(
         Arc::clone(&store),
         WorkerPort(worker.control()),
@@ -165,6 +198,9 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         Ok(http) => http,
         Err(e) => {
             // Leave nothing running: put claimed tasks back before failing.
+            if let Some(forward) = &forward {
+                forward.abort();
+            }
             let _ = worker.shutdown().await;
             return Err(e.into());
         }
@@ -172,7 +208,8 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     let addr = http.local_addr();
     tracing::info!(
         addr = %addr,
-        db = %settings.db.display(),
+        db = %db_shown,
+        store = store.kind(),
         concurrency = settings.worker.concurrency,
         "listening"
     );
@@ -181,9 +218,35 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         db_lock,
         store,
         worker,
+        forward,
         http,
         stop_http,
     })
+}
+
+/// The `--db` value when it is a PostgreSQL URL.
+fn postgres_url(settings: &Settings) -> Option<&str> {
+    settings
+        .db
+        .to_str()
+        .filter(|db| tc_store_pg::is_postgres_url(db))
+}
+
+/// Wakes the worker for submits on other nodes and drops calls canceled
+/// through them. A lagging receiver has missed notifications: it claims now,
+/// and the heartbeat finds any cancel it missed.
+async fn forward_notifications(
+    mut events: tokio::sync::broadcast::Receiver<PgEvent>,
+    control: WorkerControl<AnyStore>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(PgEvent::Wake) | Err(RecvError::Lagged(_)) => control.task_submitted(),
+            Ok(PgEvent::Canceled(id)) => control.canceled_elsewhere(id),
+            Err(RecvError::Closed) => return,
+        }
+    }
 }
 
 /// The downstream client, trusting the CA file if one is configured; an
@@ -224,7 +287,7 @@ impl Running {
     }
 
     /// The worker's handle (the demo watches attempts end through it).
-    pub(crate) fn control(&self) -> WorkerControl<SqliteStore> {
+    pub(crate) fn control(&self) -> WorkerControl<AnyStore> {
         self.worker.control()
     }
 
@@ -237,6 +300,7 @@ impl Running {
             db_lock,
             store,
             worker,
+            forward,
             http,
             stop_http,
             ..
@@ -247,6 +311,10 @@ impl Running {
         let report = worker?;
         tracing::info!(interrupted = report.interrupted, "shutdown_worker_stopped");
         http?;
+        if let Some(forward) = forward {
+            forward.abort();
+            let _ = forward.await;
+        }
         close_store(store).await;
         drop(db_lock);
         tracing::info!("shutdown_complete");
@@ -254,7 +322,7 @@ impl Running {
     }
 }
 
-async fn close_store(store: Arc<SqliteStore>) {
+async fn close_store(store: Arc<AnyStore>) {
     match Arc::try_unwrap(store) {
         Ok(store) => store.close().await,
         Err(shared) => {

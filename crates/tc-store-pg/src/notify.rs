@@ -176,7 +176,7 @@ mod tests {
     #[test]
     fn notifications_are_read_per_channel() {
         let channels = Channels::for_schema("s1");
-        let id = TaskId::generate();
+        let id = TaskId::new(tc_model::Timestamp::from_millis(1), [7; 10]);
         let check = |channel: &str, payload: &str, want: Option<PgEvent>| {
             assert_eq!(
                 parse(&channels, channel, payload),

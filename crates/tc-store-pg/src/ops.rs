@@ -35,6 +35,7 @@ pub(crate) enum Inserted {
 pub(crate) async fn submit(
     client: &Client,
     new: &NewTask,
+    now_ms: tc_model::Timestamp,
     now: Option<i64>,
 ) -> Result<Inserted, StoreError> {
     let insert = client
@@ -62,7 +63,12 @@ pub(crate) async fn submit(
     // Two rounds: a key found taken whose task then vanished (it cannot be
     // deleted today) is tried once more rather than reported as an error.
     for _ in 0..2 {
-        let id = TaskId::generate();
+        // The id's time is the submitting node's own `now` (it only orders
+        // ids; created_at is the store's clock); its random bits come from
+        // fastrand (tc-model reads no entropy of its own).
+        let mut random = [0; 10];
+        fastrand::fill(&mut random);
+        let id = TaskId::new(now_ms, random);
         let inserted = client
             .query_opt(
                 &insert,
@@ -146,28 +152,38 @@ pub(crate) async fn claim_due(
     Ok(claimed)
 }
 
-/// Extends the lease of those tasks that are still running; returns how many.
+/// Extends the lease of each `(id, attempt)` still running with that very
+/// attempt; returns how many.
 pub(crate) async fn heartbeat(
     client: &Client,
-    ids: &[TaskId],
+    running: &[(TaskId, u32)],
     now: Option<i64>,
     lease: Duration,
 ) -> Result<usize, StoreError> {
-    let mut ids: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
-    ids.sort_unstable();
-    ids.dedup();
+    let mut running = running.to_vec();
+    running.sort_unstable();
+    running.dedup();
+    let ids: Vec<&[u8]> = running
+        .iter()
+        .map(|(id, _)| id.as_bytes().as_slice())
+        .collect();
+    let attempts: Vec<i32> = running
+        .iter()
+        .map(|(_, n)| i32::try_from(*n).unwrap_or(i32::MAX))
+        .collect();
     let stmt = client
         .prepare_cached(
             // Never shortens a lease: a late heartbeat must not hand a task to
             // recovery earlier than the lease it already had.
-            "UPDATE tasks SET lease_until = greatest(coalesce(lease_until, tc_now_ms($1) + $3), \
-                                                     tc_now_ms($1) + $3) \
-             WHERE id = ANY($2) AND state = 'running'",
+            "UPDATE tasks t SET lease_until = greatest(coalesce(t.lease_until, tc_now_ms($1) + $4), \
+                                                       tc_now_ms($1) + $4) \
+             FROM unnest($2::bytea[], $3::integer[]) AS r(id, attempt) \
+             WHERE t.id = r.id AND t.attempt = r.attempt AND t.state = 'running'",
         )
         .await
         .map_err(db)?;
     let extended = client
-        .execute(&stmt, &[&now, &ids, &millis(lease)])
+        .execute(&stmt, &[&now, &ids, &attempts, &millis(lease)])
         .await
         .map_err(db)?;
     Ok(usize::try_from(extended).unwrap_or(usize::MAX))
@@ -644,6 +660,13 @@ pub(crate) async fn count_by_state(client: &Client) -> Result<StateCounts, Store
         counts.set(parse_state(&state)?, u64::try_from(count).unwrap_or(0));
     }
     Ok(counts)
+}
+
+/// A round trip through a pooled connection.
+pub(crate) async fn health(client: &Client) -> Result<(), StoreError> {
+    let stmt = client.prepare_cached("SELECT 1").await.map_err(db)?;
+    client.query_one(&stmt, &[]).await.map_err(db)?;
+    Ok(())
 }
 
 /// The earliest due time of a pending task, and the store's now beside it

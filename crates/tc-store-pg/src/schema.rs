@@ -202,7 +202,7 @@ pub(crate) async fn migrate(client: &mut Client, target: &str) -> Result<(), Ope
     .map_err(fail("record the version"))?;
     tx.commit().await.map_err(fail("commit"))?;
     tracing::info!(
-        target = %target,
+        database = %target,
         schema = %schema,
         from,
         to = CURRENT_VERSION,

@@ -163,7 +163,7 @@ impl PgStore {
 impl TaskStore for PgStore {
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         let client = self.client().await?;
-        match ops::submit(&client, &task, self.stamp(now)).await? {
+        match ops::submit(&client, &task, now, self.stamp(now)).await? {
             Inserted::Created(created) => {
                 self.submitted.notify_one();
                 Ok(Submitted {
@@ -240,14 +240,14 @@ impl TaskStore for PgStore {
 
     async fn heartbeat(
         &self,
-        ids: Vec<TaskId>,
+        running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
     ) -> Result<usize, StoreError> {
-        if ids.is_empty() {
+        if running.is_empty() {
             return Ok(0);
         }
-        ops::heartbeat(&self.client().await?, &ids, self.stamp(now), lease).await
+        ops::heartbeat(&self.client().await?, &running, self.stamp(now), lease).await
     }
 
     async fn complete(
@@ -298,6 +298,10 @@ impl TaskStore for PgStore {
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
         ops::recover_expired(&self.client().await?, self.stamp(now)).await
+    }
+
+    async fn health(&self) -> Result<(), StoreError> {
+        ops::health(&self.client().await?).await
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {

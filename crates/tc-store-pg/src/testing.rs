@@ -71,8 +71,9 @@ impl TestDatabase {
     /// A fresh schema name, remembered for [`TestDatabase::cleanup`].
     pub fn fresh_schema(&self) -> String {
         let name = format!(
-            "tc_test_{}",
-            tc_model::TaskId::generate().as_uuid().simple()
+            "tc_test_{:016x}{:08x}",
+            fastrand::u64(..),
+            fastrand::u32(..)
         );
         self.schemas
             .lock()

@@ -220,6 +220,15 @@ impl<S: TaskStore> WorkerControl<S> {
             .map_err(|e| StoreError::Unavailable(format!("cancel did not finish: {e}")))?
     }
 
+    /// The store announced that `id` was canceled through another process
+    /// (another node on a shared database): drops its call here at once if it
+    /// runs here, as a cancel through this worker would. The store already
+    /// holds the cancel, so nothing is written. Without the announcement the
+    /// heartbeat finds it, within a third of a lease.
+    pub fn canceled_elsewhere(&self, id: TaskId) {
+        self.shared.interrupt_for_cancel(id);
+    }
+
     /// A stream of attempt endings, from now on: what tests and tools wait on
     /// instead of polling the store.
     pub fn subscribe(&self) -> broadcast::Receiver<AttemptEnded> {

@@ -7,3 +7,4 @@
 
 mod contract;
 mod database;
+mod workers;

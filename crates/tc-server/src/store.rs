@@ -1,0 +1,120 @@
+//! The store the server runs on, chosen by `--db`: an SQLite file (the
+//! default) or a PostgreSQL URL shared by several nodes. One enum so that the
+//! worker, the API and the shutdown path are written once.
+
+use std::time::Duration;
+
+use tc_model::store::{
+    Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+};
+use tc_model::{NewTask, Task, TaskId, Timestamp};
+use tc_store::SqliteStore;
+use tc_store_pg::PgStore;
+
+/// Either adapter behind the one port.
+pub(crate) enum AnyStore {
+    /// One process, one file.
+    Sqlite(SqliteStore),
+    /// Several nodes, one database.
+    Postgres(PgStore),
+}
+
+impl AnyStore {
+    /// The `store` field of the `listening` event.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            AnyStore::Sqlite(_) => "sqlite",
+            AnyStore::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Closes the store: SQLite commits what is queued and stops its
+    /// writer; PostgreSQL closes its pool.
+    pub(crate) async fn close(self) {
+        match self {
+            AnyStore::Sqlite(store) => store.close().await,
+            AnyStore::Postgres(store) => store.close(),
+        }
+    }
+}
+
+/// Forwards a call to whichever adapter this is.
+macro_rules! either {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            AnyStore::Sqlite($store) => $call.await,
+            AnyStore::Postgres($store) => $call.await,
+        }
+    };
+}
+
+impl TaskStore for AnyStore {
+    async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
+        either!(self, s => s.submit(task, now))
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
+        either!(self, s => s.get(id))
+    }
+
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+        either!(self, s => s.list(query))
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        either!(self, s => s.count_by_state())
+    }
+
+    async fn claim_due(
+        &self,
+        n: usize,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<Vec<Task>, StoreError> {
+        either!(self, s => s.claim_due(n, now, lease))
+    }
+
+    async fn heartbeat(
+        &self,
+        running: Vec<(TaskId, u32)>,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<usize, StoreError> {
+        either!(self, s => s.heartbeat(running, now, lease))
+    }
+
+    async fn complete(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        outcome: Completion,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        either!(self, s => s.complete(id, attempt, outcome, now))
+    }
+
+    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+        either!(self, s => s.cancel(id, now))
+    }
+
+    async fn release(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        either!(self, s => s.release(id, attempt, now))
+    }
+
+    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
+        either!(self, s => s.recover_expired(now))
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        either!(self, s => s.next_due())
+    }
+
+    async fn health(&self) -> Result<(), StoreError> {
+        either!(self, s => s.health())
+    }
+}
