@@ -110,6 +110,19 @@ impl TaskStore for AnyStore {
         either!(self, s => s.recover_expired(now))
     }
 
+    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
+        either!(self, s => s.delete(id))
+    }
+
+    async fn retry(
+        &self,
+        id: TaskId,
+        run_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<Task, StoreError> {
+        either!(self, s => s.retry(id, run_at, now))
+    }
+
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         either!(self, s => s.next_due())
     }

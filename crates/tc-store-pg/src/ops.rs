@@ -128,7 +128,7 @@ pub(crate) async fn claim_due(
             "t.pos, t.id, t.state, t.url, t.body, t.idempotency_key, t.attempt, \
              t.max_attempts, t.timeout_ns, t.http_status, t.result, t.result_content_type, \
              t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
-             t.next_run_at, t.lease_until \
+             t.next_run_at, t.lease_until, t.attempts_before_retry \
              ), opened AS ( \
                  INSERT INTO attempts (task_id, n, started_at) \
                  SELECT id, attempt, started_at FROM claimed \
@@ -373,6 +373,53 @@ pub(crate) async fn cancel(
     })
 }
 
+/// Deletes a finished task with its history; its key is free again.
+pub(crate) async fn delete(tx: &Transaction<'_>, id: &TaskId) -> Result<(), StoreError> {
+    let head = lock_head(tx, id).await?;
+    if !head.state.is_terminal() {
+        return Err(StoreError::NotTerminal(head.state));
+    }
+    let attempts = tx
+        .prepare_cached("DELETE FROM attempts WHERE task_id = $1")
+        .await
+        .map_err(db)?;
+    tx.execute(&attempts, &[&id.as_bytes().as_slice()])
+        .await
+        .map_err(db)?;
+    let task = tx
+        .prepare_cached("DELETE FROM tasks WHERE pos = $1")
+        .await
+        .map_err(db)?;
+    tx.execute(&task, &[&head.pos]).await.map_err(db)?;
+    Ok(())
+}
+
+/// Failed or canceled → pending, due `delay_ms` after now, with a fresh
+/// budget of tries (the tries so far become `attempts_before_retry`).
+pub(crate) async fn retry(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+    delay_ms: i64,
+    now: Option<i64>,
+) -> Result<Task, StoreError> {
+    let head = lock_head(tx, id).await?;
+    tc_model::retry_by_hand(head.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE tasks SET state = 'pending', attempts_before_retry = attempt, error = NULL, \
+                              http_status = NULL, result = NULL, result_content_type = NULL, \
+                              finished_at = NULL, lease_until = NULL, \
+                              next_run_at = tc_now_ms($1) + $3, updated_at = tc_now_ms($1) \
+             WHERE pos = $2",
+        )
+        .await
+        .map_err(db)?;
+    tx.execute(&stmt, &[&now, &head.pos, &delay_ms])
+        .await
+        .map_err(db)?;
+    load_pos(tx, head.pos).await
+}
+
 /// Running → pending without using up the attempt, if still on `attempt`.
 pub(crate) async fn release(
     tx: &Transaction<'_>,
@@ -415,7 +462,7 @@ pub(crate) async fn recover_expired(
     let stmt = client
         .prepare_cached(
             "WITH expired AS ( \
-                 SELECT pos, attempt < max_attempts AS again FROM tasks \
+                 SELECT pos, attempt < max_attempts + attempts_before_retry AS again FROM tasks \
                  WHERE state = 'running' AND lease_until < tc_now_ms($1) \
                  FOR UPDATE SKIP LOCKED \
              ), moved AS ( \
@@ -625,7 +672,7 @@ pub(crate) async fn list(
     let mut found: Vec<Stored> = Vec::with_capacity(rows.len());
     let mut held_back = false;
     for row in &rows {
-        let horizon: i64 = row.try_get(19).map_err(db)?;
+        let horizon: i64 = row.try_get(20).map_err(db)?;
         let stored = rows::task_from_row(row)?;
         if stored.pos >= horizon {
             held_back = true;

@@ -14,7 +14,7 @@ macro_rules! task_columns {
     () => {
         "pos, id, state, url, body, idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
-         started_at, finished_at, next_run_at, lease_until"
+         started_at, finished_at, next_run_at, lease_until, attempts_before_retry"
     };
 }
 pub(crate) use task_columns;
@@ -53,6 +53,7 @@ pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
         finished_at: opt_time(row.try_get(16).map_err(db)?),
         next_run_at: opt_time(row.try_get(17).map_err(db)?),
         lease_until: opt_time(row.try_get(18).map_err(db)?),
+        attempts_before_retry: to_u32(row.try_get(19).map_err(db)?, "attempts_before_retry")?,
         attempts: Vec::new(),
     };
     Ok(Stored {

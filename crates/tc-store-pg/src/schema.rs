@@ -51,6 +51,7 @@ CREATE TABLE tasks (
     max_attempts        integer NOT NULL CHECK (max_attempts >= 1),
     timeout_ns          bigint  NOT NULL CHECK (timeout_ns >= 1),
     attempt             integer NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    attempts_before_retry integer NOT NULL DEFAULT 0 CHECK (attempts_before_retry >= 0),
     http_status         integer,
     result              bytea,
     result_content_type text,

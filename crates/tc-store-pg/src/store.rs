@@ -296,6 +296,29 @@ impl TaskStore for PgStore {
         Ok(released)
     }
 
+    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        ops::delete(&tx, &id).await?;
+        tx.commit().await.map_err(db)
+    }
+
+    async fn retry(
+        &self,
+        id: TaskId,
+        run_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<Task, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let delay = run_at.as_millis().saturating_sub(now.as_millis());
+        let task = ops::retry(&tx, &id, delay, self.stamp(now)).await?;
+        tx.commit().await.map_err(db)?;
+        // Pending again: idle workers on every node may claim it.
+        self.submitted.notify_one();
+        Ok(task)
+    }
+
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
         ops::recover_expired(&self.client().await?, self.stamp(now)).await
     }
