@@ -27,7 +27,7 @@ async fn contract_on_postgres() {
     .await;
     db.cleanup().await.unwrap();
     for report in &reports {
-        let verdict = if report.outcome.is_ok() {
+        let verdict = if report.verdict.is_ok() {
             "ok"
         } else {
             "FAILED"
