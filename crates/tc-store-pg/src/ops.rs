@@ -40,10 +40,15 @@ pub(crate) async fn submit(
 ) -> Result<Inserted, StoreError> {
     let insert = client
         .prepare_cached(concat!(
+            // First due: an absolute time (never before now), or now plus
+            // the delay asked for, on the store's clock.
             "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
-                                attempt, created_at, updated_at, next_run_at) \
+                                attempt, created_at, updated_at, next_run_at, schedule_at, \
+                                schedule_delay_ms) \
              VALUES ($2, $3, 'pending', $4, $5, $6, $7, 0, tc_now_ms($1), tc_now_ms($1), \
-                     tc_now_ms($1)) \
+                     greatest(coalesce($8::bigint, tc_now_ms($1)), tc_now_ms($1)) \
+                         + coalesce($9::bigint, 0), \
+                     $8, $9) \
              ON CONFLICT (idempotency_key) DO NOTHING \
              RETURNING ",
             task_columns!()
@@ -60,6 +65,7 @@ pub(crate) async fn submit(
         .map_err(db)?;
     let max_attempts = i32::try_from(new.max_attempts())
         .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?;
+    let (schedule_at, schedule_delay_ms) = rows::schedule_columns(new.schedule());
     // Two rounds: a key found taken whose task then vanished (it cannot be
     // deleted today) is tried once more rather than reported as an error.
     for _ in 0..2 {
@@ -80,6 +86,8 @@ pub(crate) async fn submit(
                     &new.body(),
                     &max_attempts,
                     &nanos(new.timeout()),
+                    &schedule_at,
+                    &schedule_delay_ms,
                 ],
             )
             .await
@@ -128,7 +136,8 @@ pub(crate) async fn claim_due(
             "t.pos, t.id, t.state, t.url, t.body, t.idempotency_key, t.attempt, \
              t.max_attempts, t.timeout_ns, t.http_status, t.result, t.result_content_type, \
              t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
-             t.next_run_at, t.lease_until, t.attempts_before_retry \
+             t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
+             t.schedule_delay_ms \
              ), opened AS ( \
                  INSERT INTO attempts (task_id, n, started_at) \
                  SELECT id, attempt, started_at FROM claimed \
@@ -672,7 +681,7 @@ pub(crate) async fn list(
     let mut found: Vec<Stored> = Vec::with_capacity(rows.len());
     let mut held_back = false;
     for row in &rows {
-        let horizon: i64 = row.try_get(20).map_err(db)?;
+        let horizon: i64 = row.try_get(22).map_err(db)?;
         let stored = rows::task_from_row(row)?;
         if stored.pos >= horizon {
             held_back = true;

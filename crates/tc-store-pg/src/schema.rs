@@ -130,8 +130,17 @@ CREATE TRIGGER tasks_count_delete AFTER DELETE ON tasks
     FOR EACH STATEMENT EXECUTE FUNCTION tc_count_states();
 "#;
 
+/// Step 1 → 2: when a task was asked to run first (`run_at` or `delay_ms`
+/// at submit), kept as asked because it is part of the idempotency payload.
+/// At most one of the two is set.
+const V2_SCHEDULE: &str = "
+ALTER TABLE tasks ADD COLUMN schedule_at bigint;
+ALTER TABLE tasks ADD COLUMN schedule_delay_ms bigint CHECK (schedule_delay_ms >= 0);
+ALTER TABLE tasks ADD CHECK (schedule_at IS NULL OR schedule_delay_ms IS NULL);
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes version k to k + 1.
-pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES];
+pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_SCHEDULE];
 
 /// The version this build writes and reads.
 pub(crate) const CURRENT_VERSION: i32 = MIGRATIONS.len() as i32;

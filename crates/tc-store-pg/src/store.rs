@@ -172,12 +172,7 @@ impl TaskStore for PgStore {
                 })
             }
             Inserted::Existing(existing) => {
-                if task.same_payload(
-                    &existing.url,
-                    &existing.body,
-                    existing.max_attempts,
-                    existing.timeout,
-                ) {
+                if task.same_work_as(&existing) {
                     Ok(Submitted {
                         task: existing,
                         created: false,
