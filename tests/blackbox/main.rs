@@ -5,6 +5,7 @@
 //! - `delivery`: what the worker does with real downstream answers (retry,
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
+//! - `nodes`: three servers on one PostgreSQL database (skipped without one).
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
@@ -19,5 +20,6 @@ mod api;
 mod delivery;
 mod edge;
 mod lifecycle;
+mod nodes;
 mod operations;
 mod support;

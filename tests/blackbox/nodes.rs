@@ -1,0 +1,371 @@
+//! Three tc-server nodes on one PostgreSQL database: 5,000 tasks submitted
+//! round-robin, one node killed with SIGKILL mid-run, a cancel sent to one
+//! node stopping a call running on another, one idempotency key sent to all
+//! three at once. Prints `skipped: no PostgreSQL at <url>` and passes when
+//! there is no PostgreSQL (unless TC_REQUIRE_POSTGRES=1).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tc_store_pg::testing::TestDatabase;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::support::{Api, Config, Downstream, Server};
+
+/// Tasks in the load.
+const TASKS: usize = 5_000;
+/// How long the downstream works on each call of the load.
+const WORK: Duration = Duration::from_millis(50);
+/// Calls answered before one node is killed.
+const KILL_AFTER: usize = 1_500;
+/// Short enough that the killed node's tasks come back soon, long enough
+/// that the heartbeat (a third of it) is clearly slower than a notification.
+const LEASE_MS: &str = "6000";
+/// Bound on the whole load phase.
+const LOAD_GUARD: Duration = Duration::from_secs(240);
+
+/// One call the load downstream received: (task id, attempt, start, end).
+#[derive(Debug, Clone)]
+struct CallRecord {
+    task: String,
+    attempt: u32,
+    start: Instant,
+    end: Option<Instant>,
+    answered: bool,
+}
+
+/// The load downstream: answers every call with 200 after [`WORK`],
+/// recording when each call started and ended (a call whose connection is
+/// dropped ends when its handler is dropped).
+#[derive(Default)]
+struct Ledger {
+    calls: Mutex<Vec<CallRecord>>,
+    changed: Notify,
+}
+
+impl Ledger {
+    fn answered(&self) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.answered)
+            .count()
+    }
+
+    async fn wait_until(&self, what: &str, ready: impl Fn(&[CallRecord]) -> bool) {
+        tokio::time::timeout(LOAD_GUARD, async {
+            loop {
+                let changed = self.changed.notified();
+                if ready(&self.calls.lock().unwrap()) {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("load downstream: no {what} within {LOAD_GUARD:?}"));
+    }
+}
+
+/// Closes a call's record when the handler ends, however it ends.
+struct Open {
+    ledger: Arc<Ledger>,
+    index: usize,
+    answered: bool,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        {
+            let mut calls = self.ledger.calls.lock().unwrap();
+            calls[self.index].end = Some(Instant::now());
+            calls[self.index].answered = self.answered;
+        }
+        self.ledger.changed.notify_waiters();
+    }
+}
+
+async fn serve_ledger() -> (Arc<Ledger>, String) {
+    let ledger = Arc::new(Ledger::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/work", listener.local_addr().unwrap());
+    let shared = Arc::clone(&ledger);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let ledger = Arc::clone(&shared);
+            tokio::spawn(async move {
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let ledger = Arc::clone(&ledger);
+                    async move {
+                        let header = |name: &str| {
+                            req.headers()
+                                .get(name)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or_default()
+                                .to_owned()
+                        };
+                        let index = {
+                            let mut calls = ledger.calls.lock().unwrap();
+                            calls.push(CallRecord {
+                                task: header("x-task-id"),
+                                attempt: header("x-task-attempt").parse().unwrap_or(0),
+                                start: Instant::now(),
+                                end: None,
+                                answered: false,
+                            });
+                            calls.len() - 1
+                        };
+                        let mut open = Open {
+                            ledger,
+                            index,
+                            answered: false,
+                        };
+                        tokio::time::sleep(WORK).await;
+                        open.answered = true;
+                        drop(open);
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{}"))))
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (ledger, url)
+}
+
+/// A node's config: the shared database, short polls, the test's lease.
+fn node(dir: &std::path::Path, db: &str) -> Config {
+    let mut config = Config::new(dir);
+    config
+        .flag("--db", db)
+        .flag("--concurrency", "16")
+        .flag("--lease-ms", LEASE_MS)
+        .flag("--max-attempts", "5");
+    config
+}
+
+/// `taskcenter_tasks{state="..."}` from a node's /metrics (cluster-wide: the
+/// counts are the database's).
+async fn counts(api: &Api) -> BTreeMap<String, u64> {
+    let text = String::from_utf8(api.get("/metrics").await.body.to_vec()).unwrap();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("taskcenter_tasks{state=\""))
+        .filter_map(|rest| {
+            let (state, n) = rest.split_once("\"} ")?;
+            Some((state.to_owned(), n.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_one_postgres_database() {
+    let db = match TestDatabase::connect().await {
+        Ok(db) => db,
+        Err(skip) => {
+            #[allow(clippy::print_stdout)]
+            {
+                println!("{skip}");
+            }
+            return;
+        }
+    };
+    let schema = db.fresh_schema();
+    db.execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let sep = if db.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}options=-csearch_path%3D{schema}", db.url());
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Server> = Vec::new();
+    for _ in 0..3 {
+        let mut server = node(dir.path(), &url).start().await;
+        let listening = server.logged("listening").await;
+        assert_eq!(listening["store"], "postgres", "{listening}");
+        assert!(
+            !listening["db"].as_str().unwrap().contains("options"),
+            "{listening}"
+        );
+        nodes.push(server);
+    }
+    let apis: Vec<Api> = nodes.iter().map(|n| Api::new(n.base_url())).collect();
+
+    // One idempotency key sent to all three at once: one task, one call.
+    let (ledger, work) = serve_ledger().await;
+    let sends = apis.iter().map(|api| {
+        let (api, work) = (api.clone(), work.clone());
+        tokio::spawn(async move { api.submit(&work, "once", json!({"n": 0})).await })
+    });
+    let mut statuses = Vec::new();
+    let mut ids = Vec::new();
+    for send in sends.collect::<Vec<_>>() {
+        let reply = send.await.unwrap();
+        statuses.push(reply.status);
+        ids.push(reply.id());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, vec![200, 200, 201], "one node created it");
+    assert!(ids.iter().all(|id| *id == ids[0]), "one task: {ids:?}");
+    assert_eq!(apis[1].wait_terminal(&ids[0]).await["state"], "success");
+
+    // A cancel sent to one node stops the call running on another.
+    let mut slow = Downstream::start().await;
+    let hung = apis[0].submit_new(&slow.url("/slow"), "hung").await;
+    slow.request_with_key("hung").await;
+    let mut runner = None;
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let started = node
+            .seen_logs()
+            .iter()
+            .any(|v| v["message"] == "task_start" && v["task_id"] == hung.as_str());
+        if started {
+            runner = Some(i);
+        }
+    }
+    let runner = match runner {
+        Some(i) => i,
+        // Not yet read from the logs: wait on each node's log in turn,
+        // the one that started it answers.
+        None => {
+            let mut found = None;
+            for (i, node) in nodes.iter_mut().enumerate() {
+                let seen = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    node.logged_where(
+                        |v| v["message"] == "task_start" && v["task_id"] == hung.as_str(),
+                        "task_start",
+                    ),
+                )
+                .await;
+                if seen.is_ok() {
+                    found = Some(i);
+                    break;
+                }
+            }
+            found.expect("some node logged task_start for the hung task")
+        }
+    };
+    let other = (runner + 1) % 3;
+    let asked = Instant::now();
+    assert_eq!(apis[other].cancel(&hung).await.status, 200);
+    slow.closed_while_held("hung", 1).await;
+    let stopped_after = asked.elapsed();
+    // The heartbeat (every lease/3 = 2 s) would also stop it; closing well
+    // before that shows the notification did.
+    assert!(
+        stopped_after < Duration::from_secs(1),
+        "node {runner}'s call closed {stopped_after:?} after the cancel on node {other}"
+    );
+
+    // The load: 5,000 tasks round-robin, one node killed mid-run.
+    let submitters: Vec<_> = (0..24)
+        .map(|s| {
+            let (apis, work) = (apis.clone(), work.clone());
+            tokio::spawn(async move {
+                for i in (s..TASKS).step_by(24) {
+                    let reply = apis[i % 3]
+                        .submit(&work, &format!("load-{i}"), json!({"i": i}))
+                        .await;
+                    assert_eq!(reply.status, 201, "submit {i}");
+                }
+            })
+        })
+        .collect();
+    for submitter in submitters {
+        submitter.await.unwrap();
+    }
+    ledger
+        .wait_until("calls to kill after", |calls| {
+            calls.iter().filter(|c| c.answered).count() >= KILL_AFTER
+        })
+        .await;
+    nodes[2].kill9().await;
+
+    let deadline = Instant::now() + LOAD_GUARD;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let final_counts = loop {
+        let now = counts(&apis[0]).await;
+        let open =
+            now.get("pending").copied().unwrap_or(0) + now.get("running").copied().unwrap_or(0);
+        if open == 0 {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not finished within {LOAD_GUARD:?}: {now:?}"
+        );
+        tick.tick().await;
+    };
+    let want: BTreeMap<String, u64> = [
+        ("canceled", 1),
+        ("failed", 0),
+        ("pending", 0),
+        ("running", 0),
+        ("success", TASKS as u64 + 1),
+    ]
+    .into_iter()
+    .map(|(s, n)| (s.to_owned(), n))
+    .collect();
+    assert_eq!(
+        final_counts, want,
+        "every task ends once in its expected state"
+    );
+
+    // No two calls of one task overlap in time; every load task was answered.
+    let calls = ledger.calls.lock().unwrap().clone();
+    let mut by_task: BTreeMap<&str, Vec<&CallRecord>> = BTreeMap::new();
+    for call in &calls {
+        by_task.entry(call.task.as_str()).or_default().push(call);
+    }
+    assert_eq!(by_task.len(), TASKS + 1, "every task was called");
+    let once = by_task.get(ids[0].as_str()).map_or(0, Vec::len);
+    assert_eq!(once, 1, "the key sent to all three nodes made one call");
+    let mut retried = 0;
+    for (task, mut calls) in by_task {
+        calls.sort_by_key(|c| c.start);
+        assert!(calls.iter().any(|c| c.answered), "{task} never answered");
+        for pair in calls.windows(2) {
+            let end = pair[0].end.expect("every call ended");
+            assert!(
+                pair[1].start >= end,
+                "{task}: attempt {} started before attempt {} ended",
+                pair[1].attempt,
+                pair[0].attempt
+            );
+        }
+        retried += usize::from(calls.len() > 1);
+    }
+    assert!(
+        retried >= 1,
+        "the killed node's running tasks were called again by the others"
+    );
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "three nodes: {} calls for {} tasks, {retried} called again after the kill; \
+             a cross-node cancel closed its call in {stopped_after:?}; {} answered",
+            calls.len(),
+            TASKS + 1,
+            ledger.answered()
+        );
+    }
+    drop(nodes);
+    db.cleanup().await.unwrap();
+}
