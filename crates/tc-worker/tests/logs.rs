@@ -83,7 +83,9 @@ async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
         "no full url (it may carry a query): {start}"
     );
     assert_eq!(start["attempt"], 1);
-    let retry = check(
+    // The field `retry` carries the attempt number that just ended (the
+    // seed's name, kept: it is part of the log contract).
+    let retried = check(
         &events,
         "task_retry",
         &[
@@ -97,9 +99,9 @@ async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
     );
     assert_eq!(
         (
-            retry["reason"].as_str(),
-            retry["http_status"].as_u64(),
-            retry["retry"].as_u64()
+            retried["reason"].as_str(),
+            retried["http_status"].as_u64(),
+            retried["retry"].as_u64()
         ),
         (Some("http_503"), Some(503), Some(1))
     );
