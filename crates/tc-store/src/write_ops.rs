@@ -80,29 +80,7 @@ pub(crate) fn submit(
     ])
     .map_err(db)?;
     Ok(Submitted {
-        task: Task {
-            id,
-            state: State::Pending,
-            url: new.url().to_owned(),
-            body: new.body().to_vec(),
-            idempotency_key: new.idempotency_key().to_owned(),
-            attempt: 0,
-            attempts_before_retry: 0,
-            max_attempts: new.max_attempts(),
-            timeout: new.timeout(),
-            schedule,
-            http_status: None,
-            result: None,
-            result_content_type: None,
-            error: None,
-            created_at: now,
-            updated_at: now,
-            started_at: None,
-            finished_at: None,
-            next_run_at: Some(first_run),
-            lease_until: None,
-            attempts: Vec::new(),
-        },
+        task: Task::submitted(id, new, now),
         created: true,
     })
 }

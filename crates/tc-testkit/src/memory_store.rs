@@ -127,29 +127,7 @@ impl TaskStore for MemoryStore {
         t.last_seq += 1;
         let seq = t.last_seq;
         let id = t.next_id(now);
-        let task = Task {
-            id,
-            state: State::Pending,
-            url: new.url().to_owned(),
-            body: new.body().to_vec(),
-            idempotency_key: new.idempotency_key().to_owned(),
-            attempt: 0,
-            attempts_before_retry: 0,
-            max_attempts: new.max_attempts(),
-            timeout: new.timeout(),
-            schedule: new.schedule(),
-            http_status: None,
-            result: None,
-            result_content_type: None,
-            error: None,
-            created_at: now,
-            updated_at: now,
-            started_at: None,
-            finished_at: None,
-            next_run_at: Some(new.schedule().first_run(now)),
-            lease_until: None,
-            attempts: Vec::new(),
-        };
+        let task = Task::submitted(id, &new, now);
         t.by_id.insert(id, seq);
         t.by_key.insert(task.idempotency_key.clone(), seq);
         t.tasks.insert(seq, task.clone());

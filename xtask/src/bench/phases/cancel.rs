@@ -5,15 +5,7 @@ use super::*;
 impl Bench {
     pub(super) async fn cancel(&mut self) -> Result<(), String> {
         let hang = HangingDownstream::start().await?;
-        let tc = self.start_tc(
-            "cancel",
-            &[
-                "--concurrency",
-                &self.plan.connections.to_string(),
-                "--sync",
-                "full",
-            ],
-        )?;
+        let tc = self.start_tc_full("cancel")?;
         let endpoint = Endpoint::new(tc.addr);
         let mut conn = Conn::open(endpoint.addr).await?;
         let deadline = Instant::now() + self.plan.patience;

@@ -7,15 +7,7 @@ impl Bench {
     pub(super) async fn end_to_end(&mut self) -> Result<(), String> {
         let n = self.plan.e2e_tasks;
         let down = HttpDownstream::start(Duration::ZERO).await?;
-        let tc = self.start_tc(
-            "e2e",
-            &[
-                "--concurrency",
-                &self.plan.connections.to_string(),
-                "--sync",
-                "full",
-            ],
-        )?;
+        let tc = self.start_tc_full("e2e")?;
         let endpoint = Endpoint::new(tc.addr);
         let started = Instant::now();
         let submitted = self.submit_batch(&endpoint, &down.url(), "e2e", n).await?;

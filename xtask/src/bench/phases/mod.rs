@@ -199,6 +199,13 @@ impl Bench {
         Ok(process)
     }
 
+    /// tc-server with the run's concurrency and `--sync full`: how most
+    /// phases run it.
+    fn start_tc_full(&self, name: &str) -> Result<ServerProcess, String> {
+        let concurrency = self.plan.connections.to_string();
+        self.start_tc(name, &["--concurrency", &concurrency, "--sync", "full"])
+    }
+
     fn start_peer(&self, kind: &str) -> Result<ServerProcess, String> {
         let captured = self
             .captured

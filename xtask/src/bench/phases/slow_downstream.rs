@@ -9,15 +9,7 @@ impl Bench {
             return Err("needs phase 1's idle p99".into());
         };
         let down = HttpDownstream::start(self.plan.slow_delay).await?;
-        let tc = self.start_tc(
-            "slow",
-            &[
-                "--concurrency",
-                &self.plan.connections.to_string(),
-                "--sync",
-                "full",
-            ],
-        )?;
+        let tc = self.start_tc_full("slow")?;
         let endpoint = Endpoint::new(tc.addr);
         let backlog = self
             .submit_batch(&endpoint, &down.url(), "backlog", self.plan.slow_backlog)

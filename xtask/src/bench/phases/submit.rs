@@ -5,15 +5,7 @@ use super::*;
 impl Bench {
     pub(super) async fn submit(&mut self) -> Result<(), String> {
         let down = HttpDownstream::start(Duration::ZERO).await?;
-        let tc = self.start_tc(
-            "submit",
-            &[
-                "--concurrency",
-                &self.plan.connections.to_string(),
-                "--sync",
-                "full",
-            ],
-        )?;
+        let tc = self.start_tc_full("submit")?;
         let endpoint = Endpoint::new(tc.addr);
         self.captured = Some(self.capture(&endpoint, &down.url()).await?);
         let measured = self
