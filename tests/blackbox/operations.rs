@@ -190,3 +190,40 @@ async fn a_delayed_task_waits_pending_until_its_time() {
     assert_eq!(canceled.json()["state"], "canceled");
     assert_eq!(s.down.calls_with_key("in-an-hour"), 0);
 }
+
+#[tokio::test]
+async fn a_batch_submit_commits_every_valid_task_and_each_runs() {
+    let s = support::start().await;
+    let mut tasks: Vec<serde_json::Value> = (0..50)
+        .map(|i| json!({"url": s.down.url("/ok"), "idempotency_key": format!("batch-{i}"), "json": {"i": i}}))
+        .collect();
+    tasks.push(json!({"url": "ftp://nowhere/x", "idempotency_key": "bad"}));
+    tasks.push(json!({"url": s.down.url("/ok"), "idempotency_key": "batch-0", "json": {"i": 0}}));
+    tasks.push(
+        json!({"url": s.down.url("/ok"), "idempotency_key": "batch-1", "json": {"other": 1}}),
+    );
+    let reply = s
+        .api
+        .post_json("/tasks/batch", &json!({ "tasks": tasks }))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.json());
+    let results = reply.json()["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 53);
+    let statuses: Vec<u64> = results
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert!(statuses[..50].iter().all(|&st| st == 201), "{statuses:?}");
+    assert_eq!(&statuses[50..], [400, 200, 409]);
+    assert_eq!(results[51]["task"]["id"], results[0]["task"]["id"]);
+    for result in &results[..50] {
+        let id = result["task"]["id"].as_str().unwrap();
+        assert_eq!(s.api.wait_terminal(id).await["state"], "success");
+    }
+    for i in 0..50 {
+        assert_eq!(s.down.calls_with_key(&format!("batch-{i}")), 1);
+    }
+    let empty = s.api.post_json("/tasks/batch", &json!({"tasks": []})).await;
+    assert_eq!(empty.status, 400);
+    assert_eq!(empty.error_code(), "invalid_request");
+}

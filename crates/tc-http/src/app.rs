@@ -70,6 +70,7 @@ pub struct Route {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Endpoint {
     Submit,
+    Batch,
     List,
     Get,
     Result,
@@ -96,6 +97,7 @@ const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> 
 /// it is the one truth the OpenAPI test checks against.
 pub const ROUTES: &[Route] = &[
     route("POST", "/tasks", Endpoint::Submit),
+    route("POST", "/tasks/batch", Endpoint::Batch),
     route("GET", "/tasks", Endpoint::List),
     route("GET", "/tasks/{id}", Endpoint::Get),
     route("GET", "/tasks/{id}/result", Endpoint::Result),
@@ -165,8 +167,14 @@ where
     B::Error: std::fmt::Display,
 {
     let (parts, body) = req.into_parts();
+    // A batch carries many tasks: its body has its own, larger bound.
+    let max_bytes = if parts.method == Method::POST && parts.uri.path() == "/tasks/batch" {
+        app.config.max_batch_body_bytes
+    } else {
+        app.config.max_body_bytes
+    };
     let limits = BodyLimits {
-        max_bytes: app.config.max_body_bytes,
+        max_bytes,
         read_timeout: app.config.body_read_timeout,
         drain_max_bytes: app.config.drain_max_bytes,
         drain_timeout: app.config.drain_timeout,
@@ -241,6 +249,7 @@ where
 {
     match endpoint {
         Endpoint::Submit => submit(app, parts, body).await,
+        Endpoint::Batch => batch(app, parts, body).await,
         Endpoint::List => list(app, parts).await,
         Endpoint::Get => get(app, task_id(id)?).await,
         Endpoint::Result => result(app, task_id(id)?).await,
@@ -328,6 +337,80 @@ where
     } else {
         Ok((json(StatusCode::OK, &TaskView::new(task))?, false))
     }
+}
+
+/// `POST /tasks/batch`: up to 1000 submits committed in one transaction;
+/// each item answers as its own submit would, in order, and an invalid item
+/// fails alone.
+async fn batch<S, C, B>(app: &App<S, C>, parts: &Parts, body: &mut RequestBody<B>) -> Answer
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    check_json_content_type(parts)?;
+    let bytes = body.read_all().await?;
+    let items = crate::dto::parse_batch(&bytes)?;
+    let now = app.control.now();
+    // For each item, the index of its valid task, or why it was refused.
+    let mut parsed: Vec<Result<usize, ApiError>> = Vec::with_capacity(items.len());
+    let mut valid = Vec::with_capacity(items.len());
+    for item in &items {
+        let task = parse_submit(item.get().as_bytes(), &app.config, now).and_then(|task| {
+            check_url_allowed(task.url(), &app.config.allow_url_prefixes)?;
+            Ok(task)
+        });
+        parsed.push(task.map(|task| {
+            valid.push(task);
+            valid.len() - 1
+        }));
+    }
+    let stored = if valid.is_empty() {
+        Vec::new()
+    } else {
+        app.store.submit_many(valid, now).await?
+    };
+    let mut created = 0usize;
+    let mut results = Vec::with_capacity(parsed.len());
+    for item in parsed {
+        let outcome = item.and_then(|i| match stored.get(i) {
+            Some(Ok(submitted)) => Ok(submitted),
+            Some(Err(e)) => Err(ApiError::from(e.clone())),
+            None => Err(ApiError::Internal(
+                "a batch item has no store answer".into(),
+            )),
+        });
+        let result = match &outcome {
+            Ok(s) if s.created => SubmitResult::Created,
+            Ok(_) => SubmitResult::Existing,
+            Err(ApiError::IdempotencyConflict(_)) => SubmitResult::Conflict,
+            Err(e) if e.status().is_server_error() => SubmitResult::Error,
+            Err(_) => SubmitResult::Invalid,
+        };
+        app.metrics.submitted(result);
+        results.push(match outcome {
+            Ok(submitted) => {
+                created += usize::from(submitted.created);
+                crate::dto::BatchItem::Task {
+                    status: if submitted.created { 201 } else { 200 },
+                    task: TaskView::new(&submitted.task),
+                }
+            }
+            Err(e) => crate::dto::BatchItem::Refused {
+                status: e.status().as_u16(),
+                error: crate::dto::ErrorView {
+                    code: e.code(),
+                    message: e.message(),
+                },
+            },
+        });
+    }
+    if created > 0 {
+        app.control.task_submitted();
+    }
+    tracing::info!(tasks = results.len(), created, "tasks_submitted");
+    json(StatusCode::OK, &crate::dto::BatchView { results })
 }
 
 /// `application/json`, any case, parameters (`; charset=utf-8`) allowed.

@@ -8,6 +8,12 @@ pub struct HttpConfig {
     /// The largest request body accepted, in bytes (default 1 MiB). Enforced
     /// while reading: a larger body is refused with 413 before it is buffered.
     pub max_body_bytes: usize,
+    /// The largest body of `POST /tasks/batch` (default 16 MiB); each task in
+    /// it is still held to `max_body_bytes`.
+    pub max_batch_body_bytes: usize,
+    /// The most `GET /tasks/{id}?wait_ms=` requests waiting at once (default
+    /// 10000); beyond, such a request is answered 503.
+    pub max_waiters: usize,
     /// `max_attempts` of a submission that does not say (default 3).
     pub default_max_attempts: u32,
     /// `timeout_ms` of a submission that does not say (default 5 s).
@@ -46,6 +52,8 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             max_body_bytes: tc_model::Limits::DEFAULT_MAX_BODY_BYTES,
+            max_batch_body_bytes: 16 * 1024 * 1024,
+            max_waiters: 10_000,
             default_max_attempts: 3,
             default_timeout: Duration::from_millis(5000),
             api_token: None,

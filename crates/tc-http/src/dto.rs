@@ -169,6 +169,60 @@ fn parse_schedule(
     }
 }
 
+/// The body of `POST /tasks/batch`: each task kept as its JSON text, to be
+/// parsed like a single submit.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    tasks: Vec<Box<RawValue>>,
+}
+
+/// The most tasks in one batch.
+pub(crate) const MAX_BATCH: usize = 1000;
+
+/// Parses a batch's envelope: `{"tasks": [1..=1000 submit bodies]}`. The
+/// items themselves are parsed one by one, so that one bad item fails alone.
+pub(crate) fn parse_batch(bytes: &[u8]) -> Result<Vec<Box<RawValue>>, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid(
+            "body: must be a JSON object {\"tasks\": [...]}".into(),
+        ));
+    }
+    let body: BatchBody = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => invalid(format!("tasks: {e}")),
+        _ => invalid(format!("body: not valid JSON: {e}")),
+    })?;
+    if !(1..=MAX_BATCH).contains(&body.tasks.len()) {
+        return Err(invalid(format!(
+            "tasks: must hold 1 to {MAX_BATCH} tasks, got {}",
+            body.tasks.len()
+        )));
+    }
+    Ok(body.tasks)
+}
+
+/// One entry of a batch's answer: the task, or why this item was refused.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum BatchItem<'a> {
+    Task { status: u16, task: TaskView<'a> },
+    Refused { status: u16, error: ErrorView },
+}
+
+/// An error as the API spells it, inside a batch's answer.
+#[derive(Debug, Serialize)]
+pub(crate) struct ErrorView {
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+}
+
+/// The answer to `POST /tasks/batch`, in the order the tasks were sent.
+#[derive(Debug, Serialize)]
+pub(crate) struct BatchView<'a> {
+    pub(crate) results: Vec<BatchItem<'a>>,
+}
+
 /// The optional body of `POST /tasks/{id}/retry`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

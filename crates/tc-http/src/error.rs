@@ -73,7 +73,7 @@ impl ApiError {
         }
     }
 
-    fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             ApiError::InvalidRequest(m)
             | ApiError::UrlNotAllowed(m)

@@ -193,6 +193,16 @@ pub trait TaskStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<Submitted, StoreError>> + Send;
 
+    /// Registers many tasks in one durable transaction, each as
+    /// [`TaskStore::submit`] would, in order (a later item sees an earlier
+    /// one's key). One item's refusal (an idempotency conflict) fails that
+    /// item alone; the outer error means nothing was written.
+    fn submit_many(
+        &self,
+        tasks: Vec<NewTask>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<Result<Submitted, StoreError>>, StoreError>> + Send;
+
     /// The task with its attempt history, or [`StoreError::NotFound`].
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send;
 

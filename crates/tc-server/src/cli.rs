@@ -134,6 +134,18 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=1_073_741_824))]
     pub(crate) max_body_bytes: u64,
 
+    /// The largest body of a batch submit (`POST /tasks/batch`), in bytes;
+    /// each task in it is still held to --max-body-bytes.
+    #[arg(long, env = "TC_MAX_BATCH_BODY_BYTES", default_value_t = 16 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1_073_741_824))]
+    pub(crate) max_batch_body_bytes: u64,
+
+    /// The most `GET /tasks/{id}?wait_ms=` requests waiting at once; beyond,
+    /// they are answered 503.
+    #[arg(long, env = "TC_MAX_WAITERS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) max_waiters: u64,
+
     /// A PEM file of CA certificates that downstream `https://` calls trust
     /// in addition to the system's roots, e.g. an internal CA. Read at start;
     /// a missing file or one without a usable certificate stops the start.

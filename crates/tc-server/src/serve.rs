@@ -103,6 +103,9 @@ impl Settings {
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
+                max_batch_body_bytes: usize::try_from(args.max_batch_body_bytes)
+                    .unwrap_or(usize::MAX),
+                max_waiters: usize::try_from(args.max_waiters).unwrap_or(usize::MAX),
                 default_max_attempts: args.max_attempts,
                 default_timeout: args.call_timeout(),
                 api_token: args.api_token.clone(),

@@ -179,6 +179,26 @@ impl TaskStore for SqliteStore {
             .await
     }
 
+    async fn submit_many(
+        &self,
+        tasks: Vec<NewTask>,
+        now: Timestamp,
+    ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
+        let bytes = tasks
+            .iter()
+            .map(|t| t.body().len() + t.url().len() + t.idempotency_key().len())
+            .sum();
+        // One command: the items share the batch's transaction and commit,
+        // and no item is split from the others by a concurrent write.
+        self.write_sized(bytes, move |conn| {
+            Ok(tasks
+                .iter()
+                .map(|task| write_ops::submit(conn, task, now))
+                .collect())
+        })
+        .await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
         self.readers.run(move |conn| read_ops::get(conn, &id)).await
     }

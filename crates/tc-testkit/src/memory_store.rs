@@ -137,6 +137,18 @@ impl TaskStore for MemoryStore {
         })
     }
 
+    async fn submit_many(
+        &self,
+        tasks: Vec<NewTask>,
+        now: Timestamp,
+    ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
+        let mut results = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            results.push(self.submit(task, now).await);
+        }
+        Ok(results)
+    }
+
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
         let t = self.tables();
         let seq = t.seq_of(id)?;

@@ -104,6 +104,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         delete_takes_only_finished_tasks_and_frees_the_key,
         retry_reopens_failed_and_canceled_with_a_fresh_budget,
         a_delayed_task_waits_for_its_time_and_keeps_its_schedule,
+        submit_many_answers_each_item_as_submit_would,
     ]
 }
 
@@ -1847,5 +1848,55 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
         "a past run_at is due now"
     );
     ensure_eq!(task.schedule, Schedule::At(at(10)), "kept as asked");
+    Ok(())
+}
+
+/// A batch answers item by item, in order, as single submits would: new
+/// keys are created, a key seen earlier (in the store or in the batch) is
+/// the same task, a different payload under it is a conflict.
+pub async fn submit_many_answers_each_item_as_submit_would<S: TaskStore>(store: S) -> Verdict {
+    let old = create(&store, new_task("old"), at(0)).await?;
+    let batch = vec![
+        new_task("a"),
+        new_task("old"),
+        task_with("old", URL, b"{}", 1, 1_000),
+        new_task("b"),
+        new_task("a"),
+        task_with("a", URL, b"[]", 3, 5_000),
+    ];
+    let results = store.submit_many(batch, at(10)).await.step("submit_many")?;
+    ensure_eq!(results.len(), 6, "one result per item");
+    let created: Vec<Option<bool>> = results
+        .iter()
+        .map(|r| r.as_ref().ok().map(|s| s.created))
+        .collect();
+    ensure_eq!(
+        created,
+        vec![Some(true), Some(false), None, Some(true), Some(false), None],
+        "created per item"
+    );
+    ensure_eq!(
+        results[2].as_ref().err(),
+        Some(&StoreError::IdempotencyConflict),
+        "a different payload under an old key"
+    );
+    ensure_eq!(
+        results[5].as_ref().err(),
+        Some(&StoreError::IdempotencyConflict),
+        "a different payload under a key from earlier in the batch"
+    );
+    let id = |i: usize| results[i].as_ref().map(|s| s.task.id).ok();
+    ensure_eq!(id(1), Some(old.id), "the old key's task");
+    ensure_eq!(id(4), id(0), "a key repeated in the batch is one task");
+    for i in [0, 3] {
+        let task = results[i].as_ref().map_err(|e| format!("item {i}: {e}"))?;
+        ensure_eq!(
+            get(&store, task.task.id).await?,
+            task.task,
+            "item {i} as stored"
+        );
+    }
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    ensure_eq!(counts.get(State::Pending), 3, "tasks after the batch");
     Ok(())
 }

@@ -1199,6 +1199,15 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     ) -> impl Future<Output = Result<tc_model::store::Submitted, StoreError>> + Send {
         self.inner.submit(task, now)
     }
+    fn submit_many(
+        &self,
+        tasks: Vec<NewTask>,
+        now: Timestamp,
+    ) -> impl Future<
+        Output = Result<Vec<Result<tc_model::store::Submitted, StoreError>>, StoreError>,
+    > + Send {
+        self.inner.submit_many(tasks, now)
+    }
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send {
         self.inner.get(id)
     }

@@ -317,6 +317,68 @@ fn rows() -> Vec<Row> {
         err("POST", "/tasks/{pending}/result", 405, "method_not_allowed"),
         err("POST", "/healthz", 405, "method_not_allowed"),
         err("HEAD", "/metrics", 405, "method_not_allowed"),
+        // POST /tasks/batch: the envelope (items are checked one by one)
+        with_body(
+            "POST",
+            "/tasks/batch",
+            r#"{"tasks":[]}"#,
+            400,
+            Some("invalid_request"),
+            "tasks",
+        ),
+        with_body(
+            "POST",
+            "/tasks/batch",
+            r#"{"tasks":{}}"#,
+            400,
+            Some("invalid_request"),
+            "tasks",
+        ),
+        with_body(
+            "POST",
+            "/tasks/batch",
+            r#"{"task":[]}"#,
+            400,
+            Some("invalid_request"),
+            "task",
+        ),
+        with_body(
+            "POST",
+            "/tasks/batch",
+            "[]",
+            400,
+            Some("invalid_request"),
+            "body",
+        ),
+        with_body(
+            "POST",
+            "/tasks/batch",
+            "{",
+            400,
+            Some("invalid_request"),
+            "not valid JSON",
+        ),
+        with_body(
+            "POST",
+            "/tasks/batch",
+            &format!(r#"{{"tasks":[{}]}}"#, vec!["{}"; 1001].join(",")),
+            400,
+            Some("invalid_request"),
+            "1001",
+        ),
+        Row {
+            headers: &[],
+            ..with_body(
+                "POST",
+                "/tasks/batch",
+                r#"{"tasks":[{}]}"#,
+                415,
+                Some("unsupported_media_type"),
+                "",
+            )
+        },
+        with_body("POST", "/tasks/batch", r#"{"tasks":[{}]}"#, 200, None, ""),
+        err("GET", "/tasks/batch", 404, "not_found"),
         // POST /tasks/{id}/retry (these change the fixture: kept last)
         err("POST", "/tasks/{pending}/retry", 409, "task_not_retryable"),
         err("POST", "/tasks/{success}/retry", 409, "task_not_retryable"),
@@ -418,6 +480,62 @@ async fn every_contract_row() {
     for row in &rows() {
         check(&h, &f, row).await;
     }
+}
+
+#[tokio::test]
+async fn a_batch_answers_each_task_in_order_and_fails_bad_ones_alone() {
+    let h = harness(HttpConfig {
+        allow_url_prefixes: vec!["http://127.0.0.1:9/".into()],
+        ..HttpConfig::default()
+    })
+    .await;
+    let first = h
+        .submit(&json!({"url": "http://127.0.0.1:9/a", "idempotency_key": "seen"}))
+        .await;
+    assert_eq!(first.status, 201);
+    let body = json!({"tasks": [
+        {"url": "http://127.0.0.1:9/a", "idempotency_key": "b1"},
+        {"url": "http://127.0.0.1:9/a", "idempotency_key": "seen"},
+        {"url": "http://127.0.0.1:9/a", "idempotency_key": "seen", "max_attempts": 9},
+        {"url": "http://127.0.0.1:9/a"},
+        {"url": "http://elsewhere.test/a", "idempotency_key": "b2"},
+        {"url": "http://127.0.0.1:9/a", "idempotency_key": "b3", "delay_ms": 1000},
+    ]});
+    let reply = h
+        .call(
+            "POST",
+            "/tasks/batch",
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let results = reply.json()["results"].as_array().unwrap().clone();
+    let statuses: Vec<u64> = results
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, [201, 200, 409, 400, 403, 201]);
+    assert_eq!(results[1]["task"]["id"], first.json()["id"]);
+    assert_eq!(results[2]["error"]["code"], "idempotency_conflict");
+    assert!(
+        results[3]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("idempotency_key")
+    );
+    assert_eq!(results[4]["error"]["code"], "url_not_allowed");
+    assert!(results[5]["task"]["run_at"].is_string(), "{}", results[5]);
+    for created in [&results[0], &results[5]] {
+        let id = created["task"]["id"].as_str().unwrap();
+        let got = h.call("GET", &format!("/tasks/{id}"), &[], b"").await;
+        assert_eq!(got.status, 200, "a created task is stored");
+    }
+    assert_eq!(
+        h.wakes(),
+        2,
+        "one wake for the single submit, one for the batch"
+    );
 }
 
 #[tokio::test]

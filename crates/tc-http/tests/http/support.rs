@@ -43,6 +43,14 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.submit(task, now).await
     }
+    async fn submit_many(
+        &self,
+        tasks: Vec<NewTask>,
+        now: Timestamp,
+    ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
+        self.check()?;
+        self.inner.submit_many(tasks, now).await
+    }
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
         self.check()?;
         self.inner.get(id).await
