@@ -394,7 +394,7 @@ where
                 created += usize::from(submitted.created);
                 crate::dto::BatchItem::Task {
                     status: if submitted.created { 201 } else { 200 },
-                    task: TaskView::new(&submitted.task),
+                    task: Box::new(TaskView::new(&submitted.task)),
                 }
             }
             Err(e) => crate::dto::BatchItem::Refused {

@@ -206,8 +206,14 @@ pub(crate) fn parse_batch(bytes: &[u8]) -> Result<Vec<Box<RawValue>>, ApiError> 
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub(crate) enum BatchItem<'a> {
-    Task { status: u16, task: TaskView<'a> },
-    Refused { status: u16, error: ErrorView },
+    Task {
+        status: u16,
+        task: Box<TaskView<'a>>,
+    },
+    Refused {
+        status: u16,
+        error: ErrorView,
+    },
 }
 
 /// An error as the API spells it, inside a batch's answer.

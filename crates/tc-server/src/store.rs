@@ -53,6 +53,14 @@ impl TaskStore for AnyStore {
         either!(self, s => s.submit(task, now))
     }
 
+    async fn submit_many(
+        &self,
+        tasks: Vec<NewTask>,
+        now: Timestamp,
+    ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
+        either!(self, s => s.submit_many(tasks, now))
+    }
+
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
         either!(self, s => s.get(id))
     }

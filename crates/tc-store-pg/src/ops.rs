@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use deadpool_postgres::{Client, Transaction};
+use deadpool_postgres::{Client, GenericClient, Transaction};
 use tc_model::store::{Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError};
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
@@ -32,8 +32,8 @@ pub(crate) enum Inserted {
 /// Inserts the task, or finds the one that holds its key. Race-safe across
 /// nodes: the unique index decides, `ON CONFLICT DO NOTHING` waits for a
 /// concurrent insert of the same key to commit or roll back.
-pub(crate) async fn submit(
-    client: &Client,
+pub(crate) async fn submit<C: GenericClient>(
+    client: &C,
     new: &NewTask,
     now_ms: tc_model::Timestamp,
     now: Option<i64>,
@@ -568,8 +568,8 @@ async fn attempts_of(
         .collect()
 }
 
-async fn attempts_of_client(
-    client: &Client,
+async fn attempts_of_client<C: GenericClient>(
+    client: &C,
     id: &TaskId,
 ) -> Result<Vec<tc_model::AttemptRecord>, StoreError> {
     let stmt = client
@@ -657,7 +657,7 @@ pub(crate) async fn list(
                 .prepare_cached(concat!(
                     "SELECT ",
                     task_columns!(),
-                    ", pg_snapshot_xmin(pg_current_snapshot())::text::bigint \
+                    ", pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
                      FROM tasks WHERE state = $3 AND pos > $1 ORDER BY pos LIMIT $2"
                 ))
                 .await
@@ -669,7 +669,7 @@ pub(crate) async fn list(
                 .prepare_cached(concat!(
                     "SELECT ",
                     task_columns!(),
-                    ", pg_snapshot_xmin(pg_current_snapshot())::text::bigint \
+                    ", pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
                      FROM tasks WHERE pos > $1 ORDER BY pos LIMIT $2"
                 ))
                 .await

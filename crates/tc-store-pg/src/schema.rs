@@ -139,8 +139,19 @@ ALTER TABLE tasks ADD COLUMN schedule_delay_ms bigint CHECK (schedule_delay_ms >
 ALTER TABLE tasks ADD CHECK (schedule_at IS NULL OR schedule_delay_ms IS NULL);
 ";
 
+/// Step 2 → 3: a batch submit inserts up to 1000 tasks in one transaction,
+/// so a position is the inserting transaction's id times 65536 plus a
+/// number within it. Positions stay ordered by transaction (older rows'
+/// plain ids are all below the new ones), and a listing's horizon is the
+/// oldest running transaction's first position (see `ops::list`).
+const V3_POSITIONS_IN_XACT: &str = "
+CREATE SEQUENCE tasks_pos_in_xact;
+ALTER TABLE tasks ALTER COLUMN pos SET DEFAULT
+    (pg_current_xact_id()::text::bigint * 65536 + nextval('tasks_pos_in_xact') % 65536);
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes version k to k + 1.
-pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_SCHEDULE];
+pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_SCHEDULE, V3_POSITIONS_IN_XACT];
 
 /// The version this build writes and reads.
 pub(crate) const CURRENT_VERSION: i32 = MIGRATIONS.len() as i32;

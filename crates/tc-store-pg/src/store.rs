@@ -184,6 +184,42 @@ impl TaskStore for PgStore {
         }
     }
 
+    async fn submit_many(
+        &self,
+        tasks: Vec<NewTask>,
+        now: Timestamp,
+    ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
+        let mut client = self.client().await?;
+        let mut tx = client.transaction().await.map_err(db)?;
+        let mut results = Vec::with_capacity(tasks.len());
+        let mut created = false;
+        for task in &tasks {
+            // Each item in a savepoint: one that fails leaves the others.
+            let item = tx.savepoint("item").await.map_err(db)?;
+            let result = match ops::submit(&item, task, now, self.stamp(now)).await? {
+                Inserted::Created(task) => {
+                    created = true;
+                    Ok(Submitted {
+                        task,
+                        created: true,
+                    })
+                }
+                Inserted::Existing(existing) if task.same_work_as(&existing) => Ok(Submitted {
+                    task: existing,
+                    created: false,
+                }),
+                Inserted::Existing(_) => Err(StoreError::IdempotencyConflict),
+            };
+            item.commit().await.map_err(db)?;
+            results.push(result);
+        }
+        tx.commit().await.map_err(db)?;
+        if created {
+            self.submitted.notify_one();
+        }
+        Ok(results)
+    }
+
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
         let mut client = self.client().await?;
         let tx = read_snapshot(&mut client).await?;
