@@ -14,6 +14,9 @@ pub(crate) enum Invocation {
     Run {
         /// The short smoke run (under a minute) instead of the full one.
         quick: bool,
+        /// `--store postgres`: the several-nodes figures (SQLite's one node
+        /// beside PostgreSQL's 1, 2 and 3) instead of the six phases.
+        postgres: bool,
     },
     /// Serve one of the bench's reference servers until killed (internal).
     Peer(PeerArgs),
@@ -39,16 +42,22 @@ pub(crate) struct PeerArgs {
 }
 
 pub(crate) const USAGE: &str = "\
-usage: cargo xtask bench [--quick]
+usage: cargo xtask bench [--quick] [--store sqlite|postgres]
 
 Builds tc-server in release and measures, in one run, each figure beside its
 ceiling on this machine; prints a table and writes target/bench/results.json.
   --quick   a smoke run: smaller counts and shorter windows (under 60 s)
+  --store postgres
+            submit and end-to-end rates of 1, 2 and 3 tc-server nodes on the
+            PostgreSQL test database (TC_TEST_POSTGRES_URL, default
+            postgresql://postgres@127.0.0.1:5432/test) beside one node on
+            SQLite, with CPU per task of the nodes and of PostgreSQL
 ";
 
 /// Parses the arguments that follow `bench`.
 pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
     let mut quick = false;
+    let mut postgres = false;
     let mut peer: Option<PeerKind> = None;
     let mut response_body: Option<PathBuf> = None;
     let mut location: Option<String> = None;
@@ -61,6 +70,13 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
         };
         match arg.as_str() {
             "--quick" => quick = true,
+            "--store" => {
+                postgres = match value("--store")?.as_str() {
+                    "postgres" => true,
+                    "sqlite" => false,
+                    other => return Err(format!("--store: unknown store {other:?}")),
+                };
+            }
             "--help" | "-h" => return Ok(Invocation::Help),
             "--peer" => {
                 peer = Some(match value("--peer")?.as_str() {
@@ -75,7 +91,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
         }
     }
     match (peer, response_body, location) {
-        (None, None, None) => Ok(Invocation::Run { quick }),
+        (None, None, None) => Ok(Invocation::Run { quick, postgres }),
         (Some(kind), Some(response_body), Some(location)) if !quick => {
             Ok(Invocation::Peer(PeerArgs {
                 kind,
@@ -109,8 +125,12 @@ mod tests {
                 location: "/tasks/x".into(),
             }))
         };
-        check(&[], Ok(Invocation::Run { quick: false }));
-        check(&["--quick"], Ok(Invocation::Run { quick: true }));
+        let run = |quick, postgres| Ok(Invocation::Run { quick, postgres });
+        check(&[], run(false, false));
+        check(&["--quick"], run(true, false));
+        check(&["--store", "postgres"], run(false, true));
+        check(&["--quick", "--store", "sqlite"], run(true, false));
+        check(&["--store", "mysql"], Err("unknown store"));
         check(&["--help"], Ok(Invocation::Help));
         check(&["-h", "--bogus"], Ok(Invocation::Help));
         check(&["--fast"], Err("unknown argument \"--fast\""));

@@ -113,7 +113,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         Invocation::Peer(peer) => peer::serve(peer),
-        Invocation::Run { quick } => {
+        Invocation::Run { quick, postgres } => {
             let root = workspace_root();
             if cfg!(debug_assertions) {
                 return hand_over_to_release(&root, args);
@@ -123,7 +123,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             }
             let tc_server = target_dir(&root).join("release").join("tc-server");
             let out_dir = target_dir(&root).join("bench");
-            phases::run(Plan::new(quick), &tc_server, &out_dir)
+            if postgres {
+                phases::run_nodes(Plan::new(quick), &tc_server, &out_dir)
+            } else {
+                phases::run(Plan::new(quick), &tc_server, &out_dir)
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 mod cancel;
 mod end_to_end;
 mod naive_peer;
+mod nodes;
 mod scale;
 mod slow_downstream;
 mod submit;
@@ -57,6 +58,16 @@ struct Bench {
 /// Runs every phase, prints the table, writes results.json. Fails only if
 /// the harness itself failed somewhere; targets are reported, not asserted.
 pub(crate) fn run(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), String> {
+    run_with(plan, tc_server, out_dir, false)
+}
+
+/// `--store postgres`: the several-nodes phase alone (see [`nodes`]); its
+/// results go to results-nodes.json.
+pub(crate) fn run_nodes(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), String> {
+    run_with(plan, tc_server, out_dir, true)
+}
+
+fn run_with(plan: Plan, tc_server: &Path, out_dir: &Path, nodes: bool) -> Result<(), String> {
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     let machine = Machine::read();
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -98,6 +109,10 @@ pub(crate) fn run(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), St
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     runtime.block_on(async {
+        if nodes {
+            bench.phase("7 nodes", Bench::nodes).await;
+            return;
+        }
         bench.phase("1 submit", Bench::submit).await;
         bench.phase("2 end to end", Bench::end_to_end).await;
         bench
@@ -130,7 +145,11 @@ pub(crate) fn run(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), St
         "details": bench.details,
         "failures": bench.failures,
     });
-    let path = out_dir.join("results.json");
+    let path = out_dir.join(if nodes {
+        "results-nodes.json"
+    } else {
+        "results.json"
+    });
     let text = serde_json::to_string_pretty(&results).map_err(|e| format!("results: {e}"))?;
     std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     println!(

@@ -1,0 +1,236 @@
+//! Phase 7 (`--store postgres`), several nodes: submit and end-to-end rates
+//! of 1, 2 and 3 tc-server processes on one PostgreSQL database, beside one
+//! on SQLite, with the CPU each run cost per task, split into the nodes'
+//! and PostgreSQL's.
+//!
+//! On this machine every node, PostgreSQL and the load generator share the
+//! same cores, so more nodes cannot add CPU; the CPU per task says what a
+//! core per node would give (`1 / (cpu per task)` tasks/s per core).
+
+use std::process::Command;
+
+use tc_store_pg::testing::TestDatabase;
+
+use super::*;
+
+/// One run: a store, a number of nodes.
+struct Run {
+    store: &'static str,
+    nodes: usize,
+}
+
+/// What one run measured.
+struct Measured {
+    submit_rate: f64,
+    e2e_rate: f64,
+    node_cpu_ms_per_task: f64,
+    postgres_cpu_ms_per_task: f64,
+}
+
+impl Bench {
+    pub(super) async fn nodes(&mut self) -> Result<(), String> {
+        let db = TestDatabase::connect()
+            .await
+            .map_err(|skip| format!("{skip}: --store postgres needs PostgreSQL"))?;
+        let runs = [
+            Run {
+                store: "sqlite",
+                nodes: 1,
+            },
+            Run {
+                store: "postgres",
+                nodes: 1,
+            },
+            Run {
+                store: "postgres",
+                nodes: 2,
+            },
+            Run {
+                store: "postgres",
+                nodes: 3,
+            },
+        ];
+        let mut sqlite = None;
+        for run in runs {
+            let measured = self.nodes_run(&db, &run).await;
+            db.cleanup().await?;
+            let m = measured?;
+            let label = format!("{} × {}", run.store, run.nodes);
+            self.progress(&format!(
+                "{label}: submit {:.0}/s, end to end {:.0}/s, CPU per task {:.2} ms in the \
+                 nodes + {:.2} ms in PostgreSQL",
+                m.submit_rate, m.e2e_rate, m.node_cpu_ms_per_task, m.postgres_cpu_ms_per_task
+            ));
+            let key = format!("nodes_{}_{}", run.store, run.nodes);
+            let (sqlite_submit, sqlite_e2e) = *sqlite.get_or_insert((m.submit_rate, m.e2e_rate));
+            let cpu = m.node_cpu_ms_per_task + m.postgres_cpu_ms_per_task;
+            let per_core = if cpu > 0.0 { 1000.0 / cpu } else { 0.0 };
+            self.push(
+                Figure::new(
+                    &format!("{key}_submit"),
+                    &format!("7 submits/s, {label} node(s)"),
+                    m.submit_rate,
+                    "/s",
+                )
+                .beside(sqlite_submit, "sqlite × 1"),
+            );
+            self.push(
+                Figure::new(
+                    &format!("{key}_e2e"),
+                    &format!("7 end to end tasks/s, {label} node(s)"),
+                    m.e2e_rate,
+                    "/s",
+                )
+                .beside(sqlite_e2e, "sqlite × 1")
+                .note(format!(
+                    "CPU per task {:.2} ms (nodes {:.2} + PostgreSQL {:.2}): ~{per_core:.0} \
+                     tasks/s per core",
+                    cpu, m.node_cpu_ms_per_task, m.postgres_cpu_ms_per_task
+                )),
+            );
+            self.detail(
+                &key,
+                json!({
+                    "store": run.store,
+                    "nodes": run.nodes,
+                    "submit_rate": m.submit_rate,
+                    "e2e_rate": m.e2e_rate,
+                    "node_cpu_ms_per_task": m.node_cpu_ms_per_task,
+                    "postgres_cpu_ms_per_task": m.postgres_cpu_ms_per_task,
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    async fn nodes_run(&self, db: &TestDatabase, run: &Run) -> Result<Measured, String> {
+        let n = self.plan.e2e_tasks;
+        let down = HttpDownstream::start(Duration::ZERO).await?;
+        let name = format!("{}-{}", run.store, run.nodes);
+        let target = match run.store {
+            "postgres" => {
+                let schema = db.fresh_schema();
+                db.execute(&format!("CREATE SCHEMA {schema}")).await?;
+                let sep = if db.url().contains('?') { '&' } else { '?' };
+                format!("{}{sep}options=-csearch_path%3D{schema}", db.url())
+            }
+            _ => self.db(&name).display().to_string(),
+        };
+        // The same total concurrency whatever the number of nodes.
+        let per_node = (self.plan.connections / run.nodes).max(1);
+        let mut nodes = Vec::new();
+        for i in 0..run.nodes {
+            let mut command = Command::new(&self.tc_server);
+            command
+                .args(["--listen", "127.0.0.1:0", "--db", &target])
+                .args(["--log-format", "json", "--sync", "full"])
+                .args(["--concurrency", &per_node.to_string()])
+                .env_remove("RUST_LOG");
+            nodes.push(ServerProcess::start(
+                &format!("tc-server ({name} #{i})"),
+                command,
+            )?);
+        }
+        let node_before = nodes_cpu_ticks(&nodes)?;
+        let pg_before = postgres_cpu_ticks();
+        let started = Instant::now();
+        let mut submits = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let endpoint = Endpoint::new(node.addr);
+            let url = down.url();
+            let share = n / run.nodes as u64 + u64::from((i as u64) < n % run.nodes as u64);
+            let load = Load {
+                connections: per_node,
+                max_requests: share,
+                max_duration: self.plan.patience,
+            };
+            let prefix = format!("{name}-{i}-{}", self.clock.elapsed().as_nanos());
+            submits.push(tokio::spawn(async move {
+                load::run(
+                    &endpoint,
+                    load,
+                    load::submits(url, prefix, ""),
+                    load::created,
+                )
+                .await
+            }));
+        }
+        let mut submitted = 0;
+        for submit in submits {
+            let outcome = submit.await.map_err(|e| format!("submit task: {e}"))??;
+            submitted += outcome.ok;
+        }
+        let submit_elapsed = started.elapsed();
+        if submitted != n {
+            return Err(format!("{name}: only {submitted} of {n} submits"));
+        }
+        // /metrics counts come from the shared database: any node sees all.
+        let endpoint = Endpoint::new(nodes[0].addr);
+        let (_, done) = self
+            .wait_terminal(&endpoint, n, started + self.plan.patience)
+            .await?;
+        let e2e_elapsed = done - started;
+        let node_ticks = nodes_cpu_ticks(&nodes)?.saturating_sub(node_before);
+        // A backend that ended meanwhile takes its ticks with it: saturate.
+        let pg_ticks = postgres_cpu_ticks().saturating_sub(pg_before);
+        for node in nodes {
+            node.stop();
+        }
+        let ms_per_tick = 1000.0 / CLOCK_TICKS_PER_S;
+        Ok(Measured {
+            submit_rate: stats::rate(n, submit_elapsed),
+            e2e_rate: stats::rate(n, e2e_elapsed),
+            node_cpu_ms_per_task: node_ticks as f64 * ms_per_tick / n as f64,
+            postgres_cpu_ms_per_task: pg_ticks as f64 * ms_per_tick / n as f64,
+        })
+    }
+}
+
+/// `sysconf(_SC_CLK_TCK)` on Linux, which /proc reports times in.
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// utime + stime of a process, in clock ticks (fields 14 and 15 of
+/// /proc/<pid>/stat, counted after the parenthesised command name).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // after ')': state is field 3, so utime (14) and stime (15) are 11, 12.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn nodes_cpu_ticks(nodes: &[ServerProcess]) -> Result<u64, String> {
+    nodes
+        .iter()
+        .map(|n| cpu_ticks(n.pid()).ok_or_else(|| format!("{}: no /proc stat", n.name)))
+        .sum()
+}
+
+/// CPU of every process named `postgres` on the machine: the server and its
+/// backends (other users of the same server count too; the bench says so).
+fn postgres_cpu_ticks() -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "postgres")
+        })
+        .filter_map(cpu_ticks)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_cpu_ticks() {
+        assert!(cpu_ticks(std::process::id()).is_some());
+    }
+}
