@@ -227,3 +227,25 @@ async fn a_batch_submit_commits_every_valid_task_and_each_runs() {
     assert_eq!(empty.status, 400);
     assert_eq!(empty.error_code(), "invalid_request");
 }
+
+#[tokio::test]
+async fn a_waiting_get_answers_as_soon_as_the_task_is_done() {
+    let mut s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/gate"), "waited").await;
+    s.down.request_with_key("waited").await;
+    let api = s.api.clone();
+    let path = format!("/tasks/{id}?wait_ms=30000");
+    let waiting = tokio::spawn(async move { api.get(&path).await });
+    // Whether the request reads the task before or after the gate opens, it
+    // must answer success well within its 30 s.
+    s.down.open_gate();
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+        .await
+        .expect("a waiting request answers once the task is done, not at its deadline")
+        .unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json()["state"], "success", "{:?}", reply.json());
+
+    let bad = s.api.get(&format!("/tasks/{id}?wait_ms=60001")).await;
+    assert_eq!(bad.status, 400);
+}

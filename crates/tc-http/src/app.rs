@@ -28,6 +28,8 @@ use crate::query::parse_list_query;
 pub struct App<S, C> {
     store: Arc<S>,
     control: C,
+    /// One permit per request allowed to wait for a task at once.
+    waiters: Arc<tokio::sync::Semaphore>,
     config: HttpConfig,
     registry: Registry,
     metrics: HttpMetrics,
@@ -42,6 +44,11 @@ impl<S: TaskStore, C: Control> App<S, C> {
         App {
             store,
             control,
+            waiters: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_waiters
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             config,
             registry,
             metrics,
@@ -251,7 +258,7 @@ where
         Endpoint::Submit => submit(app, parts, body).await,
         Endpoint::Batch => batch(app, parts, body).await,
         Endpoint::List => list(app, parts).await,
-        Endpoint::Get => get(app, task_id(id)?).await,
+        Endpoint::Get => get(app, task_id(id)?, parts).await,
         Endpoint::Result => result(app, task_id(id)?).await,
         Endpoint::Cancel => cancel(app, task_id(id)?).await,
         Endpoint::Retry => retry(app, task_id(id)?, parts, body).await,
@@ -447,8 +454,49 @@ fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
     }
 }
 
-async fn get<S: TaskStore, C>(app: &App<S, C>, id: TaskId) -> Answer {
+/// `GET /tasks/{id}[?wait_ms=N]`: the task; with `wait_ms`, as soon as it
+/// is terminal or after N ms, whichever comes first. A waiting request holds
+/// a waiter permit, never a store connection: it sleeps on the worker's
+/// notifications and reads the task again when one concerns it.
+async fn get<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId, parts: &Parts) -> Answer {
+    let wait = crate::query::parse_wait(parts.uri.query())?;
     let task = app.store.get(id).await?;
+    if wait.is_zero() || task.state.is_terminal() {
+        return json(StatusCode::OK, &TaskView::new(&task));
+    }
+    let Ok(_permit) = Arc::clone(&app.waiters).try_acquire_owned() else {
+        return Err(ApiError::Unavailable(format!(
+            "too many requests waiting for tasks (at most {})",
+            app.config.max_waiters
+        )));
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    // Subscribed before the second read, so that an end between the two
+    // cannot be missed.
+    let mut changes = app.control.changes();
+    let mut task = app.store.get(id).await?;
+    while !task.state.is_terminal() {
+        let ended = tokio::time::timeout_at(deadline, async {
+            loop {
+                match changes.recv().await {
+                    Ok((changed, state)) if changed == id && state.is_terminal() => return true,
+                    Ok(_) => {}
+                    // Missed some: read the task to see where it is.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return true,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
+                }
+            }
+        })
+        .await;
+        match ended {
+            Ok(true) => task = app.store.get(id).await?,
+            // The deadline passed, or nothing more will be told.
+            Ok(false) | Err(_) => {
+                task = app.store.get(id).await?;
+                break;
+            }
+        }
+    }
     json(StatusCode::OK, &TaskView::new(&task))
 }
 

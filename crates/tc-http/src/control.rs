@@ -1,7 +1,7 @@
 use std::future::Future;
 
 use tc_model::store::StoreError;
-use tc_model::{Task, TaskId, Timestamp};
+use tc_model::{State, Task, TaskId, Timestamp};
 
 /// What the HTTP layer needs from the worker: a port owned by this crate,
 /// implemented by whoever wires the service (tc-server, over tc-worker).
@@ -16,4 +16,11 @@ pub trait Control: Send + Sync + 'static {
 
     /// The worker's clock (paused in tests), used for `created_at` and the like.
     fn now(&self) -> Timestamp;
+
+    /// Every state a task reaches through this process's worker or cancels,
+    /// from now on: what `GET /tasks/{id}?wait_ms=` waits on instead of
+    /// polling the store. Changes made by another process (another node on
+    /// a shared database) are not in it; a waiter then answers at its
+    /// deadline with the task as it is.
+    fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, State)>;
 }

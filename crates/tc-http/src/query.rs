@@ -12,6 +12,37 @@ pub(crate) const MAX_LIMIT: usize = 500;
 
 /// Parses `state`, `limit` and `after`; anything else, a repeated parameter
 /// or a bad value is 400 naming the parameter.
+/// The longest `GET /tasks/{id}?wait_ms=` may wait.
+pub(crate) const MAX_WAIT_MS: u64 = 60_000;
+
+/// The `wait_ms` of `GET /tasks/{id}` (0..=60000; absent is 0). Other
+/// parameters are ignored, as they always were on this route.
+pub(crate) fn parse_wait(query: Option<&str>) -> Result<std::time::Duration, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    let mut wait = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
+        if decode(raw_name).as_deref() != Some("wait_ms") {
+            continue;
+        }
+        let value = decode(raw_value)
+            .ok_or_else(|| invalid("wait_ms: not valid percent-encoded UTF-8".into()))?;
+        let ms = value
+            .parse::<u64>()
+            .ok()
+            .filter(|ms| *ms <= MAX_WAIT_MS && value.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "wait_ms: must be an integer between 0 and {MAX_WAIT_MS}, got {value:?}"
+                ))
+            })?;
+        if wait.replace(ms).is_some() {
+            return Err(invalid("wait_ms: given more than once".into()));
+        }
+    }
+    Ok(std::time::Duration::from_millis(wait.unwrap_or(0)))
+}
+
 pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
     let invalid = ApiError::InvalidRequest;
     let mut state = None;

@@ -2,7 +2,7 @@
 //! handle: tc-http and tc-worker never see each other.
 
 use tc_model::store::{StoreError, TaskStore};
-use tc_model::{Task, TaskId, Timestamp};
+use tc_model::{State, Task, TaskId, Timestamp};
 use tc_worker::WorkerControl;
 
 /// Hands tc-http's wake-ups, cancels and clock reads to the worker.
@@ -19,5 +19,9 @@ impl<S: TaskStore> tc_http::Control for WorkerPort<S> {
 
     fn now(&self) -> Timestamp {
         self.0.now()
+    }
+
+    fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, State)> {
+        self.0.changes()
     }
 }

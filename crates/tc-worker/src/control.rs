@@ -44,6 +44,9 @@ pub(crate) struct Shared<S> {
     pub(crate) wake: Notify,
     claims: Mutex<Claims>,
     events: broadcast::Sender<AttemptEnded>,
+    /// Every state a task reaches through this worker: attempt endings and
+    /// cancels. What waiting HTTP requests listen to.
+    changes: broadcast::Sender<(TaskId, State)>,
     /// Set when the worker is dropped without a shutdown: its attempts are
     /// being dropped, which is not a panic.
     aborted: AtomicBool,
@@ -52,18 +55,21 @@ pub(crate) struct Shared<S> {
 impl<S> Shared<S> {
     pub(crate) fn new(store: Arc<S>, clock: Clock) -> Shared<S> {
         let (events, _) = broadcast::channel(4096);
+        let (changes, _) = broadcast::channel(4096);
         Shared {
             store,
             clock,
             wake: Notify::new(),
             claims: Mutex::new(Claims::default()),
             events,
+            changes,
             aborted: AtomicBool::new(false),
         }
     }
 
     /// Tells subscribers an attempt ended (no subscriber is fine).
     pub(crate) fn attempt_ended(&self, event: AttemptEnded) {
+        let _ = self.changes.send((event.task_id, event.state));
         let _ = self.events.send(event);
     }
 
@@ -212,6 +218,7 @@ impl<S: TaskStore> WorkerControl<S> {
             let task = shared.store.cancel(id, shared.clock.now()).await?;
             if task.state == State::Canceled {
                 shared.interrupt_for_cancel(id);
+                let _ = shared.changes.send((id, State::Canceled));
             }
             Ok(task)
         });
@@ -233,6 +240,12 @@ impl<S: TaskStore> WorkerControl<S> {
     /// instead of polling the store.
     pub fn subscribe(&self) -> broadcast::Receiver<AttemptEnded> {
         self.shared.events.subscribe()
+    }
+
+    /// Every state a task reaches through this worker from now on (attempt
+    /// endings, cancels): what requests waiting for a task listen to.
+    pub fn changes(&self) -> broadcast::Receiver<(TaskId, State)> {
+        self.shared.changes.subscribe()
     }
 
     /// How many claimed tasks this worker is running now.

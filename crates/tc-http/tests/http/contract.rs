@@ -750,6 +750,87 @@ async fn result_is_the_downstream_body_byte_for_byte() {
     assert_eq!(&reply.body[..], &[0xff, 0x00, b'a']);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_waiting_get_answers_when_the_task_ends_or_at_its_deadline() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    // Terminal already: at once.
+    let started = tokio::time::Instant::now();
+    let done = h
+        .call("GET", &f.path("/tasks/{success}?wait_ms=60000"), &[], b"")
+        .await;
+    assert_eq!(
+        (done.status, done.json()["state"].clone()),
+        (200, json!("success"))
+    );
+    assert_eq!(started.elapsed(), std::time::Duration::ZERO);
+
+    // Pending, nothing happens: the view as it is, at the deadline.
+    let waited = h
+        .call("GET", &f.path("/tasks/{pending}?wait_ms=2000"), &[], b"")
+        .await;
+    assert_eq!(waited.json()["state"], "pending");
+    assert_eq!(started.elapsed(), std::time::Duration::from_millis(2000));
+
+    // Pending, then canceled while the request waits: answered then, long
+    // before its deadline (a paused clock would otherwise jump to it).
+    let started = tokio::time::Instant::now();
+    let (wait_path, cancel_path) = (
+        f.path("/tasks/{pending}?wait_ms=60000"),
+        f.path("/tasks/{pending}/cancel"),
+    );
+    let (waited, canceled) = tokio::join!(
+        h.call("GET", &wait_path, &[], b""),
+        h.call("POST", &cancel_path, &[], b""),
+    );
+    assert_eq!(canceled.status, 200);
+    assert_eq!(waited.json()["state"], "canceled", "{:?}", waited.json());
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+
+    for bad in [
+        "wait_ms=60001",
+        "wait_ms=-1",
+        "wait_ms=soon",
+        "wait_ms=1&wait_ms=2",
+    ] {
+        let reply = h
+            .call(
+                "GET",
+                &f.path(&format!("/tasks/{{success}}?{bad}")),
+                &[],
+                b"",
+            )
+            .await;
+        assert_eq!(reply.status, 400, "{bad}");
+        assert_eq!(
+            reply.error_code().as_deref(),
+            Some("invalid_request"),
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_past_the_bound_are_refused_with_503() {
+    let h = harness(HttpConfig {
+        max_waiters: 1,
+        ..HttpConfig::default()
+    })
+    .await;
+    let f = fixture(&h).await;
+    let path = f.path("/tasks/{pending}?wait_ms=1000");
+    let (first, second) = tokio::join!(h.call("GET", &path, &[], b""), async {
+        // The first request is waiting by the time this one runs.
+        tokio::task::yield_now().await;
+        h.call("GET", &path, &[], b"").await
+    });
+    assert_eq!(first.status, 200);
+    assert_eq!(second.status, 503);
+    assert_eq!(second.error_code().as_deref(), Some("unavailable"));
+    // The permit came back with the answer.
+    assert_eq!(h.call("GET", &path, &[], b"").await.status, 200);
+}
+
 #[tokio::test]
 async fn cancel_answers_id_and_state() {
     let h = harness(HttpConfig::default()).await;
@@ -1087,6 +1168,9 @@ impl tc_http::Control for NoControl {
     }
     fn now(&self) -> tc_model::Timestamp {
         tc_model::Timestamp::from_millis(0)
+    }
+    fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, tc_model::State)> {
+        tokio::sync::broadcast::channel(1).1
     }
 }
 

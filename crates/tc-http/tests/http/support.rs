@@ -136,6 +136,7 @@ impl TaskStore for Switchable {
 pub(crate) struct FakeControl {
     store: Arc<Switchable>,
     wakes: Arc<AtomicUsize>,
+    changes: tokio::sync::broadcast::Sender<(TaskId, tc_model::State)>,
 }
 
 impl Control for FakeControl {
@@ -144,11 +145,17 @@ impl Control for FakeControl {
     }
 
     async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
-        self.store.cancel(id, NOW).await
+        let task = self.store.cancel(id, NOW).await?;
+        let _ = self.changes.send((id, task.state));
+        Ok(task)
     }
 
     fn now(&self) -> Timestamp {
         NOW
+    }
+
+    fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, tc_model::State)> {
+        self.changes.subscribe()
     }
 }
 
@@ -170,6 +177,7 @@ pub(crate) async fn harness(config: HttpConfig) -> Harness {
     let control = FakeControl {
         store: Arc::clone(&store),
         wakes: Arc::clone(&wakes),
+        changes: tokio::sync::broadcast::channel(64).0,
     };
     let app = Arc::new(App::new(
         Arc::clone(&store),
