@@ -11,14 +11,14 @@ use http_body_util::Full;
 use hyper::body::Body;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
-use tc_model::store::{ListQuery, TaskStore};
-use tc_model::{Task, TaskId};
+use tc_model::TaskId;
+use tc_model::store::{ListQuery, Page, TaskStore};
 
 use crate::auth::authorized;
 use crate::body::{BodyLimits, RequestBody};
 use crate::config::HttpConfig;
 use crate::control::Control;
-use crate::dto::{CancelView, ListView, TaskView, parse_submit};
+use crate::dto::{CancelView, TaskView, parse_submit};
 use crate::error::ApiError;
 use crate::metrics::{HttpMetrics, SubmitResult};
 use crate::query::parse_list_query;
@@ -577,35 +577,40 @@ async fn delete<S: TaskStore, C>(app: &App<S, C>, id: TaskId) -> Answer {
 const PAGE_RESULT_BUDGET: usize = 8 * 1024 * 1024;
 
 async fn list<S: TaskStore, C>(app: &App<S, C>, parts: &Parts) -> Answer {
-    let query = parse_list_query(parts.uri.query())?;
-    let mut page = app.store.list(query).await?;
-    let fits = tasks_within_budget(&page.tasks, PAGE_RESULT_BUDGET);
-    if fits < page.tasks.len() {
-        // Ask again for fewer: the store then says where the shorter page
-        // ends, so the next page starts right after it.
-        page = app
-            .store
-            .list(ListQuery {
-                limit: fits,
-                ..query
-            })
-            .await?;
-    }
-    json(StatusCode::OK, &ListView::new(&page))
+    let query = ListQuery {
+        max_result_bytes: Some(PAGE_RESULT_BUDGET),
+        ..parse_list_query(parts.uri.query())?
+    };
+    let page = app.store.list(query).await?;
+    let bytes = encode_page(page)?;
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
 }
 
-/// How many of `tasks`, from the first, fit in `budget` result bytes; at
-/// least one, so that a listing always moves on.
-fn tasks_within_budget(tasks: &[Task], budget: usize) -> usize {
-    let mut used = 0usize;
-    let fits = tasks
+/// The page as JSON, each task dropped as soon as it is written: the peak is
+/// the encoded page plus one task, not the page twice.
+pub(crate) fn encode_page(page: Page) -> Result<Vec<u8>, ApiError> {
+    let encoding = |e: serde_json::Error| ApiError::Internal(format!("encoding JSON: {e}"));
+    let results: usize = page
+        .tasks
         .iter()
-        .take_while(|task| {
-            used = used.saturating_add(task.result.as_ref().map_or(0, Vec::len));
-            used <= budget
-        })
-        .count();
-    fits.max(1).min(tasks.len())
+        .map(|t| t.result.as_ref().map_or(0, Vec::len))
+        .sum();
+    let mut out = Vec::with_capacity(results.saturating_add(page.tasks.len() * 512));
+    out.extend_from_slice(b"{\"tasks\":[");
+    for (i, task) in page.tasks.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &TaskView::new(&task)).map_err(encoding)?;
+    }
+    out.extend_from_slice(b"],\"next\":");
+    serde_json::to_writer(&mut out, &page.next.map(|c| c.to_string())).map_err(encoding)?;
+    out.push(b'}');
+    Ok(out)
 }
 
 /// How long `/healthz` waits for the store's round trip before it calls the
@@ -653,50 +658,6 @@ async fn metrics<S: TaskStore, C>(app: &App<S, C>) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn with_result(bytes: Option<usize>) -> Task {
-        Task {
-            id: TaskId::new(tc_model::Timestamp::from_millis(0), [0xee; 10]),
-            state: tc_model::State::Success,
-            url: "http://h/".into(),
-            body: b"{}".to_vec(),
-            idempotency_key: "k".into(),
-            attempt: 1,
-            attempts_before_retry: 0,
-            max_attempts: 3,
-            timeout: std::time::Duration::from_secs(1),
-            schedule: tc_model::Schedule::Now,
-            http_status: Some(200),
-            result: bytes.map(|n| vec![b'x'; n]),
-            result_content_type: None,
-            error: None,
-            created_at: tc_model::Timestamp::default(),
-            updated_at: tc_model::Timestamp::default(),
-            started_at: None,
-            finished_at: None,
-            next_run_at: None,
-            lease_until: None,
-            attempts: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_page_keeps_the_tasks_whose_results_fit_and_always_one() {
-        let check = |sizes: &[Option<usize>], budget: usize, fits: usize| {
-            let tasks: Vec<Task> = sizes.iter().map(|n| with_result(*n)).collect();
-            assert_eq!(
-                tasks_within_budget(&tasks, budget),
-                fits,
-                "{sizes:?} in {budget}"
-            );
-        };
-        check(&[], 10, 0);
-        check(&[None, None, None], 0, 3);
-        check(&[Some(4), Some(6), Some(1)], 10, 2);
-        check(&[Some(4), Some(6)], 10, 2);
-        check(&[Some(11), Some(1)], 10, 1);
-        check(&[Some(5), None, Some(5), Some(1)], 10, 3);
-    }
 
     #[test]
     fn templates_match_whole_segments() {

@@ -7,7 +7,6 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tc_model::store::Page;
 use tc_model::{
     AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp, ValidationError,
 };
@@ -394,22 +393,6 @@ impl CancelView {
         CancelView {
             id: id.to_string(),
             state: state.as_str(),
-        }
-    }
-}
-
-/// One page of `GET /tasks`.
-#[derive(Debug, Serialize)]
-pub(crate) struct ListView<'a> {
-    tasks: Vec<TaskView<'a>>,
-    next: Option<String>,
-}
-
-impl<'a> ListView<'a> {
-    pub(crate) fn new(page: &'a Page) -> ListView<'a> {
-        ListView {
-            tasks: page.tasks.iter().map(TaskView::new).collect(),
-            next: page.next.map(|c| c.to_string()),
         }
     }
 }

@@ -100,6 +100,7 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
         state,
         limit,
         after,
+        max_result_bytes: None,
     })
 }
 
@@ -155,6 +156,7 @@ mod tests {
             state,
             limit,
             after: after.map(Cursor::from_position),
+            max_result_bytes: None,
         })
     }
 

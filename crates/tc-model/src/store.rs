@@ -136,12 +136,35 @@ pub struct ListQuery {
     pub limit: usize,
     /// Continue after this cursor; from the start if `None`.
     pub after: Option<Cursor>,
+    /// The most result bytes the page may carry, summed over its tasks; the
+    /// page ends before the task that would cross it (but holds at least one
+    /// task, so a listing always moves on). Adapters check result sizes
+    /// before they read any result. `None`: no bound.
+    pub max_result_bytes: Option<usize>,
+}
+
+/// How many of `result_lens` (a page's tasks' result sizes, in order) fit
+/// in `budget` bytes: at least one, so that a listing always moves on.
+pub fn results_within(result_lens: &[usize], budget: Option<usize>) -> usize {
+    let Some(budget) = budget else {
+        return result_lens.len();
+    };
+    let mut used = 0usize;
+    let fits = result_lens
+        .iter()
+        .take_while(|&&len| {
+            used = used.saturating_add(len);
+            used <= budget
+        })
+        .count();
+    fits.max(1).min(result_lens.len())
 }
 
 /// One page of a listing, in creation order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
-    /// The tasks on this page.
+    /// The tasks on this page. A listing never loads request bodies: each
+    /// task's `body` is empty (read one task for its body).
     pub tasks: Vec<Task>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<Cursor>,
@@ -207,7 +230,8 @@ pub trait TaskStore: Send + Sync + 'static {
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send;
 
     /// A page of tasks in creation order (keyset pagination: no task skipped
-    /// or repeated while others are inserted).
+    /// or repeated while others are inserted), without their request bodies,
+    /// within [`ListQuery::max_result_bytes`].
     fn list(&self, query: ListQuery) -> impl Future<Output = Result<Page, StoreError>> + Send;
 
     /// How many tasks are in each state.
@@ -306,6 +330,21 @@ mod tests {
         for bad in ["", "-1", "x", "01", "+1", "1.0", "99999999999999999999"] {
             assert!(bad.parse::<Cursor>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_page_keeps_the_results_that_fit_and_always_one() {
+        let check = |lens: &[usize], budget: Option<usize>, fits: usize| {
+            assert_eq!(results_within(lens, budget), fits, "{lens:?} in {budget:?}");
+        };
+        check(&[], Some(10), 0);
+        check(&[0, 0, 0], Some(0), 3);
+        check(&[4, 6, 1], Some(10), 2);
+        check(&[4, 6], Some(10), 2);
+        check(&[11, 1], Some(10), 1);
+        check(&[5, 0, 5, 1], Some(10), 3);
+        check(&[usize::MAX, usize::MAX], Some(10), 1);
+        check(&[100, 100], None, 2);
     }
 
     #[test]

@@ -3,27 +3,47 @@
 //! page, come from one snapshot.
 
 use rusqlite::{Connection, params};
-use tc_model::store::{Cursor, ListQuery, Page, StateCounts, StoreError};
+use tc_model::store::{Cursor, ListQuery, Page, StateCounts, StoreError, results_within};
 use tc_model::{Task, TaskId, Timestamp};
 
-use crate::rows::{self, db, parse_state, task_columns, task_from_row};
+use crate::rows::{self, db, parse_state, task_from_row};
 
 /// The earliest due time, read from the first entry of `tasks_due` (pinned:
 /// see [`crate::write_ops::CLAIM_DUE`]).
 pub(crate) const NEXT_DUE: &str =
     "SELECT min(next_run_at) FROM tasks INDEXED BY tasks_due WHERE state = 'pending'";
 
+/// The columns of a listed task: `rows::task_columns!` with the request body
+/// left out (an empty blob in its place), so that its pages are never read.
+macro_rules! listed_columns {
+    () => {
+        "seq, id, state, url, x'' AS body, idempotency_key, attempt, max_attempts, timeout_ns, \
+         http_status, result, result_content_type, error, created_at, updated_at, \
+         started_at, finished_at, next_run_at, lease_until"
+    };
+}
+
+/// The result sizes of a page of one state, in seq order, from
+/// `tasks_by_state`: `length()` of a blob reads the row's header, not the
+/// blob, so a page is budgeted before any result is read.
+pub(crate) const LIST_STATE_SIZES: &str = "SELECT seq, coalesce(length(result), 0) FROM tasks \
+     WHERE state = ?3 AND seq > ?1 ORDER BY seq LIMIT ?2";
+
+/// The result sizes of a page of every state, from the primary key.
+pub(crate) const LIST_ALL_SIZES: &str = "SELECT seq, coalesce(length(result), 0) FROM tasks \
+     WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+
 /// A page of one state, in seq order, from `tasks_by_state`.
 pub(crate) const LIST_STATE: &str = concat!(
     "SELECT ",
-    task_columns!(),
+    listed_columns!(),
     " FROM tasks WHERE state = ?3 AND seq > ?1 ORDER BY seq LIMIT ?2"
 );
 
 /// A page of every state, in seq order, from the primary key.
 pub(crate) const LIST_ALL: &str = concat!(
     "SELECT ",
-    task_columns!(),
+    listed_columns!(),
     " FROM tasks WHERE seq > ?1 ORDER BY seq LIMIT ?2"
 );
 
@@ -38,18 +58,19 @@ pub(crate) fn get(conn: &mut Connection, id: &TaskId) -> Result<Task, StoreError
     found.map(|stored| stored.task).ok_or(StoreError::NotFound)
 }
 
-/// A page in seq (creation) order after the cursor.
+/// A page in seq (creation) order after the cursor: first the result sizes
+/// of up to `limit + 1` rows, to know how many fit in the budget and whether
+/// a page follows; then those rows, without their bodies.
 pub(crate) fn list(conn: &mut Connection, query: &ListQuery) -> Result<Page, StoreError> {
     let tx = conn.transaction().map_err(db)?;
     let after = query.after.map_or(0, Cursor::position);
     // One row more than asked tells whether another page follows.
     let fetch = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
-    let mut found = Vec::new();
-    {
+    let sizes: Vec<(i64, usize)> = {
         let sql = if query.state.is_some() {
-            LIST_STATE
+            LIST_STATE_SIZES
         } else {
-            LIST_ALL
+            LIST_ALL_SIZES
         };
         let mut stmt = tx.prepare_cached(sql).map_err(db)?;
         let mut rows = match query.state {
@@ -57,12 +78,38 @@ pub(crate) fn list(conn: &mut Connection, query: &ListQuery) -> Result<Page, Sto
             None => stmt.query(params![after, fetch]),
         }
         .map_err(db)?;
+        let mut sizes = Vec::new();
+        while let Some(row) = rows.next().map_err(db)? {
+            let len: i64 = row.get(1).map_err(db)?;
+            sizes.push((
+                row.get(0).map_err(db)?,
+                usize::try_from(len).unwrap_or(usize::MAX),
+            ));
+        }
+        sizes
+    };
+    let candidates = &sizes[..sizes.len().min(query.limit)];
+    let lens: Vec<usize> = candidates.iter().map(|&(_, len)| len).collect();
+    let take = results_within(&lens, query.max_result_bytes);
+    let more = sizes.len() > take;
+    let mut found = Vec::with_capacity(take);
+    if take > 0 {
+        let sql = if query.state.is_some() {
+            LIST_STATE
+        } else {
+            LIST_ALL
+        };
+        let mut stmt = tx.prepare_cached(sql).map_err(db)?;
+        let n = i64::try_from(take).unwrap_or(i64::MAX);
+        let mut rows = match query.state {
+            Some(state) => stmt.query(params![after, n, state.as_str()]),
+            None => stmt.query(params![after, n]),
+        }
+        .map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
             found.push(task_from_row(row)?);
         }
     }
-    let more = found.len() > query.limit;
-    found.truncate(query.limit);
     let next = if more {
         // With limit 0 nothing is on the page; the next one starts where this
         // one did.

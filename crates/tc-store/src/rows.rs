@@ -16,7 +16,6 @@ macro_rules! task_columns {
          schedule_at, schedule_delay_ms"
     };
 }
-pub(crate) use task_columns;
 
 /// An SQLite failure as the port reports it: unavailable, with SQLite's words.
 pub(crate) fn db(e: rusqlite::Error) -> StoreError {

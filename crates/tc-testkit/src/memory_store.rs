@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tc_model::store::{
     Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+    results_within,
 };
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
 
@@ -158,20 +159,29 @@ impl TaskStore for MemoryStore {
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
         let t = self.tables();
         let after = query.after.map_or(0, Cursor::position);
-        let mut matching = t
+        let matching: Vec<(&i64, &Task)> = t
             .tasks
             .range(after.saturating_add(1)..)
-            .filter(|(_, task)| query.state.is_none_or(|s| task.state == s));
-        let mut tasks = Vec::new();
+            .filter(|(_, task)| query.state.is_none_or(|s| task.state == s))
+            .take(query.limit.saturating_add(1))
+            .collect();
+        let candidates = &matching[..matching.len().min(query.limit)];
+        let lens: Vec<usize> = candidates
+            .iter()
+            .map(|(_, task)| task.result.as_ref().map_or(0, Vec::len))
+            .collect();
+        let take = results_within(&lens, query.max_result_bytes);
+        let mut tasks = Vec::with_capacity(take);
         let mut last = after;
-        for (seq, task) in matching.by_ref().take(query.limit) {
-            tasks.push(task.clone());
-            last = *seq;
+        for (seq, task) in &matching[..take] {
+            // A listing carries no request bodies.
+            tasks.push(Task {
+                body: Vec::new(),
+                ..(*task).clone()
+            });
+            last = **seq;
         }
-        let next = matching
-            .next()
-            .is_some()
-            .then(|| Cursor::from_position(last));
+        let next = (matching.len() > take).then(|| Cursor::from_position(last));
         Ok(Page { tasks, next })
     }
 

@@ -97,6 +97,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         illegal_writes_change_nothing,
         list_pages_in_creation_order,
         list_pages_are_stable_while_inserting,
+        list_pages_stay_within_the_result_budget_without_bodies,
         count_by_state_counts_each_state,
         next_due_is_the_earliest_pending,
         unknown_ids_are_not_found,
@@ -349,6 +350,7 @@ async fn list_all<S: TaskStore>(store: &S, state: Option<State>) -> Result<Vec<T
             state,
             limit: 100_000,
             after: None,
+            max_result_bytes: None,
         })
         .await
         .step("list")?;
@@ -373,6 +375,7 @@ async fn pages<S: TaskStore>(
                 state,
                 limit,
                 after,
+                max_result_bytes: None,
             })
             .await
             .step("list")?;
@@ -1392,6 +1395,7 @@ pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Verdict {
             state: None,
             limit: 22,
             after: None,
+            max_result_bytes: None,
         })
         .await
         .step("list")?;
@@ -1400,6 +1404,7 @@ pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Verdict {
             state: None,
             limit: 5,
             after: first.next,
+            max_result_bytes: None,
         })
         .await
         .step("list")?;
@@ -1445,6 +1450,7 @@ pub async fn list_pages_are_stable_while_inserting<S: TaskStore>(store: S) -> Ve
                 state: None,
                 limit: LIMIT,
                 after,
+                max_result_bytes: None,
             })
             .await
             .step("list")?;
@@ -1518,6 +1524,81 @@ pub async fn count_by_state_counts_each_state<S: TaskStore>(store: S) -> Verdict
     for (state, n) in want {
         ensure_eq!(counts.get(state), n, "{state} count");
     }
+    Ok(())
+}
+
+/// A page ends before the task whose result would cross the budget (but
+/// holds one task at least), the next page starts right after it, and
+/// listed tasks carry no request body.
+pub async fn list_pages_stay_within_the_result_budget_without_bodies<S: TaskStore>(
+    store: S,
+) -> Verdict {
+    // Result sizes in creation order; `None` stays pending (no result).
+    let sizes = [Some(40), None, Some(70), Some(10), Some(200), Some(5)];
+    let mut ids = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        // The pending one is created "later" so that no claim takes it.
+        let created = if size.is_some() {
+            at(i as i64)
+        } else {
+            at(10_000)
+        };
+        let task = create(&store, new_task(&format!("b{i}")), created).await?;
+        if let Some(n) = size {
+            claim_only(&store, task.id, at(100 + i as i64), Duration::from_secs(60)).await?;
+            let outcome = Completion::Success {
+                http_status: 200,
+                result: vec![b'r'; *n],
+                content_type: None,
+            };
+            applied(
+                store
+                    .complete(task.id, 1, outcome, at(200 + i as i64))
+                    .await
+                    .step("complete")?,
+                "complete",
+            )?;
+        }
+        ids.push(task.id);
+    }
+    let budget = Some(100);
+    let mut got = Vec::new();
+    let mut after = None;
+    for _ in 0..10 {
+        let page = store
+            .list(ListQuery {
+                state: None,
+                limit: 10,
+                after,
+                max_result_bytes: budget,
+            })
+            .await
+            .step("list")?;
+        for task in &page.tasks {
+            ensure!(
+                task.body.is_empty(),
+                "a listed task carries its body: {task:?}"
+            );
+        }
+        got.push(page.tasks.iter().map(|t| t.id).collect::<Vec<_>>());
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    // 40+0 fit, 70 would cross; 70+10 fit, 200 would cross; 200 alone (one
+    // at least), then 5.
+    let want = vec![
+        vec![ids[0], ids[1]],
+        vec![ids[2], ids[3]],
+        vec![ids[4]],
+        vec![ids[5]],
+    ];
+    ensure_eq!(got, want, "pages under a 100-byte budget");
+    // Without a budget, one page has them all.
+    let all = list_all(&store, None).await?;
+    ensure_eq!(all.len(), sizes.len(), "unbudgeted listing");
+    ensure!(all.iter().all(|t| t.body.is_empty()), "bodies in a listing");
     Ok(())
 }
 

@@ -901,6 +901,7 @@ async fn same_key_different_payload<S: TaskStore, D: Downstream>(
             state: None,
             limit: 100,
             after: None::<Cursor>,
+            max_result_bytes: None,
         })
         .await
         .map_err(|e| e.to_string())?;

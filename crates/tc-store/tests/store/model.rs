@@ -209,6 +209,7 @@ impl<S: TaskStore> Side<S> {
                         state: *state,
                         limit: *limit,
                         after: after.map(Cursor::from_position),
+                        max_result_bytes: None,
                     })
                     .await;
                 self.render(got.map(|Page { tasks, next }| (self.show_all(&tasks), next)))
