@@ -6,22 +6,12 @@ use rusqlite::{Connection, params};
 use tc_model::store::{Cursor, ListQuery, Page, StateCounts, StoreError, results_within};
 use tc_model::{Task, TaskId, Timestamp};
 
-use crate::rows::{self, db, parse_state, task_from_row};
+use crate::rows::{self, db, listed_columns, parse_state, task_from_row};
 
 /// The earliest due time, read from the first entry of `tasks_due` (pinned:
 /// see [`crate::write_ops::CLAIM_DUE`]).
 pub(crate) const NEXT_DUE: &str =
     "SELECT min(next_run_at) FROM tasks INDEXED BY tasks_due WHERE state = 'pending'";
-
-/// The columns of a listed task: `rows::task_columns!` with the request body
-/// left out (an empty blob in its place), so that its pages are never read.
-macro_rules! listed_columns {
-    () => {
-        "seq, id, state, url, x'' AS body, idempotency_key, attempt, max_attempts, timeout_ns, \
-         http_status, result, result_content_type, error, created_at, updated_at, \
-         started_at, finished_at, next_run_at, lease_until"
-    };
-}
 
 /// The result sizes of a page of one state, in seq order, from
 /// `tasks_by_state`: `length()` of a blob reads the row's header, not the
