@@ -7,27 +7,35 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use tc_model::store::StoreError;
 use tc_model::{AttemptRecord, Schedule, State, Task, TaskId, Timestamp};
 
-/// The columns [`task_from_row`] reads, in its order.
-macro_rules! task_columns {
+/// The columns [`task_from_row`] reads after `body`, in its order: one list
+/// for [`task_columns`] and [`listed_columns`].
+macro_rules! columns_after_body {
     () => {
-        "seq, id, state, url, body, idempotency_key, attempt, max_attempts, timeout_ns, \
+        "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
          schedule_at, schedule_delay_ms"
     };
 }
 
-/// [`task_columns`] with the request body left out (an empty blob in its
-/// place), for listings, which never read bodies. Kept beside it; a test
-/// checks the two agree.
-macro_rules! listed_columns {
+/// The columns [`task_from_row`] reads, in its order.
+macro_rules! task_columns {
     () => {
-        "seq, id, state, url, x'' AS body, idempotency_key, attempt, max_attempts, timeout_ns, \
-         http_status, result, result_content_type, error, created_at, updated_at, \
-         started_at, finished_at, next_run_at, lease_until, attempts_before_retry"
+        concat!("seq, id, state, url, body, ", columns_after_body!())
     };
 }
-pub(crate) use listed_columns;
+
+/// [`task_columns`] with the request body left out (an empty blob in its
+/// place), for listings, which never read bodies.
+macro_rules! listed_columns {
+    () => {
+        concat!(
+            "seq, id, state, url, x'' AS body, ",
+            $crate::rows::columns_after_body!()
+        )
+    };
+}
+pub(crate) use {columns_after_body, listed_columns};
 
 /// An SQLite failure as the port reports it: unavailable, with SQLite's words.
 pub(crate) fn db(e: rusqlite::Error) -> StoreError {
