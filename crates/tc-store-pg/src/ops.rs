@@ -12,11 +12,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
-use tc_model::store::{Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError};
+use tc_model::store::{
+    Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError, results_within,
+};
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
 use crate::error::db;
-use crate::rows::{self, ATTEMPT_COLUMNS, Stored, millis, nanos, parse_state, task_columns};
+use crate::rows::{
+    self, ATTEMPT_COLUMNS, Stored, listed_columns, millis, nanos, parse_state, task_columns,
+};
 
 const CANCELED: &str = "canceled";
 const INTERRUPTED: &str = "interrupted";
@@ -649,48 +653,82 @@ pub(crate) async fn list(
     query: &ListQuery,
 ) -> Result<(Page, bool), StoreError> {
     let after = query.after.map_or(0, Cursor::position);
-    // One row more than asked tells whether another page follows.
+    // One row more than asked tells whether another page follows. Sizes
+    // first (octet_length reads a toasted value's header, not its bytes),
+    // so that the page is budgeted before any result is read.
     let fetch = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
-    let rows = match query.state {
+    let sizes = match query.state {
         Some(state) => {
             let stmt = tx
-                .prepare_cached(concat!(
-                    "SELECT ",
-                    task_columns!(),
-                    ", pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
-                     FROM tasks WHERE state = $3 AND pos > $1 ORDER BY pos LIMIT $2"
-                ))
+                .prepare_cached(
+                    "SELECT pos, coalesce(octet_length(result), 0)::bigint, \
+                     pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
+                     FROM tasks WHERE state = $3 AND pos > $1 ORDER BY pos LIMIT $2",
+                )
                 .await
                 .map_err(db)?;
             tx.query(&stmt, &[&after, &fetch, &state.as_str()]).await
         }
         None => {
             let stmt = tx
-                .prepare_cached(concat!(
-                    "SELECT ",
-                    task_columns!(),
-                    ", pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
-                     FROM tasks WHERE pos > $1 ORDER BY pos LIMIT $2"
-                ))
+                .prepare_cached(
+                    "SELECT pos, coalesce(octet_length(result), 0)::bigint, \
+                     pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
+                     FROM tasks WHERE pos > $1 ORDER BY pos LIMIT $2",
+                )
                 .await
                 .map_err(db)?;
             tx.query(&stmt, &[&after, &fetch]).await
         }
     }
     .map_err(db)?;
-    let mut found: Vec<Stored> = Vec::with_capacity(rows.len());
+    let mut visible: Vec<(i64, usize)> = Vec::with_capacity(sizes.len());
     let mut held_back = false;
-    for row in &rows {
-        let horizon: i64 = row.try_get(22).map_err(db)?;
-        let stored = rows::task_from_row(row)?;
-        if stored.pos >= horizon {
+    for row in &sizes {
+        let pos: i64 = row.try_get(0).map_err(db)?;
+        let len: i64 = row.try_get(1).map_err(db)?;
+        let horizon: i64 = row.try_get(2).map_err(db)?;
+        if pos >= horizon {
             held_back = true;
             break;
         }
-        found.push(stored);
+        visible.push((pos, usize::try_from(len).unwrap_or(usize::MAX)));
     }
-    let more = held_back || found.len() > query.limit;
-    found.truncate(query.limit);
+    let candidates = &visible[..visible.len().min(query.limit)];
+    let lens: Vec<usize> = candidates.iter().map(|&(_, len)| len).collect();
+    let take = results_within(&lens, query.max_result_bytes);
+    let more = held_back || visible.len() > take;
+    let mut found: Vec<Stored> = Vec::with_capacity(take);
+    if let Some(&(last, _)) = candidates[..take].last() {
+        let rows = match query.state {
+            Some(state) => {
+                let stmt = tx
+                    .prepare_cached(concat!(
+                        "SELECT ",
+                        listed_columns!(),
+                        " FROM tasks WHERE state = $3 AND pos > $1 AND pos <= $2 ORDER BY pos"
+                    ))
+                    .await
+                    .map_err(db)?;
+                tx.query(&stmt, &[&after, &last, &state.as_str()]).await
+            }
+            None => {
+                let stmt = tx
+                    .prepare_cached(concat!(
+                        "SELECT ",
+                        listed_columns!(),
+                        " FROM tasks WHERE pos > $1 AND pos <= $2 ORDER BY pos"
+                    ))
+                    .await
+                    .map_err(db)?;
+                tx.query(&stmt, &[&after, &last]).await
+            }
+        }
+        .map_err(db)?;
+        for row in &rows {
+            found.push(rows::task_from_row(row)?);
+        }
+    }
     let next = if more {
         // With limit 0 (or every row held back) nothing is on the page; the
         // next one starts where this one did.

@@ -9,16 +9,38 @@ use tokio_postgres::Row;
 
 use crate::error::db;
 
-/// The task columns [`task_from_row`] reads, in its order.
-macro_rules! task_columns {
+/// The columns [`task_from_row`] reads after `body`, in its order: one list
+/// for [`task_columns`] and [`listed_columns`].
+macro_rules! columns_after_body {
     () => {
-        "pos, id, state, url, body, idempotency_key, attempt, max_attempts, timeout_ns, \
+        "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
          schedule_at, schedule_delay_ms"
     };
 }
-pub(crate) use task_columns;
+
+/// The task columns [`task_from_row`] reads, in its order.
+macro_rules! task_columns {
+    () => {
+        concat!(
+            "pos, id, state, url, body, ",
+            $crate::rows::columns_after_body!()
+        )
+    };
+}
+
+/// [`task_columns`] with the request body left out (an empty bytea in its
+/// place), for listings, which never read bodies.
+macro_rules! listed_columns {
+    () => {
+        concat!(
+            "pos, id, state, url, ''::bytea AS body, ",
+            $crate::rows::columns_after_body!()
+        )
+    };
+}
+pub(crate) use {columns_after_body, listed_columns, task_columns};
 
 fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in tasks: bad {what}"))
