@@ -5,21 +5,12 @@
 //! there is no PostgreSQL (unless TC_REQUIRE_POSTGRES=1).
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::json;
+use tc_downstream::fake::{FakeServer, Record, Reply, Script, Step};
 use tc_store_pg::testing::TestDatabase;
-use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::support::{Api, Config, Downstream, Server};
@@ -46,109 +37,59 @@ struct CallRecord {
     answered: bool,
 }
 
-/// The load downstream: answers every call with 200 after [`WORK`],
-/// recording when each call started and ended (a call whose connection is
-/// dropped ends when its handler is dropped).
-#[derive(Default)]
+/// The load downstream: the one fake, answering every call with 200 after
+/// [`WORK`]; its record says when each call started and ended (a call whose
+/// connection is dropped ends when the fake sees it close).
 struct Ledger {
-    calls: Mutex<Vec<CallRecord>>,
-    changed: Notify,
+    script: Arc<Script>,
+    _server: FakeServer,
 }
 
 impl Ledger {
     fn answered(&self) -> usize {
-        self.calls
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|c| c.answered)
-            .count()
+        self.script.read(|r| r.answered())
     }
 
-    async fn wait_until(&self, what: &str, ready: impl Fn(&[CallRecord]) -> bool) {
-        tokio::time::timeout(LOAD_GUARD, async {
-            loop {
-                let changed = self.changed.notified();
-                if ready(&self.calls.lock().unwrap()) {
-                    return;
-                }
-                changed.await;
-            }
-        })
+    fn calls(&self) -> Vec<CallRecord> {
+        self.script.read(records)
+    }
+
+    /// Waits until `n` calls were answered.
+    async fn wait_answered(&self, what: &str, n: usize) {
+        tokio::time::timeout(
+            LOAD_GUARD,
+            self.script.wait_for(|r| (r.answered() >= n).then_some(())),
+        )
         .await
         .unwrap_or_else(|_| panic!("load downstream: no {what} within {LOAD_GUARD:?}"));
     }
 }
 
-/// Closes a call's record when the handler ends, however it ends.
-struct Open {
-    ledger: Arc<Ledger>,
-    index: usize,
-    answered: bool,
+fn records(r: &Record) -> Vec<CallRecord> {
+    r.calls()
+        .iter()
+        .enumerate()
+        .map(|(i, call)| CallRecord {
+            task: call.task_id.clone().unwrap_or_default(),
+            attempt: call.attempt.unwrap_or(0),
+            start: call.at,
+            end: r.ended_at(i),
+            answered: r.status_of(i).is_some(),
+        })
+        .collect()
 }
 
-impl Drop for Open {
-    fn drop(&mut self) {
-        {
-            let mut calls = self.ledger.calls.lock().unwrap();
-            calls[self.index].end = Some(Instant::now());
-            calls[self.index].answered = self.answered;
-        }
-        self.ledger.changed.notify_waiters();
-    }
-}
-
-async fn serve_ledger() -> (Arc<Ledger>, String) {
-    let ledger = Arc::new(Ledger::default());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/work", listener.local_addr().unwrap());
-    let shared = Arc::clone(&ledger);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let ledger = Arc::clone(&shared);
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let ledger = Arc::clone(&ledger);
-                    async move {
-                        let header = |name: &str| {
-                            req.headers()
-                                .get(name)
-                                .and_then(|v| v.to_str().ok())
-                                .unwrap_or_default()
-                                .to_owned()
-                        };
-                        let index = {
-                            let mut calls = ledger.calls.lock().unwrap();
-                            calls.push(CallRecord {
-                                task: header("x-task-id"),
-                                attempt: header("x-task-attempt").parse().unwrap_or(0),
-                                start: Instant::now(),
-                                end: None,
-                                answered: false,
-                            });
-                            calls.len() - 1
-                        };
-                        let mut open = Open {
-                            ledger,
-                            index,
-                            answered: false,
-                        };
-                        tokio::time::sleep(WORK).await;
-                        open.answered = true;
-                        drop(open);
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{}"))))
-                    }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (ledger, url)
+async fn serve_ledger() -> (Ledger, String) {
+    let script = Script::with_rule(|_, _| Step::ReplyAfter(WORK, Reply::json(200, "{}")));
+    let server = FakeServer::start(Arc::clone(&script)).await.unwrap();
+    let url = format!("{}/work", server.url());
+    (
+        Ledger {
+            script,
+            _server: server,
+        },
+        url,
+    )
 }
 
 /// A node's config: the shared database, short polls, the test's lease.
@@ -292,9 +233,7 @@ async fn three_nodes_share_one_postgres_database() {
         submitter.await.unwrap();
     }
     ledger
-        .wait_until("calls to kill after", |calls| {
-            calls.iter().filter(|c| c.answered).count() >= KILL_AFTER
-        })
+        .wait_answered("calls to kill after", KILL_AFTER)
         .await;
     nodes[2].kill9().await;
 
@@ -329,7 +268,7 @@ async fn three_nodes_share_one_postgres_database() {
     );
 
     // No two calls of one task overlap in time; every load task was answered.
-    let calls = ledger.calls.lock().unwrap().clone();
+    let calls = ledger.calls();
     let mut by_task: BTreeMap<&str, Vec<&CallRecord>> = BTreeMap::new();
     for call in &calls {
         by_task.entry(call.task.as_str()).or_default().push(call);

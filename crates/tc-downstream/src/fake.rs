@@ -164,6 +164,8 @@ pub struct Record {
     calls: Vec<Call>,
     /// The status each kept call was answered with, by index.
     statuses: Vec<Option<u16>>,
+    /// When each kept call ended (answered or abandoned), by index.
+    ended: Vec<Option<Instant>>,
     count: usize,
     answered: usize,
     abandoned: Vec<(usize, Instant)>,
@@ -186,6 +188,12 @@ impl Record {
     /// runs, when abandoned, or for a raw reply.
     pub fn status_of(&self, i: usize) -> Option<u16> {
         self.statuses.get(i).copied().flatten()
+    }
+
+    /// When the `i`th kept call ended, answered or abandoned; `None` while
+    /// it runs.
+    pub fn ended_at(&self, i: usize) -> Option<Instant> {
+        self.ended.get(i).copied().flatten()
     }
 
     /// How many calls arrived.
@@ -376,6 +384,7 @@ impl Script {
         if self.keep_calls {
             r.calls.push(call);
             r.statuses.push(None);
+            r.ended.push(None);
         }
         r.in_flight += 1;
         r.peak = r.peak.max(r.in_flight);
@@ -388,6 +397,9 @@ impl Script {
         let now = Instant::now();
         self.update(|r| {
             r.in_flight -= 1;
+            if let Some(slot) = r.ended.get_mut(index) {
+                *slot = Some(now);
+            }
             if answered {
                 r.answered += 1;
                 if let Some(slot) = r.statuses.get_mut(index) {

@@ -57,6 +57,13 @@ async fn the_fake_plays_the_plan_then_the_rule() {
     assert_eq!(script.abandoned(), 1);
     assert_eq!(script.peak_in_flight(), 1);
     assert_eq!(script.read(|r| (r.count(), r.answered())), (3, 2));
+    // The hung call ended at its timeout, a second after it began.
+    let (began, ended) = script.read(|r| (r.calls()[1].at, r.ended_at(1)));
+    assert_eq!(ended, Some(began + Duration::from_secs(1)));
+    assert_eq!(
+        script.read(|r| (r.status_of(0), r.status_of(1))),
+        (Some(503), None)
+    );
 }
 
 #[tokio::test(start_paused = true)]
