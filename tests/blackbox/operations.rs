@@ -249,3 +249,42 @@ async fn a_waiting_get_answers_as_soon_as_the_task_is_done() {
     let bad = s.api.get(&format!("/tasks/{id}?wait_ms=60001")).await;
     assert_eq!(bad.status, 400);
 }
+
+#[tokio::test]
+async fn retention_deletes_finished_tasks_past_their_state_s_time_and_keeps_the_rest() {
+    let mut s = support::start_with(|c, _| {
+        c.flag("--retain-success", "1s")
+            .flag("--retain-failed", "forever")
+            .flag("--retain-canceled", "forever");
+    })
+    .await;
+    let done = s.api.submit_new(&s.down.url("/ok"), "short-lived").await;
+    assert_eq!(s.api.wait_terminal(&done).await["state"], "success");
+    let failed = s
+        .api
+        .submit_new(&s.down.url("/status/400"), "kept-failure")
+        .await;
+    assert_eq!(s.api.wait_terminal(&failed).await["state"], "failed");
+
+    let pruned = s
+        .server
+        .logged_where(
+            |v| v["message"] == "tasks_pruned" && v["success"] == 1,
+            "tasks_pruned",
+        )
+        .await;
+    assert_eq!(pruned["failed"], 0, "{pruned}");
+    assert_eq!(s.api.get(&format!("/tasks/{done}")).await.status, 404);
+    assert_eq!(s.api.task(&failed).await["state"], "failed");
+    let metrics = String::from_utf8(s.api.get("/metrics").await.body.to_vec()).unwrap();
+    assert!(
+        metrics.contains(r#"taskcenter_pruned_total{state="success"} 1"#),
+        "{metrics}"
+    );
+    // The key is free again.
+    let again = s
+        .api
+        .submit(&s.down.url("/ok"), "short-lived", json!({"n": 2}))
+        .await;
+    assert_eq!(again.status, 201);
+}

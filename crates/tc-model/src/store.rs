@@ -296,6 +296,18 @@ pub trait TaskStore: Send + Sync + 'static {
     /// [`StoreError::NotFound`].
     fn delete(&self, id: TaskId) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Retention: deletes up to `limit` tasks in the terminal `state` whose
+    /// `finished_at` is more than `older_than` before now, with their
+    /// attempts, in one transaction; returns how many. Never touches a
+    /// pending or running task (a non-terminal `state` deletes nothing).
+    fn prune(
+        &self,
+        state: State,
+        older_than: Duration,
+        now: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
     /// An operator's retry: a failed or canceled task becomes pending, due
     /// at `run_at`, with a fresh budget of `max_attempts` tries. Attempt
     /// numbers go on and the history keeps every earlier try; `error`,

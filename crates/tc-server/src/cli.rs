@@ -146,6 +146,19 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) max_waiters: u64,
 
+    /// How long `success` tasks are kept after they finish (e.g. `7d`,
+    /// `12h`), or `forever`.
+    #[arg(long, env = "TC_RETAIN_SUCCESS", default_value = "7d", value_parser = retention)]
+    pub(crate) retain_success: Retain,
+
+    /// How long `failed` tasks are kept after they finish, or `forever`.
+    #[arg(long, env = "TC_RETAIN_FAILED", default_value = "30d", value_parser = retention)]
+    pub(crate) retain_failed: Retain,
+
+    /// How long `canceled` tasks are kept after they finish, or `forever`.
+    #[arg(long, env = "TC_RETAIN_CANCELED", default_value = "7d", value_parser = retention)]
+    pub(crate) retain_canceled: Retain,
+
     /// A PEM file of CA certificates that downstream `https://` calls trust
     /// in addition to the system's roots, e.g. an internal CA. Read at start;
     /// a missing file or one without a usable certificate stops the start.
@@ -168,6 +181,20 @@ pub(crate) struct ServeArgs {
           action = clap::ArgAction::SetTrue,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) deny_private_destinations: bool,
+}
+
+/// A retention: a duration, or none (`forever`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Retain(pub(crate) Option<std::time::Duration>);
+
+/// A humantime duration (`7d`, `36h`, `90s`) or `forever`.
+fn retention(value: &str) -> Result<Retain, String> {
+    if value.trim().eq_ignore_ascii_case("forever") {
+        return Ok(Retain(None));
+    }
+    humantime::parse_duration(value.trim())
+        .map(|d| Retain(Some(d)))
+        .map_err(|e| format!("{e}: give a duration such as 7d, 12h or 30m, or forever"))
 }
 
 fn non_empty(value: &str) -> Result<String, String> {

@@ -75,6 +75,8 @@ pub(crate) struct Settings {
     pub(crate) downstream_ca_file: Option<PathBuf>,
     /// Refuse non-public downstream destinations (SSRF protection).
     pub(crate) deny_private_destinations: bool,
+    /// How long finished tasks are kept.
+    pub(crate) retention: tc_worker::Retention,
 }
 
 impl Settings {
@@ -116,6 +118,11 @@ impl Settings {
             },
             downstream_ca_file: args.downstream_ca_file.clone(),
             deny_private_destinations: args.deny_private_destinations,
+            retention: tc_worker::Retention {
+                success: args.retain_success.0,
+                failed: args.retain_failed.0,
+                canceled: args.retain_canceled.0,
+            },
         }
     }
 }
@@ -128,6 +135,7 @@ pub(crate) struct Running {
     db_lock: Option<crate::db_lock::DbLock>,
     store: Arc<AnyStore>,
     worker: Worker<AnyStore>,
+    pruner: tc_worker::Pruner,
     /// Hands PostgreSQL's notifications to the worker; stopped before the
     /// store closes.
     forward: Option<tokio::task::JoinHandle<()>>,
@@ -173,6 +181,14 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     let mut registry = Registry::default();
     let metrics = WorkerMetrics::default();
     metrics.register(&mut registry);
+    let pruner_metrics = tc_worker::PrunerMetrics::default();
+    pruner_metrics.register(&mut registry);
+    let pruner = tc_worker::Pruner::spawn(
+        Arc::clone(&store),
+        settings.retention,
+        Clock::system(),
+        pruner_metrics,
+    );
 
     let worker = Worker::spawn(
         Arc::clone(&store),
@@ -204,6 +220,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
             if let Some(forward) = &forward {
                 forward.abort();
             }
+            pruner.stop().await;
             let _ = worker.shutdown().await;
             return Err(e.into());
         }
@@ -221,6 +238,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         db_lock,
         store,
         worker,
+        pruner,
         forward,
         http,
         stop_http,
@@ -303,6 +321,7 @@ impl Running {
             db_lock,
             store,
             worker,
+            pruner,
             forward,
             http,
             stop_http,
@@ -310,6 +329,7 @@ impl Running {
         } = self;
         tracing::info!("shutdown_started");
         let _ = stop_http.send(());
+        pruner.stop().await;
         let (http, worker) = tokio::join!(http.wait(), worker.shutdown());
         let report = worker?;
         tracing::info!(interrupted = report.interrupted, "shutdown_worker_stopped");

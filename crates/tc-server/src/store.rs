@@ -53,6 +53,16 @@ impl TaskStore for AnyStore {
         either!(self, s => s.submit(task, now))
     }
 
+    async fn prune(
+        &self,
+        state: tc_model::State,
+        older_than: Duration,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        either!(self, s => s.prune(state, older_than, now, limit))
+    }
+
     async fn submit_many(
         &self,
         tasks: Vec<NewTask>,

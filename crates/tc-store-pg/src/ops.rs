@@ -407,6 +407,39 @@ pub(crate) async fn delete(tx: &Transaction<'_>, id: &TaskId) -> Result<(), Stor
     Ok(())
 }
 
+/// Deletes up to `limit` tasks in terminal `state` finished more than
+/// `older_than_ms` before now (the store's clock), with their attempts.
+/// Rows another transaction holds are skipped, not waited for.
+pub(crate) async fn prune(
+    tx: &Transaction<'_>,
+    state: State,
+    older_than_ms: i64,
+    now: Option<i64>,
+    limit: i64,
+) -> Result<usize, StoreError> {
+    if !state.is_terminal() || limit <= 0 {
+        return Ok(0);
+    }
+    let stmt = tx
+        .prepare_cached(
+            "WITH doomed AS ( \
+                 SELECT pos, id FROM tasks \
+                 WHERE state = $2 AND finished_at < tc_now_ms($1) - $3 \
+                 ORDER BY pos LIMIT $4 FOR UPDATE SKIP LOCKED \
+             ), gone AS ( \
+                 DELETE FROM attempts WHERE task_id IN (SELECT id FROM doomed) \
+             ) \
+             DELETE FROM tasks WHERE pos IN (SELECT pos FROM doomed)",
+        )
+        .await
+        .map_err(db)?;
+    let deleted = tx
+        .execute(&stmt, &[&now, &state.as_str(), &older_than_ms, &limit])
+        .await
+        .map_err(db)?;
+    Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+}
+
 /// Failed or canceled → pending, due `delay_ms` after now, with a fresh
 /// budget of tries (the tries so far become `attempts_before_retry`).
 pub(crate) async fn retry(

@@ -327,6 +327,22 @@ impl TaskStore for PgStore {
         Ok(released)
     }
 
+    async fn prune(
+        &self,
+        state: tc_model::State,
+        older_than: Duration,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let older_than_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let deleted = ops::prune(&tx, state, older_than_ms, self.stamp(now), limit).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(deleted)
+    }
+
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db)?;

@@ -295,9 +295,22 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
     // callers (cargo xtask bench-store), at the price of a larger -wal file.
     conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
         .map_err(fail("set wal_autocheckpoint"))?;
+    // After a checkpoint the -wal file is cut back to this size, so a burst
+    // does not leave a large file behind for good.
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT_BYTES)
+        .map_err(fail("set journal_size_limit"))?;
     migrate(&mut conn, &path)?;
+    // The retention pruner's scratch list (per connection, in memory).
+    conn.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS doomed (seq INTEGER PRIMARY KEY, id BLOB NOT NULL)",
+    )
+    .map_err(fail("create the pruner's temp table"))?;
     Ok(conn)
 }
+
+/// The size the -wal file is truncated to after a checkpoint: a little over
+/// one autocheckpoint's worth.
+const WAL_SIZE_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 
 /// Opens a connection that only reads a database [`open_writer`] has set up.
 pub(crate) fn open_reader(target: &Target, busy_timeout: Duration) -> rusqlite::Result<Connection> {

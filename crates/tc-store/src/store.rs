@@ -278,6 +278,21 @@ impl TaskStore for SqliteStore {
             .await
     }
 
+    async fn prune(
+        &self,
+        state: tc_model::State,
+        older_than: Duration,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let cutoff = Timestamp::from_millis(
+            now.as_millis()
+                .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX)),
+        );
+        self.write(move |conn| write_ops::prune(conn, state, cutoff, limit))
+            .await
+    }
+
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
         self.write(move |conn| write_ops::delete(conn, &id)).await
     }

@@ -313,6 +313,44 @@ pub(crate) fn delete(conn: &Connection, id: &TaskId) -> Result<(), StoreError> {
     )
 }
 
+/// Deletes up to `limit` tasks in terminal `state` finished before `cutoff`,
+/// oldest first, with their attempts.
+pub(crate) fn prune(
+    conn: &Connection,
+    state: State,
+    cutoff: Timestamp,
+    limit: usize,
+) -> Result<usize, StoreError> {
+    if !state.is_terminal() || limit == 0 {
+        return Ok(0);
+    }
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    // The doomed rows once, into a temp table both deletes read: attempts
+    // first (they reference the task), then the tasks.
+    conn.prepare_cached("DELETE FROM temp.doomed")
+        .map_err(db)?
+        .execute([])
+        .map_err(db)?;
+    conn.prepare_cached(
+        "INSERT INTO temp.doomed (seq, id) \
+         SELECT seq, id FROM tasks INDEXED BY tasks_by_state \
+         WHERE state = ?1 AND finished_at < ?2 ORDER BY seq LIMIT ?3",
+    )
+    .map_err(db)?
+    .execute(params![state.as_str(), cutoff.as_millis(), limit])
+    .map_err(db)?;
+    conn.prepare_cached("DELETE FROM attempts WHERE task_id IN (SELECT id FROM temp.doomed)")
+        .map_err(db)?
+        .execute([])
+        .map_err(db)?;
+    let deleted = conn
+        .prepare_cached("DELETE FROM tasks WHERE seq IN (SELECT seq FROM temp.doomed)")
+        .map_err(db)?
+        .execute([])
+        .map_err(db)?;
+    Ok(deleted)
+}
+
 /// Failed or canceled → pending, due at `run_at`, with a fresh budget.
 pub(crate) fn retry(
     conn: &Connection,

@@ -395,6 +395,38 @@ impl TaskStore for MemoryStore {
             .min())
     }
 
+    async fn prune(
+        &self,
+        state: State,
+        older_than: Duration,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        if !state.is_terminal() {
+            return Ok(0);
+        }
+        let cutoff = now
+            .as_millis()
+            .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
+        let mut t = self.tables();
+        let doomed: Vec<i64> = t
+            .tasks
+            .iter()
+            .filter(|(_, task)| {
+                task.state == state && task.finished_at.is_some_and(|f| f.as_millis() < cutoff)
+            })
+            .map(|(seq, _)| *seq)
+            .take(limit)
+            .collect();
+        for seq in &doomed {
+            if let Some(task) = t.tasks.remove(seq) {
+                t.by_id.remove(&task.id);
+                t.by_key.remove(&task.idempotency_key);
+            }
+        }
+        Ok(doomed.len())
+    }
+
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
         let mut t = self.tables();
         let seq = t.seq_of(id)?;

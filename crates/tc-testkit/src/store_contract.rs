@@ -106,6 +106,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         retry_reopens_failed_and_canceled_with_a_fresh_budget,
         a_delayed_task_waits_for_its_time_and_keeps_its_schedule,
         submit_many_answers_each_item_as_submit_would,
+        prune_deletes_old_finished_tasks_of_one_state_in_batches,
     ]
 }
 
@@ -1979,5 +1980,89 @@ pub async fn submit_many_answers_each_item_as_submit_would<S: TaskStore>(store: 
     }
     let counts = store.count_by_state().await.step("count_by_state")?;
     ensure_eq!(counts.get(State::Pending), 3, "tasks after the batch");
+    Ok(())
+}
+
+/// Retention deletes finished tasks of one state that finished before the
+/// cutoff, at most `limit` at a time and oldest first; never a pending or
+/// running one, never a newer one; their keys are free again.
+pub async fn prune_deletes_old_finished_tasks_of_one_state_in_batches<S: TaskStore>(
+    store: S,
+) -> Verdict {
+    let old: Vec<Task> = {
+        let mut old = Vec::new();
+        for n in 0..3 {
+            old.push(task_in(&store, &format!("old-{n}"), State::Success, at(n)).await?);
+        }
+        old
+    };
+    let failed = task_in(&store, "old-failed", State::Failed, at(0)).await?;
+    let pending = task_in(&store, "old-pending", State::Pending, at(0)).await?;
+    let running = task_in(&store, "old-running", State::Running, at(0)).await?;
+    let fresh = task_in(&store, "fresh", State::Success, at(5_000)).await?;
+    let keep = Duration::from_secs(1);
+    // At 5.5 s, finished before 4.5 s goes: the three old successes.
+    let first = store
+        .prune(State::Success, keep, at(5_500), 2)
+        .await
+        .step("prune")?;
+    ensure_eq!(first, 2, "the first batch");
+    ensure_eq!(
+        store.get(old[0].id).await,
+        Err(StoreError::NotFound),
+        "oldest gone first"
+    );
+    ensure_eq!(
+        store.get(old[1].id).await,
+        Err(StoreError::NotFound),
+        "second oldest gone"
+    );
+    ensure_eq!(
+        get(&store, old[2].id).await?.state,
+        State::Success,
+        "left for the next batch"
+    );
+    let second = store
+        .prune(State::Success, keep, at(5_500), 2)
+        .await
+        .step("prune")?;
+    ensure_eq!(second, 1, "the rest");
+    let third = store
+        .prune(State::Success, keep, at(5_500), 2)
+        .await
+        .step("prune")?;
+    ensure_eq!(third, 0, "nothing more");
+    for (task, what) in [(&failed, "a failed task"), (&fresh, "a newer success")] {
+        ensure_eq!(get(&store, task.id).await?, *task, "{what} is kept");
+    }
+    for state in [State::Pending, State::Running] {
+        let n = store
+            .prune(state, Duration::ZERO, at(1_000_000), 10)
+            .await
+            .step("prune")?;
+        ensure_eq!(n, 0, "pruning {state} deletes nothing");
+    }
+    ensure_eq!(
+        get(&store, pending.id).await?.state,
+        State::Pending,
+        "pending kept"
+    );
+    ensure_eq!(
+        get(&store, running.id).await?.state,
+        State::Running,
+        "running kept"
+    );
+    let gone = store
+        .prune(State::Failed, keep, at(5_500), 10)
+        .await
+        .step("prune")?;
+    ensure_eq!(gone, 1, "the old failure");
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    ensure_eq!(
+        (counts.get(State::Success), counts.get(State::Failed)),
+        (1, 0),
+        "counts after pruning"
+    );
+    create(&store, new_task("old-0"), at(6_000)).await?;
     Ok(())
 }

@@ -1303,6 +1303,15 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     fn delete(&self, id: TaskId) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.delete(id)
     }
+    fn prune(
+        &self,
+        state: State,
+        older_than: Duration,
+        now: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        self.inner.prune(state, older_than, now, limit)
+    }
     fn retry(
         &self,
         id: TaskId,

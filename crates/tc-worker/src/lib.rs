@@ -21,6 +21,7 @@ mod attempt;
 mod clock;
 mod control;
 mod metrics;
+mod pruner;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +38,7 @@ pub use crate::clock::Clock;
 use crate::control::Shared;
 pub use crate::control::{AttemptEnded, WorkerControl};
 pub use crate::metrics::WorkerMetrics;
+pub use crate::pruner::{PRUNE_BATCH, Pruner, PrunerMetrics, Retention, prune_round};
 
 /// How the worker runs.
 #[derive(Debug, Clone)]

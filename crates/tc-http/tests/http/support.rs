@@ -120,6 +120,16 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.delete(id).await
     }
+    async fn prune(
+        &self,
+        state: tc_model::State,
+        older_than: std::time::Duration,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        self.check()?;
+        self.inner.prune(state, older_than, now, limit).await
+    }
     async fn retry(
         &self,
         id: TaskId,

@@ -112,6 +112,7 @@ fn settings(db: std::path::PathBuf) -> Settings {
         downstream_ca_file: None,
         // The demo's downstream is on 127.0.0.1.
         deny_private_destinations: false,
+        retention: tc_worker::Retention::default(),
     }
 }
 
