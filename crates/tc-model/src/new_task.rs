@@ -100,6 +100,32 @@ pub enum Schedule {
 }
 
 impl Schedule {
+    /// The schedule as stores keep it, in two nullable columns: an absolute
+    /// time in ms, or a delay in ms; both `None` for [`Schedule::Now`].
+    pub fn to_parts(self) -> (Option<i64>, Option<i64>) {
+        match self {
+            Schedule::Now => (None, None),
+            Schedule::At(at) => (Some(at.as_millis()), None),
+            Schedule::After(delay) => (
+                None,
+                Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+            ),
+        }
+    }
+
+    /// The schedule [`Schedule::to_parts`] wrote; `None` for parts it never
+    /// writes (both set, a negative delay).
+    pub fn from_parts(at_ms: Option<i64>, delay_ms: Option<i64>) -> Option<Schedule> {
+        match (at_ms, delay_ms) {
+            (None, None) => Some(Schedule::Now),
+            (Some(at), None) => Some(Schedule::At(Timestamp::from_millis(at))),
+            (None, Some(ms)) => Some(Schedule::After(Duration::from_millis(
+                u64::try_from(ms).ok()?,
+            ))),
+            (Some(_), Some(_)) => None,
+        }
+    }
+
     /// The longest a task may be put off: 365 days.
     pub const MAX_AHEAD: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -337,6 +363,26 @@ fn check_key(key: &str) -> Result<(), ValidationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedules_round_trip_through_their_stored_parts() {
+        let check = |schedule: Schedule, parts: (Option<i64>, Option<i64>)| {
+            assert_eq!(schedule.to_parts(), parts, "{schedule:?}");
+            assert_eq!(Schedule::from_parts(parts.0, parts.1), Some(schedule));
+        };
+        check(Schedule::Now, (None, None));
+        check(
+            Schedule::At(Timestamp::from_millis(1_500)),
+            (Some(1_500), None),
+        );
+        check(
+            Schedule::After(Duration::from_millis(250)),
+            (None, Some(250)),
+        );
+        for never_written in [(Some(1), Some(1)), (None, Some(-1))] {
+            assert_eq!(Schedule::from_parts(never_written.0, never_written.1), None);
+        }
+    }
 
     struct Input {
         url: String,

@@ -69,7 +69,7 @@ pub(crate) async fn submit<C: GenericClient>(
         .map_err(db)?;
     let max_attempts = i32::try_from(new.max_attempts())
         .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?;
-    let (schedule_at, schedule_delay_ms) = rows::schedule_columns(new.schedule());
+    let (schedule_at, schedule_delay_ms) = new.schedule().to_parts();
     // Two rounds: a key found taken whose task then vanished (it cannot be
     // deleted today) is tried once more rather than reported as an error.
     for _ in 0..2 {

@@ -78,37 +78,14 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
         next_run_at: opt_time(row.get(17).map_err(db)?),
         lease_until: opt_time(row.get(18).map_err(db)?),
         attempts_before_retry: to_u32(row.get(19).map_err(db)?, "attempts_before_retry")?,
-        schedule: schedule_from(row.get(20).map_err(db)?, row.get(21).map_err(db)?)?,
+        schedule: Schedule::from_parts(row.get(20).map_err(db)?, row.get(21).map_err(db)?)
+            .ok_or_else(|| corrupt("schedule"))?,
         attempts: Vec::new(),
     };
     Ok(Stored {
         seq: row.get(0).map_err(db)?,
         task,
     })
-}
-
-/// The two columns a [`Schedule`] is stored in: an absolute time, or a
-/// delay in milliseconds; both NULL for "at once".
-pub(crate) fn schedule_columns(schedule: Schedule) -> (Option<i64>, Option<i64>) {
-    match schedule {
-        Schedule::Now => (None, None),
-        Schedule::At(at) => (Some(at.as_millis()), None),
-        Schedule::After(delay) => (
-            None,
-            Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
-        ),
-    }
-}
-
-fn schedule_from(at: Option<i64>, delay_ms: Option<i64>) -> Result<Schedule, StoreError> {
-    match (at, delay_ms) {
-        (None, None) => Ok(Schedule::Now),
-        (Some(at), None) => Ok(Schedule::At(Timestamp::from_millis(at))),
-        (None, Some(ms)) => Ok(Schedule::After(Duration::from_millis(
-            u64::try_from(ms).map_err(|_| corrupt("schedule_delay_ms"))?,
-        ))),
-        (Some(_), Some(_)) => Err(corrupt("schedule")),
-    }
 }
 
 /// The task with this id and its history, if there is one.

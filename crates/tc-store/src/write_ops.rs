@@ -57,7 +57,7 @@ pub(crate) fn submit(
     let id = TaskId::new(now, random);
     let schedule = new.schedule();
     let first_run = schedule.first_run(now);
-    let (schedule_at, schedule_delay_ms) = rows::schedule_columns(schedule);
+    let (schedule_at, schedule_delay_ms) = schedule.to_parts();
     conn.prepare_cached(
         "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
                             attempt, created_at, updated_at, next_run_at, schedule_at, \
