@@ -128,6 +128,18 @@ ALTER TABLE tasks ADD COLUMN schedule_at INTEGER;
 ALTER TABLE tasks ADD COLUMN schedule_delay_ms INTEGER CHECK (schedule_delay_ms >= 0);
 ";
 
+/// Step 5 → 6: `seq` is a listing cursor, and SQLite hands a deleted
+/// last row's rowid to the next insert. Deletes (by hand, by retention)
+/// raise this floor to the highest seq they removed; submits take a seq
+/// above both the table's and the floor, so no position is ever reused.
+const V6_SEQ_FLOOR: &str = "
+CREATE TABLE seq_floor (n INTEGER NOT NULL) STRICT;
+INSERT INTO seq_floor (n) SELECT coalesce(max(seq), 0) FROM tasks;
+CREATE TRIGGER seq_floor_delete AFTER DELETE ON tasks BEGIN
+    UPDATE seq_floor SET n = max(n, OLD.seq);
+END;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -135,6 +147,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V3_STATE_COUNTS,
     V4_RETRY_BUDGET,
     V5_SCHEDULE,
+    V6_SEQ_FLOOR,
 ];
 
 /// The `user_version` this build writes and reads.

@@ -149,10 +149,12 @@ impl SqliteStore {
             )
         };
         let (reply, answer) = oneshot::channel();
+        // The queue refuses only when the writer thread is gone (it owns the
+        // receiver): say so, not "closed", which is what close() does.
         commands
             .send(writer::command(op, reply, room))
             .await
-            .map_err(|_| closed())?;
+            .map_err(|_| StoreError::Unavailable("store writer stopped".to_owned()))?;
         answer
             .await
             .map_err(|_| StoreError::Unavailable("store writer stopped".to_owned()))?

@@ -59,10 +59,14 @@ pub(crate) fn submit(
     let first_run = schedule.first_run(now);
     let (schedule_at, schedule_delay_ms) = schedule.to_parts();
     conn.prepare_cached(
-        "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
-                            attempt, created_at, updated_at, next_run_at, schedule_at, \
-                            schedule_delay_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11)",
+        // seq above every seq ever handed out, deleted ones included (see
+        // schema step 6): a listing cursor must never see a position reused.
+        "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
+                            timeout_ns, attempt, created_at, updated_at, next_run_at, \
+                            schedule_at, schedule_delay_ms) \
+         VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
+                     (SELECT n FROM seq_floor)) + 1, \
+                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11)",
     )
     .map_err(db)?
     .execute(params![

@@ -199,7 +199,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     store.close().await;
 
     let conn = Connection::open(&path).unwrap();
-    assert_eq!(pragma(&conn, "user_version"), 5);
+    assert_eq!(pragma(&conn, "user_version"), 6);
     // The counts table started from the rows the old file had, and followed
     // the claim since.
     let counts: Vec<(String, i64)> = conn
@@ -324,7 +324,7 @@ async fn files_that_are_not_ours_are_refused_and_left_untouched() {
                     e,
                     OpenError::NewerSchema {
                         found: 99,
-                        known: 5,
+                        known: 6,
                         ..
                     }
                 )

@@ -1,24 +1,29 @@
-//! The store property test: random sequences of operations, applied to
-//! SqliteStore and to the reference MemoryStore (tc-testkit), must give the
-//! same answers step by step. Seeded, so a failure repeats; bounded in steps.
+//! The store property test (proptest): arbitrary sequences of operations,
+//! applied to SqliteStore and to the reference MemoryStore (tc-testkit), must
+//! give the same answers step by step. A failing sequence is shrunk to a
+//! short one and printed; bounded in cases and steps.
 
 use std::time::Duration;
 
+use proptest::prelude::*;
 use tc_model::store::{Completion, Cursor, Guarded, ListQuery, Page, StoreError, TaskStore};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::memory_store::MemoryStore;
 
-const SEEDS: u64 = 24;
-const STEPS: usize = 120;
+const CASES: u32 = 24;
+const MAX_STEPS: usize = 120;
 
-/// One operation, with task references as indexes into the submitted tasks.
+/// One operation. A task is named by an index into the tasks submitted so
+/// far (taken modulo their number; a stranger while there are none).
 #[derive(Debug, Clone)]
 enum Op {
     Submit {
         key: u8,
         variant: u8,
+        delay_ms: Option<u64>,
     },
+    SubmitMany(Vec<(u8, u8)>),
     Get(usize),
     Claim(usize),
     Heartbeat(Vec<(usize, i64)>),
@@ -33,6 +38,16 @@ enum Op {
         attempt_shift: i64,
     },
     Recover,
+    Delete(usize),
+    Retry {
+        task: usize,
+        delay_ms: u64,
+    },
+    Prune {
+        state: State,
+        older_than_ms: u64,
+        limit: usize,
+    },
     List {
         state: Option<State>,
         limit: usize,
@@ -43,45 +58,49 @@ enum Op {
     Tick(u64),
 }
 
-fn random_op(rng: &mut fastrand::Rng, known: usize) -> Op {
-    let task = |rng: &mut fastrand::Rng| rng.usize(..known.max(1));
-    // Weighted towards claims and completions, where the guards are.
-    match rng.u8(..16) {
-        0 => Op::Submit {
-            key: rng.u8(..8),
-            variant: rng.u8(..2),
-        },
-        1 => Op::Get(task(rng)),
-        2..=4 => Op::Claim(rng.usize(..4)),
-        5 => Op::Heartbeat(
-            (0..rng.usize(..3))
-                .map(|_| (task(rng), rng.i64(-1..=0)))
-                .collect(),
-        ),
-        6..=9 => Op::Complete {
-            task: task(rng),
-            attempt_shift: rng.i64(-1..=0),
-            outcome: rng.u8(..5),
-        },
-        10 => Op::Cancel(task(rng)),
-        11 => Op::Release {
-            task: task(rng),
-            attempt_shift: rng.i64(-1..=0),
-        },
-        12 => Op::Recover,
-        13 => Op::List {
-            state: rng
-                .choice([None, Some(State::Pending), Some(State::Running)])
-                .flatten(),
-            limit: rng.usize(..4),
-            after: rng.bool().then(|| rng.i64(0..8)),
-        },
-        14 => match rng.u8(..2) {
-            0 => Op::Count,
-            _ => Op::NextDue,
-        },
-        _ => Op::Tick(rng.u64(0..3_000)),
-    }
+fn any_state() -> impl Strategy<Value = State> {
+    prop::sample::select(State::ALL.to_vec())
+}
+
+/// Weighted towards claims and completions, where the guards are.
+fn any_op() -> impl Strategy<Value = Op> {
+    let task = 0usize..8;
+    prop_oneof![
+        2 => (0u8..8, 0u8..2, prop::option::of(0u64..2_000))
+            .prop_map(|(key, variant, delay_ms)| Op::Submit { key, variant, delay_ms }),
+        1 => prop::collection::vec((0u8..8, 0u8..2), 1..4).prop_map(Op::SubmitMany),
+        1 => task.clone().prop_map(Op::Get),
+        3 => (0usize..4).prop_map(Op::Claim),
+        1 => prop::collection::vec((task.clone(), -1i64..=0), 0..3).prop_map(Op::Heartbeat),
+        4 => (task.clone(), -1i64..=0, 0u8..5).prop_map(|(task, attempt_shift, outcome)| {
+            Op::Complete { task, attempt_shift, outcome }
+        }),
+        1 => task.clone().prop_map(Op::Cancel),
+        1 => (task.clone(), -1i64..=0)
+            .prop_map(|(task, attempt_shift)| Op::Release { task, attempt_shift }),
+        1 => Just(Op::Recover),
+        1 => task.clone().prop_map(Op::Delete),
+        1 => (task, 0u64..1_000).prop_map(|(task, delay_ms)| Op::Retry { task, delay_ms }),
+        1 => (any_state(), 0u64..3_000, 0usize..3)
+            .prop_map(|(state, older_than_ms, limit)| Op::Prune { state, older_than_ms, limit }),
+        1 => (prop::option::of(any_state()), 0usize..4, prop::option::of(0i64..8))
+            .prop_map(|(state, limit, after)| Op::List { state, limit, after }),
+        1 => Just(Op::Count),
+        1 => Just(Op::NextDue),
+        2 => (0u64..3_000).prop_map(Op::Tick),
+    ]
+}
+
+fn new_task(key: u8, variant: u8) -> NewTask {
+    NewTask::new(
+        format!("http://downstream.test/{variant}"),
+        b"{}".to_vec(),
+        format!("key-{key}"),
+        3,
+        Duration::from_secs(1),
+        &Limits::default(),
+    )
+    .unwrap()
 }
 
 /// One store under test and the ids it gave, in submit order.
@@ -91,12 +110,13 @@ struct Side<S> {
 }
 
 impl<S: TaskStore> Side<S> {
-    /// The id of the `i`th submitted task, or a stranger when none exists.
+    /// The id of the `i`th submitted task (modulo their number), or a
+    /// stranger when none exists.
     fn id(&self, i: usize) -> TaskId {
-        self.ids
-            .get(i)
-            .copied()
-            .unwrap_or_else(|| TaskId::new(Timestamp::from_millis(0), [0xaa; 10]))
+        if self.ids.is_empty() {
+            return TaskId::new(Timestamp::from_millis(0), [0xaa; 10]);
+        }
+        self.ids[i % self.ids.len()]
     }
 
     /// The task's current attempt shifted by `shift` (a stale attempt at -1).
@@ -113,16 +133,17 @@ impl<S: TaskStore> Side<S> {
     async fn apply(&mut self, op: &Op, now: Timestamp) -> String {
         let lease = Duration::from_secs(2);
         match op {
-            Op::Submit { key, variant } => {
-                let new = NewTask::new(
-                    format!("http://downstream.test/{variant}"),
-                    b"{}".to_vec(),
-                    format!("key-{key}"),
-                    3,
-                    Duration::from_secs(1),
-                    &Limits::default(),
-                )
-                .unwrap();
+            Op::Submit {
+                key,
+                variant,
+                delay_ms,
+            } => {
+                let mut new = new_task(*key, *variant);
+                if let Some(ms) = delay_ms {
+                    new = new
+                        .with_schedule(tc_model::Schedule::After(Duration::from_millis(*ms)))
+                        .unwrap();
+                }
                 let got = self.store.submit(new, now).await;
                 if let Ok(submitted) = &got
                     && submitted.created
@@ -131,9 +152,46 @@ impl<S: TaskStore> Side<S> {
                 }
                 self.render(got.map(|s| (self.show(&s.task), s.created)))
             }
+            Op::SubmitMany(items) => {
+                let tasks = items.iter().map(|(k, v)| new_task(*k, *v)).collect();
+                let got = self.store.submit_many(tasks, now).await;
+                if let Ok(results) = &got {
+                    for submitted in results.iter().flatten() {
+                        if submitted.created {
+                            self.ids.push(submitted.task.id);
+                        }
+                    }
+                }
+                let shown = got.map(|results| {
+                    results
+                        .iter()
+                        .map(|r| {
+                            format!("{:?}", r.as_ref().map(|s| (self.show(&s.task), s.created)))
+                        })
+                        .collect::<Vec<_>>()
+                });
+                self.render(shown)
+            }
             Op::Get(i) => {
                 let got = self.store.get(self.id(*i)).await;
                 self.render(got.map(|t| self.show(&t)))
+            }
+            Op::Delete(i) => {
+                let id = self.id(*i);
+                self.render(self.store.delete(id).await)
+            }
+            Op::Retry { task, delay_ms } => {
+                let run_at = now.saturating_add(Duration::from_millis(*delay_ms));
+                let got = self.store.retry(self.id(*task), run_at, now).await;
+                self.render(got.map(|t| self.show(&t)))
+            }
+            Op::Prune {
+                state,
+                older_than_ms,
+                limit,
+            } => {
+                let older_than = Duration::from_millis(*older_than_ms);
+                self.render(self.store.prune(*state, older_than, now, *limit).await)
             }
             Op::Claim(n) => {
                 let got = self.store.claim_due(*n, now, lease).await;
@@ -246,8 +304,7 @@ impl<S: TaskStore> Side<S> {
     }
 }
 
-async fn check(seed: u64) {
-    let mut rng = fastrand::Rng::with_seed(seed);
+async fn check(ops: Vec<Op>) -> Result<(), String> {
     let mut sqlite = Side {
         store: SqliteStore::open_in_memory(StoreConfig::default())
             .await
@@ -259,26 +316,42 @@ async fn check(seed: u64) {
         ids: Vec::new(),
     };
     let mut now = Timestamp::from_millis(1_767_323_045_678);
-    let mut done = Vec::new();
-    for step in 0..STEPS {
-        let op = random_op(&mut rng, model.ids.len());
+    let mut verdict = Ok(());
+    for (step, op) in ops.iter().enumerate() {
         if let Op::Tick(ms) = op {
-            now = now.saturating_add(Duration::from_millis(ms));
+            now = now.saturating_add(Duration::from_millis(*ms));
         }
-        let want = model.apply(&op, now).await;
-        let got = sqlite.apply(&op, now).await;
-        done.push(op);
-        assert_eq!(
-            got, want,
-            "seed {seed}, step {step}: SqliteStore and the model disagree after {done:#?}"
-        );
+        let want = model.apply(op, now).await;
+        let got = sqlite.apply(op, now).await;
+        if got != want {
+            verdict = Err(format!(
+                "step {step} ({op:?}): SqliteStore answered\n  {got}\nthe model\n  {want}"
+            ));
+            break;
+        }
     }
     sqlite.store.close().await;
+    verdict
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_answers_like_the_in_memory_model() {
-    for seed in 0..SEEDS {
-        check(seed).await;
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: CASES,
+        // Each case opens a database: shrinking is bounded too.
+        max_shrink_iters: 200,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn sqlite_answers_like_the_in_memory_model(
+        ops in prop::collection::vec(any_op(), 1..MAX_STEPS)
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let verdict = runtime.block_on(check(ops));
+        prop_assert!(verdict.is_ok(), "{}", verdict.unwrap_err());
     }
 }
