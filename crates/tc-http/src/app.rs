@@ -30,6 +30,8 @@ pub struct App<S, C> {
     control: C,
     /// One permit per request allowed to wait for a task at once.
     waiters: Arc<tokio::sync::Semaphore>,
+    /// One permit per byte of request bodies being read at once.
+    body_budget: Arc<tokio::sync::Semaphore>,
     config: HttpConfig,
     registry: Registry,
     metrics: HttpMetrics,
@@ -47,6 +49,12 @@ impl<S: TaskStore, C: Control> App<S, C> {
             waiters: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_waiters
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+            body_budget: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_body_bytes_in_flight
+                    .max(config.max_body_bytes)
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
             config,
@@ -186,7 +194,8 @@ where
         drain_max_bytes: app.config.drain_max_bytes,
         drain_timeout: app.config.drain_timeout,
     };
-    let mut body = RequestBody::new(body, &parts.headers, limits);
+    let mut body =
+        RequestBody::new(body, &parts.headers, limits).with_budget(Arc::clone(&app.body_budget));
     let (label, result) = route_request(app, &parts, &mut body).await;
     let mut response = result.unwrap_or_else(ApiError::into_response);
     if !body.finish().await {

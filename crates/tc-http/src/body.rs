@@ -7,6 +7,7 @@
 //! resets the connection and the client sees "connection reset" instead of
 //! the answer. Reading the rest (within a bound) first lets the answer arrive.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -14,6 +15,7 @@ use http::HeaderMap;
 use http::header::EXPECT;
 use http_body_util::BodyExt;
 use hyper::body::Body;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::ApiError;
@@ -41,6 +43,11 @@ pub(crate) struct RequestBody<B> {
     ended: bool,
     /// The body failed (client gone, bad chunk encoding): it cannot be read further.
     broken: bool,
+    /// The bytes all bodies being read may hold together, shared by every
+    /// request of the server; `None` in tests that do not bound it.
+    budget: Option<Arc<Semaphore>>,
+    /// This body's share of the budget, held until the request is done.
+    reserved: Option<OwnedSemaphorePermit>,
 }
 
 impl<B> RequestBody<B>
@@ -63,6 +70,40 @@ where
             received: 0,
             ended,
             broken: false,
+            budget: None,
+            reserved: None,
+        }
+    }
+
+    /// Bounds this body, with every other one sharing `budget`, in bytes.
+    pub(crate) fn with_budget(mut self, budget: Arc<Semaphore>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Reserves what this body may grow to (its Content-Length, or the limit
+    /// for a chunked one) from the shared budget, waiting while other
+    /// bodies hold it, at most the read timeout; then 503.
+    async fn reserve(&mut self) -> Result<(), ApiError> {
+        let Some(budget) = self.budget.clone() else {
+            return Ok(());
+        };
+        if self.reserved.is_some() {
+            return Ok(());
+        }
+        let want = self.declared_len.map_or(self.limits.max_bytes as u64, |n| {
+            n.min(self.limits.max_bytes as u64)
+        });
+        let want = u32::try_from(want).unwrap_or(u32::MAX).max(1);
+        let acquire = budget.acquire_many_owned(want);
+        match tokio::time::timeout_at(deadline_after(self.limits.read_timeout), acquire).await {
+            Ok(Ok(permit)) => {
+                self.reserved = Some(permit);
+                Ok(())
+            }
+            Ok(Err(_)) | Err(_) => Err(ApiError::Unavailable(
+                "too many request bodies are being read; retry later".into(),
+            )),
         }
     }
 
@@ -79,6 +120,7 @@ where
         {
             return Err(too_large);
         }
+        self.reserve().await?;
         let deadline = deadline_after(self.limits.read_timeout);
         let mut buf = BytesMut::new();
         while !self.ended {
@@ -291,6 +333,40 @@ mod tests {
         let mut body = RequestBody::new(chunks(&[3, 3], false), &headers, limits);
         assert!(body.read_all().await.is_err());
         assert!(body.finish().await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bodies_in_flight_share_a_byte_budget() {
+        let headers = HeaderMap::new();
+        let budget = Arc::new(Semaphore::new(8));
+        // A chunked body reserves the whole limit (5) and holds it while it
+        // stalls.
+        let mut first = RequestBody::new(chunks(&[1], true), &headers, limits(5))
+            .with_budget(Arc::clone(&budget));
+        let stalled = first.read_all().await;
+        assert!(
+            matches!(stalled, Err(ApiError::RequestTimeout(_))),
+            "{stalled:?}"
+        );
+        assert_eq!(budget.available_permits(), 3, "held until the request ends");
+        // 5 more do not fit next to it: refused after the read timeout.
+        let mut second =
+            RequestBody::new(full(b"12345"), &headers, limits(5)).with_budget(Arc::clone(&budget));
+        let refused = second.read_all().await;
+        assert!(
+            matches!(refused, Err(ApiError::Unavailable(_))),
+            "{refused:?}"
+        );
+        assert!(!second.polled, "not a byte was read while waiting");
+        // 3 do; and once the first is done, its share comes back.
+        let mut third =
+            RequestBody::new(full(b"123"), &headers, limits(5)).with_budget(Arc::clone(&budget));
+        assert_eq!(third.read_all().await, Ok(Bytes::from_static(b"123")));
+        drop((first, third));
+        assert_eq!(budget.available_permits(), 8);
+        let mut fourth =
+            RequestBody::new(full(b"12345"), &headers, limits(5)).with_budget(Arc::clone(&budget));
+        assert_eq!(fourth.read_all().await, Ok(Bytes::from_static(b"12345")));
     }
 
     #[tokio::test(start_paused = true)]

@@ -37,6 +37,11 @@ pub struct HttpConfig {
     pub drain_max_bytes: u64,
     /// The most time spent on that draining (default 5 s).
     pub drain_timeout: Duration,
+    /// The most bytes all request bodies being read may hold together
+    /// (default 64 MiB; never less than `max_body_bytes`). Each body reserves
+    /// its Content-Length (the limit when chunked) before reading; a request
+    /// that cannot within the body read timeout is answered 503.
+    pub max_body_bytes_in_flight: usize,
     /// The most connections served at once (default 1024); a connection past
     /// it is answered `503` with `Retry-After: 1` and closed.
     pub max_connections: usize,
@@ -62,6 +67,7 @@ impl Default for HttpConfig {
             body_read_timeout: Duration::from_secs(30),
             drain_max_bytes: 256 * 1024 * 1024,
             drain_timeout: Duration::from_secs(5),
+            max_body_bytes_in_flight: 64 * 1024 * 1024,
             max_connections: 1024,
             write_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
