@@ -6,5 +6,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod contract;
+mod props;
 mod socket;
 mod support;
