@@ -314,19 +314,28 @@ impl TaskStore for SqliteStore {
     }
 
     async fn health(&self) -> Result<(), StoreError> {
-        if self.writer.as_ref().is_none_or(JoinHandle::is_finished) {
-            return Err(StoreError::Unavailable(
-                "the store writer thread has stopped".to_owned(),
-            ));
+        let stopped = || StoreError::Unavailable("the store writer thread has stopped".to_owned());
+        // A writer that is gone, or going (its queue closed while it unwinds).
+        let gone = || {
+            self.writer.as_ref().is_none_or(JoinHandle::is_finished)
+                || self.commands.as_ref().is_none_or(mpsc::Sender::is_closed)
+        };
+        if gone() {
+            return Err(stopped());
         }
         // A no-op through the writer's queue and transaction: it answers only
         // if the writer runs and can begin a write transaction.
-        self.write(|conn| {
-            conn.prepare_cached("SELECT 1")
-                .and_then(|mut stmt| stmt.query_row([], |_| Ok(())))
-                .map_err(crate::rows::db)
-        })
-        .await
+        let probe = self
+            .write(|conn| {
+                conn.prepare_cached("SELECT 1")
+                    .and_then(|mut stmt| stmt.query_row([], |_| Ok(())))
+                    .map_err(crate::rows::db)
+            })
+            .await;
+        match probe {
+            Err(_) if gone() => Err(stopped()),
+            other => other,
+        }
     }
 }
 
