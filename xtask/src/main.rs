@@ -2,6 +2,7 @@
 
 #![allow(clippy::print_stdout)]
 
+mod api_fuzz;
 mod bench;
 mod chaos;
 mod store_vs_rusqlite;
@@ -18,6 +19,7 @@ commands:
   test-matrix  the worker's scenarios for every store adapter x downstream [--verbose] [--only <scenario>]
   bench        build release, measure each figure beside its ceiling [--quick]
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
+  api-fuzz     schemathesis against a live tc-server from docs/openapi.yaml [--examples N]
   chaos        kill -9 tc-server under mixed load, restart, check nothing is lost [--rounds N] [--seed S]
 ";
 
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("bench-store") => store_vs_rusqlite::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
+        Some("api-fuzz") => api_fuzz::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())
