@@ -12,7 +12,7 @@ use hyper::body::Body;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tc_model::TaskId;
-use tc_model::store::{ListQuery, Page, TaskStore};
+use tc_model::store::{BulkAction, ListQuery, Page, TaskStore};
 
 use crate::auth::authorized;
 use crate::body::{BodyLimits, RequestBody};
@@ -86,6 +86,7 @@ pub struct Route {
 enum Endpoint {
     Submit,
     Batch,
+    Bulk,
     List,
     Get,
     Result,
@@ -113,6 +114,7 @@ const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> 
 pub const ROUTES: &[Route] = &[
     route("POST", "/tasks", Endpoint::Submit),
     route("POST", "/tasks/batch", Endpoint::Batch),
+    route("POST", "/tasks/bulk", Endpoint::Bulk),
     route("GET", "/tasks", Endpoint::List),
     route("GET", "/tasks/{id}", Endpoint::Get),
     route("GET", "/tasks/{id}/result", Endpoint::Result),
@@ -266,6 +268,7 @@ where
     match endpoint {
         Endpoint::Submit => submit(app, parts, body).await,
         Endpoint::Batch => batch(app, parts, body).await,
+        Endpoint::Bulk => bulk(app, parts, body).await,
         Endpoint::List => list(app, parts).await,
         Endpoint::Get => get(app, task_id(id)?, parts).await,
         Endpoint::Result => result(app, task_id(id)?).await,
@@ -569,6 +572,39 @@ where
     tracing::info!(task_id = %task.id, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "task_retried");
     app.control.task_submitted();
     json(StatusCode::OK, &TaskView::new(&task))
+}
+
+/// `POST /tasks/bulk`: retry, cancel or delete every task a filter covers
+/// (the tasks that existed when the call started), or count them.
+async fn bulk<S, C, B>(app: &App<S, C>, parts: &Parts, body: &mut RequestBody<B>) -> Answer
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    check_json_content_type(parts)?;
+    let bytes = body.read_all().await?;
+    let request = crate::dto::parse_bulk(&bytes)?;
+    let now = app.control.now();
+    let outcome = app
+        .store
+        .bulk(request.action, request.filter, request.dry_run, now)
+        .await?;
+    for id in &outcome.canceled_running {
+        app.control.canceled_in_store(*id);
+    }
+    if request.action == BulkAction::Retry && outcome.applied > 0 {
+        app.control.task_submitted();
+    }
+    tracing::info!(
+        action = request.action.as_str(),
+        dry_run = request.dry_run,
+        matched = outcome.matched,
+        applied = outcome.applied,
+        "tasks_bulk"
+    );
+    json(StatusCode::OK, &crate::dto::BulkView::new(&outcome))
 }
 
 /// `DELETE /tasks/{id}`: a finished task, its history and result are gone.

@@ -14,6 +14,11 @@ pub trait Control: Send + Sync + 'static {
     /// state), [`StoreError::NotFound`] for an unknown id.
     fn cancel(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send;
 
+    /// The store already holds this running task's cancel (a bulk cancel
+    /// wrote it): drop its in-flight call if this worker runs it, as
+    /// [`Control::cancel`] would.
+    fn canceled_in_store(&self, id: TaskId);
+
     /// The worker's clock (paused in tests), used for `created_at` and the like.
     fn now(&self) -> Timestamp;
 

@@ -7,12 +7,14 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tc_model::store::{BulkAction, BulkOutcome, TaskFilter};
 use tc_model::{
     AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp, ValidationError,
 };
 
 use crate::config::HttpConfig;
 use crate::error::ApiError;
+use crate::query::{FILTER_FIELDS, FilterFields};
 
 /// The body of `POST /tasks` as sent. Every field is a raw JSON value so that
 /// type errors can be reported with the field's name (serde's own messages
@@ -377,6 +379,116 @@ impl<'a> AttemptView<'a> {
             http_status: a.http_status,
             error: a.error.as_deref(),
             duration_ms: a.duration_ms,
+        }
+    }
+}
+
+/// The body of `POST /tasks/bulk`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BulkBody {
+    #[serde(default, deserialize_with = "present")]
+    action: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    filter: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    dry_run: Option<Value>,
+}
+
+/// A parsed `POST /tasks/bulk`.
+#[derive(Debug, PartialEq)]
+pub(crate) struct BulkRequest {
+    pub(crate) action: BulkAction,
+    pub(crate) filter: TaskFilter,
+    pub(crate) dry_run: bool,
+}
+
+/// Parses `{"action": "retry"|"cancel"|"delete", "filter": {...}, "dry_run":
+/// bool}`: the filter takes the list's filter fields, as strings, and is
+/// required (`{}` covers every task, said on purpose).
+pub(crate) fn parse_bulk(bytes: &[u8]) -> Result<BulkRequest, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid("body: must be a JSON object".into()));
+    }
+    let body: BulkBody = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => invalid(format!("body: {e}")),
+        _ => invalid(format!("body: not valid JSON: {e}")),
+    })?;
+    let action = match required_string("action", body.action)?.as_str() {
+        "retry" => BulkAction::Retry,
+        "cancel" => BulkAction::Cancel,
+        "delete" => BulkAction::Delete,
+        other => {
+            return Err(invalid(format!(
+                "action: must be one of retry, cancel, delete; got {other:?}"
+            )));
+        }
+    };
+    let dry_run = match body.dry_run {
+        None => false,
+        Some(Value::Bool(b)) => b,
+        Some(other) => {
+            return Err(invalid(format!(
+                "dry_run: must be a boolean, got {}",
+                json_type(&other)
+            )));
+        }
+    };
+    let fields = match body.filter {
+        Some(Value::Object(fields)) => fields,
+        None => {
+            return Err(invalid("filter: is required ({} covers every task)".into()));
+        }
+        Some(other) => {
+            return Err(invalid(format!(
+                "filter: must be an object, got {}",
+                json_type(&other)
+            )));
+        }
+    };
+    let mut filter = FilterFields::default();
+    for (name, value) in fields {
+        let slot = filter.slot(&name).ok_or_else(|| {
+            invalid(format!(
+                "filter.{name}: unknown field (expected {})",
+                FILTER_FIELDS.join(", ")
+            ))
+        })?;
+        match value {
+            Value::String(s) => *slot = Some(s),
+            other => {
+                return Err(invalid(format!(
+                    "filter.{name}: must be a string, got {}",
+                    json_type(&other)
+                )));
+            }
+        }
+    }
+    Ok(BulkRequest {
+        action,
+        filter: filter.parse().map_err(|e| match e {
+            ApiError::InvalidRequest(m) => invalid(format!("filter.{m}")),
+            other => other,
+        })?,
+        dry_run,
+    })
+}
+
+/// The answer to `POST /tasks/bulk`.
+#[derive(Debug, Serialize)]
+pub(crate) struct BulkView {
+    matched: u64,
+    applied: u64,
+    sample: Vec<String>,
+}
+
+impl BulkView {
+    pub(crate) fn new(outcome: &BulkOutcome) -> BulkView {
+        BulkView {
+            matched: outcome.matched,
+            applied: outcome.applied,
+            sample: outcome.sample.iter().map(ToString::to_string).collect(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The query string of `GET /tasks`.
 
-use tc_model::State;
-use tc_model::store::{Cursor, ListQuery};
+use tc_model::store::{Cursor, ListQuery, TaskFilter};
+use tc_model::{State, Timestamp};
 
 use crate::error::ApiError;
 
@@ -45,7 +45,7 @@ pub(crate) fn parse_wait(query: Option<&str>) -> Result<std::time::Duration, Api
 
 pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
     let invalid = ApiError::InvalidRequest;
-    let mut state = None;
+    let mut filter = FilterFields::default();
     let mut limit = None;
     let mut after = None;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -55,27 +55,19 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
         let value = decode(raw_value)
             .ok_or_else(|| invalid(format!("{name}: not valid percent-encoded UTF-8")))?;
         let slot = match name.as_str() {
-            "state" => &mut state,
             "limit" => &mut limit,
             "after" => &mut after,
-            _ => {
-                return Err(invalid(format!(
-                    "{name}: unknown query parameter (expected state, limit or after)"
-                )));
-            }
+            _ => filter.slot(&name).ok_or_else(|| {
+                invalid(format!(
+                    "{name}: unknown query parameter (expected {}, limit or after)",
+                    FILTER_FIELDS.join(", ")
+                ))
+            })?,
         };
         if slot.replace(value).is_some() {
             return Err(invalid(format!("{name}: given more than once")));
         }
     }
-    let state = match state {
-        None => None,
-        Some(s) => Some(s.parse::<State>().map_err(|_| {
-            invalid(format!(
-                "state: must be one of pending, running, success, failed, canceled; got {s:?}"
-            ))
-        })?),
-    };
     let limit = match limit {
         None => DEFAULT_LIMIT,
         Some(s) => match s.parse::<usize>() {
@@ -97,11 +89,128 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
         })?),
     };
     Ok(ListQuery {
-        state,
+        filter: filter.parse()?,
         limit,
         after,
-        max_result_bytes: None,
+        ..ListQuery::default()
     })
+}
+
+/// The filter fields `GET /tasks` and `POST /tasks/bulk` take.
+pub(crate) const FILTER_FIELDS: [&str; 6] = [
+    "state",
+    "destination",
+    "error",
+    "created_after",
+    "created_before",
+    "idempotency_key",
+];
+
+/// The longest error reason or destination a filter takes.
+const MAX_FILTER_VALUE: usize = 1024;
+
+/// A filter's fields as given (query parameters or JSON strings), before
+/// their values are checked.
+#[derive(Debug, Default)]
+pub(crate) struct FilterFields {
+    state: Option<String>,
+    destination: Option<String>,
+    error: Option<String>,
+    created_after: Option<String>,
+    created_before: Option<String>,
+    idempotency_key: Option<String>,
+}
+
+impl FilterFields {
+    /// Where the field called `name` goes; `None` for a name that is not a
+    /// filter field.
+    pub(crate) fn slot(&mut self, name: &str) -> Option<&mut Option<String>> {
+        Some(match name {
+            "state" => &mut self.state,
+            "destination" => &mut self.destination,
+            "error" => &mut self.error,
+            "created_after" => &mut self.created_after,
+            "created_before" => &mut self.created_before,
+            "idempotency_key" => &mut self.idempotency_key,
+            _ => return None,
+        })
+    }
+
+    /// Checks every value; 400 naming the field otherwise.
+    pub(crate) fn parse(self) -> Result<TaskFilter, ApiError> {
+        let invalid = ApiError::InvalidRequest;
+        let state = match self.state {
+            None => None,
+            Some(s) => Some(s.parse::<State>().map_err(|_| {
+                invalid(format!(
+                    "state: must be one of pending, running, success, failed, canceled; got {s:?}"
+                ))
+            })?),
+        };
+        let destination = match self.destination {
+            None => None,
+            Some(d) => Some(parse_destination(&d).ok_or_else(|| {
+                invalid(format!(
+                    "destination: must be host:port with the port written \
+                     (e.g. api.example.com:443); got {d:?}"
+                ))
+            })?),
+        };
+        let text = |name: &str, value: Option<String>| match value {
+            Some(v) if v.is_empty() || v.len() > MAX_FILTER_VALUE => Err(invalid(format!(
+                "{name}: must be 1 to {MAX_FILTER_VALUE} bytes"
+            ))),
+            v => Ok(v),
+        };
+        let time = |name: &str, value: Option<String>| match value {
+            None => Ok(None),
+            Some(v) => parse_rfc3339(&v).map(Some).ok_or_else(|| {
+                invalid(format!(
+                    "{name}: not an RFC 3339 time in UTC (e.g. 2026-01-02T03:04:05Z); got {v:?}"
+                ))
+            }),
+        };
+        Ok(TaskFilter {
+            state,
+            destination,
+            error: text("error", self.error)?,
+            created_after: time("created_after", self.created_after)?,
+            created_before: time("created_before", self.created_before)?,
+            idempotency_key: text("idempotency_key", self.idempotency_key)?,
+        })
+    }
+}
+
+/// A `host:port` as the task view writes it: a host (a name, an IPv4
+/// address or a bracketed IPv6 one), lower-cased, and a port. `None` when
+/// it is not one.
+fn parse_destination(text: &str) -> Option<String> {
+    let (host, port) = text.rsplit_once(':')?;
+    let port_ok = !port.is_empty()
+        && port.len() <= 5
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok();
+    let host_ok = !host.is_empty()
+        && host.len() <= 255
+        && if let Some(inner) = host.strip_prefix('[') {
+            inner
+                .strip_suffix(']')
+                .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok())
+        } else {
+            host.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+        };
+    (port_ok && host_ok).then(|| text.to_ascii_lowercase())
+}
+
+/// RFC 3339 (humantime reads it in UTC, `Z`, with any fraction) as a
+/// timestamp in milliseconds.
+pub(crate) fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+    humantime::parse_rfc3339(text)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
+        .map(Timestamp::from_millis)
 }
 
 /// Decodes `application/x-www-form-urlencoded` text (`%XX` and `+`); `None`
@@ -153,10 +262,10 @@ mod tests {
         after: Option<i64>,
     ) -> Result<ListQuery, &'static str> {
         Ok(ListQuery {
-            state,
+            filter: TaskFilter::state(state),
             limit,
             after: after.map(Cursor::from_position),
-            max_result_bytes: None,
+            ..ListQuery::default()
         })
     }
 
@@ -194,6 +303,70 @@ mod tests {
         check(Some("%ZZ=1"), Err("query: "));
         check(Some("state=%ff"), Err("state: not valid"));
         check(Some("limit=%"), Err("limit: not valid"));
+    }
+
+    #[test]
+    fn list_filters() {
+        let with = |edit: fn(&mut TaskFilter)| {
+            let mut filter = TaskFilter::default();
+            edit(&mut filter);
+            Ok(ListQuery {
+                filter,
+                ..ListQuery::default()
+            })
+        };
+        check(
+            Some("destination=API.example.com:443&error=http_503"),
+            with(|f| {
+                f.destination = Some("api.example.com:443".into());
+                f.error = Some("http_503".into());
+            }),
+        );
+        check(
+            Some("destination=%5B::1%5D:8080"),
+            with(|f| f.destination = Some("[::1]:8080".into())),
+        );
+        check(
+            Some("created_after=2026-01-02T03:04:05Z&created_before=2026-01-02T03:04:05.5Z"),
+            with(|f| {
+                f.created_after = Some(Timestamp::from_millis(1_767_323_045_000));
+                f.created_before = Some(Timestamp::from_millis(1_767_323_045_500));
+            }),
+        );
+        check(
+            Some("idempotency_key=a+b&state=failed"),
+            with(|f| {
+                f.idempotency_key = Some("a b".into());
+                f.state = Some(State::Failed);
+            }),
+        );
+        for bad in [
+            "example.com",
+            "example.com:",
+            "example.com:99999",
+            ":80",
+            "a b:80",
+            "[x]:1",
+        ] {
+            check(
+                Some(&format!("destination={bad}")),
+                Err("destination: must be host:port"),
+            );
+        }
+        check(Some("error="), Err("error: must be 1 to"));
+        check(
+            Some("idempotency_key="),
+            Err("idempotency_key: must be 1 to"),
+        );
+        check(
+            Some("created_after=yesterday"),
+            Err("created_after: not an RFC 3339"),
+        );
+        check(
+            Some("created_before=2026-13-01T00:00:00Z"),
+            Err("created_before: "),
+        );
+        check(Some("error=a&error=b"), Err("error: given more than once"));
     }
 
     #[test]

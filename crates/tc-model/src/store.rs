@@ -127,11 +127,126 @@ impl FromStr for Cursor {
     }
 }
 
-/// What to list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListQuery {
-    /// Only tasks in this state; all if `None`.
+/// Which tasks a listing or a bulk action covers: every field given must
+/// hold (an empty filter matches every task). [`TaskFilter::matches`] is the
+/// meaning; adapters turn it into their own queries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// Only tasks in this state.
     pub state: Option<State>,
+    /// Only tasks for this destination (`host:port`).
+    pub destination: Option<String>,
+    /// Only tasks whose last error is exactly this reason (`http_503`, …).
+    pub error: Option<String>,
+    /// Only tasks created at or after this time.
+    pub created_after: Option<Timestamp>,
+    /// Only tasks created before this time.
+    pub created_before: Option<Timestamp>,
+    /// Only the task with this idempotency key.
+    pub idempotency_key: Option<String>,
+}
+
+/// The index a filtered scan walks, in position order; the filter's other
+/// fields are checked on each row it reaches. Chosen by
+/// [`TaskFilter::driving`], the same way on every adapter, so that the rows
+/// a bounded scan reaches ([`ListQuery::max_scan`]) are the same everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driving {
+    /// The idempotency key's unique index: at most one row.
+    IdempotencyKey,
+    /// Tasks with this error reason.
+    Error,
+    /// Tasks for this destination.
+    Destination,
+    /// Tasks in this state.
+    State,
+    /// Every task (the created range alone is a scan).
+    All,
+}
+
+impl TaskFilter {
+    /// A filter on the state alone.
+    pub fn state(state: Option<State>) -> TaskFilter {
+        TaskFilter {
+            state,
+            ..TaskFilter::default()
+        }
+    }
+
+    /// Whether `task` is covered.
+    pub fn matches(&self, task: &Task) -> bool {
+        self.state.is_none_or(|s| task.state == s)
+            && self
+                .destination
+                .as_ref()
+                .is_none_or(|d| *d == task_destination(task))
+            && self
+                .error
+                .as_ref()
+                .is_none_or(|e| task.error.as_ref() == Some(e))
+            && self.created_after.is_none_or(|t| task.created_at >= t)
+            && self.created_before.is_none_or(|t| task.created_at < t)
+            && self
+                .idempotency_key
+                .as_ref()
+                .is_none_or(|k| *k == task.idempotency_key)
+    }
+
+    /// Whether `task` is reached by the [`TaskFilter::driving`] index.
+    pub fn reaches(&self, task: &Task) -> bool {
+        match self.driving() {
+            Driving::IdempotencyKey => self.idempotency_key.as_ref() == Some(&task.idempotency_key),
+            Driving::Error => self.error.is_some() && self.error == task.error,
+            Driving::Destination => self.destination.as_deref() == Some(task_destination(task)),
+            Driving::State => self.state == Some(task.state),
+            Driving::All => true,
+        }
+    }
+
+    /// The most selective index the filter can use: a key names one task;
+    /// an error reason is rarer than a destination, a destination rarer
+    /// than a state.
+    pub fn driving(&self) -> Driving {
+        if self.idempotency_key.is_some() {
+            Driving::IdempotencyKey
+        } else if self.error.is_some() {
+            Driving::Error
+        } else if self.destination.is_some() {
+            Driving::Destination
+        } else if self.state.is_some() {
+            Driving::State
+        } else {
+            Driving::All
+        }
+    }
+
+    /// Whether fields other than the driving one must be checked row by
+    /// row (then a listing's scan is bounded by [`ListQuery::max_scan`]).
+    pub fn needs_scan(&self) -> bool {
+        let driving = self.driving();
+        (self.state.is_some() && driving != Driving::State)
+            || (self.destination.is_some() && driving != Driving::Destination)
+            || (self.error.is_some() && driving != Driving::Error)
+            || (self.idempotency_key.is_some() && driving != Driving::IdempotencyKey)
+            || self.created_after.is_some()
+            || self.created_before.is_some()
+    }
+}
+
+// TODO(dest): `task.destination` once the destination column lands.
+fn task_destination(_task: &Task) -> &str {
+    ""
+}
+
+/// How many rows one listing page may examine, by default, when its filter
+/// needs a scan ([`TaskFilter::needs_scan`]).
+pub const DEFAULT_MAX_SCAN: usize = 10_000;
+
+/// What to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Which tasks.
+    pub filter: TaskFilter,
     /// The most tasks on one page.
     pub limit: usize,
     /// Continue after this cursor; from the start if `None`.
@@ -141,6 +256,89 @@ pub struct ListQuery {
     /// task, so a listing always moves on). Adapters check result sizes
     /// before they read any result. `None`: no bound.
     pub max_result_bytes: Option<usize>,
+    /// When the filter needs a scan, the most rows of the driving index one
+    /// page examines (at least `limit + 1`): a page can then end short, or
+    /// empty, with a cursor to go on from, so no request reads the whole
+    /// table for a rare match.
+    pub max_scan: usize,
+}
+
+impl Default for ListQuery {
+    fn default() -> Self {
+        ListQuery {
+            filter: TaskFilter::default(),
+            limit: 50,
+            after: None,
+            max_result_bytes: None,
+            max_scan: DEFAULT_MAX_SCAN,
+        }
+    }
+}
+
+impl ListQuery {
+    /// How many rows of the driving index this page examines: one more
+    /// than the limit (to know whether a page follows) when every given
+    /// field is the driving one, else `max_scan` (never fewer).
+    pub fn scan_rows(&self) -> usize {
+        let fetch = self.limit.saturating_add(1);
+        if self.filter.needs_scan() {
+            self.max_scan.max(fetch)
+        } else {
+            fetch
+        }
+    }
+}
+
+/// An action over every task a filter covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkAction {
+    /// [`TaskStore::retry`] each failed or canceled task, due at once.
+    Retry,
+    /// [`TaskStore::cancel`] each pending or running task.
+    Cancel,
+    /// [`TaskStore::delete`] each finished task.
+    Delete,
+}
+
+impl BulkAction {
+    /// The action's name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BulkAction::Retry => "retry",
+            BulkAction::Cancel => "cancel",
+            BulkAction::Delete => "delete",
+        }
+    }
+
+    /// Whether the action applies to a task in `state` (a bulk action skips
+    /// the others and does not count them as applied).
+    pub fn applies_to(self, state: State) -> bool {
+        match self {
+            BulkAction::Retry => matches!(state, State::Failed | State::Canceled),
+            BulkAction::Cancel => !state.is_terminal(),
+            BulkAction::Delete => state.is_terminal(),
+        }
+    }
+}
+
+/// How many tasks one bulk transaction covers at most.
+pub const BULK_CHUNK: usize = 1000;
+
+/// How many ids a bulk answer shows.
+pub const BULK_SAMPLE: usize = 10;
+
+/// What a bulk action did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BulkOutcome {
+    /// How many tasks the filter covered when the action started.
+    pub matched: u64,
+    /// How many of them the action changed (0 for a dry run).
+    pub applied: u64,
+    /// The first [`BULK_SAMPLE`] covered tasks, in creation order.
+    pub sample: Vec<TaskId>,
+    /// The tasks that were running when the action canceled them: their
+    /// calls are still in flight, and the caller interrupts them.
+    pub canceled_running: Vec<TaskId>,
 }
 
 /// How many of `result_lens` (a page's tasks' result sizes, in order) fit
@@ -329,6 +527,20 @@ pub trait TaskStore: Send + Sync + 'static {
     /// [`StoreError::Unavailable`] with the reason otherwise. Changes
     /// nothing; callers bound how long they wait for it.
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Applies `action` to every task `filter` covers that existed when
+    /// the call started (tasks submitted later are never swept in), in
+    /// transactions of at most [`BULK_CHUNK`] tasks; skips the tasks the
+    /// action does not apply to ([`BulkAction::applies_to`]). A retry makes
+    /// tasks due at `now`. With `dry_run` nothing changes: the covered tasks
+    /// are counted.
+    fn bulk(
+        &self,
+        action: BulkAction,
+        filter: TaskFilter,
+        dry_run: bool,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<BulkOutcome, StoreError>> + Send;
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@ impl<S: TaskStore> tc_http::Control for WorkerPort<S> {
         self.0.cancel(id).await
     }
 
+    fn canceled_in_store(&self, id: TaskId) {
+        self.0.canceled_elsewhere(id);
+    }
+
     fn now(&self) -> Timestamp {
         self.0.now()
     }

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use tc_model::store::{
-    Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+    BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page, StateCounts, StoreError,
+    Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tc_store::SqliteStore;
@@ -139,6 +140,16 @@ impl TaskStore for AnyStore {
         now: Timestamp,
     ) -> Result<Task, StoreError> {
         either!(self, s => s.retry(id, run_at, now))
+    }
+
+    async fn bulk(
+        &self,
+        action: BulkAction,
+        filter: TaskFilter,
+        dry_run: bool,
+        now: Timestamp,
+    ) -> Result<BulkOutcome, StoreError> {
+        either!(self, s => s.bulk(action, filter, dry_run, now))
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {

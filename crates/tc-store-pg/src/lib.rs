@@ -15,6 +15,7 @@
 
 mod config;
 mod error;
+mod filter;
 mod notify;
 mod ops;
 mod rows;

@@ -13,11 +13,13 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use tc_model::store::{
-    Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError, results_within,
+    Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError, TaskFilter,
+    results_within,
 };
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
 use crate::error::db;
+use crate::filter::FilterSql;
 use crate::rows::{
     self, ATTEMPT_COLUMNS, Stored, listed_columns, millis, nanos, parse_state, task_columns,
 };
@@ -229,6 +231,19 @@ async fn lock_head(tx: &Transaction<'_>, id: &TaskId) -> Result<Head, StoreError
         attempt: u32::try_from(attempt)
             .map_err(|_| StoreError::Unavailable("corrupt row in tasks: bad attempt".into()))?,
     })
+}
+
+/// The task's state, its row locked for the rest of the transaction;
+/// `None` when it is gone.
+pub(crate) async fn state_of(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+) -> Result<Option<State>, StoreError> {
+    match lock_head(tx, id).await {
+        Ok(head) => Ok(Some(head.state)),
+        Err(StoreError::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The head if the task is running with `attempt`, else the `Lost` answer.
@@ -686,92 +701,177 @@ pub(crate) async fn list(
     query: &ListQuery,
 ) -> Result<(Page, bool), StoreError> {
     let after = query.after.map_or(0, Cursor::position);
-    // One row more than asked tells whether another page follows. Sizes
-    // first (octet_length reads a toasted value's header, not its bytes),
-    // so that the page is budgeted before any result is read.
-    let fetch = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
-    let sizes = match query.state {
-        Some(state) => {
-            let stmt = tx
-                .prepare_cached(
-                    "SELECT pos, coalesce(octet_length(result), 0)::bigint, \
-                     pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
-                     FROM tasks WHERE state = $3 AND pos > $1 ORDER BY pos LIMIT $2",
-                )
-                .await
-                .map_err(db)?;
-            tx.query(&stmt, &[&after, &fetch, &state.as_str()]).await
-        }
-        None => {
-            let stmt = tx
-                .prepare_cached(
-                    "SELECT pos, coalesce(octet_length(result), 0)::bigint, \
-                     pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
-                     FROM tasks WHERE pos > $1 ORDER BY pos LIMIT $2",
-                )
-                .await
-                .map_err(db)?;
-            tx.query(&stmt, &[&after, &fetch]).await
-        }
-    }
-    .map_err(db)?;
-    let mut visible: Vec<(i64, usize)> = Vec::with_capacity(sizes.len());
+    let filter = FilterSql::new(&query.filter, 3);
+    // Along the driving index, at most scan_rows rows: whether the rest of
+    // the filter holds, and the result's size (octet_length reads a toasted
+    // value's header, not its bytes), so that the page is budgeted before
+    // any result is read.
+    let scan = i64::try_from(query.scan_rows()).unwrap_or(i64::MAX);
+    let stmt = tx
+        .prepare_cached(&format!(
+            "SELECT pos, ({rest}), coalesce(octet_length(result), 0)::bigint, \
+             pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
+             FROM tasks WHERE {driving} AND pos > $1 ORDER BY pos LIMIT $2",
+            rest = filter.rest,
+            driving = filter.driving,
+        ))
+        .await
+        .map_err(db)?;
+    let scanned_rows = tx
+        .query(&stmt, &filter.params(&[&after, &scan]))
+        .await
+        .map_err(db)?;
+    let mut matched: Vec<(i64, usize)> = Vec::new();
     let mut held_back = false;
-    for row in &sizes {
+    let mut scanned = 0i64;
+    let mut last_scanned = after;
+    for row in &scanned_rows {
         let pos: i64 = row.try_get(0).map_err(db)?;
-        let len: i64 = row.try_get(1).map_err(db)?;
-        let horizon: i64 = row.try_get(2).map_err(db)?;
+        let horizon: i64 = row.try_get(3).map_err(db)?;
         if pos >= horizon {
             held_back = true;
             break;
         }
-        visible.push((pos, usize::try_from(len).unwrap_or(usize::MAX)));
-    }
-    let candidates = &visible[..visible.len().min(query.limit)];
-    let lens: Vec<usize> = candidates.iter().map(|&(_, len)| len).collect();
-    let take = results_within(&lens, query.max_result_bytes);
-    let more = held_back || visible.len() > take;
-    let mut found: Vec<Stored> = Vec::with_capacity(take);
-    if let Some(&(last, _)) = candidates[..take].last() {
-        let rows = match query.state {
-            Some(state) => {
-                let stmt = tx
-                    .prepare_cached(concat!(
-                        "SELECT ",
-                        listed_columns!(),
-                        " FROM tasks WHERE state = $3 AND pos > $1 AND pos <= $2 ORDER BY pos"
-                    ))
-                    .await
-                    .map_err(db)?;
-                tx.query(&stmt, &[&after, &last, &state.as_str()]).await
-            }
-            None => {
-                let stmt = tx
-                    .prepare_cached(concat!(
-                        "SELECT ",
-                        listed_columns!(),
-                        " FROM tasks WHERE pos > $1 AND pos <= $2 ORDER BY pos"
-                    ))
-                    .await
-                    .map_err(db)?;
-                tx.query(&stmt, &[&after, &last]).await
+        scanned += 1;
+        last_scanned = pos;
+        if row.try_get::<_, bool>(1).map_err(db)? {
+            let len: i64 = row.try_get(2).map_err(db)?;
+            matched.push((pos, usize::try_from(len).unwrap_or(usize::MAX)));
+            if matched.len() > query.limit {
+                break;
             }
         }
-        .map_err(db)?;
-        for row in &rows {
+    }
+    let candidates = &matched[..matched.len().min(query.limit)];
+    let lens: Vec<usize> = candidates.iter().map(|&(_, len)| len).collect();
+    let take = results_within(&lens, query.max_result_bytes);
+    let mut found: Vec<Stored> = Vec::with_capacity(take);
+    if let Some(&(last, _)) = candidates[..take].last() {
+        let stmt = tx
+            .prepare_cached(&format!(
+                "SELECT {columns} FROM tasks \
+                 WHERE {driving} AND {rest} AND pos > $1 AND pos <= $2 ORDER BY pos",
+                columns = listed_columns!(),
+                driving = filter.driving,
+                rest = filter.rest,
+            ))
+            .await
+            .map_err(db)?;
+        for row in &tx
+            .query(&stmt, &filter.params(&[&after, &last]))
+            .await
+            .map_err(db)?
+        {
             found.push(rows::task_from_row(row)?);
         }
     }
-    let next = if more {
-        // With limit 0 (or every row held back) nothing is on the page; the
-        // next one starts where this one did.
+    let next = if held_back || matched.len() > take {
+        // With every row held back nothing is on the page; the next one
+        // starts where this one did.
         Some(Cursor::from_position(found.last().map_or(after, |s| s.pos)))
     } else {
-        None
+        // A scan that used its whole bound goes on after its last row.
+        (scanned == scan).then(|| Cursor::from_position(last_scanned))
     };
     let mut tasks: Vec<Task> = found.into_iter().map(|s| s.task).collect();
     fill_attempts(tx, &mut tasks).await?;
     Ok((Page { tasks, next }, held_back))
+}
+
+/// A bulk action's horizon: the snapshot of the transactions that had
+/// committed when it started. A task is covered only if the transaction
+/// that inserted it (its position's upper bits) is visible in it.
+pub(crate) async fn bulk_snapshot(client: &Client) -> Result<String, StoreError> {
+    let stmt = client
+        .prepare_cached("SELECT pg_current_snapshot()::text")
+        .await
+        .map_err(db)?;
+    client
+        .query_one(&stmt, &[])
+        .await
+        .map_err(db)?
+        .try_get(0)
+        .map_err(db)
+}
+
+/// The covered tasks of one bulk step: up to `n` after `after`, inserted
+/// by transactions visible in `snapshot`, with their states.
+pub(crate) async fn bulk_covered(
+    tx: &Transaction<'_>,
+    filter: &TaskFilter,
+    snapshot: &str,
+    after: i64,
+    n: i64,
+) -> Result<Vec<(i64, TaskId, State)>, StoreError> {
+    let filter = FilterSql::new(filter, 4);
+    let stmt = tx
+        .prepare_cached(&format!(
+            "SELECT pos, id, state FROM tasks \
+             WHERE {driving} AND {rest} AND pos > $1 \
+             AND pg_visible_in_snapshot((pos / 65536)::text::xid8, $2::text::pg_snapshot) \
+             ORDER BY pos LIMIT $3",
+            driving = filter.driving,
+            rest = filter.rest,
+        ))
+        .await
+        .map_err(db)?;
+    let rows = tx
+        .query(&stmt, &filter.params(&[&after, &snapshot, &n]))
+        .await
+        .map_err(db)?;
+    rows.iter()
+        .map(|row| {
+            let id: Vec<u8> = row.try_get(1).map_err(db)?;
+            let state: String = row.try_get(2).map_err(db)?;
+            Ok((
+                row.try_get(0).map_err(db)?,
+                rows::parse_id(id)?,
+                parse_state(&state)?,
+            ))
+        })
+        .collect()
+}
+
+/// A dry run: how many tasks the filter covers, and the first `sample`.
+pub(crate) async fn bulk_count(
+    tx: &Transaction<'_>,
+    filter: &TaskFilter,
+    sample: i64,
+) -> Result<(u64, Vec<TaskId>), StoreError> {
+    let counted = FilterSql::new(filter, 1);
+    let count = tx
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM tasks WHERE {driving} AND {rest}",
+            driving = counted.driving,
+            rest = counted.rest,
+        ))
+        .await
+        .map_err(db)?;
+    let matched: i64 = tx
+        .query_one(&count, &counted.params(&[]))
+        .await
+        .map_err(db)?
+        .try_get(0)
+        .map_err(db)?;
+    let filter = FilterSql::new(filter, 2);
+    let first = tx
+        .prepare_cached(&format!(
+            "SELECT id FROM tasks WHERE {driving} AND {rest} ORDER BY pos LIMIT $1",
+            driving = filter.driving,
+            rest = filter.rest,
+        ))
+        .await
+        .map_err(db)?;
+    let mut ids = Vec::new();
+    for row in tx
+        .query(&first, &filter.params(&[&sample]))
+        .await
+        .map_err(db)?
+    {
+        let id: Vec<u8> = row.try_get(0).map_err(db)?;
+        ids.push(rows::parse_id(id)?);
+    }
+    Ok((u64::try_from(matched).unwrap_or(0), ids))
 }
 
 /// How many tasks are in each state, from the sharded counters.

@@ -3,7 +3,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tc_model::store::{
-    Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page,
+    StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
@@ -364,6 +365,74 @@ impl TaskStore for PgStore {
         // Pending again: idle workers on every node may claim it.
         self.submitted.notify_one();
         Ok(task)
+    }
+
+    async fn bulk(
+        &self,
+        action: BulkAction,
+        filter: TaskFilter,
+        dry_run: bool,
+        now: Timestamp,
+    ) -> Result<BulkOutcome, StoreError> {
+        let mut client = self.client().await?;
+        if dry_run {
+            let tx = read_snapshot(&mut client).await?;
+            let sample = i64::try_from(BULK_SAMPLE).unwrap_or(i64::MAX);
+            let (matched, sample) = ops::bulk_count(&tx, &filter, sample).await?;
+            tx.commit().await.map_err(db)?;
+            return Ok(BulkOutcome {
+                matched,
+                sample,
+                ..BulkOutcome::default()
+            });
+        }
+        let snapshot = ops::bulk_snapshot(&client).await?;
+        let chunk = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
+        let mut outcome = BulkOutcome::default();
+        let mut after = 0;
+        loop {
+            let tx = client.transaction().await.map_err(db)?;
+            let covered = ops::bulk_covered(&tx, &filter, &snapshot, after, chunk).await?;
+            let mut canceled_running = Vec::new();
+            let mut applied = 0;
+            for &(_, id, _) in &covered {
+                // Each operation locks its row and reads its state again: a
+                // worker may have moved the task since the scan.
+                let state = ops::state_of(&tx, &id).await?;
+                if !state.is_some_and(|s| action.applies_to(s)) {
+                    continue;
+                }
+                match action {
+                    BulkAction::Retry => {
+                        ops::retry(&tx, &id, 0, self.stamp(now)).await?;
+                    }
+                    BulkAction::Cancel => {
+                        let canceled =
+                            ops::cancel(&tx, &id, self.stamp(now), &self.channels.cancel).await?;
+                        if canceled.was_running {
+                            canceled_running.push(id);
+                        }
+                    }
+                    BulkAction::Delete => ops::delete(&tx, &id).await?,
+                }
+                applied += 1;
+            }
+            tx.commit().await.map_err(db)?;
+            if action == BulkAction::Retry && applied > 0 {
+                self.submitted.notify_one();
+            }
+            outcome.matched += covered.len() as u64;
+            outcome.applied += applied;
+            let room = BULK_SAMPLE.saturating_sub(outcome.sample.len());
+            outcome
+                .sample
+                .extend(covered.iter().take(room).map(|&(_, id, _)| id));
+            outcome.canceled_running.extend(canceled_running);
+            match covered.last() {
+                Some(&(last, _, _)) if covered.len() == BULK_CHUNK => after = last,
+                _ => return Ok(outcome),
+            }
+        }
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {

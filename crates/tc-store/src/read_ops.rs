@@ -2,40 +2,19 @@
 //! Each runs in one read transaction so that a task and its history, or a
 //! page, come from one snapshot.
 
-use rusqlite::{Connection, params};
-use tc_model::store::{Cursor, ListQuery, Page, StateCounts, StoreError, results_within};
+use rusqlite::Connection;
+use tc_model::store::{
+    BULK_SAMPLE, Cursor, ListQuery, Page, StateCounts, StoreError, results_within,
+};
 use tc_model::{Task, TaskId, Timestamp};
 
+use crate::filter::FilterSql;
 use crate::rows::{self, db, listed_columns, parse_state, task_from_row};
 
 /// The earliest due time, read from the first entry of `tasks_due` (pinned:
 /// see [`crate::write_ops::CLAIM_DUE`]).
 pub(crate) const NEXT_DUE: &str =
     "SELECT min(next_run_at) FROM tasks INDEXED BY tasks_due WHERE state = 'pending'";
-
-/// The result sizes of a page of one state, in seq order, from
-/// `tasks_by_state`: `length()` of a blob reads the row's header, not the
-/// blob, so a page is budgeted before any result is read.
-pub(crate) const LIST_STATE_SIZES: &str = "SELECT seq, coalesce(length(result), 0) FROM tasks \
-     WHERE state = ?3 AND seq > ?1 ORDER BY seq LIMIT ?2";
-
-/// The result sizes of a page of every state, from the primary key.
-pub(crate) const LIST_ALL_SIZES: &str = "SELECT seq, coalesce(length(result), 0) FROM tasks \
-     WHERE seq > ?1 ORDER BY seq LIMIT ?2";
-
-/// A page of one state, in seq order, from `tasks_by_state`.
-pub(crate) const LIST_STATE: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    " FROM tasks WHERE state = ?3 AND seq > ?1 ORDER BY seq LIMIT ?2"
-);
-
-/// A page of every state, in seq order, from the primary key.
-pub(crate) const LIST_ALL: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    " FROM tasks WHERE seq > ?1 ORDER BY seq LIMIT ?2"
-);
 
 /// Counts per state, from the counts table the triggers keep (schema step 3).
 pub(crate) const COUNT_BY_STATE: &str = "SELECT state, n FROM state_counts ORDER BY state";
@@ -48,65 +27,64 @@ pub(crate) fn get(conn: &mut Connection, id: &TaskId) -> Result<Task, StoreError
     found.map(|stored| stored.task).ok_or(StoreError::NotFound)
 }
 
-/// A page in seq (creation) order after the cursor: first the result sizes
-/// of up to `limit + 1` rows, to know how many fit in the budget and whether
-/// a page follows; then those rows, without their bodies.
+/// A page in seq (creation) order after the cursor: first, along the
+/// filter's driving index, the seq, match and result size of up to
+/// [`ListQuery::scan_rows`] rows, to know which match, how many fit in the
+/// budget and whether a page follows; then the rows taken, without their
+/// bodies. `length()` of a blob reads the row's header, not the blob, so a
+/// page is budgeted before any result is read.
 pub(crate) fn list(conn: &mut Connection, query: &ListQuery) -> Result<Page, StoreError> {
     let tx = conn.transaction().map_err(db)?;
     let after = query.after.map_or(0, Cursor::position);
-    // One row more than asked tells whether another page follows.
-    let fetch = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
-    let sizes: Vec<(i64, usize)> = {
-        let sql = if query.state.is_some() {
-            LIST_STATE_SIZES
-        } else {
-            LIST_ALL_SIZES
-        };
-        let mut stmt = tx.prepare_cached(sql).map_err(db)?;
-        let mut rows = match query.state {
-            Some(state) => stmt.query(params![after, fetch, state.as_str()]),
-            None => stmt.query(params![after, fetch]),
-        }
-        .map_err(db)?;
-        let mut sizes = Vec::new();
+    let filter = FilterSql::new(&query.filter);
+    let scan = i64::try_from(query.scan_rows()).unwrap_or(i64::MAX);
+    let mut matched: Vec<(i64, usize)> = Vec::new();
+    let mut scanned = 0i64;
+    let mut last_scanned = after;
+    {
+        let mut stmt = tx.prepare_cached(&list_scan_sql(&filter)).map_err(db)?;
+        let mut rows = stmt
+            .query(&filter.params(&[(":after", &after), (":scan", &scan)])[..])
+            .map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
-            let len: i64 = row.get(1).map_err(db)?;
-            sizes.push((
-                row.get(0).map_err(db)?,
-                usize::try_from(len).unwrap_or(usize::MAX),
-            ));
+            scanned += 1;
+            last_scanned = row.get(0).map_err(db)?;
+            if row.get::<_, bool>(1).map_err(db)? {
+                let len: i64 = row.get(2).map_err(db)?;
+                matched.push((last_scanned, usize::try_from(len).unwrap_or(usize::MAX)));
+                if matched.len() > query.limit {
+                    break;
+                }
+            }
         }
-        sizes
-    };
-    let candidates = &sizes[..sizes.len().min(query.limit)];
+    }
+    let candidates = &matched[..matched.len().min(query.limit)];
     let lens: Vec<usize> = candidates.iter().map(|&(_, len)| len).collect();
     let take = results_within(&lens, query.max_result_bytes);
-    let more = sizes.len() > take;
     let mut found = Vec::with_capacity(take);
-    if take > 0 {
-        let sql = if query.state.is_some() {
-            LIST_STATE
-        } else {
-            LIST_ALL
-        };
-        let mut stmt = tx.prepare_cached(sql).map_err(db)?;
-        let n = i64::try_from(take).unwrap_or(i64::MAX);
-        let mut rows = match query.state {
-            Some(state) => stmt.query(params![after, n, state.as_str()]),
-            None => stmt.query(params![after, n]),
-        }
-        .map_err(db)?;
+    if let Some(&(last, _)) = candidates[..take].last() {
+        let sql = format!(
+            "SELECT {columns} FROM {table} \
+             WHERE {driving} AND {rest} AND seq > :after AND seq <= :last ORDER BY seq",
+            columns = listed_columns!(),
+            table = filter.table,
+            rest = filter.rest,
+            driving = filter.driving,
+        );
+        let mut stmt = tx.prepare_cached(&sql).map_err(db)?;
+        let mut rows = stmt
+            .query(&filter.params(&[(":after", &after), (":last", &last)])[..])
+            .map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
             found.push(task_from_row(row)?);
         }
     }
-    let next = if more {
-        // With limit 0 nothing is on the page; the next one starts where this
-        // one did.
-        Some(Cursor::from_position(found.last().map_or(after, |s| s.seq)))
-    } else {
-        None
-    };
+    let next = page_end(
+        after,
+        found.last().map(|s| s.seq),
+        matched.len() > take,
+        (scanned == scan).then_some(last_scanned),
+    );
     let mut tasks = Vec::with_capacity(found.len());
     for mut stored in found {
         stored.task.attempts = rows::attempts_of(&tx, &stored.task.id)?;
@@ -114,6 +92,81 @@ pub(crate) fn list(conn: &mut Connection, query: &ListQuery) -> Result<Page, Sto
     }
     tx.finish().map_err(db)?;
     Ok(Page { tasks, next })
+}
+
+/// A page's first query: along the driving index after `:after`, at most
+/// `:scan` rows, each with whether the rest of the filter holds and its
+/// result's size.
+pub(crate) fn list_scan_sql(filter: &FilterSql) -> String {
+    format!(
+        "SELECT seq, {rest}, coalesce(length(result), 0) FROM {table} \
+         WHERE {driving} AND seq > :after ORDER BY seq LIMIT :scan",
+        table = filter.table,
+        rest = filter.rest,
+        driving = filter.driving,
+    )
+}
+
+/// The highest seq in use: a bulk action covers no task above it.
+pub(crate) fn last_seq(conn: &Connection) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT coalesce(max(seq), 0) FROM tasks")
+        .map_err(db)?
+        .query_row([], |row| row.get(0))
+        .map_err(db)
+}
+
+/// A dry run of a bulk action: how many tasks the filter covers now, and
+/// the first [`BULK_SAMPLE`] of them, from one snapshot.
+pub(crate) fn bulk_count(
+    conn: &mut Connection,
+    filter: &FilterSql,
+) -> Result<(u64, Vec<TaskId>), StoreError> {
+    let tx = conn.transaction().map_err(db)?;
+    let matched: i64 = tx
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM {table} WHERE {driving} AND {rest}",
+            table = filter.table,
+            driving = filter.driving,
+            rest = filter.rest,
+        ))
+        .map_err(db)?
+        .query_row(&filter.params(&[])[..], |row| row.get(0))
+        .map_err(db)?;
+    let sample = i64::try_from(BULK_SAMPLE).unwrap_or(i64::MAX);
+    let ids: Vec<Vec<u8>> = tx
+        .prepare_cached(&format!(
+            "SELECT id FROM {table} WHERE {driving} AND {rest} ORDER BY seq LIMIT :n",
+            table = filter.table,
+            driving = filter.driving,
+            rest = filter.rest,
+        ))
+        .map_err(db)?
+        .query_map(&filter.params(&[(":n", &sample)])[..], |row| row.get(0))
+        .map_err(db)?
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
+    let ids = ids
+        .into_iter()
+        .map(rows::parse_id)
+        .collect::<Result<_, _>>()?;
+    tx.finish().map_err(db)?;
+    Ok((u64::try_from(matched).unwrap_or(0), ids))
+}
+
+/// Where the next page starts: after the last task taken when more matched
+/// than were taken (with none taken, where this page started); after the
+/// last row scanned when the scan used its whole bound; nowhere otherwise.
+fn page_end(
+    after: i64,
+    last_taken: Option<i64>,
+    more_matched: bool,
+    scan_ended_at: Option<i64>,
+) -> Option<Cursor> {
+    if more_matched {
+        Some(Cursor::from_position(last_taken.unwrap_or(after)))
+    } else {
+        scan_ended_at.map(Cursor::from_position)
+    }
 }
 
 /// How many tasks are in each state.

@@ -140,6 +140,12 @@ CREATE TRIGGER seq_floor_delete AFTER DELETE ON tasks BEGIN
 END;
 ";
 
+/// Step 6 → 7: the list and bulk filters' indexes (see `tc_model::store::
+/// Driving`). Partial: a task that never failed has no error to index.
+const V7_FILTER_INDEXES: &str = "
+CREATE INDEX tasks_by_error ON tasks (error, seq) WHERE error IS NOT NULL;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -148,6 +154,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V4_RETRY_BUDGET,
     V5_SCHEDULE,
     V6_SEQ_FLOOR,
+    V7_FILTER_INDEXES,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -439,6 +446,7 @@ fn inspect(conn: &Connection, path: &Path) -> Result<Found, OpenError> {
 #[cfg(test)]
 mod tests {
     use tc_model::State;
+    use tc_model::store::TaskFilter;
 
     use super::*;
 
@@ -465,11 +473,37 @@ mod tests {
             (crate::write_ops::CLAIM_DUE, "tasks_due"),
             (crate::read_ops::NEXT_DUE, "tasks_due"),
             (crate::write_ops::EXPIRED, "tasks_leased"),
-            (crate::read_ops::LIST_STATE, "tasks_by_state"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
-            (crate::read_ops::LIST_ALL, "INTEGER PRIMARY KEY"),
         ];
-        for (sql, index) in cases {
+        let filtered = |edit: fn(&mut TaskFilter)| {
+            let mut filter = TaskFilter::default();
+            edit(&mut filter);
+            crate::read_ops::list_scan_sql(&crate::filter::FilterSql::new(&filter))
+        };
+        let lists = [
+            (filtered(|_| {}), "INTEGER PRIMARY KEY"),
+            (
+                filtered(|f| f.state = Some(State::Failed)),
+                "tasks_by_state",
+            ),
+            (
+                filtered(|f| {
+                    f.state = Some(State::Failed);
+                    f.error = Some("http_503".into());
+                }),
+                "tasks_by_error",
+            ),
+            (
+                filtered(|f| f.idempotency_key = Some("k".into())),
+                "idempotency_key",
+            ),
+            (
+                filtered(|f| f.created_after = Some(tc_model::Timestamp::from_millis(1))),
+                "INTEGER PRIMARY KEY",
+            ),
+        ];
+        let lists: Vec<(&str, &str)> = lists.iter().map(|(sql, i)| (sql.as_str(), *i)).collect();
+        for (sql, index) in cases.into_iter().chain(lists) {
             let plan = plan(&conn, sql);
             assert!(plan.contains(index), "{sql}\n  plan: {plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql} sorts\n  plan: {plan}");

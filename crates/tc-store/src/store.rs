@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 use tc_model::store::{
-    Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page,
+    StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::StoreConfig;
+use crate::filter::FilterSql;
 use crate::read_pool::Readers;
 use crate::schema::{self, OpenError, Target};
 use crate::{read_ops, write_ops, writer};
@@ -307,6 +309,57 @@ impl TaskStore for SqliteStore {
     ) -> Result<Task, StoreError> {
         self.write(move |conn| write_ops::retry(conn, &id, run_at, now))
             .await
+    }
+
+    async fn bulk(
+        &self,
+        action: BulkAction,
+        filter: TaskFilter,
+        dry_run: bool,
+        now: Timestamp,
+    ) -> Result<BulkOutcome, StoreError> {
+        if dry_run {
+            let (matched, sample) = self
+                .readers
+                .run(move |conn| read_ops::bulk_count(conn, &FilterSql::new(&filter)))
+                .await?;
+            return Ok(BulkOutcome {
+                matched,
+                sample,
+                ..BulkOutcome::default()
+            });
+        }
+        // seq order is commit order: every task submitted before this call
+        // has a seq at or below the horizon, every later one a higher seq.
+        let horizon = self.readers.run(|conn| read_ops::last_seq(conn)).await?;
+        let mut outcome = BulkOutcome::default();
+        let mut after = 0;
+        loop {
+            let filter = filter.clone();
+            // One command per chunk: the writer is held for at most
+            // BULK_CHUNK tasks, and submits queue in between.
+            let chunk = self
+                .write(move |conn| {
+                    write_ops::bulk_chunk(
+                        conn,
+                        action,
+                        &FilterSql::new(&filter),
+                        after,
+                        horizon,
+                        now,
+                    )
+                })
+                .await?;
+            outcome.matched += chunk.matched.len() as u64;
+            outcome.applied += chunk.applied;
+            let room = BULK_SAMPLE.saturating_sub(outcome.sample.len());
+            outcome.sample.extend(chunk.matched.iter().take(room));
+            outcome.canceled_running.extend(chunk.canceled_running);
+            match chunk.last {
+                Some(last) if chunk.matched.len() == BULK_CHUNK => after = last,
+                _ => return Ok(outcome),
+            }
+        }
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {

@@ -9,9 +9,10 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tc_model::store::{Completion, Guarded, StoreError, Submitted};
+use tc_model::store::{BULK_CHUNK, BulkAction, Completion, Guarded, StoreError, Submitted};
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, transit};
 
+use crate::filter::FilterSql;
 use crate::rows::{self, Stored, db, nanos, parse_id, parse_state};
 
 /// The error an attempt row and the task carry when a try was cut short by a
@@ -382,6 +383,74 @@ pub(crate) fn retry(
         ],
     )?;
     load_seq(conn, seq)
+}
+
+/// One transaction's share of a bulk action.
+#[derive(Debug, Default)]
+pub(crate) struct BulkChunk {
+    /// The covered tasks this step reached, in seq order.
+    pub(crate) matched: Vec<TaskId>,
+    /// How many of them the action changed.
+    pub(crate) applied: u64,
+    /// Those that were running when canceled.
+    pub(crate) canceled_running: Vec<TaskId>,
+    /// The last seq reached.
+    pub(crate) last: Option<i64>,
+}
+
+/// Applies `action` to the first [`BULK_CHUNK`] tasks `filter` covers with
+/// seq in (`after`, `horizon`], skipping those it does not apply to.
+pub(crate) fn bulk_chunk(
+    conn: &Connection,
+    action: BulkAction,
+    filter: &FilterSql,
+    after: i64,
+    horizon: i64,
+    now: Timestamp,
+) -> Result<BulkChunk, StoreError> {
+    let sql = format!(
+        "SELECT seq, id, state FROM {table} \
+         WHERE {driving} AND {rest} AND seq > :after AND seq <= :horizon \
+         ORDER BY seq LIMIT :n",
+        table = filter.table,
+        driving = filter.driving,
+        rest = filter.rest,
+    );
+    let n = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
+    let covered: Vec<(i64, Vec<u8>, String)> = conn
+        .prepare_cached(&sql)
+        .map_err(db)?
+        .query_map(
+            &filter.params(&[(":after", &after), (":horizon", &horizon), (":n", &n)])[..],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .map_err(db)?
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
+    let mut chunk = BulkChunk::default();
+    for (seq, id, state) in covered {
+        let id = rows::parse_id(id)?;
+        let state = parse_state(&state)?;
+        chunk.last = Some(seq);
+        chunk.matched.push(id);
+        if !action.applies_to(state) {
+            continue;
+        }
+        match action {
+            BulkAction::Retry => {
+                retry(conn, &id, now, now)?;
+            }
+            BulkAction::Cancel => {
+                cancel(conn, &id, now)?;
+                if state == State::Running {
+                    chunk.canceled_running.push(id);
+                }
+            }
+            BulkAction::Delete => delete(conn, &id)?,
+        }
+        chunk.applied += 1;
+    }
+    Ok(chunk)
 }
 
 /// Running → pending without using up the attempt, if still on `attempt`.

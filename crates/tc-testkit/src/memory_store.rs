@@ -11,8 +11,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tc_model::store::{
-    Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
-    results_within,
+    BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, ListQuery, Page,
+    StateCounts, StoreError, Submitted, TaskFilter, TaskStore, results_within,
 };
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
 
@@ -159,13 +159,27 @@ impl TaskStore for MemoryStore {
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
         let t = self.tables();
         let after = query.after.map_or(0, Cursor::position);
-        let matching: Vec<(&i64, &Task)> = t
+        // The rows the driving index reaches, at most scan_rows of them, as
+        // an SQL adapter walks them; the rest of the filter on each.
+        let mut scanned = 0usize;
+        let mut last_scanned = after;
+        let mut matched: Vec<(i64, &Task)> = Vec::new();
+        let reached = t
             .tasks
             .range(after.saturating_add(1)..)
-            .filter(|(_, task)| query.state.is_none_or(|s| task.state == s))
-            .take(query.limit.saturating_add(1))
-            .collect();
-        let candidates = &matching[..matching.len().min(query.limit)];
+            .filter(|(_, task)| query.filter.reaches(task))
+            .take(query.scan_rows());
+        for (seq, task) in reached {
+            scanned += 1;
+            last_scanned = *seq;
+            if query.filter.matches(task) {
+                matched.push((*seq, task));
+                if matched.len() > query.limit {
+                    break;
+                }
+            }
+        }
+        let candidates = &matched[..matched.len().min(query.limit)];
         let lens: Vec<usize> = candidates
             .iter()
             .map(|(_, task)| task.result.as_ref().map_or(0, Vec::len))
@@ -173,15 +187,19 @@ impl TaskStore for MemoryStore {
         let take = results_within(&lens, query.max_result_bytes);
         let mut tasks = Vec::with_capacity(take);
         let mut last = after;
-        for (seq, task) in &matching[..take] {
+        for (seq, task) in &matched[..take] {
             // A listing carries no request bodies.
             tasks.push(Task {
                 body: Vec::new(),
                 ..(*task).clone()
             });
-            last = **seq;
+            last = *seq;
         }
-        let next = (matching.len() > take).then(|| Cursor::from_position(last));
+        let next = if matched.len() > take {
+            Some(Cursor::from_position(last))
+        } else {
+            (scanned == query.scan_rows()).then(|| Cursor::from_position(last_scanned))
+        };
         Ok(Page { tasks, next })
     }
 
@@ -462,6 +480,56 @@ impl TaskStore for MemoryStore {
         task.next_run_at = Some(run_at);
         task.updated_at = now;
         Ok(task.clone())
+    }
+
+    async fn bulk(
+        &self,
+        action: BulkAction,
+        filter: TaskFilter,
+        dry_run: bool,
+        now: Timestamp,
+    ) -> Result<BulkOutcome, StoreError> {
+        // The covered set, fixed now; each operation below takes the lock
+        // again, as a later chunk of an SQL adapter would.
+        let covered: Vec<(TaskId, State)> = self
+            .tables()
+            .tasks
+            .values()
+            .filter(|task| filter.matches(task))
+            .map(|task| (task.id, task.state))
+            .collect();
+        let mut outcome = BulkOutcome {
+            matched: covered.len() as u64,
+            sample: covered
+                .iter()
+                .take(BULK_SAMPLE)
+                .map(|(id, _)| *id)
+                .collect(),
+            ..BulkOutcome::default()
+        };
+        if dry_run {
+            return Ok(outcome);
+        }
+        for (id, _) in covered {
+            // The state now, not when the set was fixed: a worker may have
+            // moved the task meanwhile.
+            let state = self.tables().task_mut(self.tables().seq_of(id)?)?.state;
+            if !action.applies_to(state) {
+                continue;
+            }
+            match action {
+                BulkAction::Retry => drop(self.retry(id, now, now).await?),
+                BulkAction::Cancel => {
+                    self.cancel(id, now).await?;
+                    if state == State::Running {
+                        outcome.canceled_running.push(id);
+                    }
+                }
+                BulkAction::Delete => self.delete(id).await?,
+            }
+            outcome.applied += 1;
+        }
+        Ok(outcome)
     }
 
     async fn health(&self) -> Result<(), StoreError> {

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tc_model::store::{
-    Completion, Cursor, Guarded, ListQuery, Page, StoreError, Submitted, TaskStore,
+    Completion, Cursor, Guarded, ListQuery, Page, StoreError, Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp};
 use tokio::sync::watch;
@@ -348,10 +348,11 @@ fn ids(tasks: &[Task]) -> Vec<TaskId> {
 async fn list_all<S: TaskStore>(store: &S, state: Option<State>) -> Result<Vec<Task>, String> {
     let page = store
         .list(ListQuery {
-            state,
+            filter: TaskFilter::state(state),
             limit: 100_000,
             after: None,
             max_result_bytes: None,
+            ..ListQuery::default()
         })
         .await
         .step("list")?;
@@ -373,10 +374,11 @@ async fn pages<S: TaskStore>(
     for _ in 0..10_000 {
         let Page { tasks, next } = store
             .list(ListQuery {
-                state,
+                filter: TaskFilter::state(state),
                 limit,
                 after,
                 max_result_bytes: None,
+                ..ListQuery::default()
             })
             .await
             .step("list")?;
@@ -1393,19 +1395,21 @@ pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Verdict {
     // A cursor past the end is an empty last page.
     let first = store
         .list(ListQuery {
-            state: None,
+            filter: TaskFilter::state(None),
             limit: 22,
             after: None,
             max_result_bytes: None,
+            ..ListQuery::default()
         })
         .await
         .step("list")?;
     let rest = store
         .list(ListQuery {
-            state: None,
+            filter: TaskFilter::state(None),
             limit: 5,
             after: first.next,
             max_result_bytes: None,
+            ..ListQuery::default()
         })
         .await
         .step("list")?;
@@ -1448,10 +1452,11 @@ pub async fn list_pages_are_stable_while_inserting<S: TaskStore>(store: S) -> Ve
         let done = *inserted.borrow_and_update() == DURING;
         let page = store
             .list(ListQuery {
-                state: None,
+                filter: TaskFilter::state(None),
                 limit: LIMIT,
                 after,
                 max_result_bytes: None,
+                ..ListQuery::default()
             })
             .await
             .step("list")?;
@@ -1568,10 +1573,11 @@ pub async fn list_pages_stay_within_the_result_budget_without_bodies<S: TaskStor
     for _ in 0..10 {
         let page = store
             .list(ListQuery {
-                state: None,
+                filter: TaskFilter::state(None),
                 limit: 10,
                 after,
                 max_result_bytes: budget,
+                ..ListQuery::default()
             })
             .await
             .step("list")?;

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_downstream::Downstream;
-use tc_model::store::{Completion, Cursor, Guarded, ListQuery, StoreError, TaskStore};
+use tc_model::store::{
+    BulkAction, BulkOutcome, Completion, Cursor, Guarded, ListQuery, StoreError, TaskFilter,
+    TaskStore,
+};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_worker::{AttemptEnded, Clock, Worker, WorkerConfig, WorkerMetrics};
 use tokio::sync::broadcast;
@@ -898,10 +901,11 @@ async fn same_key_different_payload<S: TaskStore, D: Downstream>(
     let page = rig
         .store
         .list(ListQuery {
-            state: None,
+            filter: TaskFilter::state(None),
             limit: 100,
             after: None::<Cursor>,
             max_result_bytes: None,
+            ..ListQuery::default()
         })
         .await
         .map_err(|e| e.to_string())?;
@@ -1319,6 +1323,15 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         now: Timestamp,
     ) -> impl Future<Output = Result<Task, StoreError>> + Send {
         self.inner.retry(id, run_at, now)
+    }
+    fn bulk(
+        &self,
+        action: BulkAction,
+        filter: TaskFilter,
+        dry_run: bool,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<BulkOutcome, StoreError>> + Send {
+        self.inner.bulk(action, filter, dry_run, now)
     }
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.health()

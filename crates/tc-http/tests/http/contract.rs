@@ -1163,6 +1163,7 @@ struct NoControl;
 
 impl tc_http::Control for NoControl {
     fn task_submitted(&self) {}
+    fn canceled_in_store(&self, _: TaskId) {}
     async fn cancel(&self, _: TaskId) -> Result<tc_model::Task, tc_model::store::StoreError> {
         Err(tc_model::store::StoreError::NotFound)
     }

@@ -12,7 +12,8 @@ use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tc_http::{App, Control, HttpConfig};
 use tc_model::store::{
-    Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
+    BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page, StateCounts, StoreError,
+    Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tc_testkit::memory_store::MemoryStore;
@@ -139,6 +140,17 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.retry(id, run_at, now).await
     }
+
+    async fn bulk(
+        &self,
+        action: BulkAction,
+        filter: TaskFilter,
+        dry_run: bool,
+        now: Timestamp,
+    ) -> Result<BulkOutcome, StoreError> {
+        self.check()?;
+        self.inner.bulk(action, filter, dry_run, now).await
+    }
 }
 
 /// The worker's side as the HTTP layer sees it: cancel goes straight to the
@@ -147,6 +159,7 @@ pub(crate) struct FakeControl {
     store: Arc<Switchable>,
     wakes: Arc<AtomicUsize>,
     changes: tokio::sync::broadcast::Sender<(TaskId, tc_model::State)>,
+    interrupted: Arc<std::sync::Mutex<Vec<TaskId>>>,
 }
 
 impl Control for FakeControl {
@@ -158,6 +171,13 @@ impl Control for FakeControl {
         let task = self.store.cancel(id, NOW).await?;
         let _ = self.changes.send((id, task.state));
         Ok(task)
+    }
+
+    fn canceled_in_store(&self, id: TaskId) {
+        self.interrupted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(id);
     }
 
     fn now(&self) -> Timestamp {
@@ -175,6 +195,8 @@ pub(crate) struct Harness {
     pub(crate) app: Arc<TestApp>,
     pub(crate) store: Arc<Switchable>,
     pub(crate) wakes: Arc<AtomicUsize>,
+    /// The running tasks a bulk cancel asked the worker to interrupt.
+    pub(crate) interrupted: Arc<std::sync::Mutex<Vec<TaskId>>>,
 }
 
 pub(crate) async fn harness(config: HttpConfig) -> Harness {
@@ -184,10 +206,12 @@ pub(crate) async fn harness(config: HttpConfig) -> Harness {
         down: AtomicBool::new(false),
     });
     let wakes = Arc::new(AtomicUsize::new(0));
+    let interrupted = Arc::default();
     let control = FakeControl {
         store: Arc::clone(&store),
         wakes: Arc::clone(&wakes),
         changes: tokio::sync::broadcast::channel(64).0,
+        interrupted: Arc::clone(&interrupted),
     };
     let app = Arc::new(App::new(
         Arc::clone(&store),
@@ -195,7 +219,12 @@ pub(crate) async fn harness(config: HttpConfig) -> Harness {
         config,
         Registry::default(),
     ));
-    Harness { app, store, wakes }
+    Harness {
+        app,
+        store,
+        wakes,
+        interrupted,
+    }
 }
 
 /// What a handler answered.

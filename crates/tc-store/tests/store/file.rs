@@ -8,7 +8,7 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
-use tc_model::store::{Completion, ListQuery, TaskStore};
+use tc_model::store::{Completion, ListQuery, TaskFilter, TaskStore};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{OpenError, SqliteStore, StoreConfig, Synchronous};
 
@@ -32,10 +32,11 @@ fn t(ms: i64) -> Timestamp {
 
 fn everything() -> ListQuery {
     ListQuery {
-        state: None,
+        filter: TaskFilter::state(None),
         limit: 1_000,
         after: None,
         max_result_bytes: None,
+        ..ListQuery::default()
     }
 }
 

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tc_model::store::{Completion, Cursor, Guarded, ListQuery, Page, StoreError, TaskStore};
+use tc_model::store::{
+    Completion, Cursor, Guarded, ListQuery, Page, StoreError, TaskFilter, TaskStore,
+};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::memory_store::MemoryStore;
@@ -264,10 +266,11 @@ impl<S: TaskStore> Side<S> {
                 let got = self
                     .store
                     .list(ListQuery {
-                        state: *state,
+                        filter: TaskFilter::state(*state),
                         limit: *limit,
                         after: after.map(Cursor::from_position),
                         max_result_bytes: None,
+                        ..ListQuery::default()
                     })
                     .await;
                 self.render(got.map(|Page { tasks, next }| (self.show_all(&tasks), next)))
