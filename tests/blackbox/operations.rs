@@ -288,3 +288,136 @@ async fn retention_deletes_finished_tasks_past_their_state_s_time_and_keeps_the_
         .await;
     assert_eq!(again.status, 201);
 }
+
+async fn bulk(api: &Api, body: serde_json::Value) -> crate::support::api::Reply {
+    api.post_json("/tasks/bulk", &body).await
+}
+
+fn listed_ids(reply: &crate::support::api::Reply) -> Vec<String> {
+    reply.json()["tasks"]
+        .as_array()
+        .map(|tasks| {
+            tasks
+                .iter()
+                .filter_map(|t| t["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn filters_find_the_failures_and_bulk_actions_sweep_them() {
+    let mut s = support::start().await;
+    // Six tasks fail at once with a 400, two with a 503 after their one
+    // try; one is held in flight, one succeeds.
+    let mut bad = Vec::new();
+    for i in 0..6 {
+        let reply = s
+            .api
+            .post_json(
+                "/tasks",
+                &json!({"url": s.down.url("/status/400"), "idempotency_key": format!("bad-{i}")}),
+            )
+            .await;
+        assert_eq!(reply.status, 201);
+        bad.push(reply.id());
+    }
+    let mut busy = Vec::new();
+    for i in 0..2 {
+        let reply = s
+            .api
+            .post_json(
+                "/tasks",
+                &json!({"url": s.down.url("/status/503"), "idempotency_key": format!("busy-{i}"),
+                        "max_attempts": 1}),
+            )
+            .await;
+        busy.push(reply.id());
+    }
+    let good = s.api.submit_new(&s.down.url("/ok"), "good").await;
+    let held = s.api.submit_new(&s.down.url("/slow"), "held").await;
+    for id in bad.iter().chain(&busy).chain([&good]) {
+        s.api.wait_terminal(id).await;
+    }
+    s.down.request_with_key("held").await;
+
+    // Finding them.
+    let failed_400 = s
+        .api
+        .get("/tasks?state=failed&error=http_400&limit=500")
+        .await;
+    assert_eq!(failed_400.status, 200, "{:?}", failed_400.json());
+    assert_eq!(listed_ids(&failed_400), bad);
+    let by_error = s.api.get("/tasks?error=http_503").await;
+    assert_eq!(listed_ids(&by_error), busy);
+    let by_key = s.api.get("/tasks?idempotency_key=good").await;
+    assert_eq!(listed_ids(&by_key), [good.clone()]);
+    let none_yet = s
+        .api
+        .get("/tasks?created_before=2000-01-01T00:00:00Z")
+        .await;
+    assert_eq!(listed_ids(&none_yet).len(), 0);
+    let created = s.api.task(&good).await["created_at"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    let since = s
+        .api
+        .get(&format!("/tasks?created_after={created}&state=success"))
+        .await;
+    assert_eq!(listed_ids(&since), [good.clone()]);
+    let refused = s.api.get("/tasks?created_after=noon").await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.error_code(), "invalid_request");
+
+    // A dry run counts and changes nothing.
+    let dry = bulk(
+        &s.api,
+        json!({"action": "retry", "filter": {"state": "failed"}, "dry_run": true}),
+    )
+    .await;
+    assert_eq!(dry.status, 200, "{:?}", dry.json());
+    assert_eq!(dry.json()["matched"], 8);
+    assert_eq!(dry.json()["applied"], 0);
+    assert_eq!(dry.json()["sample"].as_array().map(Vec::len), Some(8));
+    assert_eq!(s.api.task(&bad[0]).await["state"], "failed");
+
+    // Retry of the 503s: they run again (and fail again, once each).
+    let retried = bulk(
+        &s.api,
+        json!({"action": "retry", "filter": {"error": "http_503"}}),
+    )
+    .await;
+    assert_eq!(retried.json()["applied"], 2, "{:?}", retried.json());
+    for id in &busy {
+        let done = s.api.wait_terminal(id).await;
+        assert_eq!(done["attempt"], 2, "{done}");
+    }
+
+    // Cancel of everything live drops the held call.
+    let canceled = bulk(&s.api, json!({"action": "cancel", "filter": {}})).await;
+    assert_eq!(canceled.json()["matched"], 10, "{:?}", canceled.json());
+    assert_eq!(canceled.json()["applied"], 1);
+    s.down.closed_while_held("held", 1).await;
+    assert_eq!(s.api.task(&held).await["state"], "canceled");
+
+    // Delete of the 400s; the rest stay.
+    let deleted = bulk(
+        &s.api,
+        json!({"action": "delete", "filter": {"state": "failed", "error": "http_400"}}),
+    )
+    .await;
+    assert_eq!(deleted.json()["applied"], 6, "{:?}", deleted.json());
+    let gone = s.api.get(&format!("/tasks/{}", bad[0])).await;
+    assert_eq!(gone.status, 404);
+    let left = s.api.get("/tasks?limit=500").await;
+    assert_eq!(listed_ids(&left).len(), 4);
+
+    let bad_filter = bulk(
+        &s.api,
+        json!({"action": "delete", "filter": {"colour": "red"}}),
+    )
+    .await;
+    assert_eq!(bad_filter.status, 400);
+    assert!(bad_filter.error_message().contains("filter.colour"));
+}

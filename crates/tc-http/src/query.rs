@@ -1,4 +1,4 @@
-//! The query string of `GET /tasks`.
+//! The query strings of `GET /tasks` and `GET /tasks/{id}`, and the filter fields `POST /tasks/bulk` shares with the listing.
 
 use tc_model::store::{Cursor, ListQuery, TaskFilter};
 use tc_model::{State, Timestamp};
@@ -10,8 +10,6 @@ pub(crate) const DEFAULT_LIMIT: usize = 50;
 /// The largest page size.
 pub(crate) const MAX_LIMIT: usize = 500;
 
-/// Parses `state`, `limit` and `after`; anything else, a repeated parameter
-/// or a bad value is 400 naming the parameter.
 /// The longest `GET /tasks/{id}?wait_ms=` may wait.
 pub(crate) const MAX_WAIT_MS: u64 = 60_000;
 
@@ -43,6 +41,8 @@ pub(crate) fn parse_wait(query: Option<&str>) -> Result<std::time::Duration, Api
     Ok(std::time::Duration::from_millis(wait.unwrap_or(0)))
 }
 
+/// Parses the filters, `limit` and `after`; anything else, a repeated
+/// parameter or a bad value is 400 naming the parameter.
 pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
     let invalid = ApiError::InvalidRequest;
     let mut filter = FilterFields::default();

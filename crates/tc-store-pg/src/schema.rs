@@ -150,8 +150,19 @@ ALTER TABLE tasks ALTER COLUMN pos SET DEFAULT
     (pg_current_xact_id()::text::bigint * 65536 + nextval('tasks_pos_in_xact') % 65536);
 ";
 
+/// Step 3 → 4: the list and bulk filters' indexes (see `tc_model::store::
+/// Driving`). Partial: a task that never failed has no error to index.
+const V4_FILTER_INDEXES: &str = "
+CREATE INDEX tasks_by_error ON tasks (error, pos) WHERE error IS NOT NULL;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes version k to k + 1.
-pub(crate) const MIGRATIONS: &[&str] = &[V1_TABLES, V2_SCHEDULE, V3_POSITIONS_IN_XACT];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    V1_TABLES,
+    V2_SCHEDULE,
+    V3_POSITIONS_IN_XACT,
+    V4_FILTER_INDEXES,
+];
 
 /// The version this build writes and reads.
 pub(crate) const CURRENT_VERSION: i32 = MIGRATIONS.len() as i32;

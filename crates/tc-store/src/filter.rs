@@ -26,7 +26,7 @@ impl FilterSql {
         let mut rest = Vec::new();
         let mut values = Vec::new();
         let mut term = |field: Driving, sql: &'static str, name: &'static str, value: Value| {
-            if field != driving {
+            if field != driving || field == Driving::All {
                 rest.push(sql);
             }
             values.push((name, value));

@@ -29,6 +29,10 @@ pub use config::{StoreConfig, Synchronous};
 pub use schema::OpenError;
 pub use store::SqliteStore;
 
+/// The `PRAGMA user_version` this build writes: the number of migration
+/// steps. A file with a higher one is refused.
+pub const SCHEMA_VERSION: i64 = schema::CURRENT_VERSION;
+
 /// The store's schema and submit operation on a caller's own connection,
 /// without the writer thread: for benchmarks and tools that compare the
 /// store with a plain rusqlite loop on the very same schema and statements.

@@ -513,7 +513,11 @@ impl TaskStore for MemoryStore {
         for (id, _) in covered {
             // The state now, not when the set was fixed: a worker may have
             // moved the task meanwhile.
-            let state = self.tables().task_mut(self.tables().seq_of(id)?)?.state;
+            let state = {
+                let mut t = self.tables();
+                let seq = t.seq_of(id)?;
+                t.task_mut(seq)?.state
+            };
             if !action.applies_to(state) {
                 continue;
             }

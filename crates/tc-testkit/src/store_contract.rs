@@ -35,7 +35,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tc_model::store::{
-    Completion, Cursor, Guarded, ListQuery, Page, StoreError, Submitted, TaskFilter, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkAction, Completion, Cursor, Guarded, ListQuery, Page, StoreError,
+    Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp};
 use tokio::sync::watch;
@@ -107,6 +108,9 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_delayed_task_waits_for_its_time_and_keeps_its_schedule,
         submit_many_answers_each_item_as_submit_would,
         prune_deletes_old_finished_tasks_of_one_state_in_batches,
+        list_filters_list_exactly_the_matching_tasks,
+        bulk_actions_apply_to_what_their_filter_covers,
+        bulk_actions_go_past_one_chunk,
     ]
 }
 
@@ -2070,5 +2074,305 @@ pub async fn prune_deletes_old_finished_tasks_of_one_state_in_batches<S: TaskSto
         "counts after pruning"
     );
     create(&store, new_task("old-0"), at(6_000)).await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Filters and bulk actions
+
+/// A mix of tasks to filter: every state, two error reasons, three creation
+/// times. Returns them as stored, in creation order.
+async fn filter_fixture<S: TaskStore>(store: &S) -> Result<Vec<Task>, String> {
+    let mut tasks = Vec::new();
+    for (i, state) in State::ALL.into_iter().cycle().take(15).enumerate() {
+        let now = at(i as i64 * 100);
+        let key = format!("f-{i}-{state}");
+        let task = if state == State::Failed && i % 2 == 0 {
+            let task = create(store, new_task(&key), now).await?;
+            let task = claim_only(store, task.id, now, LEASE).await?;
+            let done = store
+                .complete(task.id, task.attempt, failed("http_503", Some(503)), now)
+                .await
+                .step("complete")?;
+            applied(done, "complete")?
+        } else {
+            task_in(store, &key, state, now).await?
+        };
+        tasks.push(task);
+    }
+    Ok(tasks)
+}
+
+/// Pages through a filtered listing with `limit` and `max_scan`, checking
+/// each page; returns the ids in the order the pages gave them.
+async fn filtered_ids<S: TaskStore>(
+    store: &S,
+    filter: &TaskFilter,
+    limit: usize,
+    max_scan: usize,
+) -> Result<Vec<TaskId>, String> {
+    let mut found = Vec::new();
+    let mut after = None;
+    for _ in 0..1_000 {
+        let page = store
+            .list(ListQuery {
+                filter: filter.clone(),
+                limit,
+                after,
+                max_result_bytes: None,
+                max_scan,
+            })
+            .await
+            .step("list")?;
+        ensure!(page.tasks.len() <= limit, "page over limit {limit}");
+        for task in &page.tasks {
+            ensure!(filter.matches(task), "{filter:?} listed {task:?}");
+            found.push(task.id);
+        }
+        match page.next {
+            Some(next) => {
+                ensure!(after != Some(next), "a page's cursor did not move on");
+                after = Some(next);
+            }
+            None => return Ok(found),
+        }
+    }
+    Err("filtered listing did not end after 1000 pages".to_owned())
+}
+
+/// Every filter, alone and combined, lists exactly the tasks it matches, in
+/// creation order, across pages — also when a page's scan is bounded far
+/// below the table (pages then end short, with a cursor to go on).
+pub async fn list_filters_list_exactly_the_matching_tasks<S: TaskStore>(store: S) -> Verdict {
+    let tasks = filter_fixture(&store).await?;
+    let mut filters = vec![TaskFilter::default()];
+    for state in State::ALL {
+        filters.push(TaskFilter::state(Some(state)));
+    }
+    let error = |e: &str| Some(e.to_owned());
+    filters.extend([
+        TaskFilter {
+            error: error("http_503"),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            error: error("http_400"),
+            state: Some(State::Failed),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            error: error("canceled"),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            created_after: Some(at(300)),
+            created_before: Some(at(1_000)),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            created_after: Some(at(700)),
+            state: Some(State::Failed),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            idempotency_key: Some(tasks[3].idempotency_key.clone()),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            idempotency_key: Some(tasks[3].idempotency_key.clone()),
+            state: Some(State::Pending),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            idempotency_key: Some("no-such-key".to_owned()),
+            ..TaskFilter::default()
+        },
+    ]);
+    for filter in &filters {
+        let want: Vec<TaskId> = tasks
+            .iter()
+            .filter(|t| filter.matches(t))
+            .map(|t| t.id)
+            .collect();
+        for (limit, max_scan) in [(100, 10_000), (2, 10_000), (2, 3), (1, 1)] {
+            let got = filtered_ids(&store, filter, limit, max_scan).await?;
+            ensure_eq!(
+                got,
+                want,
+                "{filter:?} with limit {limit}, max_scan {max_scan}"
+            );
+        }
+    }
+    // A bounded scan that finds nothing still hands out a cursor while rows
+    // remain past it (pending fixtures are created a billion ms ahead).
+    let rare = TaskFilter {
+        created_after: Some(at(1_000_000_000_000)),
+        ..TaskFilter::default()
+    };
+    let first = store
+        .list(ListQuery {
+            filter: rare,
+            limit: 5,
+            max_scan: 3,
+            ..ListQuery::default()
+        })
+        .await
+        .step("list")?;
+    ensure!(first.tasks.is_empty(), "nothing is that new");
+    ensure!(
+        first.next.is_some(),
+        "a bounded scan ended without a cursor"
+    );
+    Ok(())
+}
+
+/// A bulk action covers what its filter matches, skips the tasks it does
+/// not apply to and counts only those it changed; a dry run changes
+/// nothing; the sample is the first covered ids; canceled running tasks are
+/// named so that their calls can be interrupted.
+pub async fn bulk_actions_apply_to_what_their_filter_covers<S: TaskStore>(store: S) -> Verdict {
+    let tasks = filter_fixture(&store).await?;
+    let now = at(10_000);
+    let of = |state: State| -> Vec<TaskId> {
+        tasks
+            .iter()
+            .filter(|t| t.state == state)
+            .map(|t| t.id)
+            .collect()
+    };
+    let everything = TaskFilter::default();
+    let dry = store
+        .bulk(BulkAction::Delete, everything.clone(), true, now)
+        .await
+        .step("dry run")?;
+    ensure_eq!(dry.matched, 15, "a dry run's matched");
+    ensure_eq!(dry.applied, 0, "a dry run's applied");
+    ensure_eq!(dry.sample, ids(&tasks[..BULK_SAMPLE]), "a dry run's sample");
+    ensure_eq!(
+        list_all(&store, None).await?.len(),
+        15,
+        "tasks after a dry run"
+    );
+
+    // Retry of failed tasks with one error: the others are not covered.
+    let busy = TaskFilter {
+        error: Some("http_503".to_owned()),
+        ..TaskFilter::default()
+    };
+    let retried = store
+        .bulk(BulkAction::Retry, busy, false, now)
+        .await
+        .step("bulk retry")?;
+    let busy_ids: Vec<TaskId> = tasks
+        .iter()
+        .filter(|t| t.error.as_deref() == Some("http_503"))
+        .map(|t| t.id)
+        .collect();
+    ensure_eq!(retried.matched, busy_ids.len() as u64, "retry matched");
+    ensure_eq!(retried.applied, busy_ids.len() as u64, "retry applied");
+    for id in &busy_ids {
+        let task = get(&store, *id).await?;
+        ensure_eq!(task.state, State::Pending, "a retried task");
+        ensure_eq!(task.next_run_at, Some(now), "a retried task is due now");
+    }
+
+    // Cancel over everything: applies to pending and running only.
+    let running = of(State::Running);
+    let pending_now = list_all(&store, Some(State::Pending)).await?.len() as u64;
+    let canceled = store
+        .bulk(BulkAction::Cancel, everything.clone(), false, now)
+        .await
+        .step("bulk cancel")?;
+    ensure_eq!(canceled.matched, 15, "cancel matched");
+    ensure_eq!(
+        canceled.applied,
+        pending_now + running.len() as u64,
+        "cancel applied"
+    );
+    let mut named = canceled.canceled_running.clone();
+    named.sort();
+    let mut want = running.clone();
+    want.sort();
+    ensure_eq!(named, want, "the running tasks the cancel named");
+    ensure_eq!(
+        list_all(&store, Some(State::Pending)).await?.len()
+            + list_all(&store, Some(State::Running)).await?.len(),
+        0,
+        "live tasks after a cancel of everything"
+    );
+
+    // Delete of the successes: the rest stay.
+    let deleted = store
+        .bulk(
+            BulkAction::Delete,
+            TaskFilter::state(Some(State::Success)),
+            false,
+            now,
+        )
+        .await
+        .step("bulk delete")?;
+    ensure_eq!(deleted.applied, of(State::Success).len() as u64, "deleted");
+    for id in of(State::Success) {
+        ensure_eq!(
+            store.get(id).await,
+            Err(StoreError::NotFound),
+            "a deleted task"
+        );
+    }
+    let left = list_all(&store, None).await?.len() as u64;
+    ensure_eq!(left, 15 - deleted.applied, "tasks after the delete");
+
+    // Retry skips what it does not apply to (success is gone; canceled and
+    // failed apply) and counts only what it changed.
+    let again = store
+        .bulk(BulkAction::Retry, everything, false, now)
+        .await
+        .step("bulk retry of everything")?;
+    ensure_eq!(again.matched, left, "retry matched");
+    ensure_eq!(
+        again.applied,
+        left,
+        "every failed and canceled task retried"
+    );
+    Ok(())
+}
+
+/// A bulk action over more tasks than one transaction takes goes through
+/// all of them, chunk after chunk.
+pub async fn bulk_actions_go_past_one_chunk<S: TaskStore>(store: S) -> Verdict {
+    let n = BULK_CHUNK + 7;
+    let batch: Vec<NewTask> = (0..n).map(|i| new_task(&format!("many-{i}"))).collect();
+    let mut submitted = Vec::new();
+    for chunk in batch.chunks(500) {
+        for result in store
+            .submit_many(chunk.to_vec(), at(0))
+            .await
+            .step("submit_many")?
+        {
+            submitted.push(result.map_err(|e| format!("submit: {e}"))?.task.id);
+        }
+    }
+    let pending = TaskFilter::state(Some(State::Pending));
+    let canceled = store
+        .bulk(BulkAction::Cancel, pending, false, at(10))
+        .await
+        .step("bulk cancel")?;
+    ensure_eq!(
+        (canceled.matched, canceled.applied),
+        (n as u64, n as u64),
+        "cancel of every pending task"
+    );
+    ensure_eq!(canceled.sample, submitted[..BULK_SAMPLE].to_vec(), "sample");
+    let retried = store
+        .bulk(BulkAction::Retry, TaskFilter::default(), false, at(20))
+        .await
+        .step("bulk retry")?;
+    ensure_eq!(retried.applied, n as u64, "retry of every canceled task");
+    let counts = store.count_by_state().await.step("count_by_state")?;
+    ensure_eq!(
+        counts.get(State::Pending),
+        n as u64,
+        "pending after the retry"
+    );
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use tc_http::HttpConfig;
 use tc_model::TaskId;
-use tc_model::store::Completion;
+use tc_model::store::{Completion, TaskStore};
 
 use crate::support::{Harness, NOW_TEXT, harness};
 
@@ -379,6 +379,180 @@ fn rows() -> Vec<Row> {
         },
         with_body("POST", "/tasks/batch", r#"{"tasks":[{}]}"#, 200, None, ""),
         err("GET", "/tasks/batch", 404, "not_found"),
+        // GET /tasks filters
+        ok("GET", "/tasks?state=failed&error=http_400", 200),
+        ok("GET", "/tasks?destination=127.0.0.1:9&limit=5", 200),
+        ok(
+            "GET",
+            "/tasks?created_after=2020-01-01T00:00:00Z&created_before=2100-01-01T00:00:00.5Z",
+            200,
+        ),
+        ok("GET", "/tasks?idempotency_key=pending", 200),
+        Row {
+            message: "destination",
+            ..err(
+                "GET",
+                "/tasks?destination=example.com",
+                400,
+                "invalid_request",
+            )
+        },
+        Row {
+            message: "created_after",
+            ..err(
+                "GET",
+                "/tasks?created_after=yesterday",
+                400,
+                "invalid_request",
+            )
+        },
+        Row {
+            message: "created_before",
+            ..err(
+                "GET",
+                "/tasks?created_before=1700000000",
+                400,
+                "invalid_request",
+            )
+        },
+        Row {
+            message: "error",
+            ..err("GET", "/tasks?error=", 400, "invalid_request")
+        },
+        Row {
+            message: "idempotency_key",
+            ..err(
+                "GET",
+                "/tasks?idempotency_key=a&idempotency_key=b",
+                400,
+                "invalid_request",
+            )
+        },
+        // POST /tasks/bulk (dry runs: they change nothing)
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"retry","filter":{"state":"failed"},"dry_run":true}"#,
+            200,
+            None,
+            "",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"delete","filter":{},"dry_run":true}"#,
+            200,
+            None,
+            "",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"archive","filter":{}}"#,
+            400,
+            Some("invalid_request"),
+            "action",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"filter":{}}"#,
+            400,
+            Some("invalid_request"),
+            "action",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"cancel"}"#,
+            400,
+            Some("invalid_request"),
+            "filter",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"cancel","filter":[]}"#,
+            400,
+            Some("invalid_request"),
+            "filter",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"cancel","filter":{"colour":"red"}}"#,
+            400,
+            Some("invalid_request"),
+            "filter.colour",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"cancel","filter":{"state":"done"}}"#,
+            400,
+            Some("invalid_request"),
+            "filter.state",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"cancel","filter":{"limit":"5"}}"#,
+            400,
+            Some("invalid_request"),
+            "filter.limit",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"cancel","filter":{"state":1}}"#,
+            400,
+            Some("invalid_request"),
+            "filter.state",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"cancel","filter":{},"dry_run":"yes"}"#,
+            400,
+            Some("invalid_request"),
+            "dry_run",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            r#"{"action":"cancel","filter":{},"force":true}"#,
+            400,
+            Some("invalid_request"),
+            "force",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            "[]",
+            400,
+            Some("invalid_request"),
+            "body",
+        ),
+        with_body(
+            "POST",
+            "/tasks/bulk",
+            "{",
+            400,
+            Some("invalid_request"),
+            "JSON",
+        ),
+        Row {
+            headers: &[],
+            ..with_body(
+                "POST",
+                "/tasks/bulk",
+                r#"{"action":"cancel","filter":{}}"#,
+                415,
+                Some("unsupported_media_type"),
+                "",
+            )
+        },
+        err("GET", "/tasks/bulk", 404, "not_found"),
         // POST /tasks/{id}/retry (these change the fixture: kept last)
         err("POST", "/tasks/{pending}/retry", 409, "task_not_retryable"),
         err("POST", "/tasks/{success}/retry", 409, "task_not_retryable"),
@@ -535,6 +709,95 @@ async fn a_batch_answers_each_task_in_order_and_fails_bad_ones_alone() {
         h.wakes(),
         2,
         "one wake for the single submit, one for the batch"
+    );
+}
+
+#[tokio::test]
+async fn a_bulk_action_answers_what_it_matched_and_applied() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    let bulk = |body: &'static str| h.call("POST", "/tasks/bulk", &[JSON], body.as_bytes());
+    let dry = bulk(r#"{"action":"delete","filter":{},"dry_run":true}"#).await;
+    assert_eq!(dry.status, 200, "{dry:?}");
+    let all = [f.success, f.binary, f.failed, f.canceled, f.pending];
+    assert_eq!(
+        dry.json(),
+        json!({"matched": 5, "applied": 0, "sample": all.map(|id| id.to_string())})
+    );
+    let retried =
+        bulk(r#"{"action":"retry","filter":{"state":"failed","error":"http_400"}}"#).await;
+    assert_eq!(
+        retried.json(),
+        json!({"matched": 1, "applied": 1, "sample": [f.failed.to_string()]})
+    );
+    let view = h
+        .call("GET", &format!("/tasks/{}", f.failed), &[], b"")
+        .await;
+    assert_eq!(view.json()["state"], "pending");
+    // Retry over everything applies to the canceled task alone; the worker
+    // is woken for it.
+    let wakes = h.wakes.load(std::sync::atomic::Ordering::SeqCst);
+    let again = bulk(r#"{"action":"retry","filter":{}}"#).await;
+    assert_eq!(again.json()["matched"], 5);
+    assert_eq!(again.json()["applied"], 1);
+    assert!(h.wakes.load(std::sync::atomic::Ordering::SeqCst) > wakes);
+    // Cancel of a running task names it to the worker, to drop its call.
+    let running = h.seed("running-for-bulk", None).await;
+    let claimed = h
+        .store
+        .claim_due(10, crate::support::NOW, std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(claimed.iter().any(|t| t.id == running), "{claimed:?}");
+    let canceled = bulk(r#"{"action":"cancel","filter":{"state":"running"}}"#).await;
+    assert_eq!(canceled.json()["applied"], claimed.len());
+    let interrupted = h.interrupted.lock().unwrap().clone();
+    assert!(interrupted.contains(&running), "{interrupted:?}");
+    let deleted = bulk(r#"{"action":"delete","filter":{"state":"success"}}"#).await;
+    assert_eq!(deleted.json()["applied"], 2);
+    let gone = h
+        .call("GET", &format!("/tasks/{}", f.success), &[], b"")
+        .await;
+    assert_eq!(gone.status, 404);
+}
+
+#[tokio::test]
+async fn list_filters_find_the_matching_tasks() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    let ids = |path: &'static str| {
+        let h = &h;
+        async move {
+            let reply = h.call("GET", path, &[], b"").await;
+            assert_eq!(reply.status, 200, "{path}: {reply:?}");
+            reply.json()["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids("/tasks?error=http_400").await, [f.failed.to_string()]);
+    assert_eq!(
+        ids("/tasks?idempotency_key=canceled").await,
+        [f.canceled.to_string()]
+    );
+    assert_eq!(
+        ids("/tasks?idempotency_key=canceled&state=failed")
+            .await
+            .len(),
+        0
+    );
+    assert_eq!(
+        ids("/tasks?created_before=2000-01-01T00:00:00Z")
+            .await
+            .len(),
+        0
+    );
+    assert_eq!(
+        ids("/tasks?created_after=2000-01-01T00:00:00Z").await.len(),
+        5
     );
 }
 

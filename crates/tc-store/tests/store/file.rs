@@ -200,7 +200,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     store.close().await;
 
     let conn = Connection::open(&path).unwrap();
-    assert_eq!(pragma(&conn, "user_version"), 6);
+    assert_eq!(pragma(&conn, "user_version"), tc_store::SCHEMA_VERSION);
     // The counts table started from the rows the old file had, and followed
     // the claim since.
     let counts: Vec<(String, i64)> = conn
@@ -227,6 +227,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         indexes,
         [
             "attempts_by_task",
+            "tasks_by_error",
             "tasks_by_state",
             "tasks_due",
             "tasks_leased"
@@ -325,7 +326,7 @@ async fn files_that_are_not_ours_are_refused_and_left_untouched() {
                     e,
                     OpenError::NewerSchema {
                         found: 99,
-                        known: 6,
+                        known: tc_store::SCHEMA_VERSION,
                         ..
                     }
                 )
