@@ -28,6 +28,10 @@ pub use error::OpenError;
 pub use notify::PgEvent;
 pub use store::PgStore;
 
+/// The schema version this build writes (the number of migration steps);
+/// a database at a higher one is refused.
+pub const SCHEMA_VERSION: usize = schema::MIGRATIONS.len();
+
 /// Whether `db` names a PostgreSQL database rather than an SQLite file.
 pub fn is_postgres_url(db: &str) -> bool {
     db.starts_with("postgres://") || db.starts_with("postgresql://")

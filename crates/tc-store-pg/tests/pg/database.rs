@@ -145,7 +145,10 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
     }
     assert_eq!(
         snapshot(&db, &schema).await,
-        "attempts,task_counts,taskcenter_schema,tasks,taskcenter:3"
+        format!(
+            "attempts,task_counts,taskcenter_schema,tasks,taskcenter:{}",
+            tc_store_pg::SCHEMA_VERSION
+        )
     );
     let task = stores[0]
         .submit(new_task("kept"), Timestamp::default())
