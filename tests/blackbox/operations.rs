@@ -351,7 +351,7 @@ async fn filters_find_the_failures_and_bulk_actions_sweep_them() {
     let by_error = s.api.get("/tasks?error=http_503").await;
     assert_eq!(listed_ids(&by_error), busy);
     let by_key = s.api.get("/tasks?idempotency_key=good").await;
-    assert_eq!(listed_ids(&by_key), [good.clone()]);
+    assert_eq!(listed_ids(&by_key), vec![good.clone()]);
     let none_yet = s
         .api
         .get("/tasks?created_before=2000-01-01T00:00:00Z")
@@ -365,7 +365,7 @@ async fn filters_find_the_failures_and_bulk_actions_sweep_them() {
         .api
         .get(&format!("/tasks?created_after={created}&state=success"))
         .await;
-    assert_eq!(listed_ids(&since), [good.clone()]);
+    assert_eq!(listed_ids(&since), vec![good.clone()]);
     let refused = s.api.get("/tasks?created_after=noon").await;
     assert_eq!(refused.status, 400);
     assert_eq!(refused.error_code(), "invalid_request");
