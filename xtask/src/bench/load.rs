@@ -160,6 +160,16 @@ impl LoadResult {
         super::stats::rate(self.ok, self.elapsed)
     }
 
+    /// Several windows as one: counts and latencies pooled, time summed.
+    pub(crate) fn pooled(windows: &[LoadResult]) -> LoadResult {
+        let mut all = LoadResult::default();
+        for w in windows {
+            all.merge(w.clone());
+            all.elapsed += w.elapsed;
+        }
+        all
+    }
+
     fn merge(&mut self, other: LoadResult) {
         self.ok += other.ok;
         self.bad_status += other.bad_status;

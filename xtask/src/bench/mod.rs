@@ -39,6 +39,11 @@ pub(crate) struct Plan {
     pub(crate) warmup: Duration,
     /// A measured submit window.
     pub(crate) window: Duration,
+    /// Measured windows of the submit figure, after the cold one and the
+    /// warm-up; the figure is their median, every one is in results.json.
+    pub(crate) steady_windows: usize,
+    /// The first window on a fresh database, its own figure.
+    pub(crate) cold_window: Duration,
     /// The store-alone window.
     pub(crate) store_window: Duration,
     /// The most requests of any one time-bounded load.
@@ -72,6 +77,8 @@ impl Plan {
                 connections: 64,
                 warmup: Duration::from_millis(500),
                 window: Duration::from_secs(3),
+                steady_windows: 2,
+                cold_window: Duration::from_secs(1),
                 store_window: Duration::from_secs(2),
                 max_requests: 2_000_000,
                 e2e_tasks: 2_000,
@@ -90,6 +97,8 @@ impl Plan {
                 connections: 64,
                 warmup: Duration::from_secs(1),
                 window: Duration::from_secs(10),
+                steady_windows: 3,
+                cold_window: Duration::from_secs(5),
                 store_window: Duration::from_secs(5),
                 max_requests: 10_000_000,
                 e2e_tasks: 20_000,

@@ -277,6 +277,52 @@ impl Bench {
         Ok(outcome)
     }
 
+    /// tc-server's submit figure, taken honestly: the first window on the
+    /// fresh database (cold, its own figure), a warm-up that is not
+    /// counted, then `steady_windows` measured windows.
+    async fn submit_windows(
+        &self,
+        what: &str,
+        endpoint: &Endpoint,
+        url: &str,
+    ) -> Result<SubmitWindows, String> {
+        let plan = self.plan;
+        let run_id = self.clock.elapsed().as_nanos();
+        let load = |window| Load {
+            connections: plan.connections,
+            max_requests: plan.max_requests,
+            max_duration: window,
+        };
+        let cold = load::run(
+            endpoint,
+            load(plan.cold_window),
+            load::submits(url.to_owned(), format!("cold-{run_id}"), ""),
+            load::created,
+        )
+        .await?;
+        self.report_load(&format!("{what}, cold first window"), &cold);
+        load::run(
+            endpoint,
+            load(plan.warmup),
+            load::submits(url.to_owned(), format!("warm-{run_id}"), ""),
+            load::created,
+        )
+        .await?;
+        let mut steady = Vec::with_capacity(plan.steady_windows);
+        for i in 0..plan.steady_windows {
+            let outcome = load::run(
+                endpoint,
+                load(plan.window),
+                load::submits(url.to_owned(), format!("load-{run_id}-{i}"), ""),
+                load::created,
+            )
+            .await?;
+            self.report_load(&format!("{what}, window {}", i + 1), &outcome);
+            steady.push(outcome);
+        }
+        Ok(SubmitWindows { cold, steady })
+    }
+
     fn report_load(&self, what: &str, outcome: &LoadResult) {
         let summary = stats::summarize(outcome.latencies.clone());
         let latency = summary.map_or(String::new(), |s| {
@@ -468,6 +514,33 @@ fn summary_json(s: &Summary) -> Value {
         "p999": ms(s.p999),
         "max": ms(s.max),
     })
+}
+
+/// The windows of tc-server's submit figure.
+struct SubmitWindows {
+    cold: LoadResult,
+    steady: Vec<LoadResult>,
+}
+
+impl SubmitWindows {
+    /// The median steady window's rate: one disturbed window (another
+    /// process on the machine) does not move it.
+    fn median_rate(&self) -> f64 {
+        let mut rates: Vec<f64> = self.steady.iter().map(LoadResult::per_second).collect();
+        rates.sort_by(f64::total_cmp);
+        rates.get(rates.len() / 2).copied().unwrap_or(0.0)
+    }
+
+    fn pooled(&self) -> LoadResult {
+        LoadResult::pooled(&self.steady)
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "cold": load_json(&self.cold),
+            "steady": self.steady.iter().map(load_json).collect::<Vec<_>>(),
+        })
+    }
 }
 
 fn load_json(outcome: &LoadResult) -> Value {
