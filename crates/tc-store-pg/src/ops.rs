@@ -159,12 +159,11 @@ pub(crate) async fn claim_due(
         .query(&stmt, &[&now, &limit, &millis(lease)])
         .await
         .map_err(db)?;
-    let mut claimed = found
+    // Without their histories: the port's claim carries none.
+    found
         .iter()
         .map(|row| rows::task_from_row(row).map(|s| s.task))
-        .collect::<Result<Vec<_>, _>>()?;
-    fill_attempts(tx, &mut claimed).await?;
-    Ok(claimed)
+        .collect()
 }
 
 /// Extends the lease of each `(id, attempt)` still running with that very
@@ -273,13 +272,13 @@ pub(crate) async fn complete(
         Ok(head) => head,
         Err(lost) => return Ok(lost),
     };
-    match outcome {
+    let to = match outcome {
         Completion::Success {
             http_status,
             result,
             content_type,
         } => {
-            transit(head.state, State::Success)?;
+            let to = transit(head.state, State::Success)?;
             let stmt = tx
                 .prepare_cached(
                     "UPDATE tasks SET state = 'success', http_status = $3, result = $4, \
@@ -295,13 +294,14 @@ pub(crate) async fn complete(
                 .await
                 .map_err(db)?;
             close_attempt(tx, id, attempt, now, Some(*http_status), None).await?;
+            to
         }
         Completion::Retry {
             next_run_at,
             reason,
             http_status,
         } => {
-            transit(head.state, State::Pending)?;
+            let to = transit(head.state, State::Pending)?;
             // The due time as a delay from the caller's now, laid on the
             // store's clock (the same instant in caller mode).
             let delay = next_run_at.as_millis().saturating_sub(now_ms);
@@ -321,12 +321,13 @@ pub(crate) async fn complete(
                 .await
                 .map_err(db)?;
             close_attempt(tx, id, attempt, now, *http_status, Some(reason)).await?;
+            to
         }
         Completion::Failed {
             reason,
             http_status,
         } => {
-            transit(head.state, State::Failed)?;
+            let to = transit(head.state, State::Failed)?;
             let stmt = tx
                 .prepare_cached(
                     "UPDATE tasks SET state = 'failed', error = $3, \
@@ -342,9 +343,10 @@ pub(crate) async fn complete(
                 .await
                 .map_err(db)?;
             close_attempt(tx, id, attempt, now, *http_status, Some(reason)).await?;
+            to
         }
-    }
-    Ok(Guarded::Applied(load_pos(tx, head.pos).await?))
+    };
+    Ok(Guarded::Applied(to))
 }
 
 /// What a cancel did.
@@ -492,7 +494,7 @@ pub(crate) async fn release(
         Ok(head) => head,
         Err(lost) => return Ok(lost),
     };
-    transit(head.state, State::Pending)?;
+    let to = transit(head.state, State::Pending)?;
     let stmt = tx
         .prepare_cached(
             "UPDATE tasks SET state = 'pending', attempt = attempt - 1, \
@@ -507,7 +509,7 @@ pub(crate) async fn release(
         .map_err(db)?;
     // The history keeps the interrupted try; the next claim reuses its n.
     close_attempt(tx, id, attempt, now, None, Some(INTERRUPTED)).await?;
-    Ok(Guarded::Applied(load_pos(tx, head.pos).await?))
+    Ok(Guarded::Applied(to))
 }
 
 /// Running tasks whose lease ended before now → pending, or → failed when no

@@ -119,6 +119,23 @@ pub(crate) fn load_seq(conn: &Connection, seq: i64) -> Result<Option<Stored>, St
     )
 }
 
+/// The task at `seq` without its attempt history (`attempts` empty).
+pub(crate) fn load_seq_without_history(
+    conn: &Connection,
+    seq: i64,
+) -> Result<Option<Stored>, StoreError> {
+    conn.prepare_cached(concat!(
+        "SELECT ",
+        task_columns!(),
+        " FROM tasks WHERE seq = ?1"
+    ))
+    .map_err(db)?
+    .query_row([seq], |row| Ok(task_from_row(row)))
+    .optional()
+    .map_err(db)?
+    .transpose()
+}
+
 fn load_where(
     conn: &Connection,
     sql: &str,

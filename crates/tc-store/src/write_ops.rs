@@ -134,7 +134,7 @@ pub(crate) fn claim_due(
             .map_err(db)?
             .execute(params![id, attempt, now.as_millis()])
             .map_err(db)?;
-        claimed.push(load_seq(conn, seq)?);
+        claimed.push(load_seq_without_history(conn, seq)?);
     }
     Ok(claimed)
 }
@@ -181,7 +181,7 @@ pub(crate) fn complete(
         Err(lost) => return Ok(lost),
     };
     let now_ms = now.as_millis();
-    match outcome {
+    let to = match outcome {
         Completion::Success {
             http_status,
             result,
@@ -206,6 +206,7 @@ pub(crate) fn complete(
                 ],
             )?;
             close_attempt(conn, id, attempt, now, Some(*http_status), None)?;
+            to
         }
         Completion::Retry {
             next_run_at,
@@ -233,6 +234,7 @@ pub(crate) fn complete(
                 ],
             )?;
             close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
+            to
         }
         Completion::Failed {
             reason,
@@ -256,9 +258,10 @@ pub(crate) fn complete(
                 ],
             )?;
             close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
+            to
         }
-    }
-    Ok(Guarded::Applied(load_seq(conn, head.seq)?))
+    };
+    Ok(Guarded::Applied(to))
 }
 
 /// Pending or running → canceled; a terminal task is returned unchanged.
@@ -481,7 +484,7 @@ pub(crate) fn release(
     )?;
     // The history keeps the interrupted try; the next claim reuses its n.
     close_attempt(conn, id, attempt, now, None, Some(INTERRUPTED))?;
-    Ok(Guarded::Applied(load_seq(conn, head.seq)?))
+    Ok(Guarded::Applied(to))
 }
 
 /// Running tasks whose lease ended before `now` → pending, or → failed when
@@ -614,6 +617,12 @@ fn close_attempt(
     ])
     .map_err(db)?;
     Ok(())
+}
+
+fn load_seq_without_history(conn: &Connection, seq: i64) -> Result<Task, StoreError> {
+    rows::load_seq_without_history(conn, seq)?
+        .map(|stored| stored.task)
+        .ok_or_else(|| StoreError::Unavailable(format!("task at seq {seq} vanished")))
 }
 
 fn load_seq(conn: &Connection, seq: i64) -> Result<Task, StoreError> {

@@ -245,7 +245,11 @@ impl TaskStore for MemoryStore {
                 error: None,
                 duration_ms: None,
             });
-            claimed.push(task.clone());
+            // A claim carries no history (the port's rule).
+            claimed.push(Task {
+                attempts: Vec::new(),
+                ..task.clone()
+            });
         }
         Ok(claimed)
     }
@@ -329,7 +333,7 @@ impl TaskStore for MemoryStore {
                 task.error = Some(reason);
             }
         }
-        Ok(Guarded::Applied(task.clone()))
+        Ok(Guarded::Applied(task.state))
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
@@ -373,7 +377,7 @@ impl TaskStore for MemoryStore {
         task.error = Some(INTERRUPTED.to_owned());
         task.updated_at = now;
         close_attempt(task, attempt, now, None, Some(INTERRUPTED));
-        Ok(Guarded::Applied(task.clone()))
+        Ok(Guarded::Applied(task.state))
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {

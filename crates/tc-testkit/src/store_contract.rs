@@ -280,16 +280,47 @@ async fn claim_only<S: TaskStore>(
         vec![id],
         "claim_due at {now:?} should claim just this task"
     );
-    Ok(claimed.remove(0))
+    with_history(store, claimed.remove(0)).await
+}
+
+/// A claimed task with its history read back: a claim carries none, and is
+/// otherwise the stored task.
+async fn with_history<S: TaskStore>(store: &S, claimed: Task) -> Result<Task, String> {
+    ensure!(
+        claimed.attempts.is_empty(),
+        "a claimed task carries no history, got {:?}",
+        claimed.attempts
+    );
+    let stored = get(store, claimed.id).await?;
+    ensure_eq!(
+        Task {
+            attempts: Vec::new(),
+            ..stored.clone()
+        },
+        claimed,
+        "the claimed task is the stored one"
+    );
+    Ok(stored)
 }
 
 async fn get<S: TaskStore>(store: &S, id: TaskId) -> Result<Task, String> {
     store.get(id).await.step("get")
 }
 
-fn applied(result: Guarded, what: &str) -> Result<Task, String> {
+/// The task after a guarded write that must have applied: the write's
+/// answer is the state it reached, and the stored task must be in it.
+async fn applied<S: TaskStore>(
+    store: &S,
+    id: TaskId,
+    result: Guarded,
+    what: &str,
+) -> Result<Task, String> {
     match result {
-        Guarded::Applied(task) => Ok(task),
+        Guarded::Applied(state) => {
+            let task = get(store, id).await?;
+            ensure_eq!(task.state, state, "{what}: the state it answered");
+            Ok(task)
+        }
         Guarded::Lost(state) => Err(format!("{what}: lost (task is {state}), should apply")),
     }
 }
@@ -428,7 +459,7 @@ async fn task_in<S: TaskStore>(
                 .complete(task.id, task.attempt, outcome, now)
                 .await
                 .step("complete")?;
-            applied(done, "complete")
+            applied(store, task.id, done, "complete").await
         }
         State::Canceled => {
             let task = create(store, new_task(key), now).await?;
@@ -484,6 +515,7 @@ pub async fn resubmit_returns_the_same_task_in_every_state<S: TaskStore>(store: 
     // A task waiting for a retry, too.
     let waiting = create(&store, new_task("key-retrying"), at(100)).await?;
     let waiting = claim_only(&store, waiting.id, at(100), LEASE).await?;
+    let waiting_id = waiting.id;
     let waiting = store
         .complete(
             waiting.id,
@@ -493,7 +525,7 @@ pub async fn resubmit_returns_the_same_task_in_every_state<S: TaskStore>(store: 
         )
         .await
         .step("complete")?;
-    made.push(applied(waiting, "retry")?);
+    made.push(applied(&store, waiting_id, waiting, "retry").await?);
 
     for before in &made {
         let again = store
@@ -647,6 +679,7 @@ pub async fn claim_takes_the_oldest_due_first<S: TaskStore>(store: S) -> Verdict
         "the rest of the due ones, ties by creation"
     );
     for task in first.iter().chain(&second) {
+        let task = &with_history(&store, task.clone()).await?;
         ensure_eq!(task.state, State::Running, "claimed state");
         ensure_eq!(task.attempt, 1, "claimed attempt");
         ensure_eq!(task.started_at, Some(at(100)), "started_at");
@@ -741,7 +774,7 @@ pub async fn complete_success_records_the_result<S: TaskStore>(store: S) -> Verd
         .complete(task.id, 1, outcome, at(25))
         .await
         .step("complete")?;
-    let done = applied(done, "complete success")?;
+    let done = applied(&store, task.id, done, "complete success").await?;
     ensure_eq!(done.state, State::Success, "state");
     ensure_eq!(done.http_status, Some(201), "http_status");
     ensure_eq!(done.result.as_deref(), Some(&b"created"[..]), "result");
@@ -782,7 +815,7 @@ pub async fn complete_retry_returns_to_pending_until_due<S: TaskStore>(store: S)
         .complete(task.id, 1, retry(at(5_000), "http_503", Some(503)), at(20))
         .await
         .step("complete")?;
-    let done = applied(done, "complete retry")?;
+    let done = applied(&store, task.id, done, "complete retry").await?;
     ensure_eq!(done.state, State::Pending, "state");
     ensure_eq!(done.attempt, 1, "a retry keeps the attempt count");
     ensure_eq!(done.next_run_at, Some(at(5_000)), "next_run_at");
@@ -816,7 +849,7 @@ pub async fn complete_failed_is_terminal<S: TaskStore>(store: S) -> Verdict {
         .complete(task.id, 1, failed("http_400", Some(400)), at(40))
         .await
         .step("complete")?;
-    let done = applied(done, "complete failed")?;
+    let done = applied(&store, task.id, done, "complete failed").await?;
     ensure_eq!(done.state, State::Failed, "state");
     ensure_eq!(done.error.as_deref(), Some("http_400"), "error");
     ensure_eq!(done.http_status, Some(400), "http_status");
@@ -957,7 +990,7 @@ pub async fn write_after_recovery_is_lost<S: TaskStore>(store: S) -> Verdict {
         .await
         .step("complete")?;
     ensure_eq!(
-        applied(got, "new runner")?.state,
+        applied(&store, task.id, got, "new runner").await?.state,
         State::Success,
         "new runner's write"
     );
@@ -1123,7 +1156,7 @@ pub async fn release_keeps_the_attempt_and_the_history<S: TaskStore>(store: S) -
     let task = create(&store, task_with("rel", URL, b"{}", 1, 1_000), at(0)).await?;
     claim_only(&store, task.id, at(10), LEASE).await?;
     let released = store.release(task.id, 1, at(20)).await.step("release")?;
-    let released = applied(released, "release")?;
+    let released = applied(&store, task.id, released, "release").await?;
     ensure_eq!(released.state, State::Pending, "state");
     ensure_eq!(released.attempt, 0, "the interrupted try is not counted");
     ensure_eq!(released.next_run_at, Some(at(20)), "due at once");
@@ -1145,7 +1178,7 @@ pub async fn release_keeps_the_attempt_and_the_history<S: TaskStore>(store: S) -
         .complete(task.id, 1, success(200), at(45))
         .await
         .step("complete")?;
-    let done = applied(done, "complete")?;
+    let done = applied(&store, task.id, done, "complete").await?;
     ensure_eq!(
         done.attempts,
         vec![interrupted, closed_try(1, at(30), at(45), Some(200), None)],
@@ -1227,7 +1260,7 @@ pub async fn attempt_history_records_every_try<S: TaskStore>(store: S) -> Verdic
         .complete(task.id, 3, success(200), at(7_042))
         .await
         .step("complete")?;
-    let done = applied(done, "complete")?;
+    let done = applied(&store, task.id, done, "complete").await?;
     let want = vec![
         closed_try(1, at(100), at(350), Some(503), Some("http_503")),
         closed_try(2, at(1_000), at(6_000), None, Some("timeout")),
@@ -1260,6 +1293,7 @@ pub async fn illegal_writes_change_nothing<S: TaskStore>(store: S) -> Verdict {
     }
     // Pending after a retry, with an attempt on record.
     let retrying = create(&store, new_task("retrying"), at(100)).await?;
+    let retrying_id = retrying.id;
     claim_only(&store, retrying.id, at(100), LEASE).await?;
     let retrying = store
         .complete(
@@ -1270,7 +1304,7 @@ pub async fn illegal_writes_change_nothing<S: TaskStore>(store: S) -> Verdict {
         )
         .await
         .step("complete")?;
-    tasks.push(applied(retrying, "retry")?);
+    tasks.push(applied(&store, retrying_id, retrying, "retry").await?);
 
     for before in &tasks {
         for outcome in [success(200), retry(at(200), "x", None), failed("x", None)] {
@@ -1561,13 +1595,11 @@ pub async fn list_pages_stay_within_the_result_budget_without_bodies<S: TaskStor
                 result: vec![b'r'; *n],
                 content_type: None,
             };
-            applied(
-                store
-                    .complete(task.id, 1, outcome, at(200 + i as i64))
-                    .await
-                    .step("complete")?,
-                "complete",
-            )?;
+            let done = store
+                .complete(task.id, 1, outcome, at(200 + i as i64))
+                .await
+                .step("complete")?;
+            applied(&store, task.id, done, "complete").await?;
         }
         ids.push(task.id);
     }
@@ -2094,7 +2126,7 @@ async fn filter_fixture<S: TaskStore>(store: &S) -> Result<Vec<Task>, String> {
                 .complete(task.id, task.attempt, failed("http_503", Some(503)), now)
                 .await
                 .step("complete")?;
-            applied(done, "complete")?
+            applied(store, task.id, done, "complete").await?
         } else {
             task_in(store, &key, state, now).await?
         };

@@ -146,7 +146,7 @@ impl<S: TaskStore, D> Drop for PanicGuard<S, D> {
                     write_outcome(&shared, task_id, attempt, completion, now, &never, &never).await;
                 shared.finish_attempt(task_id, attempt);
                 let state = match written {
-                    Ok(Guarded::Applied(task)) => task.state,
+                    Ok(Guarded::Applied(state)) => state,
                     Ok(Guarded::Lost(state)) => state,
                     Err(_) => return,
                 };
@@ -350,7 +350,7 @@ async fn finish<S: TaskStore, D>(
     )
     .await
     {
-        Ok(Guarded::Applied(written)) => match written.state {
+        Ok(Guarded::Applied(written)) => match written {
             State::Pending => {
                 let delay_ms = delay.map(millis).unwrap_or(0);
                 tracing::info!(

@@ -213,9 +213,8 @@ async fn leases_and_due_times_follow_the_database_clock() {
         )
         .await
         .unwrap();
-    let tc_model::store::Guarded::Applied(retried) = done else {
-        panic!("lost: {done:?}")
-    };
+    assert_eq!(done, tc_model::store::Guarded::Applied(State::Pending));
+    let retried = store.get(task.id).await.unwrap();
     let delay = retried.next_run_at.unwrap().as_millis() - retried.updated_at.as_millis();
     assert_eq!(delay, 10_000);
     assert!(

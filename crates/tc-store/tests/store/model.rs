@@ -297,7 +297,7 @@ impl<S: TaskStore> Side<S> {
 
     fn show_guarded(&self, guarded: &Guarded) -> String {
         match guarded {
-            Guarded::Applied(task) => format!("applied {}", self.show(task)),
+            Guarded::Applied(state) => format!("applied {state}"),
             Guarded::Lost(state) => format!("lost {state}"),
         }
     }
