@@ -15,6 +15,7 @@ const VIEW_FIELDS: &[&str] = &[
     "id",
     "state",
     "url",
+    "destination",
     "idempotency_key",
     "attempt",
     "max_attempts",

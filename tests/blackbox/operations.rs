@@ -366,6 +366,17 @@ async fn filters_find_the_failures_and_bulk_actions_sweep_them() {
         .get(&format!("/tasks?created_after={created}&state=success"))
         .await;
     assert_eq!(listed_ids(&since), vec![good.clone()]);
+    let destination = s.down.url("").trim_start_matches("http://").to_owned();
+    assert_eq!(s.api.task(&good).await["destination"], destination.as_str());
+    let here = s
+        .api
+        .get(&format!(
+            "/tasks?destination={destination}&state=failed&limit=500"
+        ))
+        .await;
+    assert_eq!(listed_ids(&here).len(), 8);
+    let elsewhere = s.api.get("/tasks?destination=example.com:443").await;
+    assert_eq!(listed_ids(&elsewhere).len(), 0);
     let refused = s.api.get("/tasks?created_after=noon").await;
     assert_eq!(refused.status, 400);
     assert_eq!(refused.error_code(), "invalid_request");

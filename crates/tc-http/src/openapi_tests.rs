@@ -248,6 +248,7 @@ fn sample_task() -> Task {
         id: TaskId::new(Timestamp::from_millis(0), [0xee; 10]),
         state: State::Success,
         url: "http://127.0.0.1:9/hook".into(),
+        destination: "127.0.0.1:9".into(),
         body: b"{}".to_vec(),
         idempotency_key: "k".into(),
         attempt: 1,

@@ -14,4 +14,4 @@ mod url;
 pub use new_task::{Limits, NewTask, Schedule, ValidationError};
 pub use state::{IllegalTransition, State, UnknownState, retry_by_hand, transit};
 pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};
-pub use url::{is_under_prefix, origin_and_path};
+pub use url::{destination_of, is_under_prefix, origin_and_path};

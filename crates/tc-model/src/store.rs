@@ -179,7 +179,7 @@ impl TaskFilter {
             && self
                 .destination
                 .as_ref()
-                .is_none_or(|d| *d == task_destination(task))
+                .is_none_or(|d| *d == task.destination)
             && self
                 .error
                 .as_ref()
@@ -197,7 +197,7 @@ impl TaskFilter {
         match self.driving() {
             Driving::IdempotencyKey => self.idempotency_key.as_ref() == Some(&task.idempotency_key),
             Driving::Error => self.error.is_some() && self.error == task.error,
-            Driving::Destination => self.destination.as_deref() == Some(task_destination(task)),
+            Driving::Destination => self.destination.as_ref() == Some(&task.destination),
             Driving::State => self.state == Some(task.state),
             Driving::All => true,
         }
@@ -231,11 +231,6 @@ impl TaskFilter {
             || self.created_after.is_some()
             || self.created_before.is_some()
     }
-}
-
-// TODO(dest): `task.destination` once the destination column lands.
-fn task_destination(_task: &Task) -> &str {
-    ""
 }
 
 /// How many rows one listing page may examine, by default, when its filter

@@ -116,6 +116,9 @@ pub struct Task {
     pub state: State,
     /// Where the worker POSTs the body.
     pub url: String,
+    /// The url's `host:port` ([`crate::destination_of`]): what listings
+    /// filter on.
+    pub destination: String,
     /// The bytes POSTed downstream (JSON).
     pub body: Vec<u8>,
     /// The client's key; the store keeps one task per key.
@@ -165,6 +168,7 @@ impl Task {
             id,
             state: State::Pending,
             url: new.url().to_owned(),
+            destination: crate::destination_of(new.url()),
             body: new.body().to_vec(),
             idempotency_key: new.idempotency_key().to_owned(),
             attempt: 0,
@@ -260,6 +264,7 @@ mod tests {
             id: TaskId::new(Timestamp::from_millis(0), [0; 10]),
             state: State::Running,
             url: "http://example.test/".into(),
+            destination: "example.test:80".into(),
             body: b"{}".to_vec(),
             idempotency_key: "k".into(),
             attempt: 1,

@@ -57,6 +57,22 @@ pub fn origin_and_path(url: &str) -> (String, &str) {
     )
 }
 
+/// A url's destination: its `host:port`, lower-cased, the port always
+/// written (`api.example.com:443`, `[::1]:8080`). What per-downstream
+/// listing filters name; a url that does not parse (no task has one) is
+/// `invalid`.
+pub fn destination_of(url: &str) -> String {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return "invalid".to_owned();
+    };
+    match origin(&uri) {
+        Some(origin) => origin
+            .split_once("://")
+            .map_or(origin.clone(), |(_, hostport)| hostport.to_owned()),
+        None => "invalid".to_owned(),
+    }
+}
+
 fn origin(uri: &http::Uri) -> Option<String> {
     let scheme = uri.scheme_str()?.to_ascii_lowercase();
     let host = uri.host()?.to_ascii_lowercase();
@@ -204,6 +220,20 @@ mod tests {
         check("http://a.test:8080/", host, false);
         check("http://a.test/x", "not a url", false);
         check("http://a.test/x?y", "http://a.test/x?y", false);
+    }
+
+    #[test]
+    fn a_destination_is_host_and_port() {
+        let check = |url: &str, destination: &str| {
+            assert_eq!(destination_of(url), destination, "{url}");
+        };
+        check("http://127.0.0.1:9000/hook?x=1", "127.0.0.1:9000");
+        check("https://API.Example.com/a", "api.example.com:443");
+        check("http://h", "h:80");
+        check("http://user:pw@h:81/x", "h:81");
+        check("http://[::1]:8080/x", "[::1]:8080");
+        check("https://[2001:DB8::1]/x", "[2001:db8::1]:443");
+        check("nonsense", "invalid");
     }
 
     #[test]

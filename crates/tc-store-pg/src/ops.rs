@@ -50,11 +50,11 @@ pub(crate) async fn submit<C: GenericClient>(
             // the delay asked for, on the store's clock.
             "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
                                 attempt, created_at, updated_at, next_run_at, schedule_at, \
-                                schedule_delay_ms) \
+                                schedule_delay_ms, destination) \
              VALUES ($2, $3, 'pending', $4, $5, $6, $7, 0, tc_now_ms($1), tc_now_ms($1), \
                      greatest(coalesce($8::bigint, tc_now_ms($1)), tc_now_ms($1)) \
                          + coalesce($9::bigint, 0), \
-                     $8, $9) \
+                     $8, $9, $10) \
              ON CONFLICT (idempotency_key) DO NOTHING \
              RETURNING ",
             task_columns!()
@@ -72,6 +72,7 @@ pub(crate) async fn submit<C: GenericClient>(
     let max_attempts = i32::try_from(new.max_attempts())
         .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?;
     let (schedule_at, schedule_delay_ms) = new.schedule().to_parts();
+    let destination = tc_model::destination_of(new.url());
     // Two rounds: a key found taken whose task then vanished (it cannot be
     // deleted today) is tried once more rather than reported as an error.
     for _ in 0..2 {
@@ -94,6 +95,7 @@ pub(crate) async fn submit<C: GenericClient>(
                     &nanos(new.timeout()),
                     &schedule_at,
                     &schedule_delay_ms,
+                    &destination,
                 ],
             )
             .await

@@ -57,10 +57,12 @@ pub(crate) struct Stored {
 pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
     let state: String = row.try_get(2).map_err(db)?;
     let timeout_ns: i64 = row.try_get(8).map_err(db)?;
+    let url: String = row.try_get(3).map_err(db)?;
     let task = Task {
         id: parse_id(row.try_get(1).map_err(db)?)?,
         state: parse_state(&state)?,
-        url: row.try_get(3).map_err(db)?,
+        destination: tc_model::destination_of(&url),
+        url,
         body: row.try_get(4).map_err(db)?,
         idempotency_key: row.try_get(5).map_err(db)?,
         attempt: to_u32(row.try_get(6).map_err(db)?, "attempt")?,

@@ -156,12 +156,31 @@ const V4_FILTER_INDEXES: &str = "
 CREATE INDEX tasks_by_error ON tasks (error, pos) WHERE error IS NOT NULL;
 ";
 
+/// Step 4 → 5: a task's destination (`host:port` of its url, lower-cased,
+/// the scheme's port when none is written) as a column, for the
+/// `destination` filter's index; rows written before are filled from their
+/// url here (urls are validated absolute http(s) urls; userinfo is dropped,
+/// as `tc_model::destination_of` does).
+const V5_DESTINATION: &str = r"
+ALTER TABLE tasks ADD COLUMN destination text NOT NULL DEFAULT '';
+UPDATE tasks SET destination = (
+    SELECT CASE
+        WHEN a ~ '(:[0-9]+)$' THEN a
+        WHEN lower(url) LIKE 'https:%' THEN a || ':443'
+        ELSE a || ':80'
+    END
+    FROM (SELECT lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]+)')) AS a) AS parts
+);
+CREATE INDEX tasks_by_destination ON tasks (destination, pos);
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes version k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
     V2_SCHEDULE,
     V3_POSITIONS_IN_XACT,
     V4_FILTER_INDEXES,
+    V5_DESTINATION,
 ];
 
 /// The version this build writes and reads.

@@ -58,10 +58,12 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
     let id = parse_id(row.get(1).map_err(db)?)?;
     let state: String = row.get(2).map_err(db)?;
     let timeout_ns: i64 = row.get(8).map_err(db)?;
+    let url: String = row.get(3).map_err(db)?;
     let task = Task {
         id,
         state: state.parse().map_err(|_| corrupt("state"))?,
-        url: row.get(3).map_err(db)?,
+        destination: tc_model::destination_of(&url),
+        url,
         body: row.get(4).map_err(db)?,
         idempotency_key: row.get(5).map_err(db)?,
         attempt: to_u32(row.get(6).map_err(db)?, "attempt")?,

@@ -146,6 +146,32 @@ const V7_FILTER_INDEXES: &str = "
 CREATE INDEX tasks_by_error ON tasks (error, seq) WHERE error IS NOT NULL;
 ";
 
+/// Step 7 → 8: a task's destination (`host:port` of its url) as a column,
+/// for the `destination` filter's index. Rows written before are filled in
+/// by [`backfill_destinations`] in the same transaction (the host and port
+/// of a url are not something to parse in SQL).
+const V8_DESTINATION: &str = "
+ALTER TABLE tasks ADD COLUMN destination TEXT NOT NULL DEFAULT '';
+CREATE INDEX tasks_by_destination ON tasks (destination, seq);
+";
+
+/// The step after which rows have a destination column to fill.
+const DESTINATION_STEP: i64 = 8;
+
+/// Fills the destination of every row that has none (rows from before
+/// [`V8_DESTINATION`]), from its url.
+fn backfill_destinations(tx: &Connection) -> rusqlite::Result<usize> {
+    let rows: Vec<(i64, String)> = tx
+        .prepare("SELECT seq, url FROM tasks WHERE destination = ''")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut update = tx.prepare("UPDATE tasks SET destination = ?2 WHERE seq = ?1")?;
+    for (seq, url) in &rows {
+        update.execute(rusqlite::params![seq, tc_model::destination_of(url)])?;
+    }
+    Ok(rows.len())
+}
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -155,6 +181,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V5_SCHEDULE,
     V6_SEQ_FLOOR,
     V7_FILTER_INDEXES,
+    V8_DESTINATION,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -373,6 +400,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
             message: format!("migration step {k} -> {}: {e}", k + 1),
         })?;
     }
+    if from < DESTINATION_STEP {
+        backfill_destinations(&tx).map_err(fail)?;
+    }
     tx.pragma_update(None, "user_version", CURRENT_VERSION)
         .map_err(fail)?;
     tx.commit().map_err(fail)?;
@@ -492,6 +522,13 @@ mod tests {
                     f.error = Some("http_503".into());
                 }),
                 "tasks_by_error",
+            ),
+            (
+                filtered(|f| {
+                    f.destination = Some("h:80".into());
+                    f.state = Some(State::Pending);
+                }),
+                "tasks_by_destination",
             ),
             (
                 filtered(|f| f.idempotency_key = Some("k".into())),

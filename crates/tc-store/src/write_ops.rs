@@ -64,10 +64,10 @@ pub(crate) fn submit(
         // schema step 6): a listing cursor must never see a position reused.
         "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                            schedule_at, schedule_delay_ms) \
+                            schedule_at, schedule_delay_ms, destination) \
          VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
                      (SELECT n FROM seq_floor)) + 1, \
-                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11)",
+                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12)",
     )
     .map_err(db)?
     .execute(params![
@@ -82,6 +82,7 @@ pub(crate) fn submit(
         first_run.as_millis(),
         schedule_at,
         schedule_delay_ms,
+        tc_model::destination_of(new.url()),
     ])
     .map_err(db)?;
     Ok(Submitted {

@@ -2176,7 +2176,25 @@ async fn filtered_ids<S: TaskStore>(
 /// creation order, across pages — also when a page's scan is bounded far
 /// below the table (pages then end short, with a cursor to go on).
 pub async fn list_filters_list_exactly_the_matching_tasks<S: TaskStore>(store: S) -> Verdict {
-    let tasks = filter_fixture(&store).await?;
+    let mut tasks = filter_fixture(&store).await?;
+    for (i, url) in ["http://Other.test:8080/a", "https://other.test/b"]
+        .iter()
+        .enumerate()
+    {
+        let task = create(
+            &store,
+            task_with(&format!("other-{i}"), url, b"{}", 1, 1_000),
+            at(50),
+        )
+        .await?;
+        tasks.push(task);
+    }
+    ensure_eq!(
+        tasks[15].destination,
+        "other.test:8080",
+        "a destination is the url's host:port, lower-cased"
+    );
+    ensure_eq!(tasks[16].destination, "other.test:443", "the scheme's port");
     let mut filters = vec![TaskFilter::default()];
     for state in State::ALL {
         filters.push(TaskFilter::state(Some(state)));
@@ -2217,6 +2235,21 @@ pub async fn list_filters_list_exactly_the_matching_tasks<S: TaskStore>(store: S
         },
         TaskFilter {
             idempotency_key: Some("no-such-key".to_owned()),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            destination: Some("other.test:8080".to_owned()),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            destination: Some("127.0.0.1:9".to_owned()),
+            state: Some(State::Pending),
+            ..TaskFilter::default()
+        },
+        TaskFilter {
+            destination: Some("127.0.0.1:9".to_owned()),
+            error: Some("http_503".to_owned()),
+            created_after: Some(at(500)),
             ..TaskFilter::default()
         },
     ]);

@@ -197,6 +197,19 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, waiting);
     assert_eq!(claimed[0].body, b"[]");
+    // The old rows' destinations were filled in: the filter finds them.
+    let by_destination = store
+        .list(ListQuery {
+            filter: TaskFilter {
+                destination: Some("127.0.0.1:9".into()),
+                ..TaskFilter::default()
+            },
+            ..everything()
+        })
+        .await
+        .unwrap();
+    let found: Vec<TaskId> = by_destination.tasks.iter().map(|t| t.id).collect();
+    assert_eq!(found, [done, waiting]);
     store.close().await;
 
     let conn = Connection::open(&path).unwrap();
@@ -227,6 +240,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         indexes,
         [
             "attempts_by_task",
+            "tasks_by_destination",
             "tasks_by_error",
             "tasks_by_state",
             "tasks_due",
