@@ -316,7 +316,13 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
         .map_err(fail("set busy_timeout"))?;
     // Judge the file before anything can write to it: even switching the
     // journal mode rewrites its header.
-    inspect(&conn, &path)?;
+    let found = inspect(&conn, &path)?;
+    if matches!(found, Found::Empty) {
+        // Only takes effect before the first table is created: a new file
+        // gets it for free, an older one through a VACUUM below.
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .map_err(fail("set auto_vacuum"))?;
+    }
     if let Target::File(_) = target {
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
@@ -347,12 +353,43 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
     conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT_BYTES)
         .map_err(fail("set journal_size_limit"))?;
     migrate(&mut conn, &path)?;
+    make_vacuum_incremental(&conn, &path).map_err(fail("switch auto_vacuum to incremental"))?;
     // The retention pruner's scratch list (per connection, in memory).
     conn.execute_batch(
         "CREATE TEMP TABLE IF NOT EXISTS doomed (seq INTEGER PRIMARY KEY, id BLOB NOT NULL)",
     )
     .map_err(fail("create the pruner's temp table"))?;
     Ok(conn)
+}
+
+/// SQLite's `auto_vacuum = INCREMENTAL`: pages freed by deletes can be
+/// given back to the file system (see `write_ops::reclaim_free_pages`).
+const AUTO_VACUUM_INCREMENTAL: i64 = 2;
+
+/// Turns a file made before auto_vacuum was set (`NONE`) into an
+/// incremental one: SQLite changes the mode only by rebuilding the file
+/// with VACUUM, which cannot run inside the migration's transaction. VACUUM
+/// is atomic (a crash leaves the old file), needs room for a copy of the
+/// database, and takes time in proportion to its size; it runs once.
+fn make_vacuum_incremental(conn: &Connection, path: &Path) -> rusqlite::Result<()> {
+    let mode: i64 = conn.pragma_query_value(None, "auto_vacuum", |row| row.get(0))?;
+    if mode == AUTO_VACUUM_INCREMENTAL {
+        return Ok(());
+    }
+    let pages = |conn: &Connection| -> rusqlite::Result<i64> {
+        conn.pragma_query_value(None, "page_count", |row| row.get(0))
+    };
+    let before = pages(conn)?;
+    tracing::info!(path = %path.display(), pages = before, "store_vacuum_started");
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    conn.execute_batch("VACUUM")?;
+    tracing::info!(
+        path = %path.display(),
+        pages_before = before,
+        pages_after = pages(conn)?,
+        "store_vacuum_finished"
+    );
+    Ok(())
 }
 
 /// The size the -wal file is truncated to after a checkpoint: a little over

@@ -357,7 +357,39 @@ pub(crate) fn prune(
         .map_err(db)?
         .execute([])
         .map_err(db)?;
+    reclaim_free_pages(conn)?;
     Ok(deleted)
+}
+
+/// Free pages kept for reuse: new rows take them before the file grows.
+pub(crate) const KEEP_FREE_PAGES: i64 = 2048;
+
+/// The most free pages given back per prune batch, so that one batch holds
+/// the writer for a bounded time (a few ms on a local disk).
+pub(crate) const RECLAIM_STEP_PAGES: i64 = 1024;
+
+/// Gives free pages beyond [`KEEP_FREE_PAGES`] back to the file system,
+/// at most [`RECLAIM_STEP_PAGES`] at a time (`auto_vacuum = INCREMENTAL`;
+/// a no-op on a file without it).
+pub(crate) fn reclaim_free_pages(conn: &Connection) -> Result<(), StoreError> {
+    let free: i64 = conn
+        .pragma_query_value(None, "freelist_count", |row| row.get(0))
+        .map_err(db)?;
+    let excess = free - KEEP_FREE_PAGES;
+    if excess > 0 {
+        // Each step of the statement frees one page: step it to the end
+        // (execute_batch steps once).
+        // A pragma takes no parameters; the number is ours, not a caller's.
+        let mut stmt = conn
+            .prepare(&format!(
+                "PRAGMA incremental_vacuum({})",
+                excess.min(RECLAIM_STEP_PAGES)
+            ))
+            .map_err(db)?;
+        let mut rows = stmt.query([]).map_err(db)?;
+        while rows.next().map_err(db)?.is_some() {}
+    }
+    Ok(())
 }
 
 /// Failed or canceled → pending, due at `run_at`, with a fresh budget.
@@ -453,6 +485,9 @@ pub(crate) fn bulk_chunk(
             BulkAction::Delete => delete(conn, &id)?,
         }
         chunk.applied += 1;
+    }
+    if action == BulkAction::Delete {
+        reclaim_free_pages(conn)?;
     }
     Ok(chunk)
 }

@@ -214,6 +214,8 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
 
     let conn = Connection::open(&path).unwrap();
     assert_eq!(pragma(&conn, "user_version"), tc_store::SCHEMA_VERSION);
+    // Rebuilt once with incremental auto_vacuum (2), every row kept.
+    assert_eq!(pragma(&conn, "auto_vacuum"), 2);
     // The counts table started from the rows the old file had, and followed
     // the claim since.
     let counts: Vec<(String, i64)> = conn
@@ -434,4 +436,74 @@ async fn closing_commits_writes_whose_callers_went_away() {
             "{how} returned before every queued write was committed"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_pages_go_back_to_the_file_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.db");
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    // 4,000 tasks with 8 KiB bodies: about 8,000 pages.
+    let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(8 * 1024));
+    for chunk in 0..4 {
+        let batch: Vec<NewTask> = (0..1000)
+            .map(|i| {
+                NewTask::new(
+                    "http://127.0.0.1:9/x".into(),
+                    body.clone().into_bytes(),
+                    format!("big-{chunk}-{i}"),
+                    1,
+                    Duration::from_secs(1),
+                    &Limits::default(),
+                )
+                .unwrap()
+            })
+            .collect();
+        store.submit_many(batch, t(0)).await.unwrap();
+    }
+    let canceled = store
+        .bulk(
+            tc_model::store::BulkAction::Cancel,
+            tc_model::store::TaskFilter::default(),
+            false,
+            t(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(canceled.applied, 4000);
+    let pages = |path: &std::path::Path| {
+        let conn = Connection::open(path).unwrap();
+        (pragma(&conn, "page_count"), pragma(&conn, "freelist_count"))
+    };
+    let (full, _) = pages(&path);
+    let mut pruned = 0;
+    loop {
+        let n = store
+            .prune(State::Canceled, Duration::ZERO, t(10), 1000)
+            .await
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        pruned += n;
+    }
+    assert_eq!(pruned, 4000);
+    // Each batch gives back at most 1024 pages; later batches (deleting
+    // nothing here) go on until only the reserve for reuse is left.
+    for _ in 0..8 {
+        store
+            .prune(State::Canceled, Duration::ZERO, t(10), 1000)
+            .await
+            .unwrap();
+    }
+    let (after, free) = pages(&path);
+    store.close().await;
+    assert!(full > 8_000, "{full} pages with the tasks");
+    assert_eq!(free, 2048, "the free pages kept for reuse");
+    assert!(
+        after < full / 2,
+        "{after} pages after pruning everything (from {full})"
+    );
 }
