@@ -14,6 +14,8 @@ pub(crate) enum Target {
     RatioAtMost(f64),
     /// value ≤ this, in the figure's unit.
     AtMost(f64),
+    /// value ≥ this, in the figure's unit.
+    AtLeast(f64),
 }
 
 impl Target {
@@ -22,6 +24,7 @@ impl Target {
             Target::RatioAtLeast(r) => format!("≥ {:.0}%", r * 100.0),
             Target::RatioAtMost(r) => format!("≤ {r}×"),
             Target::AtMost(v) => format!("≤ {v} {unit}"),
+            Target::AtLeast(v) => format!("≥ {v} {unit}"),
         }
     }
 }
@@ -102,6 +105,7 @@ impl Figure {
             Target::RatioAtLeast(r) => self.ratio().map(|x| x >= r),
             Target::RatioAtMost(r) => self.ratio().map(|x| x <= r),
             Target::AtMost(limit) => Some(value <= limit),
+            Target::AtLeast(floor) => Some(value >= floor),
         }
     }
 }

@@ -6,6 +6,7 @@ mod cancel;
 mod end_to_end;
 mod naive_peer;
 mod nodes;
+mod operations;
 mod scale;
 mod slow_downstream;
 mod submit;
@@ -121,6 +122,7 @@ fn run_with(plan: Plan, tc_server: &Path, out_dir: &Path, nodes: bool) -> Result
         bench.phase("4 cancel", Bench::cancel).await;
         bench.phase("5 scale", Bench::scale).await;
         bench.phase("6 naive peer", Bench::naive_peer).await;
+        bench.phase("8 operations", Bench::operations).await;
     });
     drop(runtime);
 
