@@ -64,7 +64,7 @@ impl Bench {
                 "64",
                 "--sync",
                 "full",
-                "--default-max-attempts",
+                "--max-attempts",
                 "1",
             ],
         )?;
