@@ -145,7 +145,7 @@ pub(crate) async fn claim_due(
              t.max_attempts, t.timeout_ns, t.http_status, t.result, t.result_content_type, \
              t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
-             t.schedule_delay_ms \
+             t.schedule_delay_ms, t.destination \
              ), opened AS ( \
                  INSERT INTO attempts (task_id, n, started_at) \
                  SELECT id, attempt, started_at FROM claimed \

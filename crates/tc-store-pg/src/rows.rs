@@ -16,7 +16,7 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms"
+         schedule_at, schedule_delay_ms, destination"
     };
 }
 
@@ -57,12 +57,11 @@ pub(crate) struct Stored {
 pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
     let state: String = row.try_get(2).map_err(db)?;
     let timeout_ns: i64 = row.try_get(8).map_err(db)?;
-    let url: String = row.try_get(3).map_err(db)?;
     let task = Task {
         id: parse_id(row.try_get(1).map_err(db)?)?,
         state: parse_state(&state)?,
-        destination: tc_model::destination_of(&url),
-        url,
+        url: row.try_get(3).map_err(db)?,
+        destination: row.try_get(22).map_err(db)?,
         body: row.try_get(4).map_err(db)?,
         idempotency_key: row.try_get(5).map_err(db)?,
         attempt: to_u32(row.try_get(6).map_err(db)?, "attempt")?,

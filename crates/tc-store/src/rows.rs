@@ -14,7 +14,7 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms"
+         schedule_at, schedule_delay_ms, destination"
     };
 }
 
@@ -58,12 +58,11 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
     let id = parse_id(row.get(1).map_err(db)?)?;
     let state: String = row.get(2).map_err(db)?;
     let timeout_ns: i64 = row.get(8).map_err(db)?;
-    let url: String = row.get(3).map_err(db)?;
     let task = Task {
         id,
         state: state.parse().map_err(|_| corrupt("state"))?,
-        destination: tc_model::destination_of(&url),
-        url,
+        url: row.get(3).map_err(db)?,
+        destination: row.get(22).map_err(db)?,
         body: row.get(4).map_err(db)?,
         idempotency_key: row.get(5).map_err(db)?,
         attempt: to_u32(row.get(6).map_err(db)?, "attempt")?,
