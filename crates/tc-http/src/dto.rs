@@ -244,22 +244,28 @@ pub(crate) const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Parses a retry's body: empty, or `{"delay_ms": N}` with N in
 /// `0..=365 days`. Returns the delay.
 pub(crate) fn parse_retry(bytes: &[u8]) -> Result<Duration, ApiError> {
-    let invalid = ApiError::InvalidRequest;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Duration::ZERO);
     }
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(invalid("body: must be a JSON object".into()));
-    }
-    let body: RetryBody = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => invalid(format!("body: {e}")),
-        _ => invalid(format!("body: not valid JSON: {e}")),
-    })?;
+    let body: RetryBody = object_body(bytes)?;
     let max_ms = u64::try_from(MAX_DELAY.as_millis()).unwrap_or(u64::MAX);
     match body.delay_ms {
         None => Ok(Duration::ZERO),
         Some(v) => Ok(Duration::from_millis(integer("delay_ms", &v, 0, max_ms)?)),
     }
+}
+
+/// A body that must be a JSON object, read straight into `T`: anything
+/// else, or a field `T` refuses, is 400 naming the body.
+fn object_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid("body: must be a JSON object".into()));
+    }
+    serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => invalid(format!("body: {e}")),
+        _ => invalid(format!("body: not valid JSON: {e}")),
+    })
 }
 
 fn required_string(field: &str, value: Option<Value>) -> Result<String, ApiError> {
@@ -410,13 +416,7 @@ pub(crate) struct BulkRequest {
 /// required (`{}` covers every task, said on purpose).
 pub(crate) fn parse_bulk(bytes: &[u8]) -> Result<BulkRequest, ApiError> {
     let invalid = ApiError::InvalidRequest;
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(invalid("body: must be a JSON object".into()));
-    }
-    let body: BulkBody = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => invalid(format!("body: {e}")),
-        _ => invalid(format!("body: not valid JSON: {e}")),
-    })?;
+    let body: BulkBody = object_body(bytes)?;
     let action = match required_string("action", body.action)?.as_str() {
         "retry" => BulkAction::Retry,
         "cancel" => BulkAction::Cancel,

@@ -254,27 +254,12 @@ impl Bench {
         endpoint: &Endpoint,
         url: &str,
     ) -> Result<LoadResult, String> {
-        let plan = self.plan;
         let run_id = self.clock.elapsed().as_nanos();
-        let load = |window| Load {
-            connections: plan.connections,
-            max_requests: plan.max_requests,
-            max_duration: window,
-        };
-        load::run(
-            endpoint,
-            load(plan.warmup),
-            load::submits(url.to_owned(), format!("warm-{run_id}"), ""),
-            load::created,
-        )
-        .await?;
-        let outcome = load::run(
-            endpoint,
-            load(plan.window),
-            load::submits(url.to_owned(), format!("load-{run_id}"), ""),
-            load::created,
-        )
-        .await?;
+        self.submit_load(endpoint, url, self.plan.warmup, format!("warm-{run_id}"))
+            .await?;
+        let outcome = self
+            .submit_load(endpoint, url, self.plan.window, format!("load-{run_id}"))
+            .await?;
         self.report_load(what, &outcome);
         Ok(outcome)
     }
@@ -290,39 +275,43 @@ impl Bench {
     ) -> Result<SubmitWindows, String> {
         let plan = self.plan;
         let run_id = self.clock.elapsed().as_nanos();
-        let load = |window| Load {
-            connections: plan.connections,
-            max_requests: plan.max_requests,
-            max_duration: window,
-        };
-        let cold = load::run(
-            endpoint,
-            load(plan.cold_window),
-            load::submits(url.to_owned(), format!("cold-{run_id}"), ""),
-            load::created,
-        )
-        .await?;
+        let cold = self
+            .submit_load(endpoint, url, plan.cold_window, format!("cold-{run_id}"))
+            .await?;
         self.report_load(&format!("{what}, cold first window"), &cold);
-        load::run(
-            endpoint,
-            load(plan.warmup),
-            load::submits(url.to_owned(), format!("warm-{run_id}"), ""),
-            load::created,
-        )
-        .await?;
+        self.submit_load(endpoint, url, plan.warmup, format!("warm-{run_id}"))
+            .await?;
         let mut steady = Vec::with_capacity(plan.steady_windows);
         for i in 0..plan.steady_windows {
-            let outcome = load::run(
-                endpoint,
-                load(plan.window),
-                load::submits(url.to_owned(), format!("load-{run_id}-{i}"), ""),
-                load::created,
-            )
-            .await?;
+            let outcome = self
+                .submit_load(endpoint, url, plan.window, format!("load-{run_id}-{i}"))
+                .await?;
             self.report_load(&format!("{what}, window {}", i + 1), &outcome);
             steady.push(outcome);
         }
         Ok(SubmitWindows { cold, steady })
+    }
+
+    /// One window of closed-loop submits over the run's connections, each
+    /// with a key under `prefix`.
+    async fn submit_load(
+        &self,
+        endpoint: &Endpoint,
+        url: &str,
+        window: Duration,
+        prefix: String,
+    ) -> Result<LoadResult, String> {
+        load::run(
+            endpoint,
+            Load {
+                connections: self.plan.connections,
+                max_requests: self.plan.max_requests,
+                max_duration: window,
+            },
+            load::submits(url.to_owned(), prefix, ""),
+            load::created,
+        )
+        .await
     }
 
     fn report_load(&self, what: &str, outcome: &LoadResult) {
