@@ -10,6 +10,7 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use crate::{IllegalTransition, NewTask, State, Task, TaskId, Timestamp};
 
 /// What went wrong in a store operation, in terms a caller can act on.
@@ -436,11 +437,23 @@ pub trait TaskStore: Send + Sync + 'static {
     /// attempt history (`attempts` is empty; the store has it, with the new
     /// try open): a worker needs the request, and reading every history back
     /// cost as much as the rest of the claim.
+    ///
+    /// Destinations ([`crate::destination`]): a paused destination's tasks
+    /// are not claimed, nor more of a destination's tasks than its
+    /// `max_in_flight` less its running tasks (all of them, whichever
+    /// process runs them), nor more than `gate` allows. The claim rotates
+    /// over the destinations with due tasks, starting after
+    /// [`ClaimGate::after`], sharing `n` as [`RoundRobin`] does, visiting
+    /// at most [`CLAIM_VISIT_LIMIT`] destinations.
+    ///
+    /// [`RoundRobin`]: crate::destination::RoundRobin
+    /// [`CLAIM_VISIT_LIMIT`]: crate::destination::CLAIM_VISIT_LIMIT
     fn claim_due(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
+        gate: ClaimGate,
     ) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
 
     /// Extends the lease of each `(id, attempt)` whose task is still running
@@ -539,6 +552,36 @@ pub trait TaskStore: Send + Sync + 'static {
         dry_run: bool,
         now: Timestamp,
     ) -> impl Future<Output = Result<BulkOutcome, StoreError>> + Send;
+
+    /// Every destination that has settings other than the defaults, with
+    /// them: what a worker needs to know (its rates) without counting tasks.
+    fn destination_settings(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, DestinationSettings)>, StoreError>> + Send;
+
+    /// Every destination that has tasks or settings, in name order, with
+    /// its pending and running counts; at most [`DESTINATIONS_LIMIT`].
+    ///
+    /// [`DESTINATIONS_LIMIT`]: crate::destination::DESTINATIONS_LIMIT
+    fn destinations(&self) -> impl Future<Output = Result<Vec<Destination>, StoreError>> + Send;
+
+    /// One destination (`host:port` as [`crate::destination_of`] writes
+    /// it), or [`StoreError::NotFound`] when it has neither tasks nor
+    /// settings.
+    fn destination(
+        &self,
+        name: String,
+    ) -> impl Future<Output = Result<Destination, StoreError>> + Send;
+
+    /// Applies `update` to a destination's settings, durably (a destination
+    /// need not have tasks yet), and returns the destination. The caller has
+    /// validated the update ([`DestinationUpdate::validate`]).
+    fn update_destination(
+        &self,
+        name: String,
+        update: DestinationUpdate,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Destination, StoreError>> + Send;
 }
 
 #[cfg(test)]

@@ -89,6 +89,19 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub(crate) backoff_cap_ms: u64,
 
+    /// Consecutive failed attempts (connect errors, timeouts, 5xx) to one
+    /// destination that open its circuit breaker: its tasks are then held,
+    /// using no attempt, until a probe call succeeds.
+    #[arg(long, env = "TC_BREAKER_FAILURES", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) breaker_failures: u32,
+
+    /// How long an opened breaker holds its destination before one probe
+    /// call is let through; doubles on each reopening, up to 10 minutes.
+    #[arg(long, env = "TC_BREAKER_OPEN_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub(crate) breaker_open_ms: u64,
+
     /// How long a claimed task is held before a restarted server may take it
     /// back; renewed every third of it while the call runs.
     #[arg(long, env = "TC_LEASE_MS", default_value_t = 30_000,

@@ -102,6 +102,12 @@ impl Settings {
                 recover_interval: (lease / 2).max(Duration::from_millis(1)),
                 retry: args.retry_policy(),
                 jitter_seed: None,
+                breaker: tc_worker::BreakerPolicy {
+                    failures: args.breaker_failures,
+                    open: Duration::from_millis(args.breaker_open_ms),
+                    ..tc_worker::BreakerPolicy::default()
+                },
+                settings_interval: Duration::from_secs(1),
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),

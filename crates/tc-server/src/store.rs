@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page, StateCounts, StoreError,
     Submitted, TaskFilter, TaskStore,
@@ -89,8 +90,9 @@ impl TaskStore for AnyStore {
         n: usize,
         now: Timestamp,
         lease: Duration,
+        gate: ClaimGate,
     ) -> Result<Vec<Task>, StoreError> {
-        either!(self, s => s.claim_due(n, now, lease))
+        either!(self, s => s.claim_due(n, now, lease, gate))
     }
 
     async fn heartbeat(
@@ -158,5 +160,26 @@ impl TaskStore for AnyStore {
 
     async fn health(&self) -> Result<(), StoreError> {
         either!(self, s => s.health())
+    }
+
+    async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
+        either!(self, s => s.destination_settings())
+    }
+
+    async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
+        either!(self, s => s.destinations())
+    }
+
+    async fn destination(&self, name: String) -> Result<Destination, StoreError> {
+        either!(self, s => s.destination(name))
+    }
+
+    async fn update_destination(
+        &self,
+        name: String,
+        update: DestinationUpdate,
+        now: Timestamp,
+    ) -> Result<Destination, StoreError> {
+        either!(self, s => s.update_destination(name, update, now))
     }
 }

@@ -118,10 +118,11 @@ pub(crate) async fn submit<C: GenericClient>(
     ))
 }
 
-/// Moves up to `n` due pending tasks, oldest due first, to running. Rows
-/// another claimer has locked are skipped, not waited for.
-pub(crate) async fn claim_due(
+/// Moves up to `n` due pending tasks of `destination`, oldest due first,
+/// to running. Rows another claimer has locked are skipped, not waited for.
+pub(crate) async fn claim_of(
     tx: &Transaction<'_>,
+    destination: &str,
     n: usize,
     now: Option<i64>,
     lease: Duration,
@@ -131,7 +132,8 @@ pub(crate) async fn claim_due(
         .prepare_cached(concat!(
             "WITH due AS ( \
                  SELECT pos, next_run_at FROM tasks \
-                 WHERE state = 'pending' AND next_run_at <= tc_now_ms($1) \
+                 WHERE state = 'pending' AND destination = $4 \
+                   AND next_run_at <= tc_now_ms($1) \
                  ORDER BY next_run_at, pos LIMIT $2 \
                  FOR UPDATE SKIP LOCKED \
              ), claimed AS ( \
@@ -158,7 +160,7 @@ pub(crate) async fn claim_due(
         .map_err(db)?;
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = tx
-        .query(&stmt, &[&now, &limit, &millis(lease)])
+        .query(&stmt, &[&now, &limit, &millis(lease), &destination])
         .await
         .map_err(db)?;
     // Without their histories: the port's claim carries none.

@@ -174,6 +174,26 @@ UPDATE tasks SET destination = (
 CREATE INDEX tasks_by_destination ON tasks (destination, pos);
 ";
 
+/// Step 5 → 6: destination settings, and the pending tasks by destination
+/// in due order, which a claim walks to rotate over the destinations with
+/// due tasks (one index seek per destination, however deep its backlog). A
+/// claim that must count a capped destination's running tasks locks its
+/// settings row first, so claims on several nodes cannot together exceed
+/// the cap.
+const V6_DESTINATIONS: &str = "
+CREATE TABLE destinations (
+    destination   text    PRIMARY KEY,
+    max_in_flight integer CHECK (max_in_flight BETWEEN 1 AND 10000),
+    rate_per_s    double precision CHECK (rate_per_s > 0),
+    burst         integer CHECK (burst >= 1),
+    paused        boolean NOT NULL DEFAULT false,
+    updated_at    bigint  NOT NULL
+);
+CREATE INDEX tasks_due_by_destination ON tasks (destination, next_run_at, pos)
+    WHERE state = 'pending';
+CREATE INDEX tasks_running_by_destination ON tasks (destination) WHERE state = 'running';
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes version k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -181,6 +201,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V3_POSITIONS_IN_XACT,
     V4_FILTER_INDEXES,
     V5_DESTINATION,
+    V6_DESTINATIONS,
 ];
 
 /// The version this build writes and reads.

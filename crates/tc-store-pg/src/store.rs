@@ -2,6 +2,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page,
     StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
@@ -15,7 +16,7 @@ use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
 use crate::notify::{self, Channels, PgEvent};
 use crate::ops::{self, Inserted};
-use crate::schema;
+use crate::{destinations, schema};
 
 /// The longest a listing waits for older transactions to end before it
 /// answers a page that stops short (see `ops::list`).
@@ -259,13 +260,14 @@ impl TaskStore for PgStore {
         n: usize,
         now: Timestamp,
         lease: Duration,
+        gate: ClaimGate,
     ) -> Result<Vec<Task>, StoreError> {
         if n == 0 {
             return Ok(Vec::new());
         }
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db)?;
-        let claimed = ops::claim_due(&tx, n, self.stamp(now), lease).await?;
+        let claimed = destinations::claim_due(&tx, n, self.stamp(now), lease, &gate).await?;
         tx.commit().await.map_err(db)?;
         Ok(claimed)
     }
@@ -437,6 +439,31 @@ impl TaskStore for PgStore {
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
         ops::recover_expired(&self.client().await?, self.stamp(now)).await
+    }
+
+    async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
+        destinations::all_settings(&self.client().await?).await
+    }
+
+    async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
+        destinations::destinations(&self.client().await?).await
+    }
+
+    async fn destination(&self, name: String) -> Result<Destination, StoreError> {
+        destinations::destination(&self.client().await?, name).await
+    }
+
+    async fn update_destination(
+        &self,
+        name: String,
+        update: DestinationUpdate,
+        now: Timestamp,
+    ) -> Result<Destination, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let updated = destinations::update(&tx, name, &update, now).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(updated)
     }
 
     async fn health(&self) -> Result<(), StoreError> {

@@ -16,6 +16,7 @@
 //! store against plain rusqlite on the very same statements.
 
 mod config;
+mod destinations;
 mod filter;
 mod read_ops;
 mod read_pool;

@@ -12,7 +12,7 @@ use crate::filter::FilterSql;
 use crate::rows::{self, db, listed_columns, parse_state, task_from_row};
 
 /// The earliest due time, read from the first entry of `tasks_due` (pinned:
-/// see [`crate::write_ops::CLAIM_DUE`]).
+/// see [`crate::destinations::DUE_OF`]).
 pub(crate) const NEXT_DUE: &str =
     "SELECT min(next_run_at) FROM tasks INDEXED BY tasks_due WHERE state = 'pending'";
 

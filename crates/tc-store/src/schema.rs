@@ -172,6 +172,23 @@ fn backfill_destinations(tx: &Connection) -> rusqlite::Result<usize> {
     Ok(rows.len())
 }
 
+/// Step 8 → 9: destination settings (issue: per-destination flow control),
+/// and the pending tasks by destination in due order, which a claim walks
+/// to rotate over the destinations with due tasks (one seek per
+/// destination, however deep its backlog).
+const V9_DESTINATIONS: &str = "
+CREATE TABLE destinations (
+    destination   TEXT PRIMARY KEY,
+    max_in_flight INTEGER,
+    rate_per_s    REAL,
+    burst         INTEGER,
+    paused        INTEGER NOT NULL DEFAULT 0,
+    updated_at    INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX tasks_due_by_destination ON tasks (destination, next_run_at, seq)
+    WHERE state = 'pending';
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -182,6 +199,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V6_SEQ_FLOOR,
     V7_FILTER_INDEXES,
     V8_DESTINATION,
+    V9_DESTINATIONS,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -537,7 +555,15 @@ mod tests {
     fn hot_queries_read_their_index_without_sorting() {
         let conn = fresh();
         let cases = [
-            (crate::write_ops::CLAIM_DUE, "tasks_due"),
+            (crate::destinations::DUE_OF, "tasks_due_by_destination"),
+            (
+                crate::destinations::NEXT_PENDING_AFTER,
+                "tasks_due_by_destination",
+            ),
+            (
+                crate::destinations::FIRST_PENDING,
+                "tasks_due_by_destination",
+            ),
             (crate::read_ops::NEXT_DUE, "tasks_due"),
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),

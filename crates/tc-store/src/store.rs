@@ -4,6 +4,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::Connection;
+use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page,
     StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
@@ -15,7 +16,7 @@ use crate::config::StoreConfig;
 use crate::filter::FilterSql;
 use crate::read_pool::Readers;
 use crate::schema::{self, OpenError, Target};
-use crate::{read_ops, write_ops, writer};
+use crate::{destinations, read_ops, write_ops, writer};
 
 /// The SQLite adapter behind [`TaskStore`].
 ///
@@ -224,11 +225,12 @@ impl TaskStore for SqliteStore {
         n: usize,
         now: Timestamp,
         lease: Duration,
+        gate: ClaimGate,
     ) -> Result<Vec<Task>, StoreError> {
         if n == 0 {
             return Ok(Vec::new());
         }
-        self.write(move |conn| write_ops::claim_due(conn, n, now, lease))
+        self.write(move |conn| write_ops::claim_due(conn, n, now, lease, &gate))
             .await
     }
 
@@ -364,6 +366,34 @@ impl TaskStore for SqliteStore {
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         self.readers.run(|conn| read_ops::next_due(conn)).await
+    }
+
+    async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
+        self.readers
+            .run(|conn| destinations::all_settings(conn))
+            .await
+    }
+
+    async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
+        self.readers
+            .run(|conn| destinations::destinations(conn))
+            .await
+    }
+
+    async fn destination(&self, name: String) -> Result<Destination, StoreError> {
+        self.readers
+            .run(move |conn| destinations::destination(conn, &name))
+            .await
+    }
+
+    async fn update_destination(
+        &self,
+        name: String,
+        update: DestinationUpdate,
+        now: Timestamp,
+    ) -> Result<Destination, StoreError> {
+        self.write(move |conn| destinations::update(conn, &name, &update, now))
+            .await
     }
 
     async fn health(&self) -> Result<(), StoreError> {

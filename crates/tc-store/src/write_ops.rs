@@ -9,9 +9,11 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use tc_model::destination::{CLAIM_VISIT_LIMIT, ClaimGate, RoundRobin};
 use tc_model::store::{BULK_CHUNK, BulkAction, Completion, Guarded, StoreError, Submitted};
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, transit};
 
+use crate::destinations;
 use crate::filter::FilterSql;
 use crate::rows::{self, Stored, db, nanos, parse_id, parse_state};
 
@@ -21,16 +23,9 @@ pub(crate) const INTERRUPTED: &str = "interrupted";
 /// The error an open attempt row gets when its task is canceled.
 pub(crate) const CANCELED: &str = "canceled";
 
-/// The due pending tasks, oldest due first. Pinned to the partial index
-/// `tasks_due` (which serves filter and order alike): left to itself, the
-/// planner prefers the equality on `tasks_by_state` and sorts every pending
-/// row. `INDEXED BY` also turns a dropped index into a loud error.
-pub(crate) const CLAIM_DUE: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due \
-     WHERE state = 'pending' AND next_run_at <= ?1 \
-     ORDER BY next_run_at, seq LIMIT ?2";
-
 /// The running tasks whose lease ended, through the partial index
-/// `tasks_leased` (pinned for the same reason as [`CLAIM_DUE`]).
+/// `tasks_leased` (pinned for the same reason as the claim's queries, see
+/// [`crate::destinations::DUE_OF`]).
 pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts + attempts_before_retry \
      FROM tasks INDEXED BY tasks_leased \
      WHERE state = 'running' AND lease_until < ?1";
@@ -91,53 +86,93 @@ pub(crate) fn submit(
     })
 }
 
-/// Moves up to `n` due pending tasks, oldest due first, to running.
+/// Moves up to `n` due pending tasks to running, rotating over their
+/// destinations within the destinations' settings and `gate` (see the
+/// port's `claim_due`); oldest due first within a destination.
 pub(crate) fn claim_due(
     conn: &Connection,
     n: usize,
     now: Timestamp,
     lease: Duration,
+    gate: &ClaimGate,
 ) -> Result<Vec<Task>, StoreError> {
-    let due: Vec<(i64, String)> = {
-        let mut stmt = conn.prepare_cached(CLAIM_DUE).map_err(db)?;
-        let limit = i64::try_from(n).unwrap_or(i64::MAX);
-        stmt.query_map(params![now.as_millis(), limit], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .map_err(db)?
-        .collect::<rusqlite::Result<_>>()
-        .map_err(db)?
+    let limits = destinations::claim_limits(conn)?;
+    let running = if limits.values().any(|s| s.max_in_flight.is_some()) {
+        destinations::running_by_destination(conn)?
+    } else {
+        Default::default()
     };
+    let allowance = |name: &str| {
+        let busy = running.get(name).copied().unwrap_or(0);
+        gate.claim_allowance(name, limits.get(name), busy)
+    };
+    // Enough destinations once n of them may each give a task.
+    let mut open = 0;
+    let names = destinations::due_destinations(
+        conn,
+        now,
+        gate.after.as_deref(),
+        CLAIM_VISIT_LIMIT,
+        |name| {
+            if allowance(name) != Some(0) {
+                open += 1;
+            }
+            open >= n
+        },
+    )?;
+    let candidates = names
+        .into_iter()
+        .map(|name| {
+            let allowed = allowance(&name);
+            (name, allowed)
+        })
+        .collect();
+    let mut plan = RoundRobin::new(n, candidates);
     let lease_until = now.saturating_add(lease);
-    let mut claimed = Vec::with_capacity(due.len());
-    for (seq, state) in due {
-        let from = parse_state(&state)?;
-        let to = transit(from, State::Running)?;
-        let (id, attempt): (Vec<u8>, i64) = conn
-            .prepare_cached(
-                "UPDATE tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
-                                  lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
-                 WHERE seq = ?1 AND state = ?2 RETURNING id, attempt",
-            )
-            .map_err(db)?
-            .query_row(
-                params![
-                    seq,
-                    from.as_str(),
-                    to.as_str(),
-                    now.as_millis(),
-                    lease_until.as_millis()
-                ],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .map_err(db)?;
-        conn.prepare_cached("INSERT INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)")
-            .map_err(db)?
-            .execute(params![id, attempt, now.as_millis()])
-            .map_err(db)?;
-        claimed.push(load_seq_without_history(conn, seq)?);
+    let mut claimed = Vec::with_capacity(n);
+    while let Some((destination, want)) = plan.next_take() {
+        let due = destinations::due_of(conn, &destination, now, want)?;
+        plan.taken(due.len());
+        for (seq, state) in due {
+            claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
+        }
     }
     Ok(claimed)
+}
+
+/// Moves the pending task at `seq` to running and opens its attempt row.
+fn claim_one(
+    conn: &Connection,
+    seq: i64,
+    state: &str,
+    now: Timestamp,
+    lease_until: Timestamp,
+) -> Result<Task, StoreError> {
+    let from = parse_state(state)?;
+    let to = transit(from, State::Running)?;
+    let (id, attempt): (Vec<u8>, i64) = conn
+        .prepare_cached(
+            "UPDATE tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
+                              lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
+             WHERE seq = ?1 AND state = ?2 RETURNING id, attempt",
+        )
+        .map_err(db)?
+        .query_row(
+            params![
+                seq,
+                from.as_str(),
+                to.as_str(),
+                now.as_millis(),
+                lease_until.as_millis()
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(db)?;
+    conn.prepare_cached("INSERT INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)")
+        .map_err(db)?
+        .execute(params![id, attempt, now.as_millis()])
+        .map_err(db)?;
+    load_seq_without_history(conn, seq)
 }
 
 /// Extends the lease of each `(id, attempt)` still running with that attempt;

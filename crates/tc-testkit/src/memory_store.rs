@@ -10,6 +10,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tc_model::destination::{
+    CLAIM_VISIT_LIMIT, ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings,
+    DestinationUpdate, RoundRobin, rotation,
+};
 use tc_model::store::{
     BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, ListQuery, Page,
     StateCounts, StoreError, Submitted, TaskFilter, TaskStore, results_within,
@@ -34,6 +38,8 @@ struct Tables {
     tasks: BTreeMap<i64, Task>,
     by_id: HashMap<TaskId, i64>,
     by_key: HashMap<String, i64>,
+    /// Destination settings by name (`host:port`).
+    destinations: BTreeMap<String, DestinationSettings>,
     last_seq: i64,
     /// Feeds the ids' random bits: deterministic, so a test's ids repeat.
     rng: u64,
@@ -72,6 +78,24 @@ impl Tables {
             Ok(Ok(seq))
         } else {
             Ok(Err(Guarded::Lost(task.state)))
+        }
+    }
+
+    /// A destination's settings and task counts.
+    fn destination_of(&self, name: &str) -> Destination {
+        let (mut pending, mut running) = (0, 0);
+        for task in self.tasks.values().filter(|t| t.destination == name) {
+            match task.state {
+                State::Pending => pending += 1,
+                State::Running => running += 1,
+                _ => {}
+            }
+        }
+        Destination {
+            name: name.to_owned(),
+            settings: self.destinations.get(name).cloned().unwrap_or_default(),
+            pending,
+            running,
         }
     }
 
@@ -216,20 +240,48 @@ impl TaskStore for MemoryStore {
         n: usize,
         now: Timestamp,
         lease: Duration,
+        gate: ClaimGate,
     ) -> Result<Vec<Task>, StoreError> {
         let mut t = self.tables();
-        let mut due: Vec<(Timestamp, i64)> = t
-            .tasks
-            .iter()
-            .filter_map(|(seq, task)| match (task.state, task.next_run_at) {
-                (State::Pending, Some(at)) if at <= now => Some((at, *seq)),
-                _ => None,
+        // Each destination's due tasks, oldest due first, and its running tasks.
+        let mut due: BTreeMap<String, Vec<(Timestamp, i64)>> = BTreeMap::new();
+        let mut running: HashMap<&str, u64> = HashMap::new();
+        for (seq, task) in &t.tasks {
+            match (task.state, task.next_run_at) {
+                (State::Pending, Some(at)) if at <= now => {
+                    due.entry(task.destination.clone())
+                        .or_default()
+                        .push((at, *seq));
+                }
+                (State::Running, _) => *running.entry(task.destination.as_str()).or_default() += 1,
+                _ => {}
+            }
+        }
+        for tasks in due.values_mut() {
+            tasks.sort_unstable();
+        }
+        let names: Vec<String> = due.keys().cloned().collect();
+        let candidates = rotation(&names, gate.after.as_deref())
+            .take(CLAIM_VISIT_LIMIT)
+            .map(|name| {
+                let busy = running.get(name.as_str()).copied().unwrap_or(0);
+                let allowed = gate.claim_allowance(name, t.destinations.get(name), busy);
+                (name.clone(), allowed)
             })
             .collect();
-        due.sort_unstable();
-        due.truncate(n);
-        let mut claimed = Vec::with_capacity(due.len());
-        for (_, seq) in due {
+        let mut plan = RoundRobin::new(n, candidates);
+        let mut picked = Vec::new();
+        let mut used: HashMap<String, usize> = HashMap::new();
+        while let Some((dest, want)) = plan.next_take() {
+            let from = used.get(&dest).copied().unwrap_or(0);
+            let tasks = due.get(&dest).map_or(&[][..], |v| &v[from.min(v.len())..]);
+            let take = want.min(tasks.len());
+            picked.extend(tasks[..take].iter().map(|(_, seq)| *seq));
+            *used.entry(dest).or_default() += take;
+            plan.taken(take);
+        }
+        let mut claimed = Vec::with_capacity(picked.len());
+        for seq in picked {
             let task = t.task_mut(seq)?;
             task.state = transit(task.state, State::Running)?;
             task.attempt += 1;
@@ -538,6 +590,55 @@ impl TaskStore for MemoryStore {
             outcome.applied += 1;
         }
         Ok(outcome)
+    }
+
+    async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
+        let t = self.tables();
+        Ok(t.destinations
+            .iter()
+            .map(|(name, settings)| (name.clone(), settings.clone()))
+            .collect())
+    }
+
+    async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
+        let t = self.tables();
+        let mut names: Vec<&str> = t
+            .tasks
+            .values()
+            .map(|task| task.destination.as_str())
+            .collect();
+        names.extend(t.destinations.keys().map(String::as_str));
+        names.sort_unstable();
+        names.dedup();
+        names.truncate(DESTINATIONS_LIMIT);
+        Ok(names
+            .into_iter()
+            .map(|name| t.destination_of(name))
+            .collect())
+    }
+
+    async fn destination(&self, name: String) -> Result<Destination, StoreError> {
+        let t = self.tables();
+        let known = t.destinations.contains_key(&name)
+            || t.tasks.values().any(|task| task.destination == name);
+        if !known {
+            return Err(StoreError::NotFound);
+        }
+        Ok(t.destination_of(&name))
+    }
+
+    async fn update_destination(
+        &self,
+        name: String,
+        update: DestinationUpdate,
+        _now: Timestamp,
+    ) -> Result<Destination, StoreError> {
+        let mut t = self.tables();
+        let settings = update.apply(&t.destinations.get(&name).cloned().unwrap_or_default());
+        // A destination keeps its settings row once it has one, defaults or
+        // not: it was named by an operator, so it is listed.
+        t.destinations.insert(name.clone(), settings);
+        Ok(t.destination_of(&name))
     }
 
     async fn health(&self) -> Result<(), StoreError> {

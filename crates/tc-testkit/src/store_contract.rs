@@ -273,7 +273,10 @@ async fn claim_only<S: TaskStore>(
     now: Timestamp,
     lease: Duration,
 ) -> Result<Task, String> {
-    let mut claimed = store.claim_due(10, now, lease).await.step("claim_due")?;
+    let mut claimed = store
+        .claim_due(10, now, lease, tc_model::destination::ClaimGate::default())
+        .await
+        .step("claim_due")?;
     let ids: Vec<TaskId> = claimed.iter().map(|t| t.id).collect();
     ensure_eq!(
         ids,
@@ -551,7 +554,12 @@ pub async fn resubmit_returns_the_same_task_in_every_state<S: TaskStore>(store: 
         "resubmits add no rows"
     );
     let claimed = store
-        .claim_due(100, at(600), LEASE)
+        .claim_due(
+            100,
+            at(600),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure!(
@@ -663,14 +671,36 @@ pub async fn claim_takes_the_oldest_due_first<S: TaskStore>(store: S) -> Verdict
     let e = create(&store, new_task("e"), at(20)).await?;
 
     let none = store
-        .claim_due(0, at(100), LEASE)
+        .claim_due(
+            0,
+            at(100),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
-        .step("claim_due(0)")?;
-    ensure!(none.is_empty(), "claim_due(0) claimed {}", none.len());
-    let first = store.claim_due(2, at(100), LEASE).await.step("claim_due")?;
+        .step("claim_due(0, tc_model::destination::ClaimGate::default())")?;
+    ensure!(
+        none.is_empty(),
+        "claim_due(0, tc_model::destination::ClaimGate::default()) claimed {}",
+        none.len()
+    );
+    let first = store
+        .claim_due(
+            2,
+            at(100),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
+        .await
+        .step("claim_due")?;
     ensure_eq!(ids(&first), vec![b.id, c.id], "first two by due time");
     let second = store
-        .claim_due(10, at(100), LEASE)
+        .claim_due(
+            10,
+            at(100),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure_eq!(
@@ -700,7 +730,12 @@ pub async fn claim_takes_the_oldest_due_first<S: TaskStore>(store: S) -> Verdict
         );
     }
     let early = store
-        .claim_due(10, at(999), LEASE)
+        .claim_due(
+            10,
+            at(999),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure!(
@@ -709,7 +744,12 @@ pub async fn claim_takes_the_oldest_due_first<S: TaskStore>(store: S) -> Verdict
         ids(&early)
     );
     let on_time = store
-        .claim_due(10, at(1_000), LEASE)
+        .claim_due(
+            10,
+            at(1_000),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure_eq!(ids(&on_time), vec![d.id], "due exactly now is due");
@@ -731,7 +771,9 @@ pub async fn concurrent_claimers_never_share_a_task<S: TaskStore>(store: S) -> V
         claimers.spawn(async move {
             let mut mine = Vec::new();
             for _ in 0..TASKS {
-                let batch = store.claim_due(7, at(1), LEASE).await?;
+                let batch = store
+                    .claim_due(7, at(1), LEASE, tc_model::destination::ClaimGate::default())
+                    .await?;
                 if batch.is_empty() {
                     break;
                 }
@@ -830,7 +872,12 @@ pub async fn complete_retry_returns_to_pending_until_due<S: TaskStore>(store: S)
     );
     ensure_eq!(get(&store, task.id).await?, done, "stored task");
     let early = store
-        .claim_due(10, at(4_999), LEASE)
+        .claim_due(
+            10,
+            at(4_999),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure!(early.is_empty(), "claimed before the retry was due");
@@ -862,7 +909,12 @@ pub async fn complete_failed_is_terminal<S: TaskStore>(store: S) -> Verdict {
     );
     ensure_eq!(get(&store, task.id).await?, done, "stored task");
     let claimed = store
-        .claim_due(10, at(1_000_000), LEASE)
+        .claim_due(
+            10,
+            at(1_000_000),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure!(claimed.is_empty(), "a failed task was claimed");
@@ -1019,7 +1071,12 @@ pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Verdict {
         "a canceled task is not due"
     );
     let claimed = store
-        .claim_due(10, at(1_000), LEASE)
+        .claim_due(
+            10,
+            at(1_000),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure!(claimed.is_empty(), "a canceled task was claimed");
@@ -1362,7 +1419,15 @@ pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Verdict {
                 .id,
         );
     }
-    let running = store.claim_due(5, at(100), LEASE).await.step("claim_due")?;
+    let running = store
+        .claim_due(
+            5,
+            at(100),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
+        .await
+        .step("claim_due")?;
     ensure_eq!(ids(&running), created[..5].to_vec(), "claimed");
     store.cancel(created[5], at(100)).await.step("cancel")?;
 
@@ -1855,7 +1920,12 @@ pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>
     ensure_eq!(reopened.attempts.len(), 2, "the history keeps every try");
     ensure_eq!(get(&store, task.id).await?, reopened, "the stored task");
     let early = store
-        .claim_due(10, at(499), LEASE)
+        .claim_due(
+            10,
+            at(499),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure!(early.is_empty(), "claimed before run_at: {early:?}");
@@ -1913,7 +1983,12 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
         "next_due"
     );
     let early = store
-        .claim_due(10, at(4_999), LEASE)
+        .claim_due(
+            10,
+            at(4_999),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure!(early.is_empty(), "claimed before its time: {early:?}");
@@ -1939,7 +2014,12 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
         );
     }
     let on_time = store
-        .claim_due(10, at(5_000), LEASE)
+        .claim_due(
+            10,
+            at(5_000),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .step("claim_due")?;
     ensure_eq!(ids(&on_time), vec![task.id], "claimed on time");

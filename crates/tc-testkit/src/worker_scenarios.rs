@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_downstream::Downstream;
+use tc_model::destination::{Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BulkAction, BulkOutcome, Completion, Cursor, Guarded, ListQuery, StoreError, TaskFilter,
     TaskStore,
@@ -88,6 +89,8 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
                 max_retry_after: Duration::from_secs(3600),
             },
             jitter_seed: Some(7),
+            breaker: tc_worker::BreakerPolicy::default(),
+            settings_interval: Duration::from_millis(50),
         }
     }
 
@@ -659,6 +662,7 @@ async fn cancel_during_retry_wait<S: TaskStore, D: Downstream>(
             10,
             Timestamp::from_millis(i64::MAX / 2),
             Duration::from_secs(1),
+            tc_model::destination::ClaimGate::default(),
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -1232,6 +1236,7 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         n: usize,
         now: Timestamp,
         lease: Duration,
+        gate: tc_model::destination::ClaimGate,
     ) -> Result<Vec<Task>, StoreError> {
         let claims = self
             .claims
@@ -1245,7 +1250,7 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         if self.claims_fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Unavailable("claims fail (test)".to_owned()));
         }
-        let tasks = self.inner.claim_due(n, now, lease).await?;
+        let tasks = self.inner.claim_due(n, now, lease, gate).await?;
         if !tasks.is_empty() {
             self.hold_if(&self.claim_armed).await;
         }
@@ -1335,5 +1340,27 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     }
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.health()
+    }
+    fn destination_settings(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, DestinationSettings)>, StoreError>> + Send {
+        self.inner.destination_settings()
+    }
+    fn destinations(&self) -> impl Future<Output = Result<Vec<Destination>, StoreError>> + Send {
+        self.inner.destinations()
+    }
+    fn destination(
+        &self,
+        name: String,
+    ) -> impl Future<Output = Result<Destination, StoreError>> + Send {
+        self.inner.destination(name)
+    }
+    fn update_destination(
+        &self,
+        name: String,
+        update: DestinationUpdate,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Destination, StoreError>> + Send {
+        self.inner.update_destination(name, update, now)
     }
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::WorkerMetrics;
 use crate::control::{AttemptEnded, Shared};
+use crate::flow::Verdict;
 
 /// What an attempt needs besides its task.
 pub(crate) struct AttemptContext<S, D> {
@@ -47,10 +48,14 @@ pub(crate) async fn run_attempt<S: TaskStore, D: Downstream>(
     _permit: OwnedSemaphorePermit,
 ) {
     let (task_id, attempt) = (task.id, task.attempt);
+    let destination = task.destination.clone();
     let mut guard = PanicGuard::new(&ctx, &task);
     let state = run(&ctx, task, &cancel, &interrupt, &mut guard).await;
     guard.disarm();
     ctx.shared.finish_attempt(task_id, attempt);
+    if ctx.shared.flow.ended(&destination, (task_id, attempt)) {
+        ctx.shared.wake.notify_one();
+    }
     if let Some(state) = state {
         ctx.shared.attempt_ended(AttemptEnded {
             task_id,
@@ -73,6 +78,7 @@ struct PanicGuard<S: TaskStore, D> {
     ctx: Arc<AttemptContext<S, D>>,
     task_id: tc_model::TaskId,
     attempt: u32,
+    destination: String,
     last_attempt: bool,
     calling: bool,
     armed: bool,
@@ -84,6 +90,7 @@ impl<S: TaskStore, D> PanicGuard<S, D> {
             ctx: Arc::clone(ctx),
             task_id: task.id,
             attempt: task.attempt,
+            destination: task.destination.clone(),
             last_attempt: !task.can_retry(),
             calling: false,
             armed: true,
@@ -117,6 +124,7 @@ impl<S: TaskStore, D> Drop for PanicGuard<S, D> {
         }
         let shared = Arc::clone(&self.ctx.shared);
         let (task_id, attempt) = (self.task_id, self.attempt);
+        shared.flow.ended(&self.destination, (task_id, attempt));
         let runtime = tokio::runtime::Handle::try_current();
         if shared.is_aborted() || runtime.is_err() {
             shared.finish_attempt(task_id, attempt);
@@ -300,6 +308,15 @@ async fn finish<S: TaskStore, D>(
     };
     let http_status = answer.as_ref().ok().map(|r| r.status);
     let now = ctx.shared.clock.now();
+    ctx.shared.flow.answered(
+        &task.destination,
+        (task_id, task.attempt),
+        verdict_of(&outcome),
+        http_status,
+        decision.reason(),
+        destination_backoff(&outcome, &ctx.policy),
+        now,
+    );
     let (completion, delay) = match decision {
         Decision::Success => {
             let (result, content_type) = match answer {
@@ -463,6 +480,32 @@ pub(crate) fn outcome_of(answer: &Result<DownResponse, DownError>) -> Outcome {
         Err(DownError::ResponseTooLarge { .. }) => Outcome::ResponseTooLarge,
         Err(DownError::DestinationDenied(_)) => Outcome::DestinationDenied,
         Err(DownError::Other(_)) => Outcome::Other,
+    }
+}
+
+/// How an answer counts for the destination's circuit breaker: connect
+/// errors, timeouts and 5xx mean the destination is failing; any other
+/// answer means it is up.
+fn verdict_of(outcome: &Outcome) -> Verdict {
+    match outcome {
+        Outcome::Status { code, .. } if (500..=599).contains(code) => Verdict::Failure,
+        Outcome::Status { .. } => Verdict::Healthy,
+        Outcome::Timeout | Outcome::Connect => Verdict::Failure,
+        Outcome::ResponseTooLarge | Outcome::DestinationDenied | Outcome::Other => Verdict::Neutral,
+    }
+}
+
+/// A 429 or 503 with a Retry-After makes the whole destination wait, not
+/// only this task: the delay it asked for, within the retry policy's bound.
+fn destination_backoff(outcome: &Outcome, policy: &tc_retry::Policy) -> Option<Duration> {
+    match outcome {
+        Outcome::Status {
+            code: 429 | 503,
+            retry_after: Some(header),
+        } => tc_retry::parse_retry_after(&header.value, header.received_at)
+            .map(|wait| wait.min(policy.max_retry_after))
+            .filter(|wait| !wait.is_zero()),
+        _ => None,
     }
 }
 

@@ -8,6 +8,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::Clock;
+use crate::flow::{DestinationState, Flow};
 
 /// What the worker knows about the tasks it has claimed.
 #[derive(Default)]
@@ -42,6 +43,10 @@ pub(crate) struct Shared<S> {
     pub(crate) store: Arc<S>,
     pub(crate) clock: Clock,
     pub(crate) wake: Notify,
+    /// Per-destination holds of this worker.
+    pub(crate) flow: Flow,
+    /// Destination settings changed: read them again now.
+    pub(crate) settings_changed: Notify,
     claims: Mutex<Claims>,
     events: broadcast::Sender<AttemptEnded>,
     /// Every state a task reaches through this worker: attempt endings and
@@ -53,13 +58,15 @@ pub(crate) struct Shared<S> {
 }
 
 impl<S> Shared<S> {
-    pub(crate) fn new(store: Arc<S>, clock: Clock) -> Shared<S> {
+    pub(crate) fn new(store: Arc<S>, clock: Clock, flow: Flow) -> Shared<S> {
         let (events, _) = broadcast::channel(4096);
         let (changes, _) = broadcast::channel(4096);
         Shared {
             store,
             clock,
             wake: Notify::new(),
+            flow,
+            settings_changed: Notify::new(),
             claims: Mutex::new(Claims::default()),
             events,
             changes,
@@ -246,6 +253,20 @@ impl<S: TaskStore> WorkerControl<S> {
     /// endings, cancels): what requests waiting for a task listen to.
     pub fn changes(&self) -> broadcast::Receiver<(TaskId, State)> {
         self.shared.changes.subscribe()
+    }
+
+    /// A destination's settings changed in the store: the worker reads
+    /// them again at once (otherwise within a second) and claims again.
+    pub fn destinations_changed(&self) {
+        self.shared.settings_changed.notify_one();
+    }
+
+    /// This worker's view of a destination: its breaker, its backoff, its
+    /// last answer. Per process (see the crate's flow control notes).
+    pub fn destination_state(&self, destination: &str) -> DestinationState {
+        self.shared
+            .flow
+            .state_of(destination, self.shared.clock.now())
     }
 
     /// How many claimed tasks this worker is running now.

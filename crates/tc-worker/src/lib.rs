@@ -20,6 +20,7 @@
 mod attempt;
 mod clock;
 mod control;
+mod flow;
 mod metrics;
 mod pruner;
 
@@ -37,7 +38,9 @@ use crate::attempt::{AttemptContext, run_attempt};
 pub use crate::clock::Clock;
 use crate::control::Shared;
 pub use crate::control::{AttemptEnded, WorkerControl};
-pub use crate::metrics::WorkerMetrics;
+use crate::flow::Flow;
+pub use crate::flow::{BreakerPolicy, BreakerState, DestinationState};
+pub use crate::metrics::{DESTINATION_LABELS_LIMIT, OTHER_DESTINATIONS, WorkerMetrics};
 pub use crate::pruner::{PRUNE_BATCH, Pruner, PrunerMetrics, Retention, prune_round};
 
 /// How the worker runs.
@@ -57,6 +60,11 @@ pub struct WorkerConfig {
     pub retry: tc_retry::Policy,
     /// Seed for the backoff jitter; `None` seeds from the OS.
     pub jitter_seed: Option<u64>,
+    /// When a destination's circuit breaker opens.
+    pub breaker: BreakerPolicy,
+    /// How often destination settings are read from the store (a change
+    /// through this process is seen at once).
+    pub settings_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -69,6 +77,8 @@ impl Default for WorkerConfig {
             recover_interval: Duration::from_secs(15),
             retry: tc_retry::Policy::default(),
             jitter_seed: None,
+            breaker: BreakerPolicy::default(),
+            settings_interval: Duration::from_secs(1),
         }
     }
 }
@@ -105,7 +115,8 @@ impl<S: TaskStore> Worker<S> {
         clock: Clock,
         metrics: WorkerMetrics,
     ) -> Worker<S> {
-        let shared = Arc::new(Shared::new(store, clock));
+        let flow = Flow::new(config.breaker, metrics.destinations.clone());
+        let shared = Arc::new(Shared::new(store, clock, flow));
         let rng = match config.jitter_seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -172,7 +183,13 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
     // Recover before the first claim, so tasks a crashed run left behind are
     // due again right away.
     recover_once(&shared, config.lease).await;
+    read_settings(&shared).await;
     background.spawn(heartbeat_loop(Arc::clone(&shared), config.lease));
+    background.spawn(settings_loop(
+        Arc::clone(&shared),
+        config.settings_interval,
+        stop.clone(),
+    ));
     background.spawn(recover_loop(
         Arc::clone(&shared),
         config.recover_interval,
@@ -205,7 +222,12 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
         let wanted = held.len();
         shared.begin_claim();
         let now = shared.clock.now();
-        let claimed = match shared.store.claim_due(wanted, now, config.lease).await {
+        let gate = shared.flow.gate(now);
+        let claimed = match shared
+            .store
+            .claim_due(wanted, now, config.lease, gate)
+            .await
+        {
             Ok(tasks) => {
                 if claim_backoff.take().is_some() {
                     tracing::info!("claims_resumed");
@@ -234,6 +256,7 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
                 }
             }
         };
+        shared.flow.claimed(&claimed, now);
         let ids: Vec<_> = claimed.iter().map(|t| (t.id, t.attempt)).collect();
         let tokens = shared.finish_claim(&ids);
         let got = claimed.len();
@@ -253,6 +276,9 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
                     // Canceled while the claim was on its way: never called.
                     tracing::info!(task_id = %task.id, "task_skip_canceled");
                     ctx.metrics.count("canceled");
+                    shared
+                        .flow
+                        .ended(&task.destination, (task.id, task.attempt));
                     shared.attempt_ended(AttemptEnded {
                         task_id: task.id,
                         attempt: task.attempt,
@@ -271,10 +297,17 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
         // Nothing more is due now: sleep until woken, the poll interval, or
         // the earliest retry, whichever comes first.
         let mut wake_at = tokio::time::Instant::now() + config.poll_interval;
+        let now = shared.clock.now();
         match shared.store.next_due().await {
-            Ok(Some(due)) => wake_at = wake_at.min(shared.clock.instant_of(due)),
-            Ok(None) => {}
+            // A task due already was held (its destination paused, at its
+            // cap, out of tokens, backing off): waking for it would spin.
+            // What ends a hold wakes the loop, or the poll interval does.
+            Ok(Some(due)) if due > now => wake_at = wake_at.min(shared.clock.instant_of(due)),
+            Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "next_due_failed"),
+        }
+        if let Some(release) = shared.flow.next_release(now) {
+            wake_at = wake_at.min(shared.clock.instant_of(release));
         }
         loop {
             tokio::select! {
@@ -313,6 +346,68 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
     // Heartbeats stop only now: calls in their grace period kept their leases.
     background.shutdown().await;
     Ok(report)
+}
+
+/// Reads the destination settings into the worker's flow control.
+async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
+    match shared.store.destination_settings().await {
+        Ok(settings) => shared.flow.set_settings(settings, shared.clock.now()),
+        Err(e) => tracing::error!(error = %e, "destination_settings_failed"),
+    }
+}
+
+/// How many settings reads pass between two updates of the held gauges
+/// (those count tasks per destination, which costs more).
+const HELD_METRICS_EVERY: u32 = 5;
+
+/// Reads destination settings every `every`, and at once when told they
+/// changed; now and then sets the `held` gauges.
+async fn settings_loop<S: TaskStore>(
+    shared: Arc<Shared<S>>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut round = 0u32;
+    loop {
+        let told = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => false,
+            _ = shared.settings_changed.notified() => true,
+        };
+        read_settings(&shared).await;
+        if told {
+            shared.wake.notify_one();
+        }
+        round = round.wrapping_add(1);
+        if round % HELD_METRICS_EVERY == 0 {
+            update_held_metrics(&shared).await;
+        }
+    }
+}
+
+async fn update_held_metrics<S: TaskStore>(shared: &Shared<S>) {
+    let destinations = match shared.store.destinations().await {
+        Ok(destinations) => destinations,
+        Err(e) => {
+            tracing::error!(error = %e, "destination_counts_failed");
+            return;
+        }
+    };
+    let now = shared.clock.now();
+    let held: Vec<(String, &'static str, u64)> = destinations
+        .into_iter()
+        .filter(|d| d.pending > 0)
+        .filter_map(|d| {
+            let reason = shared
+                .flow
+                .hold_reason(&d.name, &d.settings, d.running, now)?;
+            Some((d.name, reason.as_str(), d.pending))
+        })
+        .collect();
+    shared.flow.metrics().set_held(&held);
 }
 
 /// Extends the leases of every task this worker runs, at a third of the lease.

@@ -12,12 +12,124 @@ pub(crate) struct OutcomeLabel {
     pub(crate) outcome: &'static str,
 }
 
+/// The label of the per-destination gauges.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DestinationLabel {
+    pub(crate) destination: String,
+}
+
+/// The labels of `taskcenter_destination_held`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct HeldLabel {
+    pub(crate) destination: String,
+    /// `paused`, `in_flight`, `rate`, `backoff` or `breaker`.
+    pub(crate) reason: &'static str,
+}
+
+/// The most destinations that get a label of their own; the others share
+/// the label `destination="_other"`, so a task center that calls thousands
+/// of hosts still exports a bounded number of series.
+pub const DESTINATION_LABELS_LIMIT: usize = 100;
+
+/// The label shared by destinations past [`DESTINATION_LABELS_LIMIT`].
+pub const OTHER_DESTINATIONS: &str = "_other";
+
+/// The per-destination gauges, with their label budget.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DestinationMetrics {
+    pub(crate) in_flight: Family<DestinationLabel, Gauge>,
+    pub(crate) held: Family<HeldLabel, Gauge>,
+    pub(crate) breaker_open: Family<DestinationLabel, Gauge>,
+    /// Destinations given a label of their own, first come first served.
+    labelled: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl DestinationMetrics {
+    /// The label `destination` is counted under.
+    fn label(&self, destination: &str) -> String {
+        let mut labelled = self
+            .labelled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if labelled.contains(destination) {
+            return destination.to_owned();
+        }
+        if labelled.len() < DESTINATION_LABELS_LIMIT {
+            labelled.insert(destination.to_owned());
+            return destination.to_owned();
+        }
+        OTHER_DESTINATIONS.to_owned()
+    }
+
+    /// Whether `destination` has a label of its own (or could get one).
+    fn own_label(&self, destination: &str) -> bool {
+        self.label(destination) != OTHER_DESTINATIONS
+    }
+
+    pub(crate) fn set_in_flight(&self, destination: &str, n: u64) {
+        // Past the budget the shared series cannot be set from one
+        // destination's count: only labelled destinations are exported.
+        if self.own_label(destination) {
+            let destination = destination.to_owned();
+            self.in_flight
+                .get_or_create(&DestinationLabel { destination })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    pub(crate) fn set_breaker_open(&self, destination: &str, open: bool) {
+        if self.own_label(destination) {
+            let destination = destination.to_owned();
+            self.breaker_open
+                .get_or_create(&DestinationLabel { destination })
+                .set(i64::from(open));
+        }
+    }
+
+    /// Sets the held gauges from totals per (label, reason) computed by the
+    /// caller over all destinations; reasons not given drop to 0.
+    pub(crate) fn set_held(&self, held: &[(String, &'static str, u64)]) {
+        let mut totals: std::collections::HashMap<(String, &'static str), u64> =
+            std::collections::HashMap::new();
+        for (destination, reason, n) in held {
+            *totals.entry((self.label(destination), reason)).or_default() += n;
+        }
+        // Reset what was set before, then set the new totals.
+        let labelled: Vec<String> = self
+            .labelled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .chain(std::iter::once(OTHER_DESTINATIONS.to_owned()))
+            .collect();
+        for destination in labelled {
+            for reason in crate::flow::HoldReason::ALL {
+                let key = (destination.clone(), reason.as_str());
+                let n = totals.remove(&key).unwrap_or(0);
+                let label = HeldLabel {
+                    destination: destination.clone(),
+                    reason: reason.as_str(),
+                };
+                if n > 0 {
+                    self.held
+                        .get_or_create(&label)
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                } else if let Some(gauge) = self.held.get(&label) {
+                    gauge.set(0);
+                }
+            }
+        }
+    }
+}
+
 /// The worker's metrics. Cheap to clone: every clone updates the same values.
 #[derive(Debug, Clone)]
 pub struct WorkerMetrics {
     pub(crate) attempts: Family<OutcomeLabel, Counter>,
     pub(crate) call_duration: Histogram,
     pub(crate) in_flight: Gauge,
+    pub(crate) destinations: DestinationMetrics,
 }
 
 impl Default for WorkerMetrics {
@@ -30,6 +142,7 @@ impl Default for WorkerMetrics {
                 prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16),
             ),
             in_flight: Gauge::default(),
+            destinations: DestinationMetrics::default(),
         }
     }
 }
@@ -51,6 +164,21 @@ impl WorkerMetrics {
             "taskcenter_in_flight_calls",
             "Downstream calls in flight",
             self.in_flight.clone(),
+        );
+        registry.register(
+            "taskcenter_destination_in_flight",
+            "Downstream calls in flight on this node, by destination",
+            self.destinations.in_flight.clone(),
+        );
+        registry.register(
+            "taskcenter_destination_held",
+            "Pending tasks of a destination while it is held, by reason",
+            self.destinations.held.clone(),
+        );
+        registry.register(
+            "taskcenter_destination_breaker_open",
+            "1 while a destination's circuit breaker is open or half-open",
+            self.destinations.breaker_open.clone(),
         );
     }
 

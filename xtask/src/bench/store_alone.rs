@@ -186,7 +186,12 @@ pub(crate) async fn claim_complete_cost(
         }
         let started = Instant::now();
         let claimed = store
-            .claim_due(batch, now(), lease)
+            .claim_due(
+                batch,
+                now(),
+                lease,
+                tc_model::destination::ClaimGate::default(),
+            )
             .await
             .map_err(|e| format!("claim_due: {e}"))?;
         if claimed.is_empty() {

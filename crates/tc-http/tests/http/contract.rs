@@ -745,7 +745,12 @@ async fn a_bulk_action_answers_what_it_matched_and_applied() {
     let running = h.seed("running-for-bulk", None).await;
     let claimed = h
         .store
-        .claim_due(10, crate::support::NOW, std::time::Duration::from_secs(30))
+        .claim_due(
+            10,
+            crate::support::NOW,
+            std::time::Duration::from_secs(30),
+            tc_model::destination::ClaimGate::default(),
+        )
         .await
         .unwrap();
     assert!(claimed.iter().any(|t| t.id == running), "{claimed:?}");

@@ -69,9 +69,10 @@ impl TaskStore for Switchable {
         n: usize,
         now: Timestamp,
         lease: Duration,
+        gate: tc_model::destination::ClaimGate,
     ) -> Result<Vec<Task>, StoreError> {
         self.check()?;
-        self.inner.claim_due(n, now, lease).await
+        self.inner.claim_due(n, now, lease, gate).await
     }
     async fn heartbeat(
         &self,
@@ -116,6 +117,32 @@ impl TaskStore for Switchable {
     async fn health(&self) -> Result<(), StoreError> {
         self.check()?;
         self.inner.health().await
+    }
+    async fn destination_settings(
+        &self,
+    ) -> Result<Vec<(String, tc_model::destination::DestinationSettings)>, StoreError> {
+        self.check()?;
+        self.inner.destination_settings().await
+    }
+    async fn destinations(&self) -> Result<Vec<tc_model::destination::Destination>, StoreError> {
+        self.check()?;
+        self.inner.destinations().await
+    }
+    async fn destination(
+        &self,
+        name: String,
+    ) -> Result<tc_model::destination::Destination, StoreError> {
+        self.check()?;
+        self.inner.destination(name).await
+    }
+    async fn update_destination(
+        &self,
+        name: String,
+        update: tc_model::destination::DestinationUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::destination::Destination, StoreError> {
+        self.check()?;
+        self.inner.update_destination(name, update, now).await
     }
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
         self.check()?;
@@ -315,7 +342,12 @@ impl Harness {
             let started = Timestamp::from_millis(NOW.as_millis() + 1000);
             let claimed = self
                 .store
-                .claim_due(1, started, Duration::from_secs(30))
+                .claim_due(
+                    1,
+                    started,
+                    Duration::from_secs(30),
+                    tc_model::destination::ClaimGate::default(),
+                )
                 .await
                 .unwrap();
             assert_eq!(claimed.len(), 1, "exactly the seeded task is due");

@@ -185,7 +185,15 @@ async fn leases_and_due_times_follow_the_database_clock() {
         skew.abs() < 60_000,
         "created_at is the database's now: {skew} ms off"
     );
-    let claimed = store.claim_due(10, behind, LEASE).await.unwrap();
+    let claimed = store
+        .claim_due(
+            10,
+            behind,
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
+        .await
+        .unwrap();
     assert_eq!(
         claimed.len(),
         1,
@@ -218,7 +226,16 @@ async fn leases_and_due_times_follow_the_database_clock() {
     let delay = retried.next_run_at.unwrap().as_millis() - retried.updated_at.as_millis();
     assert_eq!(delay, 10_000);
     assert!(
-        store.claim_due(10, ahead, LEASE).await.unwrap().is_empty(),
+        store
+            .claim_due(
+                10,
+                ahead,
+                LEASE,
+                tc_model::destination::ClaimGate::default()
+            )
+            .await
+            .unwrap()
+            .is_empty(),
         "not due yet by the database's clock"
     );
     // next_due speaks the system clock: about 10 s from now.
@@ -262,7 +279,10 @@ async fn submits_and_cancels_are_announced_to_other_nodes() {
     let running = a.submit(new_task("run"), now).await.unwrap().task;
     next_event(&mut heard, PgEvent::Wake).await;
     let pending = a.submit(new_task("wait"), now).await.unwrap().task;
-    let claimed = b.claim_due(1, now, LEASE).await.unwrap();
+    let claimed = b
+        .claim_due(1, now, LEASE, tc_model::destination::ClaimGate::default())
+        .await
+        .unwrap();
     assert_eq!(claimed[0].id, running.id);
 
     a.cancel(pending.id, now).await.unwrap();

@@ -53,7 +53,10 @@ async fn reopening_keeps_every_task_and_its_history() {
     for key in ["a", "b", "c", "d"] {
         store.submit(task(key), t(0)).await.unwrap();
     }
-    let claimed = store.claim_due(2, t(10), LEASE).await.unwrap();
+    let claimed = store
+        .claim_due(2, t(10), LEASE, tc_model::destination::ClaimGate::default())
+        .await
+        .unwrap();
     let ok = Completion::Success {
         http_status: 200,
         result: b"done".to_vec(),
@@ -193,7 +196,15 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(old.timeout, Duration::from_secs(2));
     assert_eq!(old.attempts.len(), 1);
     assert_eq!(old.attempts[0].duration_ms, Some(100));
-    let claimed = store.claim_due(10, t(60), LEASE).await.unwrap();
+    let claimed = store
+        .claim_due(
+            10,
+            t(60),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, waiting);
     assert_eq!(claimed[0].body, b"[]");
@@ -246,6 +257,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_by_error",
             "tasks_by_state",
             "tasks_due",
+            "tasks_due_by_destination",
             "tasks_leased"
         ]
     );

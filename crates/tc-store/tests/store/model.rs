@@ -196,7 +196,10 @@ impl<S: TaskStore> Side<S> {
                 self.render(self.store.prune(*state, older_than, now, *limit).await)
             }
             Op::Claim(n) => {
-                let got = self.store.claim_due(*n, now, lease).await;
+                let got = self
+                    .store
+                    .claim_due(*n, now, lease, tc_model::destination::ClaimGate::default())
+                    .await;
                 self.render(got.map(|ts| self.show_all(&ts)))
             }
             Op::Heartbeat(pairs) => {

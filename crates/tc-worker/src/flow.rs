@@ -1,0 +1,537 @@
+//! Per-destination flow control on this worker's side: token buckets,
+//! Retry-After backoff for the whole destination, and the circuit breaker.
+//! Each claim asks for a [`ClaimGate`] built from them; the store adds the
+//! durable settings it enforces itself (paused, `max_in_flight`).
+//!
+//! This state is per process: on a shared database every node keeps its own
+//! buckets (a rate of 5/s on three nodes allows up to 15/s) and its own
+//! breaker, while pause and caps hold across nodes (the store counts them).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tc_model::destination::{ClaimGate, DestinationSettings};
+use tc_model::{Task, TaskId, Timestamp};
+
+use crate::metrics::DestinationMetrics;
+
+/// When the circuit breaker of a destination opens, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerPolicy {
+    /// Consecutive failed attempts (connect errors, timeouts, 5xx) that open it.
+    pub failures: u32,
+    /// How long it stays open the first time; each reopening doubles it.
+    pub open: Duration,
+    /// The longest it stays open.
+    pub max_open: Duration,
+}
+
+impl Default for BreakerPolicy {
+    /// 10 failures, open for 30 s, doubling up to 10 minutes.
+    fn default() -> Self {
+        BreakerPolicy {
+            failures: 10,
+            open: Duration::from_secs(30),
+            max_open: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A breaker's state, as the API shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go through.
+    Closed,
+    /// Calls are held until the open period ends.
+    Open,
+    /// One probe call may go through; its answer closes or reopens it.
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// The API's word: `closed`, `open`, `half_open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
+/// What this worker knows of a destination beyond the store's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DestinationState {
+    /// The breaker's state now.
+    pub breaker: BreakerState,
+    /// Until when the whole destination backs off after a Retry-After.
+    pub backoff_until: Option<Timestamp>,
+    /// The error reason of its last failed or retried attempt here.
+    pub last_error: Option<String>,
+    /// The HTTP status of its last answered attempt here.
+    pub last_status: Option<u16>,
+    /// Its calls in flight on this worker.
+    pub in_flight: u64,
+}
+
+/// How an answered attempt counts for the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The destination is failing: a connect error, a timeout, a 5xx.
+    Failure,
+    /// The destination answered (2xx, or a 4xx that is the request's fault).
+    Healthy,
+    /// Says nothing about the destination (refused by policy, too large…).
+    Neutral,
+}
+
+/// Why a destination is held now, for the `held` metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum HoldReason {
+    Paused,
+    InFlight,
+    Rate,
+    Backoff,
+    Breaker,
+}
+
+impl HoldReason {
+    pub(crate) const ALL: [HoldReason; 5] = [
+        HoldReason::Paused,
+        HoldReason::InFlight,
+        HoldReason::Rate,
+        HoldReason::Backoff,
+        HoldReason::Breaker,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            HoldReason::Paused => "paused",
+            HoldReason::InFlight => "in_flight",
+            HoldReason::Rate => "rate",
+            HoldReason::Backoff => "backoff",
+            HoldReason::Breaker => "breaker",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Breaker {
+    Closed,
+    Open { until: Timestamp },
+    HalfOpen { probe: Option<(TaskId, u32)> },
+}
+
+#[derive(Debug)]
+struct Dest {
+    tokens: f64,
+    refilled: Timestamp,
+    backoff_until: Option<Timestamp>,
+    breaker: Breaker,
+    /// Consecutive failures while closed.
+    failures: u32,
+    /// How often it opened since it last closed: the open period doubles.
+    opens: u32,
+    last_error: Option<String>,
+    last_status: Option<u16>,
+    in_flight: u64,
+}
+
+impl Dest {
+    fn new(now: Timestamp, settings: Option<&DestinationSettings>) -> Dest {
+        Dest {
+            tokens: settings
+                .and_then(DestinationSettings::bucket_size)
+                .unwrap_or(0.0),
+            refilled: now,
+            backoff_until: None,
+            breaker: Breaker::Closed,
+            failures: 0,
+            opens: 0,
+            last_error: None,
+            last_status: None,
+            in_flight: 0,
+        }
+    }
+
+    /// Adds the tokens earned since the last refill, up to the bucket.
+    fn refill(&mut self, now: Timestamp, settings: Option<&DestinationSettings>) {
+        let (Some(rate), Some(size)) = (
+            settings.and_then(|s| s.rate_per_s),
+            settings.and_then(DestinationSettings::bucket_size),
+        ) else {
+            return;
+        };
+        let earned = now.duration_since(self.refilled).as_secs_f64() * rate;
+        self.tokens = (self.tokens + earned).min(size);
+        self.refilled = now;
+    }
+
+    /// Open periods that ended become half-open.
+    fn settle(&mut self, now: Timestamp) {
+        if let Breaker::Open { until } = self.breaker
+            && until <= now
+        {
+            self.breaker = Breaker::HalfOpen { probe: None };
+        }
+        if self.backoff_until.is_some_and(|until| until <= now) {
+            self.backoff_until = None;
+        }
+    }
+
+    fn breaker_state(&self) -> BreakerState {
+        match self.breaker {
+            Breaker::Closed => BreakerState::Closed,
+            Breaker::Open { .. } => BreakerState::Open,
+            Breaker::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+}
+
+#[derive(Default)]
+struct FlowState {
+    settings: HashMap<String, DestinationSettings>,
+    dests: HashMap<String, Dest>,
+    /// The destination the last claim served last: the next one starts after it.
+    cursor: Option<String>,
+}
+
+/// The worker's per-destination state.
+pub(crate) struct Flow {
+    state: Mutex<FlowState>,
+    policy: BreakerPolicy,
+    metrics: DestinationMetrics,
+}
+
+impl Flow {
+    pub(crate) fn new(policy: BreakerPolicy, metrics: DestinationMetrics) -> Flow {
+        Flow {
+            state: Mutex::new(FlowState::default()),
+            policy,
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FlowState> {
+        // Every update leaves the maps consistent before it can panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the store's settings as they are now.
+    pub(crate) fn set_settings(
+        &self,
+        settings: Vec<(String, DestinationSettings)>,
+        now: Timestamp,
+    ) {
+        let settings: HashMap<_, _> = settings.into_iter().collect();
+        let mut guard = self.lock();
+        let FlowState {
+            settings: old,
+            dests,
+            ..
+        } = &mut *guard;
+        for (name, s) in &settings {
+            let Some(dest) = dests.get_mut(name) else {
+                dests.insert(name.clone(), Dest::new(now, Some(s)));
+                continue;
+            };
+            // Earned at the old rate until now, then the new bucket: a new
+            // one starts full, a smaller one keeps what fits.
+            let before = old.get(name);
+            dest.refill(now, before);
+            dest.refilled = now;
+            match (
+                before.and_then(DestinationSettings::bucket_size),
+                s.bucket_size(),
+            ) {
+                (None, Some(size)) => dest.tokens = size,
+                (Some(_), Some(size)) => dest.tokens = dest.tokens.min(size),
+                _ => {}
+            }
+        }
+        *old = settings;
+    }
+
+    /// The holds for the next claim.
+    pub(crate) fn gate(&self, now: Timestamp) -> ClaimGate {
+        let mut guard = self.lock();
+        let FlowState {
+            settings,
+            dests,
+            cursor,
+        } = &mut *guard;
+        let mut gate = ClaimGate {
+            after: cursor.clone(),
+            ..ClaimGate::default()
+        };
+        for (name, s) in settings.iter() {
+            if s.rate_per_s.is_some() {
+                dests
+                    .entry(name.clone())
+                    .or_insert_with(|| Dest::new(now, Some(s)));
+            }
+        }
+        for (name, dest) in dests.iter_mut() {
+            let s = settings.get(name);
+            dest.settle(now);
+            dest.refill(now, s);
+            let mut at_most: Option<usize> = None;
+            let held = dest.backoff_until.is_some()
+                || match dest.breaker {
+                    Breaker::Open { .. } | Breaker::HalfOpen { probe: Some(_) } => true,
+                    Breaker::HalfOpen { probe: None } => {
+                        at_most = Some(1);
+                        false
+                    }
+                    Breaker::Closed => false,
+                };
+            if s.is_some_and(|s| s.rate_per_s.is_some()) {
+                // Whole tokens only: a call needs one.
+                let whole = dest.tokens.floor().max(0.0) as usize;
+                at_most = Some(at_most.map_or(whole, |a| a.min(whole)));
+            }
+            if held || at_most == Some(0) {
+                gate.held.insert(name.clone());
+            } else if let Some(n) = at_most {
+                gate.at_most.insert(name.clone(), n);
+            }
+        }
+        gate
+    }
+
+    /// The earliest time a hold of this worker ends (a token refills, a
+    /// backoff or an open breaker ends): when the claim loop must look again.
+    pub(crate) fn next_release(&self, now: Timestamp) -> Option<Timestamp> {
+        let state = self.lock();
+        let mut earliest: Option<Timestamp> = None;
+        let mut consider = |at: Timestamp| {
+            earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        };
+        for (name, dest) in &state.dests {
+            if let Some(until) = dest.backoff_until {
+                consider(until);
+            }
+            if let Breaker::Open { until } = dest.breaker {
+                consider(until);
+            }
+            if let Some(rate) = state.settings.get(name).and_then(|s| s.rate_per_s)
+                && dest.tokens < 1.0
+            {
+                let wait = ((1.0 - dest.tokens) / rate).max(0.0);
+                let ms = (wait * 1000.0).ceil().min(3_600_000.0) as u64;
+                consider(now.saturating_add(Duration::from_millis(ms.max(1))));
+            }
+        }
+        earliest
+    }
+
+    /// Counts the tasks a claim took: their tokens, a half-open probe, and
+    /// where the rotation goes on.
+    pub(crate) fn claimed(&self, tasks: &[Task], now: Timestamp) {
+        let mut guard = self.lock();
+        let FlowState {
+            settings,
+            dests,
+            cursor,
+        } = &mut *guard;
+        for task in tasks {
+            let s = settings.get(&task.destination);
+            let dest = dests
+                .entry(task.destination.clone())
+                .or_insert_with(|| Dest::new(now, s));
+            if s.is_some_and(|s| s.rate_per_s.is_some()) {
+                dest.tokens -= 1.0;
+            }
+            if let Breaker::HalfOpen { probe: None } = dest.breaker {
+                dest.breaker = Breaker::HalfOpen {
+                    probe: Some((task.id, task.attempt)),
+                };
+            }
+            dest.in_flight += 1;
+            self.metrics
+                .set_in_flight(&task.destination, dest.in_flight);
+        }
+        if let Some(last) = tasks.last() {
+            *cursor = Some(last.destination.clone());
+        }
+    }
+
+    /// Records how an answered attempt went. `backoff`: the destination's
+    /// Retry-After, when a 429 or 503 sent one.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn answered(
+        &self,
+        destination: &str,
+        task: (TaskId, u32),
+        verdict: Verdict,
+        status: Option<u16>,
+        error: Option<&str>,
+        backoff: Option<Duration>,
+        now: Timestamp,
+    ) {
+        let mut state = self.lock();
+        let s = state.settings.get(destination).cloned();
+        let dest = state
+            .dests
+            .entry(destination.to_owned())
+            .or_insert_with(|| Dest::new(now, s.as_ref()));
+        if status.is_some() {
+            dest.last_status = status;
+        }
+        if let Some(error) = error {
+            dest.last_error = Some(error.to_owned());
+        }
+        if let Some(wait) = backoff {
+            let until = now.saturating_add(wait);
+            dest.backoff_until = Some(dest.backoff_until.map_or(until, |u| u.max(until)));
+            tracing::info!(
+                destination,
+                backoff_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "destination_backoff"
+            );
+        }
+        let is_probe = matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task);
+        match (dest.breaker, verdict) {
+            (Breaker::HalfOpen { .. }, Verdict::Healthy) if is_probe => {
+                dest.breaker = Breaker::Closed;
+                tracing::info!(
+                    destination,
+                    failures = dest.failures,
+                    "destination_breaker_closed"
+                );
+                dest.failures = 0;
+                dest.opens = 0;
+                self.metrics.set_breaker_open(destination, false);
+            }
+            (Breaker::HalfOpen { .. }, Verdict::Failure) if is_probe => {
+                dest.failures += 1;
+                self.open(destination, dest, now);
+            }
+            (Breaker::HalfOpen { .. }, Verdict::Neutral) if is_probe => {
+                dest.breaker = Breaker::HalfOpen { probe: None };
+            }
+            (Breaker::Closed, Verdict::Failure) => {
+                dest.failures += 1;
+                if dest.failures >= self.policy.failures.max(1) {
+                    self.open(destination, dest, now);
+                }
+            }
+            (Breaker::Closed, Verdict::Healthy) => dest.failures = 0,
+            _ => {}
+        }
+    }
+
+    fn open(&self, destination: &str, dest: &mut Dest, now: Timestamp) {
+        let factor = 2u32.saturating_pow(dest.opens.min(20));
+        let period = self
+            .policy
+            .open
+            .saturating_mul(factor)
+            .min(self.policy.max_open);
+        dest.breaker = Breaker::Open {
+            until: now.saturating_add(period),
+        };
+        dest.opens = dest.opens.saturating_add(1);
+        tracing::warn!(
+            destination,
+            failures = dest.failures,
+            open_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
+            "destination_breaker_opened"
+        );
+        self.metrics.set_breaker_open(destination, true);
+    }
+
+    /// An attempt of `destination` ended, however it ended. A probe that
+    /// ended without an answer lets the next one through. Returns whether
+    /// the claim loop should look again now (a slot under a cap, or a
+    /// probe, was freed).
+    pub(crate) fn ended(&self, destination: &str, task: (TaskId, u32)) -> bool {
+        let mut state = self.lock();
+        let capped = state
+            .settings
+            .get(destination)
+            .is_some_and(|s| s.max_in_flight.is_some());
+        let Some(dest) = state.dests.get_mut(destination) else {
+            return capped;
+        };
+        dest.in_flight = dest.in_flight.saturating_sub(1);
+        self.metrics.set_in_flight(destination, dest.in_flight);
+        let mut freed = capped;
+        if matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task) {
+            dest.breaker = Breaker::HalfOpen { probe: None };
+            freed = true;
+        }
+        freed || dest.breaker != Breaker::Closed
+    }
+
+    /// This worker's view of `destination` now.
+    pub(crate) fn state_of(&self, destination: &str, now: Timestamp) -> DestinationState {
+        let mut state = self.lock();
+        match state.dests.get_mut(destination) {
+            Some(dest) => {
+                dest.settle(now);
+                DestinationState {
+                    breaker: dest.breaker_state(),
+                    backoff_until: dest.backoff_until,
+                    last_error: dest.last_error.clone(),
+                    last_status: dest.last_status,
+                    in_flight: dest.in_flight,
+                }
+            }
+            None => DestinationState {
+                breaker: BreakerState::Closed,
+                backoff_until: None,
+                last_error: None,
+                last_status: None,
+                in_flight: 0,
+            },
+        }
+    }
+
+    /// Why `destination` is held now, if it is, given its store settings
+    /// and running count: what the `held` metric reports.
+    pub(crate) fn hold_reason(
+        &self,
+        destination: &str,
+        settings: &DestinationSettings,
+        running: u64,
+        now: Timestamp,
+    ) -> Option<HoldReason> {
+        if settings.paused {
+            return Some(HoldReason::Paused);
+        }
+        let mut state = self.lock();
+        if let Some(dest) = state.dests.get_mut(destination) {
+            dest.settle(now);
+            if matches!(
+                dest.breaker,
+                Breaker::Open { .. } | Breaker::HalfOpen { probe: Some(_) }
+            ) {
+                return Some(HoldReason::Breaker);
+            }
+            if dest.backoff_until.is_some() {
+                return Some(HoldReason::Backoff);
+            }
+        }
+        if settings
+            .max_in_flight
+            .is_some_and(|cap| running >= u64::from(cap))
+        {
+            return Some(HoldReason::InFlight);
+        }
+        if settings.rate_per_s.is_some()
+            && let Some(dest) = state.dests.get_mut(destination)
+        {
+            dest.refill(now, Some(settings));
+            if dest.tokens < 1.0 {
+                return Some(HoldReason::Rate);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn metrics(&self) -> &DestinationMetrics {
+        &self.metrics
+    }
+}
