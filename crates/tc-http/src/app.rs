@@ -18,6 +18,7 @@ use crate::auth::authorized;
 use crate::body::{BodyLimits, RequestBody};
 use crate::config::HttpConfig;
 use crate::control::Control;
+use crate::destinations;
 use crate::dto::{CancelView, TaskView, parse_submit};
 use crate::error::ApiError;
 use crate::metrics::{HttpMetrics, SubmitResult};
@@ -93,6 +94,11 @@ enum Endpoint {
     Cancel,
     Retry,
     Delete,
+    Destinations,
+    Destination,
+    UpdateDestination,
+    PauseDestination,
+    ResumeDestination,
     Health,
     Metrics,
 }
@@ -121,6 +127,23 @@ pub const ROUTES: &[Route] = &[
     route("POST", "/tasks/{id}/cancel", Endpoint::Cancel),
     route("POST", "/tasks/{id}/retry", Endpoint::Retry),
     route("DELETE", "/tasks/{id}", Endpoint::Delete),
+    route("GET", "/destinations", Endpoint::Destinations),
+    route("GET", "/destinations/{destination}", Endpoint::Destination),
+    route(
+        "PUT",
+        "/destinations/{destination}",
+        Endpoint::UpdateDestination,
+    ),
+    route(
+        "POST",
+        "/destinations/{destination}/pause",
+        Endpoint::PauseDestination,
+    ),
+    route(
+        "POST",
+        "/destinations/{destination}/resume",
+        Endpoint::ResumeDestination,
+    ),
     route("GET", "/healthz", Endpoint::Health),
     route("GET", "/metrics", Endpoint::Metrics),
 ];
@@ -136,7 +159,9 @@ fn match_template<'p>(template: &str, path: &'p str) -> Option<Option<&'p str>> 
     loop {
         match (want.next(), got.next()) {
             (None, None) => return Some(id),
-            (Some("{id}"), Some(segment)) if !segment.is_empty() => id = Some(segment),
+            (Some(w), Some(segment)) if w.starts_with('{') && !segment.is_empty() => {
+                id = Some(segment);
+            }
             (Some(w), Some(g)) if w == g => {}
             _ => return None,
         }
@@ -275,6 +300,31 @@ where
         Endpoint::Cancel => cancel(app, task_id(id)?).await,
         Endpoint::Retry => retry(app, task_id(id)?, parts, body).await,
         Endpoint::Delete => delete(app, task_id(id)?).await,
+        Endpoint::Destinations => {
+            let list = destinations::list_of(app.store.as_ref(), &app.control).await?;
+            json(StatusCode::OK, &list)
+        }
+        Endpoint::Destination => {
+            let name = destinations::destination_name(id)?;
+            let view = destinations::view_of(app.store.as_ref(), &app.control, name).await?;
+            json(StatusCode::OK, &view)
+        }
+        Endpoint::UpdateDestination => {
+            let name = destinations::destination_name(id)?;
+            check_json_content_type(parts)?;
+            let update = destinations::parse_update(&body.read_all().await?)?;
+            let view = destinations::update(app.store.as_ref(), &app.control, name, update).await?;
+            json(StatusCode::OK, &view)
+        }
+        Endpoint::PauseDestination | Endpoint::ResumeDestination => {
+            let name = destinations::destination_name(id)?;
+            let update = tc_model::destination::DestinationUpdate {
+                paused: Some(endpoint == Endpoint::PauseDestination),
+                ..Default::default()
+            };
+            let view = destinations::update(app.store.as_ref(), &app.control, name, update).await?;
+            json(StatusCode::OK, &view)
+        }
         Endpoint::Health => health(app).await,
         Endpoint::Metrics => metrics(app).await,
     }

@@ -28,4 +28,36 @@ pub trait Control: Send + Sync + 'static {
     /// a shared database) are not in it; a waiter then answers at its
     /// deadline with the task as it is.
     fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, State)>;
+
+    /// A destination's settings changed in the store: the worker should
+    /// read them again now.
+    fn destinations_changed(&self);
+
+    /// What the worker knows of a destination beyond the store: its
+    /// breaker, its Retry-After backoff, its last answer.
+    fn destination_state(&self, destination: &str) -> DestinationRuntime;
+}
+
+/// The worker's view of one destination, as `GET /destinations` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationRuntime {
+    /// `closed`, `open` or `half_open`.
+    pub breaker: &'static str,
+    /// Until when the destination backs off after a Retry-After.
+    pub backoff_until: Option<Timestamp>,
+    /// The error reason of its last failed or retried attempt.
+    pub last_error: Option<String>,
+    /// The HTTP status of its last answered attempt.
+    pub last_status: Option<u16>,
+}
+
+impl Default for DestinationRuntime {
+    fn default() -> Self {
+        DestinationRuntime {
+            breaker: "closed",
+            backoff_until: None,
+            last_error: None,
+            last_status: None,
+        }
+    }
 }

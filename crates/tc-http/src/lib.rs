@@ -30,6 +30,7 @@ mod auth;
 mod body;
 mod config;
 mod control;
+mod destinations;
 mod dto;
 mod error;
 mod metrics;
@@ -42,5 +43,5 @@ mod openapi_tests;
 
 pub use app::{App, ROUTES, Route, handle};
 pub use config::HttpConfig;
-pub use control::Control;
+pub use control::{Control, DestinationRuntime};
 pub use server::{ServeError, Server, serve};

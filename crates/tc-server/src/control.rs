@@ -28,4 +28,18 @@ impl<S: TaskStore> tc_http::Control for WorkerPort<S> {
     fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, State)> {
         self.0.changes()
     }
+
+    fn destinations_changed(&self) {
+        self.0.destinations_changed();
+    }
+
+    fn destination_state(&self, destination: &str) -> tc_http::DestinationRuntime {
+        let state = self.0.destination_state(destination);
+        tc_http::DestinationRuntime {
+            breaker: state.breaker.as_str(),
+            backoff_until: state.backoff_until,
+            last_error: state.last_error,
+            last_status: state.last_status,
+        }
+    }
 }

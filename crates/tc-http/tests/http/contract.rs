@@ -1443,6 +1443,10 @@ impl tc_http::Control for NoControl {
     fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, tc_model::State)> {
         tokio::sync::broadcast::channel(1).1
     }
+    fn destinations_changed(&self) {}
+    fn destination_state(&self, _: &str) -> tc_http::DestinationRuntime {
+        tc_http::DestinationRuntime::default()
+    }
 }
 
 /// A deterministic stream of pseudo-random numbers (xorshift), so the same

@@ -214,6 +214,14 @@ impl Control for FakeControl {
     fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, tc_model::State)> {
         self.changes.subscribe()
     }
+
+    fn destinations_changed(&self) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn destination_state(&self, _: &str) -> tc_http::DestinationRuntime {
+        tc_http::DestinationRuntime::default()
+    }
 }
 
 pub(crate) type TestApp = App<Switchable, FakeControl>;

@@ -1,0 +1,271 @@
+//! The `/destinations` routes: every destination's settings, load and
+//! breaker, and the operator's changes to its settings.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tc_model::destination::{Destination, DestinationUpdate, parse_destination};
+use tc_model::store::{StoreError, TaskStore};
+
+use crate::control::{Control, DestinationRuntime};
+use crate::dto::rfc3339;
+use crate::error::ApiError;
+
+/// A destination as the API shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct DestinationView {
+    destination: String,
+    max_in_flight: Option<u32>,
+    rate_per_s: Option<f64>,
+    burst: Option<u32>,
+    paused: bool,
+    in_flight: u64,
+    pending: u64,
+    breaker: &'static str,
+    backoff_until: Option<String>,
+    last_error: Option<String>,
+    last_status: Option<u16>,
+}
+
+impl DestinationView {
+    pub(crate) fn new(d: Destination, runtime: DestinationRuntime) -> DestinationView {
+        DestinationView {
+            max_in_flight: d.settings.max_in_flight,
+            rate_per_s: d.settings.rate_per_s,
+            // The bucket's size in effect, when a rate is set.
+            burst: d
+                .settings
+                .burst
+                .or_else(|| d.settings.bucket_size().map(|size| size as u32)),
+            paused: d.settings.paused,
+            // Running tasks as the store counts them: every node's.
+            in_flight: d.running,
+            pending: d.pending,
+            breaker: runtime.breaker,
+            backoff_until: runtime.backoff_until.map(rfc3339),
+            last_error: runtime.last_error,
+            last_status: runtime.last_status,
+            destination: d.name,
+        }
+    }
+}
+
+/// The list's envelope.
+#[derive(Debug, Serialize)]
+pub(crate) struct DestinationList {
+    destinations: Vec<DestinationView>,
+}
+
+/// The `{destination}` path segment, percent-decoded (an IPv6 host's
+/// brackets may arrive encoded) and in the form tasks carry.
+pub(crate) fn destination_name(segment: Option<&str>) -> Result<String, ApiError> {
+    let raw = segment.unwrap_or_default();
+    let decoded = percent_decode(raw)
+        .ok_or_else(|| ApiError::InvalidRequest("destination: bad percent-encoding".into()))?;
+    parse_destination(&decoded).map_err(|e| ApiError::InvalidRequest(e.to_string()))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return Some(s.to_owned());
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Parses a `PUT /destinations/{destination}` body: any of the settings,
+/// nothing else. A field left out is left as it is; `null` clears a cap or
+/// a rate, or gives `burst` back its default.
+pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid("body: must be a JSON object".into()));
+    }
+    let fields: Map<String, Value> =
+        serde_json::from_slice(bytes).map_err(|e| invalid(format!("body: not valid JSON: {e}")))?;
+    let mut update = DestinationUpdate::default();
+    for (field, value) in fields {
+        match field.as_str() {
+            "max_in_flight" => update.max_in_flight = Some(nullable_u32(&field, &value, 1)?),
+            "burst" => update.burst = Some(nullable_u32(&field, &value, 1)?),
+            "rate_per_s" => {
+                update.rate_per_s = Some(match &value {
+                    Value::Null => None,
+                    Value::Number(n) => match n.as_f64() {
+                        Some(rate) if rate.is_finite() && rate > 0.0 => Some(rate),
+                        _ => return Err(invalid("rate_per_s: must be above 0, or null".into())),
+                    },
+                    _ => return Err(invalid("rate_per_s: must be a number or null".into())),
+                });
+            }
+            "paused" => match value {
+                Value::Bool(b) => update.paused = Some(b),
+                _ => return Err(invalid("paused: must be a boolean".into())),
+            },
+            other => {
+                return Err(invalid(format!(
+                    "{other}: unknown field (expected max_in_flight, rate_per_s, burst, paused)"
+                )));
+            }
+        }
+    }
+    update
+        .validate()
+        .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    Ok(update)
+}
+
+fn nullable_u32(field: &str, value: &Value, min: u64) -> Result<Option<u32>, ApiError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_u64() {
+            Some(v) if v >= min => u32::try_from(v)
+                .map(Some)
+                .map_err(|_| ApiError::InvalidRequest(format!("{field}: out of range"))),
+            _ => Err(ApiError::InvalidRequest(format!(
+                "{field}: must be an integer of at least {min}, or null"
+            ))),
+        },
+        _ => Err(ApiError::InvalidRequest(format!(
+            "{field}: must be an integer or null"
+        ))),
+    }
+}
+
+/// A destination's view, 404 when it has neither tasks nor settings.
+pub(crate) async fn view_of<S: TaskStore, C: Control>(
+    store: &S,
+    control: &C,
+    name: String,
+) -> Result<DestinationView, ApiError> {
+    match store.destination(name).await {
+        Ok(d) => {
+            let runtime = control.destination_state(&d.name);
+            Ok(DestinationView::new(d, runtime))
+        }
+        Err(StoreError::NotFound) => Err(ApiError::NotFound(
+            "no destination with this name: it has neither tasks nor settings".into(),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Every destination's view.
+pub(crate) async fn list_of<S: TaskStore, C: Control>(
+    store: &S,
+    control: &C,
+) -> Result<DestinationList, ApiError> {
+    let destinations = store
+        .destinations()
+        .await?
+        .into_iter()
+        .map(|d| {
+            let runtime = control.destination_state(&d.name);
+            DestinationView::new(d, runtime)
+        })
+        .collect();
+    Ok(DestinationList { destinations })
+}
+
+/// Applies `update` and tells the worker.
+pub(crate) async fn update<S: TaskStore, C: Control>(
+    store: &S,
+    control: &C,
+    name: String,
+    update: DestinationUpdate,
+) -> Result<DestinationView, ApiError> {
+    let updated = store
+        .update_destination(name, update.clone(), control.now())
+        .await?;
+    tracing::info!(
+        destination = %updated.name,
+        max_in_flight = updated.settings.max_in_flight,
+        rate_per_s = updated.settings.rate_per_s,
+        burst = updated.settings.burst,
+        paused = updated.settings.paused,
+        "destination_updated"
+    );
+    control.destinations_changed();
+    let runtime = control.destination_state(&updated.name);
+    Ok(DestinationView::new(updated, runtime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn updates_parse_or_name_the_field() {
+        // (body, Ok(update) or Err(field named in the message))
+        let rows: &[(&str, Result<DestinationUpdate, &str>)] = &[
+            ("{}", Ok(DestinationUpdate::default())),
+            (
+                r#"{"max_in_flight": 2, "paused": true}"#,
+                Ok(DestinationUpdate {
+                    max_in_flight: Some(Some(2)),
+                    paused: Some(true),
+                    ..Default::default()
+                }),
+            ),
+            (
+                r#"{"max_in_flight": null, "rate_per_s": 2.5, "burst": 3}"#,
+                Ok(DestinationUpdate {
+                    max_in_flight: Some(None),
+                    rate_per_s: Some(Some(2.5)),
+                    burst: Some(Some(3)),
+                    ..Default::default()
+                }),
+            ),
+            (r#"{"max_in_flight": 0}"#, Err("max_in_flight")),
+            (r#"{"max_in_flight": 10001}"#, Err("max_in_flight")),
+            (r#"{"max_in_flight": 1.5}"#, Err("max_in_flight")),
+            (r#"{"max_in_flight": "2"}"#, Err("max_in_flight")),
+            (r#"{"rate_per_s": 0}"#, Err("rate_per_s")),
+            (r#"{"rate_per_s": -1}"#, Err("rate_per_s")),
+            (r#"{"burst": 0}"#, Err("burst")),
+            (r#"{"paused": "yes"}"#, Err("paused")),
+            (r#"{"colour": "blue"}"#, Err("colour")),
+            ("[]", Err("body")),
+            ("{", Err("body")),
+        ];
+        for (body, want) in rows {
+            let got = parse_update(body.as_bytes());
+            match (got, want) {
+                (Ok(got), Ok(want)) => assert_eq!(&got, want, "{body}"),
+                (Err(ApiError::InvalidRequest(message)), Err(field)) => {
+                    assert!(message.starts_with(field), "{body}: {message}");
+                }
+                (got, want) => panic!("{body}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn path_segments_decode_to_the_task_form() {
+        let rows: &[(&str, Option<&str>)] = &[
+            ("api.example.com:443", Some("api.example.com:443")),
+            ("API.example.com:443", Some("api.example.com:443")),
+            ("%5B::1%5D:8080", Some("[::1]:8080")),
+            ("api.example.com", None),
+            ("%zz:80", None),
+        ];
+        for (segment, want) in rows {
+            assert_eq!(
+                destination_name(Some(segment)).ok().as_deref(),
+                *want,
+                "{segment}"
+            );
+        }
+    }
+}
