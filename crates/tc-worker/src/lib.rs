@@ -382,7 +382,7 @@ async fn settings_loop<S: TaskStore>(
             shared.wake.notify_one();
         }
         round = round.wrapping_add(1);
-        if round % HELD_METRICS_EVERY == 0 {
+        if round.is_multiple_of(HELD_METRICS_EVERY) {
             update_held_metrics(&shared).await;
         }
     }

@@ -146,7 +146,7 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,task_counts,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,task_counts,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
