@@ -234,6 +234,8 @@ mod tests {
             (r#"{"rate_per_s": 0}"#, Err("rate_per_s")),
             (r#"{"rate_per_s": -1}"#, Err("rate_per_s")),
             (r#"{"burst": 0}"#, Err("burst")),
+            (r#"{"burst": 1000001}"#, Err("burst")),
+            (r#"{"burst": 99999999999}"#, Err("burst")),
             (r#"{"paused": "yes"}"#, Err("paused")),
             (r#"{"colour": "blue"}"#, Err("colour")),
             ("[]", Err("body")),

@@ -16,6 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The largest `max_in_flight` a destination may be given.
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
 
+/// The largest token bucket a destination may be given.
+pub const BURST_LIMIT: u32 = 1_000_000;
+
 /// What an operator set for one destination. The defaults hold nothing back.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DestinationSettings {
@@ -97,11 +100,11 @@ impl DestinationUpdate {
             });
         }
         if let Some(Some(burst)) = self.burst
-            && burst < 1
+            && !(1..=BURST_LIMIT).contains(&burst)
         {
             return Err(InvalidSetting {
                 field: "burst",
-                message: "must be at least 1".into(),
+                message: format!("must be between 1 and {BURST_LIMIT}, or null"),
             });
         }
         Ok(())

@@ -66,6 +66,11 @@ impl Bench {
                 "full",
                 "--max-attempts",
                 "1",
+                // Every call here is refused on purpose: an open breaker
+                // would hold the tasks (as it should in service) and this
+                // figure would measure its open period, not the bulk path.
+                "--breaker-failures",
+                "1000000",
             ],
         )?;
         let endpoint = Endpoint::new(tc.addr);
