@@ -232,6 +232,12 @@ fn start(binary: &std::path::Path, db: &std::path::Path) -> Result<ServerProcess
         "3",
         "--concurrency",
         "16",
+        // A share of the tasks fails on purpose (500s, 503s) on the one
+        // loopback downstream: with the default breaker it would open and
+        // hold every task for its open period, and this run checks what
+        // kills lose, not flow control (the worker scenarios do).
+        "--breaker-failures",
+        "1000000",
     ];
     ServerProcess::start("tc-server", tc_server(binary, db, &flags))
 }
