@@ -149,25 +149,26 @@ impl Activity {
         series
     }
 
-    /// Keeps `reading` (the histogram now) and returns the calls of the
-    /// window it can see: the reading less the oldest one kept within the
-    /// last [`WINDOW_SECONDS`], or the whole reading while none is older,
-    /// with the seconds that window spans (`None`: since the start).
+    /// Keeps `reading` (the histogram now, kept at most every
+    /// [`SNAPSHOT_EVERY_S`]) and returns the calls of the last
+    /// [`WINDOW_SECONDS`]: the reading less the newest kept one that is at
+    /// least that old, with the seconds between them; while none is that old
+    /// (the process or the dashboard is younger), the whole reading and
+    /// `None` (since start).
     pub(crate) fn latency_window(
         &self,
         reading: Buckets,
         now: Timestamp,
     ) -> (Buckets, Option<i64>) {
         let second = second_of(now);
+        let window = WINDOW_SECONDS as i64;
         let mut kept = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
-        while kept
-            .front()
-            .is_some_and(|(s, _)| second - s > WINDOW_SECONDS as i64)
-        {
+        // Only the newest reading at least a window old is needed as a base.
+        while kept.len() >= 2 && kept.get(1).is_some_and(|(s, _)| second - s >= window) {
             kept.pop_front();
         }
-        let window = match kept.front() {
-            Some((since, old)) if old.len() == reading.len() => {
+        let answer = match kept.front() {
+            Some((since, old)) if second - since >= window && old.len() == reading.len() => {
                 let diff = reading
                     .iter()
                     .zip(old)
@@ -183,7 +184,7 @@ impl Activity {
         {
             kept.push_back((second, reading));
         }
-        window
+        answer
     }
 }
 
@@ -265,18 +266,23 @@ mod tests {
     }
 
     #[test]
-    fn the_latency_window_subtracts_the_oldest_reading() {
+    fn the_latency_window_is_since_start_until_a_reading_is_a_window_old() {
         let activity = Activity::default();
-        let r1 = vec![(0.1, 10), (f64::INFINITY, 10)];
-        let (w, since) = activity.latency_window(r1, at(0));
-        assert_eq!((w[1].1, since), (10, None));
-        let r2 = vec![(0.1, 15), (f64::INFINITY, 25)];
-        let (w, since) = activity.latency_window(r2, at(100));
-        assert_eq!(w, vec![(0.1, 5), (f64::INFINITY, 15)]);
-        assert_eq!(since, Some(100));
-        // Past the window the first reading is dropped.
-        let r3 = vec![(0.1, 15), (f64::INFINITY, 30)];
-        let (w, since) = activity.latency_window(r3, at(950));
-        assert_eq!((w[1].1, since), (5, Some(850)));
+        let reading = |fast: u64, all: u64| vec![(0.1, fast), (f64::INFINITY, all)];
+        let check = |r: Buckets, second: i64, expected: (Buckets, Option<i64>)| {
+            assert_eq!(
+                activity.latency_window(r, at(second)),
+                expected,
+                "at {second}"
+            );
+        };
+        check(reading(10, 10), 0, (reading(10, 10), None));
+        check(reading(12, 20), 100, (reading(12, 20), None));
+        // 900 s after the first reading: only what came since.
+        check(reading(15, 25), 900, (reading(5, 15), Some(900)));
+        // Later the base moves to the newest reading a window old (100 s).
+        check(reading(15, 30), 1000, (reading(3, 10), Some(900)));
+        // Readings closer than 10 s apart are not kept.
+        check(reading(15, 31), 1005, (reading(3, 11), Some(905)));
     }
 }

@@ -115,6 +115,8 @@
   });
 
   // --- bulk ---------------------------------------------------------------
+  function capital(word) { return word.charAt(0).toUpperCase() + word.slice(1); }
+
   function bulkRequest(dryRun) {
     var form = document.getElementById('filters');
     var filter = {};
@@ -148,16 +150,18 @@
         }
         var answer = JSON.parse(r.body);
         counted = { request: request, matched: answer.matched };
-        show(box, true, answer.matched + ' tasks match this filter (dry run: nothing changed).', r.body);
+        var applies = { retry: 'failed or canceled', cancel: 'pending or running', delete: 'finished' }[request.action];
+        show(box, true, answer.matched + ' tasks match this filter (dry run: nothing changed). ' +
+          capital(request.action) + ' changes those that are ' + applies + '.', r.body);
         box.setAttribute('data-matched', String(answer.matched));
         apply.disabled = answer.matched === 0;
-        apply.textContent = '2. ' + request.action + ' ' + answer.matched + ' tasks…';
+        apply.textContent = '2. ' + capital(request.action) + ' ' + answer.matched + ' tasks…';
       }, function () { show(box, false, 'The server did not answer.', ''); });
     });
     apply.addEventListener('click', function () {
       if (!counted) { return; }
       var request = counted.request;
-      if (!window.confirm(request.action + ' the ' + counted.matched + ' tasks that match? Tasks the action does not apply to are skipped.')) { return; }
+      if (!window.confirm(capital(request.action) + ' the ' + counted.matched + ' tasks that match? Tasks the action does not apply to are skipped.')) { return; }
       request.dry_run = false;
       apply.disabled = true;
       api('POST', '/tasks/bulk', request).then(function (r) {
@@ -166,7 +170,7 @@
           return;
         }
         var answer = JSON.parse(r.body);
-        show(box, true, request.action + ': ' + answer.applied + ' of ' + answer.matched + ' matching tasks changed.', r.body);
+        show(box, true, capital(request.action) + ': ' + answer.applied + ' of ' + answer.matched + ' matching tasks changed.', r.body);
         box.setAttribute('data-applied', String(answer.applied));
         counted = null;
         apply.textContent = '2. Apply…';

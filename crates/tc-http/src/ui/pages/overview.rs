@@ -101,7 +101,7 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &App<S, C>) -> Rende
                         @match (p50, p99) {
                             (Some(a), Some(b)) => {
                                 (ms_text(a)) " / " (ms_text(b))
-                                small { " over " (calls) " calls"
+                                small { " over " (calls) @if calls == 1 { " call" } @else { " calls" }
                                     @if let Some(s) = window_s { " in the last " (duration_text(std::time::Duration::from_secs(s.unsigned_abs()))) } @else { " since start" } }
                             }
                             _ => { "no calls yet" }

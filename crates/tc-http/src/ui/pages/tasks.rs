@@ -270,7 +270,10 @@ fn table(
                 tbody {
                     @for t in tasks {
                         tr data-task-id=(t.id) data-state=(t.state.as_str()) {
-                            td.mono { a href={ "/ui/tasks/" (t.id) } title=(t.id) { (short_id(&t.id)) } }
+                            td.mono {
+                                a href={ "/ui/tasks/" (t.id) } title=(t.id) { (short_id(&t.id)) }
+                                span.key title="idempotency key" { (t.idempotency_key) }
+                            }
                             td { (badge(t.state)) }
                             td.url {
                                 span.dest { (t.destination) }
