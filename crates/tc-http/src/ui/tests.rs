@@ -35,6 +35,10 @@ impl Control for StillControl {
     fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, State)> {
         self.changes.subscribe()
     }
+    fn destinations_changed(&self) {}
+    fn destination_state(&self, _: &str) -> crate::DestinationRuntime {
+        crate::DestinationRuntime::default()
+    }
 }
 
 struct Fixture {
@@ -99,7 +103,12 @@ impl Fixture {
         let id = self.store.submit(new, NOW).await.unwrap().task.id;
         let claimed = self
             .store
-            .claim_due(1, NOW, Duration::from_secs(10))
+            .claim_due(
+                1,
+                NOW,
+                Duration::from_secs(10),
+                tc_model::destination::ClaimGate::default(),
+            )
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1);
