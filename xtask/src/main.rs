@@ -8,6 +8,7 @@ mod chaos;
 mod store_vs_rusqlite;
 mod test_matrix;
 mod tidy;
+mod ui_test;
 
 use std::process::ExitCode;
 
@@ -20,6 +21,7 @@ commands:
   bench        build release, measure each figure beside its ceiling [--quick]
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
   api-fuzz     schemathesis against a live tc-server from docs/openapi.yaml [--examples N]
+  ui-test      the dashboard in headless Chromium (chromedriver): counts, filters, cancel, bulk, escaping, login
   chaos        kill -9 tc-server under mixed load, restart, check nothing is lost [--rounds N] [--seed S]
 ";
 
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
         Some("bench-store") => store_vs_rusqlite::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
         Some("api-fuzz") => api_fuzz::run(&args[1..]),
+        Some("ui-test") => ui_test::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())

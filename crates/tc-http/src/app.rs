@@ -36,6 +36,8 @@ pub struct App<S, C> {
     config: HttpConfig,
     registry: Registry,
     metrics: HttpMetrics,
+    /// The dashboard's sessions, activity ring and sources.
+    ui: crate::ui::Ui,
 }
 
 impl<S: TaskStore, C: Control> App<S, C> {
@@ -61,7 +63,38 @@ impl<S: TaskStore, C: Control> App<S, C> {
             config,
             registry,
             metrics,
+            ui: crate::ui::Ui::default(),
         }
+    }
+
+    /// Hands the dashboard what it shows beyond the store: the worker's
+    /// concurrency and, once they exist, the destinations.
+    pub fn with_dashboard(mut self, sources: crate::ui::DashboardSources) -> Self {
+        self.ui.sources = sources;
+        self
+    }
+
+    /// The dashboard's per-second activity ring: the submit path feeds it
+    /// here; whoever runs the worker feeds it attempt endings
+    /// ([`crate::Activity::attempt_ended`]).
+    pub fn activity(&self) -> Arc<crate::Activity> {
+        Arc::clone(&self.ui.activity)
+    }
+
+    pub(crate) fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub(crate) fn control(&self) -> &C {
+        &self.control
+    }
+
+    pub(crate) fn ui(&self) -> &crate::ui::Ui {
+        &self.ui
+    }
+
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// The configuration it was built with.
@@ -250,6 +283,9 @@ where
     B::Error: std::fmt::Display,
 {
     let path = parts.uri.path();
+    if crate::ui::is_ui_path(path) {
+        return ("/ui", Ok(crate::ui::route(app, parts, body).await));
+    }
     let (route, id) = match find(&parts.method, path) {
         Matched::NotFound => {
             return (
@@ -332,7 +368,13 @@ where
 
 fn check_token<S, C>(app: &App<S, C>, parts: &Parts, needs_token: bool) -> Result<(), ApiError> {
     match &app.config.api_token {
-        Some(token) if needs_token && !authorized(&parts.headers, token) => {
+        // The dashboard's session cookie (with its CSRF token for writes)
+        // stands in for the bearer token.
+        Some(token)
+            if needs_token
+                && !authorized(&parts.headers, token)
+                && !app.ui.sessions.authorizes(&parts.method, &parts.headers) =>
+        {
             Err(ApiError::Unauthorized)
         }
         _ => Ok(()),
@@ -396,6 +438,9 @@ where
     let task = &submitted.task;
     if submitted.created {
         app.control.task_submitted();
+        app.ui
+            .activity
+            .record(crate::ui::Event::Submitted, 1, app.control.now());
         let (origin, path) = tc_model::origin_and_path(&task.url);
         tracing::info!(task_id = %task.id, origin, path, "task_submitted");
         let mut response = json(StatusCode::CREATED, &TaskView::new(task))?;
@@ -477,6 +522,9 @@ where
     }
     if created > 0 {
         app.control.task_submitted();
+        app.ui
+            .activity
+            .record(crate::ui::Event::Submitted, created as u64, now);
     }
     tracing::info!(tasks = results.len(), created, "tasks_submitted");
     json(StatusCode::OK, &crate::dto::BatchView { results })

@@ -10,6 +10,9 @@
 //! - [`serve`] runs the HTTP/1.1 server on a listener and returns a
 //!   [`Server`] handle to await after triggering its shutdown.
 //! - [`ROUTES`] lists every route; docs/openapi.yaml documents each of them.
+//! - `/ui/` is the dashboard (the `ui` module): HTML pages over the same
+//!   store, fed by an [`Activity`] ring; [`App::with_dashboard`] adds what
+//!   it shows beyond the store.
 //!
 //! ```no_run
 //! # async fn demo<S: tc_model::store::TaskStore, C: tc_http::Control>(store: std::sync::Arc<S>, control: C) -> Result<(), Box<dyn std::error::Error>> {
@@ -36,6 +39,7 @@ mod error;
 mod metrics;
 mod query;
 mod server;
+mod ui;
 mod write_timeout;
 
 #[cfg(test)]
@@ -45,3 +49,7 @@ pub use app::{App, ROUTES, Route, handle};
 pub use config::HttpConfig;
 pub use control::{Control, DestinationRuntime};
 pub use server::{ServeError, Server, serve};
+pub use ui::{
+    Activity, DashboardSources, DestinationRow, DestinationSource, Event as ActivityEvent,
+    Series as ActivitySeries,
+};

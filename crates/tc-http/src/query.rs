@@ -215,7 +215,7 @@ pub(crate) fn parse_rfc3339(text: &str) -> Option<Timestamp> {
 
 /// Decodes `application/x-www-form-urlencoded` text (`%XX` and `+`); `None`
 /// for a broken escape or bytes that are not UTF-8.
-fn decode(s: &str) -> Option<String> {
+pub(crate) fn decode(s: &str) -> Option<String> {
     let mut out = Vec::with_capacity(s.len());
     let mut bytes = s.bytes();
     while let Some(b) = bytes.next() {

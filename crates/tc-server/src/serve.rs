@@ -145,6 +145,8 @@ pub(crate) struct Running {
     /// Hands PostgreSQL's notifications to the worker; stopped before the
     /// store closes.
     forward: Option<tokio::task::JoinHandle<()>>,
+    /// Counts attempt endings into the dashboard's activity ring.
+    activity: tokio::task::JoinHandle<()>,
     http: tc_http::Server,
     stop_http: oneshot::Sender<()>,
 }
@@ -210,12 +212,20 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         ))),
         AnyStore::Sqlite(_) => None,
     };
-    let app = Arc::new(tc_http::App::new(
+    let app = tc_http::App::new(
         Arc::clone(&store),
         WorkerPort(worker.control()),
         settings.http.clone(),
         registry,
-    ));
+    )
+    .with_dashboard(tc_http::DashboardSources {
+        concurrency: Some(settings.worker.concurrency),
+        // TODO(issue 12): the destinations' registry as a
+        // `tc_http::DestinationSource`, for the overview's section.
+        destinations: None,
+    });
+    let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
+    let app = Arc::new(app);
     let (stop_http, stopped) = oneshot::channel::<()>();
     let http = match tc_http::serve(listener, app, async {
         let _ = stopped.await;
@@ -226,6 +236,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
             if let Some(forward) = &forward {
                 forward.abort();
             }
+            activity.abort();
             pruner.stop().await;
             let _ = worker.shutdown().await;
             return Err(e.into());
@@ -246,6 +257,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         worker,
         pruner,
         forward,
+        activity,
         http,
         stop_http,
     })
@@ -271,6 +283,23 @@ async fn forward_notifications(
         match events.recv().await {
             Ok(PgEvent::Wake) | Err(RecvError::Lagged(_)) => control.task_submitted(),
             Ok(PgEvent::Canceled(id)) => control.canceled_elsewhere(id),
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Counts each attempt ending into the dashboard's per-second ring (a
+/// lagging receiver has lost some: the chart misses them, nothing else).
+async fn feed_activity(
+    mut ended: tokio::sync::broadcast::Receiver<tc_worker::AttemptEnded>,
+    activity: Arc<tc_http::Activity>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let clock = Clock::system();
+    loop {
+        match ended.recv().await {
+            Ok(event) => activity.attempt_ended(event.state, clock.now()),
+            Err(RecvError::Lagged(_)) => {}
             Err(RecvError::Closed) => return,
         }
     }
@@ -329,6 +358,7 @@ impl Running {
             worker,
             pruner,
             forward,
+            activity,
             http,
             stop_http,
             ..
@@ -344,6 +374,8 @@ impl Running {
             forward.abort();
             let _ = forward.await;
         }
+        activity.abort();
+        let _ = activity.await;
         close_store(store).await;
         drop(db_lock);
         tracing::info!("shutdown_complete");

@@ -1,0 +1,340 @@
+//! The dashboard at `/ui/`: server-rendered HTML (maud escapes every
+//! value), one stylesheet and one script compiled into the binary, charts
+//! as inline SVG. Pages read the store through the same port as the JSON
+//! API; the buttons are the page's JavaScript calling the JSON API with the
+//! session cookie and the CSRF token.
+//!
+//! Routes (all `GET` but the two form posts):
+//! - `/ui/` overview, `/ui/tasks` list and search, `/ui/tasks/{id}` one
+//!   task, `/ui/bulk` bulk actions over a filter;
+//! - `/ui/fragment/...` the live part of each page, which the script
+//!   fetches every 2 s and swaps in;
+//! - `/ui/login` (`GET` the form, `POST` the token), `POST /ui/logout`;
+//! - `/ui/assets/app.css`, `/ui/assets/app.js`.
+
+pub(crate) mod activity;
+pub(crate) mod auth;
+mod pages;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HeaderValue, LOCATION, SET_COOKIE,
+    X_CONTENT_TYPE_OPTIONS,
+};
+use http::request::Parts;
+use http::{Method, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Body;
+use maud::Markup;
+use tc_model::store::TaskStore;
+
+use crate::app::App;
+use crate::body::RequestBody;
+use crate::control::Control;
+
+pub use activity::{Activity, Event, Series};
+
+/// The policy every `/ui/` response carries: the page's own script, style
+/// and images only (inline SVG needs none of `unsafe-inline`), fetches to
+/// its own origin, never framed.
+pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+const APP_CSS: &str = include_str!("assets/app.css");
+const APP_JS: &str = include_str!("assets/app.js");
+
+/// One destination as the overview lists it (issue 12's destinations).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationRow {
+    /// `host:port`.
+    pub destination: String,
+    /// The circuit breaker's state (`closed`, `open`, `half_open`).
+    pub breaker: String,
+    /// Tasks held back for this destination (rate limit, breaker, pause).
+    pub held: u64,
+    /// Calls to it in flight.
+    pub in_flight: u64,
+    /// Whether an operator paused it.
+    pub paused: bool,
+}
+
+/// Where the overview reads destinations from.
+// TODO(issue 12): the integrator implements this over the destinations'
+// registry (GET /destinations) and passes it in `DashboardSources`; until
+// then the overview has no destinations section.
+pub trait DestinationSource: Send + Sync + 'static {
+    /// Every known destination, in the order to show them.
+    fn destinations(&self) -> Vec<DestinationRow>;
+}
+
+/// What the overview shows beyond the store and the metrics registry,
+/// handed in by whoever wires the service ([`App::with_dashboard`]).
+#[derive(Clone, Default)]
+pub struct DashboardSources {
+    /// The worker's `--concurrency`, shown beside the calls in flight.
+    pub concurrency: Option<usize>,
+    /// Destinations with their breaker state and held counts; `None` hides
+    /// the section.
+    pub destinations: Option<Arc<dyn DestinationSource>>,
+}
+
+impl std::fmt::Debug for DashboardSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DashboardSources")
+            .field("concurrency", &self.concurrency)
+            .field("destinations", &self.destinations.is_some())
+            .finish()
+    }
+}
+
+/// The dashboard's state inside [`App`].
+#[derive(Debug, Default)]
+pub(crate) struct Ui {
+    pub(crate) sessions: auth::Sessions,
+    pub(crate) activity: Arc<Activity>,
+    pub(crate) sources: DashboardSources,
+}
+
+/// Whether `path` belongs to the dashboard.
+pub(crate) fn is_ui_path(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/")
+}
+
+/// What every page needs to know about the request.
+pub(crate) struct Ctx {
+    /// The session's CSRF token, for the meta tag and the logout form.
+    pub(crate) csrf: Option<String>,
+    /// Whether a token protects the dashboard (then a logout is offered).
+    pub(crate) auth: bool,
+}
+
+type Html = Response<Full<Bytes>>;
+
+/// Answers a `/ui` request; every answer carries the security headers.
+pub(crate) async fn route<S, C, B>(
+    app: &App<S, C>,
+    parts: &Parts,
+    body: &mut RequestBody<B>,
+) -> Html
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let mut response = answer(app, parts, body).await;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        http::header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        http::header::X_FRAME_OPTIONS,
+        HeaderValue::from_static("DENY"),
+    );
+    if !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+async fn answer<S, C, B>(app: &App<S, C>, parts: &Parts, body: &mut RequestBody<B>) -> Html
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let path = parts.uri.path();
+    let method = &parts.method;
+    let get = *method == Method::GET || *method == Method::HEAD;
+    match path {
+        "/ui" => return redirect("/ui/", None),
+        "/ui/assets/app.css" if get => return asset(APP_CSS, "text/css; charset=utf-8"),
+        "/ui/assets/app.js" if get => {
+            return asset(APP_JS, "text/javascript; charset=utf-8");
+        }
+        _ => {}
+    }
+    let token = app.config().api_token.as_deref();
+    let session = app.ui().sessions.find(&parts.headers);
+    if path == "/ui/login" {
+        return match (token, method) {
+            (None, _) => redirect("/ui/", None),
+            (Some(_), m) if *m == Method::GET => html(StatusCode::OK, pages::login::page(None)),
+            (Some(token), m) if *m == Method::POST => login(app, token, body).await,
+            _ => method_not_allowed("GET, POST"),
+        };
+    }
+    if token.is_some() && session.is_none() {
+        // Nothing but the login page without a session: fragments answer
+        // 401 too, and the script then reloads into this page.
+        return html(StatusCode::UNAUTHORIZED, pages::login::page(None));
+    }
+    let ctx = Ctx {
+        csrf: session.as_ref().map(|s| s.csrf.clone()),
+        auth: token.is_some(),
+    };
+    if path == "/ui/logout" {
+        if *method != Method::POST {
+            return method_not_allowed("POST");
+        }
+        return logout(app, session, body).await;
+    }
+    if !get {
+        return method_not_allowed("GET");
+    }
+    let query = parts.uri.query();
+    let (fragment, page) = match path.strip_prefix("/ui/fragment") {
+        Some(rest) => (true, rest),
+        None => (false, path.strip_prefix("/ui").unwrap_or(path)),
+    };
+    let rendered = match page {
+        "/" if !fragment => pages::overview::page(app, &ctx).await,
+        "/overview" if fragment => pages::overview::fragment(app).await,
+        "/tasks" => pages::tasks::render(app, &ctx, query, fragment).await,
+        "/bulk" if !fragment => pages::bulk::page(&ctx, query),
+        _ => match page.strip_prefix("/tasks/") {
+            Some(id) if !id.is_empty() && !id.contains('/') => {
+                pages::task::render(app, &ctx, id, fragment).await
+            }
+            _ => pages::Rendered::not_found(&ctx, "No such page."),
+        },
+    };
+    html(rendered.status, rendered.markup)
+}
+
+/// `POST /ui/login` with `token=...` (a form): the right token gets a
+/// session cookie and goes to the overview; a wrong one sees the form again.
+async fn login<S, C, B>(app: &App<S, C>, token: &str, body: &mut RequestBody<B>) -> Html
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let given = match body.read_all().await {
+        Ok(bytes) => form_value(&bytes, "token"),
+        Err(_) => None,
+    };
+    let Some(given) = given.filter(|g| auth::token_matches(g, token)) else {
+        tracing::info!("ui_login_refused");
+        return html(
+            StatusCode::UNAUTHORIZED,
+            pages::login::page(Some("That token is not right.")),
+        );
+    };
+    drop(given);
+    match app.ui().sessions.create() {
+        Ok(session) => {
+            tracing::info!("ui_login");
+            redirect("/ui/", Some(auth::set_cookie(&session)))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "ui_login_failed");
+            html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                pages::login::page(Some("The server could not make a session; try again.")),
+            )
+        }
+    }
+}
+
+/// `POST /ui/logout` with the form's `csrf` field.
+async fn logout<S, C, B>(
+    app: &App<S, C>,
+    session: Option<auth::Session>,
+    body: &mut RequestBody<B>,
+) -> Html
+where
+    S: TaskStore,
+    C: Control,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let given = match body.read_all().await {
+        Ok(bytes) => form_value(&bytes, "csrf"),
+        Err(_) => None,
+    };
+    match (session, given) {
+        (Some(s), Some(g)) if auth::token_matches(&g, &s.csrf) => {
+            app.ui().sessions.remove(&s.id);
+            redirect("/ui/login", Some(auth::clear_cookie()))
+        }
+        // Without a session there is nothing to end; a wrong CSRF token is
+        // another site's form.
+        (None, _) => redirect("/ui/login", None),
+        (Some(_), _) => {
+            let mut r = Response::new(Full::new(Bytes::from_static(
+                b"CSRF token missing or wrong",
+            )));
+            *r.status_mut() = StatusCode::FORBIDDEN;
+            r
+        }
+    }
+}
+
+/// The value of `name` in an `application/x-www-form-urlencoded` body.
+pub(crate) fn form_value(bytes: &[u8], name: &str) -> Option<String> {
+    form_pairs(std::str::from_utf8(bytes).ok()?)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+}
+
+/// Every `name=value` pair of a query or form body, decoded; broken
+/// escapes are left out.
+pub(crate) fn form_pairs(text: &str) -> Vec<(String, String)> {
+    text.split('&')
+        .filter(|p| !p.is_empty())
+        .filter_map(|pair| {
+            let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((crate::query::decode(n)?, crate::query::decode(v)?))
+        })
+        .collect()
+}
+
+fn html(status: StatusCode, markup: Markup) -> Html {
+    let mut r = Response::new(Full::new(Bytes::from(markup.into_string())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r
+}
+
+fn asset(text: &'static str, content_type: &'static str) -> Html {
+    let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    let headers = r.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // Compiled into the binary: they change only with it.
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
+    r
+}
+
+fn redirect(to: &'static str, cookie: Option<String>) -> Html {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::SEE_OTHER;
+    r.headers_mut()
+        .insert(LOCATION, HeaderValue::from_static(to));
+    if let Some(c) = cookie.and_then(|c| HeaderValue::try_from(c).ok()) {
+        r.headers_mut().insert(SET_COOKIE, c);
+    }
+    r
+}
+
+fn method_not_allowed(allow: &'static str) -> Html {
+    let mut r = Response::new(Full::new(Bytes::from_static(b"method not allowed")));
+    *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    r.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,456 @@
+//! The dashboard through [`crate::handle`], on the in-memory store: escaping,
+//! the security headers, the login flow, the cookie standing in for the
+//! bearer token, and what each page shows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Full};
+use prometheus_client::registry::Registry;
+use tc_model::store::{Completion, StoreError, TaskStore};
+use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
+use tc_testkit::memory_store::MemoryStore;
+
+use super::CSP;
+use crate::{App, Control, HttpConfig};
+
+const NOW: Timestamp = Timestamp::from_millis(1_767_323_045_678);
+
+struct StillControl {
+    store: Arc<MemoryStore>,
+    changes: tokio::sync::broadcast::Sender<(TaskId, State)>,
+}
+
+impl Control for StillControl {
+    fn task_submitted(&self) {}
+    async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
+        self.store.cancel(id, NOW).await
+    }
+    fn canceled_in_store(&self, _: TaskId) {}
+    fn now(&self) -> Timestamp {
+        NOW
+    }
+    fn changes(&self) -> tokio::sync::broadcast::Receiver<(TaskId, State)> {
+        self.changes.subscribe()
+    }
+    fn destinations_changed(&self) {}
+    fn destination_state(&self, _: &str) -> crate::DestinationRuntime {
+        crate::DestinationRuntime::default()
+    }
+}
+
+struct Fixture {
+    app: App<MemoryStore, StillControl>,
+    store: Arc<MemoryStore>,
+}
+
+fn fixture(token: Option<&str>) -> Fixture {
+    let store = Arc::new(MemoryStore::new());
+    let control = StillControl {
+        store: Arc::clone(&store),
+        changes: tokio::sync::broadcast::channel(8).0,
+    };
+    let config = HttpConfig {
+        api_token: token.map(str::to_owned),
+        ..HttpConfig::default()
+    };
+    let app = App::new(Arc::clone(&store), control, config, Registry::default()).with_dashboard(
+        crate::DashboardSources {
+            concurrency: Some(8),
+            destinations: None,
+        },
+    );
+    Fixture { app, store }
+}
+
+struct Reply {
+    status: u16,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Fixture {
+    async fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+        let mut req = Request::builder().method(method).uri(path);
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+        let response = crate::handle(&self.app, req).await;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Reply {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    /// A finished task whose result (and key) is `<script>`-laden.
+    async fn task_with_result(&self, key: &str, result: &str, content_type: &str) -> TaskId {
+        let new = NewTask::new(
+            "http://127.0.0.1:9/hook".into(),
+            br#"{"note":"<img src=x onerror=alert(2)>"}"#.to_vec(),
+            key.into(),
+            1,
+            Duration::from_secs(1),
+            &Limits::default(),
+        )
+        .unwrap();
+        let id = self.store.submit(new, NOW).await.unwrap().task.id;
+        let claimed = self
+            .store
+            .claim_due(
+                1,
+                NOW,
+                Duration::from_secs(10),
+                tc_model::destination::ClaimGate::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        let outcome = Completion::Success {
+            http_status: 200,
+            result: result.as_bytes().to_vec(),
+            content_type: Some(content_type.into()),
+        };
+        self.store.complete(id, 1, outcome, NOW).await.unwrap();
+        id
+    }
+
+    /// Logs in with `token`; the cookie and the CSRF token on success.
+    async fn login(&self, token: &str) -> Option<(String, String)> {
+        let reply = self
+            .call(
+                "POST",
+                "/ui/login",
+                &[("content-type", "application/x-www-form-urlencoded")],
+                &format!("token={}", super::pages::encode(token)),
+            )
+            .await;
+        if reply.status != 303 {
+            return None;
+        }
+        let set = reply.headers.get("set-cookie")?.to_str().ok()?;
+        let cookie = set.split(';').next()?.to_owned();
+        let page = self.call("GET", "/ui/", &[("cookie", &cookie)], "").await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let csrf = page
+            .body
+            .split("name=\"csrf-token\" content=\"")
+            .nth(1)?
+            .split('"')
+            .next()?
+            .to_owned();
+        Some((cookie, csrf))
+    }
+}
+
+#[tokio::test]
+async fn a_script_result_and_key_render_as_text() {
+    let f = fixture(None);
+    let key = "<script>alert('key')</script>";
+    let id = f
+        .task_with_result(key, "<script>alert(1)</script>", "text/html")
+        .await;
+    for path in [
+        format!("/ui/tasks/{id}"),
+        format!("/ui/fragment/tasks/{id}"),
+        "/ui/tasks".into(),
+    ] {
+        let reply = f.call("GET", &path, &[], "").await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        assert!(
+            !reply.body.contains("<script>alert"),
+            "{path}: unescaped: {}",
+            reply.body
+        );
+        assert!(!reply.body.contains("<img src=x"), "{path}: unescaped body");
+    }
+    let page = f
+        .call("GET", &format!("/ui/tasks/{id}"), &[], "")
+        .await
+        .body;
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{page}"
+    );
+    assert!(page.contains("&lt;script&gt;alert('key')&lt;/script&gt;"));
+    assert!(page.contains("&lt;img src=x onerror=alert(2)&gt;"));
+    // The only script element is the page's own asset.
+    assert_eq!(page.matches("<script").count(), 1);
+    assert!(page.contains(r#"<script src="/ui/assets/app.js" defer></script>"#));
+}
+
+#[tokio::test]
+async fn binary_results_show_a_size_and_a_download_link() {
+    let f = fixture(None);
+    let id = f
+        .task_with_result("bin", "\u{1}\u{2}abc", "application/octet-stream")
+        .await;
+    let page = f
+        .call("GET", &format!("/ui/tasks/{id}"), &[], "")
+        .await
+        .body;
+    assert!(page.contains("Binary result of 5 B"), "{page}");
+    assert!(page.contains(&format!("href=\"/tasks/{id}/result\"")));
+}
+
+#[tokio::test]
+async fn every_ui_answer_carries_the_csp_and_nosniff() {
+    for token in [None, Some("s3cret")] {
+        let f = fixture(token);
+        for path in [
+            "/ui/",
+            "/ui/tasks",
+            "/ui/bulk",
+            "/ui/login",
+            "/ui/assets/app.css",
+            "/ui/assets/app.js",
+            "/ui/nope",
+            "/ui",
+        ] {
+            let reply = f.call("GET", path, &[], "").await;
+            let csp = reply
+                .headers
+                .get("content-security-policy")
+                .map(|v| v.to_str().unwrap());
+            assert_eq!(csp, Some(CSP), "{token:?} {path}");
+            assert_eq!(
+                reply
+                    .headers
+                    .get("x-content-type-options")
+                    .map(|v| v.to_str().unwrap()),
+                Some("nosniff"),
+                "{token:?} {path}"
+            );
+        }
+    }
+    assert!(CSP.contains("default-src 'none'") && CSP.contains("script-src 'self'"));
+    assert!(!CSP.contains("unsafe-inline"));
+}
+
+#[tokio::test]
+async fn without_a_token_there_is_no_login() {
+    let f = fixture(None);
+    let overview = f.call("GET", "/ui/", &[], "").await;
+    assert_eq!(overview.status, 200);
+    assert!(overview.body.contains("id=\"count-pending\""));
+    assert!(!overview.body.contains("Log out"));
+    let login = f.call("GET", "/ui/login", &[], "").await;
+    assert_eq!(login.status, 303);
+}
+
+#[tokio::test]
+async fn with_a_token_only_the_login_page_is_served_until_the_right_token() {
+    let f = fixture(Some("s3cret"));
+    for path in [
+        "/ui/",
+        "/ui/tasks",
+        "/ui/bulk",
+        "/ui/fragment/overview",
+        "/ui/tasks/x",
+    ] {
+        let reply = f.call("GET", path, &[], "").await;
+        assert_eq!(reply.status, 401, "{path}");
+        assert!(reply.body.contains("id=\"login\""), "{path}");
+        assert!(!reply.body.contains("count-pending"), "{path}");
+    }
+    assert!(f.login("wrong").await.is_none());
+    let wrong = f.call("POST", "/ui/login", &[], "token=wrong").await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.body.contains("not right"));
+    assert!(wrong.headers.get("set-cookie").is_none());
+    let (cookie, _) = f.login("s3cret").await.unwrap();
+    let overview = f.call("GET", "/ui/", &[("cookie", &cookie)], "").await;
+    assert_eq!(overview.status, 200);
+    assert!(overview.body.contains("Log out"));
+    // A made-up cookie is worth nothing.
+    let forged = f
+        .call("GET", "/ui/", &[("cookie", "tc_session=00")], "")
+        .await;
+    assert_eq!(forged.status, 401);
+}
+
+#[tokio::test]
+async fn the_cookie_stands_in_for_the_bearer_token_with_its_csrf_token() {
+    let f = fixture(Some("s3cret"));
+    let id = f.task_with_result("k1", "ok", "text/plain").await;
+    let (cookie, csrf) = f.login("s3cret").await.unwrap();
+    let retry = format!("/tasks/{id}/retry");
+    let check = |status: u16, reply: &Reply, what: &str| {
+        assert_eq!(reply.status, status, "{what}: {}", reply.body)
+    };
+    check(
+        401,
+        &f.call("GET", &format!("/tasks/{id}"), &[], "").await,
+        "no credentials",
+    );
+    check(
+        200,
+        &f.call("GET", &format!("/tasks/{id}"), &[("cookie", &cookie)], "")
+            .await,
+        "read with the cookie",
+    );
+    check(
+        200,
+        &f.call(
+            "GET",
+            &format!("/tasks/{id}/result"),
+            &[("cookie", &cookie)],
+            "",
+        )
+        .await,
+        "download with the cookie",
+    );
+    check(
+        401,
+        &f.call("POST", &retry, &[("cookie", &cookie)], "").await,
+        "write without CSRF",
+    );
+    check(
+        401,
+        &f.call(
+            "POST",
+            &retry,
+            &[("cookie", &cookie), ("x-csrf-token", "nope")],
+            "",
+        )
+        .await,
+        "wrong CSRF",
+    );
+    check(
+        401,
+        &f.call("POST", &retry, &[("x-csrf-token", &csrf)], "").await,
+        "CSRF without the cookie",
+    );
+    // A success cannot be retried: the API's own answer, past the auth.
+    check(
+        409,
+        &f.call(
+            "POST",
+            &retry,
+            &[("cookie", &cookie), ("x-csrf-token", &csrf)],
+            "",
+        )
+        .await,
+        "write with both",
+    );
+    // Logging out needs the form's CSRF field; then the cookie is dead.
+    let logout = f
+        .call("POST", "/ui/logout", &[("cookie", &cookie)], "csrf=nope")
+        .await;
+    assert_eq!(logout.status, 403);
+    let logout = f
+        .call(
+            "POST",
+            "/ui/logout",
+            &[("cookie", &cookie)],
+            &format!("csrf={csrf}"),
+        )
+        .await;
+    assert_eq!(logout.status, 303);
+    check(
+        401,
+        &f.call("GET", &format!("/tasks/{id}"), &[("cookie", &cookie)], "")
+            .await,
+        "after logout",
+    );
+}
+
+#[tokio::test]
+async fn the_overview_counts_states_and_charts_submits() {
+    let f = fixture(None);
+    f.task_with_result("a", "ok", "text/plain").await;
+    let submit = r#"{"url":"http://127.0.0.1:9/x","idempotency_key":"b"}"#;
+    let reply = f
+        .call(
+            "POST",
+            "/tasks",
+            &[("content-type", "application/json")],
+            submit,
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    f.app.activity().attempt_ended(State::Failed, NOW);
+    let body = f.call("GET", "/ui/fragment/overview", &[], "").await.body;
+    assert!(
+        body.contains(r#"id="count-pending" data-count="1""#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"id="count-success" data-count="1""#),
+        "{body}"
+    );
+    assert!(body.contains(r#"id="total-submitted">1<"#), "{body}");
+    assert!(body.contains(r#"id="total-failed">1<"#), "{body}");
+    assert!(body.contains("of 8 (--concurrency)"), "{body}");
+    assert!(body.contains("waiting "), "the pending task is due: {body}");
+}
+
+#[tokio::test]
+async fn the_list_filters_searches_and_pages() {
+    let f = fixture(None);
+    let a = f.task_with_result("key-a", "ok", "text/plain").await;
+    let b = f.task_with_result("key-b", "ok", "text/plain").await;
+    let rows = |body: &str| body.matches("data-task-id=").count();
+    let body = f.call("GET", "/ui/tasks?limit=1", &[], "").await.body;
+    assert_eq!(rows(&body), 1);
+    let next = body
+        .split("after=")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let body = f
+        .call("GET", &format!("/ui/tasks?limit=1&after={next}"), &[], "")
+        .await
+        .body;
+    assert!(
+        body.contains(&b.to_string()) && !body.contains(&format!("data-task-id=\"{a}\"")),
+        "{body}"
+    );
+    let body = f
+        .call("GET", "/ui/tasks?q=key-b&state=", &[], "")
+        .await
+        .body;
+    assert_eq!(rows(&body), 1);
+    assert!(body.contains(&b.to_string()));
+    let body = f
+        .call("GET", &format!("/ui/tasks?q={a}"), &[], "")
+        .await
+        .body;
+    assert_eq!(rows(&body), 1);
+    let body = f
+        .call(
+            "GET",
+            "/ui/tasks?q=http%3A%2F%2F127.0.0.1%3A9%2Fho",
+            &[],
+            "",
+        )
+        .await
+        .body;
+    assert_eq!(rows(&body), 2, "{body}");
+    let body = f
+        .call(
+            "GET",
+            "/ui/tasks?q=http%3A%2F%2F127.0.0.1%3A9%2Fother",
+            &[],
+            "",
+        )
+        .await
+        .body;
+    assert_eq!(rows(&body), 0);
+    assert_eq!(
+        rows(&f.call("GET", "/ui/tasks?state=failed", &[], "").await.body),
+        0
+    );
+    let bad = f.call("GET", "/ui/tasks?state=done", &[], "").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("state: must be one of"));
+}
