@@ -16,6 +16,7 @@ use crate::config::StoreConfig;
 use crate::filter::FilterSql;
 use crate::read_pool::Readers;
 use crate::schema::{self, OpenError, Target};
+use crate::writer::Undo;
 use crate::{destinations, read_ops, write_ops, writer};
 
 /// The SQLite adapter behind [`TaskStore`].
@@ -127,12 +128,12 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        self.write_sized(0, op).await
+        self.write_sized(0, Undo::Savepoint, op).await
     }
 
     /// A write carrying `bytes` of payload: it waits until the queue has
     /// room for them, and holds that room until the writer is done with it.
-    async fn write_sized<T, F>(&self, bytes: usize, op: F) -> Result<T, StoreError>
+    async fn write_sized<T, F>(&self, bytes: usize, undo: Undo, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -155,7 +156,7 @@ impl SqliteStore {
         // The queue refuses only when the writer thread is gone (it owns the
         // receiver): say so, not "closed", which is what close() does.
         commands
-            .send(writer::command(op, reply, room))
+            .send(writer::command(op, undo, reply, room))
             .await
             .map_err(|_| StoreError::Unavailable("store writer stopped".to_owned()))?;
         answer
@@ -180,8 +181,11 @@ impl Drop for SqliteStore {
 impl TaskStore for SqliteStore {
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         let bytes = task.body().len() + task.url().len() + task.idempotency_key().len();
-        self.write_sized(bytes, move |conn| write_ops::submit(conn, &task, now))
-            .await
+        // A submit reads, then writes one row in one statement.
+        self.write_sized(bytes, Undo::SelfContained, move |conn| {
+            write_ops::submit(conn, &task, now)
+        })
+        .await
     }
 
     async fn submit_many(
@@ -195,7 +199,9 @@ impl TaskStore for SqliteStore {
             .sum();
         // One command: the items share the batch's transaction and commit,
         // and no item is split from the others by a concurrent write.
-        self.write_sized(bytes, move |conn| {
+        // Each item is its own submit and answers for itself: an item
+        // that fails has written nothing, and the others stand.
+        self.write_sized(bytes, Undo::SelfContained, move |conn| {
             Ok(tasks
                 .iter()
                 .map(|task| write_ops::submit(conn, task, now))
@@ -258,7 +264,7 @@ impl TaskStore for SqliteStore {
             Completion::Success { result, .. } => result.len(),
             Completion::Retry { .. } | Completion::Failed { .. } => 0,
         };
-        self.write_sized(bytes, move |conn| {
+        self.write_sized(bytes, Undo::Savepoint, move |conn| {
             write_ops::complete(conn, &id, attempt, &outcome, now)
         })
         .await

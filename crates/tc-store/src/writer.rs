@@ -21,13 +21,29 @@ pub(crate) type Command = Box<dyn Job>;
 pub(crate) trait Job: Send {
     /// Runs the write; `true` if it succeeded and its savepoint should stay.
     fn run(&mut self, conn: &Connection) -> bool;
+    /// How a failure of this write is undone.
+    fn undo(&self) -> Undo;
     /// Tells the caller, once the batch's fate is known: the write's own
     /// result if the batch committed, otherwise `failed`.
     fn reply(self: Box<Self>, failed: Option<&StoreError>);
 }
 
+/// How the writer undoes a command that fails, without failing its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Undo {
+    /// The command runs in a savepoint of its own, rolled back if it fails:
+    /// for commands of several writing statements.
+    Savepoint,
+    /// The command fails without leaving a partial write: its only writing
+    /// statements are each all-or-nothing (SQLite's statement journal) and
+    /// an error stops it before any of them or reports that one alone. A
+    /// savepoint would cost a journal copy of every page it changes.
+    SelfContained,
+}
+
 struct Op<T, F> {
     op: Option<F>,
+    undo: Undo,
     result: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
     /// The queue room this command's payload takes, given back when the
@@ -50,6 +66,10 @@ where
         ok
     }
 
+    fn undo(&self) -> Undo {
+        self.undo
+    }
+
     fn reply(self: Box<Self>, failed: Option<&StoreError>) {
         let result = match (failed, self.result) {
             (None, Some(result)) => result,
@@ -62,9 +82,11 @@ where
 }
 
 /// A command running `op` whose result goes to `reply`, holding `room` in
-/// the queue's byte budget until it is done.
+/// the queue's byte budget until it is done; `undo` says how its failure
+/// is rolled back.
 pub(crate) fn command<T, F>(
     op: F,
+    undo: Undo,
     reply: oneshot::Sender<Result<T, StoreError>>,
     room: Option<OwnedSemaphorePermit>,
 ) -> Command
@@ -74,6 +96,7 @@ where
 {
     Box::new(Op {
         op: Some(op),
+        undo,
         result: None,
         reply,
         _room: room,
@@ -122,13 +145,20 @@ pub(crate) fn commit_batch(conn: &mut Connection, batch: &mut Vec<Command>) {
 fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch.iter_mut() {
-        // Cached statements rather than rusqlite's Savepoint, which builds
-        // and parses the SQL text anew for every command.
-        tx.prepare_cached("SAVEPOINT command")?.execute([])?;
-        if !job.run(&tx) {
-            tx.prepare_cached("ROLLBACK TO command")?.execute([])?;
+        match job.undo() {
+            Undo::SelfContained => {
+                job.run(&tx);
+            }
+            Undo::Savepoint => {
+                // Cached statements rather than rusqlite's Savepoint, which
+                // builds and parses the SQL text anew for every command.
+                tx.prepare_cached("SAVEPOINT command")?.execute([])?;
+                if !job.run(&tx) {
+                    tx.prepare_cached("ROLLBACK TO command")?.execute([])?;
+                }
+                tx.prepare_cached("RELEASE command")?.execute([])?;
+            }
         }
-        tx.prepare_cached("RELEASE command")?.execute([])?;
         // Some errors (disk full, I/O) make SQLite roll back the whole
         // transaction on its own; then nothing before this point stands.
         if tx.is_autocommit() {
@@ -174,7 +204,7 @@ mod tests {
         let op = move |conn: &Connection| {
             write_ops::submit(conn, &task(key, body), Timestamp::default())
         };
-        (command(op, reply, None), answer)
+        (command(op, Undo::SelfContained, reply, None), answer)
     }
 
     fn count(conn: &Connection) -> i64 {
@@ -207,7 +237,12 @@ mod tests {
         let (reply, answer) = oneshot::channel::<Result<(), StoreError>>();
         // The caller went away: the room stays taken while the command waits.
         drop(answer);
-        let job = command(|_: &Connection| Ok(()), reply, Some(permit));
+        let job = command(
+            |_: &Connection| Ok(()),
+            Undo::Savepoint,
+            reply,
+            Some(permit),
+        );
         assert_eq!(room.available_permits(), 0);
         let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
         commit_batch(&mut conn, &mut vec![job]);
@@ -229,6 +264,7 @@ mod tests {
                 )
                 .map_err(crate::rows::db)
             },
+            Undo::Savepoint,
             reply,
             None,
         );
