@@ -47,7 +47,9 @@ async fn events_of(scenario: &str) -> Vec<Value> {
         Arc::new(FakeDownstream::new(Arc::clone(&script))),
         script,
         "http://downstream.test",
-    );
+    )
+    .with_other_host("http://other.test")
+    .on_paused_clock();
     run(scenario, &rig).await.unwrap();
     let bytes = captured.0.lock().unwrap().clone();
     String::from_utf8(bytes)
