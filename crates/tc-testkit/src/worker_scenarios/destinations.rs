@@ -169,8 +169,13 @@ pub(super) async fn destination_cap_holds_while_other_hosts_run<S: TaskStore, D:
     }
     let capped_ids = submit_each(rig, paths("/cap/", 6), |p| Ok(rig.url(p)), 3).await?;
     let free_ids = submit_each(rig, paths("/free/", 8), |p| rig.other_url(p), 3).await?;
-    // Four slots: two for the capped host at most, the rest for the other.
-    let worker = rig.spawn_worker(rig.config());
+    // One slot more than the cap: the other host's tasks go through it one
+    // claim of one at a time, each claim's rotation meeting the capped host
+    // (at its cap) first every other time.
+    let worker = rig.spawn_worker(WorkerConfig {
+        concurrency: CAP + 1,
+        ..rig.config()
+    });
     let mut events = worker.control().subscribe();
     worker.control().task_submitted();
     wait_all_terminal(&mut events, &free_ids).await?;
