@@ -412,8 +412,8 @@ where
                         .await
                         .map_err(|e| format!("second loopback server: {e}"))?;
                     let client = Arc::new(HyperDownstream::new(DownstreamConfig::default()));
-                    let rig = Rig::new(store, client, script, server.url())
-                        .with_other_host(other.url());
+                    let rig =
+                        Rig::new(store, client, script, server.url()).with_other_host(other.url());
                     run(scenario, &rig).await
                 }
             }

@@ -34,11 +34,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, Completion, Cursor, Guarded, ListQuery, Page, StoreError,
     Submitted, TaskFilter, TaskStore,
 };
-use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::{AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -2539,7 +2539,13 @@ const DEST_B: &str = "b.example:8002";
 
 /// A task for `url` with the key `key`.
 fn task_for(url: &str, key: &str) -> NewTask {
-    task_with(key, url, format!("{{\"key\":\"{key}\"}}").as_bytes(), 3, 5_000)
+    task_with(
+        key,
+        url,
+        format!("{{\"key\":\"{key}\"}}").as_bytes(),
+        3,
+        5_000,
+    )
 }
 
 /// Submits `n` tasks for `url` at `now` (keys `{prefix}-0`, ...), oldest
@@ -2585,10 +2591,7 @@ async fn claim<S: TaskStore>(
     now: Timestamp,
     gate: ClaimGate,
 ) -> Result<Vec<Task>, String> {
-    store
-        .claim_due(n, now, LEASE, gate)
-        .await
-        .step("claim_due")
+    store.claim_due(n, now, LEASE, gate).await.step("claim_due")
 }
 
 /// Checks every way of reading a destination's settings back: the one
@@ -2598,7 +2601,10 @@ async fn settings_read_back<S: TaskStore>(
     name: &str,
     want: &DestinationSettings,
 ) -> Result<(), String> {
-    let one = store.destination(name.to_owned()).await.step("destination")?;
+    let one = store
+        .destination(name.to_owned())
+        .await
+        .step("destination")?;
     ensure_eq!(&one.settings, want, "destination({name}).settings");
     let listed = store.destinations().await.step("destinations")?;
     let in_list = listed.iter().find(|d| d.name == name).map(|d| &d.settings);
@@ -2693,7 +2699,8 @@ pub async fn destination_settings_are_kept_field_by_field<S: TaskStore>(store: S
     for (n, (what, update, want)) in steps.into_iter().enumerate() {
         let written = set(&store, DEST_B, update, at(10 + n as i64)).await?;
         ensure_eq!(&written.settings, &want, "{what}: update's answer");
-        settings_read_back(&store, DEST_B, &want).await
+        settings_read_back(&store, DEST_B, &want)
+            .await
             .map_err(|e| format!("{what}: {e}"))?;
     }
 
@@ -2760,7 +2767,10 @@ pub async fn a_destination_with_neither_tasks_nor_settings_is_not_found<S: TaskS
         "once its last task is deleted"
     );
     let listed = store.destinations().await.step("destinations")?;
-    ensure!(listed.is_empty(), "destinations() after the delete: {listed:?}");
+    ensure!(
+        listed.is_empty(),
+        "destinations() after the delete: {listed:?}"
+    );
     Ok(())
 }
 
@@ -2772,7 +2782,10 @@ async fn counts_of<S: TaskStore>(
     (pending, running): (u64, u64),
     what: &str,
 ) -> Verdict {
-    let got = store.destination(name.to_owned()).await.step("destination")?;
+    let got = store
+        .destination(name.to_owned())
+        .await
+        .step("destination")?;
     ensure_eq!(
         got,
         Destination {
@@ -2850,7 +2863,10 @@ pub async fn claim_caps_a_destination_by_its_running_tasks<S: TaskStore>(store: 
     ensure_eq!(of(&second, DEST_B), free, "the other host, uncapped");
     let at_cap = claim(&store, 10, at(12), ClaimGate::default()).await?;
     ensure_eq!(ids(&at_cap), vec![], "at its cap, with no other host due");
-    let counts = store.destination(DEST_A.to_owned()).await.step("destination")?;
+    let counts = store
+        .destination(DEST_A.to_owned())
+        .await
+        .step("destination")?;
     ensure_eq!(
         (counts.running, counts.pending),
         (2, 3),
@@ -2898,7 +2914,11 @@ pub async fn claim_rotates_so_a_backlog_does_not_delay_another_host<S: TaskStore
         ..ClaimGate::default()
     };
     let from_b = claim(&store, 1, at(12), after(DEST_A)).await?;
-    ensure_eq!(ids(&from_b), vec![more_b.id], "a claim of one after {DEST_A}");
+    ensure_eq!(
+        ids(&from_b),
+        vec![more_b.id],
+        "a claim of one after {DEST_A}"
+    );
     let wrapped = claim(&store, 1, at(13), after(DEST_B)).await?;
     ensure_eq!(ids(&wrapped), vec![more_a], "a claim of one after {DEST_B}");
     Ok(())

@@ -142,9 +142,16 @@ async fn a_failure_logs_its_error_and_interruptions_and_skips_are_named() {
 #[tokio::test(start_paused = true)]
 async fn destination_backoff_and_breaker_events_carry_their_fields() {
     let events = events_of("retry_after_holds_the_whole_destination").await;
-    let backoff = check(&events, "destination_backoff", &["destination", "backoff_ms"]);
+    let backoff = check(
+        &events,
+        "destination_backoff",
+        &["destination", "backoff_ms"],
+    );
     assert_eq!(
-        (backoff["destination"].as_str(), backoff["backoff_ms"].as_u64()),
+        (
+            backoff["destination"].as_str(),
+            backoff["backoff_ms"].as_u64()
+        ),
         (Some("downstream.test:80"), Some(30_000))
     );
 

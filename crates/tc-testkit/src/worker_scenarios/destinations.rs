@@ -90,8 +90,12 @@ fn seen<S, D>(rig: &Rig<S, D>, prefix: &str) -> Vec<Seen> {
 }
 
 fn calls_under<S, D>(rig: &Rig<S, D>, prefix: &str) -> usize {
-    rig.script
-        .read(|r| r.calls().iter().filter(|c| c.path.starts_with(prefix)).count())
+    rig.script.read(|r| {
+        r.calls()
+            .iter()
+            .filter(|c| c.path.starts_with(prefix))
+            .count()
+    })
 }
 
 /// Checks that each task is in `state` after exactly `attempt` attempts.
@@ -208,10 +212,7 @@ pub(super) async fn destination_cap_holds_while_other_hosts_run<S: TaskStore, D:
 
 /// A rate of 5/s with a burst of 3: the burst goes at once, then each call
 /// waits for its token, 200 ms apart: 5 calls in every second after it.
-pub(super) async fn destination_rate_gives_its_rate_after_the_burst<
-    S: TaskStore,
-    D: Downstream,
->(
+pub(super) async fn destination_rate_gives_its_rate_after_the_burst<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
 ) -> Result<(), String> {
     const RATE: u32 = 5;
@@ -299,7 +300,12 @@ pub(super) async fn retry_after_holds_the_whole_destination<S: TaskStore, D: Dow
     let worker = rig.spawn_worker(rig.config());
     let mut events = worker.control().subscribe();
     let first = rig
-        .submit_url(rig.url("/ra/first"), "k-ra-first", 3, Duration::from_secs(60))
+        .submit_url(
+            rig.url("/ra/first"),
+            "k-ra-first",
+            3,
+            Duration::from_secs(60),
+        )
         .await?;
     worker.control().task_submitted();
     wait_for(&mut events, first.id, &[State::Pending]).await?;
@@ -406,13 +412,23 @@ pub(super) async fn breaker_opens_holds_without_attempts_probes_and_closes<
         )],
     );
     let probed = rig
-        .submit_url(rig.url("/brk/probed"), "k-probed", 3, Duration::from_secs(60))
+        .submit_url(
+            rig.url("/brk/probed"),
+            "k-probed",
+            3,
+            Duration::from_secs(60),
+        )
         .await?;
     let later = rig
         .submit_url(rig.url("/brk/later"), "k-later", 3, Duration::from_secs(60))
         .await?;
     let other = rig
-        .submit_url(rig.other_url("/brk-other")?, "k-brk-other", 3, Duration::from_secs(60))
+        .submit_url(
+            rig.other_url("/brk-other")?,
+            "k-brk-other",
+            3,
+            Duration::from_secs(60),
+        )
         .await?;
     control.task_submitted();
     wait_terminal(&mut events, other.id).await?;
@@ -447,11 +463,8 @@ pub(super) async fn breaker_opens_holds_without_attempts_probes_and_closes<
     for call in &calls[1..FAILURES] {
         opened = opened.max(ended(call)?);
     }
-    let (first_probe, second_probe, held) = (
-        &calls[FAILURES],
-        &calls[FAILURES + 1],
-        &calls[FAILURES + 2],
-    );
+    let (first_probe, second_probe, held) =
+        (&calls[FAILURES], &calls[FAILURES + 1], &calls[FAILURES + 2]);
     let reopened = ended(first_probe)?;
     let checks = [
         ("the first probe", first_probe.at, opened + open),
@@ -525,10 +538,7 @@ pub(super) async fn pause_holds_a_destination_until_resumed<S: TaskStore, D: Dow
 /// A task held by a paused host, and one held by an open breaker, are
 /// canceled at once (while the hold stands) and never called, even after
 /// their hosts take calls again.
-pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<
-    S: TaskStore,
-    D: Downstream,
->(
+pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
 ) -> Result<(), String> {
     let open = length(rig, Duration::from_secs(30), Duration::from_secs(2));
@@ -550,10 +560,20 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<
     // Held by a pause: a claim that ran the other host's task passed it over.
     update(rig, &main, paused(true)).await?;
     let parked = rig
-        .submit_url(rig.url("/held/paused"), "k-parked", 3, Duration::from_secs(60))
+        .submit_url(
+            rig.url("/held/paused"),
+            "k-parked",
+            3,
+            Duration::from_secs(60),
+        )
         .await?;
     let marker = rig
-        .submit_url(rig.other_url("/held/marker-1")?, "k-marker-1", 3, Duration::from_secs(60))
+        .submit_url(
+            rig.other_url("/held/marker-1")?,
+            "k-marker-1",
+            3,
+            Duration::from_secs(60),
+        )
         .await?;
     control.task_submitted();
     wait_terminal(&mut events, marker.id).await?;
@@ -568,7 +588,12 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<
     rig.script
         .plan("/held/fail", [Step::Reply(Reply::status(500))]);
     let failing = rig
-        .submit_url(rig.other_url("/held/fail")?, "k-fail", 1, Duration::from_secs(60))
+        .submit_url(
+            rig.other_url("/held/fail")?,
+            "k-fail",
+            1,
+            Duration::from_secs(60),
+        )
         .await?;
     control.task_submitted();
     wait_terminal(&mut events, failing.id).await?;
@@ -579,14 +604,24 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<
         breaker()
     );
     let tripped = rig
-        .submit_url(rig.other_url("/held/breaker")?, "k-tripped", 3, Duration::from_secs(60))
+        .submit_url(
+            rig.other_url("/held/breaker")?,
+            "k-tripped",
+            3,
+            Duration::from_secs(60),
+        )
         .await?;
     // The paused host resumes; a claim that runs its next task passed over
     // the breaker-held one.
     update(rig, &main, paused(false)).await?;
     control.destinations_changed();
     let marker = rig
-        .submit_url(rig.url("/held/marker-2"), "k-marker-2", 3, Duration::from_secs(60))
+        .submit_url(
+            rig.url("/held/marker-2"),
+            "k-marker-2",
+            3,
+            Duration::from_secs(60),
+        )
         .await?;
     control.task_submitted();
     wait_terminal(&mut events, marker.id).await?;
@@ -601,7 +636,12 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<
     // Once the breaker lets a probe through, the host takes calls again:
     // still none for the canceled task.
     let probe = rig
-        .submit_url(rig.other_url("/held/marker-3")?, "k-marker-3", 3, Duration::from_secs(60))
+        .submit_url(
+            rig.other_url("/held/marker-3")?,
+            "k-marker-3",
+            3,
+            Duration::from_secs(60),
+        )
         .await?;
     control.task_submitted();
     wait_for_within(
@@ -620,7 +660,10 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<
     check_tasks(rig, &[probe.id], State::Success, 1).await?;
     for path in ["/held/paused", "/held/breaker"] {
         let calls = rig.script.calls(path).len();
-        ensure!(calls == 0, "the canceled task on {path} was called {calls} times");
+        ensure!(
+            calls == 0,
+            "the canceled task on {path} was called {calls} times"
+        );
     }
     check_tasks(rig, &[parked.id, tripped.id], State::Canceled, 0).await?;
     Ok(())
