@@ -398,18 +398,23 @@ where
             match down {
                 Down::Fake => {
                     let fake = Arc::new(FakeDownstream::new(Arc::clone(&script)));
-                    run(
-                        scenario,
-                        &Rig::new(store, fake, script, "http://downstream.test"),
-                    )
-                    .await
+                    let rig = Rig::new(store, fake, script, "http://downstream.test")
+                        .with_other_host("http://other.test");
+                    run(scenario, &rig).await
                 }
                 Down::Hyper => {
+                    // Two loopback servers on two ports: two destinations
+                    // for the real client, playing one script.
                     let server = FakeServer::start(Arc::clone(&script))
                         .await
                         .map_err(|e| format!("loopback server: {e}"))?;
+                    let other = FakeServer::start(Arc::clone(&script))
+                        .await
+                        .map_err(|e| format!("second loopback server: {e}"))?;
                     let client = Arc::new(HyperDownstream::new(DownstreamConfig::default()));
-                    run(scenario, &Rig::new(store, client, script, server.url())).await
+                    let rig =
+                        Rig::new(store, client, script, server.url()).with_other_host(other.url());
+                    run(scenario, &rig).await
                 }
             }
         };

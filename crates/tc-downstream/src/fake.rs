@@ -176,6 +176,9 @@ pub struct Record {
     handshakes_failed: usize,
     gate_open: bool,
     seen_keys: HashMap<(String, Option<String>), usize>,
+    /// Every start (`true`) and end (`false`) of a kept call, by index, in
+    /// the order they happened: what per-host peaks are replayed from.
+    transitions: Vec<(usize, bool)>,
 }
 
 impl Record {
@@ -194,6 +197,25 @@ impl Record {
     /// it runs.
     pub fn ended_at(&self, i: usize) -> Option<Instant> {
         self.ended.get(i).copied().flatten()
+    }
+
+    /// The most kept calls that `which` picks (e.g. those to one host's
+    /// paths) that were in flight at once, replayed from the order in which
+    /// calls started and ended (exact even when they share an instant).
+    pub fn peak_in_flight_of(&self, which: impl Fn(&Call) -> bool) -> usize {
+        let (mut now, mut peak) = (0usize, 0usize);
+        for (index, started) in &self.transitions {
+            if !self.calls.get(*index).is_some_and(&which) {
+                continue;
+            }
+            if *started {
+                now += 1;
+                peak = peak.max(now);
+            } else {
+                now = now.saturating_sub(1);
+            }
+        }
+        peak
     }
 
     /// How many calls arrived.
@@ -385,6 +407,7 @@ impl Script {
             r.calls.push(call);
             r.statuses.push(None);
             r.ended.push(None);
+            r.transitions.push((index, true));
         }
         r.in_flight += 1;
         r.peak = r.peak.max(r.in_flight);
@@ -399,6 +422,7 @@ impl Script {
             r.in_flight -= 1;
             if let Some(slot) = r.ended.get_mut(index) {
                 *slot = Some(now);
+                r.transitions.push((index, false));
             }
             if answered {
                 r.answered += 1;

@@ -553,8 +553,10 @@ pub trait TaskStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<BulkOutcome, StoreError>> + Send;
 
-    /// Every destination that has settings other than the defaults, with
-    /// them: what a worker needs to know (its rates) without counting tasks.
+    /// Every destination that has settings, with them: what a worker needs
+    /// to know (its rates) without counting tasks. A destination keeps its
+    /// settings once an update named it, even when they are back to the
+    /// defaults (an operator named it, so it stays listed).
     fn destination_settings(
         &self,
     ) -> impl Future<Output = Result<Vec<(String, DestinationSettings)>, StoreError>> + Send;

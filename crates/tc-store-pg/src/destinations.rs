@@ -151,10 +151,14 @@ pub(crate) async fn claim_due(
             .await?
             .into_iter()
             .collect();
-    // Destinations held entirely never count towards "enough": look a
-    // little further for each.
-    let held = gate.held.len() + limits.values().filter(|s| s.paused).count();
-    let names = due_destinations(tx, gate.after.as_deref(), now, n.saturating_add(held)).await?;
+    // A destination that may be allowed nothing must not count towards
+    // "enough", or one at the front of the rotation would stop the claim
+    // short of every other host: look one further for each destination
+    // held by the gate, paused, or capped (whether a capped one is at its
+    // cap is known only once its row is locked, below).
+    let may_hold = gate.held.len() + limits.len();
+    let names =
+        due_destinations(tx, gate.after.as_deref(), now, n.saturating_add(may_hold)).await?;
     let capped: Vec<&str> = names
         .iter()
         .filter(|name| {

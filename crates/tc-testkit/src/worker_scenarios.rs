@@ -30,8 +30,15 @@ macro_rules! ensure {
     };
 }
 
+mod destinations;
 mod faults;
 
+use destinations::{
+    breaker_opens_holds_without_attempts_probes_and_closes,
+    destination_cap_holds_while_other_hosts_run, destination_rate_gives_its_rate_after_the_burst,
+    held_tasks_cancel_at_once_and_are_never_called, pause_holds_a_destination_until_resumed,
+    retry_after_holds_the_whole_destination,
+};
 use faults::{
     claim_errors_back_off, clock_jump_mid_call_delivers_once, outcome_write_retried_until_it_lands,
     panic_in_attempt_ends_it,
@@ -49,6 +56,8 @@ pub struct Rig<S, D> {
     /// What the downstream answers, and what it saw.
     pub script: Arc<Script>,
     base_url: String,
+    other_base_url: Option<String>,
+    paused_clock: bool,
     clock: Clock,
 }
 
@@ -66,13 +75,43 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             downstream,
             script,
             base_url: base_url.into(),
+            other_base_url: None,
+            paused_clock: false,
             clock: Clock::following_tokio(),
         }
+    }
+
+    /// The same rig with a second downstream host whose urls start with
+    /// `base_url` (another destination: a different `host:port`) and that
+    /// plays the same script (scenarios tell the hosts apart by path). The
+    /// flow-control scenarios need it and fail without it.
+    pub fn with_other_host(mut self, base_url: impl Into<String>) -> Self {
+        self.other_base_url = Some(base_url.into());
+        self
+    }
+
+    /// Says that the scenarios run on tokio's paused clock: long holds
+    /// (a 30 s Retry-After, a breaker open for 30 s) take no real time, so
+    /// they are played at their real length, and call times are checked
+    /// exactly. Without it (real time: the matrix, PostgreSQL) those holds
+    /// are shortened to a few seconds and only the bounds that no machine
+    /// load can break are checked.
+    pub fn on_paused_clock(mut self) -> Self {
+        self.paused_clock = true;
+        self
     }
 
     /// The url of `path` on the scripted downstream.
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base_url, path)
+    }
+
+    /// The url of `path` on the second host ([`Rig::with_other_host`]).
+    pub fn other_url(&self, path: &str) -> Result<String, String> {
+        self.other_base_url
+            .as_ref()
+            .map(|base| format!("{base}{path}"))
+            .ok_or_else(|| "this rig has no second host (Rig::with_other_host)".to_owned())
     }
 
     /// A worker configuration for scenarios: quick backoff, short polls.
@@ -120,8 +159,20 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
         max_attempts: u32,
         timeout: Duration,
     ) -> Result<Task, String> {
+        self.submit_url(self.url(path), key, max_attempts, timeout)
+            .await
+    }
+
+    /// Submits a task for a full `url` (on either host).
+    pub async fn submit_url(
+        &self,
+        url: String,
+        key: &str,
+        max_attempts: u32,
+        timeout: Duration,
+    ) -> Result<Task, String> {
         let new = NewTask::new(
-            self.url(path),
+            url,
             format!("{{\"key\":\"{key}\"}}").into_bytes(),
             key.to_owned(),
             max_attempts,
@@ -187,6 +238,12 @@ macro_rules! worker_scenarios {
             claim_errors_back_off,
             panic_in_attempt_ends_it,
             clock_jump_mid_call_delivers_once,
+            destination_cap_holds_while_other_hosts_run,
+            destination_rate_gives_its_rate_after_the_burst,
+            retry_after_holds_the_whole_destination,
+            breaker_opens_holds_without_attempts_probes_and_closes,
+            pause_holds_a_destination_until_resumed,
+            held_tasks_cancel_at_once_and_are_never_called,
         }
     };
 }
@@ -217,6 +274,16 @@ async fn wait_for(
     id: TaskId,
     states: &[State],
 ) -> Result<AttemptEnded, String> {
+    wait_for_within(events, id, states, GUARD).await
+}
+
+/// [`wait_for`] with its own limit, for waits longer than [`GUARD`].
+async fn wait_for_within(
+    events: &mut broadcast::Receiver<AttemptEnded>,
+    id: TaskId,
+    states: &[State],
+    limit: Duration,
+) -> Result<AttemptEnded, String> {
     let wait = async {
         loop {
             match events.recv().await {
@@ -231,9 +298,9 @@ async fn wait_for(
             }
         }
     };
-    tokio::time::timeout(GUARD, wait)
+    tokio::time::timeout(limit, wait)
         .await
-        .map_err(|_| format!("task {id} did not reach {states:?} within {GUARD:?}"))?
+        .map_err(|_| format!("task {id} did not reach {states:?} within {limit:?}"))?
 }
 
 async fn wait_terminal(
@@ -253,6 +320,15 @@ async fn wait_all_terminal(
     events: &mut broadcast::Receiver<AttemptEnded>,
     ids: &[TaskId],
 ) -> Result<(), String> {
+    wait_all_terminal_within(events, ids, GUARD).await
+}
+
+/// [`wait_all_terminal`] with its own limit, for waits longer than [`GUARD`].
+async fn wait_all_terminal_within(
+    events: &mut broadcast::Receiver<AttemptEnded>,
+    ids: &[TaskId],
+    limit: Duration,
+) -> Result<(), String> {
     let mut left: std::collections::HashSet<TaskId> = ids.iter().copied().collect();
     let wait = async {
         while !left.is_empty() {
@@ -266,9 +342,9 @@ async fn wait_all_terminal(
         }
         Ok(())
     };
-    tokio::time::timeout(GUARD, wait)
+    tokio::time::timeout(limit, wait)
         .await
-        .map_err(|_| format!("{} tasks not terminal within {GUARD:?}", ids.len()))?
+        .map_err(|_| format!("{} tasks not terminal within {limit:?}", ids.len()))?
 }
 
 async fn guard<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, String> {

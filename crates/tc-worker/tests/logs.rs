@@ -47,7 +47,9 @@ async fn events_of(scenario: &str) -> Vec<Value> {
         Arc::new(FakeDownstream::new(Arc::clone(&script))),
         script,
         "http://downstream.test",
-    );
+    )
+    .with_other_host("http://other.test")
+    .on_paused_clock();
     run(scenario, &rig).await.unwrap();
     let bytes = captured.0.lock().unwrap().clone();
     String::from_utf8(bytes)
@@ -135,4 +137,49 @@ async fn a_failure_logs_its_error_and_interruptions_and_skips_are_named() {
 
     let events = events_of("cancel_claimed_not_started").await;
     check(&events, "task_skip_canceled", &["task_id"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn destination_backoff_and_breaker_events_carry_their_fields() {
+    let events = events_of("retry_after_holds_the_whole_destination").await;
+    let backoff = check(
+        &events,
+        "destination_backoff",
+        &["destination", "backoff_ms"],
+    );
+    assert_eq!(
+        (
+            backoff["destination"].as_str(),
+            backoff["backoff_ms"].as_u64()
+        ),
+        (Some("downstream.test:80"), Some(30_000))
+    );
+
+    // Three failures open it for 30 s; the first probe fails and reopens it
+    // for 60 s with a fourth failure; the second probe closes it.
+    let events = events_of("breaker_opens_holds_without_attempts_probes_and_closes").await;
+    let opened: Vec<_> = events
+        .iter()
+        .filter(|e| e["message"] == "destination_breaker_opened")
+        .map(|e| {
+            (
+                e["destination"].as_str(),
+                e["failures"].as_u64(),
+                e["open_ms"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        opened,
+        [
+            (Some("downstream.test:80"), Some(3), Some(30_000)),
+            (Some("downstream.test:80"), Some(4), Some(60_000)),
+        ]
+    );
+    let closed = check(
+        &events,
+        "destination_breaker_closed",
+        &["destination", "failures"],
+    );
+    assert_eq!(closed["destination"], "downstream.test:80");
 }

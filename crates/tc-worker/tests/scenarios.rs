@@ -17,7 +17,9 @@ async fn check(name: &str) {
     let store = Arc::new(MemoryStore::new());
     let script = Script::new();
     let downstream = Arc::new(FakeDownstream::new(Arc::clone(&script)));
-    let rig = Rig::new(store, downstream, script, "http://downstream.test");
+    let rig = Rig::new(store, downstream, script, "http://downstream.test")
+        .with_other_host("http://other.test")
+        .on_paused_clock();
     if let Err(message) = run(name, &rig).await {
         panic!("scenario {name}: {message}");
     }

@@ -67,6 +67,31 @@ async fn the_fake_plays_the_plan_then_the_rule() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn peaks_per_path_replay_starts_and_ends_in_order() {
+    // /a: two overlapping calls, then a third that starts at the instant
+    // the second ends, while the first still runs; /b: one call alongside.
+    let script = Script::new();
+    let step = |ms| Step::ReplyAfter(Duration::from_millis(ms), Reply::status(200));
+    script.plan("/a", [step(100), step(50), step(10)]);
+    script.plan("/b", [step(100)]);
+    let fake = Arc::new(FakeDownstream::new(Arc::clone(&script)));
+    let call = |path: &'static str| {
+        let fake = Arc::clone(&fake);
+        tokio::spawn(async move { fake.post(request(path, Duration::from_secs(1))).await })
+    };
+    let (a1, a2, b) = (call("/a"), call("/a"), call("/b"));
+    a2.await.unwrap().unwrap();
+    let a3 = call("/a");
+    for done in [a1, b, a3] {
+        done.await.unwrap().unwrap();
+    }
+    let peak = |path: &str| script.read(|r| r.peak_in_flight_of(|c| c.path == path));
+    assert_eq!((peak("/a"), peak("/b")), (2, 1));
+    assert_eq!(script.peak_in_flight(), 3);
+    assert_eq!(peak("/none"), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_rule_sees_how_often_a_key_called_its_path_and_wire_steps_fail_in_process() {
     // 503 for a key's first call on a path, then 200.
     let script = Script::with_rule(|call, earlier| match (call.path.as_str(), earlier) {

@@ -37,7 +37,8 @@ async fn worker_scenarios_on_postgres() {
             downstream,
             script,
             "http://downstream.test",
-        );
+        )
+        .with_other_host("http://other.test");
         let started = Instant::now();
         let outcome = run(name, &rig).await;
         println!(
