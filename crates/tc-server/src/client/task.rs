@@ -312,9 +312,13 @@ pub(crate) async fn bulk(api: &Api, out: &Out, args: &BulkArgs) -> Result<(), Cl
         .as_u64()
         .ok_or_else(|| ClientError::Protocol(format!("a dry run without matched: {dry}")))?;
     let what = describe_filter(&args.filter);
+    let count = if matched == 1 {
+        "1 task matches".to_owned()
+    } else {
+        format!("{matched} tasks match")
+    };
     note(&format!(
-        "{matched} task{} match {what}; {action} applies to those it fits",
-        plural(matched)
+        "{count} {what}; {action} applies to those it fits"
     ));
     if !args.yes && !std::io::stdin().is_terminal() {
         return Err(ClientError::Usage(format!(
