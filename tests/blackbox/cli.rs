@@ -627,6 +627,8 @@ async fn exit_codes_say_refused_usage_or_unreachable() {
         listener.local_addr().unwrap()
     };
     let nowhere = format!("http://{closed}");
+    // https:// to a server that speaks plain HTTP: the TLS handshake fails.
+    let tls_to_plain = format!("https://{}", s.server.addr);
     let unknown = "0190b8d0-0000-7000-8000-000000000000";
     let pending = s.api.submit_new(&s.down.url("/slow"), "no-result").await;
     check(
@@ -665,6 +667,12 @@ async fn exit_codes_say_refused_usage_or_unreachable() {
                 3,
                 "",
                 &nowhere,
+            ),
+            case(
+                &["task", "list", "--server", &tls_to_plain],
+                3,
+                "",
+                &tls_to_plain,
             ),
             case(&["task", "list", "--limit", "0"], 2, "", "--limit"),
             case(&["task", "frobnicate"], 2, "", "frobnicate"),

@@ -214,7 +214,11 @@ fn refusal(status: StatusCode, body: &[u8]) -> ClientError {
         _ => ClientError::Refused {
             status: status.as_u16(),
             code: status.canonical_reason().unwrap_or("error").to_owned(),
-            message: super::format::truncate(&String::from_utf8_lossy(body), 200),
+            message: if body.is_empty() {
+                "(no body)".to_owned()
+            } else {
+                super::format::truncate(&String::from_utf8_lossy(body), 200)
+            },
         },
     }
 }
@@ -282,6 +286,11 @@ mod tests {
         assert_eq!(
             proxy.to_string(),
             "the server refused (502 Bad Gateway): <html>bad gateway</html>"
+        );
+        let empty = refusal(StatusCode::NOT_FOUND, b"");
+        assert_eq!(
+            empty.to_string(),
+            "the server refused (404 Not Found): (no body)"
         );
     }
 }

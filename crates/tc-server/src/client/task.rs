@@ -38,9 +38,10 @@ pub(crate) async fn submit(api: &Api, out: &Out, args: &SubmitArgs) -> Result<()
     if out.json && generated {
         note(&format!("generated idempotency key: {key}"));
     }
-    let finished = match args.wait {
-        true => Some(wait_terminal(api, &id).await?),
-        false => None,
+    let finished = if args.wait {
+        Some(wait_terminal(api, &id).await?)
+    } else {
+        None
     };
     if out.json {
         return out.json_line(finished.as_ref().unwrap_or(&task));
