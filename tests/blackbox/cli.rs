@@ -139,10 +139,16 @@ async fn submit_wait_ends_with_the_terminal_state() {
         .run(&["task", "submit", "--url", &flaky, "--json", "{}", "--wait"])
         .await;
     run.expect(0);
-    assert_eq!(run.field("state"), "success", "{}", run.out());
+    // The id, key and state at submit come first, then how it ended.
+    assert_eq!(run.field("state"), "pending", "{}", run.out());
+    assert!(
+        run.out().lines().next().unwrap().starts_with("task "),
+        "{}",
+        run.out()
+    );
     assert!(
         run.out()
-            .contains("ended success after attempt 2 of 3, HTTP 200"),
+            .ends_with("ended success after attempt 2 of 3, HTTP 200\n"),
         "{}",
         run.out()
     );
@@ -171,9 +177,11 @@ async fn submit_wait_ends_with_the_terminal_state() {
     assert_eq!(view["state"], "failed", "{view}");
     assert_eq!(view["error"], "http_400", "{view}");
     assert_eq!(view["max_attempts"], 2, "{view}");
-    // The generated key is told on stderr, stdout stays JSON.
+    // The generated key and the id are told on stderr, stdout stays JSON.
     let key = view["idempotency_key"].as_str().unwrap();
+    let id = view["id"].as_str().unwrap();
     assert!(run.stderr.contains(key), "{}", run.stderr);
+    assert!(run.stderr.contains(id), "{}", run.stderr);
 }
 
 #[tokio::test]
@@ -739,7 +747,7 @@ async fn the_token_goes_by_flag_or_environment() {
         .run(&["task", "submit", "--url", &url, "--json", "{}", "--wait"])
         .await;
     run.expect(0);
-    assert_eq!(run.field("state"), "success", "{}", run.out());
+    assert!(run.out().contains("ended success"), "{}", run.out());
 }
 
 /// Helper check: a run's JSON lines are what [`Run::json_lines`] reads.

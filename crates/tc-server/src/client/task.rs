@@ -35,33 +35,34 @@ pub(crate) async fn submit(api: &Api, out: &Out, args: &SubmitArgs) -> Result<()
         .await?;
     let task = reply.json()?;
     let id = view::task_id(&task)?;
-    if out.json && generated {
-        note(&format!("generated idempotency key: {key}"));
-    }
-    let finished = if args.wait {
-        Some(wait_terminal(api, &id).await?)
-    } else {
-        None
-    };
     if out.json {
-        return out.json_line(finished.as_ref().unwrap_or(&task));
+        if generated {
+            note(&format!("generated idempotency key: {key}"));
+        }
+        if !args.wait {
+            return out.json_line(&task);
+        }
+        note(&format!("task {id} submitted; waiting for it to finish"));
+        return out.json_line(&wait_terminal(api, &id).await?);
     }
+    // The id and key come first, before any wait: interrupting the wait
+    // must not lose them.
     let how = match reply.status {
         StatusCode::CREATED => "created",
         _ => "existing (same key and payload)",
     };
     let key_note = if generated { " (generated)" } else { "" };
-    let now = finished.as_ref().unwrap_or(&task);
     let rows = vec![
         vec![Cell::new("task"), Cell::new(&format!("{id}  {how}"))],
         vec![Cell::new("key"), Cell::new(&format!("{key}{key_note}"))],
-        vec![Cell::new("state"), view::state_cell(now)],
+        vec![Cell::new("state"), view::state_cell(&task)],
     ];
-    let mut text = Table::plain().render(&rows, out.colour);
-    if let Some(task) = &finished {
-        text.push_str(&view::outcome_line(task));
+    out.text(&Table::plain().render(&rows, out.colour))?;
+    if args.wait {
+        let finished = wait_terminal(api, &id).await?;
+        out.text(&view::outcome_line(&finished, out.colour))?;
     }
-    out.text(&text)
+    Ok(())
 }
 
 /// A new idempotency key: a UUID v7 (time-ordered, so keys sort by when they

@@ -58,20 +58,25 @@ fn attempts_text(task: &Value) -> String {
     )
 }
 
-/// How a finished task ended, in one line.
-pub(crate) fn outcome_line(task: &Value) -> String {
-    let mut line = format!(
-        "ended {} after attempt {}",
-        text(field(task, "state")),
-        attempts_text(task)
-    );
+/// How a finished task ended, in one line, its state coloured.
+pub(crate) fn outcome_line(task: &Value, colour: bool) -> String {
+    let state = text(field(task, "state"));
+    let mut rest = format!(" after attempt {}", attempts_text(task));
     if let Some(status) = field(task, "http_status").as_u64() {
-        line.push_str(&format!(", HTTP {status}"));
+        rest.push_str(&format!(", HTTP {status}"));
     }
     if let Some(error) = field(task, "error").as_str() {
-        line.push_str(&format!(", error {error}"));
+        rest.push_str(&format!(", error {error}"));
     }
-    format!("{}\n", format::sanitize(&line))
+    format!(
+        "ended {}{}\n",
+        format::paint(
+            &format::sanitize(&state),
+            format::state_style(&state),
+            colour
+        ),
+        format::sanitize(&rest)
+    )
 }
 
 /// A time as `3s ago (2026-01-02T03:04:05.678Z)`, or `-`.
@@ -336,13 +341,17 @@ mod tests {
     #[test]
     fn outcome_lines_say_how_a_task_ended() {
         assert_eq!(
-            outcome_line(&task()),
+            outcome_line(&task(), false),
             "ended success after attempt 2 of 5, HTTP 200\n"
+        );
+        assert_eq!(
+            outcome_line(&task(), true),
+            "ended \x1b[32msuccess\x1b[0m after attempt 2 of 5, HTTP 200\n"
         );
         let failed = json!({"state": "failed", "attempt": 3, "max_attempts": 3,
             "http_status": 503, "error": "http_503"});
         assert_eq!(
-            outcome_line(&failed),
+            outcome_line(&failed, false),
             "ended failed after attempt 3 of 3, HTTP 503, error http_503\n"
         );
         assert!(is_terminal(&failed));
