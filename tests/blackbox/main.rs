@@ -4,6 +4,8 @@
 //! - `api`: every row of the HTTP contract, status by status.
 //! - `delivery`: what the worker does with real downstream answers (retry,
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
+//! - `cli`: the command-line client (`tc-server task …`, `destination …`)
+//!   as its own process: output, exit codes, the token, a terminal.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
 //! - `nodes`: three servers on one PostgreSQL database (skipped without one).
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
@@ -17,6 +19,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod cli;
 mod delivery;
 mod edge;
 mod lifecycle;

@@ -30,6 +30,12 @@ pub(crate) enum Command {
     /// Walk through submit, retry, idempotent resubmit, failure and cancel on
     /// a temporary database with a built-in downstream, then exit.
     Demo,
+    /// Client: submit, show, list, watch, cancel, retry and delete tasks on a
+    /// running server (--server, --token; --json for scripts).
+    Task(crate::client::args::TaskArgs),
+    /// Client: list destinations, change their settings, pause and resume
+    /// them on a running server.
+    Destination(crate::client::args::DestinationArgs),
 }
 
 /// Commit durability of the SQLite file (`PRAGMA synchronous`).
@@ -331,6 +337,110 @@ mod tests {
             parse(&["demo"]).unwrap().command,
             Some(Command::Demo)
         ));
+    }
+
+    /// The client's flags: --server and --token before or after the
+    /// subcommand, --json for output everywhere but on `submit`, where it is
+    /// the payload (and the group's --json asks for JSON output).
+    #[test]
+    fn client_flags_parse_where_the_issue_puts_them() {
+        use crate::client::args::{DestinationCommand, Setting, TaskCommand};
+        let task = |args: &[&str]| match parse(args).unwrap().command {
+            Some(Command::Task(t)) => t,
+            other => panic!("{args:?}: {other:?}"),
+        };
+        let before = task(&[
+            "task",
+            "--server",
+            "http://h:1/",
+            "--token",
+            "t",
+            "get",
+            "x",
+        ]);
+        let after = task(&["task", "get", "x", "--server", "http://h:1", "--token", "t"]);
+        for t in [before, after] {
+            assert_eq!(t.connection.server.base, "http://h:1");
+            assert_eq!(t.connection.token.as_deref(), Some("t"));
+            assert!(matches!(t.command, TaskCommand::Get(ref a) if a.id == "x" && !a.output.json));
+        }
+        let list = task(&["task", "list", "--json", "--state", "failed", "--all"]);
+        assert!(matches!(list.command, TaskCommand::List(ref a) if a.output.json && a.all));
+        let submit = task(&[
+            "task",
+            "submit",
+            "--url",
+            "http://d/",
+            "--json",
+            r#"{"b":1,"a":2}"#,
+        ]);
+        assert!(!submit.output.json);
+        match submit.command {
+            TaskCommand::Submit(s) => {
+                assert_eq!(s.payload.0.get(), r#"{"b":1,"a":2}"#);
+                assert_eq!((s.key, s.wait), (None, false));
+            }
+            other => panic!("{other:?}"),
+        }
+        let json_out = task(&[
+            "task", "--json", "submit", "--url", "u", "--json", "[]", "--wait",
+        ]);
+        assert!(json_out.output.json);
+        assert!(
+            matches!(json_out.command, TaskCommand::Submit(ref s) if s.wait && s.payload.0.get() == "[]")
+        );
+        match parse(&[
+            "destination",
+            "set",
+            "h:1",
+            "--rate",
+            "2.5",
+            "--burst",
+            "none",
+        ])
+        .unwrap()
+        .command
+        {
+            Some(Command::Destination(d)) => match d.command {
+                DestinationCommand::Set(s) => {
+                    assert_eq!(
+                        (s.rate, s.burst),
+                        (Some(Setting::To(2.5)), Some(Setting::Clear))
+                    );
+                    assert_eq!(s.max_in_flight, None);
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Bad client command lines are usage errors (exit 2) naming the flag.
+    #[test]
+    fn bad_client_command_lines_are_usage_errors() {
+        let check = |args: &[&str], part: &str| {
+            let err = parse(args).expect_err(&format!("{args:?} must be refused"));
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+            let msg = err.to_string();
+            assert!(msg.contains(part), "{args:?}: {msg}");
+        };
+        check(&["task", "get"], "<ID>");
+        check(&["task", "submit", "--url", "u"], "--json");
+        check(
+            &["task", "submit", "--url", "u", "--json", "{"],
+            "not valid JSON",
+        );
+        check(&["task", "list", "--limit", "0"], "--limit");
+        check(&["task", "list", "--limit", "501"], "--limit");
+        check(&["task", "list", "--state", "done"], "--state");
+        check(&["task", "list", "--all", "--after", "5"], "--after");
+        check(&["task", "bulk", "explode"], "explode");
+        check(&["task", "get", "x", "--server", "ftp://h"], "--server");
+        check(&["task", "get", "x", "--token", ""], "--token");
+        check(&["destination", "set", "h:1"], "--max-in-flight");
+        check(&["destination", "set", "h:1", "--rate", "fast"], "--rate");
+        check(&["destination", "pause"], "HOST:PORT");
+        check(&["--listen", "127.0.0.1:0", "task", "list"], "task");
     }
 
     /// Each bad command line is refused, and the message names the flag.

@@ -2,9 +2,11 @@
 //! `TC_*` environment variables), sets up logging, wires the SQLite store,
 //! the downstream client, the worker and the HTTP API together, and stops
 //! them gracefully on SIGTERM or SIGINT. `tc-server demo` walks through the
-//! product on a temporary database.
+//! product on a temporary database. `tc-server task …` and `tc-server
+//! destination …` are the command-line client of a running server.
 
 mod cli;
+mod client;
 mod control;
 mod db_lock;
 mod demo;
@@ -18,35 +20,48 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, ServeArgs};
 use crate::serve::{Settings, Signals};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    match &cli.command {
+        Some(Command::Task(args)) => client::run_task(args),
+        Some(Command::Destination(args)) => client::run_destination(args),
+        Some(Command::Demo) => run_demo(),
+        Some(Command::Serve(_)) | None => run_server(cli.serve_args()),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
+        .map_err(|e| {
             eprintln!("tc-server: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+            ExitCode::FAILURE
+        })
+}
+
+fn run_demo() -> ExitCode {
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
     };
-    match cli.command {
-        Some(Command::Demo) => {
-            logging::init_demo();
-            runtime.block_on(demo::run())
-        }
-        Some(Command::Serve(_)) | None => {
-            let args = cli.serve_args();
-            if let Err(e) = args.check() {
-                e.exit();
-            }
-            logging::init_serve(args.log_format);
-            runtime.block_on(serve(Settings::from_args(args)))
-        }
+    logging::init_demo();
+    runtime.block_on(demo::run())
+}
+
+fn run_server(args: &ServeArgs) -> ExitCode {
+    if let Err(e) = args.check() {
+        e.exit();
     }
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    logging::init_serve(args.log_format);
+    runtime.block_on(serve(Settings::from_args(args)))
 }
 
 async fn serve(settings: Settings) -> ExitCode {

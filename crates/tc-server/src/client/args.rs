@@ -1,0 +1,496 @@
+//! The client subcommands' flags: `tc-server task …` and
+//! `tc-server destination …`.
+//!
+//! `--server` and `--token` are global to both groups: they may come before
+//! or after the subcommand (`task --server U list`, `task list --server U`).
+//! `--json` (print the API's JSON) is accepted by the group and by every
+//! subcommand but `task submit`, whose `--json` is the payload, as the issue
+//! pins it. clap cannot have both on one command (a global flag is copied
+//! into every subcommand, and two `--json` on `submit` are refused), so the
+//! output flag is declared per subcommand instead of globally; a submit asks
+//! for JSON output on the group: `tc-server task --json submit --url U --json J`.
+
+use clap::{ArgGroup, Args, Subcommand, ValueEnum};
+use serde_json::value::RawValue;
+
+/// How to reach the server. Global: accepted anywhere after `task` or
+/// `destination`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct Connection {
+    /// The server's base URL (`http://` or `https://`; a path prefix is kept,
+    /// for a server behind a reverse proxy).
+    #[arg(long, env = "TC_SERVER_URL", default_value = "http://127.0.0.1:8080",
+          global = true, value_parser = server_url, help_heading = "Server")]
+    pub(crate) server: ServerUrl,
+
+    /// The API token, sent as `Authorization: Bearer <token>` (the server's
+    /// `--api-token`).
+    #[arg(long, env = "TC_API_TOKEN", hide_env_values = true, global = true,
+          value_parser = token, help_heading = "Server")]
+    pub(crate) token: Option<String>,
+}
+
+/// The output flag of one command.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub(crate) struct Output {
+    /// Print the API's JSON instead of tables: one object per line (a list
+    /// prints one line per task or destination).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `tc-server task …`.
+#[derive(Debug, Args)]
+pub(crate) struct TaskArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+    // Before the subcommand, `--json` also applies to `submit`.
+    #[command(flatten)]
+    pub(crate) output: Output,
+    #[command(subcommand)]
+    pub(crate) command: TaskCommand,
+}
+
+/// The task subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TaskCommand {
+    /// Submit a task: the server will POST the JSON to the URL. Prints the
+    /// task's id and its idempotency key (generated when --key is left out).
+    /// For JSON output write `tc-server task --json submit …`: here `--json`
+    /// is the payload.
+    Submit(SubmitArgs),
+    /// Show a task: every field and its attempt history.
+    Get(IdArgs),
+    /// Write a succeeded task's result to stdout, the downstream's bytes
+    /// exactly as received.
+    Result(ResultArgs),
+    /// List tasks in creation order, one page (--limit) or every page (--all).
+    List(ListArgs),
+    /// Cancel a pending or running task (a call in flight is dropped).
+    Cancel(IdArgs),
+    /// Run a failed or canceled task again, with a fresh budget of attempts.
+    Retry(RetryArgs),
+    /// Delete a finished task with its history and result.
+    Delete(IdArgs),
+    /// Print each state change and attempt of a task until it is finished.
+    Watch(IdArgs),
+    /// Retry, cancel or delete every task a filter covers. Shows how many
+    /// tasks match and asks for confirmation on stdin unless --yes; without
+    /// a terminal and without --yes it refuses (exit 2).
+    Bulk(BulkArgs),
+}
+
+/// `task submit`.
+#[derive(Debug, Args)]
+pub(crate) struct SubmitArgs {
+    /// The URL the task POSTs to (absolute `http://` or `https://`).
+    #[arg(long)]
+    pub(crate) url: String,
+
+    /// The JSON the downstream receives as its body, sent as written (key
+    /// order and digits kept), or `@FILE` to read it from a file.
+    #[arg(long = "json", value_name = "JSON", value_parser = payload)]
+    pub(crate) payload: Payload,
+
+    /// The idempotency key: your name for this piece of work. Left out, a
+    /// new one (a UUID v7) is generated and printed.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+
+    /// The most tries, the first included (1..=100; the server's default if
+    /// left out).
+    #[arg(long)]
+    pub(crate) max_attempts: Option<u32>,
+
+    /// Each try's timeout in milliseconds (1..=600000; the server's default
+    /// if left out).
+    #[arg(long)]
+    pub(crate) timeout_ms: Option<u64>,
+
+    /// Do not start the first try before this many milliseconds.
+    #[arg(long)]
+    pub(crate) delay_ms: Option<u64>,
+
+    /// Wait until the task is finished and print how it ended.
+    #[arg(long)]
+    pub(crate) wait: bool,
+}
+
+/// A command on one task.
+#[derive(Debug, Args)]
+pub(crate) struct IdArgs {
+    /// The task's id.
+    pub(crate) id: String,
+    #[command(flatten)]
+    pub(crate) output: Output,
+}
+
+/// `task result`.
+#[derive(Debug, Args)]
+pub(crate) struct ResultArgs {
+    /// The task's id.
+    pub(crate) id: String,
+    // Accepted for symmetry; the result is always written as raw bytes.
+    #[command(flatten)]
+    pub(crate) output: Output,
+}
+
+/// `task retry`.
+#[derive(Debug, Args)]
+pub(crate) struct RetryArgs {
+    /// The task's id.
+    pub(crate) id: String,
+    /// Make the task due only after this many milliseconds.
+    #[arg(long)]
+    pub(crate) delay_ms: Option<u64>,
+    #[command(flatten)]
+    pub(crate) output: Output,
+}
+
+/// A task state, as the filters name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StateArg {
+    /// Waiting for a try or a retry.
+    Pending,
+    /// A call in flight.
+    Running,
+    /// Finished with a 2xx.
+    Success,
+    /// Out of attempts, or refused by the downstream.
+    Failed,
+    /// Canceled.
+    Canceled,
+}
+
+impl StateArg {
+    /// The state's name in the API.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StateArg::Pending => "pending",
+            StateArg::Running => "running",
+            StateArg::Success => "success",
+            StateArg::Failed => "failed",
+            StateArg::Canceled => "canceled",
+        }
+    }
+}
+
+/// The filters `task list` and `task bulk` share (the API's filters; all
+/// given must hold).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct FilterArgs {
+    /// Tasks in this state.
+    #[arg(long, value_enum)]
+    pub(crate) state: Option<StateArg>,
+    /// Tasks whose URL's `host:port` is this (the port always written).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) destination: Option<String>,
+    /// Tasks whose last error is exactly this reason (`http_503`, `timeout`,
+    /// `connect`, …).
+    #[arg(long)]
+    pub(crate) error: Option<String>,
+    /// Tasks created at or after this RFC 3339 time (UTC, `Z`).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) created_after: Option<String>,
+    /// Tasks created before this RFC 3339 time (UTC, `Z`).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) created_before: Option<String>,
+    /// The task with this idempotency key.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+}
+
+impl FilterArgs {
+    /// The filters given, by their API names, in a fixed order.
+    pub(crate) fn fields(&self) -> Vec<(&'static str, &str)> {
+        let fields = [
+            ("state", self.state.map(StateArg::as_str)),
+            ("destination", self.destination.as_deref()),
+            ("error", self.error.as_deref()),
+            ("created_after", self.created_after.as_deref()),
+            ("created_before", self.created_before.as_deref()),
+            ("idempotency_key", self.key.as_deref()),
+        ];
+        fields
+            .into_iter()
+            .filter_map(|(name, value)| value.map(|v| (name, v)))
+            .collect()
+    }
+}
+
+/// `task list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+    /// Tasks per page (1..=500; the server's default, 50, if left out).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=500))]
+    pub(crate) limit: Option<u32>,
+    /// Follow the `next` cursor through every page.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Start after this cursor (a previous page's `next`, printed on stderr).
+    #[arg(long, value_name = "CURSOR", conflicts_with = "all")]
+    pub(crate) after: Option<String>,
+    #[command(flatten)]
+    pub(crate) output: Output,
+}
+
+/// What `task bulk` does to every task the filter covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum BulkAction {
+    /// Run failed and canceled tasks again.
+    Retry,
+    /// Cancel pending and running tasks.
+    Cancel,
+    /// Delete finished tasks.
+    Delete,
+}
+
+impl BulkAction {
+    /// The action's name in the API.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            BulkAction::Retry => "retry",
+            BulkAction::Cancel => "cancel",
+            BulkAction::Delete => "delete",
+        }
+    }
+}
+
+/// `task bulk`.
+#[derive(Debug, Args)]
+pub(crate) struct BulkArgs {
+    /// What to do to every task the filters cover (no filter: every task).
+    #[arg(value_enum)]
+    pub(crate) action: BulkAction,
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+    /// Do not ask: apply at once (needed without a terminal).
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) output: Output,
+}
+
+/// `tc-server destination …`.
+#[derive(Debug, Args)]
+pub(crate) struct DestinationArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+    #[command(flatten)]
+    pub(crate) output: Output,
+    #[command(subcommand)]
+    pub(crate) command: DestinationCommand,
+}
+
+/// The destination subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DestinationCommand {
+    /// List every destination with tasks or settings: its settings, load and
+    /// breaker.
+    List(ListDestinationsArgs),
+    /// Change a destination's settings; a flag left out keeps its value,
+    /// `none` clears it.
+    Set(SetArgs),
+    /// Hold a destination's tasks (they stay pending and use no attempt).
+    Pause(DestinationName),
+    /// Let a paused destination's tasks run again.
+    Resume(DestinationName),
+}
+
+/// `destination list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListDestinationsArgs {
+    #[command(flatten)]
+    pub(crate) output: Output,
+}
+
+/// A command on one destination.
+#[derive(Debug, Args)]
+pub(crate) struct DestinationName {
+    /// The destination: a task URL's `host:port`, the port always written.
+    #[arg(value_name = "HOST:PORT")]
+    pub(crate) destination: String,
+    #[command(flatten)]
+    pub(crate) output: Output,
+}
+
+/// `destination set`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("settings").required(true).multiple(true)
+    .args(["max_in_flight", "rate", "burst"])))]
+pub(crate) struct SetArgs {
+    /// The destination: a task URL's `host:port`, the port always written.
+    #[arg(value_name = "HOST:PORT")]
+    pub(crate) destination: String,
+    /// The most calls in flight to it, on all nodes together (1..=10000), or
+    /// `none`.
+    #[arg(long, value_name = "N|none", value_parser = setting::<u32>)]
+    pub(crate) max_in_flight: Option<Setting<u32>>,
+    /// Calls per second (above 0), or `none`.
+    #[arg(long, value_name = "R|none", value_parser = rate)]
+    pub(crate) rate: Option<Setting<f64>>,
+    /// The token bucket's size (1..=1000000), or `none` for the rate rounded
+    /// up.
+    #[arg(long, value_name = "B|none", value_parser = setting::<u32>)]
+    pub(crate) burst: Option<Setting<u32>>,
+    #[command(flatten)]
+    pub(crate) output: Output,
+}
+
+/// A setting's new value: a value, or cleared (`none`, sent as `null`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Setting<T> {
+    /// Set to this.
+    To(T),
+    /// Cleared.
+    Clear,
+}
+
+fn setting<T: std::str::FromStr>(value: &str) -> Result<Setting<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(Setting::Clear);
+    }
+    value
+        .parse()
+        .map(Setting::To)
+        .map_err(|e| format!("{e}: give a number or none"))
+}
+
+fn rate(value: &str) -> Result<Setting<f64>, String> {
+    match setting::<f64>(value)? {
+        // NaN and infinity have no JSON form.
+        Setting::To(r) if !r.is_finite() => Err("must be a finite number, or none".into()),
+        other => Ok(other),
+    }
+}
+
+/// The server's base URL, checked: `http` or `https`, a host, no query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServerUrl {
+    /// `https` or not.
+    pub(crate) tls: bool,
+    /// `scheme://authority[/prefix]`, without a trailing `/`.
+    pub(crate) base: String,
+}
+
+fn server_url(value: &str) -> Result<ServerUrl, String> {
+    let uri: http::Uri = value
+        .parse()
+        .map_err(|e| format!("{e}: give a URL such as http://127.0.0.1:8080"))?;
+    let tls = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => return Err("must start with http:// or https://".into()),
+    };
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("must name a host".into());
+    }
+    if uri.query().is_some() {
+        return Err("must not have a query".into());
+    }
+    Ok(ServerUrl {
+        tls,
+        base: value.trim_end_matches('/').to_owned(),
+    })
+}
+
+fn token(value: &str) -> Result<String, String> {
+    if value.is_empty() {
+        return Err("must not be empty".into());
+    }
+    // It goes into a header: visible ASCII only.
+    if !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("must be visible ASCII characters, without spaces".into());
+    }
+    Ok(value.to_owned())
+}
+
+/// A submit's payload: valid JSON, kept as written.
+#[derive(Debug, Clone)]
+pub(crate) struct Payload(pub(crate) Box<RawValue>);
+
+fn payload(value: &str) -> Result<Payload, String> {
+    let text = match value.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
+        }
+        None => value.to_owned(),
+    };
+    // Surrounding whitespace (a file's last newline) is insignificant.
+    RawValue::from_string(text.trim().to_owned())
+        .map(Payload)
+        .map_err(|e| format!("not valid JSON: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls_are_checked() {
+        let check = |value: &str, expected: Result<(&str, bool), &str>| {
+            let got = server_url(value);
+            match expected {
+                Ok((base, tls)) => {
+                    let url = got.unwrap_or_else(|e| panic!("{value}: {e}"));
+                    assert_eq!((url.base.as_str(), url.tls), (base, tls), "{value}");
+                }
+                Err(part) => {
+                    let e = got.expect_err(value);
+                    assert!(e.contains(part), "{value}: {e}");
+                }
+            }
+        };
+        check(
+            "http://127.0.0.1:8080",
+            Ok(("http://127.0.0.1:8080", false)),
+        );
+        check(
+            "http://127.0.0.1:8080/",
+            Ok(("http://127.0.0.1:8080", false)),
+        );
+        check(
+            "https://tc.example/api/",
+            Ok(("https://tc.example/api", true)),
+        );
+        check("ftp://tc.example", Err("http:// or https://"));
+        check("127.0.0.1:8080", Err("http:// or https://"));
+        check("http://h/?a=1", Err("query"));
+        check("not a url", Err("give a URL"));
+    }
+
+    #[test]
+    fn settings_take_a_number_or_none() {
+        assert_eq!(setting::<u32>("5"), Ok(Setting::To(5)));
+        assert_eq!(setting::<u32>("NONE"), Ok(Setting::Clear));
+        assert!(setting::<u32>("-1").is_err());
+        assert_eq!(rate("2.5"), Ok(Setting::To(2.5)));
+        assert!(rate("inf").is_err());
+        assert!(rate("NaN").is_err());
+    }
+
+    #[test]
+    fn payloads_are_kept_as_written() {
+        let p = payload(r#" {"b": 1, "a": 1.0} "#).unwrap();
+        assert_eq!(p.0.get(), r#"{"b": 1, "a": 1.0}"#);
+        assert!(payload("{").unwrap_err().contains("not valid JSON"));
+        assert!(
+            payload("@/no/such/file")
+                .unwrap_err()
+                .contains("cannot read")
+        );
+    }
+
+    #[test]
+    fn tokens_must_fit_a_header() {
+        assert!(token("s3cret").is_ok());
+        assert!(token("").is_err());
+        assert!(token("a b").is_err());
+        assert!(token("a\nb").is_err());
+    }
+}

@@ -1,0 +1,141 @@
+//! `tc-server destination …`: list, set, pause, resume.
+
+use http::Method;
+use serde_json::{Map, Value};
+
+use super::args::{SetArgs, Setting};
+use super::error::ClientError;
+use super::format::Table;
+use super::http::{Api, escape};
+use super::output::{Out, note};
+use super::view::{self, field};
+
+/// `destination list`.
+pub(crate) async fn list(api: &Api, out: &Out) -> Result<(), ClientError> {
+    let answer = api.json(Method::GET, "/destinations", None).await?;
+    let destinations = field(&answer, "destinations").as_array().ok_or_else(|| {
+        ClientError::Protocol(format!("a destination list without destinations: {answer}"))
+    })?;
+    if out.json {
+        for d in destinations {
+            out.json_line(d)?;
+        }
+        return Ok(());
+    }
+    if destinations.is_empty() {
+        note("no destinations: none has tasks or settings");
+        return Ok(());
+    }
+    let rows: Vec<_> = destinations.iter().map(view::destination_row).collect();
+    out.text(&Table::new(&view::DESTINATION_HEADER).render(&rows, out.colour))
+}
+
+/// `destination set`.
+pub(crate) async fn set(api: &Api, out: &Out, args: &SetArgs) -> Result<(), ClientError> {
+    let answer = api
+        .json(
+            Method::PUT,
+            &path(&args.destination),
+            Some(settings_body(args)?),
+        )
+        .await?;
+    show(out, &answer)
+}
+
+/// `destination pause` (`paused`) and `destination resume`.
+pub(crate) async fn pause(
+    api: &Api,
+    out: &Out,
+    destination: &str,
+    paused: bool,
+) -> Result<(), ClientError> {
+    let action = if paused { "pause" } else { "resume" };
+    let answer = api
+        .json(
+            Method::POST,
+            &format!("{}/{action}", path(destination)),
+            None,
+        )
+        .await?;
+    show(out, &answer)
+}
+
+fn path(destination: &str) -> String {
+    format!("/destinations/{}", escape(destination))
+}
+
+fn show(out: &Out, destination: &Value) -> Result<(), ClientError> {
+    if out.json {
+        return out.json_line(destination);
+    }
+    out.text(&Table::plain().render(&view::destination_fields(destination, out.now), out.colour))
+}
+
+/// `PUT /destinations/{d}`'s body: the settings given, `none` as null.
+fn settings_body(args: &SetArgs) -> Result<String, ClientError> {
+    let mut body = Map::new();
+    if let Some(max) = args.max_in_flight {
+        body.insert("max_in_flight".into(), setting(max, Value::from));
+    }
+    if let Some(rate) = args.rate {
+        body.insert("rate_per_s".into(), setting(rate, Value::from));
+    }
+    if let Some(burst) = args.burst {
+        body.insert("burst".into(), setting(burst, Value::from));
+    }
+    if body.is_empty() {
+        return Err(ClientError::Usage(
+            "give at least one of --max-in-flight, --rate, --burst".into(),
+        ));
+    }
+    Ok(Value::Object(body).to_string())
+}
+
+fn setting<T>(value: Setting<T>, to_json: impl Fn(T) -> Value) -> Value {
+    match value {
+        Setting::To(v) => to_json(v),
+        Setting::Clear => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn args() -> SetArgs {
+        SetArgs {
+            destination: "127.0.0.1:9000".into(),
+            max_in_flight: None,
+            rate: None,
+            burst: None,
+            output: Default::default(),
+        }
+    }
+
+    #[test]
+    fn settings_bodies_hold_only_what_was_given() {
+        let check = |args: SetArgs, expected: Value| {
+            let body: Value = serde_json::from_str(&settings_body(&args).unwrap()).unwrap();
+            assert_eq!(body, expected);
+        };
+        let mut a = args();
+        a.max_in_flight = Some(Setting::To(4));
+        check(a, json!({"max_in_flight": 4}));
+        let mut a = args();
+        a.rate = Some(Setting::To(2.5));
+        a.burst = Some(Setting::Clear);
+        check(a, json!({"rate_per_s": 2.5, "burst": null}));
+        assert!(matches!(settings_body(&args()), Err(ClientError::Usage(_))));
+    }
+
+    #[test]
+    fn destination_paths_are_escaped() {
+        assert_eq!(
+            path("api.example.com:443"),
+            "/destinations/api.example.com:443"
+        );
+        assert_eq!(path("[::1]:8080"), "/destinations/%5B::1%5D:8080");
+    }
+}

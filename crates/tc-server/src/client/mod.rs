@@ -1,0 +1,87 @@
+//! The command-line client: `tc-server task …` and `tc-server destination …`
+//! talk to a running server over its HTTP API.
+//!
+//! Exit codes: 0 ok, 1 the API refused (its error code and message on
+//! stderr), 2 usage, 3 server unreachable.
+
+pub(crate) mod args;
+mod destination;
+mod error;
+mod format;
+mod http;
+mod output;
+mod task;
+mod view;
+mod watch;
+
+use std::process::ExitCode;
+
+use self::args::{DestinationArgs, DestinationCommand, TaskArgs, TaskCommand};
+use self::error::ClientError;
+use self::http::Api;
+use self::output::Out;
+
+/// Runs `tc-server task …`.
+pub(crate) fn run_task(args: &TaskArgs) -> ExitCode {
+    finish(block_on(task_command(args)))
+}
+
+/// Runs `tc-server destination …`.
+pub(crate) fn run_destination(args: &DestinationArgs) -> ExitCode {
+    finish(block_on(destination_command(args)))
+}
+
+/// A client command makes one request at a time: one thread is enough.
+fn block_on(
+    command: impl std::future::Future<Output = Result<(), ClientError>>,
+) -> Result<(), ClientError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClientError::Local(format!("cannot start the async runtime: {e}")))?
+        .block_on(command)
+}
+
+fn finish(result: Result<(), ClientError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(ClientError::OutputClosed) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("tc-server: {}", format::sanitize(&error.to_string()));
+            error.exit_code()
+        }
+    }
+}
+
+async fn task_command(args: &TaskArgs) -> Result<(), ClientError> {
+    let api = Api::new(&args.connection)?;
+    let json = |leaf: args::Output| args.output.json || leaf.json;
+    match &args.command {
+        TaskCommand::Submit(submit) => {
+            task::submit(&api, &Out::new(args.output.json), submit).await
+        }
+        TaskCommand::Get(a) => task::get(&api, &Out::new(json(a.output)), &a.id).await,
+        TaskCommand::Result(a) => task::result(&api, &Out::new(json(a.output)), &a.id).await,
+        TaskCommand::List(a) => task::list(&api, &Out::new(json(a.output)), a).await,
+        TaskCommand::Cancel(a) => task::cancel(&api, &Out::new(json(a.output)), &a.id).await,
+        TaskCommand::Retry(a) => task::retry(&api, &Out::new(json(a.output)), a).await,
+        TaskCommand::Delete(a) => task::delete(&api, &Out::new(json(a.output)), &a.id).await,
+        TaskCommand::Watch(a) => watch::watch(&api, &Out::new(json(a.output)), &a.id).await,
+        TaskCommand::Bulk(a) => task::bulk(&api, &Out::new(json(a.output)), a).await,
+    }
+}
+
+async fn destination_command(args: &DestinationArgs) -> Result<(), ClientError> {
+    let api = Api::new(&args.connection)?;
+    let json = |leaf: args::Output| args.output.json || leaf.json;
+    match &args.command {
+        DestinationCommand::List(a) => destination::list(&api, &Out::new(json(a.output))).await,
+        DestinationCommand::Set(a) => destination::set(&api, &Out::new(json(a.output)), a).await,
+        DestinationCommand::Pause(a) => {
+            destination::pause(&api, &Out::new(json(a.output)), &a.destination, true).await
+        }
+        DestinationCommand::Resume(a) => {
+            destination::pause(&api, &Out::new(json(a.output)), &a.destination, false).await
+        }
+    }
+}

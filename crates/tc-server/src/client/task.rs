@@ -1,0 +1,520 @@
+//! `tc-server task …`: submit, get, result, list, cancel, retry, delete,
+//! bulk (watch is in watch.rs).
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::time::{Duration, SystemTime};
+
+use http::{Method, StatusCode};
+use serde_json::{Map, Value};
+
+use super::args::{BulkArgs, FilterArgs, ListArgs, RetryArgs, SubmitArgs};
+use super::error::ClientError;
+use super::format::{self, Cell, Table};
+use super::http::{Api, escape};
+use super::output::{Out, note};
+use super::view::{self, field, task_fields};
+
+/// How long one `wait_ms` request of `submit --wait` asks the server to
+/// hold its answer (the API's most).
+const WAIT_MS: u64 = 60_000;
+
+/// `task submit`.
+pub(crate) async fn submit(api: &Api, out: &Out, args: &SubmitArgs) -> Result<(), ClientError> {
+    let (key, generated) = match &args.key {
+        Some(key) => (key.clone(), false),
+        None => (new_key()?, true),
+    };
+    let reply = api
+        .send(
+            Method::POST,
+            "/tasks",
+            Some(submit_body(args, &key)),
+            Duration::ZERO,
+        )
+        .await?;
+    let task = reply.json()?;
+    let id = view::task_id(&task)?;
+    if out.json {
+        if generated {
+            note(&format!("generated idempotency key: {key}"));
+        }
+        if !args.wait {
+            return out.json_line(&task);
+        }
+        note(&format!("task {id} submitted; waiting for it to finish"));
+        return out.json_line(&wait_terminal(api, &id).await?);
+    }
+    // The id and key come first, before any wait: interrupting the wait
+    // must not lose them.
+    let how = match reply.status {
+        StatusCode::CREATED => "created",
+        _ => "existing (same key and payload)",
+    };
+    let key_note = if generated { " (generated)" } else { "" };
+    let rows = vec![
+        vec![Cell::new("task"), Cell::new(&format!("{id}  {how}"))],
+        vec![Cell::new("key"), Cell::new(&format!("{key}{key_note}"))],
+        vec![Cell::new("state"), view::state_cell(&task)],
+    ];
+    out.text(&Table::plain().render(&rows, out.colour))?;
+    if args.wait {
+        let finished = wait_terminal(api, &id).await?;
+        out.text(&view::outcome_line(&finished, out.colour))?;
+    }
+    Ok(())
+}
+
+/// A new idempotency key: a UUID v7 (time-ordered, so keys sort by when they
+/// were made).
+fn new_key() -> Result<String, ClientError> {
+    let mut random = [0u8; 10];
+    getrandom::fill(&mut random)
+        .map_err(|e| ClientError::Local(format!("cannot generate a key: no entropy: {e}")))?;
+    let millis = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Ok(uuid::Builder::from_unix_timestamp_millis(millis, &random)
+        .into_uuid()
+        .to_string())
+}
+
+/// `POST /tasks`'s body. The payload goes in as written (serde_json's map
+/// would sort its keys, and the downstream receives them in the user's
+/// order).
+fn submit_body(args: &SubmitArgs, key: &str) -> String {
+    let mut body = format!(
+        "{{\"url\":{},\"idempotency_key\":{},\"json\":{}",
+        Value::from(args.url.as_str()),
+        Value::from(key),
+        args.payload.0.get()
+    );
+    let numbers = [
+        ("max_attempts", args.max_attempts.map(u64::from)),
+        ("timeout_ms", args.timeout_ms),
+        ("delay_ms", args.delay_ms),
+    ];
+    for (name, value) in numbers {
+        if let Some(value) = value {
+            let _ = write!(body, ",\"{name}\":{value}");
+        }
+    }
+    body.push('}');
+    body
+}
+
+/// Long-polls the task until it is finished: its final view.
+pub(crate) async fn wait_terminal(api: &Api, id: &str) -> Result<Value, ClientError> {
+    loop {
+        let task = view_waiting(api, id, WAIT_MS).await?;
+        if view::is_terminal(&task) {
+            return Ok(task);
+        }
+    }
+}
+
+/// `GET /tasks/{id}?wait_ms=N`: answered when the task is finished or after
+/// N ms.
+pub(crate) async fn view_waiting(api: &Api, id: &str, wait_ms: u64) -> Result<Value, ClientError> {
+    api.send(
+        Method::GET,
+        &format!("/tasks/{}?wait_ms={wait_ms}", escape(id)),
+        None,
+        Duration::from_millis(wait_ms),
+    )
+    .await?
+    .json()
+}
+
+/// `task get`.
+pub(crate) async fn get(api: &Api, out: &Out, id: &str) -> Result<(), ClientError> {
+    let task = api
+        .json(Method::GET, &format!("/tasks/{}", escape(id)), None)
+        .await?;
+    if out.json {
+        return out.json_line(&task);
+    }
+    let mut text = Table::plain().render(&task_fields(&task, out.now), out.colour);
+    let attempts = field(&task, "attempts")
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    if !attempts.is_empty() {
+        text.push('\n');
+        let rows: Vec<Vec<Cell>> = attempts.iter().map(view::attempt_row).collect();
+        text.push_str(
+            &Table::new(&["ATTEMPT", "STARTED (UTC)", "DURATION", "STATUS", "ERROR"])
+                .render(&rows, out.colour),
+        );
+    }
+    out.text(&text)
+}
+
+/// `task result`: the bytes as the downstream sent them.
+pub(crate) async fn result(api: &Api, out: &Out, id: &str) -> Result<(), ClientError> {
+    let reply = api
+        .send(
+            Method::GET,
+            &format!("/tasks/{}/result", escape(id)),
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+    out.bytes(&reply.body)
+}
+
+/// `task list`.
+pub(crate) async fn list(api: &Api, out: &Out, args: &ListArgs) -> Result<(), ClientError> {
+    let mut table = Table::new(&["ID", "STATE", "ATTEMPT", "CREATED", "ERROR", "DESTINATION"]);
+    let mut after = args.after.clone();
+    let mut shown = 0usize;
+    loop {
+        let page = api
+            .json(Method::GET, &list_path(args, after.as_deref()), None)
+            .await?;
+        let tasks = field(&page, "tasks")
+            .as_array()
+            .ok_or_else(|| ClientError::Protocol(format!("a page without tasks: {page}")))?;
+        print_page(out, &mut table, tasks)?;
+        shown += tasks.len();
+        let next = field(&page, "next").as_str().map(str::to_owned);
+        match next {
+            Some(cursor) if args.all => {
+                if after.as_deref() == Some(cursor.as_str()) {
+                    return Err(ClientError::Protocol(format!(
+                        "the page after {cursor} points at itself"
+                    )));
+                }
+                after = Some(cursor);
+            }
+            Some(cursor) => {
+                note(&format!(
+                    "more tasks follow: --all for every page, or --after {cursor}"
+                ));
+                break;
+            }
+            None => break,
+        }
+    }
+    if shown == 0 && !out.json {
+        note("no tasks");
+    }
+    Ok(())
+}
+
+fn print_page(out: &Out, table: &mut Table, tasks: &[Value]) -> Result<(), ClientError> {
+    if out.json {
+        for task in tasks {
+            out.json_line(task)?;
+        }
+        return Ok(());
+    }
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Vec<Cell>> = tasks.iter().map(|t| view::list_row(t, out.now)).collect();
+    out.text(&table.render(&rows, out.colour))
+}
+
+/// `GET /tasks` with the filters, the limit and the cursor.
+fn list_path(args: &ListArgs, after: Option<&str>) -> String {
+    let mut params = query_pairs(&args.filter);
+    if let Some(limit) = args.limit {
+        params.push(("limit", limit.to_string()));
+    }
+    if let Some(after) = after {
+        params.push(("after", after.to_owned()));
+    }
+    let query: Vec<String> = params
+        .iter()
+        .map(|(name, value)| format!("{name}={}", escape(value)))
+        .collect();
+    if query.is_empty() {
+        "/tasks".to_owned()
+    } else {
+        format!("/tasks?{}", query.join("&"))
+    }
+}
+
+fn query_pairs(filter: &FilterArgs) -> Vec<(&'static str, String)> {
+    filter
+        .fields()
+        .into_iter()
+        .map(|(name, value)| (name, value.to_owned()))
+        .collect()
+}
+
+/// `task cancel`.
+pub(crate) async fn cancel(api: &Api, out: &Out, id: &str) -> Result<(), ClientError> {
+    let answer = api
+        .json(Method::POST, &format!("/tasks/{}/cancel", escape(id)), None)
+        .await?;
+    if out.json {
+        return out.json_line(&answer);
+    }
+    let state = field(&answer, "state").as_str().unwrap_or("unknown");
+    let painted = out.paint(state, format::state_style(state));
+    let id = format::sanitize(id);
+    match state {
+        "canceled" => out.text(&format!("task {id} is {painted}\n")),
+        _ => out.text(&format!(
+            "task {id} had already finished: {painted} (nothing to cancel)\n"
+        )),
+    }
+}
+
+/// `task retry`.
+pub(crate) async fn retry(api: &Api, out: &Out, args: &RetryArgs) -> Result<(), ClientError> {
+    let body = args.delay_ms.map(|ms| format!("{{\"delay_ms\":{ms}}}"));
+    let task = api
+        .json(
+            Method::POST,
+            &format!("/tasks/{}/retry", escape(&args.id)),
+            body,
+        )
+        .await?;
+    if out.json {
+        return out.json_line(&task);
+    }
+    let state = field(&task, "state").as_str().unwrap_or("unknown");
+    let mut text = format!(
+        "task {} is {} again",
+        format::sanitize(&args.id),
+        out.paint(state, format::state_style(state))
+    );
+    if let Some(run_at) = field(&task, "run_at").as_str() {
+        let _ = write!(text, ", due {}", format::relative_rfc3339(run_at, out.now));
+    }
+    text.push('\n');
+    out.text(&text)
+}
+
+/// `task delete`. The API answers 204 with no body, so `--json` prints
+/// nothing: the exit status says it.
+pub(crate) async fn delete(api: &Api, out: &Out, id: &str) -> Result<(), ClientError> {
+    api.send(
+        Method::DELETE,
+        &format!("/tasks/{}", escape(id)),
+        None,
+        Duration::ZERO,
+    )
+    .await?;
+    if out.json {
+        return Ok(());
+    }
+    out.text(&format!("task {} deleted\n", format::sanitize(id)))
+}
+
+/// `task bulk`: the dry run's count, a confirmation, then the action.
+pub(crate) async fn bulk(api: &Api, out: &Out, args: &BulkArgs) -> Result<(), ClientError> {
+    let action = args.action.as_str();
+    let dry = api
+        .json(Method::POST, "/tasks/bulk", Some(bulk_body(args, true)))
+        .await?;
+    let matched = field(&dry, "matched")
+        .as_u64()
+        .ok_or_else(|| ClientError::Protocol(format!("a dry run without matched: {dry}")))?;
+    let what = describe_filter(&args.filter);
+    let count = if matched == 1 {
+        "1 task matches".to_owned()
+    } else {
+        format!("{matched} tasks match")
+    };
+    note(&format!(
+        "{count} {what}; {action} applies to those it fits"
+    ));
+    if !args.yes && !std::io::stdin().is_terminal() {
+        return Err(ClientError::Usage(format!(
+            "not confirmed: stdin is not a terminal to ask on; pass --yes to {action} them"
+        )));
+    }
+    if matched == 0 {
+        note("nothing to do");
+        return if out.json {
+            out.json_line(&dry)
+        } else {
+            Ok(())
+        };
+    }
+    if !args.yes && !confirm(&format!("{action} {matched} task{}?", plural(matched)))? {
+        note("nothing changed");
+        return Ok(());
+    }
+    let done = api
+        .json(Method::POST, "/tasks/bulk", Some(bulk_body(args, false)))
+        .await?;
+    if out.json {
+        return out.json_line(&done);
+    }
+    let applied = field(&done, "applied").as_u64().unwrap_or(0);
+    let matched = field(&done, "matched").as_u64().unwrap_or(0);
+    out.text(&format!(
+        "{action}: {applied} of {matched} matching task{} changed\n",
+        plural(matched)
+    ))
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// `POST /tasks/bulk`'s body.
+fn bulk_body(args: &BulkArgs, dry_run: bool) -> String {
+    let filter: Map<String, Value> = args
+        .filter
+        .fields()
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), Value::from(value)))
+        .collect();
+    serde_json::json!({
+        "action": args.action.as_str(),
+        "filter": filter,
+        "dry_run": dry_run,
+    })
+    .to_string()
+}
+
+/// The filter in words, for the confirmation.
+fn describe_filter(filter: &FilterArgs) -> String {
+    let fields = filter.fields();
+    if fields.is_empty() {
+        return "(no filter: every task)".to_owned();
+    }
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|(name, value)| format!("{name}={}", format::sanitize(value)))
+        .collect();
+    parts.join(" ")
+}
+
+/// Asks on stderr, reads one line from stdin: yes only for `y` or `yes`.
+fn confirm(question: &str) -> Result<bool, ClientError> {
+    eprint!("{question} [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| ClientError::Local(format!("cannot read the answer: {e}")))?;
+    Ok(is_yes(&answer))
+}
+
+fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::args::{BulkAction, Payload, StateArg};
+
+    fn submit_args(payload: &str) -> SubmitArgs {
+        SubmitArgs {
+            url: "http://127.0.0.1:9000/hook".into(),
+            payload: Payload(serde_json::value::RawValue::from_string(payload.to_owned()).unwrap()),
+            key: None,
+            max_attempts: None,
+            timeout_ms: None,
+            delay_ms: None,
+            wait: false,
+        }
+    }
+
+    #[test]
+    fn the_submit_body_keeps_the_payload_as_written() {
+        let mut args = submit_args(r#"{"b":1,"a":1.0,"b":2}"#);
+        assert_eq!(
+            submit_body(&args, "k\"1"),
+            r#"{"url":"http://127.0.0.1:9000/hook","idempotency_key":"k\"1","json":{"b":1,"a":1.0,"b":2}}"#
+        );
+        args.max_attempts = Some(5);
+        args.timeout_ms = Some(2000);
+        args.delay_ms = Some(0);
+        let body = submit_body(&args, "k");
+        assert!(
+            body.ends_with(r#","max_attempts":5,"timeout_ms":2000,"delay_ms":0}"#),
+            "{body}"
+        );
+        let parsed: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(parsed["idempotency_key"], "k");
+    }
+
+    #[test]
+    fn generated_keys_are_fresh_uuid_v7() {
+        let a = new_key().unwrap();
+        let b = new_key().unwrap();
+        assert_ne!(a, b);
+        let uuid: uuid::Uuid = a.parse().unwrap();
+        assert_eq!(uuid.get_version_num(), 7);
+    }
+
+    #[test]
+    fn list_paths_carry_every_filter_escaped() {
+        let check = |args: ListArgs, after: Option<&str>, expected: &str| {
+            assert_eq!(list_path(&args, after), expected);
+        };
+        let plain = || ListArgs {
+            filter: FilterArgs::default(),
+            limit: None,
+            all: false,
+            after: None,
+            output: Default::default(),
+        };
+        check(plain(), None, "/tasks");
+        check(plain(), Some("12"), "/tasks?after=12");
+        let mut args = plain();
+        args.filter.state = Some(StateArg::Failed);
+        args.filter.destination = Some("[::1]:80".into());
+        args.filter.error = Some("http_503".into());
+        args.filter.created_after = Some("2026-01-02T03:04:05Z".into());
+        args.filter.key = Some("a&b".into());
+        args.limit = Some(2);
+        check(
+            args,
+            Some("7"),
+            "/tasks?state=failed&destination=%5B::1%5D:80&error=http_503\
+             &created_after=2026-01-02T03:04:05Z&idempotency_key=a%26b&limit=2&after=7",
+        );
+    }
+
+    #[test]
+    fn bulk_bodies_name_the_action_and_filter() {
+        let mut args = BulkArgs {
+            action: BulkAction::Retry,
+            filter: FilterArgs::default(),
+            yes: false,
+            output: Default::default(),
+        };
+        let body: Value = serde_json::from_str(&bulk_body(&args, true)).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"action": "retry", "filter": {}, "dry_run": true})
+        );
+        assert_eq!(describe_filter(&args.filter), "(no filter: every task)");
+        args.action = BulkAction::Delete;
+        args.filter.state = Some(StateArg::Canceled);
+        args.filter.error = Some("timeout".into());
+        let body: Value = serde_json::from_str(&bulk_body(&args, false)).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"action": "delete",
+                "filter": {"state": "canceled", "error": "timeout"}, "dry_run": false})
+        );
+        assert_eq!(
+            describe_filter(&args.filter),
+            "state=canceled error=timeout"
+        );
+    }
+
+    #[test]
+    fn only_y_or_yes_confirms() {
+        for (answer, expected) in [
+            ("y\n", true),
+            ("YES\n", true),
+            (" yes ", true),
+            ("\n", false),
+            ("n\n", false),
+            ("yep\n", false),
+            ("", false),
+        ] {
+            assert_eq!(is_yes(answer), expected, "{answer:?}");
+        }
+    }
+}

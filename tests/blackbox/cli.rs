@@ -1,0 +1,766 @@
+//! The command-line client (`tc-server task …`, `tc-server destination …`),
+//! run as its own process against a real server and a loopback downstream.
+
+use serde_json::{Value, json};
+
+use crate::support::cli::{Cli, Run};
+use crate::support::{self, Setup};
+
+/// The client for `s`'s server (through `TC_SERVER_URL`).
+fn cli(s: &Setup) -> Cli {
+    Cli::new(&s.server.base_url())
+}
+
+/// The downstream's `host:port`, a task's destination.
+fn destination(s: &Setup) -> String {
+    s.down
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// Submits through the API a task that will fail on its one try (400):
+/// its id.
+async fn failing_task(s: &Setup, key: &str) -> String {
+    let reply = s
+        .api
+        .post_json(
+            "/tasks",
+            &json!({"url": s.down.url("/status/400"), "idempotency_key": key, "max_attempts": 1}),
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.json());
+    reply.id()
+}
+
+/// One expected run: the arguments, the exit code, and a piece of stdout
+/// and of stderr each must contain.
+struct Case<'a> {
+    args: Vec<&'a str>,
+    code: i32,
+    stdout: &'a str,
+    stderr: &'a str,
+}
+
+fn case<'a>(args: &[&'a str], code: i32, stdout: &'a str, stderr: &'a str) -> Case<'a> {
+    Case {
+        args: args.to_vec(),
+        code,
+        stdout,
+        stderr,
+    }
+}
+
+/// Runs every case and checks it.
+async fn check(cli: &Cli, cases: &[Case<'_>]) {
+    for c in cases {
+        let run = cli.run(&c.args).await;
+        assert_eq!(
+            run.code,
+            Some(c.code),
+            "{:?}: exit code; stdout:\n{}\nstderr:\n{}",
+            c.args,
+            run.out(),
+            run.stderr
+        );
+        assert!(
+            run.out().contains(c.stdout),
+            "{:?}: stdout lacks {:?}:\n{}",
+            c.args,
+            c.stdout,
+            run.out()
+        );
+        assert!(
+            run.stderr.contains(c.stderr),
+            "{:?}: stderr lacks {:?}:\n{}",
+            c.args,
+            c.stderr,
+            run.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn submit_generates_and_prints_a_key_and_sends_the_json_as_written() {
+    let mut s = support::start().await;
+    let url = s.down.url("/ok");
+    let run = cli(&s)
+        .run(&[
+            "task",
+            "submit",
+            "--url",
+            &url,
+            "--json",
+            r#"{"b": 1, "a": 2.50}"#,
+        ])
+        .await;
+    run.expect(0);
+    let id = run.field("task");
+    let key = run.field("key");
+    assert!(run.out().contains("(generated)"), "{}", run.out());
+    assert!(run.out().contains("created"), "{}", run.out());
+    let view = s.api.task(&id).await;
+    assert_eq!(view["idempotency_key"], key.as_str(), "{view}");
+    // The downstream receives the payload with its key order and digits.
+    let received = s.down.request_with_key(&key).await;
+    assert_eq!(received.body, br#"{"b":1,"a":2.50}"#);
+
+    // A given key is used as is; the same key with another payload is the
+    // API's 409, exit 1 with its code and message.
+    let again = [
+        "task", "submit", "--url", &url, "--key", "mine", "--json", "{}",
+    ];
+    let run = cli(&s).run(&again).await;
+    run.expect(0);
+    assert_eq!(run.field("key"), "mine");
+    assert!(!run.out().contains("(generated)"), "{}", run.out());
+    let run = cli(&s).run(&again).await;
+    run.expect(0);
+    assert!(run.out().contains("existing"), "{}", run.out());
+    let conflict = [
+        "task", "submit", "--url", &url, "--key", "mine", "--json", "[]",
+    ];
+    let run = cli(&s).run(&conflict).await;
+    run.expect(1);
+    assert!(
+        run.stderr.contains("409 idempotency_conflict") && run.stderr.contains("idempotency_key:"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn submit_wait_ends_with_the_terminal_state() {
+    let s = support::start().await;
+    // 503 on the first call, then 200: the wait sees the retry through.
+    let flaky = s.down.url("/flaky/1");
+    let run = cli(&s)
+        .run(&["task", "submit", "--url", &flaky, "--json", "{}", "--wait"])
+        .await;
+    run.expect(0);
+    // The id, key and state at submit come first, then how it ended.
+    assert_eq!(run.field("state"), "pending", "{}", run.out());
+    assert!(
+        run.out().lines().next().unwrap().starts_with("task "),
+        "{}",
+        run.out()
+    );
+    assert!(
+        run.out()
+            .ends_with("ended success after attempt 2 of 3, HTTP 200\n"),
+        "{}",
+        run.out()
+    );
+
+    // JSON output is asked before `submit` (there --json is the payload):
+    // the final view, one line.
+    let refused = s.down.url("/status/400");
+    let run = cli(&s)
+        .run(&[
+            "task",
+            "--json",
+            "submit",
+            "--url",
+            &refused,
+            "--json",
+            r#"{"n":1}"#,
+            "--max-attempts",
+            "2",
+            "--timeout-ms",
+            "1000",
+            "--wait",
+        ])
+        .await;
+    run.expect(0);
+    let view = run.json();
+    assert_eq!(view["state"], "failed", "{view}");
+    assert_eq!(view["error"], "http_400", "{view}");
+    assert_eq!(view["max_attempts"], 2, "{view}");
+    // The generated key and the id are told on stderr, stdout stays JSON.
+    let key = view["idempotency_key"].as_str().unwrap();
+    let id = view["id"].as_str().unwrap();
+    assert!(run.stderr.contains(key), "{}", run.stderr);
+    assert!(run.stderr.contains(id), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn get_shows_the_task_and_result_writes_the_raw_bytes() {
+    let s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/bytes"), "raw").await;
+    let view = s.api.wait_terminal(&id).await;
+    assert_eq!(view["state"], "success", "{view}");
+
+    let run = cli(&s).run(&["task", "get", &id]).await;
+    run.expect(0);
+    let out = run.out();
+    assert_eq!(run.field("id"), id);
+    assert_eq!(run.field("state"), "success");
+    assert_eq!(run.field("key"), "raw");
+    assert!(out.contains("attempt      1 of 3"), "{out}");
+    assert!(out.contains("ATTEMPT  STARTED (UTC)"), "{out}");
+    assert!(out.contains(" ago ("), "relative times: {out}");
+    assert!(
+        !out.contains('\x1b'),
+        "no colours without a terminal: {out:?}"
+    );
+
+    let run = cli(&s).run(&["task", "get", &id, "--json"]).await;
+    run.expect(0);
+    assert_eq!(run.json(), s.api.task(&id).await);
+
+    let run = cli(&s).run(&["task", "result", &id]).await;
+    run.expect(0);
+    assert_eq!(run.stdout, [0xff, 0x00, b'b', b'i', b'n']);
+}
+
+#[tokio::test]
+async fn list_filters_and_follows_every_page() {
+    let s = support::start().await;
+    let mut ok = Vec::new();
+    for i in 0..5 {
+        ok.push(
+            s.api
+                .submit_new(&s.down.url("/ok"), &format!("ok-{i}"))
+                .await,
+        );
+    }
+    let failed = [
+        failing_task(&s, "bad-0").await,
+        failing_task(&s, "bad-1").await,
+    ];
+    for id in ok.iter().chain(&failed) {
+        s.api.wait_terminal(id).await;
+    }
+    let every: Vec<&String> = ok.iter().chain(&failed).collect();
+    let dest = destination(&s);
+    let c = cli(&s);
+
+    // (arguments, the ids listed in order)
+    let cases: Vec<(Vec<&str>, Vec<&String>)> = vec![
+        (vec!["--state", "failed"], failed.iter().collect()),
+        (vec!["--error", "http_400"], failed.iter().collect()),
+        (
+            vec!["--state", "success", "--limit", "2"],
+            ok[..2].iter().collect(),
+        ),
+        (vec!["--limit", "2", "--all"], every.clone()),
+        (
+            vec!["--destination", &dest, "--limit", "3", "--all"],
+            every.clone(),
+        ),
+        (
+            vec!["--state", "success", "--limit", "1", "--all"],
+            ok.iter().collect(),
+        ),
+        (vec!["--key", "ok-3"], vec![&ok[3]]),
+        (vec!["--state", "canceled", "--all"], vec![]),
+    ];
+    for (filters, expected) in cases {
+        let mut args = vec!["task", "list", "--json"];
+        args.extend(&filters);
+        let run = c.run(&args).await;
+        run.expect(0);
+        let ids: Vec<String> = run
+            .json_lines()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            ids,
+            expected.iter().map(|id| id.as_str()).collect::<Vec<_>>(),
+            "{filters:?}"
+        );
+    }
+
+    // Without --all, more pages are told on stderr with the cursor.
+    let run = c.run(&["task", "list", "--limit", "2", "--json"]).await;
+    run.expect(0);
+    assert_eq!(run.json_lines().len(), 2);
+    assert!(run.stderr.contains("--after "), "{}", run.stderr);
+    let cursor = run
+        .stderr
+        .split("--after ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let run = c
+        .run(&["task", "list", "--limit", "2", "--json", "--after", &cursor])
+        .await;
+    run.expect(0);
+    let third = run.json_lines()[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(&third, every[2]);
+
+    // People get an aligned table with relative times, no colours on a pipe.
+    let run = c.run(&["task", "list", "--all", "--limit", "3"]).await;
+    run.expect(0);
+    let out = run.out();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1 + every.len(), "{out}");
+    assert!(lines[0].starts_with("ID  "), "{out}");
+    let state_column = lines[0].find("STATE").unwrap();
+    for (line, id) in lines[1..].iter().zip(&every) {
+        assert!(line.starts_with(id.as_str()), "{out}");
+        let state = &line[state_column..];
+        assert!(
+            state.starts_with("success") || state.starts_with("failed"),
+            "{out}"
+        );
+        assert!(line.contains(" ago  "), "relative time: {out}");
+    }
+    assert!(!out.contains('\x1b'), "{out:?}");
+}
+
+#[tokio::test]
+async fn cancel_retry_and_delete_change_the_task() {
+    let mut s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/gate"), "held").await;
+    s.down.request_with_key("held").await;
+    let c = cli(&s);
+
+    let run = c.run(&["task", "cancel", &id]).await;
+    run.expect(0);
+    assert!(run.out().contains("is canceled"), "{}", run.out());
+    s.down.closed_while_held("held", 1).await;
+    assert_eq!(s.api.task(&id).await["state"], "canceled");
+    // Canceling again says the task had already finished; JSON is the API's.
+    let run = c.run(&["task", "cancel", &id, "--json"]).await;
+    run.expect(0);
+    assert_eq!(run.json(), json!({"id": id, "state": "canceled"}));
+
+    s.down.open_gate();
+    let run = c.run(&["task", "retry", &id]).await;
+    run.expect(0);
+    assert!(run.out().contains("is pending again"), "{}", run.out());
+    let done = s.api.wait_terminal(&id).await;
+    assert_eq!(done["state"], "success", "{done}");
+
+    check(
+        &c,
+        &[
+            case(&["task", "retry", &id], 1, "", "409 task_not_retryable"),
+            case(&["task", "delete", &id], 0, "deleted", ""),
+            case(&["task", "get", &id], 1, "", "404 not_found"),
+            case(&["task", "delete", &id], 1, "", "404 not_found"),
+        ],
+    )
+    .await;
+    assert_eq!(s.api.get(&format!("/tasks/{id}")).await.status, 404);
+
+    // --json on a delete prints nothing (the API answers 204 without a
+    // body); the exit code says it.
+    let other = failing_task(&s, "gone").await;
+    s.api.wait_terminal(&other).await;
+    let run = c.run(&["task", "delete", &other, "--json"]).await;
+    run.expect(0);
+    assert!(run.stdout.is_empty(), "{}", run.out());
+    // A task still running is not deleted.
+    let running = s.api.submit_new(&s.down.url("/slow"), "busy").await;
+    s.down.request_with_key("busy").await;
+    let run = c.run(&["task", "delete", &running]).await;
+    run.expect(1);
+    assert!(
+        run.stderr.contains("409 task_not_terminal"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn watch_prints_each_attempt_and_state_until_the_end() {
+    let mut s = support::start().await;
+    // Two 503s, then a 200.
+    let id = s.api.submit_new(&s.down.url("/flaky/2"), "watched").await;
+    let run = cli(&s).run(&["task", "watch", &id]).await;
+    run.expect(0);
+    let out = run.out();
+    for expected in [
+        "attempt 1  started",
+        "attempt 1  HTTP 503, http_503",
+        "attempt 2  HTTP 503, http_503",
+        "attempt 3  HTTP 200",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in:\n{out}");
+    }
+    let last = out.lines().last().unwrap();
+    assert!(last.ends_with("state      success"), "{out}");
+    // Each attempt told once.
+    assert_eq!(out.matches("attempt 2  started").count(), 1, "{out}");
+
+    // JSON: the task view at each change, one per line, the last final.
+    let run = cli(&s).run(&["task", "watch", &id, "--json"]).await;
+    run.expect(0);
+    let views = run.json_lines();
+    assert_eq!(views.last().unwrap(), &s.api.task(&id).await);
+
+    // A canceled task ends the watch too.
+    let held = s.api.submit_new(&s.down.url("/slow"), "watch-cancel").await;
+    let watch = {
+        let c = cli(&s);
+        let id = held.clone();
+        tokio::spawn(async move { c.run(&["task", "watch", &id]).await })
+    };
+    s.down.request_with_key("watch-cancel").await;
+    assert_eq!(s.api.cancel(&held).await.status, 200);
+    let run = watch.await.unwrap();
+    run.expect(0);
+    assert!(run.out().trim_end().ends_with("canceled"), "{}", run.out());
+}
+
+#[tokio::test]
+async fn bulk_shows_the_count_and_refuses_without_a_terminal_or_yes() {
+    let s = support::start().await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(failing_task(&s, &format!("bulk-{i}")).await);
+    }
+    for id in &ids {
+        s.api.wait_terminal(id).await;
+    }
+    let c = cli(&s);
+
+    // No terminal, no --yes: refused (exit 2) after telling the count;
+    // nothing changed.
+    let run = c.run(&["task", "bulk", "retry", "--state", "failed"]).await;
+    run.expect(2);
+    assert!(
+        run.stderr.contains("3 tasks match state=failed"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("--yes"), "{}", run.stderr);
+    for id in &ids {
+        assert_eq!(s.api.task(id).await["state"], "failed");
+    }
+
+    let run = c
+        .run(&["task", "bulk", "cancel", "--error", "http_400", "--yes"])
+        .await;
+    run.expect(0);
+    assert!(
+        run.out().contains("cancel: 0 of 3 matching tasks changed"),
+        "{}",
+        run.out()
+    );
+
+    // --yes applies; --json prints the API's answer.
+    let run = c
+        .run(&[
+            "task", "bulk", "delete", "--state", "failed", "--key", "bulk-0", "--yes", "--json",
+        ])
+        .await;
+    run.expect(0);
+    let answer = run.json();
+    assert_eq!(
+        (answer["matched"].clone(), answer["applied"].clone()),
+        (json!(1), json!(1))
+    );
+    assert_eq!(answer["sample"], json!([ids[0]]));
+    assert_eq!(s.api.get(&format!("/tasks/{}", ids[0])).await.status, 404);
+
+    let run = c
+        .run(&["task", "bulk", "retry", "--state", "failed", "-y"])
+        .await;
+    run.expect(0);
+    assert!(
+        run.out().contains("retry: 2 of 2 matching tasks changed"),
+        "{}",
+        run.out()
+    );
+    for id in &ids[1..] {
+        // Retried: they run (and fail) again.
+        let view = s.api.wait_terminal(id).await;
+        assert_eq!(view["attempts"].as_array().map(Vec::len), Some(2), "{view}");
+    }
+
+    // A filter the server refuses is its 400.
+    let run = c
+        .run(&["task", "bulk", "retry", "--destination", "no-port", "--yes"])
+        .await;
+    run.expect(1);
+    assert!(run.stderr.contains("400 invalid_request"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn bulk_on_a_terminal_asks_and_acts_only_on_yes() {
+    let s = support::start().await;
+    let id = failing_task(&s, "ask").await;
+    s.api.wait_terminal(&id).await;
+    let c = cli(&s);
+    let args = ["task", "bulk", "delete", "--state", "failed"];
+
+    let declined = c.run_on_terminal(&args, "n\n").await;
+    declined.expect(0);
+    let shown = declined.out();
+    assert!(shown.contains("1 task matches state=failed"), "{shown}");
+    assert!(shown.contains("delete 1 task? [y/N]"), "{shown}");
+    assert!(shown.contains("nothing changed"), "{shown}");
+    assert_eq!(s.api.task(&id).await["state"], "failed");
+
+    let accepted = c.run_on_terminal(&args, "y\n").await;
+    accepted.expect(0);
+    assert!(
+        accepted
+            .out()
+            .contains("delete: 1 of 1 matching task changed"),
+        "{}",
+        accepted.out()
+    );
+    assert_eq!(s.api.get(&format!("/tasks/{id}")).await.status, 404);
+}
+
+#[tokio::test]
+async fn colours_only_on_a_terminal_and_never_with_no_color() {
+    let s = support::start().await;
+    let id = failing_task(&s, "red").await;
+    s.api.wait_terminal(&id).await;
+    let c = cli(&s);
+    let on_terminal = c.run_on_terminal(&["task", "list"], "").await;
+    on_terminal.expect(0);
+    assert!(
+        on_terminal.out().contains("\x1b[31mfailed\x1b[0m"),
+        "{:?}",
+        on_terminal.out()
+    );
+    let no_color = c
+        .env("NO_COLOR", "1")
+        .run_on_terminal(&["task", "list"], "")
+        .await;
+    no_color.expect(0);
+    assert!(no_color.out().contains("failed"), "{:?}", no_color.out());
+    assert!(!no_color.out().contains('\x1b'), "{:?}", no_color.out());
+}
+
+#[tokio::test]
+async fn destinations_are_listed_set_paused_and_resumed() {
+    let s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/ok"), "to-dest").await;
+    s.api.wait_terminal(&id).await;
+    let dest = destination(&s);
+    let c = cli(&s);
+    let api_view = |s: &Setup| {
+        let api = s.api.clone();
+        let path = format!("/destinations/{dest}");
+        async move { api.get(&path).await.json() }
+    };
+
+    let run = c.run(&["destination", "list", "--json"]).await;
+    run.expect(0);
+    let listed = run.json_lines();
+    assert_eq!(listed.len(), 1, "{}", run.out());
+    assert_eq!(listed[0]["destination"], dest.as_str());
+    assert_eq!(listed[0], api_view(&s).await);
+    let run = c.run(&["destination", "list"]).await;
+    run.expect(0);
+    assert!(run.out().starts_with("DESTINATION  "), "{}", run.out());
+    assert!(
+        run.out().lines().nth(1).unwrap().starts_with(&dest),
+        "{}",
+        run.out()
+    );
+
+    let run = c
+        .run(&[
+            "destination",
+            "set",
+            &dest,
+            "--max-in-flight",
+            "2",
+            "--rate",
+            "5",
+            "--burst",
+            "3",
+        ])
+        .await;
+    run.expect(0);
+    assert_eq!(run.field("max in flight"), "2", "{}", run.out());
+    let view = api_view(&s).await;
+    assert_eq!(
+        (view["max_in_flight"].clone(), view["burst"].clone()),
+        (json!(2), json!(3)),
+        "{view}"
+    );
+    assert_eq!(view["rate_per_s"].as_f64(), Some(5.0), "{view}");
+
+    // `none` clears; a flag left out is kept.
+    let run = c
+        .run(&["destination", "set", &dest, "--rate", "none", "--json"])
+        .await;
+    run.expect(0);
+    let view = run.json();
+    assert_eq!(
+        (view["rate_per_s"].clone(), view["max_in_flight"].clone()),
+        (Value::Null, json!(2))
+    );
+
+    let run = c.run(&["destination", "pause", &dest]).await;
+    run.expect(0);
+    assert_eq!(run.field("paused"), "yes");
+    assert_eq!(api_view(&s).await["paused"], true);
+    let run = c.run(&["destination", "resume", &dest, "--json"]).await;
+    run.expect(0);
+    assert_eq!(run.json()["paused"], false);
+    assert_eq!(api_view(&s).await["paused"], false);
+
+    check(
+        &c,
+        &[
+            // The server's own checks: exit 1 with its message.
+            case(
+                &["destination", "set", &dest, "--max-in-flight", "0"],
+                1,
+                "",
+                "max_in_flight",
+            ),
+            case(
+                &["destination", "pause", "no-port"],
+                1,
+                "",
+                "400 invalid_request",
+            ),
+            // No setting at all: usage.
+            case(&["destination", "set", &dest], 2, "", "--max-in-flight"),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exit_codes_say_refused_usage_or_unreachable() {
+    let s = support::start().await;
+    // A port nothing listens on: bound, then let go.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let nowhere = format!("http://{closed}");
+    // https:// to a server that speaks plain HTTP: the TLS handshake fails.
+    let tls_to_plain = format!("https://{}", s.server.addr);
+    let unknown = "0190b8d0-0000-7000-8000-000000000000";
+    let pending = s.api.submit_new(&s.down.url("/slow"), "no-result").await;
+    check(
+        &cli(&s),
+        &[
+            case(&["task", "get", unknown], 1, "", "404 not_found"),
+            case(&["task", "get", "not-an-id"], 1, "", "404 not_found"),
+            case(&["task", "result", &pending], 1, "", "404 not_found"),
+            case(&["task", "cancel", unknown], 1, "", "404 not_found"),
+            case(
+                &["task", "list", "--created-after", "yesterday"],
+                1,
+                "",
+                "created_after",
+            ),
+            case(
+                &["task", "submit", "--url", "ftp://x/", "--json", "{}"],
+                1,
+                "",
+                "400 invalid_request",
+            ),
+            case(
+                &["task", "list", "--server", &nowhere],
+                3,
+                "",
+                "cannot reach the server",
+            ),
+            case(
+                &["task", "--server", &nowhere, "get", unknown],
+                3,
+                "",
+                "onnection refused",
+            ),
+            case(
+                &["destination", "list", "--server", &nowhere],
+                3,
+                "",
+                &nowhere,
+            ),
+            case(
+                &["task", "list", "--server", &tls_to_plain],
+                3,
+                "",
+                &tls_to_plain,
+            ),
+            case(&["task", "list", "--limit", "0"], 2, "", "--limit"),
+            case(&["task", "frobnicate"], 2, "", "frobnicate"),
+            case(&["task", "submit", "--url", "http://x/"], 2, "", "--json"),
+            case(
+                &["task", "submit", "--url", "http://x/", "--json", "{"],
+                2,
+                "",
+                "JSON",
+            ),
+            case(
+                &["task", "list", "--server", "localhost:8080"],
+                2,
+                "",
+                "--server",
+            ),
+            case(&["destination", "nothing"], 2, "", "nothing"),
+        ],
+    )
+    .await;
+    // The server URL comes from TC_SERVER_URL too.
+    let run = Cli::new(&nowhere).run(&["task", "list"]).await;
+    run.expect(3);
+}
+
+#[tokio::test]
+async fn the_token_goes_by_flag_or_environment() {
+    let s = support::start_with(|c, _| {
+        c.flag("--api-token", "s3cret");
+    })
+    .await;
+    let c = cli(&s);
+    check(
+        &c,
+        &[
+            case(&["task", "list"], 1, "", "401 unauthorized"),
+            case(
+                &["task", "list", "--token", "wrong"],
+                1,
+                "",
+                "401 unauthorized",
+            ),
+            case(&["task", "list", "--token", "s3cret", "--json"], 0, "", ""),
+            case(&["task", "--token", "s3cret", "list"], 0, "", ""),
+            case(&["destination", "list", "--token", "s3cret"], 0, "", ""),
+            case(&["destination", "list"], 1, "", "401 unauthorized"),
+        ],
+    )
+    .await;
+    let with_env = c.env("TC_API_TOKEN", "s3cret");
+    check(
+        &with_env,
+        &[
+            case(&["task", "list"], 0, "", ""),
+            case(&["destination", "list", "--json"], 0, "", ""),
+            // The flag wins over the environment.
+            case(&["task", "list", "--token", "wrong"], 1, "", "401"),
+        ],
+    )
+    .await;
+    // Submitting with the token works end to end.
+    let url = s.down.url("/ok");
+    let run = with_env
+        .run(&["task", "submit", "--url", &url, "--json", "{}", "--wait"])
+        .await;
+    run.expect(0);
+    assert!(run.out().contains("ended success"), "{}", run.out());
+}
+
+/// Helper check: a run's JSON lines are what [`Run::json_lines`] reads.
+#[test]
+fn json_lines_reject_what_is_not_one_object_per_line() {
+    let run = |out: &str| Run {
+        code: Some(0),
+        stdout: out.as_bytes().to_vec(),
+        stderr: String::new(),
+    };
+    assert_eq!(run("{\"a\":1}\n{\"b\":2}\n").json_lines().len(), 2);
+    for bad in ["[1]\n", "{\"a\":1}\n\n", "{\"a\":\n1}\n"] {
+        let result = std::panic::catch_unwind(|| run(bad).json_lines());
+        assert!(result.is_err(), "{bad:?} accepted");
+    }
+}
