@@ -53,6 +53,8 @@ struct Bench {
     /// Phase 1's figures that later phases compare with.
     idle_submit: Option<(f64, Summary)>,
     noop_rate: Option<f64>,
+    /// The store alone's submits/s (64 callers, FULL) from phase 1.
+    store_submit_rate: Option<f64>,
     tc_e2e_rate: Option<f64>,
 }
 
@@ -94,6 +96,7 @@ fn run_with(plan: Plan, tc_server: &Path, out_dir: &Path, nodes: bool) -> Result
         captured: None,
         idle_submit: None,
         noop_rate: None,
+        store_submit_rate: None,
         tc_e2e_rate: None,
     };
     bench.progress(&format!(

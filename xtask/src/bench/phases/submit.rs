@@ -52,6 +52,7 @@ impl Bench {
         let rate = windows.median_rate();
         self.idle_submit = Some((rate, tc_lat));
         self.noop_rate = Some(ceiling.per_second());
+        self.store_submit_rate = Some(alone.per_second());
         let note = [measured.problems(), warnings].join(" ").trim().to_owned();
         self.push(
             Figure::new(
