@@ -36,16 +36,6 @@ pub(crate) fn submit(
     new: &NewTask,
     now: Timestamp,
 ) -> Result<Submitted, StoreError> {
-    if let Some(Stored { task, .. }) = rows::load_by_key(conn, new.idempotency_key())? {
-        return if new.same_work_as(&task) {
-            Ok(Submitted {
-                task,
-                created: false,
-            })
-        } else {
-            Err(StoreError::IdempotencyConflict)
-        };
-    }
     // The id's time is the submit's own `now`; its random bits come from the
     // writer thread's generator (tc-model reads no entropy of its own).
     let mut random = [0; 10];
@@ -54,36 +44,52 @@ pub(crate) fn submit(
     let schedule = new.schedule();
     let first_run = schedule.first_run(now);
     let (schedule_at, schedule_delay_ms) = schedule.to_parts();
-    conn.prepare_cached(
-        // seq above every seq ever handed out, deleted ones included (see
-        // schema step 6): a listing cursor must never see a position reused.
-        "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
+    let inserted = conn
+        .prepare_cached(
+            // seq above every seq ever handed out, deleted ones included (see
+            // schema step 6): a listing cursor must never see a position reused.
+            "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination) \
          VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
                      (SELECT n FROM seq_floor)) + 1, \
-                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12)",
-    )
-    .map_err(db)?
-    .execute(params![
-        id.as_bytes(),
-        new.idempotency_key(),
-        State::Pending.as_str(),
-        new.url(),
-        new.body(),
-        new.max_attempts(),
-        nanos(new.timeout()),
-        now.as_millis(),
-        first_run.as_millis(),
-        schedule_at,
-        schedule_delay_ms,
-        tc_model::destination_of(new.url()),
-    ])
-    .map_err(db)?;
-    Ok(Submitted {
-        task: Task::submitted(id, new, now),
-        created: true,
-    })
+                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12) \
+         ON CONFLICT (idempotency_key) DO NOTHING",
+        )
+        .map_err(db)?
+        .execute(params![
+            id.as_bytes(),
+            new.idempotency_key(),
+            State::Pending.as_str(),
+            new.url(),
+            new.body(),
+            new.max_attempts(),
+            nanos(new.timeout()),
+            now.as_millis(),
+            first_run.as_millis(),
+            schedule_at,
+            schedule_delay_ms,
+            tc_model::destination_of(new.url()),
+        ])
+        .map_err(db)?;
+    if inserted == 1 {
+        return Ok(Submitted {
+            task: Task::submitted(id, new, now),
+            created: true,
+        });
+    }
+    // The key is taken: the insert's own probe of the key's unique index
+    // found it, so a new key (the common case) costs no lookup of its own.
+    match rows::load_by_key(conn, new.idempotency_key())? {
+        Some(Stored { task, .. }) if new.same_work_as(&task) => Ok(Submitted {
+            task,
+            created: false,
+        }),
+        Some(_) => Err(StoreError::IdempotencyConflict),
+        None => Err(StoreError::Unavailable(
+            "the idempotency key conflicted, but no task has it".to_owned(),
+        )),
+    }
 }
 
 /// Moves up to `n` due pending tasks to running, rotating over their
