@@ -21,7 +21,10 @@ macro_rules! columns_after_body {
 /// The columns [`task_from_row`] reads, in its order.
 macro_rules! task_columns {
     () => {
-        concat!("seq, id, state, url, body, ", columns_after_body!())
+        concat!(
+            "seq, id, state, url, body, ",
+            $crate::rows::columns_after_body!()
+        )
     };
 }
 
@@ -35,7 +38,7 @@ macro_rules! listed_columns {
         )
     };
 }
-pub(crate) use {columns_after_body, listed_columns};
+pub(crate) use {columns_after_body, listed_columns, task_columns};
 
 /// An SQLite failure as the port reports it: unavailable, with SQLite's words.
 pub(crate) fn db(e: rusqlite::Error) -> StoreError {
@@ -118,23 +121,6 @@ pub(crate) fn load_seq(conn: &Connection, seq: i64) -> Result<Option<Stored>, St
         concat!("SELECT ", task_columns!(), " FROM tasks WHERE seq = ?1"),
         seq,
     )
-}
-
-/// The task at `seq` without its attempt history (`attempts` empty).
-pub(crate) fn load_seq_without_history(
-    conn: &Connection,
-    seq: i64,
-) -> Result<Option<Stored>, StoreError> {
-    conn.prepare_cached(concat!(
-        "SELECT ",
-        task_columns!(),
-        " FROM tasks WHERE seq = ?1"
-    ))
-    .map_err(db)?
-    .query_row([seq], |row| Ok(task_from_row(row)))
-    .optional()
-    .map_err(db)?
-    .transpose()
 }
 
 fn load_where(

@@ -156,12 +156,14 @@ fn claim_one(
 ) -> Result<Task, StoreError> {
     let from = parse_state(state)?;
     let to = transit(from, State::Running)?;
-    let (id, attempt): (Vec<u8>, i64) = conn
-        .prepare_cached(
+    // RETURNING the whole row: the claimed task without reading it again.
+    let claimed = conn
+        .prepare_cached(concat!(
             "UPDATE tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
                               lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
-             WHERE seq = ?1 AND state = ?2 RETURNING id, attempt",
-        )
+             WHERE seq = ?1 AND state = ?2 RETURNING ",
+            rows::task_columns!()
+        ))
         .map_err(db)?
         .query_row(
             params![
@@ -171,14 +173,19 @@ fn claim_one(
                 now.as_millis(),
                 lease_until.as_millis()
             ],
-            |row| Ok((row.get(0)?, row.get(1)?)),
+            |row| Ok(rows::task_from_row(row)),
         )
-        .map_err(db)?;
+        .map_err(db)??
+        .task;
     conn.prepare_cached("INSERT INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)")
         .map_err(db)?
-        .execute(params![id, attempt, now.as_millis()])
+        .execute(params![
+            claimed.id.as_bytes(),
+            claimed.attempt,
+            now.as_millis()
+        ])
         .map_err(db)?;
-    load_seq_without_history(conn, seq)
+    Ok(claimed)
 }
 
 /// Extends the lease of each `(id, attempt)` still running with that attempt;
@@ -694,12 +701,6 @@ fn close_attempt(
     ])
     .map_err(db)?;
     Ok(())
-}
-
-fn load_seq_without_history(conn: &Connection, seq: i64) -> Result<Task, StoreError> {
-    rows::load_seq_without_history(conn, seq)?
-        .map(|stored| stored.task)
-        .ok_or_else(|| StoreError::Unavailable(format!("task at seq {seq} vanished")))
 }
 
 fn load_seq(conn: &Connection, seq: i64) -> Result<Task, StoreError> {
