@@ -370,14 +370,6 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
     // does not leave a large file behind for good.
     conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT_BYTES)
         .map_err(fail("set journal_size_limit"))?;
-    // Every command runs in a savepoint, and SQLite keeps the old image of
-    // each page a savepoint changes in a statement journal, a temporary
-    // file by default: one pwrite per page per command. A profile of batch
-    // submits had the writer thread at 95% of the process, most of it in
-    // those writes. In memory they are a copy; the journal lives only until
-    // the savepoint is released, so it holds at most one command's pages.
-    conn.pragma_update(None, "temp_store", "MEMORY")
-        .map_err(fail("set temp_store"))?;
     // SQLite's default page cache (2 MiB) held less than the index pages a
     // stream of inserts touches, so the writer read them back from the
     // kernel again and again.
@@ -385,6 +377,16 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
         .map_err(fail("set cache_size"))?;
     migrate(&mut conn, &path)?;
     make_vacuum_incremental(&conn, &path).map_err(fail("switch auto_vacuum to incremental"))?;
+    // Every command runs in a savepoint, and SQLite keeps the old image of
+    // each page a savepoint changes in a statement journal, a temporary
+    // file by default: one pwrite per page per command. A profile of batch
+    // submits had the writer thread at 95% of the process, most of it in
+    // those writes. In memory they are a copy; the journal lives only until
+    // the savepoint is released, so it holds at most one command's pages.
+    // Set after the one-time VACUUM above, whose copy of the whole database
+    // would otherwise be built in memory.
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(fail("set temp_store"))?;
     // The retention pruner's scratch list (per connection, in memory).
     conn.execute_batch(
         "CREATE TEMP TABLE IF NOT EXISTS doomed (seq INTEGER PRIMARY KEY, id BLOB NOT NULL)",
