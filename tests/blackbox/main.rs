@@ -5,6 +5,9 @@
 //! - `delivery`: what the worker does with real downstream answers (retry,
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
+//! - `destinations`: two loopback hosts, one hanging with a backlog held at
+//!   its cap while every task of the other finishes; pause and resume;
+//!   settings kept across a restart; 404 and 400 answers.
 //! - `nodes`: three servers on one PostgreSQL database (skipped without one).
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
@@ -18,6 +21,7 @@
 
 mod api;
 mod delivery;
+mod destinations;
 mod edge;
 mod lifecycle;
 mod nodes;
