@@ -7,6 +7,9 @@
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
 //!   as its own process: output, exit codes, the token, a terminal.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
+//! - `destinations`: two loopback hosts, one hanging with a backlog held at
+//!   its cap while every task of the other finishes; pause and resume;
+//!   settings kept across a restart; 404 and 400 answers.
 //! - `nodes`: three servers on one PostgreSQL database (skipped without one).
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
@@ -21,6 +24,7 @@
 mod api;
 mod cli;
 mod delivery;
+mod destinations;
 mod edge;
 mod lifecycle;
 mod nodes;

@@ -3,7 +3,8 @@
 //! fake: `/ok` answers JSON, `/script` answers `<script>alert(1)</script>` as
 //! text/html, `/fail` answers 500, `/hang` never answers and records when its
 //! connection closes), drives Debian's headless Chromium through chromedriver
-//! (fantoccini), and checks what a person would: the counts, a filtered list,
+//! (fantoccini), and checks what a person would: the counts, the destinations
+//! with their in-flight calls, cap, breaker and holds, a filtered list,
 //! a task's attempts, a cancel in flight, a bulk retry with its dry-run count,
 //! a `<script>` result shown as text, and the token flow. Screenshots go to
 //! `<target>/ui/{overview,list,task,bulk}.png` (and `failure.png` when a check
@@ -361,7 +362,7 @@ async fn ui_test(binary: &Path, shots: &Path) -> Result<(), String> {
     let _ = browser.close().await;
     outcome?;
     println!(
-        "ui-test: 8 checks passed, 0 failed; screenshots in {}",
+        "ui-test: 9 checks passed, 0 failed; screenshots in {}",
         shots.display()
     );
     Ok(())
@@ -462,9 +463,43 @@ async fn checks(
         format!("the chart counts 8 submits, shows {submitted:?}")
     })?;
     eprintln!("[ui-test] ok: overview counts match the API and refresh live");
+
+    // 2. The destinations: the downstream's own with its call in flight
+    // against the cap set over the API, and a paused one without tasks.
+    let own = down.trim_start_matches("http://").to_owned();
+    for (name, settings) in [
+        (own.as_str(), json!({ "max_in_flight": 4 })),
+        ("paused.example:443", json!({ "paused": true })),
+    ] {
+        let (status, view) = api
+            .call(
+                Method::PUT,
+                &format!("/destinations/{name}"),
+                Some(settings),
+            )
+            .await?;
+        check(status == 200, || {
+            format!("PUT /destinations/{name}: {status} {view}")
+        })?;
+    }
+    let row =
+        |name: &str, cell: &str| format!("#destinations tr[data-destination=\"{name}\"] {cell}");
+    for (css, expected) in [
+        (row(&own, "td.in-flight"), "1 / 4"),
+        (row(&own, "td.pending"), "0"),
+        (row(&own, ".badge"), "closed"),
+        (row("paused.example:443", "td.held"), "paused"),
+    ] {
+        until(&format!("{css} to show {expected:?}"), || async {
+            let shown = text_of(browser, &css).await?;
+            Ok((shown.as_deref().map(str::trim) == Some(expected)).then_some(()))
+        })
+        .await?;
+    }
+    eprintln!("[ui-test] ok: overview lists destinations with in flight, cap, breaker, held");
     screenshot(browser, shots, "overview").await?;
 
-    // 2. A filtered list (state=failed) finds the failed tasks.
+    // 3. A filtered list (state=failed) finds the failed tasks.
     goto(browser, &format!("{base}/ui/tasks")).await?;
     let select = browser
         .find(Locator::Css("select[name=state]"))
@@ -505,7 +540,7 @@ async fn checks(
     eprintln!("[ui-test] ok: state=failed lists exactly the failed tasks");
     screenshot(browser, shots, "list").await?;
 
-    // 3. The task page shows its attempts.
+    // 4. The task page shows its attempts.
     click(browser, &format!("tr[data-task-id=\"{}\"] a", failed[0])).await?;
     let attempts = until("the failed task's attempts", || async {
         text_of(browser, "#attempts").await
@@ -522,7 +557,7 @@ async fn checks(
     eprintln!("[ui-test] ok: the task page shows the attempt and why it failed");
     screenshot(browser, shots, "task").await?;
 
-    // 4. A `<script>` result is shown as text, and never runs.
+    // 5. A `<script>` result is shown as text, and never runs.
     goto(browser, &format!("{base}/ui/tasks/{scripted}")).await?;
     let shown = until("the script result", || async {
         text_of(browser, "#result-text").await
@@ -543,7 +578,7 @@ async fn checks(
     })?;
     eprintln!("[ui-test] ok: the <script> result is visible text and ran nothing");
 
-    // 5. Cancel on an in-flight task: confirmed, the API says canceled, the
+    // 6. Cancel on an in-flight task: confirmed, the API says canceled, the
     // downstream saw its connection close.
     until("the hanging call to reach the downstream", || async {
         Ok(script
@@ -584,7 +619,7 @@ async fn checks(
     .await?;
     eprintln!("[ui-test] ok: cancel in flight: the API says canceled, the connection closed");
 
-    // 6. Bulk retry of the failed tasks: the dry-run count first, then applied.
+    // 7. Bulk retry of the failed tasks: the dry-run count first, then applied.
     goto(browser, &format!("{base}/ui/bulk?state=failed")).await?;
     browser
         .find(Locator::Css("#bulk-action"))
@@ -630,7 +665,7 @@ async fn checks(
     })?;
     drop(server);
 
-    // 7 and 8. The token flow: only the login page without the token, a
+    // 8 and 9. The token flow: only the login page without the token, a
     // wrong token refused, the right one gets in; the cookie is HttpOnly.
     let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
     let server = ServerProcess::start(

@@ -581,7 +581,7 @@ impl Downstream for FakeDownstream {
     }
 }
 
-/// The script served over HTTP/1.1 on 127.0.0.1, for the real client. A
+/// The script served over HTTP/1.1 on loopback, for the real client. A
 /// held call ends when the client closes its connection, which the script
 /// counts as abandoned. Stops when dropped.
 pub struct FakeServer {
@@ -593,7 +593,18 @@ pub struct FakeServer {
 impl FakeServer {
     /// Binds 127.0.0.1 on a free port and serves `script` until dropped.
     pub async fn start(script: Arc<Script>) -> std::io::Result<FakeServer> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        FakeServer::start_on(script, std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// Like [`FakeServer::start`], on another address: `127.0.0.2` is a
+    /// second loopback host on Linux (the whole 127.0.0.0/8 is loopback),
+    /// so a test can have two downstreams that differ by host, as two
+    /// destinations of the worker do.
+    pub async fn start_on(
+        script: Arc<Script>,
+        ip: std::net::IpAddr,
+    ) -> std::io::Result<FakeServer> {
+        let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let accept = tokio::spawn(async move {
             // Dropping the set (when the server is aborted) aborts every
@@ -651,7 +662,7 @@ impl FakeServer {
         })
     }
 
-    /// `http://127.0.0.1:<port>` (`https://` over TLS).
+    /// `http://<ip>:<port>` (`https://` over TLS).
     pub fn url(&self) -> String {
         format!("{}://{}", self.scheme, self.addr)
     }

@@ -68,7 +68,8 @@ impl<S: TaskStore, C: Control> App<S, C> {
     }
 
     /// Hands the dashboard what it shows beyond the store: the worker's
-    /// concurrency and, once they exist, the destinations.
+    /// concurrency. (The destinations come from the store and the [`Control`]
+    /// port, as `GET /destinations` reads them.)
     pub fn with_dashboard(mut self, sources: crate::ui::DashboardSources) -> Self {
         self.ui.sources = sources;
         self

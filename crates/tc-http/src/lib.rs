@@ -49,7 +49,4 @@ pub use app::{App, ROUTES, Route, handle};
 pub use config::HttpConfig;
 pub use control::{Control, DestinationRuntime};
 pub use server::{ServeError, Server, serve};
-pub use ui::{
-    Activity, DashboardSources, DestinationRow, DestinationSource, Event as ActivityEvent,
-    Series as ActivitySeries,
-};
+pub use ui::{Activity, DashboardSources, Event as ActivityEvent, Series as ActivitySeries};

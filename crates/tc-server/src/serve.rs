@@ -220,9 +220,6 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     )
     .with_dashboard(tc_http::DashboardSources {
         concurrency: Some(settings.worker.concurrency),
-        // TODO(issue 12): the destinations' registry as a
-        // `tc_http::DestinationSource`, for the overview's section.
-        destinations: None,
     });
     let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
     let app = Arc::new(app);

@@ -151,6 +151,16 @@ impl Api {
         .await
     }
 
+    pub(crate) async fn put_json(&self, path: &str, body: &Value) -> Reply {
+        self.send(
+            Method::PUT,
+            path,
+            &[("content-type", "application/json")],
+            body.to_string(),
+        )
+        .await
+    }
+
     /// `POST /tasks` with `url`, `key` and `json`.
     pub(crate) async fn submit(&self, url: &str, key: &str, payload: Value) -> Reply {
         self.post_json(

@@ -65,9 +65,35 @@ pub(crate) struct Downstream {
 
 impl Downstream {
     pub(crate) async fn start() -> Downstream {
+        Downstream::start_on([127, 0, 0, 1].into()).await
+    }
+
+    /// The same downstream on another loopback address (`127.0.0.2` is
+    /// another host: another destination than one on 127.0.0.1).
+    pub(crate) async fn start_on(ip: std::net::IpAddr) -> Downstream {
         let script = Script::with_rule(answer);
-        let server = FakeServer::start(Arc::clone(&script)).await.unwrap();
+        let server = FakeServer::start_on(Arc::clone(&script), ip)
+            .await
+            .unwrap_or_else(|e| panic!("binding a downstream on {ip}: {e}"));
         Downstream { script, server }
+    }
+
+    /// Its destination as tasks carry it: `host:port`.
+    pub(crate) fn destination(&self) -> String {
+        self.server.addr().to_string()
+    }
+
+    /// The most requests it held at once.
+    pub(crate) fn peak_in_flight(&self) -> usize {
+        self.script.peak_in_flight()
+    }
+
+    /// Waits until the client closed `n` held requests in all.
+    pub(crate) async fn abandoned(&mut self, n: usize) {
+        self.wait_for(&format!("{n} closed connections"), |r| {
+            (r.abandoned_count() >= n).then_some(())
+        })
+        .await
     }
 
     pub(crate) fn url(&self, path: &str) -> String {

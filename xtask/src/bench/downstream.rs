@@ -22,6 +22,15 @@ pub(crate) struct HttpDownstream {
 
 impl HttpDownstream {
     pub(crate) async fn start(delay: Duration) -> Result<HttpDownstream, String> {
+        HttpDownstream::start_on([127, 0, 0, 1].into(), delay).await
+    }
+
+    /// The same on another loopback address: `127.0.0.2` is another host,
+    /// so its tasks are another destination than those of one on 127.0.0.1.
+    pub(crate) async fn start_on(
+        ip: std::net::IpAddr,
+        delay: Duration,
+    ) -> Result<HttpDownstream, String> {
         let reply = Reply::json(200, Bytes::from_static(ANSWER));
         let script = Script::counting(move |_, _| {
             if delay.is_zero() {
@@ -30,15 +39,20 @@ impl HttpDownstream {
                 Step::ReplyAfter(delay, reply.clone())
             }
         });
-        let server = FakeServer::start(Arc::clone(&script))
+        let server = FakeServer::start_on(Arc::clone(&script), ip)
             .await
-            .map_err(|e| format!("downstream: {e}"))?;
+            .map_err(|e| format!("downstream on {ip}: {e}"))?;
         Ok(HttpDownstream { script, server })
     }
 
     /// A task url pointing here.
     pub(crate) fn url(&self) -> String {
         format!("{}/hook", self.server.url())
+    }
+
+    /// Its destination as tasks carry it: `host:port`.
+    pub(crate) fn destination(&self) -> String {
+        self.server.addr().to_string()
     }
 
     /// Where it listens.

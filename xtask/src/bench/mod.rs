@@ -6,7 +6,8 @@
 //! measured in a debug build would flatter every ratio, so the debug build
 //! only builds the release one (with tc-server) and hands over to it.
 //!
-//! Everything runs on loopback (127.0.0.1). tc-server and the two reference
+//! Everything runs on loopback (127.0.0.1; the head-of-line phase puts its
+//! slow downstream on 127.0.0.2, another loopback host). tc-server and the two reference
 //! servers (no-op and naive, see [`peer`]) run as child processes; the load
 //! generator, the downstreams and the store-alone measurements run in this
 //! process. Every load loop is bounded in count and in time.
@@ -54,6 +55,10 @@ pub(crate) struct Plan {
     pub(crate) slow_backlog: u64,
     /// The slow downstream's delay.
     pub(crate) slow_delay: Duration,
+    /// Head of line: tasks waiting for the slow destination, and tasks
+    /// sent to the fast one (alone, then beside that backlog).
+    pub(crate) hol_backlog: u64,
+    pub(crate) hol_fast_tasks: u64,
     /// In-flight cancels timed.
     pub(crate) cancels: usize,
     /// Pending rows of the small and the large scale database.
@@ -84,6 +89,8 @@ impl Plan {
                 e2e_tasks: 2_000,
                 slow_backlog: 1_000,
                 slow_delay: Duration::from_secs(2),
+                hol_backlog: 1_000,
+                hol_fast_tasks: 2_000,
                 cancels: 50,
                 scale_small: 1_000,
                 scale_large: 100_000,
@@ -104,6 +111,8 @@ impl Plan {
                 e2e_tasks: 20_000,
                 slow_backlog: 5_000,
                 slow_delay: Duration::from_secs(2),
+                hol_backlog: 10_000,
+                hol_fast_tasks: 10_000,
                 cancels: 200,
                 scale_small: 1_000,
                 scale_large: 1_000_000,

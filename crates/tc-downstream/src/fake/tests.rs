@@ -191,3 +191,26 @@ async fn the_server_answers_over_http_and_sees_a_client_close() {
     assert_eq!(script.abandoned(), 1);
     assert_eq!(script.read(|r| r.connections()), 1);
 }
+
+/// A second loopback host (Linux routes all of 127.0.0.0/8 to lo): the
+/// server listens there and its url names it, so two fakes can be two
+/// destinations that differ by host.
+#[tokio::test]
+async fn the_server_can_listen_on_another_loopback_host() {
+    let script = Script::new();
+    let ip: std::net::IpAddr = [127, 0, 0, 2].into();
+    let server = FakeServer::start_on(Arc::clone(&script), ip).await.unwrap();
+    assert_eq!(server.addr().ip(), ip);
+    assert_eq!(
+        server.url(),
+        format!("http://127.0.0.2:{}", server.addr().port())
+    );
+    let mut conn = TcpStream::connect(server.addr()).await.unwrap();
+    conn.write_all(b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = vec![0; 1024];
+    let n = conn.read(&mut answer).await.unwrap();
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200 "));
+    assert_eq!(script.calls("/x").len(), 1);
+}

@@ -45,48 +45,12 @@ img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'n
 const APP_CSS: &str = include_str!("assets/app.css");
 const APP_JS: &str = include_str!("assets/app.js");
 
-/// One destination as the overview lists it (issue 12's destinations).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DestinationRow {
-    /// `host:port`.
-    pub destination: String,
-    /// The circuit breaker's state (`closed`, `open`, `half_open`).
-    pub breaker: String,
-    /// Tasks held back for this destination (rate limit, breaker, pause).
-    pub held: u64,
-    /// Calls to it in flight.
-    pub in_flight: u64,
-    /// Whether an operator paused it.
-    pub paused: bool,
-}
-
-/// Where the overview reads destinations from.
-// TODO(issue 12): the integrator implements this over the destinations'
-// registry (GET /destinations) and passes it in `DashboardSources`; until
-// then the overview has no destinations section.
-pub trait DestinationSource: Send + Sync + 'static {
-    /// Every known destination, in the order to show them.
-    fn destinations(&self) -> Vec<DestinationRow>;
-}
-
 /// What the overview shows beyond the store and the metrics registry,
 /// handed in by whoever wires the service ([`App::with_dashboard`]).
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct DashboardSources {
     /// The worker's `--concurrency`, shown beside the calls in flight.
     pub concurrency: Option<usize>,
-    /// Destinations with their breaker state and held counts; `None` hides
-    /// the section.
-    pub destinations: Option<Arc<dyn DestinationSource>>,
-}
-
-impl std::fmt::Debug for DashboardSources {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DashboardSources")
-            .field("concurrency", &self.concurrency)
-            .field("destinations", &self.destinations.is_some())
-            .finish()
-    }
 }
 
 /// The dashboard's state inside [`App`].

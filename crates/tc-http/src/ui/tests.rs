@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request};
 use http_body_util::{BodyExt, Full};
 use prometheus_client::registry::Registry;
+use tc_model::destination::{ClaimGate, DestinationUpdate};
 use tc_model::store::{Completion, StoreError, TaskStore};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_testkit::memory_store::MemoryStore;
@@ -21,6 +22,8 @@ const NOW: Timestamp = Timestamp::from_millis(1_767_323_045_678);
 struct StillControl {
     store: Arc<MemoryStore>,
     changes: tokio::sync::broadcast::Sender<(TaskId, State)>,
+    /// Destinations whose breaker the worker would report open.
+    open_breakers: std::sync::Mutex<Vec<String>>,
 }
 
 impl Control for StillControl {
@@ -36,8 +39,17 @@ impl Control for StillControl {
         self.changes.subscribe()
     }
     fn destinations_changed(&self) {}
-    fn destination_state(&self, _: &str) -> crate::DestinationRuntime {
-        crate::DestinationRuntime::default()
+    fn destination_state(&self, destination: &str) -> crate::DestinationRuntime {
+        let open = self
+            .open_breakers
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|d| d == destination);
+        crate::DestinationRuntime {
+            breaker: if open { "open" } else { "closed" },
+            ..Default::default()
+        }
     }
 }
 
@@ -51,6 +63,7 @@ fn fixture(token: Option<&str>) -> Fixture {
     let control = StillControl {
         store: Arc::clone(&store),
         changes: tokio::sync::broadcast::channel(8).0,
+        open_breakers: std::sync::Mutex::default(),
     };
     let config = HttpConfig {
         api_token: token.map(str::to_owned),
@@ -59,7 +72,6 @@ fn fixture(token: Option<&str>) -> Fixture {
     let app = App::new(Arc::clone(&store), control, config, Registry::default()).with_dashboard(
         crate::DashboardSources {
             concurrency: Some(8),
-            destinations: None,
         },
     );
     Fixture { app, store }
@@ -87,6 +99,28 @@ impl Fixture {
             headers,
             body: String::from_utf8_lossy(&body).into_owned(),
         }
+    }
+
+    /// A pending task for `url`.
+    async fn pending(&self, url: &str, key: &str) -> TaskId {
+        let new = NewTask::new(
+            url.into(),
+            b"{}".to_vec(),
+            key.into(),
+            1,
+            Duration::from_secs(1),
+            &Limits::default(),
+        )
+        .unwrap();
+        self.store.submit(new, NOW).await.unwrap().task.id
+    }
+
+    /// Applies a settings change to a destination.
+    async fn set(&self, destination: &str, update: DestinationUpdate) {
+        self.store
+            .update_destination(destination.into(), update, NOW)
+            .await
+            .unwrap();
     }
 
     /// A finished task whose result (and key) is `<script>`-laden.
@@ -389,6 +423,110 @@ async fn the_overview_counts_states_and_charts_submits() {
     assert!(body.contains(r#"id="total-failed">1<"#), "{body}");
     assert!(body.contains("of 8 (--concurrency)"), "{body}");
     assert!(body.contains("waiting "), "the pending task is due: {body}");
+}
+
+/// The overview's destinations: the busiest 20 by pending tasks, each with
+/// its breaker, in flight against its cap, pending and why it is held; the
+/// rest counted.
+#[tokio::test]
+async fn the_overview_lists_the_busiest_destinations_with_breaker_and_holds() {
+    let f = fixture(None);
+    let section = |body: &str| {
+        body.split(r#"id="destinations""#)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no destinations section: {body}"))
+            .to_owned()
+    };
+    let body = f.call("GET", "/ui/fragment/overview", &[], "").await.body;
+    assert!(section(&body).contains("No destination yet"), "{body}");
+
+    // busy: 6 tasks, 2 of them running, at its cap of 2.
+    for i in 0..6 {
+        f.pending("http://busy.test/x", &format!("busy-{i}")).await;
+    }
+    let claimed = f
+        .store
+        .claim_due(2, NOW, Duration::from_secs(60), ClaimGate::default())
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    f.set(
+        "busy.test:80",
+        DestinationUpdate {
+            max_in_flight: Some(Some(2)),
+            rate_per_s: Some(Some(2.5)),
+            burst: Some(Some(7)),
+            ..Default::default()
+        },
+    )
+    .await;
+    // paused: 3 pending; broken: 2 pending behind an open breaker.
+    for i in 0..3 {
+        f.pending("http://paused.test/x", &format!("paused-{i}"))
+            .await;
+    }
+    f.set(
+        "paused.test:80",
+        DestinationUpdate {
+            paused: Some(true),
+            ..Default::default()
+        },
+    )
+    .await;
+    for i in 0..2 {
+        f.pending("https://broken.test/x", &format!("broken-{i}"))
+            .await;
+    }
+    f.app
+        .control()
+        .open_breakers
+        .lock()
+        .unwrap()
+        .push("broken.test:443".into());
+    // 22 quiet ones with one task each: 25 destinations in all.
+    for i in 0..22 {
+        f.pending(&format!("http://quiet{i:02}.test/x"), &format!("q-{i}"))
+            .await;
+    }
+
+    let body = section(&f.call("GET", "/ui/fragment/overview", &[], "").await.body);
+    let rows: Vec<&str> = body.split("<tr data-destination=").skip(1).collect();
+    assert_eq!(rows.len(), super::pages::destinations::SHOWN, "{body}");
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r.starts_with(&format!("\"{name}\"")))
+            .unwrap_or_else(|| panic!("no row for {name}: {body}"))
+    };
+    // Most pending first.
+    for (i, name) in ["busy.test:80", "paused.test:80", "broken.test:443"]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            rows[i].starts_with(&format!("\"{name}\"")),
+            "row {i}: {body}"
+        );
+    }
+    let busy = row("busy.test:80");
+    assert!(
+        busy.contains(r#"class="num in-flight">2<span class="muted"> / 2</span>"#),
+        "{busy}"
+    );
+    assert!(busy.contains(r#"class="num pending">4<"#), "{busy}");
+    assert!(busy.contains("at its cap"), "{busy}");
+    assert!(busy.contains("2.5/s, burst 7"), "{busy}");
+    assert!(busy.contains("badge breaker-closed"), "{busy}");
+    let paused = row("paused.test:80");
+    assert!(paused.contains(r#"class="held">paused<"#), "{paused}");
+    let broken = row("broken.test:443");
+    assert!(broken.contains("badge breaker-open"), "{broken}");
+    assert!(broken.contains("breaker open"), "{broken}");
+    assert!(
+        broken.contains(r#"href="/ui/tasks?destination=broken.test%3A443""#),
+        "{broken}"
+    );
+    // 25 destinations, 20 shown.
+    assert!(body.contains(r#"id="destinations-more">5 more"#), "{body}");
 }
 
 #[tokio::test]

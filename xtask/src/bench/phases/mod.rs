@@ -1,9 +1,10 @@
-//! The six measurements, in order, each beside its ceiling: one file per
+//! The measurements, in order, each beside its ceiling: one file per
 //! phase, sharing the run's state ([`Bench`]), the load generator
 //! ([`super::load`]) and the one fake downstream ([`super::downstream`]).
 
 mod cancel;
 mod end_to_end;
+mod head_of_line;
 mod naive_peer;
 mod nodes;
 mod operations;
@@ -126,6 +127,7 @@ fn run_with(plan: Plan, tc_server: &Path, out_dir: &Path, nodes: bool) -> Result
         bench.phase("5 scale", Bench::scale).await;
         bench.phase("6 naive peer", Bench::naive_peer).await;
         bench.phase("8 operations", Bench::operations).await;
+        bench.phase("9 head of line", Bench::head_of_line).await;
     });
     drop(runtime);
 

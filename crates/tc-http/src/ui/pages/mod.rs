@@ -2,6 +2,7 @@
 //! swaps in every 2 s) and the page around it.
 
 pub(crate) mod bulk;
+pub(crate) mod destinations;
 pub(crate) mod login;
 pub(crate) mod overview;
 pub(crate) mod task;

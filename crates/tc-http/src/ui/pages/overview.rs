@@ -8,8 +8,8 @@ use tc_model::store::TaskStore;
 use super::{Nav, Rendered, duration_text, layout};
 use crate::app::App;
 use crate::control::Control;
+use crate::ui::Ctx;
 use crate::ui::activity::{Buckets, Series, WINDOW_SECONDS, quantile};
-use crate::ui::{Ctx, DestinationRow};
 
 /// The histogram the latency comes from (the worker's, in the shared
 /// registry).
@@ -60,7 +60,7 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &App<S, C>) -> Rende
     let p99 = quantile(&window, 0.99);
     let calls: u64 = window.last().map_or(0, |b| b.1);
     let concurrency = ui.sources.concurrency;
-    let destinations = ui.sources.destinations.as_ref().map(|d| d.destinations());
+    let destinations = super::destinations::section(app, now).await;
     let states = [
         State::Pending,
         State::Running,
@@ -130,9 +130,7 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &App<S, C>) -> Rende
                 }
             }
         }
-        @if let Some(rows) = destinations {
-            (destinations_table(&rows))
-        }
+        (destinations)
     })
 }
 
@@ -306,32 +304,6 @@ fn nice_ceiling(top: f64) -> f64 {
         }
     }
     10.0 * magnitude
-}
-
-fn destinations_table(rows: &[DestinationRow]) -> Markup {
-    html! {
-        section.panel {
-            h2 { "Destinations" }
-            @if rows.is_empty() {
-                p.muted { "No destination has been called yet." }
-            } @else {
-                table.list {
-                    thead { tr { th { "destination" } th { "breaker" } th { "held" } th { "in flight" } th { "paused" } } }
-                    tbody {
-                        @for r in rows {
-                            tr {
-                                td { a href={ "/ui/tasks?destination=" (super::encode(&r.destination)) } { (r.destination) } }
-                                td { span class={ "badge breaker-" (r.breaker) } { (r.breaker) } }
-                                td { (r.held) }
-                                td { (r.in_flight) }
-                                td { @if r.paused { "paused" } @else { "no" } }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
