@@ -181,7 +181,7 @@ pub(crate) const DESTINATION_HEADER: [&str; 9] = [
     "RATE/S",
     "BURST",
     "BREAKER",
-    "LAST ERROR",
+    "LAST OUTCOME",
 ];
 
 /// One destination as a table row.
@@ -199,7 +199,7 @@ pub(crate) fn destination_row(d: &Value) -> Vec<Cell> {
         Cell::new(&text(field(d, "rate_per_s"))),
         Cell::new(&text(field(d, "burst"))),
         breaker_cell(d),
-        Cell::new(&last_error(d)),
+        Cell::new(&last_outcome(d)),
     ]
 }
 
@@ -213,14 +213,16 @@ fn breaker_cell(d: &Value) -> Cell {
     Cell::styled(breaker, style)
 }
 
-fn last_error(d: &Value) -> String {
+/// The last call's error and status, or its status alone when it had no
+/// error (a 200 is an outcome, not an error).
+fn last_outcome(d: &Value) -> String {
     match (
         field(d, "last_error").as_str(),
         field(d, "last_status").as_u64(),
     ) {
         (Some(error), Some(status)) => format!("{error} ({status})"),
         (Some(error), None) => error.to_owned(),
-        (None, Some(status)) => status.to_string(),
+        (None, Some(status)) => format!("HTTP {status}"),
         (None, None) => NONE.to_owned(),
     }
 }
@@ -245,7 +247,7 @@ pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
         row("pending", text(field(d, "pending"))),
         vec![Cell::new("breaker"), breaker_cell(d)],
         row("backoff until", when(field(d, "backoff_until"), now)),
-        row("last error", last_error(d)),
+        row("last outcome", last_outcome(d)),
     ]
 }
 
@@ -368,7 +370,7 @@ mod tests {
         let mut table = Table::new(&DESTINATION_HEADER);
         assert_eq!(
             table.render(&[destination_row(&d)], false),
-            "DESTINATION     PAUSED  IN FLIGHT  PENDING  MAX IN FLIGHT  RATE/S  BURST  BREAKER  LAST ERROR\n\
+            "DESTINATION     PAUSED  IN FLIGHT  PENDING  MAX IN FLIGHT  RATE/S  BURST  BREAKER  LAST OUTCOME\n\
              127.0.0.1:9000  paused  1          7        4              2.5     3      open     http_503 (503)\n"
         );
         let fields = Table::plain().render(&destination_fields(&d, now()), false);
