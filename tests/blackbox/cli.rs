@@ -11,15 +11,6 @@ fn cli(s: &Setup) -> Cli {
     Cli::new(&s.server.base_url())
 }
 
-/// The downstream's `host:port`, a task's destination.
-fn destination(s: &Setup) -> String {
-    s.down
-        .url("")
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned()
-}
-
 /// Submits through the API a task that will fail on its one try (400):
 /// its id.
 async fn failing_task(s: &Setup, key: &str) -> String {
@@ -233,7 +224,7 @@ async fn list_filters_and_follows_every_page() {
         s.api.wait_terminal(id).await;
     }
     let every: Vec<&String> = ok.iter().chain(&failed).collect();
-    let dest = destination(&s);
+    let dest = s.down.destination();
     let c = cli(&s);
 
     // (arguments, the ids listed in order)
@@ -537,7 +528,7 @@ async fn destinations_are_listed_set_paused_and_resumed() {
     let s = support::start().await;
     let id = s.api.submit_new(&s.down.url("/ok"), "to-dest").await;
     s.api.wait_terminal(&id).await;
-    let dest = destination(&s);
+    let dest = s.down.destination();
     let c = cli(&s);
     let api_view = |s: &Setup| {
         let api = s.api.clone();
