@@ -77,22 +77,9 @@ async fn submit_many(api: &Api, url: &str, prefix: &str, n: usize, timeout_ms: u
     }
 }
 
-/// Calls `probe` every 50 ms until it returns `Some`, for at most
-/// [`PATIENCE`] (and a bounded number of rounds).
-async fn poll<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
-    for _ in 0..10_000 {
-        if let Some(found) = probe().await {
-            return found;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {PATIENCE:?}"
-        );
-        tick.tick().await;
-    }
-    panic!("{what}: not after 10000 polls")
+/// [`support::poll`] every 50 ms for at most [`PATIENCE`].
+async fn poll<T>(what: &str, probe: impl AsyncFnMut() -> Result<T, String>) -> T {
+    support::poll(what, PATIENCE, Duration::from_millis(50), probe).await
 }
 
 /// Every task of a destination, in any state, paging through the list.
@@ -171,7 +158,11 @@ async fn a_hanging_destination_holds_its_cap_while_every_task_of_another_finishe
             count(&held, "pending") >= HANGING as u64 - CAP,
             "the backlog shrank though no call ended: {held}"
         );
-        (count(&quick, "pending") + count(&quick, "in_flight") == 0).then_some(())
+        if count(&quick, "pending") + count(&quick, "in_flight") == 0 {
+            Ok(())
+        } else {
+            Err(quick.to_string())
+        }
     })
     .await;
     assert!(looks >= 1);
@@ -188,7 +179,11 @@ async fn a_hanging_destination_holds_its_cap_while_every_task_of_another_finishe
     hanging.requests_arrived(CAP as usize).await;
     let held = poll("the cap filled", async || {
         let view = destination(&s.api, &slow).await;
-        (count(&view, "in_flight") == CAP).then_some(view)
+        if count(&view, "in_flight") == CAP {
+            Ok(view)
+        } else {
+            Err(view.to_string())
+        }
     })
     .await;
     assert_eq!(count(&held, "pending"), HANGING as u64 - CAP, "{held}");
@@ -237,7 +232,11 @@ async fn a_hanging_destination_holds_its_cap_while_every_task_of_another_finishe
     let held = poll("the cap filled again", async || {
         let view = destination(&s.api, &slow).await;
         assert!(count(&view, "in_flight") <= CAP, "over the cap: {view}");
-        (count(&view, "in_flight") == CAP).then_some(view)
+        if count(&view, "in_flight") == CAP {
+            Ok(view)
+        } else {
+            Err(view.to_string())
+        }
     })
     .await;
     assert_eq!(count(&held, "pending"), HANGING as u64 - CAP, "{held}");

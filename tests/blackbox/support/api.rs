@@ -206,26 +206,22 @@ impl Api {
         .await
     }
 
-    /// Polls the task until it is in a terminal state. The server is another
-    /// process, so its state is only observable through the API; the loop
-    /// is bounded in rounds and time.
+    /// Polls the task until it is in a terminal state (bounded in rounds
+    /// and time: [`super::poll`]).
     pub(crate) async fn wait_terminal(&self, id: &str) -> Value {
-        let deadline = tokio::time::Instant::now() + GUARD;
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        for _ in 0..10_000 {
+        let terminal = async || {
             let task = self.task(id).await;
-            if matches!(
-                task["state"].as_str(),
-                Some("success" | "failed" | "canceled")
-            ) {
-                return task;
+            match task["state"].as_str() {
+                Some("success" | "failed" | "canceled") => Ok(task),
+                _ => Err(task.to_string()),
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "task {id} not terminal within 30 s: {task}"
-            );
-            tick.tick().await;
-        }
-        panic!("task {id} not terminal after 10000 polls")
+        };
+        super::poll(
+            &format!("task {id} terminal"),
+            GUARD,
+            Duration::from_millis(20),
+            terminal,
+        )
+        .await
     }
 }

@@ -6,6 +6,8 @@ pub(crate) mod cli;
 pub(crate) mod downstream;
 pub(crate) mod server;
 
+use std::time::Duration;
+
 use tempfile::TempDir;
 
 pub(crate) use api::Api;
@@ -52,4 +54,30 @@ impl Setup {
         self.server = self.config.start().await;
         self.api = Api::new(self.server.base_url());
     }
+}
+
+/// Calls `probe` every `every` until it returns `Ok`, for at most `patience`
+/// and 10,000 rounds. The server is another process, so its state is
+/// observable only by asking its API; `Err` says what the probe saw, and
+/// the last one is in the failure's message.
+pub(crate) async fn poll<T>(
+    what: &str,
+    patience: Duration,
+    every: Duration,
+    mut probe: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut tick = tokio::time::interval(every);
+    for _ in 0..10_000 {
+        let seen = match probe().await {
+            Ok(found) => return found,
+            Err(seen) => seen,
+        };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {patience:?}; last seen: {seen}"
+        );
+        tick.tick().await;
+    }
+    panic!("{what}: not after 10000 polls")
 }
