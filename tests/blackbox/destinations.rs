@@ -82,27 +82,6 @@ async fn poll<T>(what: &str, probe: impl AsyncFnMut() -> Result<T, String>) -> T
     support::poll(what, PATIENCE, Duration::from_millis(50), probe).await
 }
 
-/// Every task of a destination, in any state, paging through the list.
-async fn tasks_of(api: &Api, destination: &str) -> Vec<Value> {
-    let mut tasks = Vec::new();
-    let mut after: Option<String> = None;
-    for _ in 0..1000 {
-        let mut path = format!("/tasks?destination={destination}&limit=500");
-        if let Some(cursor) = &after {
-            path.push_str(&format!("&after={cursor}"));
-        }
-        let page = api.get(&path).await;
-        assert_eq!(page.status, 200, "{:?}", page.body);
-        let page = page.json();
-        tasks.extend(page["tasks"].as_array().cloned().unwrap());
-        match page["next"].as_str() {
-            Some(next) => after = Some(next.to_owned()),
-            None => return tasks,
-        }
-    }
-    panic!("more than 1000 pages of tasks for {destination}")
-}
-
 #[tokio::test]
 async fn a_hanging_destination_holds_its_cap_while_every_task_of_another_finishes() {
     const CAP: u64 = 3;
@@ -167,7 +146,7 @@ async fn a_hanging_destination_holds_its_cap_while_every_task_of_another_finishe
     .await;
     assert!(looks >= 1);
 
-    let done = tasks_of(&s.api, &fast).await;
+    let done = s.api.list_all(&format!("destination={fast}")).await;
     assert_eq!(done.len(), INSTANT);
     for task in &done {
         assert_eq!(task["state"], "success", "{task}");

@@ -156,40 +156,24 @@ async fn sigkill_loses_no_acknowledged_task() {
         assert!(matches!(reply.status, 200 | 201), "{key}: {}", reply.status);
         assert_eq!(s.api.wait_terminal(&reply.id()).await["state"], "success");
     }
+    let every = s.api.list_all("").await;
     let mut listed = BTreeSet::new();
-    let mut path = "/tasks?limit=500".to_owned();
-    for _ in 0..10 {
-        let page = s.api.get(&path).await.json();
-        for t in page["tasks"].as_array().unwrap() {
-            assert_eq!(t["state"], "success", "{t}");
-            listed.insert(t["idempotency_key"].as_str().unwrap().to_owned());
-        }
-        match page["next"].as_str() {
-            Some(next) => path = format!("/tasks?limit=500&after={next}"),
-            None => break,
-        }
+    for t in &every {
+        assert_eq!(t["state"], "success", "{t}");
+        listed.insert(t["idempotency_key"].as_str().unwrap().to_owned());
     }
     assert_eq!(listed.len(), TASKS, "one task per key, none lost");
 
     // Every delivery carried its own task's key and id.
-    let ids: BTreeMap<String, String> = {
-        let mut ids = BTreeMap::new();
-        let mut path = "/tasks?limit=500".to_owned();
-        for _ in 0..10 {
-            let page = s.api.get(&path).await.json();
-            for t in page["tasks"].as_array().unwrap() {
-                ids.insert(
-                    t["idempotency_key"].as_str().unwrap().to_owned(),
-                    t["id"].as_str().unwrap().to_owned(),
-                );
-            }
-            match page["next"].as_str() {
-                Some(next) => path = format!("/tasks?limit=500&after={next}"),
-                None => break,
-            }
-        }
-        ids
-    };
+    let ids: BTreeMap<String, String> = every
+        .iter()
+        .map(|t| {
+            (
+                t["idempotency_key"].as_str().unwrap().to_owned(),
+                t["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
     let requests = s.down.requests();
     assert!(requests.len() >= TASKS);
     for r in &requests {

@@ -206,6 +206,29 @@ impl Api {
         .await
     }
 
+    /// Every task `GET /tasks` lists under `filter` (query pairs such as
+    /// `destination=…`, or empty), following `next` through every page of
+    /// 500, at most 1000 pages.
+    pub(crate) async fn list_all(&self, filter: &str) -> Vec<Value> {
+        let first = match filter {
+            "" => "/tasks?limit=500".to_owned(),
+            _ => format!("/tasks?{filter}&limit=500"),
+        };
+        let mut path = first.clone();
+        let mut tasks = Vec::new();
+        for _ in 0..1000 {
+            let page = self.get(&path).await;
+            assert_eq!(page.status, 200, "{path}: {:?}", page.body);
+            let page = page.json();
+            tasks.extend(page["tasks"].as_array().cloned().unwrap());
+            match page["next"].as_str() {
+                Some(next) => path = format!("{first}&after={next}"),
+                None => return tasks,
+            }
+        }
+        panic!("more than 1000 pages of {first}")
+    }
+
     /// Polls the task until it is in a terminal state (bounded in rounds
     /// and time: [`super::poll`]).
     pub(crate) async fn wait_terminal(&self, id: &str) -> Value {
