@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{Method, StatusCode};
 use serde_json::{Map, Value};
+use tc_model::{TaskId, Timestamp};
 
 use super::args::{BulkArgs, FilterArgs, ListArgs, RetryArgs, SubmitArgs};
 use super::error::ClientError;
@@ -65,18 +66,16 @@ pub(crate) async fn submit(api: &Api, out: &Out, args: &SubmitArgs) -> Result<()
     Ok(())
 }
 
-/// A new idempotency key: a UUID v7 (time-ordered, so keys sort by when they
-/// were made).
+/// A new idempotency key: a UUID v7 made as task ids are ([`TaskId::new`]),
+/// time-ordered, so keys sort by when they were made.
 fn new_key() -> Result<String, ClientError> {
     let mut random = [0u8; 10];
     getrandom::fill(&mut random)
         .map_err(|e| ClientError::Local(format!("cannot generate a key: no entropy: {e}")))?;
     let millis = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Ok(uuid::Builder::from_unix_timestamp_millis(millis, &random)
-        .into_uuid()
-        .to_string())
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Ok(TaskId::new(Timestamp::from_millis(millis), random).to_string())
 }
 
 /// `POST /tasks`'s body. The payload goes in as written (serde_json's map
@@ -441,8 +440,8 @@ mod tests {
         let a = new_key().unwrap();
         let b = new_key().unwrap();
         assert_ne!(a, b);
-        let uuid: uuid::Uuid = a.parse().unwrap();
-        assert_eq!(uuid.get_version_num(), 7);
+        let id: TaskId = a.parse().unwrap();
+        assert_eq!(id.as_uuid().get_version_num(), 7);
     }
 
     #[test]
