@@ -133,6 +133,12 @@ pub(crate) fn state_style(state: &str) -> Style {
     }
 }
 
+/// A task state from the server, made safe to print and coloured by what
+/// it means when `colour`.
+pub(crate) fn paint_state(state: &str, colour: bool) -> String {
+    paint(&sanitize(state), state_style(state), colour)
+}
+
 /// Colours only for a terminal, and never with `NO_COLOR` set to anything
 /// but the empty string (<https://no-color.org>).
 pub(crate) fn wants_colour(stdout_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {

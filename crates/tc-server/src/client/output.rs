@@ -57,6 +57,12 @@ impl Out {
     pub(crate) fn paint(&self, text: &str, style: format::Style) -> String {
         format::paint(text, style, self.colour)
     }
+
+    /// A task state, made safe to print and coloured if colours are on
+    /// ([`format::paint_state`]).
+    pub(crate) fn paint_state(&self, state: &str) -> String {
+        format::paint_state(state, self.colour)
+    }
 }
 
 /// A note for the person at the terminal, on stderr.

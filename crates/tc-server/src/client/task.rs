@@ -251,7 +251,7 @@ pub(crate) async fn cancel(api: &Api, out: &Out, id: &str) -> Result<(), ClientE
         return out.json_line(&answer);
     }
     let state = field(&answer, "state").as_str().unwrap_or("unknown");
-    let painted = out.paint(state, format::state_style(state));
+    let painted = out.paint_state(state);
     let id = format::sanitize(id);
     match state {
         "canceled" => out.text(&format!("task {id} is {painted}\n")),
@@ -278,7 +278,7 @@ pub(crate) async fn retry(api: &Api, out: &Out, args: &RetryArgs) -> Result<(), 
     let mut text = format!(
         "task {} is {} again",
         format::sanitize(&args.id),
-        out.paint(state, format::state_style(state))
+        out.paint_state(state)
     );
     if let Some(run_at) = field(&task, "run_at").as_str() {
         let _ = write!(text, ", due {}", format::relative_rfc3339(run_at, out.now));

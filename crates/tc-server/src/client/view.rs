@@ -70,11 +70,7 @@ pub(crate) fn outcome_line(task: &Value, colour: bool) -> String {
     }
     format!(
         "ended {}{}\n",
-        format::paint(
-            &format::sanitize(&state),
-            format::state_style(&state),
-            colour
-        ),
+        format::paint_state(&state, colour),
         format::sanitize(&rest)
     )
 }

@@ -110,7 +110,7 @@ fn line(out: &Out, event: &Event) -> String {
         Event::State { at, state } => format!(
             "{}  state      {}\n",
             format::clock(at),
-            out.paint(&format::sanitize(state), format::state_style(state))
+            out.paint_state(state)
         ),
         Event::Started { at, n } => format!(
             "{}  attempt {}  started\n",
