@@ -402,18 +402,7 @@ async fn with_a_token_every_tasks_route_needs_it_and_healthz_stays_open() {
         s.api.with_token("wrong"),
         s.api.with_token("s3cret-and-more"),
     ] {
-        for (method, path) in &routes {
-            let reply = client
-                .send(
-                    method.clone(),
-                    path,
-                    &[("content-type", "application/json")],
-                    "{}",
-                )
-                .await;
-            assert_eq!(reply.status, 401, "{method} {path}");
-            assert_eq!(reply.error_code(), "unauthorized");
-        }
+        client.expect_unauthorized(&routes, "{}").await;
     }
     assert_eq!(authorized.get("/tasks").await.status, 200);
     assert_eq!(authorized.get(&format!("/tasks/{id}")).await.status, 200);

@@ -327,18 +327,9 @@ async fn with_a_token_the_destination_routes_need_it() {
         (Method::POST, format!("{}/resume", path_of(name))),
     ];
     for client in [s.api.clone(), s.api.with_token("wrong")] {
-        for (method, path) in &routes {
-            let reply = client
-                .send(
-                    method.clone(),
-                    path,
-                    &[("content-type", "application/json")],
-                    r#"{"paused": true}"#,
-                )
-                .await;
-            assert_eq!(reply.status, 401, "{method} {path}");
-            assert_eq!(reply.error_code(), "unauthorized");
-        }
+        client
+            .expect_unauthorized(&routes, r#"{"paused": true}"#)
+            .await;
     }
     let authorized = s.api.with_token("s3cret");
     // Nothing was paused by the refused calls.

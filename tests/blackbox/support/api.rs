@@ -161,6 +161,23 @@ impl Api {
         .await
     }
 
+    /// Sends `body` as JSON to each of `routes`, expecting every one refused
+    /// with `401 unauthorized` (this client's token missing or wrong).
+    pub(crate) async fn expect_unauthorized(&self, routes: &[(Method, String)], body: &str) {
+        for (method, path) in routes {
+            let reply = self
+                .send(
+                    method.clone(),
+                    path,
+                    &[("content-type", "application/json")],
+                    body.to_owned(),
+                )
+                .await;
+            assert_eq!(reply.status, 401, "{method} {path}");
+            assert_eq!(reply.error_code(), "unauthorized");
+        }
+    }
+
     /// `POST /tasks` with `url`, `key` and `json`.
     pub(crate) async fn submit(&self, url: &str, key: &str, payload: Value) -> Reply {
         self.post_json(
