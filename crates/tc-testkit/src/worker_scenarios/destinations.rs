@@ -16,7 +16,7 @@ use tc_downstream::Downstream;
 use tc_downstream::fake::{Call, Reply, Step};
 use tc_model::destination::{Destination, DestinationUpdate};
 use tc_model::store::TaskStore;
-use tc_model::{State, TaskId, destination_of};
+use tc_model::{State, Task, TaskId, destination_of};
 use tc_worker::{BreakerPolicy, BreakerState, WorkerConfig};
 use tokio::time::Instant;
 
@@ -113,6 +113,18 @@ async fn check_tasks<S: TaskStore, D: Downstream>(
     Ok(())
 }
 
+/// Submits a task for `url`; its call may take a minute (longer than any
+/// hold a scenario plays), so a held call never times out.
+async fn submit_to<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+    url: String,
+    key: &str,
+    max_attempts: u32,
+) -> Result<Task, String> {
+    rig.submit_url(url, key, max_attempts, Duration::from_secs(60))
+        .await
+}
+
 /// Submits one task per path on the url built by `url_of`.
 async fn submit_each<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
@@ -124,11 +136,7 @@ async fn submit_each<S: TaskStore, D: Downstream>(
     for path in paths {
         let url = url_of(&path)?;
         let key = format!("k{path}");
-        ids.push(
-            rig.submit_url(url, &key, max_attempts, Duration::from_secs(60))
-                .await?
-                .id,
-        );
+        ids.push(submit_to(rig, url, &key, max_attempts).await?.id);
     }
     Ok(ids)
 }
@@ -303,14 +311,7 @@ pub(super) async fn retry_after_holds_the_whole_destination<S: TaskStore, D: Dow
     );
     let worker = rig.spawn_worker(rig.config());
     let mut events = worker.control().subscribe();
-    let first = rig
-        .submit_url(
-            rig.url("/ra/first"),
-            "k-ra-first",
-            3,
-            Duration::from_secs(60),
-        )
-        .await?;
+    let first = submit_to(rig, rig.url("/ra/first"), "k-ra-first", 3).await?;
     worker.control().task_submitted();
     wait_for(&mut events, first.id, &[State::Pending]).await?;
     // Due now, on the host that said 429, and on another host.
@@ -415,25 +416,9 @@ pub(super) async fn breaker_opens_holds_without_attempts_probes_and_closes<
             Reply::status(200),
         )],
     );
-    let probed = rig
-        .submit_url(
-            rig.url("/brk/probed"),
-            "k-probed",
-            3,
-            Duration::from_secs(60),
-        )
-        .await?;
-    let later = rig
-        .submit_url(rig.url("/brk/later"), "k-later", 3, Duration::from_secs(60))
-        .await?;
-    let other = rig
-        .submit_url(
-            rig.other_url("/brk-other")?,
-            "k-brk-other",
-            3,
-            Duration::from_secs(60),
-        )
-        .await?;
+    let probed = submit_to(rig, rig.url("/brk/probed"), "k-probed", 3).await?;
+    let later = submit_to(rig, rig.url("/brk/later"), "k-later", 3).await?;
+    let other = submit_to(rig, rig.other_url("/brk-other")?, "k-brk-other", 3).await?;
     control.task_submitted();
     wait_terminal(&mut events, other.id).await?;
     check_tasks(rig, &[other.id], State::Success, 1).await?;
@@ -563,22 +548,8 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<S: TaskStore,
 
     // Held by a pause: a claim that ran the other host's task passed it over.
     update(rig, &main, paused(true)).await?;
-    let parked = rig
-        .submit_url(
-            rig.url("/held/paused"),
-            "k-parked",
-            3,
-            Duration::from_secs(60),
-        )
-        .await?;
-    let marker = rig
-        .submit_url(
-            rig.other_url("/held/marker-1")?,
-            "k-marker-1",
-            3,
-            Duration::from_secs(60),
-        )
-        .await?;
+    let parked = submit_to(rig, rig.url("/held/paused"), "k-parked", 3).await?;
+    let marker = submit_to(rig, rig.other_url("/held/marker-1")?, "k-marker-1", 3).await?;
     control.task_submitted();
     wait_terminal(&mut events, marker.id).await?;
     check_tasks(rig, &[parked.id], State::Pending, 0).await?;
@@ -591,14 +562,7 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<S: TaskStore,
     // Held by an open breaker (one failure opens it here).
     rig.script
         .plan("/held/fail", [Step::Reply(Reply::status(500))]);
-    let failing = rig
-        .submit_url(
-            rig.other_url("/held/fail")?,
-            "k-fail",
-            1,
-            Duration::from_secs(60),
-        )
-        .await?;
+    let failing = submit_to(rig, rig.other_url("/held/fail")?, "k-fail", 1).await?;
     control.task_submitted();
     wait_terminal(&mut events, failing.id).await?;
     let breaker = || control.destination_state(&other).breaker;
@@ -607,26 +571,12 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<S: TaskStore,
         "breaker {:?} after a failure",
         breaker()
     );
-    let tripped = rig
-        .submit_url(
-            rig.other_url("/held/breaker")?,
-            "k-tripped",
-            3,
-            Duration::from_secs(60),
-        )
-        .await?;
+    let tripped = submit_to(rig, rig.other_url("/held/breaker")?, "k-tripped", 3).await?;
     // The paused host resumes; a claim that runs its next task passed over
     // the breaker-held one.
     update(rig, &main, paused(false)).await?;
     control.destinations_changed();
-    let marker = rig
-        .submit_url(
-            rig.url("/held/marker-2"),
-            "k-marker-2",
-            3,
-            Duration::from_secs(60),
-        )
-        .await?;
+    let marker = submit_to(rig, rig.url("/held/marker-2"), "k-marker-2", 3).await?;
     control.task_submitted();
     wait_terminal(&mut events, marker.id).await?;
     check_tasks(rig, &[tripped.id], State::Pending, 0).await?;
@@ -639,14 +589,7 @@ pub(super) async fn held_tasks_cancel_at_once_and_are_never_called<S: TaskStore,
 
     // Once the breaker lets a probe through, the host takes calls again:
     // still none for the canceled task.
-    let probe = rig
-        .submit_url(
-            rig.other_url("/held/marker-3")?,
-            "k-marker-3",
-            3,
-            Duration::from_secs(60),
-        )
-        .await?;
+    let probe = submit_to(rig, rig.other_url("/held/marker-3")?, "k-marker-3", 3).await?;
     control.task_submitted();
     wait_for_within(
         &mut events,
