@@ -243,13 +243,7 @@ fn at(ms: i64) -> Timestamp {
 }
 
 fn new_task(key: &str) -> NewTask {
-    task_with(
-        key,
-        URL,
-        format!("{{\"key\":\"{key}\"}}").as_bytes(),
-        3,
-        5_000,
-    )
+    task_for(URL, key)
 }
 
 fn task_with(key: &str, url: &str, body: &[u8], max_attempts: u32, timeout_ms: u64) -> NewTask {
@@ -2492,17 +2486,7 @@ pub async fn bulk_actions_apply_to_what_their_filter_covers<S: TaskStore>(store:
 /// all of them, chunk after chunk.
 pub async fn bulk_actions_go_past_one_chunk<S: TaskStore>(store: S) -> Verdict {
     let n = BULK_CHUNK + 7;
-    let batch: Vec<NewTask> = (0..n).map(|i| new_task(&format!("many-{i}"))).collect();
-    let mut submitted = Vec::new();
-    for chunk in batch.chunks(500) {
-        for result in store
-            .submit_many(chunk.to_vec(), at(0))
-            .await
-            .step("submit_many")?
-        {
-            submitted.push(result.map_err(|e| format!("submit: {e}"))?.task.id);
-        }
-    }
+    let submitted = create_many(&store, URL, "many", n, at(0)).await?;
     let pending = TaskFilter::state(Some(State::Pending));
     let canceled = store
         .bulk(BulkAction::Cancel, pending, false, at(10))
