@@ -176,10 +176,9 @@ impl Bench {
         let mut conn = Conn::open(endpoint.addr).await?;
         self.warm_up(&endpoint, &mut conn, fast).await?;
         let slow = backlog.as_ref().map(|b| b.down.destination());
-        if let Some(b) = &backlog {
-            let slow = b.down.destination();
+        if let (Some(b), Some(slow)) = (&backlog, &slow) {
             if let Some(cap) = b.cap {
-                put_cap(&mut conn, &endpoint, &slow, cap).await?;
+                put_cap(&mut conn, &endpoint, slow, cap).await?;
             }
             let submitted = self
                 .submit_batch(&endpoint, &b.down.url(), "slow", plan.hol_backlog)
@@ -197,7 +196,7 @@ impl Bench {
             let share = b.cap.unwrap_or(plan.connections as u64);
             let until = Instant::now() + plan.patience;
             loop {
-                let (pending, in_flight) = counts_of(&mut conn, &endpoint, &slow).await?;
+                let (pending, in_flight) = counts_of(&mut conn, &endpoint, slow).await?;
                 if in_flight >= share {
                     self.progress(&format!(
                         "  slow destination: {in_flight} in flight, {pending} pending"
@@ -219,21 +218,9 @@ impl Bench {
             _ => plan.patience,
         };
         let started = Instant::now();
-        let submitted = load::run(
-            &endpoint,
-            Load {
-                connections: plan.connections,
-                max_requests: n,
-                max_duration: bound,
-            },
-            load::submits(
-                fast.url(),
-                format!("fast-{name}-{}", self.clock.elapsed().as_nanos()),
-                "",
-            ),
-            load::created,
-        )
-        .await?;
+        let submitted = self
+            .submit_batch_within(&endpoint, &fast.url(), &format!("fast-{name}"), n, bound)
+            .await?;
         self.report_load("  fast tasks submitted", &submitted);
         if submitted.ok != n {
             return Err(format!(

@@ -368,12 +368,26 @@ impl Bench {
         prefix: &str,
         n: u64,
     ) -> Result<LoadResult, String> {
+        self.submit_batch_within(endpoint, url, prefix, n, self.plan.patience)
+            .await
+    }
+
+    /// [`Bench::submit_batch`] bounded by `bound` instead of the plan's
+    /// patience.
+    async fn submit_batch_within(
+        &self,
+        endpoint: &Endpoint,
+        url: &str,
+        prefix: &str,
+        n: u64,
+        bound: Duration,
+    ) -> Result<LoadResult, String> {
         load::run(
             endpoint,
             Load {
                 connections: self.plan.connections,
                 max_requests: n,
-                max_duration: self.plan.patience,
+                max_duration: bound,
             },
             load::submits(
                 url.to_owned(),
