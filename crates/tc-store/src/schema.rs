@@ -377,9 +377,10 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
         .map_err(fail("set cache_size"))?;
     migrate(&mut conn, &path)?;
     make_vacuum_incremental(&conn, &path).map_err(fail("switch auto_vacuum to incremental"))?;
-    // Every command runs in a savepoint, and SQLite keeps the old image of
-    // each page a savepoint changes in a statement journal, a temporary
-    // file by default: one pwrite per page per command. A profile of batch
+    // A command runs in a savepoint (a submit in its one all-or-nothing
+    // statement instead: writer::Undo), and SQLite keeps the old image of
+    // each page a savepoint or statement changes in a statement journal, a
+    // temporary file by default: one pwrite per page per command. A profile of batch
     // submits had the writer thread at 95% of the process, most of it in
     // those writes. In memory they are a copy; the journal lives only until
     // the savepoint is released, so it holds at most one command's pages.
