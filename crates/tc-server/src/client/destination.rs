@@ -75,13 +75,13 @@ fn show(out: &Out, destination: &Value) -> Result<(), ClientError> {
 fn settings_body(args: &SetArgs) -> Result<String, ClientError> {
     let mut body = Map::new();
     if let Some(max) = args.max_in_flight {
-        body.insert("max_in_flight".into(), setting(max, Value::from));
+        body.insert("max_in_flight".into(), setting(max));
     }
     if let Some(rate) = args.rate {
-        body.insert("rate_per_s".into(), setting(rate, Value::from));
+        body.insert("rate_per_s".into(), setting(rate));
     }
     if let Some(burst) = args.burst {
-        body.insert("burst".into(), setting(burst, Value::from));
+        body.insert("burst".into(), setting(burst));
     }
     if body.is_empty() {
         return Err(ClientError::Usage(
@@ -91,9 +91,9 @@ fn settings_body(args: &SetArgs) -> Result<String, ClientError> {
     Ok(Value::Object(body).to_string())
 }
 
-fn setting<T>(value: Setting<T>, to_json: impl Fn(T) -> Value) -> Value {
+fn setting<T: Into<Value>>(value: Setting<T>) -> Value {
     match value {
-        Setting::To(v) => to_json(v),
+        Setting::To(v) => v.into(),
         Setting::Clear => Value::Null,
     }
 }
