@@ -406,6 +406,10 @@ mod tests {
     /// calls in flight on this node.
     type Due<'a> = (&'a str, usize, Option<usize>, usize);
 
+    /// A test claim: what it shows, its size, its candidates, and each
+    /// destination's total it must take.
+    type Case<'a> = (&'a str, usize, &'a [Due<'a>], &'a [(&'a str, usize)]);
+
     /// Plays a claim of `n` over `due` (in rotation order): each take gets
     /// what the destination has left. Returns the takes in order.
     fn run_plan(n: usize, due: &[Due]) -> Vec<(String, usize)> {
@@ -457,7 +461,7 @@ mod tests {
 
     #[test]
     fn equal_loads_share_in_rotation_order() {
-        let cases: &[(&str, usize, &[Due], &[(&str, usize)])] = &[
+        let cases: &[Case] = &[
             (
                 "two backlogs",
                 8,
@@ -491,7 +495,7 @@ mod tests {
 
     #[test]
     fn the_least_loaded_destination_is_served_first() {
-        let cases: &[(&str, usize, &[Due], &[(&str, usize)])] = &[
+        let cases: &[Case] = &[
             (
                 "one slot freed beside a loaded destination",
                 1,
