@@ -6,7 +6,8 @@
 //! - The **store** applies the durable settings it holds, `paused` and
 //!   `max_in_flight` (counted from its running tasks, so on a shared
 //!   database the cap holds across nodes), and rotates claims over the
-//!   destinations that have due tasks ([`RoundRobin`]).
+//!   destinations that have due tasks, each free slot to the one with the
+//!   fewest calls in flight on the claiming node ([`FairShare`]).
 //! - The **worker** adds the holds it learns from answers (a destination's
 //!   Retry-After backoff, its circuit breaker) and its token buckets, and
 //!   passes them to each claim as a [`ClaimGate`].
@@ -151,9 +152,20 @@ pub struct ClaimGate {
     /// Where the rotation resumes: the first destination served is the one
     /// after this (in name order, wrapping around).
     pub after: Option<String>,
+    /// The claiming node's own calls in flight, by destination (those with
+    /// none may be left out). Each free slot goes to the due destination
+    /// with the fewest ([`FairShare`]), so the slots are shared fairly
+    /// between destinations with due tasks on each node: on a shared
+    /// database every node shares its own slots, as it keeps its own rates,
+    /// backoffs and breakers.
+    pub in_flight: BTreeMap<String, usize>,
 }
 
 impl ClaimGate {
+    /// The claiming node's calls in flight to `destination`.
+    pub fn in_flight(&self, destination: &str) -> usize {
+        self.in_flight.get(destination).copied().unwrap_or(0)
+    }
     /// The most tasks of `destination` a claim may take, on the worker's
     /// side (`None`: no bound but the claim's own size).
     pub fn allowance(&self, destination: &str) -> Option<usize> {
@@ -194,22 +206,30 @@ impl ClaimGate {
 /// so the cost of a claim does not grow with the number of hosts.
 pub const CLAIM_VISIT_LIMIT: usize = 256;
 
-/// Shares a claim of `n` tasks over the destinations that have due tasks,
-/// round by round: each round gives every destination still in play an
-/// equal share of what is left (at least one), within its allowance. A
-/// destination that yields fewer tasks than asked, or uses up its
-/// allowance, leaves play. So a backlog on one host takes no more than its
-/// share while any other host has due tasks.
+/// Shares a claim of `n` free slots over the destinations that have due
+/// tasks, max-min fair and work-conserving: each slot goes to the candidate
+/// with the fewest calls in flight on this node, counting the slots this
+/// claim already gave it (water-filling); ties go to the one first in
+/// rotation order. A destination within its allowance takes every slot
+/// while no other has due tasks; beside others, one that holds many slots
+/// gets none until the others have caught up. So a slow destination, whose
+/// slots come back late, cannot gather every slot of a node while a fast
+/// one has due tasks; with equal loads the slots are dealt out in rotation
+/// order, shares differing by at most one.
 ///
-/// The adapter asks [`RoundRobin::next_take`] what to claim next, claims
-/// up to that many of that destination's due tasks (oldest due first), and
-/// reports how many it got with [`RoundRobin::taken`].
+/// The adapter asks [`FairShare::next_take`] what to claim next, claims up
+/// to that many of that destination's due tasks (oldest due first), and
+/// reports how many it got with [`FairShare::taken`]. How many due tasks a
+/// destination has is learnt only then: one that yields fewer than asked
+/// leaves play, and the slots it left are shared again among the rest.
 ///
 /// ```
-/// use tc_model::destination::RoundRobin;
+/// use std::collections::BTreeMap;
+/// use tc_model::destination::FairShare;
 ///
-/// // 4 slots, two hosts: a backlog on "a", one task on "b".
-/// let mut plan = RoundRobin::new(4, vec![("a".into(), None), ("b".into(), None)]);
+/// // 4 slots, two hosts idle on this node: a backlog on "a", one task on "b".
+/// let idle = BTreeMap::new();
+/// let mut plan = FairShare::new(4, vec![("a".into(), None), ("b".into(), None)], &idle);
 /// let due = |d: &str, want: usize| if d == "a" { want } else { want.min(1) };
 /// let mut got = Vec::new();
 /// while let Some((dest, want)) = plan.next_take() {
@@ -219,32 +239,58 @@ pub const CLAIM_VISIT_LIMIT: usize = 256;
 /// }
 /// // "a" takes its share, "b" its one task, and "a" the slot "b" left over.
 /// assert_eq!(got, vec![("a".into(), 2), ("b".into(), 1), ("a".into(), 1)]);
+///
+/// // "a" already has 5 calls in flight here: a free slot goes to "b".
+/// let busy = BTreeMap::from([("a".to_owned(), 5)]);
+/// let mut plan = FairShare::new(1, vec![("a".into(), None), ("b".into(), None)], &busy);
+/// assert_eq!(plan.next_take(), Some(("b".into(), 1)));
 /// ```
 #[derive(Debug)]
-pub struct RoundRobin {
+pub struct FairShare {
+    /// Slots not handed out yet.
     remaining: usize,
-    /// This round's destinations not yet asked, and the next round's.
-    round: std::collections::VecDeque<(String, Option<usize>)>,
-    next_round: Vec<(String, Option<usize>)>,
-    share: usize,
-    asked: Option<(String, Option<usize>, usize)>,
+    /// The candidates, in rotation order.
+    players: Vec<Player>,
+    /// This round's takes not asked yet: (player, slots), in rotation order.
+    round: std::collections::VecDeque<(usize, usize)>,
+    /// The take asked last, waiting for [`FairShare::taken`].
+    asked: Option<(usize, usize)>,
 }
 
-impl RoundRobin {
-    /// A plan for `n` tasks over `candidates` in rotation order, each with
-    /// its allowance (`None`: unbounded). Candidates allowed nothing are
-    /// dropped.
-    pub fn new(n: usize, candidates: Vec<(String, Option<usize>)>) -> RoundRobin {
-        let round: std::collections::VecDeque<_> = candidates
+#[derive(Debug)]
+struct Player {
+    name: String,
+    /// What it may still take (`None`: no bound).
+    allowed: Option<usize>,
+    /// Its calls in flight on this node, with what this claim gave it.
+    load: usize,
+    /// Out of play: it had fewer due tasks than asked, or no allowance left.
+    out: bool,
+}
+
+impl FairShare {
+    /// A plan for `n` slots over `candidates` in rotation order, each with
+    /// its allowance (`None`: unbounded), given each destination's calls in
+    /// flight on this node (`in_flight`; a destination missing from it has
+    /// none). Candidates allowed nothing are out of play from the start.
+    pub fn new(
+        n: usize,
+        candidates: Vec<(String, Option<usize>)>,
+        in_flight: &BTreeMap<String, usize>,
+    ) -> FairShare {
+        let players = candidates
             .into_iter()
-            .filter(|(_, allowed)| *allowed != Some(0))
+            .map(|(name, allowed)| Player {
+                load: in_flight.get(&name).copied().unwrap_or(0),
+                out: allowed == Some(0),
+                name,
+                allowed,
+            })
             .collect();
-        let share = share_of(n, round.len());
-        RoundRobin {
+        FairShare {
             remaining: n,
-            round,
-            next_round: Vec::new(),
-            share,
+            players,
+            round: std::collections::VecDeque::new(),
             asked: None,
         }
     }
@@ -256,40 +302,57 @@ impl RoundRobin {
             return None;
         }
         if self.round.is_empty() {
-            if self.next_round.is_empty() {
-                return None;
-            }
-            self.round = std::mem::take(&mut self.next_round).into();
-            self.share = share_of(self.remaining, self.round.len());
+            self.round = self.fill().into();
         }
-        let (dest, allowed) = self.round.pop_front()?;
-        let want = self
-            .share
-            .min(self.remaining)
-            .min(allowed.unwrap_or(usize::MAX));
-        self.asked = Some((dest.clone(), allowed, want));
-        Some((dest, want))
+        let (player, want) = self.round.pop_front()?;
+        self.asked = Some((player, want));
+        Some((self.players[player].name.clone(), want))
     }
 
-    /// How many tasks the last [`RoundRobin::next_take`] yielded.
+    /// How many tasks the last [`FairShare::next_take`] yielded.
     pub fn taken(&mut self, got: usize) {
-        let Some((dest, allowed, want)) = self.asked.take() else {
+        let Some((index, want)) = self.asked.take() else {
             return;
         };
         let got = got.min(want);
         self.remaining -= got;
-        let left = allowed.map(|a| a - got);
-        if got == want && left != Some(0) {
-            self.next_round.push((dest, left));
+        let player = &mut self.players[index];
+        player.load = player.load.saturating_add(got);
+        player.allowed = player.allowed.map(|a| a - got);
+        if got < want || player.allowed == Some(0) {
+            player.out = true;
         }
     }
-}
 
-fn share_of(remaining: usize, players: usize) -> usize {
-    if players == 0 {
-        return 0;
+    /// One round of water-filling: the slots left, one by one, each to the
+    /// player in play with the lowest load (its slots this round counted),
+    /// the first in rotation order among equals. Returns each player's
+    /// slots, in rotation order, leaving out those given none.
+    fn fill(&self) -> Vec<(usize, usize)> {
+        use std::cmp::Reverse;
+        let mut given = vec![0usize; self.players.len()];
+        let mut lowest: std::collections::BinaryHeap<Reverse<(usize, usize)>> = self
+            .players
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.out)
+            .map(|(i, p)| Reverse((p.load, i)))
+            .collect();
+        for _ in 0..self.remaining {
+            let Some(Reverse((load, i))) = lowest.pop() else {
+                break;
+            };
+            given[i] += 1;
+            if self.players[i].allowed.is_none_or(|a| given[i] < a) {
+                lowest.push(Reverse((load.saturating_add(1), i)));
+            }
+        }
+        given
+            .into_iter()
+            .enumerate()
+            .filter(|(_, slots)| *slots > 0)
+            .collect()
     }
-    remaining.div_ceil(players).max(1)
 }
 
 /// Orders `names` for a claim's rotation: those after `after` first, then
@@ -339,15 +402,30 @@ pub fn parse_destination(s: &str) -> Result<String, InvalidSetting> {
 mod tests {
     use super::*;
 
-    fn run_plan(n: usize, due: &[(&str, usize, Option<usize>)]) -> Vec<(String, usize)> {
-        let mut plan = RoundRobin::new(
-            n,
-            due.iter()
-                .map(|(d, _, allowed)| ((*d).to_owned(), *allowed))
-                .collect(),
-        );
-        let mut left: BTreeMap<String, usize> =
-            due.iter().map(|(d, k, _)| ((*d).to_owned(), *k)).collect();
+    /// One candidate of a test claim: its name, due tasks, allowance and
+    /// calls in flight on this node.
+    type Due<'a> = (&'a str, usize, Option<usize>, usize);
+
+    /// A test claim: what it shows, its size, its candidates, and each
+    /// destination's total it must take.
+    type Case<'a> = (&'a str, usize, &'a [Due<'a>], &'a [(&'a str, usize)]);
+
+    /// Plays a claim of `n` over `due` (in rotation order): each take gets
+    /// what the destination has left. Returns the takes in order.
+    fn run_plan(n: usize, due: &[Due]) -> Vec<(String, usize)> {
+        let in_flight = due
+            .iter()
+            .map(|(d, _, _, busy)| ((*d).to_owned(), *busy))
+            .collect();
+        let candidates = due
+            .iter()
+            .map(|(d, _, allowed, _)| ((*d).to_owned(), *allowed))
+            .collect();
+        let mut plan = FairShare::new(n, candidates, &in_flight);
+        let mut left: BTreeMap<String, usize> = due
+            .iter()
+            .map(|(d, k, _, _)| ((*d).to_owned(), *k))
+            .collect();
         let mut got = Vec::new();
         let mut guard = 0;
         while let Some((dest, want)) = plan.next_take() {
@@ -366,64 +444,128 @@ mod tests {
         got.iter().filter(|(d, _)| d == dest).map(|(_, n)| n).sum()
     }
 
+    /// Checks a claim of `n` over `due`: each destination's total is as
+    /// `want` says, and the claim takes all it can (work-conserving).
+    fn check(case: &str, n: usize, due: &[Due], want: &[(&str, usize)]) {
+        let got = run_plan(n, due);
+        for (dest, expected) in want {
+            assert_eq!(total(&got, dest), *expected, "{case}: {dest} in {got:?}");
+        }
+        let all: usize = got.iter().map(|(_, k)| k).sum();
+        let available: usize = due
+            .iter()
+            .map(|(_, k, a, _)| (*k).min(a.unwrap_or(usize::MAX)))
+            .sum();
+        assert_eq!(all, n.min(available), "{case}: claimed in all, {got:?}");
+    }
+
     #[test]
-    fn shares_are_fair_and_fill_the_claim() {
-        // (claim size, [(destination, due tasks, allowance)], expected totals)
-        type Row<'a> = (
-            usize,
-            &'a [(&'a str, usize, Option<usize>)],
-            &'a [(&'a str, usize)],
-        );
-        let rows: &[Row] = &[
+    fn equal_loads_share_in_rotation_order() {
+        let cases: &[Case] = &[
             (
+                "two backlogs",
                 8,
-                &[("a", 100, None), ("b", 100, None)],
+                &[("a", 100, None, 0), ("b", 100, None, 0)],
                 &[("a", 4), ("b", 4)],
             ),
             (
-                8,
-                &[("a", 100, None), ("b", 1, None)],
-                &[("a", 7), ("b", 1)],
-            ),
-            (
-                8,
-                &[("a", 100, Some(2)), ("b", 100, None)],
-                &[("a", 2), ("b", 6)],
-            ),
-            (
-                8,
-                &[("a", 100, Some(0)), ("b", 3, None)],
-                &[("a", 0), ("b", 3)],
-            ),
-            (
+                "more destinations than slots: the first in rotation",
                 3,
                 &[
-                    ("a", 9, None),
-                    ("b", 9, None),
-                    ("c", 9, None),
-                    ("d", 9, None),
+                    ("a", 9, None, 0),
+                    ("b", 9, None, 0),
+                    ("c", 9, None, 0),
+                    ("d", 9, None, 0),
                 ],
                 &[("a", 1), ("b", 1), ("c", 1), ("d", 0)],
             ),
-            (0, &[("a", 9, None)], &[("a", 0)]),
-            (5, &[], &[]),
+            (
+                "an odd slot goes to the first in rotation",
+                7,
+                &[("b", 9, None, 2), ("a", 9, None, 2), ("c", 9, None, 2)],
+                &[("b", 3), ("a", 2), ("c", 2)],
+            ),
+            ("an empty claim", 0, &[("a", 9, None, 0)], &[("a", 0)]),
+            ("nothing due", 5, &[], &[]),
         ];
-        for (n, due, want) in rows {
-            let got = run_plan(*n, due);
-            for (dest, expected) in *want {
-                assert_eq!(
-                    total(&got, dest),
-                    *expected,
-                    "claim {n} over {due:?}: {got:?}"
-                );
-            }
-            let all: usize = got.iter().map(|(_, k)| k).sum();
-            let available: usize = due
-                .iter()
-                .map(|(_, k, a)| (*k).min(a.unwrap_or(usize::MAX)))
-                .sum();
-            assert_eq!(all, (*n).min(available), "claim {n} over {due:?}: {got:?}");
+        for (case, n, due, want) in cases {
+            check(case, *n, due, want);
         }
+    }
+
+    #[test]
+    fn the_least_loaded_destination_is_served_first() {
+        let cases: &[Case] = &[
+            (
+                "one slot freed beside a loaded destination",
+                1,
+                &[("slow", 100, None, 63), ("fast", 100, None, 1)],
+                &[("slow", 0), ("fast", 1)],
+            ),
+            (
+                "the others catch up first",
+                3,
+                &[("a", 10, None, 5), ("b", 10, None, 0)],
+                &[("a", 0), ("b", 3)],
+            ),
+            (
+                "then the slots are shared",
+                9,
+                &[("a", 10, None, 5), ("b", 10, None, 0)],
+                &[("a", 2), ("b", 7)],
+            ),
+            (
+                "water-filling over three levels",
+                6,
+                &[("a", 10, None, 4), ("b", 10, None, 2), ("c", 10, None, 0)],
+                &[("a", 0), ("b", 2), ("c", 4)],
+            ),
+            (
+                "the allowance bounds the least loaded",
+                4,
+                &[("a", 10, None, 5), ("b", 10, Some(1), 0)],
+                &[("a", 3), ("b", 1)],
+            ),
+            (
+                "a held destination is skipped however idle",
+                2,
+                &[("a", 10, None, 5), ("b", 10, Some(0), 0)],
+                &[("a", 2), ("b", 0)],
+            ),
+            (
+                "fewer due tasks than the share: the rest to the others",
+                6,
+                &[("a", 10, None, 3), ("b", 1, None, 0), ("c", 2, None, 0)],
+                &[("a", 3), ("b", 1), ("c", 2)],
+            ),
+            (
+                "more slots than due tasks",
+                50,
+                &[("a", 4, None, 9), ("b", 3, Some(2), 0), ("c", 0, None, 0)],
+                &[("a", 4), ("b", 2), ("c", 0)],
+            ),
+            (
+                "alone, a loaded destination takes every slot",
+                5,
+                &[("a", 100, None, 60)],
+                &[("a", 5)],
+            ),
+        ];
+        for (case, n, due, want) in cases {
+            check(case, *n, due, want);
+        }
+    }
+
+    #[test]
+    fn takes_come_in_rotation_order_round_by_round() {
+        // Round one: a (load 1) and b (load 0) level at 3: a 2, b 3; b has
+        // 1 due, so round two shares b's 2 spare slots: a takes them.
+        let got = run_plan(
+            5,
+            &[("a", 10, None, 1), ("b", 1, None, 0), ("c", 10, Some(0), 0)],
+        );
+        let want: Vec<(String, usize)> = vec![("a".into(), 2), ("b".into(), 1), ("a".into(), 2)];
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -441,12 +441,17 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Destinations ([`crate::destination`]): a paused destination's tasks
     /// are not claimed, nor more of a destination's tasks than its
     /// `max_in_flight` less its running tasks (all of them, whichever
-    /// process runs them), nor more than `gate` allows. The claim rotates
-    /// over the destinations with due tasks, starting after
-    /// [`ClaimGate::after`], sharing `n` as [`RoundRobin`] does, visiting
-    /// at most [`CLAIM_VISIT_LIMIT`] destinations.
+    /// process runs them), nor more than `gate` allows. The claim visits
+    /// the destinations with due tasks in rotation order, starting after
+    /// [`ClaimGate::after`], and shares `n` as [`FairShare`] does: each
+    /// slot to the destination with the fewest calls in flight on the
+    /// claiming node ([`ClaimGate::in_flight`]). It visits destinations
+    /// until `n` of them with none in flight there (and not held) are
+    /// found, none is left, or [`CLAIM_VISIT_LIMIT`] were visited; a store
+    /// that cannot tell a capped destination's room before it visits may
+    /// look a few further.
     ///
-    /// [`RoundRobin`]: crate::destination::RoundRobin
+    /// [`FairShare`]: crate::destination::FairShare
     /// [`CLAIM_VISIT_LIMIT`]: crate::destination::CLAIM_VISIT_LIMIT
     fn claim_due(
         &self,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use deadpool_postgres::{GenericClient, Transaction};
 use tc_model::destination::{
     CLAIM_VISIT_LIMIT, ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings,
-    DestinationUpdate, RoundRobin,
+    DestinationUpdate, FairShare,
 };
 use tc_model::store::StoreError;
 use tc_model::{Task, Timestamp};
@@ -106,12 +106,12 @@ async fn next_pending(
 
 /// The destinations with due tasks, in rotation order after `after`
 /// (wrapping), visiting at most [`CLAIM_VISIT_LIMIT`] with pending tasks
-/// and stopping once `enough` of them are found.
+/// and stopping once `enough` says so of one found.
 async fn due_destinations(
     tx: &Transaction<'_>,
     after: Option<&str>,
     now: Option<i64>,
-    enough: usize,
+    mut enough: impl FnMut(&str) -> bool,
 ) -> Result<Vec<String>, StoreError> {
     let mut found = Vec::new();
     let mut cursor: Option<String> = after.map(str::to_owned);
@@ -129,8 +129,9 @@ async fn due_destinations(
         };
         cursor = Some(name.clone());
         if due {
+            let stop = enough(&name);
             found.push(name);
-            if found.len() >= enough {
+            if stop {
                 break;
             }
         }
@@ -155,10 +156,18 @@ pub(crate) async fn claim_due(
     // "enough", or one at the front of the rotation would stop the claim
     // short of every other host: look one further for each destination
     // held by the gate, paused, or capped (whether a capped one is at its
-    // cap is known only once its row is locked, below).
+    // cap is known only once its row is locked, below). Nor may one with
+    // calls in flight on this node: a destination met later with none
+    // would be served before it (FairShare), so look on until n without.
     let may_hold = gate.held.len() + limits.len();
-    let names =
-        due_destinations(tx, gate.after.as_deref(), now, n.saturating_add(may_hold)).await?;
+    let mut idle = 0usize;
+    let names = due_destinations(tx, gate.after.as_deref(), now, |name| {
+        if gate.in_flight(name) == 0 {
+            idle += 1;
+        }
+        idle >= n.saturating_add(may_hold)
+    })
+    .await?;
     let capped: Vec<&str> = names
         .iter()
         .filter(|name| {
@@ -199,7 +208,7 @@ pub(crate) async fn claim_due(
             (name, allowed)
         })
         .collect();
-    let mut plan = RoundRobin::new(n, candidates);
+    let mut plan = FairShare::new(n, candidates, &gate.in_flight);
     let mut claimed = Vec::with_capacity(n);
     while let Some((destination, want)) = plan.next_take() {
         let got = ops::claim_of(tx, &destination, want, now, lease).await?;

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tc_model::destination::{CLAIM_VISIT_LIMIT, ClaimGate, RoundRobin};
+use tc_model::destination::{CLAIM_VISIT_LIMIT, ClaimGate, FairShare};
 use tc_model::store::{BULK_CHUNK, BulkAction, Completion, Guarded, StoreError, Submitted};
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, transit};
 
@@ -92,9 +92,9 @@ pub(crate) fn submit(
     }
 }
 
-/// Moves up to `n` due pending tasks to running, rotating over their
-/// destinations within the destinations' settings and `gate` (see the
-/// port's `claim_due`); oldest due first within a destination.
+/// Moves up to `n` due pending tasks to running, sharing them fairly over
+/// their destinations within the destinations' settings and `gate` (see
+/// the port's `claim_due`); oldest due first within a destination.
 pub(crate) fn claim_due(
     conn: &Connection,
     n: usize,
@@ -112,7 +112,9 @@ pub(crate) fn claim_due(
         let busy = running.get(name).copied().unwrap_or(0);
         gate.claim_allowance(name, limits.get(name), busy)
     };
-    // Enough destinations once n of them may each give a task.
+    // Enough destinations once n of them may each give a task and have no
+    // call in flight on this node: any other destination met later could
+    // only lose to them (FairShare serves the least loaded first).
     let mut open = 0;
     let names = destinations::due_destinations(
         conn,
@@ -120,7 +122,7 @@ pub(crate) fn claim_due(
         gate.after.as_deref(),
         CLAIM_VISIT_LIMIT,
         |name| {
-            if allowance(name) != Some(0) {
+            if allowance(name) != Some(0) && gate.in_flight(name) == 0 {
                 open += 1;
             }
             open >= n
@@ -133,7 +135,7 @@ pub(crate) fn claim_due(
             (name, allowed)
         })
         .collect();
-    let mut plan = RoundRobin::new(n, candidates);
+    let mut plan = FairShare::new(n, candidates, &gate.in_flight);
     let lease_until = now.saturating_add(lease);
     let mut claimed = Vec::with_capacity(n);
     while let Some((destination, want)) = plan.next_take() {

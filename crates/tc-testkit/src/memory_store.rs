@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tc_model::destination::{
     CLAIM_VISIT_LIMIT, ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings,
-    DestinationUpdate, RoundRobin, rotation,
+    DestinationUpdate, FairShare, rotation,
 };
 use tc_model::store::{
     BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, ListQuery, Page,
@@ -261,15 +261,22 @@ impl TaskStore for MemoryStore {
             tasks.sort_unstable();
         }
         let names: Vec<String> = due.keys().cloned().collect();
-        let candidates = rotation(&names, gate.after.as_deref())
-            .take(CLAIM_VISIT_LIMIT)
-            .map(|name| {
-                let busy = running.get(name.as_str()).copied().unwrap_or(0);
-                let allowed = gate.claim_allowance(name, t.destinations.get(name), busy);
-                (name.clone(), allowed)
-            })
-            .collect();
-        let mut plan = RoundRobin::new(n, candidates);
+        // The port's visit: on until n destinations that may give a task
+        // and have no call in flight on this node are found.
+        let mut candidates = Vec::new();
+        let mut idle = 0;
+        for name in rotation(&names, gate.after.as_deref()).take(CLAIM_VISIT_LIMIT) {
+            let busy = running.get(name.as_str()).copied().unwrap_or(0);
+            let allowed = gate.claim_allowance(name, t.destinations.get(name), busy);
+            if allowed != Some(0) && gate.in_flight(name) == 0 {
+                idle += 1;
+            }
+            candidates.push((name.clone(), allowed));
+            if idle >= n {
+                break;
+            }
+        }
+        let mut plan = FairShare::new(n, candidates, &gate.in_flight);
         let mut picked = Vec::new();
         let mut used: HashMap<String, usize> = HashMap::new();
         while let Some((dest, want)) = plan.next_take() {

@@ -117,6 +117,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         claim_skips_paused_destinations,
         claim_caps_a_destination_by_its_running_tasks,
         claim_rotates_so_a_backlog_does_not_delay_another_host,
+        claim_serves_the_destinations_with_fewest_calls_in_flight_first,
     ]
 }
 
@@ -2905,5 +2906,81 @@ pub async fn claim_rotates_so_a_backlog_does_not_delay_another_host<S: TaskStore
     );
     let wrapped = claim(&store, 1, at(13), after(DEST_B)).await?;
     ensure_eq!(ids(&wrapped), vec![more_a], "a claim of one after {DEST_B}");
+    Ok(())
+}
+
+/// Each claimed slot goes to the due destination with the fewest calls in
+/// flight on the claiming node (the gate's `in_flight`, counting what the
+/// claim already gave it), ties in rotation order: a destination first in
+/// rotation but loaded waits while another has due tasks, the claim
+/// looking past it; equal loads share by rotation; and a loaded destination
+/// alone takes every slot left (no default cap).
+pub async fn claim_serves_the_destinations_with_fewest_calls_in_flight_first<S: TaskStore>(
+    store: S,
+) -> Verdict {
+    let a = create_many(&store, URL_A, "loaded", 10, at(0)).await?;
+    let b = create_many(&store, URL_B, "idle", 10, at(1)).await?;
+    // (what the step shows, claim size, in flight on this node, tasks of A
+    // and of B it must take: each destination's oldest not yet claimed)
+    type Step<'a> = (&'a str, usize, &'a [(&'a str, usize)], usize, usize);
+    let steps: &[Step] = &[
+        (
+            "one slot beside A's 5 in flight: B's, though A comes first in rotation",
+            1,
+            &[(DEST_A, 5)],
+            0,
+            1,
+        ),
+        (
+            "three slots, A at 5 and B at 0: all to B",
+            3,
+            &[(DEST_A, 5), (DEST_B, 0)],
+            0,
+            3,
+        ),
+        (
+            "four slots, A at 5 and B at 4: B to 5, then one each by rotation, A first",
+            4,
+            &[(DEST_A, 5), (DEST_B, 4)],
+            2,
+            2,
+        ),
+        (
+            "equal loads: shared in rotation order",
+            3,
+            &[(DEST_A, 7), (DEST_B, 7)],
+            2,
+            1,
+        ),
+        (
+            "B's last 3 first, then the loaded A takes the rest",
+            8,
+            &[(DEST_A, 50)],
+            5,
+            3,
+        ),
+    ];
+    let (mut next_a, mut next_b) = (0, 0);
+    for (i, (what, n, in_flight, from_a, from_b)) in steps.iter().enumerate() {
+        let gate = ClaimGate {
+            in_flight: in_flight
+                .iter()
+                .map(|(dest, busy)| ((*dest).to_owned(), *busy))
+                .collect(),
+            ..ClaimGate::default()
+        };
+        let got = claim(&store, *n, at(10 + i as i64), gate).await?;
+        let mut got_ids = ids(&got);
+        got_ids.sort();
+        let mut want: Vec<TaskId> = a[next_a..next_a + from_a]
+            .iter()
+            .chain(&b[next_b..next_b + from_b])
+            .copied()
+            .collect();
+        want.sort();
+        ensure_eq!(got_ids, want, "{what}");
+        next_a += from_a;
+        next_b += from_b;
+    }
     Ok(())
 }

@@ -35,7 +35,8 @@ mod faults;
 
 use destinations::{
     breaker_opens_holds_without_attempts_probes_and_closes,
-    destination_cap_holds_while_other_hosts_run, destination_rate_gives_its_rate_after_the_burst,
+    default_slots_are_shared_fairly_between_hosts, destination_cap_holds_while_other_hosts_run,
+    destination_rate_gives_its_rate_after_the_burst,
     held_tasks_cancel_at_once_and_are_never_called, pause_holds_a_destination_until_resumed,
     retry_after_holds_the_whole_destination,
 };
@@ -239,6 +240,7 @@ macro_rules! worker_scenarios {
             panic_in_attempt_ends_it,
             clock_jump_mid_call_delivers_once,
             destination_cap_holds_while_other_hosts_run,
+            default_slots_are_shared_fairly_between_hosts,
             destination_rate_gives_its_rate_after_the_burst,
             retry_after_holds_the_whole_destination,
             breaker_opens_holds_without_attempts_probes_and_closes,

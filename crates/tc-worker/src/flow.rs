@@ -1,11 +1,14 @@
 //! Per-destination flow control on this worker's side: token buckets,
 //! Retry-After backoff for the whole destination, and the circuit breaker.
-//! Each claim asks for a [`ClaimGate`] built from them; the store adds the
-//! durable settings it enforces itself (paused, `max_in_flight`).
+//! Each claim asks for a [`ClaimGate`] built from them and from this
+//! worker's calls in flight per destination (the store shares the free
+//! slots fairly by them); the store adds the durable settings it enforces
+//! itself (paused, `max_in_flight`).
 //!
 //! This state is per process: on a shared database every node keeps its own
-//! buckets (a rate of 5/s on three nodes allows up to 15/s) and its own
-//! breaker, while pause and caps hold across nodes (the store counts them).
+//! buckets (a rate of 5/s on three nodes allows up to 15/s), its own
+//! breaker and its own fair sharing of its slots, while pause and caps hold
+//! across nodes (the store counts them).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -295,6 +298,15 @@ impl Flow {
                 gate.held.insert(name.clone());
             } else if let Some(n) = at_most {
                 gate.at_most.insert(name.clone(), n);
+            }
+            // The claim gives each free slot to the destination with the
+            // fewest calls in flight here, so that a slow one, whose slots
+            // come back late, cannot gather them all.
+            if dest.in_flight > 0 {
+                gate.in_flight.insert(
+                    name.clone(),
+                    usize::try_from(dest.in_flight).unwrap_or(usize::MAX),
+                );
             }
         }
         gate

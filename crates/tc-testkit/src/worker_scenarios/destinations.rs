@@ -220,6 +220,101 @@ pub(super) async fn destination_cap_holds_while_other_hosts_run<S: TaskStore, D:
     Ok(())
 }
 
+/// No settings at all: a host whose calls hang, with a backlog, has taken
+/// every slot when another host's tasks come in. Each slot that frees goes
+/// to the host with the fewest calls in flight, so the first freed slot
+/// serves the other host's tasks one after another, every one of them,
+/// while the hanging host's other calls still hang (with the slot handed
+/// out by rotation alone, the hanging host took it back at the next claim
+/// and the other host starved).
+pub(super) async fn default_slots_are_shared_fairly_between_hosts<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    const SLOTS: usize = 4;
+    const BACKLOG: usize = 50;
+    const INSTANT: usize = 20;
+    // The first hanging call answers when the gate opens: the one slot freed.
+    rig.script.plan("/hang/0", [Step::Gate(Reply::status(200))]);
+    for path in paths("/hang/", BACKLOG).skip(1) {
+        rig.script.plan(&path, [Step::Hang]);
+    }
+    let worker = rig.spawn_worker(WorkerConfig {
+        concurrency: SLOTS,
+        // The hanging calls are cut at the end, not waited for.
+        shutdown_grace: Duration::from_millis(50),
+        ..rig.config()
+    });
+    let mut events = worker.control().subscribe();
+    let calls_reach = |n: usize| {
+        rig.script.wait_for(move |r| {
+            let hanging = r.calls().iter().filter(|c| c.path.starts_with("/hang/"));
+            (hanging.count() >= n).then_some(())
+        })
+    };
+    // "/hang/0" first and alone, so that it is one of the calls in flight.
+    submit_each(rig, paths("/hang/", 1), |p| Ok(rig.url(p)), 1).await?;
+    worker.control().task_submitted();
+    guard("the first hanging call", calls_reach(1)).await?;
+    submit_each(rig, paths("/hang/", BACKLOG).skip(1), |p| Ok(rig.url(p)), 1).await?;
+    worker.control().task_submitted();
+    guard("every slot taken by the hanging host", calls_reach(SLOTS)).await?;
+
+    let instant = submit_each(rig, paths("/instant/", INSTANT), |p| rig.other_url(p), 1).await?;
+    worker.control().task_submitted();
+    rig.script.open_gate();
+    wait_all_terminal(&mut events, &instant).await?;
+    check_tasks(rig, &instant, State::Success, 1).await?;
+
+    // The order calls arrived in: between the instant host's first and last
+    // call, the freed slot never went back to the hanging host.
+    let order: Vec<Seen> = rig.script.read(|r| {
+        r.calls()
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Seen {
+                path: c.path.clone(),
+                at: c.at,
+                ended: r.ended_at(i),
+                status: r.status_of(i),
+            })
+            .collect()
+    });
+    let instant_at: Vec<usize> = (0..order.len())
+        .filter(|i| order[*i].path.starts_with("/instant/"))
+        .collect();
+    ensure!(
+        instant_at.len() == INSTANT,
+        "{} calls to the instant host, want {INSTANT}",
+        instant_at.len()
+    );
+    let (first, last) = (instant_at[0], instant_at[INSTANT - 1]);
+    let taken_back: Vec<&str> = order[first..=last]
+        .iter()
+        .filter(|c| c.path.starts_with("/hang/"))
+        .map(|c| c.path.as_str())
+        .collect();
+    ensure!(
+        taken_back.is_empty(),
+        "the hanging host got a slot back while the instant host had tasks due: {taken_back:?}"
+    );
+    let still_hanging = order[..first]
+        .iter()
+        .filter(|c| c.path.starts_with("/hang/") && c.path != "/hang/0" && c.ended.is_none())
+        .count();
+    ensure!(
+        still_hanging == SLOTS - 1,
+        "{still_hanging} of the hanging host's first calls still hang, want {}",
+        SLOTS - 1
+    );
+    ensure!(
+        order[..first]
+            .iter()
+            .any(|c| c.path == "/hang/0" && c.status == Some(200)),
+        "the freed slot was not the gated call's"
+    );
+    stop(worker).await
+}
+
 /// A rate of 5/s with a burst of 3: the burst goes at once, then each call
 /// waits for its token, 200 ms apart: 5 calls in every second after it.
 pub(super) async fn destination_rate_gives_its_rate_after_the_burst<S: TaskStore, D: Downstream>(
