@@ -78,6 +78,11 @@ impl Bench {
                 "3600000",
                 "--backoff-cap-ms",
                 "3600000",
+                // The worker is to keep claiming and failing throughout
+                // (the most memory it can use here); an open breaker would
+                // hold the tasks after ten refusals and leave it idle.
+                "--breaker-failures",
+                "1000000",
             ],
         )?;
         let endpoint = Endpoint::new(tc.addr);
