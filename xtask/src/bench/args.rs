@@ -17,6 +17,9 @@ pub(crate) enum Invocation {
         /// `--store postgres`: the several-nodes figures (SQLite's one node
         /// beside PostgreSQL's 1, 2 and 3) instead of the six phases.
         postgres: bool,
+        /// `--phase N` (repeatable): only these phases (by their number in
+        /// the table); empty runs them all.
+        phases: Vec<u8>,
     },
     /// Serve one of the bench's reference servers until killed (internal).
     Peer(PeerArgs),
@@ -42,11 +45,14 @@ pub(crate) struct PeerArgs {
 }
 
 pub(crate) const USAGE: &str = "\
-usage: cargo xtask bench [--quick] [--store sqlite|postgres]
+usage: cargo xtask bench [--quick] [--phase N]... [--store sqlite|postgres]
 
 Builds tc-server in release and measures, in one run, each figure beside its
 ceiling on this machine; prints a table and writes target/bench/results.json.
   --quick   a smoke run: smaller counts and shorter windows (under 60 s)
+  --phase N only phase N (1, 2, 3, 4, 5, 6, 8 or 9; repeatable), to look into one
+            figure; a figure beside another phase's result leaves that row out
+            (phase 3 needs phase 1 picked too)
   --store postgres
             submit and end-to-end rates of 1, 2 and 3 tc-server nodes on the
             PostgreSQL test database (TC_TEST_POSTGRES_URL, default
@@ -54,10 +60,14 @@ ceiling on this machine; prints a table and writes target/bench/results.json.
             SQLite, with CPU per task of the nodes and of PostgreSQL
 ";
 
+/// The phases `--phase` can pick (7 is `--store postgres`).
+pub(crate) const PHASES: [u8; 8] = [1, 2, 3, 4, 5, 6, 8, 9];
+
 /// Parses the arguments that follow `bench`.
 pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
     let mut quick = false;
     let mut postgres = false;
+    let mut phases = Vec::new();
     let mut peer: Option<PeerKind> = None;
     let mut response_body: Option<PathBuf> = None;
     let mut location: Option<String> = None;
@@ -77,6 +87,13 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
                     other => return Err(format!("--store: unknown store {other:?}")),
                 };
             }
+            "--phase" => {
+                let n = value("--phase")?;
+                match n.parse::<u8>() {
+                    Ok(n) if PHASES.contains(&n) => phases.push(n),
+                    _ => return Err(format!("--phase: no phase {n:?} (phases: {PHASES:?})")),
+                }
+            }
             "--help" | "-h" => return Ok(Invocation::Help),
             "--peer" => {
                 peer = Some(match value("--peer")?.as_str() {
@@ -91,8 +108,12 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
         }
     }
     match (peer, response_body, location) {
-        (None, None, None) => Ok(Invocation::Run { quick, postgres }),
-        (Some(kind), Some(response_body), Some(location)) if !quick => {
+        (None, None, None) => Ok(Invocation::Run {
+            quick,
+            postgres,
+            phases,
+        }),
+        (Some(kind), Some(response_body), Some(location)) if !quick && phases.is_empty() => {
             Ok(Invocation::Peer(PeerArgs {
                 kind,
                 response_body,
@@ -125,7 +146,13 @@ mod tests {
                 location: "/tasks/x".into(),
             }))
         };
-        let run = |quick, postgres| Ok(Invocation::Run { quick, postgres });
+        let run = |quick, postgres| {
+            Ok(Invocation::Run {
+                quick,
+                postgres,
+                phases: vec![],
+            })
+        };
         check(&[], run(false, false));
         check(&["--quick"], run(true, false));
         check(&["--store", "postgres"], run(false, true));
@@ -135,6 +162,17 @@ mod tests {
         check(&["-h", "--bogus"], Ok(Invocation::Help));
         check(&["--fast"], Err("unknown argument \"--fast\""));
         check(&["quick"], Err("unknown argument"));
+        check(
+            &["--quick", "--phase", "5", "--phase", "8"],
+            Ok(Invocation::Run {
+                quick: true,
+                postgres: false,
+                phases: vec![5, 8],
+            }),
+        );
+        check(&["--phase", "7"], Err("no phase \"7\""));
+        check(&["--phase", "x"], Err("no phase \"x\""));
+        check(&["--phase"], Err("--phase needs a value"));
         let full = ["--response-body", "/tmp/b", "--location", "/tasks/x"];
         check(
             &[&["--peer", "noop"], &full[..]].concat(),

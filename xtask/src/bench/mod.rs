@@ -131,7 +131,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         Invocation::Peer(peer) => peer::serve(peer),
-        Invocation::Run { quick, postgres } => {
+        Invocation::Run {
+            quick,
+            postgres,
+            phases,
+        } => {
             let root = workspace_root();
             if cfg!(debug_assertions) {
                 return hand_over_to_release(&root, args);
@@ -144,7 +148,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             if postgres {
                 phases::run_nodes(Plan::new(quick), &tc_server, &out_dir)
             } else {
-                phases::run(Plan::new(quick), &tc_server, &out_dir)
+                phases::run(Plan::new(quick), &phases, &tc_server, &out_dir)
             }
         }
     }
