@@ -274,26 +274,30 @@ where
 }
 
 /// The text of the first element matching `css`, if there is one.
+/// The visible text of the first element `css` matches, or `None`. Read in
+/// one script: the overview replaces its rows every 2 s, and an element found
+/// in one WebDriver command can be gone ("stale") by the next.
 async fn text_of(browser: &Client, css: &str) -> Result<Option<String>, String> {
-    match browser.find(Locator::Css(css)).await {
-        Ok(el) => el
-            .text()
-            .await
-            .map(Some)
-            .map_err(|e| format!("text of {css}: {e}")),
-        Err(e) if e.is_no_such_element() => Ok(None),
-        Err(e) => Err(format!("finding {css}: {e}")),
+    let read = "const e = document.querySelector(arguments[0]); \
+                return e === null ? null : e.innerText.trim();";
+    match browser.execute(read, vec![json!(css)]).await {
+        Ok(Value::Null) => Ok(None),
+        Ok(Value::String(text)) => Ok(Some(text)),
+        Ok(other) => Err(format!("text of {css}: not text: {other}")),
+        Err(e) => Err(format!("text of {css}: {e}")),
     }
 }
 
+/// An attribute of the first element `css` matches (`None` when there is no
+/// such element or attribute), read in one script like [`text_of`].
 async fn attr_of(browser: &Client, css: &str, attr: &str) -> Result<Option<String>, String> {
-    match browser.find(Locator::Css(css)).await {
-        Ok(el) => el
-            .attr(attr)
-            .await
-            .map_err(|e| format!("{attr} of {css}: {e}")),
-        Err(e) if e.is_no_such_element() => Ok(None),
-        Err(e) => Err(format!("finding {css}: {e}")),
+    let read = "const e = document.querySelector(arguments[0]); \
+                return e === null ? null : e.getAttribute(arguments[1]);";
+    match browser.execute(read, vec![json!(css), json!(attr)]).await {
+        Ok(Value::Null) => Ok(None),
+        Ok(Value::String(value)) => Ok(Some(value)),
+        Ok(other) => Err(format!("{attr} of {css}: not text: {other}")),
+        Err(e) => Err(format!("{attr} of {css}: {e}")),
     }
 }
 
