@@ -273,32 +273,37 @@ where
     }
 }
 
-/// The text of the first element matching `css`, if there is one.
-/// The visible text of the first element `css` matches, or `None`. Read in
-/// one script: the overview replaces its rows every 2 s, and an element found
-/// in one WebDriver command can be gone ("stale") by the next.
-async fn text_of(browser: &Client, css: &str) -> Result<Option<String>, String> {
-    let read = "const e = document.querySelector(arguments[0]); \
-                return e === null ? null : e.innerText.trim();";
-    match browser.execute(read, vec![json!(css)]).await {
+/// The string a script gives back about the page, or `None` for its null.
+/// One script is one WebDriver command: the overview replaces its rows every
+/// 2 s, and an element found by one command can be gone ("stale") by the next.
+async fn read_in_page(
+    browser: &Client,
+    script: &str,
+    args: Vec<Value>,
+    what: &str,
+) -> Result<Option<String>, String> {
+    match browser.execute(script, args).await {
         Ok(Value::Null) => Ok(None),
         Ok(Value::String(text)) => Ok(Some(text)),
-        Ok(other) => Err(format!("text of {css}: not text: {other}")),
-        Err(e) => Err(format!("text of {css}: {e}")),
+        Ok(other) => Err(format!("{what}: not text: {other}")),
+        Err(e) => Err(format!("{what}: {e}")),
     }
 }
 
+/// The visible text of the first element `css` matches, or `None`.
+async fn text_of(browser: &Client, css: &str) -> Result<Option<String>, String> {
+    let read = "const e = document.querySelector(arguments[0]); \
+                return e === null ? null : e.innerText.trim();";
+    read_in_page(browser, read, vec![json!(css)], &format!("text of {css}")).await
+}
+
 /// An attribute of the first element `css` matches (`None` when there is no
-/// such element or attribute), read in one script like [`text_of`].
+/// such element or attribute).
 async fn attr_of(browser: &Client, css: &str, attr: &str) -> Result<Option<String>, String> {
     let read = "const e = document.querySelector(arguments[0]); \
                 return e === null ? null : e.getAttribute(arguments[1]);";
-    match browser.execute(read, vec![json!(css), json!(attr)]).await {
-        Ok(Value::Null) => Ok(None),
-        Ok(Value::String(value)) => Ok(Some(value)),
-        Ok(other) => Err(format!("{attr} of {css}: not text: {other}")),
-        Err(e) => Err(format!("{attr} of {css}: {e}")),
-    }
+    let what = format!("{attr} of {css}");
+    read_in_page(browser, read, vec![json!(css), json!(attr)], &what).await
 }
 
 async fn click(browser: &Client, css: &str) -> Result<(), String> {

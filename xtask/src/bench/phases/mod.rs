@@ -43,6 +43,8 @@ struct Captured {
 /// The shared state of one run.
 struct Bench {
     plan: Plan,
+    /// `--phase`: the phases to run; empty runs them all.
+    only: Vec<u8>,
     tc_server: PathBuf,
     me: PathBuf,
     dir: tempfile::TempDir,
@@ -59,34 +61,26 @@ struct Bench {
     tc_e2e_rate: Option<f64>,
 }
 
-/// Runs every phase, prints the table, writes results.json. Fails only if
-/// the harness itself failed somewhere; targets are reported, not asserted.
-/// The phases numbered in `only` (all of them when it is empty).
+/// Runs the phases numbered in `only` (every phase when it is empty), prints
+/// the table, writes results.json. Fails only if the harness itself failed
+/// somewhere; targets are reported, not asserted.
 pub(crate) fn run(plan: Plan, only: &[u8], tc_server: &Path, out_dir: &Path) -> Result<(), String> {
-    run_with(plan, tc_server, out_dir, Which::Phases(only))
+    run_with(plan, only, tc_server, out_dir, false)
 }
 
 /// `--store postgres`: the several-nodes phase alone (see [`nodes`]); its
 /// results go to results-nodes.json.
 pub(crate) fn run_nodes(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), String> {
-    run_with(plan, tc_server, out_dir, Which::Nodes)
+    run_with(plan, &[], tc_server, out_dir, true)
 }
 
-/// What a run measures.
-#[derive(Clone, Copy)]
-enum Which<'a> {
-    /// The phases numbered here, or every one when empty.
-    Phases(&'a [u8]),
-    /// Phase 7, several nodes on PostgreSQL.
-    Nodes,
-}
-
-fn run_with(plan: Plan, tc_server: &Path, out_dir: &Path, which: Which) -> Result<(), String> {
-    let nodes = matches!(which, Which::Nodes);
-    let wanted = |n: u8| match which {
-        Which::Phases(only) => only.is_empty() || only.contains(&n),
-        Which::Nodes => false,
-    };
+fn run_with(
+    plan: Plan,
+    only: &[u8],
+    tc_server: &Path,
+    out_dir: &Path,
+    nodes: bool,
+) -> Result<(), String> {
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     let machine = Machine::read();
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -102,6 +96,7 @@ fn run_with(plan: Plan, tc_server: &Path, out_dir: &Path, which: Which) -> Resul
     let me = copy(Path::new("/proc/self/exe"), "xtask-bench")?;
     let mut bench = Bench {
         plan,
+        only: only.to_vec(),
         tc_server,
         me,
         dir,
@@ -130,35 +125,19 @@ fn run_with(plan: Plan, tc_server: &Path, out_dir: &Path, which: Which) -> Resul
         .map_err(|e| format!("runtime: {e}"))?;
     runtime.block_on(async {
         if nodes {
-            bench.phase("7 nodes", Bench::nodes).await;
+            bench.phase(7, "nodes", Bench::nodes).await;
             return;
         }
-        if wanted(1) {
-            bench.phase("1 submit", Bench::submit).await;
-        }
-        if wanted(2) {
-            bench.phase("2 end to end", Bench::end_to_end).await;
-        }
-        if wanted(3) {
-            bench
-                .phase("3 slow downstream", Bench::slow_downstream)
-                .await;
-        }
-        if wanted(4) {
-            bench.phase("4 cancel", Bench::cancel).await;
-        }
-        if wanted(5) {
-            bench.phase("5 scale", Bench::scale).await;
-        }
-        if wanted(6) {
-            bench.phase("6 naive peer", Bench::naive_peer).await;
-        }
-        if wanted(8) {
-            bench.phase("8 operations", Bench::operations).await;
-        }
-        if wanted(9) {
-            bench.phase("9 head of line", Bench::head_of_line).await;
-        }
+        bench.phase(1, "submit", Bench::submit).await;
+        bench.phase(2, "end to end", Bench::end_to_end).await;
+        bench
+            .phase(3, "slow downstream", Bench::slow_downstream)
+            .await;
+        bench.phase(4, "cancel", Bench::cancel).await;
+        bench.phase(5, "scale", Bench::scale).await;
+        bench.phase(6, "naive peer", Bench::naive_peer).await;
+        bench.phase(8, "operations", Bench::operations).await;
+        bench.phase(9, "head of line", Bench::head_of_line).await;
     });
     drop(runtime);
 
@@ -179,10 +158,10 @@ fn run_with(plan: Plan, tc_server: &Path, out_dir: &Path, which: Which) -> Resul
         },
         "seconds": bench.clock.elapsed().as_secs_f64(),
         "plan": format!("{plan:?}"),
-        "phases": match which {
-            Which::Phases([]) => "all".to_owned(),
-            Which::Phases(only) => format!("{only:?}"),
-            Which::Nodes => "7".to_owned(),
+        "phases": match (nodes, only) {
+            (true, _) => "7".to_owned(),
+            (false, []) => "all".to_owned(),
+            (false, only) => format!("{only:?}"),
         },
         "figures": bench.figures.iter().map(report::to_json).collect::<Vec<_>>(),
         "details": bench.details,
@@ -221,10 +200,15 @@ impl Bench {
         );
     }
 
-    async fn phase<F>(&mut self, name: &str, body: F)
+    /// Runs phase `number` unless `--phase` left it out.
+    async fn phase<F>(&mut self, number: u8, name: &str, body: F)
     where
         F: AsyncFnOnce(&mut Bench) -> Result<(), String>,
     {
+        if !self.only.is_empty() && !self.only.contains(&number) {
+            return;
+        }
+        let name = format!("{number} {name}");
         self.progress(&format!("== {name}"));
         if let Err(e) = body(self).await {
             self.progress(&format!("{name} FAILED: {e}"));
