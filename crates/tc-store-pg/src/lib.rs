@@ -14,6 +14,7 @@
 //!   under an advisory lock; a foreign or newer schema is refused untouched.
 
 mod config;
+mod counts;
 mod destinations;
 mod error;
 mod filter;

@@ -95,6 +95,28 @@ impl TestDatabase {
         .await
     }
 
+    /// A fresh schema built by the first `version` migration steps, as a
+    /// build of that version left it (for upgrade tests); its name.
+    pub async fn schema_at_version(&self, version: usize) -> Result<String, OpenError> {
+        let schema = self.fresh_schema();
+        let target = format!("test schema {schema}");
+        self.execute(&format!("CREATE SCHEMA {schema}"))
+            .await
+            .map_err(|message| OpenError::Postgres {
+                target: target.clone(),
+                message,
+            })?;
+        let mut config: tokio_postgres::Config =
+            self.url.parse().map_err(|e| OpenError::BadUrl {
+                target: target.clone(),
+                message: crate::error::describe(&e),
+            })?;
+        config.options(format!("-c search_path={schema}"));
+        let steps = crate::schema::MIGRATIONS;
+        crate::schema::migrate(&config, &target, &steps[..version.min(steps.len())]).await?;
+        Ok(schema)
+    }
+
     /// Runs SQL on the test database outside any store (to build a foreign
     /// schema, or to look at one).
     pub async fn execute(&self, sql: &str) -> Result<(), String> {
