@@ -389,7 +389,9 @@ async fn a_node_holds_at_most_its_pg_pool_size_connections() {
         .map(|i| {
             let (api, url) = (api.clone(), down.url("/ok"));
             tokio::spawn(async move {
-                let submitted = api.submit(&url, &format!("pool-{i}"), json!({"i": i})).await;
+                let submitted = api
+                    .submit(&url, &format!("pool-{i}"), json!({"i": i}))
+                    .await;
                 let read = api.get(&format!("/tasks/{}", submitted.id())).await;
                 (submitted.status, read.status)
             })
@@ -412,7 +414,10 @@ async fn a_node_holds_at_most_its_pg_pool_size_connections() {
         assert_eq!(l.await.unwrap(), (201, 200));
     }
     assert!(most >= 1, "the watcher saw the node's connections");
-    assert!(most <= 4, "{most} connections: more than the pool of 3 and the listener");
+    assert!(
+        most <= 4,
+        "{most} connections: more than the pool of 3 and the listener"
+    );
     drop(server);
     db.cleanup().await.unwrap();
 }

@@ -19,7 +19,7 @@ use crate::notify::{self, Channels, PgEvent};
 use crate::ops::{self, Inserted};
 use crate::{counts, destinations, schema};
 
-/// The longest a listing waits for older transactions to end before it
+/// The longest a listing waits for older inserts of tasks to end before it
 /// answers a page that stops short (see `ops::list`).
 const LIST_HOLD: Duration = Duration::from_secs(2);
 
@@ -263,10 +263,10 @@ impl TaskStore for PgStore {
             let tx = read_snapshot(&mut client).await?;
             let (page, held_back) = ops::list(&tx, &query).await?;
             tx.commit().await.map_err(db)?;
-            // Rows held back wait for write transactions older than them
-            // (anyone's, cluster-wide) to end: usually milliseconds. Past
-            // LIST_HOLD the page is answered as it is; its cursor continues
-            // exactly where it stopped.
+            // Rows held back wait for older transactions inserting tasks in
+            // this schema to end: usually milliseconds. Past LIST_HOLD the
+            // page is answered as it is; its cursor continues exactly where
+            // it stopped.
             if !held_back || waited >= LIST_HOLD {
                 return Ok(page);
             }

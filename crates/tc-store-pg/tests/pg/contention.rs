@@ -180,7 +180,7 @@ async fn bulk_actions_beside_single_writes_never_fail() {
                     )
                     .unwrap_or_default();
                 for (i, task) in claimed.into_iter().enumerate() {
-                    let outcome = if (round + i as u64 + w) % 3 == 0 {
+                    let outcome = if (round + i as u64 + w).is_multiple_of(3) {
                         Completion::Failed {
                             reason: "http_500".into(),
                             http_status: Some(500),
