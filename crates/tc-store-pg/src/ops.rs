@@ -1038,18 +1038,18 @@ pub(crate) async fn bulk_snapshot(client: &Client) -> Result<String, StoreError>
 }
 
 /// The covered tasks of one bulk step: up to `n` after `after`, inserted
-/// by transactions visible in `snapshot`, with their states.
+/// by transactions visible in `snapshot`.
 pub(crate) async fn bulk_covered(
     tx: &Transaction<'_>,
     filter: &TaskFilter,
     snapshot: &str,
     after: i64,
     n: i64,
-) -> Result<Vec<(i64, TaskId, State)>, StoreError> {
+) -> Result<Vec<(i64, TaskId)>, StoreError> {
     let filter = FilterSql::new(filter, 4);
     let stmt = tx
         .prepare_cached(&format!(
-            "SELECT pos, id, state FROM tasks \
+            "SELECT pos, id FROM tasks \
              WHERE {driving} AND {rest} AND pos > $1 \
              AND pg_visible_in_snapshot((pos / 65536)::text::xid8, $2::text::pg_snapshot) \
              ORDER BY pos LIMIT $3",
@@ -1065,12 +1065,7 @@ pub(crate) async fn bulk_covered(
     rows.iter()
         .map(|row| {
             let id: Vec<u8> = row.try_get(1).map_err(db)?;
-            let state: String = row.try_get(2).map_err(db)?;
-            Ok((
-                row.try_get(0).map_err(db)?,
-                rows::parse_id(id)?,
-                parse_state(&state)?,
-            ))
+            Ok((row.try_get(0).map_err(db)?, rows::parse_id(id)?))
         })
         .collect()
 }

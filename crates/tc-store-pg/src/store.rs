@@ -432,7 +432,7 @@ impl TaskStore for PgStore {
         loop {
             let tx = client.transaction().await.map_err(db)?;
             let covered = ops::bulk_covered(&tx, &filter, &snapshot, after, chunk).await?;
-            let positions: Vec<i64> = covered.iter().map(|&(pos, _, _)| pos).collect();
+            let positions: Vec<i64> = covered.iter().map(|&(pos, _)| pos).collect();
             let ops::BulkApplied {
                 applied,
                 canceled_running,
@@ -456,10 +456,10 @@ impl TaskStore for PgStore {
             let room = BULK_SAMPLE.saturating_sub(outcome.sample.len());
             outcome
                 .sample
-                .extend(covered.iter().take(room).map(|&(_, id, _)| id));
+                .extend(covered.iter().take(room).map(|&(_, id)| id));
             outcome.canceled_running.extend(canceled_running);
             match covered.last() {
-                Some(&(last, _, _)) if covered.len() == BULK_CHUNK => after = last,
+                Some(&(last, _)) if covered.len() == BULK_CHUNK => after = last,
                 _ => return Ok(outcome),
             }
         }
