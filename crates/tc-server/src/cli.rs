@@ -130,6 +130,20 @@ pub(crate) struct ServeArgs {
           value_parser = non_empty)]
     pub(crate) api_token: Option<String>,
 
+    /// A Standard Webhooks secret (`whsec_` + base64 of 24 to 64 bytes) that
+    /// signs the calls to every destination without secrets of its own:
+    /// they carry `webhook-id`, `webhook-timestamp` and `webhook-signature`.
+    /// Give it twice (or comma-separated) while rotating: each call is then
+    /// signed with both.
+    #[arg(
+        long,
+        env = "TC_SIGNING_SECRET",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_name = "SECRET"
+    )]
+    pub(crate) signing_secret: Vec<String>,
+
     /// Only task urls under one of these prefixes are accepted (repeatable,
     /// or comma-separated; a comma always separates prefixes, write one
     /// inside a url as `%2C`). Matched on the normalised url at a path-segment
@@ -225,9 +239,17 @@ fn non_empty(value: &str) -> Result<String, String> {
 }
 
 impl ServeArgs {
-    /// Checks what one flag alone cannot: the relations between flags.
+    /// Checks what one flag alone cannot: the relations between flags, and
+    /// the signing secrets (here rather than in a value parser, whose error
+    /// would repeat the secret on the terminal).
     pub(crate) fn check(&self) -> Result<(), clap::Error> {
         use clap::CommandFactory;
+        if let Err(why) = self.signing_secrets() {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("--signing-secret: {why}"),
+            ));
+        }
         if self.backoff_cap_ms < self.backoff_base_ms {
             return Err(Cli::command().error(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -238,6 +260,12 @@ impl ServeArgs {
             ));
         }
         Ok(())
+    }
+
+    /// The server's own signing secrets (see `--signing-secret`); the error
+    /// never repeats one.
+    pub(crate) fn signing_secrets(&self) -> Result<tc_model::signing::SigningSecrets, String> {
+        tc_model::signing::SigningSecrets::parse(&self.signing_secret)
     }
 
     pub(crate) fn call_timeout(&self) -> Duration {
@@ -471,5 +499,34 @@ mod tests {
         check(&["--max-body-bytes", "0"], "--max-body-bytes");
         check(&["--downstream-ca-file"], "--downstream-ca-file");
         check(&["--no-such-flag"], "--no-such-flag");
+        check(&["--signing-secret", "whsec_tooShort"], "--signing-secret");
+        let three = [SECRET, SECRET, SECRET].join(",");
+        check(&["--signing-secret", &three], "--signing-secret");
+    }
+
+    /// A Standard Webhooks secret of 24 bytes.
+    const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+    #[test]
+    fn signing_secrets_are_checked_and_never_repeated_in_an_error() {
+        let secrets = |args: &[&str]| {
+            parse(args)
+                .unwrap()
+                .serve_args()
+                .signing_secrets()
+                .map(|s| s.len())
+        };
+        assert_eq!(secrets(&[]), Ok(0));
+        assert_eq!(secrets(&["--signing-secret", SECRET]), Ok(1));
+        let two = format!("{SECRET},{SECRET}");
+        assert_eq!(secrets(&["--signing-secret", &two]), Ok(2));
+        assert_eq!(
+            secrets(&["--signing-secret", SECRET, "--signing-secret", SECRET]),
+            Ok(2)
+        );
+        let bad = "whsec_s3cr3t-but-not-base64";
+        let message = parse(&["--signing-secret", bad]).unwrap_err().to_string();
+        assert!(message.contains("--signing-secret"), "{message}");
+        assert!(!message.contains("s3cr3t"), "repeats the secret: {message}");
     }
 }

@@ -651,9 +651,189 @@ fn with_body(
 async fn every_contract_row() {
     let h = harness(HttpConfig::default()).await;
     let f = fixture(&h).await;
-    for row in &rows() {
+    for row in rows().iter().chain(&outbound_rows()) {
         check(&h, &f, row).await;
     }
+}
+
+/// The names a task or a destination may not give: the HTTP client's and
+/// taskcenter's own.
+const REFUSED_HEADERS: [&str; 19] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "expect",
+    "proxy-authorization",
+    "proxy-connection",
+    "idempotency-key",
+    "x-task-id",
+    "x-task-attempt",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "user-agent",
+    "content-type",
+];
+
+/// `method`, `headers` on submit and `headers`, `signing_secrets` on a
+/// destination: accepted forms, and a row for each refused header and
+/// each kind of malformed value, named in the message.
+fn outbound_rows() -> Vec<Row> {
+    let leak = |s: String| -> &'static str { s.leak() };
+    let dest = |body: String, status: u16, code: Option<&'static str>, message: &'static str| {
+        with_body(
+            "PUT",
+            "/destinations/127.0.0.1:9",
+            &body,
+            status,
+            code,
+            message,
+        )
+    };
+    let dest_refused =
+        |body: String, message: &'static str| dest(body, 400, Some("invalid_request"), message);
+    let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let mut rows = vec![
+        submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"put-1","method":"PUT","headers":{"Authorization":"Bearer t","X-Tenant":"acme"},"json":{"a":1}}"#,
+            201,
+        ),
+        submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"get-1","method":"GET"}"#,
+            201,
+        ),
+        submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"del-1","method":"DELETE","headers":null}"#,
+            201,
+        ),
+        // The idempotency payload holds the method and the headers.
+        refused(
+            &format!(r#"{{{PENDING},"max_attempts":1,"method":"PUT"}}"#),
+            409,
+            "idempotency_conflict",
+            "",
+        ),
+        refused(
+            &format!(r#"{{{PENDING},"max_attempts":1,"headers":{{"x-a":"1"}}}}"#),
+            409,
+            "idempotency_conflict",
+            "",
+        ),
+        submit(
+            &format!(r#"{{{PENDING},"max_attempts":1,"method":"POST","headers":{{}}}}"#),
+            200,
+        ),
+        // method
+        invalid(r#","method":"HEAD""#, "method"),
+        invalid(r#","method":"post""#, "method"),
+        invalid(r#","method":1"#, "method"),
+        invalid(r#","method":null"#, "method"),
+        invalid(r#","method":"GET","json":{}"#, "json"),
+        invalid(r#","method":"GET","json":null"#, "json"),
+        // headers: malformed values
+        invalid(r#","headers":"x-a: 1""#, "headers"),
+        invalid(r#","headers":["x-a"]"#, "headers"),
+        invalid(r#","headers":{"X-A":1}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":null}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":"1\r\nx-b: 2"}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":"1\nx"}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":"1\u0000"}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":"caf\u00e9"}"#, "headers.x-a"),
+        invalid(r#","headers":{"x a":"1"}"#, "headers"),
+        invalid(r#","headers":{"":"1"}"#, "headers"),
+        invalid(r#","headers":{"X-A":"1","x-a":"2"}"#, "headers.x-a"),
+        invalid(
+            leak(format!(r#","headers":{{"x-a":"{}"}}"#, "v".repeat(8190))),
+            "headers",
+        ),
+        invalid(
+            leak(format!(
+                r#","headers":{{{}}}"#,
+                (0..33)
+                    .map(|i| format!(r#""x-{i}":"v""#))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            "headers",
+        ),
+        // destinations: headers and secrets, accepted and cleared
+        dest(
+            format!(
+                r#"{{"headers":{{"Authorization":"Bearer t"}},"signing_secrets":["{secret}","{secret}"]}}"#
+            ),
+            200,
+            None,
+            "",
+        ),
+        dest(
+            r#"{"headers":null,"signing_secrets":null}"#.into(),
+            200,
+            None,
+            "",
+        ),
+        dest(
+            r#"{"headers":{},"signing_secrets":[]}"#.into(),
+            200,
+            None,
+            "",
+        ),
+        // destinations: malformed
+        dest_refused(r#"{"headers":"x"}"#.into(), "headers"),
+        dest_refused(r#"{"headers":{"x-a":1}}"#.into(), "headers.x-a"),
+        dest_refused(r#"{"headers":{"x-a":"1\r\n"}}"#.into(), "headers.x-a"),
+        dest_refused(r#"{"headers":{"X-A":"1","x-a":"1"}}"#.into(), "headers.x-a"),
+        dest_refused(
+            format!(r#"{{"signing_secrets":["{secret}","{secret}","{secret}"]}}"#),
+            "signing_secrets",
+        ),
+        dest_refused(
+            r#"{"signing_secrets":"whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"}"#.into(),
+            "signing_secrets",
+        ),
+        dest_refused(r#"{"signing_secrets":[1]}"#.into(), "signing_secrets"),
+        dest_refused(
+            r#"{"signing_secrets":["C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]}"#.into(),
+            "signing_secrets",
+        ),
+        dest_refused(
+            r#"{"signing_secrets":["whsec_c2hvcnQ="]}"#.into(),
+            "signing_secrets",
+        ),
+        dest_refused(
+            r#"{"signing_secrets":["whsec_not base64!"]}"#.into(),
+            "signing_secrets",
+        ),
+        dest_refused(
+            leak(format!(
+                r#"{{"signing_secrets":["whsec_{}"]}}"#,
+                "A".repeat(88 + 4)
+            ))
+            .to_owned(),
+            "signing_secrets",
+        ),
+    ];
+    for name in REFUSED_HEADERS {
+        let field = leak(format!("headers.{name}"));
+        rows.push(invalid(
+            leak(format!(r#","headers":{{"{name}":"v"}}"#)),
+            field,
+        ));
+        let upper = name.to_ascii_uppercase();
+        rows.push(invalid(
+            leak(format!(r#","headers":{{"{upper}":"v"}}"#)),
+            field,
+        ));
+        rows.push(dest_refused(
+            format!(r#"{{"headers":{{"{name}":"v"}}}}"#),
+            field,
+        ));
+    }
+    rows
 }
 
 #[tokio::test]
