@@ -1431,9 +1431,7 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.health()
     }
-    async fn destination_settings(
-        &self,
-    ) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
+    async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
         self.hold_if(&self.settings_armed).await;
         self.inner.destination_settings().await
     }

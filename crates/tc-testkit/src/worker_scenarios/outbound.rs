@@ -52,9 +52,12 @@ fn check_call(call: &Call, n: u32, id: &str, secrets: &SigningSecrets) -> Result
         "call {n}: user-agent {:?}",
         call.header("user-agent")
     );
-    let timestamp: i64 = header("webhook-timestamp")
-        .parse()
-        .map_err(|_| format!("call {n}: webhook-timestamp {:?}", header("webhook-timestamp")))?;
+    let timestamp: i64 = header("webhook-timestamp").parse().map_err(|_| {
+        format!(
+            "call {n}: webhook-timestamp {:?}",
+            header("webhook-timestamp")
+        )
+    })?;
     let keys: Vec<&[u8]> = secrets.iter().map(|s| s.key()).collect();
     let expected = webhook_signature(&keys, id, timestamp, &call.body);
     ensure!(
