@@ -222,6 +222,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     )
     .with_dashboard(tc_http::DashboardSources {
         concurrency: Some(settings.worker.concurrency),
+        signs_by_default: !settings.worker.signing_secrets.is_empty(),
     });
     let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
     let app = Arc::new(app);

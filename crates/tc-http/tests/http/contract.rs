@@ -1071,6 +1071,8 @@ const VIEW_FIELDS: &[&str] = &[
     "id",
     "state",
     "url",
+    "method",
+    "headers",
     "destination",
     "idempotency_key",
     "attempt",
@@ -1114,6 +1116,8 @@ async fn task_views_have_exactly_the_documented_fields() {
         "id": f.pending.to_string(),
         "state": "pending",
         "url": "http://127.0.0.1:9/hook",
+        "method": "POST",
+        "headers": {},
         "destination": "127.0.0.1:9",
         "idempotency_key": "pending",
         "attempt": 0,
@@ -1726,6 +1730,72 @@ async fn no_input_gets_a_5xx() {
         assert!(reply.status < 500, "{method} {path} {body:?}: {reply:?}");
         if reply.status >= 400 {
             assert!(reply.error_code().is_some(), "{method} {path}: {reply:?}");
+        }
+    }
+}
+
+/// A task view shows the method and the task's headers, credentials
+/// redacted; a destination view names its headers and counts its secrets;
+/// neither shows a value or a secret, nor does `/metrics`.
+#[tokio::test]
+async fn views_show_methods_and_header_names_never_a_credential() {
+    let h = harness(HttpConfig::default()).await;
+    let submitted = h
+        .call(
+            "POST",
+            "/tasks",
+            &[JSON],
+            br#"{"url":"http://127.0.0.1:9/a","idempotency_key":"h-1","method":"PATCH","headers":{"Authorization":"Bearer t-s3cr3t","Cookie":"c-s3cr3t","X-Api-Key":"k-s3cr3t","X-Tenant":"acme"}}"#,
+        )
+        .await;
+    assert_eq!(submitted.status, 201, "{submitted:?}");
+    let view = submitted.json();
+    assert_eq!(view["method"], "PATCH");
+    assert_eq!(
+        view["headers"],
+        json!({
+            "authorization": "[redacted]",
+            "cookie": "[redacted]",
+            "x-api-key": "[redacted]",
+            "x-tenant": "acme",
+        })
+    );
+    let id = view["id"].as_str().unwrap().to_owned();
+    let got = h
+        .call("GET", &format!("/tasks/{id}"), &[], b"")
+        .await
+        .json();
+    assert_eq!(got["headers"], view["headers"]);
+
+    let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let body = format!(
+        r#"{{"headers":{{"X-Region":"eu","Authorization":"Bearer d-s3cr3t"}},"signing_secrets":["{secret}"]}}"#
+    );
+    let put = h
+        .call("PUT", "/destinations/127.0.0.1:9", &[JSON], body.as_bytes())
+        .await;
+    assert_eq!(put.status, 200, "{put:?}");
+    assert_eq!(
+        put.json()["header_names"],
+        json!(["authorization", "x-region"])
+    );
+    assert_eq!(put.json()["signing_secrets"], 1);
+
+    let mut seen = Vec::new();
+    for path in [
+        format!("/tasks/{id}"),
+        "/tasks".to_owned(),
+        "/destinations".to_owned(),
+        "/destinations/127.0.0.1:9".to_owned(),
+        "/metrics".to_owned(),
+    ] {
+        let reply = h.call("GET", &path, &[], b"").await;
+        assert_eq!(reply.status, 200, "{path}");
+        seen.push((path, String::from_utf8_lossy(&reply.body).into_owned()));
+    }
+    for (path, text) in &seen {
+        for hidden in ["s3cr3t", "whsec_", "C2FVsBQ"] {
+            assert!(!text.contains(hidden), "{path} shows {hidden}: {text}");
         }
     }
 }
