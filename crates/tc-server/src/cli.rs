@@ -405,7 +405,10 @@ mod tests {
         assert!(!submit.output.json);
         match submit.command {
             TaskCommand::Submit(s) => {
-                assert_eq!(s.payload.0.get(), r#"{"b":1,"a":2}"#);
+                assert_eq!(
+                    s.payload.map(|p| p.0.get().to_owned()).as_deref(),
+                    Some(r#"{"b":1,"a":2}"#)
+                );
                 assert_eq!((s.key, s.wait), (None, false));
             }
             other => panic!("{other:?}"),
@@ -415,7 +418,7 @@ mod tests {
         ]);
         assert!(json_out.output.json);
         assert!(
-            matches!(json_out.command, TaskCommand::Submit(ref s) if s.wait && s.payload.0.get() == "[]")
+            matches!(json_out.command, TaskCommand::Submit(ref s) if s.wait && s.payload.as_ref().is_some_and(|p| p.0.get() == "[]"))
         );
         match parse(&[
             "destination",
@@ -453,7 +456,40 @@ mod tests {
             assert!(msg.contains(part), "{args:?}: {msg}");
         };
         check(&["task", "get"], "<ID>");
-        check(&["task", "submit", "--url", "u"], "--json");
+        check(
+            &["task", "submit", "--url", "u", "--method", "HEAD"],
+            "--method",
+        );
+        check(
+            &["task", "submit", "--url", "u", "--header", "X-A"],
+            "--header",
+        );
+        check(
+            &["task", "submit", "--url", "u", "--header", ": v"],
+            "--header",
+        );
+        check(
+            &[
+                "destination",
+                "set",
+                "h:1",
+                "--header",
+                "X-A: 1",
+                "--clear-headers",
+            ],
+            "--clear-headers",
+        );
+        check(
+            &[
+                "destination",
+                "set",
+                "h:1",
+                "--signing-secret",
+                "whsec_x",
+                "--clear-signing",
+            ],
+            "--clear-signing",
+        );
         check(
             &["task", "submit", "--url", "u", "--json", "{"],
             "not valid JSON",
