@@ -413,6 +413,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // With a method, the payload may be left out (a GET has none).
+        match task(&["task", "submit", "--url", "u", "--method", "get"]).command {
+            TaskCommand::Submit(s) => {
+                assert_eq!(
+                    (s.method.as_deref(), s.payload.is_none()),
+                    (Some("GET"), true)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         let json_out = task(&[
             "task", "--json", "submit", "--url", "u", "--json", "[]", "--wait",
         ]);
@@ -456,6 +466,7 @@ mod tests {
             assert!(msg.contains(part), "{args:?}: {msg}");
         };
         check(&["task", "get"], "<ID>");
+        check(&["task", "submit", "--url", "u"], "--json");
         check(
             &["task", "submit", "--url", "u", "--method", "HEAD"],
             "--method",

@@ -232,7 +232,7 @@ mod tests {
             &[
                 (
                     "127.0.0.1:9".to_owned(),
-                    settings(Headers::default(), &[own.clone()]),
+                    settings(Headers::default(), std::slice::from_ref(&own)),
                 ),
                 (
                     "other:80".to_owned(),
