@@ -1767,6 +1767,33 @@ async fn views_show_methods_and_header_names_never_a_credential() {
         .json();
     assert_eq!(got["headers"], view["headers"]);
 
+    // Batch items take them too, and a bad one fails alone.
+    let batch = h
+        .call(
+            "POST",
+            "/tasks/batch",
+            &[JSON],
+            br#"{"tasks":[
+                {"url":"http://127.0.0.1:9/a","idempotency_key":"b-1","method":"DELETE","headers":{"X-Api-Key":"b-s3cr3t"}},
+                {"url":"http://127.0.0.1:9/a","idempotency_key":"b-2","headers":{"Host":"evil"}}]}"#,
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{batch:?}");
+    let results = batch.json()["results"].clone();
+    assert_eq!(results[0]["status"], 201, "{results}");
+    assert_eq!(results[0]["task"]["method"], "DELETE");
+    assert_eq!(
+        results[0]["task"]["headers"],
+        json!({"x-api-key": "[redacted]"})
+    );
+    assert_eq!(results[1]["status"], 400, "{results}");
+    assert!(
+        results[1]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("headers.host: ")),
+        "{results}"
+    );
+
     let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
     let body = format!(
         r#"{{"headers":{{"X-Region":"eu","Authorization":"Bearer d-s3cr3t"}},"signing_secrets":["{secret}"]}}"#
