@@ -38,7 +38,8 @@ pub enum ValidationError {
     /// The url is not an absolute http(s) url with a host, or is too long.
     #[error("url: {0}")]
     Url(String),
-    /// The idempotency key is empty, too long, or has control characters.
+    /// The idempotency key is empty, too long, not printable ASCII, or starts
+    /// or ends with a space.
     #[error("idempotency_key: {0}")]
     IdempotencyKey(String),
     /// max_attempts is outside 1..=100.
@@ -352,9 +353,18 @@ fn check_key(key: &str) -> Result<(), ValidationError> {
             Limits::MAX_KEY_BYTES
         )));
     }
-    if key.chars().any(char::is_control) {
+    // Every try sends the key as the Idempotency-Key header: a byte outside
+    // visible ASCII cannot go in one, and a receiver trims the spaces
+    // around a header's value, so " k" would reach it as "k".
+    if !key.bytes().all(|b| matches!(b, b' '..=b'~')) {
         return Err(ValidationError::IdempotencyKey(
-            "must not contain control characters".into(),
+            "must be printable ASCII (space to `~`): it is sent as the Idempotency-Key header"
+                .into(),
+        ));
+    }
+    if key.starts_with(' ') || key.ends_with(' ') {
+        return Err(ValidationError::IdempotencyKey(
+            "must not start or end with a space: it is sent as the Idempotency-Key header".into(),
         ));
     }
     Ok(())
@@ -471,7 +481,37 @@ mod tests {
         check(|i| i.key = String::new(), d, Some("idempotency_key"));
         check(|i| i.key = "a\nb".into(), d, Some("idempotency_key"));
         check(|i| i.key = "a\u{7f}".into(), d, Some("idempotency_key"));
-        check(|i| i.key = "naïve-ключ".into(), d, None);
+        check(|i| i.key = "a b ~!#".into(), d, None);
+        // The key travels as the Idempotency-Key header, unchanged: no
+        // byte outside visible ASCII, no space a receiver would trim.
+        check(|i| i.key = "naïve-ключ".into(), d, Some("idempotency_key"));
+        check(|i| i.key = " k".into(), d, Some("idempotency_key"));
+        check(|i| i.key = "k ".into(), d, Some("idempotency_key"));
+        check(|i| i.key = " ".into(), d, Some("idempotency_key"));
+    }
+
+    /// Every key a submit accepts reaches the downstream as itself: a valid
+    /// header value that a receiver reads back unchanged (it trims spaces).
+    #[test]
+    fn accepted_keys_are_sent_as_they_are() {
+        let chars = (0u32..0x300).filter_map(char::from_u32).chain(['к', '€', '\u{2028}']);
+        for c in chars {
+            for key in [format!("{c}"), format!("a{c}b"), format!("{c}b"), format!("a{c}")] {
+                let i = valid();
+                let accepted = NewTask::new(
+                    i.url,
+                    i.body,
+                    key.clone(),
+                    i.max_attempts,
+                    i.timeout,
+                    &Limits::default(),
+                )
+                .is_ok();
+                let sent_as_is = http::HeaderValue::from_str(&key)
+                    .is_ok_and(|v| v.to_str().is_ok_and(|s| s.trim_matches([' ', '\t']) == key));
+                assert!(!accepted || sent_as_is, "{key:?} is accepted but cannot be sent");
+            }
+        }
     }
 
     #[test]
