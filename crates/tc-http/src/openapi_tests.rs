@@ -334,3 +334,80 @@ fn the_submit_schema_has_the_fields_the_parser_accepts() {
         ["idempotency_key".to_owned(), "url".to_owned()].into()
     );
 }
+
+/// The operations a link from `from` (its 2xx answers) leads to, by
+/// operationId, and the parameters each link fills.
+fn links_from(doc: &Value, from: &Value) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (status, response) in from["responses"].as_object().unwrap() {
+        if !status.starts_with('2') {
+            continue;
+        }
+        for link in resolve(doc, response)["links"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(_, l)| resolve(doc, l))
+        {
+            let target = link["operationId"].as_str().unwrap().to_owned();
+            let filled = link["parameters"].as_object().unwrap().keys().cloned();
+            out.entry(target).or_default().extend(filled);
+        }
+    }
+    out
+}
+
+#[test]
+fn links_carry_real_ids_to_every_operation_that_takes_one() {
+    let doc = document();
+    let ops = operations(&doc);
+    let by_id: BTreeMap<&str, &Value> = ops
+        .values()
+        .map(|op| (op["operationId"].as_str().unwrap(), *op))
+        .collect();
+    // The operations with a path parameter, by the parameter they take.
+    let takes = |param: &str| -> BTreeSet<String> {
+        ops.iter()
+            .filter(|((_, path), _)| path.contains(&format!("{{{param}}}")))
+            .map(|(_, op)| op["operationId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let task_ops = takes("id");
+    assert_eq!(task_ops.len(), 5, "{task_ops:?}");
+    for producer in ["submitTask", "submitBatch"] {
+        let links = links_from(&doc, by_id[producer]);
+        for target in &task_ops {
+            assert!(
+                links.get(target).is_some_and(|p| p.contains("id")),
+                "{producer} has no link filling {target}'s id: {links:?}"
+            );
+        }
+    }
+    let destination_ops = takes("destination");
+    assert_eq!(destination_ops.len(), 4, "{destination_ops:?}");
+    let links = links_from(&doc, by_id["listDestinations"]);
+    for target in &destination_ops {
+        assert!(
+            links.get(target).is_some_and(|p| p.contains("destination")),
+            "listDestinations has no link filling {target}'s destination: {links:?}"
+        );
+    }
+    // Every link names an operation that exists and only its parameters.
+    for (key, op) in &ops {
+        for (target, filled) in links_from(&doc, op) {
+            let target_op = by_id
+                .get(target.as_str())
+                .unwrap_or_else(|| panic!("{key:?} links to unknown {target}"));
+            let declared: BTreeSet<String> = target_op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| resolve(&doc, p)["name"].as_str().unwrap().to_owned())
+                .collect();
+            assert!(
+                filled.is_subset(&declared),
+                "{key:?} -> {target}: {filled:?} vs {declared:?}"
+            );
+        }
+    }
+}

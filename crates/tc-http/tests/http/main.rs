@@ -8,4 +8,5 @@
 mod contract;
 mod props;
 mod socket;
+mod spec_bounds;
 mod support;
