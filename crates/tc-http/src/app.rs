@@ -243,20 +243,14 @@ where
     B::Error: std::fmt::Display,
 {
     let (parts, body) = req.into_parts();
-    // A batch carries many tasks: its body has its own, larger bound.
-    let max_bytes = if parts.method == Method::POST && parts.uri.path() == "/tasks/batch" {
-        app.config.max_batch_body_bytes
-    } else {
-        app.config.max_body_bytes
-    };
+    let (max_bytes, budget) = body_bounds(app, &parts);
     let limits = BodyLimits {
         max_bytes,
         read_timeout: app.config.body_read_timeout,
         drain_max_bytes: app.config.drain_max_bytes,
         drain_timeout: app.config.drain_timeout,
     };
-    let mut body =
-        RequestBody::new(body, &parts.headers, limits).with_budget(Arc::clone(&app.body_budget));
+    let mut body = RequestBody::new(body, &parts.headers, limits).with_budget(budget);
     let (label, result) = route_request(app, &parts, &mut body).await;
     let mut response = result.unwrap_or_else(ApiError::into_response);
     if !body.finish().await {
@@ -271,6 +265,22 @@ where
 }
 
 type Answer = Result<Response<Full<Bytes>>, ApiError>;
+
+/// The most bytes a request's body may have, and the budget it reserves
+/// them from. A batch carries many tasks: its own, larger bound. The
+/// dashboard's forms (login, logout) are small and reachable without any
+/// credential: their own small bound and budget, so that they can neither
+/// send large bodies nor wait on the budget the API's requests use.
+fn body_bounds<S, C>(app: &App<S, C>, parts: &Parts) -> (usize, Arc<tokio::sync::Semaphore>) {
+    let path = parts.uri.path();
+    if crate::ui::is_ui_path(path) {
+        (crate::ui::FORM_MAX_BYTES, Arc::clone(&app.ui.form_budget))
+    } else if parts.method == Method::POST && path == "/tasks/batch" {
+        (app.config.max_batch_body_bytes, Arc::clone(&app.body_budget))
+    } else {
+        (app.config.max_body_bytes, Arc::clone(&app.body_budget))
+    }
+}
 
 async fn route_request<S, C, B>(
     app: &App<S, C>,

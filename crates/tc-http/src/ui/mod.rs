@@ -53,12 +53,34 @@ pub struct DashboardSources {
     pub concurrency: Option<usize>,
 }
 
+/// The largest body a `/ui/` request may have (the login and logout forms
+/// carry a token); a larger one is 413.
+pub(crate) const FORM_MAX_BYTES: usize = 4 * 1024;
+
+/// What the bodies of `/ui/` requests being read may hold together: 64
+/// forms at their largest. Apart from the API's budget, so that requests
+/// anyone can send without a credential cannot take what API requests need.
+const FORM_BUDGET_BYTES: usize = 64 * FORM_MAX_BYTES;
+
 /// The dashboard's state inside [`App`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Ui {
     pub(crate) sessions: auth::Sessions,
     pub(crate) activity: Arc<Activity>,
     pub(crate) sources: DashboardSources,
+    /// One permit per byte of `/ui/` request bodies being read.
+    pub(crate) form_budget: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Ui {
+    fn default() -> Self {
+        Ui {
+            sessions: auth::Sessions::default(),
+            activity: Arc::default(),
+            sources: DashboardSources::default(),
+            form_budget: Arc::new(tokio::sync::Semaphore::new(FORM_BUDGET_BYTES)),
+        }
+    }
 }
 
 /// Whether `path` belongs to the dashboard.
@@ -183,7 +205,12 @@ where
 {
     let given = match body.read_all().await {
         Ok(bytes) => form_value(&bytes, "token"),
-        Err(_) => None,
+        // Too large, too slow, or no room to read it now: say so rather
+        // than "wrong token".
+        Err(e) => {
+            tracing::info!(status = e.status().as_u16(), "ui_login_unread");
+            return html(e.status(), pages::login::page(Some(&e.message())));
+        }
     };
     let Some(given) = given.filter(|g| auth::token_matches(g, token)) else {
         tracing::info!("ui_login_refused");

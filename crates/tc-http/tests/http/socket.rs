@@ -149,7 +149,7 @@ async fn send_then_read(addr: SocketAddr, request: Vec<u8>) -> Raw {
 }
 
 fn post_tasks_head(extra: &str) -> String {
-    format!("POST /tasks HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n{extra}\r\n")
+    format!("POST /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{extra}\r\n")
 }
 
 const MIB: usize = 1024 * 1024;
@@ -238,7 +238,7 @@ async fn a_slow_client_is_disconnected_after_the_header_read_timeout() {
         let started = Instant::now();
         // Half a request head, then silence.
         stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: te")
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0")
             .unwrap();
         let mut buf = [0u8; 1024];
         (stream.read(&mut buf), started.elapsed())
@@ -269,7 +269,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_header_read_timeout()
     let (read, idle) = tokio::task::spawn_blocking(move || {
         let mut stream = connect(addr);
         stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             .unwrap();
         assert_eq!(read_response(&mut stream).unwrap().status, 200);
         let answered = Instant::now();
@@ -292,7 +292,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_header_read_timeout()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_method_over_the_socket_is_405_with_allow() {
     let running = start(HttpConfig::default()).await;
-    let request = b"DELETE /tasks HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n".to_vec();
+    let request = b"DELETE /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n".to_vec();
     let reply = send_then_read(running.addr(), request).await;
     assert_eq!(reply.status, 405);
     assert_eq!(reply.header("allow"), Some("GET, POST"));
@@ -314,7 +314,7 @@ async fn the_token_is_checked_over_the_socket() {
         ("/healthz", "", 200),
     ];
     for (path, auth, status) in cases {
-        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{auth}\r\n").into_bytes();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n").into_bytes();
         let reply = send_then_read(running.addr(), request).await;
         assert_eq!(reply.status, status, "{path} {auth:?}");
         if status == 401 {
@@ -330,8 +330,8 @@ async fn a_malformed_request_is_never_a_5xx() {
     let running = start(HttpConfig::default()).await;
     let requests: [&[u8]; 4] = [
         b"NOT HTTP AT ALL\r\n\r\n",
-        b"GET /tasks HTTP/1.1\r\nHost: test\r\nContent-Length: x\r\n\r\n",
-        b"POST /tasks HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n",
+        b"GET /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n",
+        b"POST /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n",
         b"GET /tasks HTTP/1.1\r\nBad Header Line\r\n\r\n",
     ];
     for request in requests {
@@ -362,7 +362,7 @@ async fn keep_alive_serves_several_requests_and_shutdown_closes_idle_connections
         let mut stream = connect(addr);
         for _ in 0..3 {
             stream
-                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 .unwrap();
             let reply = read_response(&mut stream).unwrap();
             assert_eq!(reply.status, 200);
@@ -393,14 +393,14 @@ async fn a_connection_past_the_bound_is_answered_503_at_once_and_closed() {
     let (refused, closed, after) = tokio::task::spawn_blocking(move || {
         let mut first = connect(addr);
         first
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             .unwrap();
         assert_eq!(read_response(&mut first).unwrap().status, 200);
         // The first connection stays open (keep-alive) and holds the only
         // permit; the second is told so instead of waiting in the backlog.
         let mut second = connect(addr);
         second
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             .unwrap();
         let refused = read_response(&mut second).unwrap();
         let closed = second.read(&mut [0u8; 1]);
@@ -411,7 +411,7 @@ async fn a_connection_past_the_bound_is_answered_503_at_once_and_closed() {
         for _ in 0..50 {
             let mut third = connect(addr);
             third
-                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 .unwrap();
             let status = read_response(&mut third).unwrap().status;
             if status == 200 {
@@ -465,7 +465,7 @@ async fn a_client_that_stops_reading_loses_its_connection_after_the_write_timeou
     let received = tokio::task::spawn_blocking(move || {
         let mut stuck = connect(addr);
         stuck
-            .write_all(format!("GET /tasks/{id}/result HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+            .write_all(format!("GET /tasks/{id}/result HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
             .unwrap();
         // With one connection allowed, the stuck one holds the slot until
         // the server gives up writing to it: probes are refused with 503
@@ -474,7 +474,7 @@ async fn a_client_that_stops_reading_loses_its_connection_after_the_write_timeou
         for _ in 0..100 {
             let mut probe = connect(addr);
             probe
-                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 .unwrap();
             let status = read_response(&mut probe).unwrap().status;
             probes.push(status);
@@ -505,5 +505,83 @@ async fn a_client_that_stops_reading_loses_its_connection_after_the_write_timeou
         received < 64 * MIB,
         "the whole response arrived ({received} bytes): the connection was not cut"
     );
+    running.stop().await;
+}
+
+/// Unauthenticated login posts that announce large bodies and never send
+/// them (the issue's flood: Content-Length 1 MiB, 6 bytes sent) must not
+/// hold the request-body budget that API requests need: an authenticated
+/// submit right after is served, not left waiting for a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_flood_does_not_take_the_body_budget_of_api_requests() {
+    let running = start(HttpConfig {
+        api_token: Some("s3cret".into()),
+        // A small budget the flood would take whole: four 1 MiB logins.
+        max_body_bytes_in_flight: 4 * MIB,
+        body_read_timeout: Duration::from_secs(60),
+        ..HttpConfig::default()
+    })
+    .await;
+    let addr = running.addr();
+    let flood = tokio::task::spawn_blocking(move || {
+        let mut held = Vec::new();
+        // Over the login cap, then at it: each announces a body and sends
+        // `token=` only.
+        for (n, length) in [(8, MIB), (100, 4000)] {
+            for _ in 0..n {
+                let mut stream = connect(addr);
+                let head = format!(
+                    "POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                     Content-Type: application/x-www-form-urlencoded\r\n\
+                     Content-Length: {length}\r\n\r\ntoken="
+                );
+                stream.write_all(head.as_bytes()).unwrap();
+                held.push(stream);
+            }
+        }
+        // Every flood connection was accepted before this one.
+        let mut probe = connect(addr);
+        probe
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut probe).unwrap().status, 200);
+        held
+    })
+    .await
+    .unwrap();
+    let body = br#"{"url":"http://127.0.0.1:9/a","idempotency_key":"after-flood"}"#;
+    let mut request = post_tasks_head(&format!(
+        "Authorization: Bearer s3cret\r\nContent-Length: {}\r\n",
+        body.len()
+    ))
+    .into_bytes();
+    request.extend_from_slice(body);
+    // Were the flood holding the budget, this would wait for the body read
+    // timeout (a minute) and then be refused: the client's 20 s bound on
+    // reading fails the test first.
+    let reply = send_then_read(addr, request).await;
+    assert_eq!(reply.status, 201, "{reply:?}");
+    drop(flood);
+    running.stop().await;
+}
+
+/// A login body over 4 KiB is refused before it is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_body_over_4_kib_is_413() {
+    let running = start(HttpConfig {
+        api_token: Some("s3cret".into()),
+        ..HttpConfig::default()
+    })
+    .await;
+    for (length, status) in [(4096, 401), (4097, 413)] {
+        let body = format!("token={}", "x".repeat(length - 6));
+        let request = format!(
+            "POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: {length}\r\n\r\n{body}"
+        );
+        let reply = send_then_read(running.addr(), request.into_bytes()).await;
+        assert_eq!(reply.status, status, "{length} bytes: {reply:?}");
+    }
     running.stop().await;
 }
