@@ -276,7 +276,10 @@ fn body_bounds<S, C>(app: &App<S, C>, parts: &Parts) -> (usize, Arc<tokio::sync:
     if crate::ui::is_ui_path(path) {
         (crate::ui::FORM_MAX_BYTES, Arc::clone(&app.ui.form_budget))
     } else if parts.method == Method::POST && path == "/tasks/batch" {
-        (app.config.max_batch_body_bytes, Arc::clone(&app.body_budget))
+        (
+            app.config.max_batch_body_bytes,
+            Arc::clone(&app.body_budget),
+        )
     } else {
         (app.config.max_body_bytes, Arc::clone(&app.body_budget))
     }

@@ -31,6 +31,7 @@
 mod app;
 mod auth;
 mod body;
+mod client;
 mod config;
 mod control;
 mod destinations;
@@ -46,6 +47,7 @@ mod write_timeout;
 mod openapi_tests;
 
 pub use app::{App, ROUTES, Route, handle};
+pub use client::ConnectionInfo;
 pub use config::HttpConfig;
 pub use control::{Control, DestinationRuntime};
 pub use server::{ServeError, Server, serve};

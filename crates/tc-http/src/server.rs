@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::app::{App, handle};
+use crate::client::ConnectionInfo;
 use crate::control::Control;
 use crate::write_timeout::WriteTimeout;
 
@@ -107,12 +108,16 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     let local_addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
-    let task = tokio::spawn(accept_loop(listener, app, shutdown));
+    let task = tokio::spawn(accept_loop(listener, local_addr, app, shutdown));
     Ok(Server { local_addr, task })
 }
 
-async fn accept_loop<S, C, F>(listener: TcpListener, app: Arc<App<S, C>>, shutdown: F)
-where
+async fn accept_loop<S, C, F>(
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    app: Arc<App<S, C>>,
+    shutdown: F,
+) where
     S: TaskStore,
     C: Control,
     F: Future<Output = ()> + Send + 'static,
@@ -166,9 +171,14 @@ where
             }
             continue;
         };
+        let info = ConnectionInfo {
+            peer,
+            local: stream.local_addr().unwrap_or(local_addr),
+        };
         let stream = WriteTimeout::new(stream, config.write_timeout);
         let app = Arc::clone(&app);
-        let service = service_fn(move |req| {
+        let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(info);
             let app = Arc::clone(&app);
             async move { Ok::<_, Infallible>(handle(&app, req).await) }
         });

@@ -191,6 +191,16 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub(crate) write_timeout_ms: u64,
 
+    /// A reverse proxy in front of this server: an IP address or network
+    /// (`10.0.0.0/8`, `::1`), repeatable or comma-separated. From these peers
+    /// `X-Forwarded-For` names the client (for per-client limits),
+    /// `X-Forwarded-Proto: https` marks the dashboard's session cookie
+    /// `Secure`, and `X-Forwarded-Host` is the host a request's `Origin` is
+    /// compared with; from any other peer those headers are ignored.
+    #[arg(long = "trusted-proxy", env = "TC_TRUSTED_PROXIES", value_delimiter = ',',
+          value_parser = ip_network)]
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+
     /// Refuse downstream calls whose destination, resolved at connect time,
     /// is loopback, private, link-local, CGNAT, unspecified, broadcast or
     /// multicast (IPv4-mapped forms too): the try fails at once with reason
@@ -214,6 +224,15 @@ fn retention(value: &str) -> Result<Retain, String> {
     humantime::parse_duration(value.trim())
         .map(|d| Retain(Some(d)))
         .map_err(|e| format!("{e}: give a duration such as 7d, 12h or 30m, or forever"))
+}
+
+/// An IP network (`10.0.0.0/8`) or one address (`10.1.2.3`, `::1`).
+fn ip_network(value: &str) -> Result<ipnet::IpNet, String> {
+    let value = value.trim();
+    value
+        .parse::<ipnet::IpNet>()
+        .or_else(|_| value.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{value:?} is not an IP address or network (10.0.0.0/8, ::1)"))
 }
 
 fn non_empty(value: &str) -> Result<String, String> {
@@ -470,6 +489,8 @@ mod tests {
         check(&["--api-token", ""], "--api-token");
         check(&["--max-body-bytes", "0"], "--max-body-bytes");
         check(&["--downstream-ca-file"], "--downstream-ca-file");
+        check(&["--trusted-proxy", "proxy.local"], "--trusted-proxy");
+        check(&["--trusted-proxy", "10.0.0.0/33"], "--trusted-proxy");
         check(&["--no-such-flag"], "--no-such-flag");
     }
 }

@@ -120,6 +120,7 @@ impl Settings {
                 allow_url_prefixes: args.allow_url_prefix.clone(),
                 shutdown_grace: args.shutdown_grace(),
                 write_timeout: Duration::from_millis(args.write_timeout_ms),
+                trusted_proxies: args.trusted_proxies.clone(),
                 ..tc_http::HttpConfig::default()
             },
             downstream_ca_file: args.downstream_ca_file.clone(),
@@ -468,6 +469,8 @@ mod tests {
             "--downstream-ca-file=/etc/internal-ca.pem",
             "--deny-private-destinations",
             "--write-timeout-ms=1500",
+            "--trusted-proxy=10.0.0.0/8,::1",
+            "--trusted-proxy=192.0.2.7",
         ]);
         assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
         assert_eq!(s.listen.port(), 0);
@@ -485,6 +488,8 @@ mod tests {
         assert_eq!(h.allow_url_prefixes, ["http://a/"]);
         assert_eq!(h.shutdown_grace, ms(250));
         assert_eq!(h.write_timeout, ms(1500));
+        let proxies: Vec<String> = h.trusted_proxies.iter().map(ToString::to_string).collect();
+        assert_eq!(proxies, ["10.0.0.0/8", "::1/128", "192.0.2.7/32"]);
         assert_eq!(
             s.downstream_ca_file,
             Some(PathBuf::from("/etc/internal-ca.pem"))

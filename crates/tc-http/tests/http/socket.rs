@@ -149,7 +149,9 @@ async fn send_then_read(addr: SocketAddr, request: Vec<u8>) -> Raw {
 }
 
 fn post_tasks_head(extra: &str) -> String {
-    format!("POST /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{extra}\r\n")
+    format!(
+        "POST /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{extra}\r\n"
+    )
 }
 
 const MIB: usize = 1024 * 1024;
@@ -292,7 +294,8 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_header_read_timeout()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_method_over_the_socket_is_405_with_allow() {
     let running = start(HttpConfig::default()).await;
-    let request = b"DELETE /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n".to_vec();
+    let request =
+        b"DELETE /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n".to_vec();
     let reply = send_then_read(running.addr(), request).await;
     assert_eq!(reply.status, 405);
     assert_eq!(reply.header("allow"), Some("GET, POST"));
@@ -465,7 +468,9 @@ async fn a_client_that_stops_reading_loses_its_connection_after_the_write_timeou
     let received = tokio::task::spawn_blocking(move || {
         let mut stuck = connect(addr);
         stuck
-            .write_all(format!("GET /tasks/{id}/result HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+            .write_all(
+                format!("GET /tasks/{id}/result HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes(),
+            )
             .unwrap();
         // With one connection allowed, the stuck one holds the slot until
         // the server gives up writing to it: probes are refused with 503
