@@ -38,6 +38,8 @@ pub struct App<S, C> {
     metrics: HttpMetrics,
     /// The dashboard's sessions, activity ring and sources.
     ui: crate::ui::Ui,
+    /// The allowed hosts.
+    site: crate::site::Site,
 }
 
 impl<S: TaskStore, C: Control> App<S, C> {
@@ -60,6 +62,7 @@ impl<S: TaskStore, C: Control> App<S, C> {
                     .max(config.max_body_bytes)
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
+            site: crate::site::Site::new(&config),
             config,
             registry,
             metrics,
@@ -296,6 +299,11 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
+    // Before any route: a request refused here was never served.
+    let client = crate::client::client_of(parts, &app.config.trusted_proxies);
+    if let Err(e) = app.site.check(parts, &client) {
+        return (UNMATCHED, Err(e));
+    }
     let path = parts.uri.path();
     if crate::ui::is_ui_path(path) {
         return ("/ui", Ok(crate::ui::route(app, parts, body).await));

@@ -40,6 +40,7 @@ mod error;
 mod metrics;
 mod query;
 mod server;
+mod site;
 mod ui;
 mod write_timeout;
 
@@ -51,4 +52,5 @@ pub use client::ConnectionInfo;
 pub use config::HttpConfig;
 pub use control::{Control, DestinationRuntime};
 pub use server::{ServeError, Server, serve};
+pub use site::check_allowed_host;
 pub use ui::{Activity, DashboardSources, Event as ActivityEvent, Series as ActivitySeries};

@@ -191,6 +191,17 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub(crate) write_timeout_ms: u64,
 
+    /// A host name or address requests may be addressed to (the `Host`
+    /// header, any port), repeatable or comma-separated; `*` allows any. A
+    /// request to another host is refused `421 misdirected_request`, which
+    /// stops DNS rebinding. Default: listening on a loopback address,
+    /// `localhost`, `127.0.0.1`, `[::1]` and the listen address; on any other
+    /// address (`0.0.0.0`), any host. Given hosts are allowed besides those
+    /// loopback names.
+    #[arg(long = "allowed-host", env = "TC_ALLOWED_HOSTS", value_delimiter = ',',
+          value_parser = allowed_host)]
+    pub(crate) allowed_hosts: Vec<String>,
+
     /// A reverse proxy in front of this server: an IP address or network
     /// (`10.0.0.0/8`, `::1`), repeatable or comma-separated. From these peers
     /// `X-Forwarded-For` names the client (for per-client limits),
@@ -224,6 +235,10 @@ fn retention(value: &str) -> Result<Retain, String> {
     humantime::parse_duration(value.trim())
         .map(|d| Retain(Some(d)))
         .map_err(|e| format!("{e}: give a duration such as 7d, 12h or 30m, or forever"))
+}
+
+fn allowed_host(value: &str) -> Result<String, String> {
+    tc_http::check_allowed_host(value).map(|()| value.trim().to_owned())
 }
 
 /// An IP network (`10.0.0.0/8`) or one address (`10.1.2.3`, `::1`).
@@ -490,6 +505,14 @@ mod tests {
         check(&["--max-body-bytes", "0"], "--max-body-bytes");
         check(&["--downstream-ca-file"], "--downstream-ca-file");
         check(&["--trusted-proxy", "proxy.local"], "--trusted-proxy");
+        check(
+            &["--allowed-host", "tasks.example.com:443"],
+            "--allowed-host",
+        );
+        check(
+            &["--allowed-host", "http://tasks.example.com"],
+            "--allowed-host",
+        );
         check(&["--trusted-proxy", "10.0.0.0/33"], "--trusted-proxy");
         check(&["--no-such-flag"], "--no-such-flag");
     }

@@ -121,6 +121,7 @@ impl Settings {
                 shutdown_grace: args.shutdown_grace(),
                 write_timeout: Duration::from_millis(args.write_timeout_ms),
                 trusted_proxies: args.trusted_proxies.clone(),
+                allowed_hosts: args.allowed_hosts.clone(),
                 ..tc_http::HttpConfig::default()
             },
             downstream_ca_file: args.downstream_ca_file.clone(),
@@ -471,6 +472,8 @@ mod tests {
             "--write-timeout-ms=1500",
             "--trusted-proxy=10.0.0.0/8,::1",
             "--trusted-proxy=192.0.2.7",
+            "--allowed-host=tasks.example.com,[::1]",
+            "--allowed-host=*",
         ]);
         assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
         assert_eq!(s.listen.port(), 0);
@@ -490,6 +493,7 @@ mod tests {
         assert_eq!(h.write_timeout, ms(1500));
         let proxies: Vec<String> = h.trusted_proxies.iter().map(ToString::to_string).collect();
         assert_eq!(proxies, ["10.0.0.0/8", "::1/128", "192.0.2.7/32"]);
+        assert_eq!(h.allowed_hosts, ["tasks.example.com", "[::1]", "*"]);
         assert_eq!(
             s.downstream_ca_file,
             Some(PathBuf::from("/etc/internal-ca.pem"))

@@ -296,9 +296,28 @@ impl Harness {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Reply {
+        self.call_via(None, method, path, headers, body).await
+    }
+
+    /// [`Harness::call`] as if it came on a connection from `peer` to
+    /// `local` (what the server records for every request).
+    pub(crate) async fn call_via(
+        &self,
+        connection: Option<(&str, &str)>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
         let mut builder = Request::builder().method(method).uri(path);
         for (name, value) in headers {
             builder = builder.header(*name, *value);
+        }
+        if let Some((peer, local)) = connection {
+            builder = builder.extension(tc_http::ConnectionInfo {
+                peer: peer.parse().unwrap(),
+                local: local.parse().unwrap(),
+            });
         }
         let request = builder
             .body(Full::new(Bytes::copy_from_slice(body)))
