@@ -29,8 +29,8 @@ use crate::query::parse_list_query;
 pub struct App<S, C> {
     store: Arc<S>,
     control: C,
-    /// One permit per request allowed to wait for a task at once.
-    waiters: Arc<tokio::sync::Semaphore>,
+    /// The requests waiting for a task to end.
+    waiters: Arc<crate::waiters::Waiters>,
     /// One permit per byte of request bodies being read at once.
     body_budget: Arc<tokio::sync::Semaphore>,
     config: HttpConfig,
@@ -51,11 +51,7 @@ impl<S: TaskStore, C: Control> App<S, C> {
         App {
             store,
             control,
-            waiters: Arc::new(tokio::sync::Semaphore::new(
-                config
-                    .max_waiters
-                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-            )),
+            waiters: crate::waiters::Waiters::new(&config, metrics.waiters.clone()),
             body_budget: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_body_bytes_in_flight
@@ -588,45 +584,25 @@ fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
 
 /// `GET /tasks/{id}[?wait_ms=N]`: the task; with `wait_ms`, as soon as it
 /// is terminal or after N ms, whichever comes first. A waiting request holds
-/// a waiter permit, never a store connection: it sleeps on the worker's
-/// notifications and reads the task again when one concerns it.
+/// a place among the waiters (waiters.rs), never a store connection: it
+/// sleeps until its own task changes, then reads it again.
 async fn get<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId, parts: &Parts) -> Answer {
     let wait = crate::query::parse_wait(parts.uri.query())?;
     let task = app.store.get(id).await?;
     if wait.is_zero() || task.state.is_terminal() {
         return json(StatusCode::OK, &TaskView::new(&task));
     }
-    let Ok(_permit) = Arc::clone(&app.waiters).try_acquire_owned() else {
-        return Err(ApiError::Unavailable(format!(
-            "too many requests waiting for tasks (at most {})",
-            app.config.max_waiters
-        )));
-    };
+    let client = crate::client::client_of(parts, &app.config.trusted_proxies).addr;
+    let waiter = app.waiters.wait_for(&app.control, id, client)?;
     let deadline = tokio::time::Instant::now() + wait;
-    // Subscribed before the second read, so that an end between the two
-    // cannot be missed.
-    let mut changes = app.control.changes();
+    // Read again now that the waiter is in place: an end between the first
+    // read and here cannot be missed.
     let mut task = app.store.get(id).await?;
     while !task.state.is_terminal() {
-        let ended = tokio::time::timeout_at(deadline, async {
-            loop {
-                match changes.recv().await {
-                    Ok((changed, state)) if changed == id && state.is_terminal() => return true,
-                    Ok(_) => {}
-                    // Missed some: read the task to see where it is.
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return true,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
-                }
-            }
-        })
-        .await;
-        match ended {
-            Ok(true) => task = app.store.get(id).await?,
-            // The deadline passed, or nothing more will be told.
-            Ok(false) | Err(_) => {
-                task = app.store.get(id).await?;
-                break;
-            }
+        let changed = tokio::time::timeout_at(deadline, waiter.changed()).await;
+        task = app.store.get(id).await?;
+        if changed.is_err() {
+            break;
         }
     }
     json(StatusCode::OK, &TaskView::new(&task))
@@ -713,6 +689,11 @@ where
         .await?;
     for id in &outcome.canceled_running {
         app.control.canceled_in_store(*id);
+    }
+    if request.action == BulkAction::Cancel && outcome.applied > 0 {
+        // The store wrote these cancels, not the worker: nothing announced
+        // them, so every waiter reads its task again.
+        app.waiters.wake_all();
     }
     if request.action == BulkAction::Retry && outcome.applied > 0 {
         app.control.task_submitted();

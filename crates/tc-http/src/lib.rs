@@ -42,6 +42,7 @@ mod query;
 mod server;
 mod site;
 mod ui;
+mod waiters;
 mod write_timeout;
 
 #[cfg(test)]

@@ -160,10 +160,19 @@ pub(crate) struct ServeArgs {
     pub(crate) max_batch_body_bytes: u64,
 
     /// The most `GET /tasks/{id}?wait_ms=` requests waiting at once; beyond,
-    /// they are answered 503.
+    /// they are answered 503. Never more than three quarters of the
+    /// connection limit (1024), so that waiters leave connections for other
+    /// requests and health probes.
     #[arg(long, env = "TC_MAX_WAITERS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) max_waiters: u64,
+
+    /// The most `wait_ms` requests one client address may have waiting at
+    /// once; beyond, they are answered `429 too_many_waiters`. Behind a
+    /// --trusted-proxy the address is the one it forwards.
+    #[arg(long, env = "TC_MAX_WAITERS_PER_CLIENT", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) max_waiters_per_client: u64,
 
     /// How long `success` tasks are kept after they finish (e.g. `7d`,
     /// `12h`), or `forever`.
@@ -503,6 +512,10 @@ mod tests {
         check(&["--log-format", "xml"], "--log-format");
         check(&["--api-token", ""], "--api-token");
         check(&["--max-body-bytes", "0"], "--max-body-bytes");
+        check(
+            &["--max-waiters-per-client", "0"],
+            "--max-waiters-per-client",
+        );
         check(&["--downstream-ca-file"], "--downstream-ca-file");
         check(&["--trusted-proxy", "proxy.local"], "--trusted-proxy");
         check(

@@ -114,6 +114,8 @@ impl Settings {
                 max_batch_body_bytes: usize::try_from(args.max_batch_body_bytes)
                     .unwrap_or(usize::MAX),
                 max_waiters: usize::try_from(args.max_waiters).unwrap_or(usize::MAX),
+                max_waiters_per_client: usize::try_from(args.max_waiters_per_client)
+                    .unwrap_or(usize::MAX),
                 default_max_attempts: args.max_attempts,
                 default_timeout: args.call_timeout(),
                 api_token: args.api_token.clone(),
@@ -474,6 +476,7 @@ mod tests {
             "--trusted-proxy=192.0.2.7",
             "--allowed-host=tasks.example.com,[::1]",
             "--allowed-host=*",
+            "--max-waiters-per-client=5",
         ]);
         assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
         assert_eq!(s.listen.port(), 0);
@@ -494,6 +497,7 @@ mod tests {
         let proxies: Vec<String> = h.trusted_proxies.iter().map(ToString::to_string).collect();
         assert_eq!(proxies, ["10.0.0.0/8", "::1/128", "192.0.2.7/32"]);
         assert_eq!(h.allowed_hosts, ["tasks.example.com", "[::1]", "*"]);
+        assert_eq!(h.max_waiters_per_client, 5);
         assert_eq!(
             s.downstream_ca_file,
             Some(PathBuf::from("/etc/internal-ca.pem"))

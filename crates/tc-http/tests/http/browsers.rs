@@ -96,6 +96,15 @@ async fn only_allowed_hosts_are_served() {
     assert_eq!(reply.status, 200);
 }
 
+/// (peer and listen address, method, path, headers, refused)
+type OriginCase<'a> = (
+    (&'a str, &'a str),
+    &'a str,
+    String,
+    Vec<(&'a str, &'a str)>,
+    bool,
+);
+
 #[tokio::test]
 async fn state_changes_from_another_origin_are_403() {
     let h = harness(HttpConfig {
@@ -108,7 +117,7 @@ async fn state_changes_from_another_origin_are_403() {
     let proxied = ("10.0.0.1:40000", LOOPBACK);
     let evil = "https://evil.example";
     // (connection, method, path, headers, refused)
-    let cases: Vec<(_, &str, String, Vec<(&str, &str)>, bool)> = vec![
+    let cases: Vec<OriginCase> = vec![
         // The case: a cross-site form (text/plain, no preflight).
         (
             direct,

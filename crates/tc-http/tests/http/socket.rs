@@ -590,3 +590,70 @@ async fn a_login_body_over_4_kib_is_413() {
     }
     running.stop().await;
 }
+
+/// Long-polls hold their connections while they wait; they may never hold
+/// them all: a quarter of the connection limit stays for other requests, so
+/// a health probe is served while every waiter a client could open waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_never_take_every_connection_and_health_is_served() {
+    let h = harness(HttpConfig {
+        max_connections: 8,
+        ..HttpConfig::default()
+    })
+    .await;
+    let pending = h.seed("waited-for", None).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tc_http::serve(listener, h.app, async {
+        let _ = stopped.await;
+    })
+    .unwrap();
+    let running = Running { server, stop };
+    let addr = running.addr();
+    let (refused, probe) = tokio::task::spawn_blocking(move || {
+        // As many long-polls as there are connections: those past the
+        // waiters' share are refused at once (and their connections closed).
+        let mut waiting = Vec::new();
+        let mut refused = 0;
+        for _ in 0..8 {
+            let mut stream = connect(addr);
+            let request = format!(
+                "GET /tasks/{pending}?wait_ms=60000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                 Connection: close\r\n\r\n"
+            );
+            stream.write_all(request.as_bytes()).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            match read_response(&mut stream) {
+                Ok(reply) => {
+                    assert_eq!(reply.status, 503, "{reply:?}");
+                    refused += 1;
+                }
+                Err(_) => waiting.push(stream),
+            }
+        }
+        // The refused connections close as their answers go out; then a
+        // probe finds a free slot (retried as Retry-After asks, bounded).
+        let mut probe = None;
+        for _ in 0..50 {
+            let mut stream = connect(addr);
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let status = read_response(&mut stream).unwrap().status;
+            if status == 200 {
+                probe = Some(status);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        drop(waiting);
+        (refused, probe)
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused, 2, "6 of 8 connections may wait");
+    assert_eq!(probe, Some(200), "the probe was never served");
+    running.stop().await;
+}
