@@ -97,6 +97,14 @@ impl<S: TaskStore, C: Control> App<S, C> {
         &self.registry
     }
 
+    pub(crate) fn metrics(&self) -> &HttpMetrics {
+        &self.metrics
+    }
+
+    pub(crate) fn site(&self) -> &crate::site::Site {
+        &self.site
+    }
+
     /// The configuration it was built with.
     pub fn config(&self) -> &HttpConfig {
         &self.config
@@ -182,7 +190,7 @@ pub const ROUTES: &[Route] = &[
 ];
 
 /// The metrics label for requests that matched no route.
-const UNMATCHED: &str = "unmatched";
+pub(crate) const UNMATCHED: &str = "unmatched";
 
 /// Whether `path` fits `template`; returns the `{id}` segment if it has one.
 fn match_template<'p>(template: &str, path: &'p str) -> Option<Option<&'p str>> {
@@ -263,7 +271,7 @@ where
     response
 }
 
-type Answer = Result<Response<Full<Bytes>>, ApiError>;
+pub(crate) type Answer = Result<Response<Full<Bytes>>, ApiError>;
 
 /// The most bytes a request's body may have, and the budget it reserves
 /// them from. A batch carries many tasks: its own, larger bound. The
@@ -379,8 +387,8 @@ where
             let view = destinations::update(app.store.as_ref(), &app.control, name, update).await?;
             json(StatusCode::OK, &view)
         }
-        Endpoint::Health => health(app).await,
-        Endpoint::Metrics => metrics(app).await,
+        Endpoint::Health => crate::admin::health(app).await,
+        Endpoint::Metrics => crate::admin::metrics(app).await,
     }
 }
 
@@ -406,7 +414,7 @@ fn task_id(segment: Option<&str>) -> Result<TaskId, ApiError> {
         .ok_or_else(|| ApiError::NotFound("no task with this id".into()))
 }
 
-fn json<T: Serialize>(status: StatusCode, value: &T) -> Answer {
+pub(crate) fn json<T: Serialize>(status: StatusCode, value: &T) -> Answer {
     let bytes =
         serde_json::to_vec(value).map_err(|e| ApiError::Internal(format!("encoding JSON: {e}")))?;
     let mut response = Response::new(Full::new(Bytes::from(bytes)));
@@ -757,48 +765,6 @@ pub(crate) fn encode_page(page: Page) -> Result<Vec<u8>, ApiError> {
     serde_json::to_writer(&mut out, &page.next.map(|c| c.to_string())).map_err(encoding)?;
     out.push(b'}');
     Ok(out)
-}
-
-/// How long `/healthz` waits for the store's round trip before it calls the
-/// store unavailable: a probe must answer even while the writer is stuck.
-const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// `200 {"status":"ok"}` only while the store answers a write round trip;
-/// otherwise `503 {"status":"unavailable","reason":...}`.
-async fn health<S: TaskStore, C>(app: &App<S, C>) -> Answer {
-    let reason = match tokio::time::timeout(HEALTH_TIMEOUT, app.store.health()).await {
-        Ok(Ok(())) => return json(StatusCode::OK, &serde_json::json!({ "status": "ok" })),
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => format!(
-            "the store did not answer within {} ms",
-            HEALTH_TIMEOUT.as_millis()
-        ),
-    };
-    tracing::warn!(%reason, "health_unavailable");
-    let mut response = json(
-        StatusCode::SERVICE_UNAVAILABLE,
-        &serde_json::json!({ "status": "unavailable", "reason": reason }),
-    )?;
-    response
-        .headers_mut()
-        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    Ok(response)
-}
-
-/// The OpenMetrics text format, which Prometheus scrapes.
-const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-async fn metrics<S: TaskStore, C>(app: &App<S, C>) -> Answer {
-    let counts = app.store.count_by_state().await?;
-    app.metrics.set_task_counts(&counts);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &app.registry)
-        .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
-    let mut response = Response::new(Full::new(Bytes::from(text)));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
-    Ok(response)
 }
 
 #[cfg(test)]

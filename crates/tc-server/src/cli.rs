@@ -69,6 +69,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TC_LISTEN", default_value = "127.0.0.1:8080")]
     pub(crate) listen: SocketAddr,
 
+    /// A second address that serves `GET /healthz` and `GET /metrics` only,
+    /// with a small connection limit of its own (16): probes and scrapes are
+    /// then answered however many API clients hold the main listener's
+    /// connections. The main listener keeps serving both as well.
+    #[arg(long, env = "TC_ADMIN_LISTEN")]
+    pub(crate) admin_listen: Option<SocketAddr>,
+
     /// The most downstream calls in flight at once.
     #[arg(long, env = "TC_CONCURRENCY", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -508,6 +515,7 @@ mod tests {
             "--backoff-cap-ms",
         );
         check(&["--listen", "localhost"], "--listen");
+        check(&["--admin-listen", "localhost"], "--admin-listen");
         check(&["--sync", "off"], "--sync");
         check(&["--log-format", "xml"], "--log-format");
         check(&["--api-token", ""], "--api-token");

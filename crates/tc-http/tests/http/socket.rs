@@ -657,3 +657,117 @@ async fn waiters_never_take_every_connection_and_health_is_served() {
     assert_eq!(probe, Some(200), "the probe was never served");
     running.stop().await;
 }
+
+/// A flood of connections past the limit that never read nor close: each
+/// still gets its 503, and so does a health probe that comes after them —
+/// an answer, never a reset — as long as fewer than 4096 are past the
+/// limit at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_past_the_limit_gets_503_even_behind_a_flood_of_silent_connections() {
+    let running = start(HttpConfig {
+        max_connections: 1,
+        ..HttpConfig::default()
+    })
+    .await;
+    let addr = running.addr();
+    let probe = tokio::task::spawn_blocking(move || {
+        let mut holder = connect(addr);
+        holder
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut holder).unwrap().status, 200);
+        // Silent connections past the limit: they send nothing, read
+        // nothing and stay open.
+        let silent: Vec<TcpStream> = (0..300).map(|_| connect(addr)).collect();
+        let mut probe = connect(addr);
+        probe
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .unwrap();
+        let answer = read_response(&mut probe);
+        drop((silent, holder));
+        answer
+    })
+    .await
+    .unwrap();
+    let refused = probe.expect("the probe got an answer, not a reset");
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    running.stop().await;
+}
+
+/// The admin listener serves `/healthz` and `/metrics` with a connection
+/// limit of its own: while API clients hold every connection of the main
+/// listener, probes and scrapes there are still answered; it serves no
+/// other route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_answers_probes_while_the_main_one_is_full() {
+    let h = harness(HttpConfig {
+        max_connections: 1,
+        admin_max_connections: 2,
+        api_token: Some("s3cret".into()),
+        ..HttpConfig::default()
+    })
+    .await;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let main = tc_http::serve(
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        std::sync::Arc::clone(&h.app),
+        async {
+            let _ = stopped.await;
+        },
+    )
+    .unwrap();
+    let (stop_admin, admin_stopped) = oneshot::channel::<()>();
+    let admin = tc_http::serve_admin(
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        h.app,
+        async {
+            let _ = admin_stopped.await;
+        },
+    )
+    .unwrap();
+    let (main_addr, admin_addr) = (main.local_addr(), admin.local_addr());
+    let get = |addr: SocketAddr, path: &str, keep: bool| {
+        let mut stream = connect(addr);
+        let close = if keep { "" } else { "Connection: close\r\n" };
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{close}\r\n").as_bytes())
+            .unwrap();
+        (read_response(&mut stream).unwrap(), stream)
+    };
+    tokio::task::spawn_blocking(move || {
+        // An API client holds the main listener's only connection.
+        let (first, _held) = get(main_addr, "/healthz", true);
+        assert_eq!(first.status, 200);
+        assert_eq!(get(main_addr, "/healthz", false).0.status, 503);
+        // The admin listener answers probes and scrapes, and nothing else.
+        let (health, a) = get(admin_addr, "/healthz", true);
+        assert_eq!(health.status, 200, "{health:?}");
+        let (scrape, b) = get(admin_addr, "/metrics", true);
+        assert_eq!(scrape.status, 200);
+        assert!(String::from_utf8_lossy(&scrape.body).contains("taskcenter_tasks"));
+        // Its own limit (2, both held now).
+        let (third, _) = get(admin_addr, "/healthz", false);
+        assert_eq!(third.status, 503, "{third:?}");
+        assert_eq!(third.header("retry-after"), Some("1"));
+        drop((a, b));
+        let mut served = None;
+        for _ in 0..50 {
+            let (reply, _) = get(admin_addr, "/tasks", false);
+            if reply.status != 503 {
+                served = Some(reply);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let tasks = served.expect("the admin listener serves again");
+        assert_eq!(tasks.status, 404, "{tasks:?}");
+        assert_eq!(tasks.error_code().as_deref(), Some("not_found"));
+    })
+    .await
+    .unwrap();
+    let _ = stop.send(());
+    let _ = stop_admin.send(());
+    main.wait().await.unwrap();
+    admin.wait().await.unwrap();
+}
