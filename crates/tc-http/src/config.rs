@@ -14,7 +14,7 @@ pub struct HttpConfig {
     /// it is still held to `max_body_bytes`.
     pub max_batch_body_bytes: usize,
     /// The most `GET /tasks/{id}?wait_ms=` requests waiting at once (default
-    /// 10000, and never more than three quarters of `max_connections`, so
+    /// 10000, and never more than `max_connections` less a 64th of it, so
     /// that waiters cannot take every connection); beyond, such a request is
     /// answered 503.
     pub max_waiters: usize,

@@ -9,8 +9,9 @@
 //! is woken to read its task again.
 //!
 //! Waiters are bounded twice: in all (`max_waiters`, and never more than
-//! three quarters of the connection limit, so that connections held by
-//! waiters always leave room for other requests, `/healthz` among them),
+//! the connection limit less a 64th of it, at least one: 1008 of 1024, so
+//! that connections held by waiters always leave room for other requests,
+//! `/healthz` among them),
 //! past which a request is answered 503; and per client address
 //! (`max_waiters_per_client`), past which it is answered
 //! `429 too_many_waiters`.
@@ -65,7 +66,7 @@ pub(crate) struct Waiter {
 impl Waiters {
     pub(crate) fn new(config: &HttpConfig, gauge: Gauge) -> Arc<Waiters> {
         let connections = config.max_connections.max(1);
-        let beside_others = connections - (connections / 4).max(1);
+        let beside_others = connections - (connections / 64).max(1);
         Arc::new(Waiters {
             registry: Mutex::default(),
             capacity: config.max_waiters.min(beside_others).max(1),

@@ -167,8 +167,8 @@ pub(crate) struct ServeArgs {
     pub(crate) max_batch_body_bytes: u64,
 
     /// The most `GET /tasks/{id}?wait_ms=` requests waiting at once; beyond,
-    /// they are answered 503. Never more than three quarters of the
-    /// connection limit (1024), so that waiters leave connections for other
+    /// they are answered 503. Never more than the connection limit less a
+    /// 64th (1008 of 1024), so that waiters leave connections for other
     /// requests and health probes.
     #[arg(long, env = "TC_MAX_WAITERS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
