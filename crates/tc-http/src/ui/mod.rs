@@ -118,9 +118,12 @@ where
     let headers = response.headers_mut();
     headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    // No Referer to other sites (a page's url carries task ids and
+    // filters). Not `no-referrer`: under it a browser sends `Origin: null`
+    // on the pages' own form posts, which the cross-origin rule refuses.
     headers.insert(
         http::header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(
         http::header::X_FRAME_OPTIONS,

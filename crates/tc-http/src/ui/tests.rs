@@ -282,6 +282,16 @@ async fn every_ui_answer_carries_the_csp_and_nosniff() {
                 Some("nosniff"),
                 "{token:?} {path}"
             );
+            // Not `no-referrer`: browsers would send `Origin: null` on the
+            // pages' own posts, and the cross-origin rule refuse them.
+            assert_eq!(
+                reply
+                    .headers
+                    .get("referrer-policy")
+                    .map(|v| v.to_str().unwrap()),
+                Some("same-origin"),
+                "{token:?} {path}"
+            );
         }
     }
     assert!(CSP.contains("default-src 'none'") && CSP.contains("script-src 'self'"));
