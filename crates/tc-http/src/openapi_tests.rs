@@ -213,6 +213,48 @@ fn error_codes_and_their_statuses_match_the_code() {
     }
 }
 
+/// The refusals that come before any route (`Host`, `Origin`) are on every
+/// operation they can answer, and the waiter limit on the waiting read.
+#[test]
+fn refusals_before_routing_are_documented_where_they_apply() {
+    let doc = document();
+    let ops = operations(&doc);
+    let reference =
+        |op: &Value, status: &str| op["responses"][status]["$ref"].as_str().map(str::to_owned);
+    for route in ROUTES {
+        let what = format!("{} {}", route.method, route.path);
+        let op = ops[&(route.method.to_owned(), route.path.to_owned())];
+        assert_eq!(
+            reference(op, "421").as_deref(),
+            Some("#/components/responses/MisdirectedRequest"),
+            "{what}"
+        );
+        let forbidden = reference(op, "403");
+        if route.method == "GET" {
+            assert_eq!(forbidden, None, "{what}: a read is never cross_origin");
+        } else {
+            assert!(
+                matches!(
+                    forbidden.as_deref(),
+                    Some("#/components/responses/CrossOrigin" | "#/components/responses/Forbidden")
+                ),
+                "{what}: {forbidden:?}"
+            );
+        }
+        let waits = (route.method, route.path) == ("GET", "/tasks/{id}");
+        assert_eq!(
+            reference(op, "429").as_deref(),
+            waits.then_some("#/components/responses/TooManyWaiters"),
+            "{what}"
+        );
+    }
+    // The shared 403 names both codes.
+    let forbidden = doc["components"]["responses"]["Forbidden"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(forbidden.contains("`url_not_allowed`") && forbidden.contains("`cross_origin`"));
+}
+
 /// The property names of a component schema, and whether all are required.
 fn schema_fields(doc: &Value, name: &str) -> BTreeSet<String> {
     let schema = &doc["components"]["schemas"][name];
