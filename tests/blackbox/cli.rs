@@ -205,6 +205,55 @@ async fn get_shows_the_task_and_result_writes_the_raw_bytes() {
     assert_eq!(run.stdout, [0xff, 0x00, b'b', b'i', b'n']);
 }
 
+/// A result on a terminal cannot drive it (OSC 52 would write the
+/// clipboard): control characters are escaped unless `--raw`; into a pipe
+/// the bytes go as received.
+#[tokio::test]
+async fn result_escapes_control_characters_on_a_terminal_unless_raw() {
+    use crate::support::downstream::TERMINAL_ESCAPES;
+    let s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/terminal"), "osc52").await;
+    assert_eq!(s.api.wait_terminal(&id).await["state"], "success");
+    let c = cli(&s);
+
+    let piped = c.run(&["task", "result", &id]).await;
+    piped.expect(0);
+    assert_eq!(piped.stdout, TERMINAL_ESCAPES, "a pipe gets the bytes");
+
+    let shown = c.run_on_terminal(&["task", "result", &id], "").await;
+    shown.expect(0);
+    let out = shown.out();
+    // The terminal turns the kept line feeds into \r\n: count only
+    // carriage returns that are not part of one.
+    let without_line_ends = out.replace("\r\n", "\n");
+    for raw in ['\x1b', '\x07', '\r'] {
+        assert!(
+            !without_line_ends.contains(raw),
+            "{raw:?} reached the terminal: {out:?}"
+        );
+    }
+    for escaped in [
+        "\\u{1b}]52;c;cm0gLXJmIH4=\\u{7}",
+        "\\u{1b}[31mred\\rover\\xff\tend",
+    ] {
+        assert!(out.contains(escaped), "{escaped:?} not in {out:?}");
+    }
+    assert!(
+        out.starts_with("line 1\r\n"),
+        "line feeds are kept: {out:?}"
+    );
+
+    let raw = c
+        .run_on_terminal(&["task", "result", &id, "--raw"], "")
+        .await;
+    raw.expect(0);
+    assert!(
+        raw.out().contains("\x1b]52;c;cm0gLXJmIH4=\x07"),
+        "--raw writes the bytes: {:?}",
+        raw.out()
+    );
+}
+
 #[tokio::test]
 async fn list_filters_and_follows_every_page() {
     let s = support::start().await;

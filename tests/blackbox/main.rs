@@ -7,6 +7,8 @@
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
 //!   as its own process: output, exit codes, the token, a terminal.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
+//! - `hostile`: other sites' pages, DNS rebinding, floods of logins and of
+//!   connections, password guessing, long-polls from one client.
 //! - `destinations`: two loopback hosts, one hanging with a backlog held at
 //!   its cap while every task of the other finishes; pause and resume;
 //!   settings kept across a restart; 404 and 400 answers.
@@ -30,6 +32,7 @@ mod cli;
 mod delivery;
 mod destinations;
 mod edge;
+mod hostile;
 mod lifecycle;
 mod nodes;
 mod operations;

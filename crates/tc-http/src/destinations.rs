@@ -148,7 +148,7 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
 fn nullable_u32(field: &str, value: &Value, min: u64) -> Result<Option<u32>, ApiError> {
     match value {
         Value::Null => Ok(None),
-        Value::Number(n) => match n.as_u64() {
+        Value::Number(n) => match crate::dto::whole_number(n) {
             Some(v) if v >= min => u32::try_from(v)
                 .map(Some)
                 .map_err(|_| ApiError::InvalidRequest(format!("{field}: out of range"))),
@@ -251,6 +251,14 @@ mod tests {
             (r#"{"max_in_flight": 0}"#, Err("max_in_flight")),
             (r#"{"max_in_flight": 10001}"#, Err("max_in_flight")),
             (r#"{"max_in_flight": 1.5}"#, Err("max_in_flight")),
+            (
+                r#"{"max_in_flight": 20.0, "burst": 4925e0}"#,
+                Ok(DestinationUpdate {
+                    max_in_flight: Some(Some(20)),
+                    burst: Some(Some(4925)),
+                    ..Default::default()
+                }),
+            ),
             (r#"{"max_in_flight": "2"}"#, Err("max_in_flight")),
             (r#"{"rate_per_s": 0}"#, Err("rate_per_s")),
             (r#"{"rate_per_s": -1}"#, Err("rate_per_s")),

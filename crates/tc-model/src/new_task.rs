@@ -39,7 +39,8 @@ pub enum ValidationError {
     /// The url is not an absolute http(s) url with a host, or is too long.
     #[error("url: {0}")]
     Url(String),
-    /// The idempotency key is empty, too long, or has control characters.
+    /// The idempotency key is empty, too long, not printable ASCII, or starts
+    /// or ends with a space.
     #[error("idempotency_key: {0}")]
     IdempotencyKey(String),
     /// max_attempts is outside 1..=100.
@@ -359,6 +360,13 @@ fn check_url(url: &str) -> Result<(), ValidationError> {
     if authority.host().is_empty() {
         return Err(ValidationError::Url("must have a host".into()));
     }
+    if !crate::destination::is_destination_host(authority.host()) {
+        return Err(ValidationError::Url(format!(
+            "the host must be a name of letters, digits, `.`, `-` and `_` (at most {} bytes), \
+             an IPv4 address or an IPv6 address in brackets",
+            crate::destination::MAX_HOST_BYTES
+        )));
+    }
     if authority.as_str().contains('@') {
         // Credentials in a url end up in logs and the task view.
         return Err(ValidationError::Url(
@@ -397,9 +405,18 @@ fn check_key(key: &str) -> Result<(), ValidationError> {
             Limits::MAX_KEY_BYTES
         )));
     }
-    if key.chars().any(char::is_control) {
+    // Every try sends the key as the Idempotency-Key header: a byte outside
+    // visible ASCII cannot go in one, and a receiver trims the spaces
+    // around a header's value, so " k" would reach it as "k".
+    if !key.bytes().all(|b| matches!(b, b' '..=b'~')) {
         return Err(ValidationError::IdempotencyKey(
-            "must not contain control characters".into(),
+            "must be printable ASCII (space to `~`): it is sent as the Idempotency-Key header"
+                .into(),
+        ));
+    }
+    if key.starts_with(' ') || key.ends_with(' ') {
+        return Err(ValidationError::IdempotencyKey(
+            "must not start or end with a space: it is sent as the Idempotency-Key header".into(),
         ));
     }
     Ok(())
@@ -502,8 +519,65 @@ mod tests {
             "https://b.test/hooks/%2e%2E/admin",
             "https://b.test/hooks/./x",
             "https://b.test/hooks/..",
+            // A host must be one a destination can name (`GET
+            // /destinations/{destination}`, the list's filter).
+            "http://a~b/",
+            "http://a!b/",
+            "http://[v1.x]/",
+            "http://[zz]/",
+            "http://[::1%25eth0]/",
+            &format!("http://{}/", "h".repeat(254)),
         ] {
             check(|i| i.url = bad.into(), d, Some("url"));
+        }
+        for good in [
+            "http://[::ffff:1.2.3.4]:8080/",
+            "HTTP://A_b.c-D:080/x",
+            &format!("http://{}/", "h".repeat(253)),
+        ] {
+            check(|i| i.url = good.into(), d, None);
+        }
+    }
+
+    /// A task's destination is one the destination routes and filters
+    /// take: every url a submit accepts names one.
+    #[test]
+    fn accepted_urls_have_a_destination_that_parses() {
+        let hosts = [
+            "h",
+            "H.example",
+            "a_b",
+            "a~b",
+            "a!b",
+            "a$b",
+            "[::1]",
+            "[::ffff:1.2.3.4]",
+            "[v1.x]",
+            "[zz]",
+            "[::1%25eth0]",
+            "127.0.0.1",
+            "999.1.1.1",
+            "a'b",
+            "a(b)",
+            "a*b",
+            "a+b",
+            "a,b",
+            "a;b",
+            "a=b",
+            "a&b",
+        ];
+        for host in hosts {
+            for port in ["", ":1", ":080", ":65535"] {
+                let url = format!("http://{host}{port}/x");
+                if check_url(&url).is_ok() {
+                    let destination = crate::url::destination_of(&url);
+                    assert_eq!(
+                        crate::destination::parse_destination(&destination).as_deref(),
+                        Ok(destination.as_str()),
+                        "{url}"
+                    );
+                }
+            }
         }
     }
 
@@ -516,7 +590,47 @@ mod tests {
         check(|i| i.key = String::new(), d, Some("idempotency_key"));
         check(|i| i.key = "a\nb".into(), d, Some("idempotency_key"));
         check(|i| i.key = "a\u{7f}".into(), d, Some("idempotency_key"));
-        check(|i| i.key = "naïve-ключ".into(), d, None);
+        check(|i| i.key = "a b ~!#".into(), d, None);
+        // The key travels as the Idempotency-Key header, unchanged: no
+        // byte outside visible ASCII, no space a receiver would trim.
+        check(|i| i.key = "naïve-ключ".into(), d, Some("idempotency_key"));
+        check(|i| i.key = " k".into(), d, Some("idempotency_key"));
+        check(|i| i.key = "k ".into(), d, Some("idempotency_key"));
+        check(|i| i.key = " ".into(), d, Some("idempotency_key"));
+    }
+
+    /// Every key a submit accepts reaches the downstream as itself: a valid
+    /// header value that a receiver reads back unchanged (it trims spaces).
+    #[test]
+    fn accepted_keys_are_sent_as_they_are() {
+        let chars = (0u32..0x300)
+            .filter_map(char::from_u32)
+            .chain(['к', '€', '\u{2028}']);
+        for c in chars {
+            for key in [
+                format!("{c}"),
+                format!("a{c}b"),
+                format!("{c}b"),
+                format!("a{c}"),
+            ] {
+                let i = valid();
+                let accepted = NewTask::new(
+                    i.url,
+                    i.body,
+                    key.clone(),
+                    i.max_attempts,
+                    i.timeout,
+                    &Limits::default(),
+                )
+                .is_ok();
+                let sent_as_is = http::HeaderValue::from_str(&key)
+                    .is_ok_and(|v| v.to_str().is_ok_and(|s| s.trim_matches([' ', '\t']) == key));
+                assert!(
+                    !accepted || sent_as_is,
+                    "{key:?} is accepted but cannot be sent"
+                );
+            }
+        }
     }
 
     #[test]

@@ -69,6 +69,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TC_LISTEN", default_value = "127.0.0.1:8080")]
     pub(crate) listen: SocketAddr,
 
+    /// A second address that serves `GET /healthz` and `GET /metrics` only,
+    /// with a small connection limit of its own (16): probes and scrapes are
+    /// then answered however many API clients hold the main listener's
+    /// connections. The main listener keeps serving both as well.
+    #[arg(long, env = "TC_ADMIN_LISTEN")]
+    pub(crate) admin_listen: Option<SocketAddr>,
+
     /// The most downstream calls in flight at once.
     #[arg(long, env = "TC_CONCURRENCY", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -174,10 +181,19 @@ pub(crate) struct ServeArgs {
     pub(crate) max_batch_body_bytes: u64,
 
     /// The most `GET /tasks/{id}?wait_ms=` requests waiting at once; beyond,
-    /// they are answered 503.
+    /// they are answered 503. Never more than the connection limit less a
+    /// 64th (1008 of 1024), so that waiters leave connections for other
+    /// requests and health probes.
     #[arg(long, env = "TC_MAX_WAITERS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) max_waiters: u64,
+
+    /// The most `wait_ms` requests one client address may have waiting at
+    /// once; beyond, they are answered `429 too_many_waiters`. Behind a
+    /// --trusted-proxy the address is the one it forwards.
+    #[arg(long, env = "TC_MAX_WAITERS_PER_CLIENT", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) max_waiters_per_client: u64,
 
     /// How long `success` tasks are kept after they finish (e.g. `7d`,
     /// `12h`), or `forever`.
@@ -205,6 +221,27 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub(crate) write_timeout_ms: u64,
 
+    /// A host name or address requests may be addressed to (the `Host`
+    /// header, any port), repeatable or comma-separated; `*` allows any. A
+    /// request to another host is refused `421 misdirected_request`, which
+    /// stops DNS rebinding. Default: listening on a loopback address,
+    /// `localhost`, `127.0.0.1`, `[::1]` and the listen address; on any other
+    /// address (`0.0.0.0`), any host. Given hosts are allowed besides those
+    /// loopback names.
+    #[arg(long = "allowed-host", env = "TC_ALLOWED_HOSTS", value_delimiter = ',',
+          value_parser = allowed_host)]
+    pub(crate) allowed_hosts: Vec<String>,
+
+    /// A reverse proxy in front of this server: an IP address or network
+    /// (`10.0.0.0/8`, `::1`), repeatable or comma-separated. From these peers
+    /// `X-Forwarded-For` names the client (for per-client limits),
+    /// `X-Forwarded-Proto: https` marks the dashboard's session cookie
+    /// `Secure`, and `X-Forwarded-Host` is the host a request's `Origin` is
+    /// compared with; from any other peer those headers are ignored.
+    #[arg(long = "trusted-proxy", env = "TC_TRUSTED_PROXIES", value_delimiter = ',',
+          value_parser = ip_network)]
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+
     /// Refuse downstream calls whose destination, resolved at connect time,
     /// is loopback, private, link-local, CGNAT, unspecified, broadcast or
     /// multicast (IPv4-mapped forms too): the try fails at once with reason
@@ -228,6 +265,19 @@ fn retention(value: &str) -> Result<Retain, String> {
     humantime::parse_duration(value.trim())
         .map(|d| Retain(Some(d)))
         .map_err(|e| format!("{e}: give a duration such as 7d, 12h or 30m, or forever"))
+}
+
+fn allowed_host(value: &str) -> Result<String, String> {
+    tc_http::check_allowed_host(value).map(|()| value.trim().to_owned())
+}
+
+/// An IP network (`10.0.0.0/8`) or one address (`10.1.2.3`, `::1`).
+fn ip_network(value: &str) -> Result<ipnet::IpNet, String> {
+    let value = value.trim();
+    value
+        .parse::<ipnet::IpNet>()
+        .or_else(|_| value.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{value:?} is not an IP address or network (10.0.0.0/8, ::1)"))
 }
 
 fn non_empty(value: &str) -> Result<String, String> {
@@ -540,11 +590,26 @@ mod tests {
             "--backoff-cap-ms",
         );
         check(&["--listen", "localhost"], "--listen");
+        check(&["--admin-listen", "localhost"], "--admin-listen");
         check(&["--sync", "off"], "--sync");
         check(&["--log-format", "xml"], "--log-format");
         check(&["--api-token", ""], "--api-token");
         check(&["--max-body-bytes", "0"], "--max-body-bytes");
+        check(
+            &["--max-waiters-per-client", "0"],
+            "--max-waiters-per-client",
+        );
         check(&["--downstream-ca-file"], "--downstream-ca-file");
+        check(&["--trusted-proxy", "proxy.local"], "--trusted-proxy");
+        check(
+            &["--allowed-host", "tasks.example.com:443"],
+            "--allowed-host",
+        );
+        check(
+            &["--allowed-host", "http://tasks.example.com"],
+            "--allowed-host",
+        );
+        check(&["--trusted-proxy", "10.0.0.0/33"], "--trusted-proxy");
         check(&["--no-such-flag"], "--no-such-flag");
         check(&["--signing-secret", "whsec_tooShort"], "--signing-secret");
         let three = [SECRET, SECRET, SECRET].join(",");

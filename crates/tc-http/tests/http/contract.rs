@@ -1566,6 +1566,7 @@ async fn metrics_show_tasks_by_state_submits_and_registered_metrics() {
         r#"taskcenter_submits_total{result="invalid"} 1"#,
         r#"taskcenter_http_requests_total{route="/tasks",status="201"} 5"#,
         r#"taskcenter_http_requests_total{route="/tasks/{id}/cancel",status="200"} 1"#,
+        "taskcenter_http_waiters 0",
         "# EOF",
     ] {
         assert!(
@@ -1732,6 +1733,152 @@ async fn no_input_gets_a_5xx() {
             assert!(reply.error_code().is_some(), "{method} {path}: {reply:?}");
         }
     }
+}
+
+/// Waits (on the paused clock) until `n` requests are waiting for tasks.
+async fn until_waiting(h: &Harness, n: i64) {
+    for _ in 0..10_000 {
+        if h.metric("taskcenter_http_waiters").await == n {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("never {n} waiters");
+}
+
+/// `GET /tasks/{id}?wait_ms=` from `peer`, as a spawned request.
+fn wait_for(
+    h: &Harness,
+    peer: &'static str,
+    id: TaskId,
+    wait_ms: u64,
+) -> tokio::task::JoinHandle<(u16, Option<String>, Value)> {
+    let app = std::sync::Arc::clone(&h.app);
+    tokio::spawn(async move {
+        let request = http::Request::builder()
+            .uri(format!("/tasks/{id}?wait_ms={wait_ms}"))
+            .extension(tc_http::ConnectionInfo {
+                peer: peer.parse().unwrap(),
+                local: "127.0.0.1:8080".parse().unwrap(),
+            })
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let response = tc_http::handle(&app, request).await;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        (status, retry_after, serde_json::from_slice(&body).unwrap())
+    })
+}
+
+/// Idle waiters cost a completion nothing: they do not each listen to
+/// every change (one listener serves them all), and a change wakes only
+/// the waiters of its own task.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_woken_only_by_a_change_of_its_own_task() {
+    let h = harness(HttpConfig::default()).await;
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        ids.push(h.seed(&format!("idle-{i}"), None).await);
+    }
+    let waiters: Vec<_> = ids
+        .iter()
+        .map(|id| wait_for(&h, "127.0.0.1:40000", *id, 60_000))
+        .collect();
+    until_waiting(&h, 40).await;
+    assert!(
+        h.changes.receiver_count() <= 1,
+        "{} listeners to every change for 40 waiters",
+        h.changes.receiver_count()
+    );
+    let started = tokio::time::Instant::now();
+    let canceled = h
+        .call("POST", &format!("/tasks/{}/cancel", ids[7]), &[], b"")
+        .await;
+    assert_eq!(canceled.status, 200);
+    until_waiting(&h, 39).await;
+    let mut waiters = waiters;
+    let (status, _, view) = waiters.remove(7).await.unwrap();
+    assert_eq!((status, view["state"].as_str()), (200, Some("canceled")));
+    assert_eq!(
+        started.elapsed(),
+        std::time::Duration::ZERO,
+        "answered at once"
+    );
+    for w in &waiters {
+        assert!(!w.is_finished(), "a waiter of another task answered");
+    }
+    for w in waiters {
+        w.abort();
+    }
+}
+
+/// At most `max_waiters_per_client` waiters per client address: past it
+/// `429 too_many_waiters` with `Retry-After`; other addresses still wait.
+#[tokio::test(start_paused = true)]
+async fn waiters_per_client_address_are_bounded_with_429() {
+    let h = harness(HttpConfig {
+        max_waiters_per_client: 2,
+        ..HttpConfig::default()
+    })
+    .await;
+    let f = fixture(&h).await;
+    let (a, b) = ("192.0.2.1:5000", "192.0.2.2:5000");
+    let first = wait_for(&h, a, f.pending, 60_000);
+    let second = wait_for(&h, "192.0.2.1:5001", f.pending, 60_000);
+    until_waiting(&h, 2).await;
+    let (status, retry_after, body) = wait_for(&h, a, f.pending, 60_000).await.unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_waiters");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    // A terminal task answers at once: no waiting, no limit.
+    let (status, _, _) = wait_for(&h, a, f.success, 60_000).await.unwrap();
+    assert_eq!(status, 200);
+    let other = wait_for(&h, b, f.pending, 60_000);
+    until_waiting(&h, 3).await;
+    // The task ends: every waiter answers and the address may wait again.
+    h.call("POST", &f.path("/tasks/{pending}/cancel"), &[], b"")
+        .await;
+    for w in [first, second, other] {
+        let (status, _, view) = w.await.unwrap();
+        assert_eq!((status, view["state"].as_str()), (200, Some("canceled")));
+    }
+    until_waiting(&h, 0).await;
+    let again = h.seed("again", None).await;
+    let w = wait_for(&h, a, again, 1000);
+    assert_eq!(w.await.unwrap().0, 200);
+}
+
+/// A bulk cancel writes the cancels in the store, not through the worker:
+/// its waiters are woken all the same, not left until their deadline.
+#[tokio::test(start_paused = true)]
+async fn a_bulk_cancel_wakes_its_waiters() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    let waiter = wait_for(&h, "127.0.0.1:40000", f.pending, 60_000);
+    until_waiting(&h, 1).await;
+    let started = tokio::time::Instant::now();
+    let bulk = h
+        .call(
+            "POST",
+            "/tasks/bulk",
+            &[JSON],
+            br#"{"action":"cancel","filter":{"state":"pending"}}"#,
+        )
+        .await;
+    assert_eq!(bulk.json()["applied"], 1, "{bulk:?}");
+    let (status, _, view) = waiter.await.unwrap();
+    assert_eq!((status, view["state"].as_str()), (200, Some("canceled")));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "woken by the cancel, not by its deadline"
+    );
 }
 
 /// A task view shows the method and the task's headers, credentials

@@ -61,8 +61,9 @@ pub(crate) enum TaskCommand {
     Submit(SubmitArgs),
     /// Show a task: every field and its attempt history.
     Get(IdArgs),
-    /// Write a succeeded task's result to stdout, the downstream's bytes
-    /// exactly as received.
+    /// Write a succeeded task's result to stdout: into a pipe or a file the
+    /// downstream's bytes exactly as received; to a terminal with control
+    /// characters escaped (a result cannot drive the terminal) unless --raw.
     Result(ResultArgs),
     /// List tasks in creation order, one page (--limit) or every page (--all).
     List(ListArgs),
@@ -142,7 +143,12 @@ pub(crate) struct IdArgs {
 pub(crate) struct ResultArgs {
     /// The task's id.
     pub(crate) id: String,
-    // Accepted for symmetry; the result is always written as raw bytes.
+    /// Write the bytes as received even to a terminal, escape sequences
+    /// included (they can move the cursor, recolour or retitle the terminal,
+    /// or set the clipboard through OSC 52).
+    #[arg(long)]
+    pub(crate) raw: bool,
+    // Accepted for symmetry; the result is never JSON.
     #[command(flatten)]
     pub(crate) output: Output,
 }

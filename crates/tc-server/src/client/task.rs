@@ -157,8 +157,9 @@ pub(crate) async fn get(api: &Api, out: &Out, id: &str) -> Result<(), ClientErro
     out.text(&text)
 }
 
-/// `task result`: the bytes as the downstream sent them.
-pub(crate) async fn result(api: &Api, out: &Out, id: &str) -> Result<(), ClientError> {
+/// `task result`: the bytes as the downstream sent them; to a terminal,
+/// unless `raw`, with control characters escaped.
+pub(crate) async fn result(api: &Api, out: &Out, id: &str, raw: bool) -> Result<(), ClientError> {
     let reply = api
         .send(
             Method::GET,
@@ -167,7 +168,11 @@ pub(crate) async fn result(api: &Api, out: &Out, id: &str) -> Result<(), ClientE
             Duration::ZERO,
         )
         .await?;
-    out.bytes(&reply.body)
+    if raw || !out.terminal {
+        out.bytes(&reply.body)
+    } else {
+        out.text(&format::sanitize_bytes(&reply.body))
+    }
 }
 
 /// `task list`.
