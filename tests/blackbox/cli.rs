@@ -804,3 +804,88 @@ fn json_lines_reject_what_is_not_one_object_per_line() {
         assert!(result.is_err(), "{bad:?} accepted");
     }
 }
+
+/// `destination set --header --signing-secret` puts a credential and a
+/// secret on a destination (shown back as a name and a count), and
+/// `task submit --method --header` sends a call that carries the task's
+/// header, the destination's credential and a signature; `--clear-*`
+/// remove them.
+#[tokio::test]
+async fn headers_and_signing_secrets_from_the_command_line() {
+    let mut s = support::start().await;
+    let c = cli(&s);
+    let dest = s.down.destination();
+    let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let run = c
+        .run(&[
+            "destination",
+            "set",
+            &dest,
+            "--header",
+            "Authorization: Bearer cli-t0ken",
+            "--signing-secret",
+            secret,
+        ])
+        .await;
+    run.expect(0);
+    assert_eq!(run.field("headers"), "authorization");
+    assert!(run.out().contains("signed (1 secret)"), "{}", run.out());
+    assert!(!run.out().contains("cli-t0ken") && !run.out().contains(secret));
+
+    let url = s.down.url("/ok");
+    let run = c
+        .run(&[
+            "task",
+            "submit",
+            "--url",
+            &url,
+            "--key",
+            "cli-put",
+            "--method",
+            "put",
+            "--header",
+            "X-Tenant: acme",
+            "--json",
+            "{\"n\":1}",
+        ])
+        .await;
+    run.expect(0);
+    let received = s.down.request_with_key("cli-put").await;
+    assert_eq!(received.header("x-tenant"), Some("acme"));
+    assert_eq!(received.header("authorization"), Some("Bearer cli-t0ken"));
+    assert!(
+        received
+            .header("webhook-signature")
+            .is_some_and(|s| s.starts_with("v1,"))
+    );
+    let run = c.run(&["task", "get", &run.field("task")]).await;
+    run.expect(0);
+    assert_eq!(run.field("method"), "PUT");
+    assert!(run.out().contains("x-tenant: acme"), "{}", run.out());
+
+    // A GET needs no --json; the cleared destination adds nothing.
+    let run = c
+        .run(&[
+            "destination",
+            "set",
+            &dest,
+            "--clear-headers",
+            "--clear-signing",
+        ])
+        .await;
+    run.expect(0);
+    assert_eq!(
+        (run.field("headers"), run.field("signing")),
+        ("-".into(), "-".into())
+    );
+    let run = c
+        .run(&[
+            "task", "submit", "--url", &url, "--key", "cli-get", "--method", "GET",
+        ])
+        .await;
+    run.expect(0);
+    let received = s.down.request_with_key("cli-get").await;
+    assert!(received.body.is_empty());
+    assert_eq!(received.header("authorization"), None);
+    assert_eq!(received.header("webhook-signature"), None);
+}

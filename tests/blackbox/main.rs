@@ -13,6 +13,10 @@
 //!   its cap while every task of the other finishes; pause and resume;
 //!   settings kept across a restart; 404 and 400 answers.
 //! - `nodes`: three servers on one PostgreSQL database (skipped without one).
+//! - `outbound`: a PUT with the destination's bearer token, every try's
+//!   Standard Webhooks signature verified by the specification's own
+//!   library (rotation, a tampered body, the server's secret), and no secret
+//!   in a view, the dashboard, the metrics or a log line.
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
@@ -32,4 +36,5 @@ mod hostile;
 mod lifecycle;
 mod nodes;
 mod operations;
+mod outbound;
 mod support;

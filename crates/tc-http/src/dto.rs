@@ -14,6 +14,7 @@ use tc_model::{
 
 use crate::config::HttpConfig;
 use crate::error::ApiError;
+use crate::outbound::HeadersView;
 use crate::query::{FILTER_FIELDS, FilterFields};
 
 /// The body of `POST /tasks` as sent. Every field is a raw JSON value so that
@@ -39,6 +40,12 @@ struct SubmitBody {
     run_at: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     delay_ms: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<Value>,
+    /// Kept as text: [`crate::outbound::parse_headers`] reads its members in
+    /// order, so a name given twice is refused rather than one copy lost.
+    #[serde(default, deserialize_with = "present_raw")]
+    headers: Option<Box<RawValue>>,
 }
 
 /// Deserializes a field that is present, even as `null`, to `Some`.
@@ -112,9 +119,15 @@ pub(crate) fn parse_submit(
         None => config.default_timeout,
         Some(v) => Duration::from_millis(integer("timeout_ms", &v, 1, max_timeout_ms)?),
     };
-    let downstream_body = body
-        .json
-        .map_or_else(|| b"{}".to_vec(), |raw| compact(raw.get()));
+    let method = crate::outbound::parse_method(body.method)?;
+    let headers = crate::outbound::parse_headers(body.headers.as_deref())?;
+    // Without `json`, a POST, PUT or PATCH sends `{}`; a GET or DELETE
+    // sends nothing.
+    let downstream_body = match body.json {
+        Some(raw) => compact(raw.get()),
+        None if method.has_default_body() => b"{}".to_vec(),
+        None => Vec::new(),
+    };
     let schedule = parse_schedule(body.run_at, body.delay_ms, now)?;
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
@@ -128,6 +141,8 @@ pub(crate) fn parse_submit(
         &limits,
     )
     .and_then(|task| task.with_schedule(schedule))
+    .and_then(|task| task.with_method(method))
+    .map(|task| task.with_headers(headers))
     .map_err(|e| invalid(validation_message(&e)))
 }
 
@@ -344,7 +359,7 @@ fn range_error(field: &str, min: impl std::fmt::Display, max: impl std::fmt::Dis
     ))
 }
 
-fn json_type(v: &Value) -> &'static str {
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -364,6 +379,9 @@ fn validation_message(e: &ValidationError) -> String {
         other => other,
     };
     let text = e.to_string();
+    if api_field == field {
+        return text;
+    }
     let rest = text
         .strip_prefix(field)
         .and_then(|r| r.strip_prefix(": "))
@@ -377,6 +395,8 @@ pub(crate) struct TaskView<'a> {
     id: String,
     state: &'static str,
     url: &'a str,
+    method: &'static str,
+    headers: HeadersView<'a>,
     destination: &'a str,
     idempotency_key: &'a str,
     attempt: u32,
@@ -410,6 +430,8 @@ impl<'a> TaskView<'a> {
             id: task.id.to_string(),
             state: task.state.as_str(),
             url: &task.url,
+            method: task.method.as_str(),
+            headers: HeadersView::new(&task.headers),
             destination: &task.destination,
             idempotency_key: &task.idempotency_key,
             attempt: task.attempt,

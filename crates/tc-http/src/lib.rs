@@ -40,6 +40,7 @@ mod destinations;
 mod dto;
 mod error;
 mod metrics;
+mod outbound;
 mod query;
 mod server;
 mod site;

@@ -290,6 +290,8 @@ fn sample_task() -> Task {
         id: TaskId::new(Timestamp::from_millis(0), [0xee; 10]),
         state: State::Success,
         url: "http://127.0.0.1:9/hook".into(),
+        method: tc_model::Method::Put,
+        headers: tc_model::Headers::parse([("x-tenant".to_owned(), "acme".to_owned())]).unwrap(),
         destination: "127.0.0.1:9".into(),
         body: b"{}".to_vec(),
         idempotency_key: "k".into(),
@@ -369,7 +371,7 @@ fn the_submit_schema_has_the_fields_the_parser_accepts() {
         .step_by(2)
         .map(str::to_owned)
         .collect();
-    assert_eq!(accepted.len(), 7, "{message}");
+    assert_eq!(accepted.len(), 9, "{message}");
     assert_eq!(schema_fields(&doc, "SubmitRequest"), accepted);
     assert_eq!(
         required(&doc, "SubmitRequest"),
@@ -452,4 +454,56 @@ fn links_carry_real_ids_to_every_operation_that_takes_one() {
             );
         }
     }
+}
+
+#[test]
+fn the_destination_schemas_have_the_fields_the_code_reads_and_shows() {
+    use tc_model::destination::{Destination, DestinationSettings};
+
+    let doc = document();
+    let settings = DestinationSettings {
+        headers: tc_model::Headers::parse([("authorization".to_owned(), "Bearer t".to_owned())])
+            .unwrap(),
+        signing_secrets: tc_model::signing::SigningSecrets::parse(&[
+            "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+        ])
+        .unwrap(),
+        ..DestinationSettings::default()
+    };
+    let view = crate::destinations::DestinationView::new(
+        Destination {
+            name: "api.example.com:443".into(),
+            settings,
+            pending: 0,
+            running: 0,
+        },
+        crate::control::DestinationRuntime::default(),
+    );
+    let view = serde_json::to_value(view).unwrap();
+    let info = &doc["components"]["schemas"]["DestinationInfo"];
+    assert_eq!(keys(&info["properties"]), keys(&view));
+    assert_eq!(required(&doc, "DestinationInfo"), keys(&view));
+    assert_eq!(view["header_names"], serde_json::json!(["authorization"]));
+    assert_eq!(view["signing_secrets"], 1);
+
+    // Every settings field the parser takes is documented, and no other:
+    // the parser names them all when it refuses an unknown one.
+    let Err(ApiError::InvalidRequest(message)) =
+        crate::destinations::parse_update(br#"{"__probe__":1}"#)
+    else {
+        panic!("an unknown field is refused");
+    };
+    let accepted: BTreeSet<String> = message
+        .split_once("(expected ")
+        .unwrap()
+        .1
+        .trim_end_matches(')')
+        .split(", ")
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        schema_fields(&doc, "DestinationSettings"),
+        accepted,
+        "{message}"
+    );
 }

@@ -1,4 +1,5 @@
-use crate::Timestamp;
+use crate::headers::{HeaderError, Headers};
+use crate::{Method, Timestamp};
 use std::time::Duration;
 
 /// Bounds a submission must respect. Only the body limit is configurable; the
@@ -68,6 +69,16 @@ pub enum ValidationError {
         /// The value given, in milliseconds.
         got_ms: u128,
     },
+    /// A method that sends no body (`GET`) was given one.
+    #[error("body: a {method} sends no body")]
+    BodyNotSent {
+        /// The method.
+        method: Method,
+    },
+    /// A header, or the set of them, breaks a rule (the message names
+    /// `headers.<name>` or `headers`).
+    #[error("{0}")]
+    Headers(HeaderError),
 }
 
 impl ValidationError {
@@ -80,6 +91,8 @@ impl ValidationError {
             ValidationError::Body { .. } => "body",
             ValidationError::Timeout { .. } => "timeout",
             ValidationError::Delay { .. } => "delay_ms",
+            ValidationError::BodyNotSent { .. } => "body",
+            ValidationError::Headers(_) => "headers",
         }
     }
 }
@@ -149,9 +162,9 @@ impl Schedule {
     }
 }
 
-/// A valid submission: "POST `body` to `url`, at most `max_attempts` times,
-/// each try within `timeout`", due as its [`Schedule`] says. One that exists
-/// has passed every check.
+/// A valid submission: "call `url` with `method`, these `headers` and
+/// `body`, at most `max_attempts` times, each try within `timeout`", due
+/// as its [`Schedule`] says. One that exists has passed every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
     url: String,
@@ -160,6 +173,8 @@ pub struct NewTask {
     max_attempts: u32,
     timeout: Duration,
     schedule: Schedule,
+    method: Method,
+    headers: Headers,
 }
 
 impl NewTask {
@@ -196,7 +211,35 @@ impl NewTask {
             max_attempts,
             timeout,
             schedule: Schedule::Now,
+            method: Method::Post,
+            headers: Headers::default(),
         })
+    }
+
+    /// The same submission with another method (`POST` by default). A
+    /// `GET` sends no body: one with a body is refused (naming `body`).
+    pub fn with_method(mut self, method: Method) -> Result<NewTask, ValidationError> {
+        if method == Method::Get && !self.body.is_empty() {
+            return Err(ValidationError::BodyNotSent { method });
+        }
+        self.method = method;
+        Ok(self)
+    }
+
+    /// The same submission with headers of its own (none by default).
+    pub fn with_headers(mut self, headers: Headers) -> NewTask {
+        self.headers = headers;
+        self
+    }
+
+    /// The call's method.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// The task's own headers.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
     }
 
     /// The same submission, first due as `schedule` says. A delay over
@@ -262,11 +305,13 @@ impl NewTask {
             && self.timeout == timeout
     }
 
-    /// [`NewTask::same_payload`] against a stored task, its schedule
-    /// included.
+    /// [`NewTask::same_payload`] against a stored task, its schedule,
+    /// method and headers included.
     pub fn same_work_as(&self, task: &crate::Task) -> bool {
         self.same_payload(&task.url, &task.body, task.max_attempts, task.timeout)
             && self.schedule == task.schedule
+            && self.method == task.method
+            && self.headers == task.headers
     }
 }
 
@@ -623,6 +668,72 @@ mod tests {
             d,
             Some("timeout"),
         );
+    }
+
+    #[test]
+    fn a_get_sends_no_body() {
+        let task = |body: &[u8]| {
+            NewTask::new(
+                "http://h/x".into(),
+                body.to_vec(),
+                "k".into(),
+                1,
+                Duration::from_secs(1),
+                &Limits::default(),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            task(b"").with_method(Method::Get).map(|t| t.method()),
+            Ok(Method::Get)
+        );
+        let refused = task(b"{}").with_method(Method::Get).unwrap_err();
+        assert_eq!(refused.field(), "body");
+        assert_eq!(refused.to_string(), "body: a GET sends no body");
+        for method in [Method::Post, Method::Put, Method::Patch, Method::Delete] {
+            assert_eq!(
+                task(b"{}").with_method(method).map(|t| t.method()),
+                Ok(method)
+            );
+            assert_eq!(
+                task(b"").with_method(method).map(|t| t.method()),
+                Ok(method)
+            );
+        }
+        assert_eq!(task(b"{}").method(), Method::Post, "POST by default");
+    }
+
+    #[test]
+    fn a_resubmit_must_repeat_the_method_and_the_headers() {
+        let i = valid();
+        let new = NewTask::new(
+            i.url,
+            i.body,
+            i.key,
+            i.max_attempts,
+            i.timeout,
+            &Limits::default(),
+        )
+        .unwrap();
+        let stored = crate::Task::submitted(
+            crate::TaskId::new(Timestamp::from_millis(0), [0; 10]),
+            &new,
+            Timestamp::from_millis(0),
+        );
+        assert!(new.same_work_as(&stored));
+        let put = new.clone().with_method(Method::Put).unwrap();
+        assert!(!put.same_work_as(&stored), "another method");
+        let headers =
+            |value: &str| Headers::parse([("X-Tenant".to_owned(), value.to_owned())]).unwrap();
+        let with = new.clone().with_headers(headers("acme"));
+        assert!(!with.same_work_as(&stored), "headers where there were none");
+        let stored = crate::Task::submitted(stored.id, &with, stored.created_at);
+        assert!(
+            new.clone()
+                .with_headers(headers("acme"))
+                .same_work_as(&stored)
+        );
+        assert!(!new.with_headers(headers("other")).same_work_as(&stored));
     }
 
     #[test]

@@ -137,6 +137,20 @@ pub(crate) struct ServeArgs {
           value_parser = non_empty)]
     pub(crate) api_token: Option<String>,
 
+    /// A Standard Webhooks secret (`whsec_` + base64 of 24 to 64 bytes) that
+    /// signs the calls to every destination without secrets of its own:
+    /// they carry `webhook-id`, `webhook-timestamp` and `webhook-signature`.
+    /// Give it twice (or comma-separated) while rotating: each call is then
+    /// signed with both.
+    #[arg(
+        long,
+        env = "TC_SIGNING_SECRET",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_name = "SECRET"
+    )]
+    pub(crate) signing_secret: Vec<String>,
+
     /// Only task urls under one of these prefixes are accepted (repeatable,
     /// or comma-separated; a comma always separates prefixes, write one
     /// inside a url as `%2C`). Matched on the normalised url at a path-segment
@@ -275,9 +289,17 @@ fn non_empty(value: &str) -> Result<String, String> {
 }
 
 impl ServeArgs {
-    /// Checks what one flag alone cannot: the relations between flags.
+    /// Checks what one flag alone cannot: the relations between flags, and
+    /// the signing secrets (here rather than in a value parser, whose error
+    /// would repeat the secret on the terminal).
     pub(crate) fn check(&self) -> Result<(), clap::Error> {
         use clap::CommandFactory;
+        if let Err(why) = self.signing_secrets() {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("--signing-secret: {why}"),
+            ));
+        }
         if self.backoff_cap_ms < self.backoff_base_ms {
             return Err(Cli::command().error(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -288,6 +310,12 @@ impl ServeArgs {
             ));
         }
         Ok(())
+    }
+
+    /// The server's own signing secrets (see `--signing-secret`); the error
+    /// never repeats one.
+    pub(crate) fn signing_secrets(&self) -> Result<tc_model::signing::SigningSecrets, String> {
+        tc_model::signing::SigningSecrets::parse(&self.signing_secret)
     }
 
     pub(crate) fn call_timeout(&self) -> Duration {
@@ -427,8 +455,21 @@ mod tests {
         assert!(!submit.output.json);
         match submit.command {
             TaskCommand::Submit(s) => {
-                assert_eq!(s.payload.0.get(), r#"{"b":1,"a":2}"#);
+                assert_eq!(
+                    s.payload.map(|p| p.0.get().to_owned()).as_deref(),
+                    Some(r#"{"b":1,"a":2}"#)
+                );
                 assert_eq!((s.key, s.wait), (None, false));
+            }
+            other => panic!("{other:?}"),
+        }
+        // With a method, the payload may be left out (a GET has none).
+        match task(&["task", "submit", "--url", "u", "--method", "get"]).command {
+            TaskCommand::Submit(s) => {
+                assert_eq!(
+                    (s.method.as_deref(), s.payload.is_none()),
+                    (Some("GET"), true)
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -437,7 +478,7 @@ mod tests {
         ]);
         assert!(json_out.output.json);
         assert!(
-            matches!(json_out.command, TaskCommand::Submit(ref s) if s.wait && s.payload.0.get() == "[]")
+            matches!(json_out.command, TaskCommand::Submit(ref s) if s.wait && s.payload.as_ref().is_some_and(|p| p.0.get() == "[]"))
         );
         match parse(&[
             "destination",
@@ -476,6 +517,40 @@ mod tests {
         };
         check(&["task", "get"], "<ID>");
         check(&["task", "submit", "--url", "u"], "--json");
+        check(
+            &["task", "submit", "--url", "u", "--method", "HEAD"],
+            "--method",
+        );
+        check(
+            &["task", "submit", "--url", "u", "--header", "X-A"],
+            "--header",
+        );
+        check(
+            &["task", "submit", "--url", "u", "--header", ": v"],
+            "--header",
+        );
+        check(
+            &[
+                "destination",
+                "set",
+                "h:1",
+                "--header",
+                "X-A: 1",
+                "--clear-headers",
+            ],
+            "--clear-headers",
+        );
+        check(
+            &[
+                "destination",
+                "set",
+                "h:1",
+                "--signing-secret",
+                "whsec_x",
+                "--clear-signing",
+            ],
+            "--clear-signing",
+        );
         check(
             &["task", "submit", "--url", "u", "--json", "{"],
             "not valid JSON",
@@ -536,5 +611,34 @@ mod tests {
         );
         check(&["--trusted-proxy", "10.0.0.0/33"], "--trusted-proxy");
         check(&["--no-such-flag"], "--no-such-flag");
+        check(&["--signing-secret", "whsec_tooShort"], "--signing-secret");
+        let three = [SECRET, SECRET, SECRET].join(",");
+        check(&["--signing-secret", &three], "--signing-secret");
+    }
+
+    /// A Standard Webhooks secret of 24 bytes.
+    const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+    #[test]
+    fn signing_secrets_are_checked_and_never_repeated_in_an_error() {
+        let secrets = |args: &[&str]| {
+            parse(args)
+                .unwrap()
+                .serve_args()
+                .signing_secrets()
+                .map(|s| s.len())
+        };
+        assert_eq!(secrets(&[]), Ok(0));
+        assert_eq!(secrets(&["--signing-secret", SECRET]), Ok(1));
+        let two = format!("{SECRET},{SECRET}");
+        assert_eq!(secrets(&["--signing-secret", &two]), Ok(2));
+        assert_eq!(
+            secrets(&["--signing-secret", SECRET, "--signing-secret", SECRET]),
+            Ok(2)
+        );
+        let bad = "whsec_s3cr3t-but-not-base64";
+        let message = parse(&["--signing-secret", bad]).unwrap_err().to_string();
+        assert!(message.contains("--signing-secret"), "{message}");
+        assert!(!message.contains("s3cr3t"), "repeats the secret: {message}");
     }
 }

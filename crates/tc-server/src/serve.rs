@@ -110,6 +110,8 @@ impl Settings {
                     ..tc_worker::BreakerPolicy::default()
                 },
                 settings_interval: Duration::from_secs(1),
+                // Checked before (`ServeArgs::check`): none when invalid.
+                signing_secrets: args.signing_secrets().unwrap_or_default(),
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
@@ -229,6 +231,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     )
     .with_dashboard(tc_http::DashboardSources {
         concurrency: Some(settings.worker.concurrency),
+        signs_by_default: !settings.worker.signing_secrets.is_empty(),
     });
     let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
     let app = Arc::new(app);

@@ -50,11 +50,11 @@ pub(crate) async fn submit<C: GenericClient>(
             // the delay asked for, on the store's clock.
             "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
                                 attempt, created_at, updated_at, next_run_at, schedule_at, \
-                                schedule_delay_ms, destination) \
+                                schedule_delay_ms, destination, method, headers) \
              VALUES ($2, $3, 'pending', $4, $5, $6, $7, 0, tc_now_ms($1), tc_now_ms($1), \
                      greatest(coalesce($8::bigint, tc_now_ms($1)), tc_now_ms($1)) \
                          + coalesce($9::bigint, 0), \
-                     $8, $9, $10) \
+                     $8, $9, $10, $11, $12) \
              ON CONFLICT (idempotency_key) DO NOTHING \
              RETURNING ",
             task_columns!()
@@ -73,6 +73,7 @@ pub(crate) async fn submit<C: GenericClient>(
         .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?;
     let (schedule_at, schedule_delay_ms) = new.schedule().to_parts();
     let destination = tc_model::destination_of(new.url());
+    let (method, headers) = (new.method().as_str(), new.headers().to_stored());
     // Two rounds: a key found taken whose task then vanished (it cannot be
     // deleted today) is tried once more rather than reported as an error.
     for _ in 0..2 {
@@ -96,6 +97,8 @@ pub(crate) async fn submit<C: GenericClient>(
                     &schedule_at,
                     &schedule_delay_ms,
                     &destination,
+                    &method,
+                    &headers,
                 ],
             )
             .await
@@ -147,7 +150,7 @@ pub(crate) async fn claim_of(
              t.max_attempts, t.timeout_ns, t.http_status, t.result, t.result_content_type, \
              t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
-             t.schedule_delay_ms, t.destination \
+             t.schedule_delay_ms, t.destination, t.method, t.headers \
              ), opened AS ( \
                  INSERT INTO attempts (task_id, n, started_at) \
                  SELECT id, attempt, started_at FROM claimed \

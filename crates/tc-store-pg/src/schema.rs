@@ -194,6 +194,21 @@ CREATE INDEX tasks_due_by_destination ON tasks (destination, next_run_at, pos)
 CREATE INDEX tasks_running_by_destination ON tasks (destination) WHERE state = 'running';
 ";
 
+/// Step 6 → 7: what a call sends beyond its url and body (issue: outbound
+/// calls): a task's method (`POST` for every task written before; a
+/// constant default, so no row is rewritten) and its own headers; a
+/// destination's default headers and signing secrets. The header columns
+/// hold `tc_model::Headers::to_stored` (a JSON object, kept as text so both
+/// stores read one form), the secrets
+/// `tc_model::signing::SigningSecrets::to_stored`; NULL for none.
+const V7_OUTBOUND: &str = "
+ALTER TABLE tasks ADD COLUMN method text NOT NULL DEFAULT 'POST'
+    CHECK (method IN ('GET', 'POST', 'PUT', 'PATCH', 'DELETE'));
+ALTER TABLE tasks ADD COLUMN headers text;
+ALTER TABLE destinations ADD COLUMN headers text;
+ALTER TABLE destinations ADD COLUMN signing_secrets text;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes version k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -202,6 +217,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V4_FILTER_INDEXES,
     V5_DESTINATION,
     V6_DESTINATIONS,
+    V7_OUTBOUND,
 ];
 
 /// The version this build writes and reads.

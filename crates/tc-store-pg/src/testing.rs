@@ -95,6 +95,26 @@ impl TestDatabase {
         .await
     }
 
+    /// A fresh schema laid out as a build of schema `version` left it: the
+    /// first `version` migration steps (steps are never edited, so these
+    /// are what older builds ran) and the version row. For upgrade tests.
+    ///
+    /// # Panics
+    /// When `version` is beyond [`crate::SCHEMA_VERSION`].
+    pub async fn schema_at(&self, version: usize) -> Result<String, String> {
+        let schema = self.fresh_schema();
+        let mut sql = format!("CREATE SCHEMA {schema}; SET search_path TO {schema};");
+        for step in &crate::schema::MIGRATIONS[..version] {
+            sql.push_str(step);
+        }
+        sql.push_str(&format!(
+            "INSERT INTO taskcenter_schema (application, version) VALUES ('{}', {version});",
+            crate::schema::APPLICATION
+        ));
+        self.execute(&sql).await?;
+        Ok(schema)
+    }
+
     /// Runs SQL on the test database outside any store (to build a foreign
     /// schema, or to look at one).
     pub async fn execute(&self, sql: &str) -> Result<(), String> {

@@ -52,6 +52,9 @@ const APP_JS: &str = include_str!("assets/app.js");
 pub struct DashboardSources {
     /// The worker's `--concurrency`, shown beside the calls in flight.
     pub concurrency: Option<usize>,
+    /// Whether the server signs calls to destinations without secrets of
+    /// their own (`--signing-secret`): their rows say so.
+    pub signs_by_default: bool,
 }
 
 /// The largest body a `/ui/` request may have (the login and logout forms

@@ -75,6 +75,7 @@ fn fixture_with(config: HttpConfig) -> Fixture {
     let app = App::new(Arc::clone(&store), control, config, Registry::default()).with_dashboard(
         crate::DashboardSources {
             concurrency: Some(8),
+            signs_by_default: false,
         },
     );
     Fixture { app, store }
@@ -707,4 +708,71 @@ async fn the_list_filters_searches_and_pages() {
     let bad = f.call("GET", "/ui/tasks?state=done", &[], "").await;
     assert_eq!(bad.status, 400);
     assert!(bad.body.contains("state: must be one of"));
+}
+
+/// The task page shows the method and the task's headers as the API does,
+/// credentials redacted; the overview's destination row names the default
+/// headers and says the calls are signed; no value of either shows.
+#[tokio::test]
+async fn method_headers_and_signing_show_without_any_secret() {
+    let f = fixture(None);
+    let headers = tc_model::Headers::parse([
+        ("Authorization".to_owned(), "Bearer task-s3cr3t".to_owned()),
+        ("X-Tenant".to_owned(), "acme".to_owned()),
+    ])
+    .unwrap();
+    let new = NewTask::new(
+        "http://api.test/items/7".into(),
+        Vec::new(),
+        "get-1".into(),
+        1,
+        Duration::from_secs(1),
+        &Limits::default(),
+    )
+    .unwrap()
+    .with_method(tc_model::Method::Get)
+    .unwrap()
+    .with_headers(headers);
+    let id = f.store.submit(new, NOW).await.unwrap().task.id;
+    f.set(
+        "api.test:80",
+        DestinationUpdate {
+            headers: Some(
+                tc_model::Headers::parse([(
+                    "authorization".to_owned(),
+                    "Bearer destination-s3cr3t".to_owned(),
+                )])
+                .unwrap(),
+            ),
+            signing_secrets: Some(
+                tc_model::signing::SigningSecrets::parse(&[
+                    "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+                ])
+                .unwrap(),
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
+
+    let page = f
+        .call("GET", &format!("/ui/tasks/{id}"), &[], "")
+        .await
+        .body;
+    assert!(page.contains(r#"id="task-method">GET<"#), "{page}");
+    assert!(page.contains("authorization: [redacted]"), "{page}");
+    assert!(page.contains("x-tenant: acme"), "{page}");
+    assert!(page.contains("sends no body"), "{page}");
+    let overview = f.call("GET", "/ui/fragment/overview", &[], "").await.body;
+    let row = overview
+        .split(r#"<tr data-destination="api.test:80""#)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no row: {overview}"));
+    assert!(row.contains(">signed<"), "{row}");
+    assert!(row.contains(">authorization<"), "{row}");
+    for body in [&page, &overview] {
+        for secret in ["s3cr3t", "whsec_", "C2FVsBQ"] {
+            assert!(!body.contains(secret), "{secret} shown: {body}");
+        }
+    }
 }

@@ -301,6 +301,19 @@ fn fields() -> Vec<Field> {
                     &strings(&[" k", "k ", " ", "naïve", "a\nb", "a\tb", "a\u{7f}"]),
                 ),
             field(place, "max_attempts").samples(Accepted, &[json!(3.0), json!(5e0)]),
+            // The enum's members and its refusals come from the document;
+            // a GET with `json` is the HTTP contract's row.
+            field(place, "method"),
+            // Each refused name and malformed value is a row of the HTTP
+            // contract (`outbound_rows`); here the shapes the type admits.
+            field(place, "headers").samples(
+                Accepted,
+                &[
+                    json!({}),
+                    json!({"X-Tenant": "acme", "authorization": "Bearer t"}),
+                    Value::Object((0..32).map(|i| (format!("x-{i}"), json!("v"))).collect()),
+                ],
+            ),
             field(place, "timeout_ms"),
             field(place, "delay_ms"),
             field(place, "run_at")
@@ -326,6 +339,16 @@ fn fields() -> Vec<Field> {
         field(Place::Destination, "rate_per_s").samples(Accepted, &[json!(0.5), json!(1e6)]),
         field(Place::Destination, "burst"),
         field(Place::Destination, "paused"),
+        field(Place::Destination, "headers")
+            .samples(Accepted, &[json!({}), json!({"Authorization": "Bearer t"})]),
+        field(Place::Destination, "signing_secrets").item(|i| {
+            json!(
+                [
+                    "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+                    "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+                ][i % 2]
+            )
+        }),
         field(Place::DestinationPath, "destination")
             .samples(Accepted, &destinations(Accepted))
             .samples(Refused, &destinations(Refused)),
