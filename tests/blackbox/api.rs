@@ -339,7 +339,7 @@ async fn bodies_over_the_limit_are_413_even_for_clients_that_write_everything_fi
     // A plain client with a declared length far over the limit.
     let body = vec![b' '; 512 * 1024];
     let head = format!(
-        "POST /tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        "POST /tasks HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
     let answer = plain_client(s.server.addr, head, body).await;
@@ -354,7 +354,7 @@ async fn bodies_over_the_limit_are_413_even_for_clients_that_write_everything_fi
         chunked.extend_from_slice(b"\r\n");
     }
     chunked.extend_from_slice(b"0\r\n\r\n");
-    let head = "POST /tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned();
+    let head = "POST /tasks HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned();
     let answer = plain_client(s.server.addr, head, chunked).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer:?}");
 }
@@ -639,6 +639,6 @@ async fn malformed_requests_never_get_a_5xx() {
     };
     check_raw(b"GARBAGE\r\n\r\n").await;
     check_raw(b"POST /tasks HTTP/1.1\r\ncontent-length: nope\r\n\r\n").await;
-    check_raw(b"POST /tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 3\r\nconnection: close\r\n\r\n\xff\xfe\xfd").await;
+    check_raw(b"POST /tasks HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 3\r\nconnection: close\r\n\r\n\xff\xfe\xfd").await;
     assert_eq!(s.api.get("/healthz").await.status, 200, "still serving");
 }

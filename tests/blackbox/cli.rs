@@ -205,6 +205,55 @@ async fn get_shows_the_task_and_result_writes_the_raw_bytes() {
     assert_eq!(run.stdout, [0xff, 0x00, b'b', b'i', b'n']);
 }
 
+/// A result on a terminal cannot drive it (OSC 52 would write the
+/// clipboard): control characters are escaped unless `--raw`; into a pipe
+/// the bytes go as received.
+#[tokio::test]
+async fn result_escapes_control_characters_on_a_terminal_unless_raw() {
+    use crate::support::downstream::TERMINAL_ESCAPES;
+    let s = support::start().await;
+    let id = s.api.submit_new(&s.down.url("/terminal"), "osc52").await;
+    assert_eq!(s.api.wait_terminal(&id).await["state"], "success");
+    let c = cli(&s);
+
+    let piped = c.run(&["task", "result", &id]).await;
+    piped.expect(0);
+    assert_eq!(piped.stdout, TERMINAL_ESCAPES, "a pipe gets the bytes");
+
+    let shown = c.run_on_terminal(&["task", "result", &id], "").await;
+    shown.expect(0);
+    let out = shown.out();
+    // The terminal turns the kept line feeds into \r\n: count only
+    // carriage returns that are not part of one.
+    let without_line_ends = out.replace("\r\n", "\n");
+    for raw in ['\x1b', '\x07', '\r'] {
+        assert!(
+            !without_line_ends.contains(raw),
+            "{raw:?} reached the terminal: {out:?}"
+        );
+    }
+    for escaped in [
+        "\\u{1b}]52;c;cm0gLXJmIH4=\\u{7}",
+        "\\u{1b}[31mred\\rover\\xff\tend",
+    ] {
+        assert!(out.contains(escaped), "{escaped:?} not in {out:?}");
+    }
+    assert!(
+        out.starts_with("line 1\r\n"),
+        "line feeds are kept: {out:?}"
+    );
+
+    let raw = c
+        .run_on_terminal(&["task", "result", &id, "--raw"], "")
+        .await;
+    raw.expect(0);
+    assert!(
+        raw.out().contains("\x1b]52;c;cm0gLXJmIH4=\x07"),
+        "--raw writes the bytes: {:?}",
+        raw.out()
+    );
+}
+
 #[tokio::test]
 async fn list_filters_and_follows_every_page() {
     let s = support::start().await;
@@ -808,4 +857,89 @@ fn json_lines_reject_what_is_not_one_object_per_line() {
         let result = std::panic::catch_unwind(|| run(bad).json_lines());
         assert!(result.is_err(), "{bad:?} accepted");
     }
+}
+
+/// `destination set --header --signing-secret` puts a credential and a
+/// secret on a destination (shown back as a name and a count), and
+/// `task submit --method --header` sends a call that carries the task's
+/// header, the destination's credential and a signature; `--clear-*`
+/// remove them.
+#[tokio::test]
+async fn headers_and_signing_secrets_from_the_command_line() {
+    let mut s = support::start().await;
+    let c = cli(&s);
+    let dest = s.down.destination();
+    let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let run = c
+        .run(&[
+            "destination",
+            "set",
+            &dest,
+            "--header",
+            "Authorization: Bearer cli-t0ken",
+            "--signing-secret",
+            secret,
+        ])
+        .await;
+    run.expect(0);
+    assert_eq!(run.field("headers"), "authorization");
+    assert!(run.out().contains("signed (1 secret)"), "{}", run.out());
+    assert!(!run.out().contains("cli-t0ken") && !run.out().contains(secret));
+
+    let url = s.down.url("/ok");
+    let run = c
+        .run(&[
+            "task",
+            "submit",
+            "--url",
+            &url,
+            "--key",
+            "cli-put",
+            "--method",
+            "put",
+            "--header",
+            "X-Tenant: acme",
+            "--json",
+            "{\"n\":1}",
+        ])
+        .await;
+    run.expect(0);
+    let received = s.down.request_with_key("cli-put").await;
+    assert_eq!(received.header("x-tenant"), Some("acme"));
+    assert_eq!(received.header("authorization"), Some("Bearer cli-t0ken"));
+    assert!(
+        received
+            .header("webhook-signature")
+            .is_some_and(|s| s.starts_with("v1,"))
+    );
+    let run = c.run(&["task", "get", &run.field("task")]).await;
+    run.expect(0);
+    assert_eq!(run.field("method"), "PUT");
+    assert!(run.out().contains("x-tenant: acme"), "{}", run.out());
+
+    // A GET needs no --json; the cleared destination adds nothing.
+    let run = c
+        .run(&[
+            "destination",
+            "set",
+            &dest,
+            "--clear-headers",
+            "--clear-signing",
+        ])
+        .await;
+    run.expect(0);
+    assert_eq!(
+        (run.field("headers"), run.field("signing")),
+        ("-".into(), "-".into())
+    );
+    let run = c
+        .run(&[
+            "task", "submit", "--url", &url, "--key", "cli-get", "--method", "GET",
+        ])
+        .await;
+    run.expect(0);
+    let received = s.down.request_with_key("cli-get").await;
+    assert!(received.body.is_empty());
+    assert_eq!(received.header("authorization"), None);
+    assert_eq!(received.header("webhook-signature"), None);
 }

@@ -158,7 +158,7 @@ async fn clients_that_never_read_cannot_lock_out_a_health_probe() {
     })
     .await;
     let id = task_with_a_big_result(&s, "big-result").await;
-    let request = format!("GET /tasks/{id}/result HTTP/1.1\r\nHost: t\r\n\r\n");
+    let request = format!("GET /tasks/{id}/result HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     // 1024 clients (the default connection limit) ask for it and never read.
     let mut stuck = Vec::with_capacity(1024);
     for _ in 0..1024 {

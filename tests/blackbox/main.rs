@@ -7,10 +7,16 @@
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
 //!   as its own process: output, exit codes, the token, a terminal.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
+//! - `hostile`: other sites' pages, DNS rebinding, floods of logins and of
+//!   connections, password guessing, long-polls from one client.
 //! - `destinations`: two loopback hosts, one hanging with a backlog held at
 //!   its cap while every task of the other finishes; pause and resume;
 //!   settings kept across a restart; 404 and 400 answers.
 //! - `nodes`: three servers on one PostgreSQL database (skipped without one).
+//! - `outbound`: a PUT with the destination's bearer token, every try's
+//!   Standard Webhooks signature verified by the specification's own
+//!   library (rotation, a tampered body, the server's secret), and no secret
+//!   in a view, the dashboard, the metrics or a log line.
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
@@ -26,7 +32,9 @@ mod cli;
 mod delivery;
 mod destinations;
 mod edge;
+mod hostile;
 mod lifecycle;
 mod nodes;
 mod operations;
+mod outbound;
 mod support;

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::{DownError, DownRequest, DownResponse, Downstream};
+use crate::{Delivery, DownError, DownResponse, Downstream};
 
 /// An answer the downstream gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -523,8 +523,9 @@ fn path_of(url: &str) -> String {
     }
 }
 
-/// The script played in process: a [`Downstream`] that honours the request's
-/// timeout on tokio's clock (so it runs on a paused clock).
+/// The script played in process: a [`Downstream`] that records the
+/// delivery as sent and honours its timeout on tokio's clock (so it runs
+/// on a paused clock).
 pub struct FakeDownstream {
     script: Arc<Script>,
 }
@@ -537,24 +538,19 @@ impl FakeDownstream {
 }
 
 impl Downstream for FakeDownstream {
-    async fn post(&self, request: DownRequest) -> Result<DownResponse, DownError> {
-        let headers = vec![
-            ("content-type".to_owned(), "application/json".to_owned()),
-            (
-                "idempotency-key".to_owned(),
-                request.idempotency_key.clone(),
-            ),
-            ("x-task-id".to_owned(), request.task_id.clone()),
-            ("x-task-attempt".to_owned(), request.attempt.to_string()),
-        ];
+    async fn send(&self, delivery: Delivery) -> Result<DownResponse, DownError> {
+        // The call as the loopback server would record it: the delivery's
+        // own headers, in its order (no transport there to add `host` or
+        // `content-length`).
+        let header = |name: &str| delivery.header(name).map(str::to_owned);
         let (index, step) = self.script.begin(Call {
-            path: path_of(&request.url),
-            method: "POST".to_owned(),
-            headers,
-            body: request.body.clone(),
-            idempotency_key: Some(request.idempotency_key.clone()),
-            task_id: Some(request.task_id.clone()),
-            attempt: Some(request.attempt),
+            path: path_of(&delivery.url),
+            method: delivery.method.as_str().to_owned(),
+            idempotency_key: header("idempotency-key"),
+            task_id: header("x-task-id"),
+            attempt: header("x-task-attempt").and_then(|v| v.parse().ok()),
+            headers: delivery.headers.clone(),
+            body: delivery.body.clone(),
             at: Instant::now(),
             connection: None,
         });
@@ -568,7 +564,7 @@ impl Downstream for FakeDownstream {
                 ));
             }
         };
-        let reply = tokio::time::timeout(request.timeout, self.script.play(waiting))
+        let reply = tokio::time::timeout(delivery.timeout, self.script.play(waiting))
             .await
             .map_err(|_| DownError::Timeout)?;
         guard.answered(Some(reply.status));

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::uri::Scheme;
 use http::{Method, Request, Response, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -19,14 +19,7 @@ use rustls::pki_types::{CertificateDer, TrustAnchor};
 use rustls::{ClientConfig, RootCertStore};
 
 use self::guard::{DestinationDenied, GuardedConnector};
-use crate::{DownError, DownRequest, DownResponse, Downstream};
-
-const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
-const X_TASK_ID: HeaderName = HeaderName::from_static("x-task-id");
-const X_TASK_ATTEMPT: HeaderName = HeaderName::from_static("x-task-attempt");
-const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
-const TASKCENTER_AGENT: HeaderValue =
-    HeaderValue::from_static(concat!("taskcenter/", env!("CARGO_PKG_VERSION")));
+use crate::{Delivery, DownError, DownResponse, Downstream};
 
 /// Tuning for [`HyperDownstream`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,9 +224,9 @@ impl HyperDownstream {
     /// [`Self::read_body`] so tests can drop a call in either phase.
     pub(crate) async fn send_head(
         &self,
-        request: DownRequest,
+        delivery: Delivery,
     ) -> Result<Response<Incoming>, DownError> {
-        let request = self.build_request(request)?;
+        let request = self.build_request(delivery)?;
         self.transport
             .request(request)
             .await
@@ -272,11 +265,12 @@ impl HyperDownstream {
         })
     }
 
-    fn build_request(&self, request: DownRequest) -> Result<Request<Full<Bytes>>, DownError> {
-        let uri: Uri = request
-            .url
-            .parse()
-            .map_err(|error| DownError::Other(format!("invalid url {:?}: {error}", request.url)))?;
+    /// The delivery as hyper's request: its method, url, headers in their
+    /// order and body, nothing else (hyper adds `Host` and the length).
+    fn build_request(&self, delivery: Delivery) -> Result<Request<Full<Bytes>>, DownError> {
+        let uri: Uri = delivery.url.parse().map_err(|error| {
+            DownError::Other(format!("invalid url {:?}: {error}", delivery.url))
+        })?;
         match uri.scheme() {
             Some(scheme) if *scheme == Scheme::HTTP => {}
             Some(scheme) if *scheme == Scheme::HTTPS => {
@@ -289,32 +283,29 @@ impl HyperDownstream {
             _ => {
                 return Err(DownError::Other(format!(
                     "invalid url {:?}: not an absolute http or https url",
-                    request.url
+                    delivery.url
                 )));
             }
         }
         if uri.host().is_none_or(str::is_empty) {
             return Err(DownError::Other(format!(
                 "invalid url {:?}: no host",
-                request.url
+                delivery.url
             )));
         }
-        let header_value = |what: &str, value: &str| {
-            HeaderValue::from_str(value)
-                .map_err(|_| DownError::Other(format!("{what} is not a valid header value")))
-        };
-        Request::builder()
-            .method(Method::POST)
-            .uri(uri)
-            .header(CONTENT_TYPE, APPLICATION_JSON)
-            .header(USER_AGENT, TASKCENTER_AGENT)
-            .header(
-                IDEMPOTENCY_KEY,
-                header_value("idempotency key", &request.idempotency_key)?,
-            )
-            .header(X_TASK_ID, header_value("task id", &request.task_id)?)
-            .header(X_TASK_ATTEMPT, HeaderValue::from(request.attempt))
-            .body(Full::new(request.body))
+        let method = Method::from_bytes(delivery.method.as_str().as_bytes())
+            .map_err(|error| DownError::Other(format!("invalid method: {error}")))?;
+        let mut builder = Request::builder().method(method).uri(uri);
+        for (name, value) in &delivery.headers {
+            // Neither message repeats the value: it may be a credential.
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| DownError::Other(format!("{name:?} is not a valid header name")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| DownError::Other(format!("the value of {name} is not valid")))?;
+            builder = builder.header(name, value);
+        }
+        builder
+            .body(Full::new(delivery.body))
             .map_err(|error| DownError::Other(format!("cannot build request: {error}")))
     }
 }
@@ -378,10 +369,10 @@ impl Default for HyperDownstream {
 }
 
 impl Downstream for HyperDownstream {
-    async fn post(&self, request: DownRequest) -> Result<DownResponse, DownError> {
-        let timeout = request.timeout;
+    async fn send(&self, delivery: Delivery) -> Result<DownResponse, DownError> {
+        let timeout = delivery.timeout;
         let call = async {
-            let head = self.send_head(request).await?;
+            let head = self.send_head(delivery).await?;
             self.read_body(head).await
         };
         // One deadline for the whole call; on expiry the call's future is

@@ -1,11 +1,16 @@
-//! taskcenter's downstream: the port through which the worker POSTs a task's
-//! JSON to its URL, the one fake everybody tests with, and (feature
+//! taskcenter's downstream: the port through which the worker sends a
+//! task's call to its URL, the one fake everybody tests with, and (feature
 //! `hyper-client`) the real client on hyper.
 //!
-//! - [`Downstream`] is the port; [`DownRequest`], [`DownResponse`] and
+//! - [`Delivery`] is one try's request as a plain value (method, url,
+//!   headers in a defined order, body), built by [`Delivery::build`] from
+//!   plain inputs and signed by [`webhook_signature`] (Standard Webhooks):
+//!   pure code, tested without a network.
+//! - [`Downstream`] is the port; [`Delivery`], [`DownResponse`] and
 //!   [`DownError`] are its vocabulary. Its docs state the contract every
-//!   implementation keeps: the headers sent, the timeout covering the whole
-//!   call, and that dropping a call aborts it and closes its connection.
+//!   implementation keeps: it sends the delivery as built, the timeout
+//!   covers the whole call, and dropping a call aborts it and closes its
+//!   connection.
 //! - [`fake`] holds the scripted fake: in process, or served over loopback
 //!   HTTP for the real client. Tests, the demo and the bench all use it.
 //! - `HyperDownstream` (feature `hyper-client`, enabled by tc-server and the
@@ -17,11 +22,15 @@
 //! The crate depends on no other workspace crate: the worker maps
 //! [`DownError`] onto tc-retry's outcomes.
 
+mod delivery;
 pub mod fake;
 #[cfg(feature = "hyper-client")]
 mod hyper_adapter;
 mod port;
+mod signature;
 
+pub use delivery::{Delivery, DeliverySpec, Method, USER_AGENT};
 #[cfg(feature = "hyper-client")]
 pub use hyper_adapter::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
-pub use port::{DownError, DownRequest, DownResponse, Downstream};
+pub use port::{DownError, DownResponse, Downstream};
+pub use signature::webhook_signature;

@@ -2,27 +2,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 
-/// One try of a task: POST `body` to `url`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DownRequest {
-    /// Absolute `http://` or `https://` URL to POST to.
-    pub url: String,
-    /// The task's JSON payload, sent as is.
-    pub body: Bytes,
-    /// Upper bound for the whole call: connect, request, response headers and
-    /// response body.
-    pub timeout: Duration,
-    /// Sent as `Idempotency-Key`; the same for every try of a task.
-    pub idempotency_key: String,
-    /// Sent as `X-Task-Id`.
-    pub task_id: String,
-    /// Sent as `X-Task-Attempt`; 1 for the first try.
-    pub attempt: u32,
-}
+use crate::Delivery;
 
 /// What the downstream answered, whatever the status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +28,7 @@ pub struct DownResponse {
 /// transport's own explanation for logs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DownError {
-    /// The call did not finish within [`DownRequest::timeout`].
+    /// The call did not finish within [`Delivery::timeout`].
     #[error("downstream call timed out")]
     Timeout,
     /// The connection failed: refused, reset, closed before the response was
@@ -74,35 +57,38 @@ pub enum DownError {
 ///
 /// # Contract for implementations
 ///
-/// - The request is a `POST` to [`DownRequest::url`] with the body as given and
-///   the headers `Content-Type: application/json`, `Idempotency-Key: <key>`,
-///   `X-Task-Id: <id>` and `X-Task-Attempt: <n>`. Delivery is at-least-once (a
-///   try whose answer was lost is tried again), so the key is what lets the
-///   downstream swallow duplicates.
+/// - The request is the [`Delivery`] as built: its method, url, headers in
+///   their order and body, nothing added but what the transport itself
+///   needs (`Host`, `Content-Length`). Which headers a delivery carries is
+///   decided once, in [`Delivery::build`] (`Idempotency-Key`, `X-Task-Id`,
+///   `X-Task-Attempt`, the signature, …), never by an implementation.
+///   Delivery is at-least-once (a try whose answer was lost is tried
+///   again), so the key is what lets the downstream swallow duplicates.
 /// - Any HTTP answer, 2xx or not, is `Ok`: judging statuses is the retry
 ///   policy's job.
-/// - [`DownRequest::timeout`] bounds the whole call — connect, sending,
+/// - [`Delivery::timeout`] bounds the whole call — connect, sending,
 ///   response headers and body — and running out yields
 ///   [`DownError::Timeout`].
 /// - Dropping the returned future aborts the call and closes its connection:
 ///   that is how canceling a task stops a try in flight, and a half-read
 ///   connection must never be reused.
+/// - No error message carries a header value (they may be credentials).
 pub trait Downstream: Send + Sync + 'static {
-    /// Sends `request` and returns the downstream's answer.
-    fn post(
+    /// Sends `delivery` and returns the downstream's answer.
+    fn send(
         &self,
-        request: DownRequest,
+        delivery: Delivery,
     ) -> impl Future<Output = Result<DownResponse, DownError>> + Send;
 }
 
 /// Lets one downstream be shared, e.g. between the worker and a test that
 /// inspects a fake.
 impl<D: Downstream> Downstream for Arc<D> {
-    fn post(
+    fn send(
         &self,
-        request: DownRequest,
+        delivery: Delivery,
     ) -> impl Future<Output = Result<DownResponse, DownError>> + Send {
-        (**self).post(request)
+        (**self).send(delivery)
     }
 }
 

@@ -29,8 +29,8 @@ use crate::query::parse_list_query;
 pub struct App<S, C> {
     store: Arc<S>,
     control: C,
-    /// One permit per request allowed to wait for a task at once.
-    waiters: Arc<tokio::sync::Semaphore>,
+    /// The requests waiting for a task to end.
+    waiters: Arc<crate::waiters::Waiters>,
     /// One permit per byte of request bodies being read at once.
     body_budget: Arc<tokio::sync::Semaphore>,
     config: HttpConfig,
@@ -38,6 +38,8 @@ pub struct App<S, C> {
     metrics: HttpMetrics,
     /// The dashboard's sessions, activity ring and sources.
     ui: crate::ui::Ui,
+    /// The allowed hosts.
+    site: crate::site::Site,
 }
 
 impl<S: TaskStore, C: Control> App<S, C> {
@@ -49,17 +51,14 @@ impl<S: TaskStore, C: Control> App<S, C> {
         App {
             store,
             control,
-            waiters: Arc::new(tokio::sync::Semaphore::new(
-                config
-                    .max_waiters
-                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-            )),
+            waiters: crate::waiters::Waiters::new(&config, metrics.waiters.clone()),
             body_budget: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_body_bytes_in_flight
                     .max(config.max_body_bytes)
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
+            site: crate::site::Site::new(&config),
             config,
             registry,
             metrics,
@@ -96,6 +95,14 @@ impl<S: TaskStore, C: Control> App<S, C> {
 
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    pub(crate) fn metrics(&self) -> &HttpMetrics {
+        &self.metrics
+    }
+
+    pub(crate) fn site(&self) -> &crate::site::Site {
+        &self.site
     }
 
     /// The configuration it was built with.
@@ -183,7 +190,7 @@ pub const ROUTES: &[Route] = &[
 ];
 
 /// The metrics label for requests that matched no route.
-const UNMATCHED: &str = "unmatched";
+pub(crate) const UNMATCHED: &str = "unmatched";
 
 /// Whether `path` fits `template`; returns the `{id}` segment if it has one.
 fn match_template<'p>(template: &str, path: &'p str) -> Option<Option<&'p str>> {
@@ -243,20 +250,14 @@ where
     B::Error: std::fmt::Display,
 {
     let (parts, body) = req.into_parts();
-    // A batch carries many tasks: its body has its own, larger bound.
-    let max_bytes = if parts.method == Method::POST && parts.uri.path() == "/tasks/batch" {
-        app.config.max_batch_body_bytes
-    } else {
-        app.config.max_body_bytes
-    };
+    let (max_bytes, budget) = body_bounds(app, &parts);
     let limits = BodyLimits {
         max_bytes,
         read_timeout: app.config.body_read_timeout,
         drain_max_bytes: app.config.drain_max_bytes,
         drain_timeout: app.config.drain_timeout,
     };
-    let mut body =
-        RequestBody::new(body, &parts.headers, limits).with_budget(Arc::clone(&app.body_budget));
+    let mut body = RequestBody::new(body, &parts.headers, limits).with_budget(budget);
     let (label, result) = route_request(app, &parts, &mut body).await;
     let mut response = result.unwrap_or_else(ApiError::into_response);
     if !body.finish().await {
@@ -270,7 +271,26 @@ where
     response
 }
 
-type Answer = Result<Response<Full<Bytes>>, ApiError>;
+pub(crate) type Answer = Result<Response<Full<Bytes>>, ApiError>;
+
+/// The most bytes a request's body may have, and the budget it reserves
+/// them from. A batch carries many tasks: its own, larger bound. The
+/// dashboard's forms (login, logout) are small and reachable without any
+/// credential: their own small bound and budget, so that they can neither
+/// send large bodies nor wait on the budget the API's requests use.
+fn body_bounds<S, C>(app: &App<S, C>, parts: &Parts) -> (usize, Arc<tokio::sync::Semaphore>) {
+    let path = parts.uri.path();
+    if crate::ui::is_ui_path(path) {
+        (crate::ui::FORM_MAX_BYTES, Arc::clone(&app.ui.form_budget))
+    } else if parts.method == Method::POST && path == "/tasks/batch" {
+        (
+            app.config.max_batch_body_bytes,
+            Arc::clone(&app.body_budget),
+        )
+    } else {
+        (app.config.max_body_bytes, Arc::clone(&app.body_budget))
+    }
+}
 
 async fn route_request<S, C, B>(
     app: &App<S, C>,
@@ -283,6 +303,11 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
+    // Before any route: a request refused here was never served.
+    let client = crate::client::client_of(parts, &app.config.trusted_proxies);
+    if let Err(e) = app.site.check(parts, &client) {
+        return (UNMATCHED, Err(e));
+    }
     let path = parts.uri.path();
     if crate::ui::is_ui_path(path) {
         return ("/ui", Ok(crate::ui::route(app, parts, body).await));
@@ -362,8 +387,8 @@ where
             let view = destinations::update(app.store.as_ref(), &app.control, name, update).await?;
             json(StatusCode::OK, &view)
         }
-        Endpoint::Health => health(app).await,
-        Endpoint::Metrics => metrics(app).await,
+        Endpoint::Health => crate::admin::health(app).await,
+        Endpoint::Metrics => crate::admin::metrics(app).await,
     }
 }
 
@@ -389,7 +414,7 @@ fn task_id(segment: Option<&str>) -> Result<TaskId, ApiError> {
         .ok_or_else(|| ApiError::NotFound("no task with this id".into()))
 }
 
-fn json<T: Serialize>(status: StatusCode, value: &T) -> Answer {
+pub(crate) fn json<T: Serialize>(status: StatusCode, value: &T) -> Answer {
     let bytes =
         serde_json::to_vec(value).map_err(|e| ApiError::Internal(format!("encoding JSON: {e}")))?;
     let mut response = Response::new(Full::new(Bytes::from(bytes)));
@@ -567,45 +592,25 @@ fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
 
 /// `GET /tasks/{id}[?wait_ms=N]`: the task; with `wait_ms`, as soon as it
 /// is terminal or after N ms, whichever comes first. A waiting request holds
-/// a waiter permit, never a store connection: it sleeps on the worker's
-/// notifications and reads the task again when one concerns it.
+/// a place among the waiters (waiters.rs), never a store connection: it
+/// sleeps until its own task changes, then reads it again.
 async fn get<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId, parts: &Parts) -> Answer {
     let wait = crate::query::parse_wait(parts.uri.query())?;
     let task = app.store.get(id).await?;
     if wait.is_zero() || task.state.is_terminal() {
         return json(StatusCode::OK, &TaskView::new(&task));
     }
-    let Ok(_permit) = Arc::clone(&app.waiters).try_acquire_owned() else {
-        return Err(ApiError::Unavailable(format!(
-            "too many requests waiting for tasks (at most {})",
-            app.config.max_waiters
-        )));
-    };
+    let client = crate::client::client_of(parts, &app.config.trusted_proxies).addr;
+    let waiter = app.waiters.wait_for(&app.control, id, client)?;
     let deadline = tokio::time::Instant::now() + wait;
-    // Subscribed before the second read, so that an end between the two
-    // cannot be missed.
-    let mut changes = app.control.changes();
+    // Read again now that the waiter is in place: an end between the first
+    // read and here cannot be missed.
     let mut task = app.store.get(id).await?;
     while !task.state.is_terminal() {
-        let ended = tokio::time::timeout_at(deadline, async {
-            loop {
-                match changes.recv().await {
-                    Ok((changed, state)) if changed == id && state.is_terminal() => return true,
-                    Ok(_) => {}
-                    // Missed some: read the task to see where it is.
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return true,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
-                }
-            }
-        })
-        .await;
-        match ended {
-            Ok(true) => task = app.store.get(id).await?,
-            // The deadline passed, or nothing more will be told.
-            Ok(false) | Err(_) => {
-                task = app.store.get(id).await?;
-                break;
-            }
+        let changed = tokio::time::timeout_at(deadline, waiter.changed()).await;
+        task = app.store.get(id).await?;
+        if changed.is_err() {
+            break;
         }
     }
     json(StatusCode::OK, &TaskView::new(&task))
@@ -693,6 +698,11 @@ where
     for id in &outcome.canceled_running {
         app.control.canceled_in_store(*id);
     }
+    if request.action == BulkAction::Cancel && outcome.applied > 0 {
+        // The store wrote these cancels, not the worker: nothing announced
+        // them, so every waiter reads its task again.
+        app.waiters.wake_all();
+    }
     if request.action == BulkAction::Retry && outcome.applied > 0 {
         app.control.task_submitted();
     }
@@ -755,48 +765,6 @@ pub(crate) fn encode_page(page: Page) -> Result<Vec<u8>, ApiError> {
     serde_json::to_writer(&mut out, &page.next.map(|c| c.to_string())).map_err(encoding)?;
     out.push(b'}');
     Ok(out)
-}
-
-/// How long `/healthz` waits for the store's round trip before it calls the
-/// store unavailable: a probe must answer even while the writer is stuck.
-const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// `200 {"status":"ok"}` only while the store answers a write round trip;
-/// otherwise `503 {"status":"unavailable","reason":...}`.
-async fn health<S: TaskStore, C>(app: &App<S, C>) -> Answer {
-    let reason = match tokio::time::timeout(HEALTH_TIMEOUT, app.store.health()).await {
-        Ok(Ok(())) => return json(StatusCode::OK, &serde_json::json!({ "status": "ok" })),
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => format!(
-            "the store did not answer within {} ms",
-            HEALTH_TIMEOUT.as_millis()
-        ),
-    };
-    tracing::warn!(%reason, "health_unavailable");
-    let mut response = json(
-        StatusCode::SERVICE_UNAVAILABLE,
-        &serde_json::json!({ "status": "unavailable", "reason": reason }),
-    )?;
-    response
-        .headers_mut()
-        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    Ok(response)
-}
-
-/// The OpenMetrics text format, which Prometheus scrapes.
-const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-async fn metrics<S: TaskStore, C>(app: &App<S, C>) -> Answer {
-    let counts = app.store.count_by_state().await?;
-    app.metrics.set_task_counts(&counts);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &app.registry)
-        .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
-    let mut response = Response::new(Full::new(Bytes::from(text)));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
-    Ok(response)
 }
 
 #[cfg(test)]

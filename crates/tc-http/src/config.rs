@@ -1,3 +1,5 @@
+//! [`HttpConfig`]: every setting of the HTTP layer, with its default.
+
 use std::time::Duration;
 
 /// How the HTTP layer behaves: limits, defaults for submissions, auth and
@@ -12,8 +14,13 @@ pub struct HttpConfig {
     /// it is still held to `max_body_bytes`.
     pub max_batch_body_bytes: usize,
     /// The most `GET /tasks/{id}?wait_ms=` requests waiting at once (default
-    /// 10000); beyond, such a request is answered 503.
+    /// 10000, and never more than `max_connections` less a 64th of it, so
+    /// that waiters cannot take every connection); beyond, such a request is
+    /// answered 503.
     pub max_waiters: usize,
+    /// The most of them waiting at once for one client address (default
+    /// 64); beyond, `429 too_many_waiters`.
+    pub max_waiters_per_client: usize,
     /// `max_attempts` of a submission that does not say (default 3).
     pub default_max_attempts: u32,
     /// `timeout_ms` of a submission that does not say (default 5 s).
@@ -45,6 +52,20 @@ pub struct HttpConfig {
     /// The most connections served at once (default 1024); a connection past
     /// it is answered `503` with `Retry-After: 1` and closed.
     pub max_connections: usize,
+    /// The most connections the admin listener ([`crate::serve_admin`])
+    /// serves at once (default 16).
+    pub admin_max_connections: usize,
+    /// The hosts (the `Host` header's name, any port) requests may be
+    /// addressed to; another is answered `421 misdirected_request`, which
+    /// stops DNS rebinding. `*` allows any. Empty: the default for the
+    /// listen address — on a loopback address `localhost`, `127.0.0.1`,
+    /// `[::1]` and the listen address, on any other address any host. On a
+    /// loopback address the given hosts are added to that default.
+    pub allowed_hosts: Vec<String>,
+    /// Peers whose `X-Forwarded-For`, `X-Forwarded-Proto` and
+    /// `X-Forwarded-Host` are believed: a reverse proxy in front. Others'
+    /// are ignored.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// How long a response may make no progress because the client does not
     /// read (default 30 s); then its connection is closed.
     pub write_timeout: Duration,
@@ -59,6 +80,7 @@ impl Default for HttpConfig {
             max_body_bytes: tc_model::Limits::DEFAULT_MAX_BODY_BYTES,
             max_batch_body_bytes: 16 * 1024 * 1024,
             max_waiters: 10_000,
+            max_waiters_per_client: 64,
             default_max_attempts: 3,
             default_timeout: Duration::from_millis(5000),
             api_token: None,
@@ -69,6 +91,9 @@ impl Default for HttpConfig {
             drain_timeout: Duration::from_secs(5),
             max_body_bytes_in_flight: 64 * 1024 * 1024,
             max_connections: 1024,
+            admin_max_connections: 16,
+            allowed_hosts: Vec::new(),
+            trusted_proxies: Vec::new(),
             write_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
         }

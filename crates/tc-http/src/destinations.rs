@@ -1,14 +1,18 @@
 //! The `/destinations` routes: every destination's settings, load and
 //! breaker, and the operator's changes to its settings.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use serde_json::value::RawValue;
 use tc_model::destination::{Destination, DestinationUpdate, parse_destination};
 use tc_model::store::{StoreError, TaskStore};
 
 use crate::control::{Control, DestinationRuntime};
 use crate::dto::rfc3339;
 use crate::error::ApiError;
+use crate::outbound::{parse_headers, parse_signing_secrets};
 
 /// A destination as the API shows it.
 #[derive(Debug, Serialize)]
@@ -18,6 +22,10 @@ pub(crate) struct DestinationView {
     rate_per_s: Option<f64>,
     burst: Option<u32>,
     paused: bool,
+    /// The default headers' names, sorted; their values are never shown.
+    header_names: Vec<String>,
+    /// How many signing secrets it has; never the secrets.
+    signing_secrets: usize,
     in_flight: u64,
     pending: u64,
     breaker: &'static str,
@@ -37,6 +45,8 @@ impl DestinationView {
                 .burst
                 .or_else(|| d.settings.bucket_size().map(|size| size as u32)),
             paused: d.settings.paused,
+            header_names: d.settings.headers.names().map(str::to_owned).collect(),
+            signing_secrets: d.settings.signing_secrets.len(),
             // Running tasks as the store counts them: every node's.
             in_flight: d.running,
             pending: d.pending,
@@ -85,17 +95,21 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 /// Parses a `PUT /destinations/{destination}` body: any of the settings,
-/// nothing else. A field left out is left as it is; `null` clears a cap or
-/// a rate, or gives `burst` back its default.
+/// nothing else. A field left out is left as it is; `null` clears a cap, a
+/// rate, the headers or the secrets, or gives `burst` back its default.
 pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> {
     let invalid = ApiError::InvalidRequest;
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(invalid("body: must be a JSON object".into()));
     }
-    let fields: Map<String, Value> =
+    // Each value kept as its text, so `headers` can be read member by
+    // member (a name given twice is refused, not silently collapsed).
+    let fields: BTreeMap<String, Box<RawValue>> =
         serde_json::from_slice(bytes).map_err(|e| invalid(format!("body: not valid JSON: {e}")))?;
     let mut update = DestinationUpdate::default();
-    for (field, value) in fields {
+    for (field, raw) in fields {
+        let value: Value = serde_json::from_str(raw.get())
+            .map_err(|e| invalid(format!("body: not valid JSON: {e}")))?;
         match field.as_str() {
             "max_in_flight" => update.max_in_flight = Some(nullable_u32(&field, &value, 1)?),
             "burst" => update.burst = Some(nullable_u32(&field, &value, 1)?),
@@ -113,9 +127,14 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
                 Value::Bool(b) => update.paused = Some(b),
                 _ => return Err(invalid("paused: must be a boolean".into())),
             },
+            "headers" => {
+                update.headers = Some(parse_headers(Some(&raw))?);
+            }
+            "signing_secrets" => update.signing_secrets = Some(parse_signing_secrets(&value)?),
             other => {
                 return Err(invalid(format!(
-                    "{other}: unknown field (expected max_in_flight, rate_per_s, burst, paused)"
+                    "{other}: unknown field (expected max_in_flight, rate_per_s, burst, paused, \
+                     headers, signing_secrets)"
                 )));
             }
         }
@@ -129,7 +148,7 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
 fn nullable_u32(field: &str, value: &Value, min: u64) -> Result<Option<u32>, ApiError> {
     match value {
         Value::Null => Ok(None),
-        Value::Number(n) => match n.as_u64() {
+        Value::Number(n) => match crate::dto::whole_number(n) {
             Some(v) if v >= min => u32::try_from(v)
                 .map(Some)
                 .map_err(|_| ApiError::InvalidRequest(format!("{field}: out of range"))),
@@ -194,6 +213,8 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
         rate_per_s = updated.settings.rate_per_s,
         burst = updated.settings.burst,
         paused = updated.settings.paused,
+        headers = updated.settings.headers.len(),
+        signing_secrets = updated.settings.signing_secrets.len(),
         "destination_updated"
     );
     control.destinations_changed();
@@ -230,6 +251,14 @@ mod tests {
             (r#"{"max_in_flight": 0}"#, Err("max_in_flight")),
             (r#"{"max_in_flight": 10001}"#, Err("max_in_flight")),
             (r#"{"max_in_flight": 1.5}"#, Err("max_in_flight")),
+            (
+                r#"{"max_in_flight": 20.0, "burst": 4925e0}"#,
+                Ok(DestinationUpdate {
+                    max_in_flight: Some(Some(20)),
+                    burst: Some(Some(4925)),
+                    ..Default::default()
+                }),
+            ),
             (r#"{"max_in_flight": "2"}"#, Err("max_in_flight")),
             (r#"{"rate_per_s": 0}"#, Err("rate_per_s")),
             (r#"{"rate_per_s": -1}"#, Err("rate_per_s")),

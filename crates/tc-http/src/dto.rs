@@ -14,6 +14,7 @@ use tc_model::{
 
 use crate::config::HttpConfig;
 use crate::error::ApiError;
+use crate::outbound::HeadersView;
 use crate::query::{FILTER_FIELDS, FilterFields};
 
 /// The body of `POST /tasks` as sent. Every field is a raw JSON value so that
@@ -39,6 +40,12 @@ struct SubmitBody {
     run_at: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     delay_ms: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<Value>,
+    /// Kept as text: [`crate::outbound::parse_headers`] reads its members in
+    /// order, so a name given twice is refused rather than one copy lost.
+    #[serde(default, deserialize_with = "present_raw")]
+    headers: Option<Box<RawValue>>,
 }
 
 /// Deserializes a field that is present, even as `null`, to `Some`.
@@ -112,9 +119,15 @@ pub(crate) fn parse_submit(
         None => config.default_timeout,
         Some(v) => Duration::from_millis(integer("timeout_ms", &v, 1, max_timeout_ms)?),
     };
-    let downstream_body = body
-        .json
-        .map_or_else(|| b"{}".to_vec(), |raw| compact(raw.get()));
+    let method = crate::outbound::parse_method(body.method)?;
+    let headers = crate::outbound::parse_headers(body.headers.as_deref())?;
+    // Without `json`, a POST, PUT or PATCH sends `{}`; a GET or DELETE
+    // sends nothing.
+    let downstream_body = match body.json {
+        Some(raw) => compact(raw.get()),
+        None if method.has_default_body() => b"{}".to_vec(),
+        None => Vec::new(),
+    };
     let schedule = parse_schedule(body.run_at, body.delay_ms, now)?;
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
@@ -128,6 +141,8 @@ pub(crate) fn parse_submit(
         &limits,
     )
     .and_then(|task| task.with_schedule(schedule))
+    .and_then(|task| task.with_method(method))
+    .map(|task| task.with_headers(headers))
     .map_err(|e| invalid(validation_message(&e)))
 }
 
@@ -279,13 +294,63 @@ fn required_string(field: &str, value: Option<Value>) -> Result<String, ApiError
     }
 }
 
-/// A non-negative integer in `min..=max`; floats, negatives and numbers too
-/// large for u64 are refused, naming the field.
+/// A non-negative integer in `min..=max`, however the number is written
+/// (`3`, `3.0`, `3e0`); a fraction, a negative and a number too large for
+/// u64 are refused, naming the field.
 fn integer(field: &str, value: &Value, min: u64, max: u64) -> Result<u64, ApiError> {
-    match value.as_u64() {
-        Some(n) if (min..=max).contains(&n) => Ok(n),
+    match value {
+        Value::Number(n) => match whole_number(n) {
+            Some(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(range_error(field, min, max)),
+        },
         _ => Err(range_error(field, min, max)),
     }
+}
+
+/// The value of `n` when it is a whole number from 0 to `u64::MAX`, as JSON
+/// Schema's `integer` reads a number: `3.0`, `30e-1` and `-0` are integers,
+/// `1.0000000000000001` is not. Exact: the digits as written are read, never
+/// rounded through a float.
+pub(crate) fn whole_number(n: &serde_json::Number) -> Option<u64> {
+    if let Some(v) = n.as_u64() {
+        return Some(v);
+    }
+    let text = n.to_string();
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.as_str()),
+    };
+    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+        Some((m, e)) => (m, Some(e)),
+        None => (unsigned, None),
+    };
+    let (int_part, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: String = format!("{int_part}{fraction}");
+    let significant = digits.trim_start_matches('0');
+    let kept = significant.trim_end_matches('0');
+    if kept.is_empty() {
+        return Some(0);
+    }
+    if negative {
+        return None;
+    }
+    // The value is `kept` × 10^shift.
+    let trailing_zeros = i64::try_from(significant.len() - kept.len()).ok()?;
+    let exponent: i64 = match exponent {
+        None => 0,
+        // Longer than any exponent that keeps a nonzero value in u64.
+        Some(e) if e.trim_start_matches(['+', '-']).len() > 18 => return None,
+        Some(e) => e.parse().ok()?,
+    };
+    let fraction_len = i64::try_from(fraction.len()).ok()?;
+    let shift = exponent - fraction_len + trailing_zeros;
+    if shift < 0 {
+        return None;
+    }
+    let base: u64 = kept.parse().ok()?;
+    10u64
+        .checked_pow(u32::try_from(shift).ok()?)
+        .and_then(|scale| base.checked_mul(scale))
 }
 
 fn range_error(field: &str, min: impl std::fmt::Display, max: impl std::fmt::Display) -> ApiError {
@@ -294,7 +359,7 @@ fn range_error(field: &str, min: impl std::fmt::Display, max: impl std::fmt::Dis
     ))
 }
 
-fn json_type(v: &Value) -> &'static str {
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -314,6 +379,9 @@ fn validation_message(e: &ValidationError) -> String {
         other => other,
     };
     let text = e.to_string();
+    if api_field == field {
+        return text;
+    }
     let rest = text
         .strip_prefix(field)
         .and_then(|r| r.strip_prefix(": "))
@@ -327,6 +395,8 @@ pub(crate) struct TaskView<'a> {
     id: String,
     state: &'static str,
     url: &'a str,
+    method: &'static str,
+    headers: HeadersView<'a>,
     destination: &'a str,
     idempotency_key: &'a str,
     attempt: u32,
@@ -360,6 +430,8 @@ impl<'a> TaskView<'a> {
             id: task.id.to_string(),
             state: task.state.as_str(),
             url: &task.url,
+            method: task.method.as_str(),
+            headers: HeadersView::new(&task.headers),
             destination: &task.destination,
             idempotency_key: &task.idempotency_key,
             attempt: task.attempt,
@@ -618,7 +690,16 @@ mod tests {
             ),
             (ok(r#","max_attempts":-1"#), Err("max_attempts: ")),
             (ok(r#","max_attempts":2.5"#), Err("max_attempts: ")),
-            (ok(r#","max_attempts":3.0"#), Err("max_attempts: ")),
+            // An integer is a number with no fraction, however written
+            // (JSON Schema's `integer`, which the document promises).
+            (ok(r#","max_attempts":3.0"#), Ok(())),
+            (ok(r#","max_attempts":3e0,"timeout_ms":383.000"#), Ok(())),
+            (ok(r#","max_attempts":30e-1,"delay_ms":0.5e1"#), Ok(())),
+            (
+                ok(r#","max_attempts":1.0000000000000001"#),
+                Err("max_attempts: "),
+            ),
+            (ok(r#","max_attempts":100.5"#), Err("max_attempts: ")),
             (ok(r#","max_attempts":1e3"#), Err("max_attempts: ")),
             (
                 ok(r#","max_attempts":99999999999999999999999"#),
@@ -646,6 +727,18 @@ mod tests {
             (ok(r#","delay_ms":31536000001"#), Err("delay_ms: ")),
             (ok(r#","delay_ms":-1"#), Err("delay_ms: ")),
             (ok(r#","delay_ms":1.5"#), Err("delay_ms: ")),
+            (ok(r#","delay_ms":-0.0"#), Ok(())),
+            (ok(r#","delay_ms":0e99999999999999999999"#), Ok(())),
+            (
+                ok(r#","delay_ms":1e99999999999999999999"#),
+                Err("delay_ms: "),
+            ),
+            (
+                ok(r#","delay_ms":1e-99999999999999999999"#),
+                Err("delay_ms: "),
+            ),
+            (ok(r#","delay_ms":315360000000000e-4"#), Ok(())),
+            (ok(r#","delay_ms":315360000010000e-4"#), Err("delay_ms: ")),
             (ok(r#","run_at":"2026-06-01T12:00:00Z""#), Ok(())),
             (ok(r#","run_at":"2026-12-31T23:59:59.999Z""#), Ok(())),
             (ok(r#","run_at":"2025-01-01T00:00:00Z""#), Ok(())),
@@ -673,6 +766,32 @@ mod tests {
         for (body, expected) in cases {
             check(&body, expected);
         }
+    }
+
+    #[test]
+    fn whole_numbers_are_read_exactly() {
+        let check = |text: &str, expected: Option<u64>| {
+            let n: serde_json::Number = serde_json::from_str(text).unwrap();
+            assert_eq!(whole_number(&n), expected, "{text}");
+        };
+        check("0", Some(0));
+        check("-0", Some(0));
+        check("-0.000e5", Some(0));
+        check("7", Some(7));
+        check("7.000", Some(7));
+        check("0.7e1", Some(7));
+        check("700e-2", Some(7));
+        check("7E+0", Some(7));
+        check("18446744073709551615", Some(u64::MAX));
+        check("1.8446744073709551615e19", Some(u64::MAX));
+        check("18446744073709551616", None);
+        check("1e20", None);
+        check("-1", None);
+        check("-1.0", None);
+        check("0.5", None);
+        check("7.0000000000000001", None);
+        check("7e-1", None);
+        check("1e999999999999999999999", None);
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub(crate) enum ApiError {
     Unauthorized,
     /// 403: the url is under none of the allowed prefixes.
     UrlNotAllowed(String),
+    /// 403: a state change whose `Origin` is another site's.
+    CrossOrigin(String),
     /// 404: no such route, task or result.
     NotFound(String),
     /// 405: the path exists but not with this method; `allow` lists those it has.
@@ -30,6 +32,10 @@ pub(crate) enum ApiError {
     PayloadTooLarge { limit: usize },
     /// 415: the body is not JSON.
     UnsupportedMediaType(String),
+    /// 421: the `Host` is not one this server answers to.
+    MisdirectedRequest(String),
+    /// 429: this client has as many requests waiting for tasks as it may.
+    TooManyWaiters(String),
     /// 500: a broken invariant; never caused by the request's content.
     Internal(String),
     /// 503: the store cannot serve now; the message is the store's reason.
@@ -41,7 +47,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::UrlNotAllowed(_) => StatusCode::FORBIDDEN,
+            ApiError::UrlNotAllowed(_) | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -50,6 +56,8 @@ impl ApiError {
             | ApiError::TaskNotRetryable(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::MisdirectedRequest(_) => StatusCode::MISDIRECTED_REQUEST,
+            ApiError::TooManyWaiters(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -60,6 +68,7 @@ impl ApiError {
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::Unauthorized => "unauthorized",
             ApiError::UrlNotAllowed(_) => "url_not_allowed",
+            ApiError::CrossOrigin(_) => "cross_origin",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::RequestTimeout(_) => "request_timeout",
@@ -68,6 +77,8 @@ impl ApiError {
             ApiError::TaskNotRetryable(_) => "task_not_retryable",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::MisdirectedRequest(_) => "misdirected_request",
+            ApiError::TooManyWaiters(_) => "too_many_waiters",
             ApiError::Internal(_) => "internal",
             ApiError::Unavailable(_) => "unavailable",
         }
@@ -77,6 +88,9 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(m)
             | ApiError::UrlNotAllowed(m)
+            | ApiError::CrossOrigin(m)
+            | ApiError::MisdirectedRequest(m)
+            | ApiError::TooManyWaiters(m)
             | ApiError::NotFound(m)
             | ApiError::RequestTimeout(m)
             | ApiError::IdempotencyConflict(m)
@@ -136,7 +150,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } | ApiError::RequestTimeout(_) => {
                 headers.insert(CONNECTION, HeaderValue::from_static("close"));
             }
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable(_) | ApiError::TooManyWaiters(_) => {
                 headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
@@ -155,6 +169,7 @@ impl ApiError {
             ApiError::InvalidRequest("x".into()),
             ApiError::Unauthorized,
             ApiError::UrlNotAllowed("x".into()),
+            ApiError::CrossOrigin("x".into()),
             ApiError::NotFound("x".into()),
             ApiError::MethodNotAllowed {
                 allow: "GET".into(),
@@ -165,6 +180,8 @@ impl ApiError {
             ApiError::TaskNotRetryable("x".into()),
             ApiError::PayloadTooLarge { limit: 1 },
             ApiError::UnsupportedMediaType("x".into()),
+            ApiError::MisdirectedRequest("x".into()),
+            ApiError::TooManyWaiters("x".into()),
             ApiError::Internal("x".into()),
             ApiError::Unavailable("x".into()),
         ]
@@ -223,9 +240,12 @@ mod tests {
                 ApiError::Unavailable(_) => 10,
                 ApiError::TaskNotTerminal(_) => 11,
                 ApiError::TaskNotRetryable(_) => 12,
+                ApiError::CrossOrigin(_) => 13,
+                ApiError::MisdirectedRequest(_) => 14,
+                ApiError::TooManyWaiters(_) => 15,
             })
             .collect();
-        assert_eq!(numbers, (0..=12).collect());
+        assert_eq!(numbers, (0..=15).collect());
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! - [`App`] holds the store, the control port, the [`HttpConfig`] and the
 //!   metrics registry; [`handle`] answers one request without a socket.
 //! - [`serve`] runs the HTTP/1.1 server on a listener and returns a
-//!   [`Server`] handle to await after triggering its shutdown.
+//!   [`Server`] handle to await after triggering its shutdown;
+//!   [`serve_admin`] serves `/healthz` and `/metrics` alone on another.
 //! - [`ROUTES`] lists every route; docs/openapi.yaml documents each of them.
 //! - `/ui/` is the dashboard (the `ui` module): HTML pages over the same
 //!   store, fed by an [`Activity`] ring; [`App::with_dashboard`] adds what
@@ -28,25 +29,32 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod app;
 mod auth;
 mod body;
+mod client;
 mod config;
 mod control;
 mod destinations;
 mod dto;
 mod error;
 mod metrics;
+mod outbound;
 mod query;
 mod server;
+mod site;
 mod ui;
+mod waiters;
 mod write_timeout;
 
 #[cfg(test)]
 mod openapi_tests;
 
 pub use app::{App, ROUTES, Route, handle};
+pub use client::ConnectionInfo;
 pub use config::HttpConfig;
 pub use control::{Control, DestinationRuntime};
-pub use server::{ServeError, Server, serve};
+pub use server::{MAX_REFUSALS_IN_FLIGHT, ServeError, Server, serve, serve_admin};
+pub use site::check_allowed_host;
 pub use ui::{Activity, DashboardSources, Event as ActivityEvent, Series as ActivitySeries};

@@ -15,6 +15,8 @@ pub(crate) const TASKS: &str = "taskcenter_tasks";
 pub(crate) const SUBMITS: &str = "taskcenter_submits";
 /// `taskcenter_http_requests_total{route,status}`: every answered request.
 pub(crate) const HTTP_REQUESTS: &str = "taskcenter_http_requests";
+/// `taskcenter_http_waiters`: requests waiting for a task (`wait_ms`) now.
+pub(crate) const HTTP_WAITERS: &str = "taskcenter_http_waiters";
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StateLabel {
@@ -67,6 +69,8 @@ pub(crate) struct HttpMetrics {
     tasks: Family<StateLabel, Gauge>,
     submits: Family<SubmitLabel, Counter>,
     requests: Family<RequestLabel, Counter>,
+    /// Requests waiting for a task now.
+    pub(crate) waiters: Gauge,
 }
 
 impl HttpMetrics {
@@ -75,6 +79,7 @@ impl HttpMetrics {
             tasks: Family::default(),
             submits: Family::default(),
             requests: Family::default(),
+            waiters: Gauge::default(),
         };
         registry.register(
             TASKS,
@@ -90,6 +95,11 @@ impl HttpMetrics {
             HTTP_REQUESTS,
             "HTTP requests answered, by route template and status",
             metrics.requests.clone(),
+        );
+        registry.register(
+            HTTP_WAITERS,
+            "Requests waiting for a task to end (GET /tasks/{id}?wait_ms=)",
+            metrics.waiters.clone(),
         );
         metrics
     }

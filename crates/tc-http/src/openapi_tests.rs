@@ -213,6 +213,48 @@ fn error_codes_and_their_statuses_match_the_code() {
     }
 }
 
+/// The refusals that come before any route (`Host`, `Origin`) are on every
+/// operation they can answer, and the waiter limit on the waiting read.
+#[test]
+fn refusals_before_routing_are_documented_where_they_apply() {
+    let doc = document();
+    let ops = operations(&doc);
+    let reference =
+        |op: &Value, status: &str| op["responses"][status]["$ref"].as_str().map(str::to_owned);
+    for route in ROUTES {
+        let what = format!("{} {}", route.method, route.path);
+        let op = ops[&(route.method.to_owned(), route.path.to_owned())];
+        assert_eq!(
+            reference(op, "421").as_deref(),
+            Some("#/components/responses/MisdirectedRequest"),
+            "{what}"
+        );
+        let forbidden = reference(op, "403");
+        if route.method == "GET" {
+            assert_eq!(forbidden, None, "{what}: a read is never cross_origin");
+        } else {
+            assert!(
+                matches!(
+                    forbidden.as_deref(),
+                    Some("#/components/responses/CrossOrigin" | "#/components/responses/Forbidden")
+                ),
+                "{what}: {forbidden:?}"
+            );
+        }
+        let waits = (route.method, route.path) == ("GET", "/tasks/{id}");
+        assert_eq!(
+            reference(op, "429").as_deref(),
+            waits.then_some("#/components/responses/TooManyWaiters"),
+            "{what}"
+        );
+    }
+    // The shared 403 names both codes.
+    let forbidden = doc["components"]["responses"]["Forbidden"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(forbidden.contains("`url_not_allowed`") && forbidden.contains("`cross_origin`"));
+}
+
 /// The property names of a component schema, and whether all are required.
 fn schema_fields(doc: &Value, name: &str) -> BTreeSet<String> {
     let schema = &doc["components"]["schemas"][name];
@@ -248,6 +290,8 @@ fn sample_task() -> Task {
         id: TaskId::new(Timestamp::from_millis(0), [0xee; 10]),
         state: State::Success,
         url: "http://127.0.0.1:9/hook".into(),
+        method: tc_model::Method::Put,
+        headers: tc_model::Headers::parse([("x-tenant".to_owned(), "acme".to_owned())]).unwrap(),
         destination: "127.0.0.1:9".into(),
         body: b"{}".to_vec(),
         idempotency_key: "k".into(),
@@ -327,10 +371,139 @@ fn the_submit_schema_has_the_fields_the_parser_accepts() {
         .step_by(2)
         .map(str::to_owned)
         .collect();
-    assert_eq!(accepted.len(), 7, "{message}");
+    assert_eq!(accepted.len(), 9, "{message}");
     assert_eq!(schema_fields(&doc, "SubmitRequest"), accepted);
     assert_eq!(
         required(&doc, "SubmitRequest"),
         ["idempotency_key".to_owned(), "url".to_owned()].into()
+    );
+}
+
+/// The operations a link from `from` (its 2xx answers) leads to, by
+/// operationId, and the parameters each link fills.
+fn links_from(doc: &Value, from: &Value) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (status, response) in from["responses"].as_object().unwrap() {
+        if !status.starts_with('2') {
+            continue;
+        }
+        for link in resolve(doc, response)["links"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(_, l)| resolve(doc, l))
+        {
+            let target = link["operationId"].as_str().unwrap().to_owned();
+            let filled = link["parameters"].as_object().unwrap().keys().cloned();
+            out.entry(target).or_default().extend(filled);
+        }
+    }
+    out
+}
+
+#[test]
+fn links_carry_real_ids_to_every_operation_that_takes_one() {
+    let doc = document();
+    let ops = operations(&doc);
+    let by_id: BTreeMap<&str, &Value> = ops
+        .values()
+        .map(|op| (op["operationId"].as_str().unwrap(), *op))
+        .collect();
+    // The operations with a path parameter, by the parameter they take.
+    let takes = |param: &str| -> BTreeSet<String> {
+        ops.iter()
+            .filter(|((_, path), _)| path.contains(&format!("{{{param}}}")))
+            .map(|(_, op)| op["operationId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let task_ops = takes("id");
+    assert_eq!(task_ops.len(), 5, "{task_ops:?}");
+    for producer in ["submitTask", "submitBatch"] {
+        let links = links_from(&doc, by_id[producer]);
+        for target in &task_ops {
+            assert!(
+                links.get(target).is_some_and(|p| p.contains("id")),
+                "{producer} has no link filling {target}'s id: {links:?}"
+            );
+        }
+    }
+    let destination_ops = takes("destination");
+    assert_eq!(destination_ops.len(), 4, "{destination_ops:?}");
+    let links = links_from(&doc, by_id["listDestinations"]);
+    for target in &destination_ops {
+        assert!(
+            links.get(target).is_some_and(|p| p.contains("destination")),
+            "listDestinations has no link filling {target}'s destination: {links:?}"
+        );
+    }
+    // Every link names an operation that exists and only its parameters.
+    for (key, op) in &ops {
+        for (target, filled) in links_from(&doc, op) {
+            let target_op = by_id
+                .get(target.as_str())
+                .unwrap_or_else(|| panic!("{key:?} links to unknown {target}"));
+            let declared: BTreeSet<String> = target_op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| resolve(&doc, p)["name"].as_str().unwrap().to_owned())
+                .collect();
+            assert!(
+                filled.is_subset(&declared),
+                "{key:?} -> {target}: {filled:?} vs {declared:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_destination_schemas_have_the_fields_the_code_reads_and_shows() {
+    use tc_model::destination::{Destination, DestinationSettings};
+
+    let doc = document();
+    let settings = DestinationSettings {
+        headers: tc_model::Headers::parse([("authorization".to_owned(), "Bearer t".to_owned())])
+            .unwrap(),
+        signing_secrets: tc_model::signing::SigningSecrets::parse(&[
+            "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+        ])
+        .unwrap(),
+        ..DestinationSettings::default()
+    };
+    let view = crate::destinations::DestinationView::new(
+        Destination {
+            name: "api.example.com:443".into(),
+            settings,
+            pending: 0,
+            running: 0,
+        },
+        crate::control::DestinationRuntime::default(),
+    );
+    let view = serde_json::to_value(view).unwrap();
+    let info = &doc["components"]["schemas"]["DestinationInfo"];
+    assert_eq!(keys(&info["properties"]), keys(&view));
+    assert_eq!(required(&doc, "DestinationInfo"), keys(&view));
+    assert_eq!(view["header_names"], serde_json::json!(["authorization"]));
+    assert_eq!(view["signing_secrets"], 1);
+
+    // Every settings field the parser takes is documented, and no other:
+    // the parser names them all when it refuses an unknown one.
+    let Err(ApiError::InvalidRequest(message)) =
+        crate::destinations::parse_update(br#"{"__probe__":1}"#)
+    else {
+        panic!("an unknown field is refused");
+    };
+    let accepted: BTreeSet<String> = message
+        .split_once("(expected ")
+        .unwrap()
+        .1
+        .trim_end_matches(')')
+        .split(", ")
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        schema_fields(&doc, "DestinationSettings"),
+        accepted,
+        "{message}"
     );
 }

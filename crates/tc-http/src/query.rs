@@ -1,5 +1,6 @@
 //! The query strings of `GET /tasks` and `GET /tasks/{id}`, and the filter fields `POST /tasks/bulk` shares with the listing.
 
+use tc_model::destination::parse_destination;
 use tc_model::store::{Cursor, ListQuery, TaskFilter};
 use tc_model::{State, Timestamp};
 
@@ -106,7 +107,8 @@ pub(crate) const FILTER_FIELDS: [&str; 6] = [
     "idempotency_key",
 ];
 
-/// The longest error reason or destination a filter takes.
+/// The longest error reason or idempotency key a filter takes, in
+/// characters (as the document's `maxLength` counts).
 const MAX_FILTER_VALUE: usize = 1024;
 
 /// A filter's fields as given (query parameters or JSON strings), before
@@ -149,7 +151,7 @@ impl FilterFields {
         };
         let destination = match self.destination {
             None => None,
-            Some(d) => Some(parse_destination(&d).ok_or_else(|| {
+            Some(d) => Some(parse_destination(&d).map_err(|_| {
                 invalid(format!(
                     "destination: must be host:port with the port written \
                      (e.g. api.example.com:443); got {d:?}"
@@ -157,9 +159,9 @@ impl FilterFields {
             })?),
         };
         let text = |name: &str, value: Option<String>| match value {
-            Some(v) if v.is_empty() || v.len() > MAX_FILTER_VALUE => Err(invalid(format!(
-                "{name}: must be 1 to {MAX_FILTER_VALUE} bytes"
-            ))),
+            Some(v) if v.is_empty() || v.chars().count() > MAX_FILTER_VALUE => Err(invalid(
+                format!("{name}: must be 1 to {MAX_FILTER_VALUE} characters"),
+            )),
             v => Ok(v),
         };
         let time = |name: &str, value: Option<String>| match value {
@@ -179,28 +181,6 @@ impl FilterFields {
             idempotency_key: text("idempotency_key", self.idempotency_key)?,
         })
     }
-}
-
-/// A `host:port` as the task view writes it: a host (a name, an IPv4
-/// address or a bracketed IPv6 one), lower-cased, and a port. `None` when
-/// it is not one.
-fn parse_destination(text: &str) -> Option<String> {
-    let (host, port) = text.rsplit_once(':')?;
-    let port_ok = !port.is_empty()
-        && port.len() <= 5
-        && port.bytes().all(|b| b.is_ascii_digit())
-        && port.parse::<u16>().is_ok();
-    let host_ok = !host.is_empty()
-        && host.len() <= 255
-        && if let Some(inner) = host.strip_prefix('[') {
-            inner
-                .strip_suffix(']')
-                .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok())
-        } else {
-            host.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-        };
-    (port_ok && host_ok).then(|| text.to_ascii_lowercase())
 }
 
 /// RFC 3339 (humantime reads it in UTC, `Z`, with any fraction) as a
@@ -340,6 +320,26 @@ mod tests {
                 f.state = Some(State::Failed);
             }),
         );
+        // The destination rule is the one /destinations/{destination}
+        // follows: the port as tasks write it, a host of at most 253 bytes.
+        check(
+            Some("destination=Example.com:0443"),
+            with(|f| f.destination = Some("example.com:443".into())),
+        );
+        check(
+            Some(&format!("destination={}:1", "h".repeat(253))),
+            Ok(ListQuery {
+                filter: TaskFilter {
+                    destination: Some(format!("{}:1", "h".repeat(253))),
+                    ..TaskFilter::default()
+                },
+                ..ListQuery::default()
+            }),
+        );
+        check(
+            Some(&format!("destination={}:1", "h".repeat(254))),
+            Err("destination: "),
+        );
         for bad in [
             "example.com",
             "example.com:",
@@ -353,6 +353,16 @@ mod tests {
                 Err("destination: must be host:port"),
             );
         }
+        // Lengths count characters, as the document's maxLength does.
+        let long = "%C3%A9".repeat(1024);
+        check(
+            Some(&format!("error={long}")),
+            with(|f| f.error = Some("é".repeat(1024))),
+        );
+        check(
+            Some(&format!("idempotency_key={long}e")),
+            Err("idempotency_key: must be 1 to 1024 characters"),
+        );
         check(Some("error="), Err("error: must be 1 to"));
         check(
             Some("idempotency_key="),

@@ -1,5 +1,6 @@
 //! The HTTP/1.1 server: an accept loop with a bound on open connections (past
-//! it a connection is answered 503 at once and closed), a header-read
+//! it a connection is answered 503 at once and closed: up to 4096 such
+//! refusals at a time each get their answer), a header-read
 //! timeout, a write timeout (a client that stops reading loses its
 //! connection), and a graceful shutdown with a time limit.
 
@@ -19,7 +20,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::admin::handle_admin;
 use crate::app::{App, handle};
+use crate::client::ConnectionInfo;
 use crate::control::Control;
 use crate::write_timeout::WriteTimeout;
 
@@ -62,8 +65,13 @@ const MAX_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// so that the loop does not spin while the cause persists.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The most connections being answered "503, at the limit" at once.
-const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+/// The most connections being answered "503, at the limit" at once. Each
+/// costs a small task and a file descriptor for at most [`REFUSAL_LINGER`]:
+/// up to this many past the limit, every one gets its answer (a probe that
+/// comes during a flood of connections that never read is told 503, not
+/// reset); past it, the answer is written if the socket takes it at once,
+/// and the connection closed.
+pub const MAX_REFUSALS_IN_FLIGHT: usize = 4096;
 
 /// How long a refused connection gets to take its 503 and to finish
 /// sending its request (read and discarded so that closing does not reset
@@ -85,11 +93,21 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
     let answer = async {
         stream.write_all(REFUSAL).await?;
         stream.shutdown().await?;
-        let mut sink = [0u8; 4096];
+        // Small: thousands of refusals may linger at once.
+        let mut sink = [0u8; 256];
         while stream.read(&mut sink).await? > 0 {}
         Ok::<_, std::io::Error>(())
     };
     let _ = tokio::time::timeout(REFUSAL_LINGER, answer).await;
+}
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Surface {
+    /// Every route, up to `max_connections`.
+    Api,
+    /// `/healthz` and `/metrics` alone, up to `admin_max_connections`.
+    Admin,
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then stops
@@ -106,23 +124,64 @@ where
     C: Control,
     F: Future<Output = ()> + Send + 'static,
 {
-    let local_addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
-    let task = tokio::spawn(accept_loop(listener, app, shutdown));
-    Ok(Server { local_addr, task })
+    start(listener, app, shutdown, Surface::Api)
 }
 
-async fn accept_loop<S, C, F>(listener: TcpListener, app: Arc<App<S, C>>, shutdown: F)
+/// Serves only `GET /healthz` and `GET /metrics` of `app` on `listener`,
+/// with a connection limit of its own
+/// ([`HttpConfig::admin_max_connections`](crate::HttpConfig::admin_max_connections)),
+/// so that probes and scrapes are never starved by API clients. Stops as
+/// [`serve`] does.
+pub fn serve_admin<S, C, F>(
+    listener: TcpListener,
+    app: Arc<App<S, C>>,
+    shutdown: F,
+) -> Result<Server, ServeError>
 where
     S: TaskStore,
     C: Control,
     F: Future<Output = ()> + Send + 'static,
 {
+    start(listener, app, shutdown, Surface::Admin)
+}
+
+fn start<S, C, F>(
+    listener: TcpListener,
+    app: Arc<App<S, C>>,
+    shutdown: F,
+    surface: Surface,
+) -> Result<Server, ServeError>
+where
+    S: TaskStore,
+    C: Control,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let local_addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
+    let task = tokio::spawn(accept_loop(listener, local_addr, app, shutdown, surface));
+    Ok(Server { local_addr, task })
+}
+
+async fn accept_loop<S, C, F>(
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    app: Arc<App<S, C>>,
+    shutdown: F,
+    surface: Surface,
+) where
+    S: TaskStore,
+    C: Control,
+    F: Future<Output = ()> + Send + 'static,
+{
     let config = app.config().clone();
+    let limit = match surface {
+        Surface::Api => config.max_connections,
+        Surface::Admin => config.admin_max_connections,
+    };
     // A permit per open connection. Past the bound a new connection gets a
     // canned 503 and is closed: waiting in the listen backlog would let
     // connections that never finish (clients that stop reading) lock every
     // newcomer out, health probes included.
-    let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let permits = Arc::new(Semaphore::new(limit.max(1)));
     // The refusals in flight are bounded too; past that they are dropped.
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let graceful = GracefulShutdown::new();
@@ -157,20 +216,36 @@ where
             },
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            tracing::warn!(%peer, limit = config.max_connections, "http_connection_refused_at_limit");
-            if let Ok(slot) = Arc::clone(&refusals).try_acquire_owned() {
-                connections.spawn(async move {
-                    refuse(stream).await;
-                    drop(slot);
-                });
+            tracing::warn!(%peer, %local_addr, limit, "http_connection_refused_at_limit");
+            match Arc::clone(&refusals).try_acquire_owned() {
+                Ok(slot) => {
+                    connections.spawn(async move {
+                        refuse(stream).await;
+                        drop(slot);
+                    });
+                }
+                Err(_) => {
+                    let _ = stream.try_write(REFUSAL);
+                }
             }
             continue;
         };
+        let info = ConnectionInfo {
+            peer,
+            local: stream.local_addr().unwrap_or(local_addr),
+        };
         let stream = WriteTimeout::new(stream, config.write_timeout);
         let app = Arc::clone(&app);
-        let service = service_fn(move |req| {
+        let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(info);
             let app = Arc::clone(&app);
-            async move { Ok::<_, Infallible>(handle(&app, req).await) }
+            async move {
+                let response = match surface {
+                    Surface::Api => handle(&app, req).await,
+                    Surface::Admin => handle_admin(&app, req).await,
+                };
+                Ok::<_, Infallible>(response)
+            }
         });
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         connections.spawn(async move {
@@ -185,7 +260,7 @@ where
 
     drop(listener);
     let open = graceful.count();
-    tracing::info!(open, "http_server_stopping");
+    tracing::info!(open, %local_addr, "http_server_stopping");
     if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
         .await
         .is_err()

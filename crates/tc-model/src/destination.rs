@@ -14,6 +14,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::headers::Headers;
+use crate::signing::SigningSecrets;
+
 /// The largest `max_in_flight` a destination may be given.
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
 
@@ -33,6 +36,12 @@ pub struct DestinationSettings {
     pub burst: Option<u32>,
     /// Held entirely: no task of this destination is claimed.
     pub paused: bool,
+    /// Headers sent with every call to this destination (a task's own
+    /// header of the same name wins). Write-only: views show the names.
+    pub headers: Headers,
+    /// The Standard Webhooks secrets its calls are signed with (none: the
+    /// server's own, if it has one). Write-only: views show how many.
+    pub signing_secrets: SigningSecrets,
 }
 
 impl DestinationSettings {
@@ -69,6 +78,10 @@ pub struct DestinationUpdate {
     pub burst: Option<Option<u32>>,
     /// Pause or resume.
     pub paused: Option<bool>,
+    /// New default headers, replacing the old ones (empty: none).
+    pub headers: Option<Headers>,
+    /// New signing secrets, replacing the old ones (empty: none).
+    pub signing_secrets: Option<SigningSecrets>,
 }
 
 /// Why a [`DestinationUpdate`] was refused; names the field.
@@ -118,6 +131,14 @@ impl DestinationUpdate {
             rate_per_s: self.rate_per_s.unwrap_or(settings.rate_per_s),
             burst: self.burst.unwrap_or(settings.burst),
             paused: self.paused.unwrap_or(settings.paused),
+            headers: self
+                .headers
+                .clone()
+                .unwrap_or_else(|| settings.headers.clone()),
+            signing_secrets: self
+                .signing_secrets
+                .clone()
+                .unwrap_or_else(|| settings.signing_secrets.clone()),
         }
     }
 }
@@ -365,6 +386,26 @@ pub fn rotation<'a>(names: &'a [String], after: Option<&str>) -> impl Iterator<I
     names[split..].iter().chain(names[..split].iter())
 }
 
+/// The longest host name a destination may have (DNS's limit).
+pub const MAX_HOST_BYTES: usize = 253;
+
+/// Whether `host` can be a destination's host: a name of letters, digits,
+/// `.`, `-` and `_` (an IPv4 address is one) of at most
+/// [`MAX_HOST_BYTES`], or a valid IPv6 address in brackets. A task's url
+/// must have such a host, so that every task's destination is one the
+/// destination routes and filters can name.
+pub fn is_destination_host(host: &str) -> bool {
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        inner.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host.len() <= MAX_HOST_BYTES
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    }
+}
+
 /// Parses a destination as a client names it in a path (`host:port`): a
 /// host (a name, an IPv4 address or a bracketed IPv6 address) and a port,
 /// lower-cased as [`crate::destination_of`] writes it.
@@ -380,16 +421,7 @@ pub fn parse_destination(s: &str) -> Result<String, InvalidSetting> {
     {
         return Err(bad("the port must be a number up to 65535"));
     }
-    let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        inner.parse::<std::net::Ipv6Addr>().is_ok()
-    } else {
-        !host.is_empty()
-            && host.len() <= 253
-            && host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-    };
-    if !host_ok {
+    if !is_destination_host(host) {
         return Err(bad("the host must be a name or an address"));
     }
     let port: u16 = port
@@ -623,8 +655,7 @@ mod tests {
         let start = DestinationSettings {
             max_in_flight: Some(2),
             rate_per_s: Some(5.0),
-            burst: None,
-            paused: false,
+            ..Default::default()
         };
         let cleared = DestinationUpdate {
             max_in_flight: Some(None),
@@ -644,5 +675,38 @@ mod tests {
             .bucket_size(),
             Some(1.0)
         );
+    }
+
+    #[test]
+    fn headers_and_secrets_are_replaced_when_named_and_kept_otherwise() {
+        let headers =
+            Headers::parse([("Authorization".to_owned(), "Bearer t".to_owned())]).unwrap();
+        let secret = format!("whsec_{}", "A".repeat(32));
+        let secrets = SigningSecrets::parse(&[secret]).unwrap();
+        let set = DestinationUpdate {
+            headers: Some(headers.clone()),
+            signing_secrets: Some(secrets.clone()),
+            ..Default::default()
+        }
+        .apply(&DestinationSettings::default());
+        assert_eq!((&set.headers, &set.signing_secrets), (&headers, &secrets));
+        assert!(!set.is_default() && !set.limits_claims());
+        let paused = DestinationUpdate {
+            paused: Some(true),
+            ..Default::default()
+        }
+        .apply(&set);
+        assert_eq!(
+            (&paused.headers, &paused.signing_secrets),
+            (&headers, &secrets)
+        );
+        let cleared = DestinationUpdate {
+            headers: Some(Headers::default()),
+            signing_secrets: Some(SigningSecrets::default()),
+            paused: Some(false),
+            ..Default::default()
+        }
+        .apply(&paused);
+        assert!(cleared.is_default(), "{cleared:?}");
     }
 }

@@ -6,12 +6,17 @@
 //! the store port is a trait whose futures any executor can drive.
 
 pub mod destination;
+pub mod headers;
+mod method;
 mod new_task;
+pub mod signing;
 mod state;
 pub mod store;
 mod task;
 mod url;
 
+pub use headers::Headers;
+pub use method::{Method, UnknownMethod};
 pub use new_task::{Limits, NewTask, Schedule, ValidationError};
 pub use state::{IllegalTransition, State, UnknownState, retry_by_hand, transit};
 pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};

@@ -1,4 +1,5 @@
-use crate::Timestamp;
+use crate::headers::{HeaderError, Headers};
+use crate::{Method, Timestamp};
 use std::time::Duration;
 
 /// Bounds a submission must respect. Only the body limit is configurable; the
@@ -38,7 +39,8 @@ pub enum ValidationError {
     /// The url is not an absolute http(s) url with a host, or is too long.
     #[error("url: {0}")]
     Url(String),
-    /// The idempotency key is empty, too long, or has control characters.
+    /// The idempotency key is empty, too long, not printable ASCII, or starts
+    /// or ends with a space.
     #[error("idempotency_key: {0}")]
     IdempotencyKey(String),
     /// max_attempts is outside 1..=100.
@@ -67,6 +69,16 @@ pub enum ValidationError {
         /// The value given, in milliseconds.
         got_ms: u128,
     },
+    /// A method that sends no body (`GET`) was given one.
+    #[error("body: a {method} sends no body")]
+    BodyNotSent {
+        /// The method.
+        method: Method,
+    },
+    /// A header, or the set of them, breaks a rule (the message names
+    /// `headers.<name>` or `headers`).
+    #[error("{0}")]
+    Headers(HeaderError),
 }
 
 impl ValidationError {
@@ -79,6 +91,8 @@ impl ValidationError {
             ValidationError::Body { .. } => "body",
             ValidationError::Timeout { .. } => "timeout",
             ValidationError::Delay { .. } => "delay_ms",
+            ValidationError::BodyNotSent { .. } => "body",
+            ValidationError::Headers(_) => "headers",
         }
     }
 }
@@ -148,9 +162,9 @@ impl Schedule {
     }
 }
 
-/// A valid submission: "POST `body` to `url`, at most `max_attempts` times,
-/// each try within `timeout`", due as its [`Schedule`] says. One that exists
-/// has passed every check.
+/// A valid submission: "call `url` with `method`, these `headers` and
+/// `body`, at most `max_attempts` times, each try within `timeout`", due
+/// as its [`Schedule`] says. One that exists has passed every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
     url: String,
@@ -159,6 +173,8 @@ pub struct NewTask {
     max_attempts: u32,
     timeout: Duration,
     schedule: Schedule,
+    method: Method,
+    headers: Headers,
 }
 
 impl NewTask {
@@ -195,7 +211,35 @@ impl NewTask {
             max_attempts,
             timeout,
             schedule: Schedule::Now,
+            method: Method::Post,
+            headers: Headers::default(),
         })
+    }
+
+    /// The same submission with another method (`POST` by default). A
+    /// `GET` sends no body: one with a body is refused (naming `body`).
+    pub fn with_method(mut self, method: Method) -> Result<NewTask, ValidationError> {
+        if method == Method::Get && !self.body.is_empty() {
+            return Err(ValidationError::BodyNotSent { method });
+        }
+        self.method = method;
+        Ok(self)
+    }
+
+    /// The same submission with headers of its own (none by default).
+    pub fn with_headers(mut self, headers: Headers) -> NewTask {
+        self.headers = headers;
+        self
+    }
+
+    /// The call's method.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// The task's own headers.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
     }
 
     /// The same submission, first due as `schedule` says. A delay over
@@ -261,11 +305,13 @@ impl NewTask {
             && self.timeout == timeout
     }
 
-    /// [`NewTask::same_payload`] against a stored task, its schedule
-    /// included.
+    /// [`NewTask::same_payload`] against a stored task, its schedule,
+    /// method and headers included.
     pub fn same_work_as(&self, task: &crate::Task) -> bool {
         self.same_payload(&task.url, &task.body, task.max_attempts, task.timeout)
             && self.schedule == task.schedule
+            && self.method == task.method
+            && self.headers == task.headers
     }
 }
 
@@ -314,6 +360,13 @@ fn check_url(url: &str) -> Result<(), ValidationError> {
     if authority.host().is_empty() {
         return Err(ValidationError::Url("must have a host".into()));
     }
+    if !crate::destination::is_destination_host(authority.host()) {
+        return Err(ValidationError::Url(format!(
+            "the host must be a name of letters, digits, `.`, `-` and `_` (at most {} bytes), \
+             an IPv4 address or an IPv6 address in brackets",
+            crate::destination::MAX_HOST_BYTES
+        )));
+    }
     if authority.as_str().contains('@') {
         // Credentials in a url end up in logs and the task view.
         return Err(ValidationError::Url(
@@ -352,9 +405,18 @@ fn check_key(key: &str) -> Result<(), ValidationError> {
             Limits::MAX_KEY_BYTES
         )));
     }
-    if key.chars().any(char::is_control) {
+    // Every try sends the key as the Idempotency-Key header: a byte outside
+    // visible ASCII cannot go in one, and a receiver trims the spaces
+    // around a header's value, so " k" would reach it as "k".
+    if !key.bytes().all(|b| matches!(b, b' '..=b'~')) {
         return Err(ValidationError::IdempotencyKey(
-            "must not contain control characters".into(),
+            "must be printable ASCII (space to `~`): it is sent as the Idempotency-Key header"
+                .into(),
+        ));
+    }
+    if key.starts_with(' ') || key.ends_with(' ') {
+        return Err(ValidationError::IdempotencyKey(
+            "must not start or end with a space: it is sent as the Idempotency-Key header".into(),
         ));
     }
     Ok(())
@@ -457,8 +519,65 @@ mod tests {
             "https://b.test/hooks/%2e%2E/admin",
             "https://b.test/hooks/./x",
             "https://b.test/hooks/..",
+            // A host must be one a destination can name (`GET
+            // /destinations/{destination}`, the list's filter).
+            "http://a~b/",
+            "http://a!b/",
+            "http://[v1.x]/",
+            "http://[zz]/",
+            "http://[::1%25eth0]/",
+            &format!("http://{}/", "h".repeat(254)),
         ] {
             check(|i| i.url = bad.into(), d, Some("url"));
+        }
+        for good in [
+            "http://[::ffff:1.2.3.4]:8080/",
+            "HTTP://A_b.c-D:080/x",
+            &format!("http://{}/", "h".repeat(253)),
+        ] {
+            check(|i| i.url = good.into(), d, None);
+        }
+    }
+
+    /// A task's destination is one the destination routes and filters
+    /// take: every url a submit accepts names one.
+    #[test]
+    fn accepted_urls_have_a_destination_that_parses() {
+        let hosts = [
+            "h",
+            "H.example",
+            "a_b",
+            "a~b",
+            "a!b",
+            "a$b",
+            "[::1]",
+            "[::ffff:1.2.3.4]",
+            "[v1.x]",
+            "[zz]",
+            "[::1%25eth0]",
+            "127.0.0.1",
+            "999.1.1.1",
+            "a'b",
+            "a(b)",
+            "a*b",
+            "a+b",
+            "a,b",
+            "a;b",
+            "a=b",
+            "a&b",
+        ];
+        for host in hosts {
+            for port in ["", ":1", ":080", ":65535"] {
+                let url = format!("http://{host}{port}/x");
+                if check_url(&url).is_ok() {
+                    let destination = crate::url::destination_of(&url);
+                    assert_eq!(
+                        crate::destination::parse_destination(&destination).as_deref(),
+                        Ok(destination.as_str()),
+                        "{url}"
+                    );
+                }
+            }
         }
     }
 
@@ -471,7 +590,47 @@ mod tests {
         check(|i| i.key = String::new(), d, Some("idempotency_key"));
         check(|i| i.key = "a\nb".into(), d, Some("idempotency_key"));
         check(|i| i.key = "a\u{7f}".into(), d, Some("idempotency_key"));
-        check(|i| i.key = "naïve-ключ".into(), d, None);
+        check(|i| i.key = "a b ~!#".into(), d, None);
+        // The key travels as the Idempotency-Key header, unchanged: no
+        // byte outside visible ASCII, no space a receiver would trim.
+        check(|i| i.key = "naïve-ключ".into(), d, Some("idempotency_key"));
+        check(|i| i.key = " k".into(), d, Some("idempotency_key"));
+        check(|i| i.key = "k ".into(), d, Some("idempotency_key"));
+        check(|i| i.key = " ".into(), d, Some("idempotency_key"));
+    }
+
+    /// Every key a submit accepts reaches the downstream as itself: a valid
+    /// header value that a receiver reads back unchanged (it trims spaces).
+    #[test]
+    fn accepted_keys_are_sent_as_they_are() {
+        let chars = (0u32..0x300)
+            .filter_map(char::from_u32)
+            .chain(['к', '€', '\u{2028}']);
+        for c in chars {
+            for key in [
+                format!("{c}"),
+                format!("a{c}b"),
+                format!("{c}b"),
+                format!("a{c}"),
+            ] {
+                let i = valid();
+                let accepted = NewTask::new(
+                    i.url,
+                    i.body,
+                    key.clone(),
+                    i.max_attempts,
+                    i.timeout,
+                    &Limits::default(),
+                )
+                .is_ok();
+                let sent_as_is = http::HeaderValue::from_str(&key)
+                    .is_ok_and(|v| v.to_str().is_ok_and(|s| s.trim_matches([' ', '\t']) == key));
+                assert!(
+                    !accepted || sent_as_is,
+                    "{key:?} is accepted but cannot be sent"
+                );
+            }
+        }
     }
 
     #[test]
@@ -509,6 +668,72 @@ mod tests {
             d,
             Some("timeout"),
         );
+    }
+
+    #[test]
+    fn a_get_sends_no_body() {
+        let task = |body: &[u8]| {
+            NewTask::new(
+                "http://h/x".into(),
+                body.to_vec(),
+                "k".into(),
+                1,
+                Duration::from_secs(1),
+                &Limits::default(),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            task(b"").with_method(Method::Get).map(|t| t.method()),
+            Ok(Method::Get)
+        );
+        let refused = task(b"{}").with_method(Method::Get).unwrap_err();
+        assert_eq!(refused.field(), "body");
+        assert_eq!(refused.to_string(), "body: a GET sends no body");
+        for method in [Method::Post, Method::Put, Method::Patch, Method::Delete] {
+            assert_eq!(
+                task(b"{}").with_method(method).map(|t| t.method()),
+                Ok(method)
+            );
+            assert_eq!(
+                task(b"").with_method(method).map(|t| t.method()),
+                Ok(method)
+            );
+        }
+        assert_eq!(task(b"{}").method(), Method::Post, "POST by default");
+    }
+
+    #[test]
+    fn a_resubmit_must_repeat_the_method_and_the_headers() {
+        let i = valid();
+        let new = NewTask::new(
+            i.url,
+            i.body,
+            i.key,
+            i.max_attempts,
+            i.timeout,
+            &Limits::default(),
+        )
+        .unwrap();
+        let stored = crate::Task::submitted(
+            crate::TaskId::new(Timestamp::from_millis(0), [0; 10]),
+            &new,
+            Timestamp::from_millis(0),
+        );
+        assert!(new.same_work_as(&stored));
+        let put = new.clone().with_method(Method::Put).unwrap();
+        assert!(!put.same_work_as(&stored), "another method");
+        let headers =
+            |value: &str| Headers::parse([("X-Tenant".to_owned(), value.to_owned())]).unwrap();
+        let with = new.clone().with_headers(headers("acme"));
+        assert!(!with.same_work_as(&stored), "headers where there were none");
+        let stored = crate::Task::submitted(stored.id, &with, stored.created_at);
+        assert!(
+            new.clone()
+                .with_headers(headers("acme"))
+                .same_work_as(&stored)
+        );
+        assert!(!new.with_headers(headers("other")).same_work_as(&stored));
     }
 
     #[test]

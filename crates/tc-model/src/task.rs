@@ -2,7 +2,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::{NewTask, State};
+use crate::headers::Headers;
+use crate::{Method, NewTask, State};
 
 /// A task's identity: a UUID v7, so that ids sort by creation millisecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,12 +115,16 @@ pub struct Task {
     pub id: TaskId,
     /// Its current state.
     pub state: State,
-    /// Where the worker POSTs the body.
+    /// Where the worker sends the call.
     pub url: String,
+    /// The call's method.
+    pub method: Method,
+    /// The task's own headers, sent as given (over its destination's).
+    pub headers: Headers,
     /// The url's `host:port` ([`crate::destination_of`]): what listings
     /// filter on.
     pub destination: String,
-    /// The bytes POSTed downstream (JSON).
+    /// The bytes sent downstream (JSON; empty: no body).
     pub body: Vec<u8>,
     /// The client's key; the store keeps one task per key.
     pub idempotency_key: String,
@@ -168,6 +173,8 @@ impl Task {
             id,
             state: State::Pending,
             url: new.url().to_owned(),
+            method: new.method(),
+            headers: new.headers().clone(),
             destination: crate::destination_of(new.url()),
             body: new.body().to_vec(),
             idempotency_key: new.idempotency_key().to_owned(),
@@ -264,6 +271,8 @@ mod tests {
             id: TaskId::new(Timestamp::from_millis(0), [0; 10]),
             state: State::Running,
             url: "http://example.test/".into(),
+            method: Method::Post,
+            headers: Headers::default(),
             destination: "example.test:80".into(),
             body: b"{}".to_vec(),
             idempotency_key: "k".into(),

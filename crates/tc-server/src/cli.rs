@@ -69,6 +69,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TC_LISTEN", default_value = "127.0.0.1:8080")]
     pub(crate) listen: SocketAddr,
 
+    /// A second address that serves `GET /healthz` and `GET /metrics` only,
+    /// with a small connection limit of its own (16): probes and scrapes are
+    /// then answered however many API clients hold the main listener's
+    /// connections. The main listener keeps serving both as well.
+    #[arg(long, env = "TC_ADMIN_LISTEN")]
+    pub(crate) admin_listen: Option<SocketAddr>,
+
     /// The most downstream calls in flight at once.
     #[arg(long, env = "TC_CONCURRENCY", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -130,6 +137,20 @@ pub(crate) struct ServeArgs {
           value_parser = non_empty)]
     pub(crate) api_token: Option<String>,
 
+    /// A Standard Webhooks secret (`whsec_` + base64 of 24 to 64 bytes) that
+    /// signs the calls to every destination without secrets of its own:
+    /// they carry `webhook-id`, `webhook-timestamp` and `webhook-signature`.
+    /// Give it twice (or comma-separated) while rotating: each call is then
+    /// signed with both.
+    #[arg(
+        long,
+        env = "TC_SIGNING_SECRET",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_name = "SECRET"
+    )]
+    pub(crate) signing_secret: Vec<String>,
+
     /// Only task urls under one of these prefixes are accepted (repeatable,
     /// or comma-separated; a comma always separates prefixes, write one
     /// inside a url as `%2C`). Matched on the normalised url at a path-segment
@@ -172,10 +193,19 @@ pub(crate) struct ServeArgs {
     pub(crate) max_batch_body_bytes: u64,
 
     /// The most `GET /tasks/{id}?wait_ms=` requests waiting at once; beyond,
-    /// they are answered 503.
+    /// they are answered 503. Never more than the connection limit less a
+    /// 64th (1008 of 1024), so that waiters leave connections for other
+    /// requests and health probes.
     #[arg(long, env = "TC_MAX_WAITERS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) max_waiters: u64,
+
+    /// The most `wait_ms` requests one client address may have waiting at
+    /// once; beyond, they are answered `429 too_many_waiters`. Behind a
+    /// --trusted-proxy the address is the one it forwards.
+    #[arg(long, env = "TC_MAX_WAITERS_PER_CLIENT", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) max_waiters_per_client: u64,
 
     /// How long `success` tasks are kept after they finish (e.g. `7d`,
     /// `12h`), or `forever`.
@@ -203,6 +233,27 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub(crate) write_timeout_ms: u64,
 
+    /// A host name or address requests may be addressed to (the `Host`
+    /// header, any port), repeatable or comma-separated; `*` allows any. A
+    /// request to another host is refused `421 misdirected_request`, which
+    /// stops DNS rebinding. Default: listening on a loopback address,
+    /// `localhost`, `127.0.0.1`, `[::1]` and the listen address; on any other
+    /// address (`0.0.0.0`), any host. Given hosts are allowed besides those
+    /// loopback names.
+    #[arg(long = "allowed-host", env = "TC_ALLOWED_HOSTS", value_delimiter = ',',
+          value_parser = allowed_host)]
+    pub(crate) allowed_hosts: Vec<String>,
+
+    /// A reverse proxy in front of this server: an IP address or network
+    /// (`10.0.0.0/8`, `::1`), repeatable or comma-separated. From these peers
+    /// `X-Forwarded-For` names the client (for per-client limits),
+    /// `X-Forwarded-Proto: https` marks the dashboard's session cookie
+    /// `Secure`, and `X-Forwarded-Host` is the host a request's `Origin` is
+    /// compared with; from any other peer those headers are ignored.
+    #[arg(long = "trusted-proxy", env = "TC_TRUSTED_PROXIES", value_delimiter = ',',
+          value_parser = ip_network)]
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+
     /// Refuse downstream calls whose destination, resolved at connect time,
     /// is loopback, private, link-local, CGNAT, unspecified, broadcast or
     /// multicast (IPv4-mapped forms too): the try fails at once with reason
@@ -228,6 +279,19 @@ fn retention(value: &str) -> Result<Retain, String> {
         .map_err(|e| format!("{e}: give a duration such as 7d, 12h or 30m, or forever"))
 }
 
+fn allowed_host(value: &str) -> Result<String, String> {
+    tc_http::check_allowed_host(value).map(|()| value.trim().to_owned())
+}
+
+/// An IP network (`10.0.0.0/8`) or one address (`10.1.2.3`, `::1`).
+fn ip_network(value: &str) -> Result<ipnet::IpNet, String> {
+    let value = value.trim();
+    value
+        .parse::<ipnet::IpNet>()
+        .or_else(|_| value.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{value:?} is not an IP address or network (10.0.0.0/8, ::1)"))
+}
+
 fn non_empty(value: &str) -> Result<String, String> {
     if value.trim().is_empty() {
         Err("must not be empty".to_owned())
@@ -237,9 +301,17 @@ fn non_empty(value: &str) -> Result<String, String> {
 }
 
 impl ServeArgs {
-    /// Checks what one flag alone cannot: the relations between flags.
+    /// Checks what one flag alone cannot: the relations between flags, and
+    /// the signing secrets (here rather than in a value parser, whose error
+    /// would repeat the secret on the terminal).
     pub(crate) fn check(&self) -> Result<(), clap::Error> {
         use clap::CommandFactory;
+        if let Err(why) = self.signing_secrets() {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("--signing-secret: {why}"),
+            ));
+        }
         if self.backoff_cap_ms < self.backoff_base_ms {
             return Err(Cli::command().error(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -250,6 +322,12 @@ impl ServeArgs {
             ));
         }
         Ok(())
+    }
+
+    /// The server's own signing secrets (see `--signing-secret`); the error
+    /// never repeats one.
+    pub(crate) fn signing_secrets(&self) -> Result<tc_model::signing::SigningSecrets, String> {
+        tc_model::signing::SigningSecrets::parse(&self.signing_secret)
     }
 
     pub(crate) fn call_timeout(&self) -> Duration {
@@ -390,8 +468,21 @@ mod tests {
         assert!(!submit.output.json);
         match submit.command {
             TaskCommand::Submit(s) => {
-                assert_eq!(s.payload.0.get(), r#"{"b":1,"a":2}"#);
+                assert_eq!(
+                    s.payload.map(|p| p.0.get().to_owned()).as_deref(),
+                    Some(r#"{"b":1,"a":2}"#)
+                );
                 assert_eq!((s.key, s.wait), (None, false));
+            }
+            other => panic!("{other:?}"),
+        }
+        // With a method, the payload may be left out (a GET has none).
+        match task(&["task", "submit", "--url", "u", "--method", "get"]).command {
+            TaskCommand::Submit(s) => {
+                assert_eq!(
+                    (s.method.as_deref(), s.payload.is_none()),
+                    (Some("GET"), true)
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -400,7 +491,7 @@ mod tests {
         ]);
         assert!(json_out.output.json);
         assert!(
-            matches!(json_out.command, TaskCommand::Submit(ref s) if s.wait && s.payload.0.get() == "[]")
+            matches!(json_out.command, TaskCommand::Submit(ref s) if s.wait && s.payload.as_ref().is_some_and(|p| p.0.get() == "[]"))
         );
         match parse(&[
             "destination",
@@ -439,6 +530,40 @@ mod tests {
         };
         check(&["task", "get"], "<ID>");
         check(&["task", "submit", "--url", "u"], "--json");
+        check(
+            &["task", "submit", "--url", "u", "--method", "HEAD"],
+            "--method",
+        );
+        check(
+            &["task", "submit", "--url", "u", "--header", "X-A"],
+            "--header",
+        );
+        check(
+            &["task", "submit", "--url", "u", "--header", ": v"],
+            "--header",
+        );
+        check(
+            &[
+                "destination",
+                "set",
+                "h:1",
+                "--header",
+                "X-A: 1",
+                "--clear-headers",
+            ],
+            "--clear-headers",
+        );
+        check(
+            &[
+                "destination",
+                "set",
+                "h:1",
+                "--signing-secret",
+                "whsec_x",
+                "--clear-signing",
+            ],
+            "--clear-signing",
+        );
         check(
             &["task", "submit", "--url", "u", "--json", "{"],
             "not valid JSON",
@@ -479,11 +604,55 @@ mod tests {
             "--backoff-cap-ms",
         );
         check(&["--listen", "localhost"], "--listen");
+        check(&["--admin-listen", "localhost"], "--admin-listen");
         check(&["--sync", "off"], "--sync");
         check(&["--log-format", "xml"], "--log-format");
         check(&["--api-token", ""], "--api-token");
         check(&["--max-body-bytes", "0"], "--max-body-bytes");
+        check(
+            &["--max-waiters-per-client", "0"],
+            "--max-waiters-per-client",
+        );
         check(&["--downstream-ca-file"], "--downstream-ca-file");
+        check(&["--trusted-proxy", "proxy.local"], "--trusted-proxy");
+        check(
+            &["--allowed-host", "tasks.example.com:443"],
+            "--allowed-host",
+        );
+        check(
+            &["--allowed-host", "http://tasks.example.com"],
+            "--allowed-host",
+        );
+        check(&["--trusted-proxy", "10.0.0.0/33"], "--trusted-proxy");
         check(&["--no-such-flag"], "--no-such-flag");
+        check(&["--signing-secret", "whsec_tooShort"], "--signing-secret");
+        let three = [SECRET, SECRET, SECRET].join(",");
+        check(&["--signing-secret", &three], "--signing-secret");
+    }
+
+    /// A Standard Webhooks secret of 24 bytes.
+    const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+    #[test]
+    fn signing_secrets_are_checked_and_never_repeated_in_an_error() {
+        let secrets = |args: &[&str]| {
+            parse(args)
+                .unwrap()
+                .serve_args()
+                .signing_secrets()
+                .map(|s| s.len())
+        };
+        assert_eq!(secrets(&[]), Ok(0));
+        assert_eq!(secrets(&["--signing-secret", SECRET]), Ok(1));
+        let two = format!("{SECRET},{SECRET}");
+        assert_eq!(secrets(&["--signing-secret", &two]), Ok(2));
+        assert_eq!(
+            secrets(&["--signing-secret", SECRET, "--signing-secret", SECRET]),
+            Ok(2)
+        );
+        let bad = "whsec_s3cr3t-but-not-base64";
+        let message = parse(&["--signing-secret", bad]).unwrap_err().to_string();
+        assert!(message.contains("--signing-secret"), "{message}");
+        assert!(!message.contains("s3cr3t"), "repeats the secret: {message}");
     }
 }

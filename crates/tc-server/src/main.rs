@@ -12,6 +12,7 @@ mod db_lock;
 mod demo;
 #[cfg(test)]
 mod disk_full_tests;
+mod fd_limit;
 mod logging;
 mod serve;
 mod store;

@@ -12,7 +12,6 @@ use tc_store::{SqliteStore, StoreConfig, Synchronous};
 use tc_store_pg::{PgConfig, PgEvent, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
 use crate::cli::{ServeArgs, SyncMode};
 use crate::control::WorkerPort;
@@ -68,6 +67,8 @@ pub(crate) enum ServeError {
 pub(crate) struct Settings {
     pub(crate) db: PathBuf,
     pub(crate) listen: SocketAddr,
+    /// Where `/healthz` and `/metrics` are served alone, if anywhere.
+    pub(crate) admin_listen: Option<SocketAddr>,
     pub(crate) store: StoreConfig,
     pub(crate) worker: WorkerConfig,
     pub(crate) http: tc_http::HttpConfig,
@@ -87,6 +88,7 @@ impl Settings {
         Settings {
             db: args.db.clone(),
             listen: args.listen,
+            admin_listen: args.admin_listen,
             store: StoreConfig {
                 synchronous: match args.sync {
                     SyncMode::Full => Synchronous::Full,
@@ -110,18 +112,24 @@ impl Settings {
                     ..tc_worker::BreakerPolicy::default()
                 },
                 settings_interval: Duration::from_secs(1),
+                // Checked before (`ServeArgs::check`): none when invalid.
+                signing_secrets: args.signing_secrets().unwrap_or_default(),
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
                 max_batch_body_bytes: usize::try_from(args.max_batch_body_bytes)
                     .unwrap_or(usize::MAX),
                 max_waiters: usize::try_from(args.max_waiters).unwrap_or(usize::MAX),
+                max_waiters_per_client: usize::try_from(args.max_waiters_per_client)
+                    .unwrap_or(usize::MAX),
                 default_max_attempts: args.max_attempts,
                 default_timeout: args.call_timeout(),
                 api_token: args.api_token.clone(),
                 allow_url_prefixes: args.allow_url_prefix.clone(),
                 shutdown_grace: args.shutdown_grace(),
                 write_timeout: Duration::from_millis(args.write_timeout_ms),
+                trusted_proxies: args.trusted_proxies.clone(),
+                allowed_hosts: args.allowed_hosts.clone(),
                 ..tc_http::HttpConfig::default()
             },
             downstream_ca_file: args.downstream_ca_file.clone(),
@@ -154,7 +162,10 @@ pub(crate) struct Running {
     /// Counts attempt endings into the dashboard's activity ring.
     activity: tokio::task::JoinHandle<()>,
     http: tc_http::Server,
-    stop_http: oneshot::Sender<()>,
+    /// The admin listener, when `--admin-listen` is set.
+    admin: Option<tc_http::Server>,
+    /// Stops both listeners.
+    stop_http: tokio::sync::watch::Sender<bool>,
 }
 
 /// Opens the store, spawns the worker (which first recovers the leases a
@@ -163,12 +174,12 @@ pub(crate) struct Running {
 pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     // Bind first: a taken port fails the start before a database file is
     // created or a task is touched.
-    let listener = TcpListener::bind(settings.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: settings.listen,
-            source,
-        })?;
+    let listener = bind(settings.listen).await?;
+    let admin_listener = match settings.admin_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    raise_open_files_limit(&settings);
     // The downstream client before the store: a bad CA file fails the start
     // before a database file is created.
     let downstream = Arc::new(downstream(&settings)?);
@@ -226,14 +237,23 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     )
     .with_dashboard(tc_http::DashboardSources {
         concurrency: Some(settings.worker.concurrency),
+        signs_by_default: !settings.worker.signing_secrets.is_empty(),
     });
     let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
     let app = Arc::new(app);
-    let (stop_http, stopped) = oneshot::channel::<()>();
-    let http = match tc_http::serve(listener, app, async {
-        let _ = stopped.await;
-    }) {
-        Ok(http) => http,
+    let (stop_http, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let served = tc_http::serve(listener, Arc::clone(&app), until_stopped(stopped.clone()))
+        .and_then(|http| {
+            let admin = admin_listener
+                .map(|l| tc_http::serve_admin(l, app, until_stopped(stopped)))
+                .transpose()?;
+            Ok((http, admin))
+        });
+    let (http, admin) = match served {
+        Ok(served) => served,
         Err(e) => {
             // Leave nothing running: put claimed tasks back before failing.
             if let Some(forward) = &forward {
@@ -253,6 +273,9 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         concurrency = settings.worker.concurrency,
         "listening"
     );
+    if let Some(admin) = &admin {
+        tracing::info!(addr = %admin.local_addr(), "admin_listening");
+    }
     Ok(Running {
         addr,
         db_lock,
@@ -262,8 +285,37 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         forward,
         activity,
         http,
+        admin,
         stop_http,
     })
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Raises the open-file limit to what the listeners may hold at once (every
+/// connection, every refusal past the limits), the downstream calls and the
+/// store's handles; warns when the system does not allow that many.
+fn raise_open_files_limit(settings: &Settings) {
+    let http = &settings.http;
+    let wanted = http.max_connections
+        + http.admin_max_connections
+        + 2 * tc_http::MAX_REFUSALS_IN_FLIGHT
+        + 2 * settings.worker.concurrency
+        + 256;
+    let wanted = u64::try_from(wanted).unwrap_or(u64::MAX);
+    match crate::fd_limit::raise_to(wanted) {
+        Some(limit) if limit < wanted => tracing::warn!(
+            limit,
+            wanted,
+            "open_files_limit_low: connections past it wait in the listen backlog"
+        ),
+        Some(limit) => tracing::debug!(limit, "open_files_limit"),
+        None => {}
+    }
 }
 
 /// The `--db` value when it is a PostgreSQL URL.
@@ -363,16 +415,24 @@ impl Running {
             forward,
             activity,
             http,
+            admin,
             stop_http,
             ..
         } = self;
         tracing::info!("shutdown_started");
-        let _ = stop_http.send(());
+        let _ = stop_http.send(true);
         pruner.stop().await;
-        let (http, worker) = tokio::join!(http.wait(), worker.shutdown());
+        let admin = async {
+            match admin {
+                Some(admin) => admin.wait().await,
+                None => Ok(()),
+            }
+        };
+        let (http, admin, worker) = tokio::join!(http.wait(), admin, worker.shutdown());
         let report = worker?;
         tracing::info!(interrupted = report.interrupted, "shutdown_worker_stopped");
         http?;
+        admin?;
         if let Some(forward) = forward {
             forward.abort();
             let _ = forward.await;
@@ -474,9 +534,16 @@ mod tests {
             "--downstream-ca-file=/etc/internal-ca.pem",
             "--deny-private-destinations",
             "--write-timeout-ms=1500",
+            "--trusted-proxy=10.0.0.0/8,::1",
+            "--trusted-proxy=192.0.2.7",
+            "--allowed-host=tasks.example.com,[::1]",
+            "--allowed-host=*",
+            "--max-waiters-per-client=5",
+            "--admin-listen=127.0.0.1:9090",
         ]);
         assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
         assert_eq!(s.listen.port(), 0);
+        assert_eq!(s.admin_listen, Some("127.0.0.1:9090".parse().unwrap()));
         assert_eq!(s.store.synchronous, Synchronous::Normal);
         let ms = Duration::from_millis;
         let w = &s.worker;
@@ -491,6 +558,10 @@ mod tests {
         assert_eq!(h.allow_url_prefixes, ["http://a/"]);
         assert_eq!(h.shutdown_grace, ms(250));
         assert_eq!(h.write_timeout, ms(1500));
+        let proxies: Vec<String> = h.trusted_proxies.iter().map(ToString::to_string).collect();
+        assert_eq!(proxies, ["10.0.0.0/8", "::1/128", "192.0.2.7/32"]);
+        assert_eq!(h.allowed_hosts, ["tasks.example.com", "[::1]", "*"]);
+        assert_eq!(h.max_waiters_per_client, 5);
         assert_eq!(
             s.downstream_ca_file,
             Some(PathBuf::from("/etc/internal-ca.pem"))

@@ -1,4 +1,4 @@
-//! State counts (schema step 8): state changes append deltas, which never
+//! State counts (schema step 9): state changes append deltas, which never
 //! wait on one another; one node at a time folds them into totals, which
 //! only the fold writes; a count reads both.
 //!
@@ -21,7 +21,7 @@ use crate::rows::parse_state;
 pub(crate) const FOLD_EVERY: Duration = Duration::from_secs(1);
 
 /// How many tasks are in each state: the folded totals plus the deltas not
-/// yet folded (schema step 8), from one snapshot.
+/// yet folded (schema step 9), from one snapshot.
 pub(crate) async fn count_by_state(client: &Client) -> Result<StateCounts, StoreError> {
     let stmt = client
         .prepare_cached(

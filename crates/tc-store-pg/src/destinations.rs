@@ -15,18 +15,22 @@ use tc_model::destination::{
     CLAIM_VISIT_LIMIT, ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings,
     DestinationUpdate, FairShare,
 };
+use tc_model::signing::SigningSecrets;
 use tc_model::store::StoreError;
-use tc_model::{Task, Timestamp};
+use tc_model::{Headers, Task, Timestamp};
 use tokio_postgres::Row;
 
 use crate::error::db;
 use crate::ops;
 
-const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused";
+const SETTINGS_COLUMNS: &str =
+    "destination, max_in_flight, rate_per_s, burst, paused, headers, signing_secrets";
 
 fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreError> {
     let cap: Option<i32> = row.try_get(1).map_err(db)?;
     let burst: Option<i32> = row.try_get(3).map_err(db)?;
+    let corrupt =
+        |what: &str| StoreError::Unavailable(format!("corrupt row in destinations: bad {what}"));
     Ok((
         row.try_get(0).map_err(db)?,
         DestinationSettings {
@@ -34,6 +38,10 @@ fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreEr
             rate_per_s: row.try_get(2).map_err(db)?,
             burst: burst.and_then(|b| u32::try_from(b).ok()),
             paused: row.try_get(4).map_err(db)?,
+            headers: Headers::from_stored(row.try_get(5).map_err(db)?)
+                .map_err(|_| corrupt("headers"))?,
+            signing_secrets: SigningSecrets::from_stored(row.try_get(6).map_err(db)?)
+                .map_err(|_| corrupt("signing_secrets"))?,
         },
     ))
 }
@@ -343,11 +351,13 @@ pub(crate) async fn update(
     let settings = update.apply(&current);
     let stmt = tx
         .prepare_cached(
-            "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
+            "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, \
+                                       updated_at, headers, signing_secrets) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
              ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
                  rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
-                 paused = excluded.paused, updated_at = excluded.updated_at",
+                 paused = excluded.paused, updated_at = excluded.updated_at, \
+                 headers = excluded.headers, signing_secrets = excluded.signing_secrets",
         )
         .await
         .map_err(db)?;
@@ -362,6 +372,8 @@ pub(crate) async fn update(
             &burst,
             &settings.paused,
             &now.as_millis(),
+            &settings.headers.to_stored(),
+            &settings.signing_secrets.to_stored(),
         ],
     )
     .await

@@ -50,11 +50,11 @@ pub(crate) async fn submit<C: GenericClient>(
             // the delay asked for, on the store's clock.
             "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
                                 attempt, created_at, updated_at, next_run_at, schedule_at, \
-                                schedule_delay_ms, destination) \
+                                schedule_delay_ms, destination, method, headers) \
              VALUES ($2, $3, 'pending', $4, $5, $6, $7, 0, tc_now_ms($1), tc_now_ms($1), \
                      greatest(coalesce($8::bigint, tc_now_ms($1)), tc_now_ms($1)) \
                          + coalesce($9::bigint, 0), \
-                     $8, $9, $10) \
+                     $8, $9, $10, $11, $12) \
              ON CONFLICT (idempotency_key) DO NOTHING \
              RETURNING ",
             task_columns!()
@@ -73,6 +73,7 @@ pub(crate) async fn submit<C: GenericClient>(
         .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?;
     let (schedule_at, schedule_delay_ms) = new.schedule().to_parts();
     let destination = tc_model::destination_of(new.url());
+    let (method, headers) = (new.method().as_str(), new.headers().to_stored());
     // Two rounds: a key found taken whose task then vanished (it cannot be
     // deleted today) is tried once more rather than reported as an error.
     for _ in 0..2 {
@@ -96,6 +97,8 @@ pub(crate) async fn submit<C: GenericClient>(
                     &schedule_at,
                     &schedule_delay_ms,
                     &destination,
+                    &method,
+                    &headers,
                 ],
             )
             .await
@@ -147,16 +150,17 @@ pub(crate) async fn submit_batch<C: GenericClient>(
         .prepare_cached(concat!(
             "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
                                 timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                                schedule_at, schedule_delay_ms, destination) \
+                                schedule_at, schedule_delay_ms, destination, method, headers) \
              SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
                     r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
                     greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
                         + coalesce(r.delay_ms, 0), \
-                    r.schedule_at, r.delay_ms, r.destination \
+                    r.schedule_at, r.delay_ms, r.destination, r.method, r.headers \
              FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
-                         $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[]) \
+                         $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
+                         $12::text[], $13::text[]) \
                   AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
-                       delay_ms, destination) \
+                       delay_ms, destination, method, headers) \
              ORDER BY r.key, r.within \
              ON CONFLICT (idempotency_key) DO NOTHING \
              RETURNING ",
@@ -202,6 +206,8 @@ pub(crate) async fn submit_batch<C: GenericClient>(
                         &columns.schedule_at,
                         &columns.delay_ms,
                         &columns.destinations,
+                        &columns.methods,
+                        &columns.headers,
                     ],
                 )
                 .await
@@ -273,6 +279,8 @@ struct BatchColumns<'a> {
     schedule_at: Vec<Option<i64>>,
     delay_ms: Vec<Option<i64>>,
     destinations: Vec<String>,
+    methods: Vec<&'static str>,
+    headers: Vec<Option<String>>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -292,6 +300,8 @@ impl<'a> BatchColumns<'a> {
             schedule_at: Vec::with_capacity(chunk.len()),
             delay_ms: Vec::with_capacity(chunk.len()),
             destinations: Vec::with_capacity(chunk.len()),
+            methods: Vec::with_capacity(chunk.len()),
+            headers: Vec::with_capacity(chunk.len()),
         };
         for &i in chunk {
             let task = &tasks[i];
@@ -317,6 +327,8 @@ impl<'a> BatchColumns<'a> {
             columns
                 .destinations
                 .push(tc_model::destination_of(task.url()));
+            columns.methods.push(task.method().as_str());
+            columns.headers.push(task.headers().to_stored());
         }
         Ok(columns)
     }
@@ -351,7 +363,7 @@ pub(crate) async fn claim_of(
              t.max_attempts, t.timeout_ns, t.http_status, t.result, t.result_content_type, \
              t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
-             t.schedule_delay_ms, t.destination \
+             t.schedule_delay_ms, t.destination, t.method, t.headers \
              ), opened AS ( \
                  INSERT INTO attempts (task_id, n, started_at) \
                  SELECT id, attempt, started_at FROM claimed \
@@ -929,7 +941,7 @@ pub(crate) async fn get(tx: &Transaction<'_>, id: &TaskId) -> Result<Task, Store
 ///
 /// Positions are inserting transaction ids, and a transaction with a lower id
 /// may commit after one with a higher id. So the page ends before the first
-/// row at or above `tc_list_horizon()` (schema step 7): the lowest position
+/// row at or above `tc_list_horizon()` (schema step 8): the lowest position
 /// a transaction that may still add tasks holds, that is one inserting
 /// tasks in this schema right now (or one that ended after the snapshot);
 /// transactions that insert no task, in this database or another, are

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tc_model::store::StoreError;
-use tc_model::{AttemptRecord, Schedule, State, Task, TaskId, Timestamp};
+use tc_model::{AttemptRecord, Headers, Schedule, State, Task, TaskId, Timestamp};
 use tokio_postgres::Row;
 
 use crate::error::db;
@@ -16,7 +16,7 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms, destination"
+         schedule_at, schedule_delay_ms, destination, method, headers"
     };
 }
 
@@ -61,6 +61,13 @@ pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
         id: parse_id(row.try_get(1).map_err(db)?)?,
         state: parse_state(&state)?,
         url: row.try_get(3).map_err(db)?,
+        method: row
+            .try_get::<_, &str>(23)
+            .map_err(db)?
+            .parse()
+            .map_err(|_| corrupt("method"))?,
+        headers: Headers::from_stored(row.try_get::<_, Option<&str>>(24).map_err(db)?)
+            .map_err(|_| corrupt("headers"))?,
         destination: row.try_get(22).map_err(db)?,
         body: row.try_get(4).map_err(db)?,
         idempotency_key: row.try_get(5).map_err(db)?,

@@ -25,7 +25,7 @@ const LOCK_KEY: i32 = 0x5443_7374;
 ///
 /// - `pos` is a task's listing position: the id of the transaction that
 ///   inserted it (one task per transaction; step 3 adds a number within it,
-///   step 7 says which transactions a listing waits for).
+///   step 8 says which transactions a listing waits for).
 /// - Times are milliseconds since the Unix epoch, like the model's
 ///   `Timestamp`; `tc_now_ms(caller)` is the caller's time if given, else the
 ///   database's `now()` (see `PgClock`).
@@ -143,7 +143,7 @@ ALTER TABLE tasks ADD CHECK (schedule_at IS NULL OR schedule_delay_ms IS NULL);
 /// so a position is the inserting transaction's id times 65536 plus a
 /// number within it. Positions stay ordered by transaction (older rows'
 /// plain ids are all below the new ones); a listing's horizon is the first
-/// position of the oldest transaction that may still add rows (step 7).
+/// position of the oldest transaction that may still add rows (step 8).
 const V3_POSITIONS_IN_XACT: &str = "
 CREATE SEQUENCE tasks_pos_in_xact;
 ALTER TABLE tasks ALTER COLUMN pos SET DEFAULT
@@ -228,7 +228,22 @@ CREATE INDEX tasks_due_by_destination ON tasks (destination, next_run_at, pos)
 CREATE INDEX tasks_running_by_destination ON tasks (destination) WHERE state = 'running';
 ";
 
-/// Step 6 → 7: which transactions a listing waits for.
+/// Step 6 → 7: what a call sends beyond its url and body (issue: outbound
+/// calls): a task's method (`POST` for every task written before; a
+/// constant default, so no row is rewritten) and its own headers; a
+/// destination's default headers and signing secrets. The header columns
+/// hold `tc_model::Headers::to_stored` (a JSON object, kept as text so both
+/// stores read one form), the secrets
+/// `tc_model::signing::SigningSecrets::to_stored`; NULL for none.
+const V7_OUTBOUND: &str = "
+ALTER TABLE tasks ADD COLUMN method text NOT NULL DEFAULT 'POST'
+    CHECK (method IN ('GET', 'POST', 'PUT', 'PATCH', 'DELETE'));
+ALTER TABLE tasks ADD COLUMN headers text;
+ALTER TABLE destinations ADD COLUMN headers text;
+ALTER TABLE destinations ADD COLUMN signing_secrets text;
+";
+
+/// Step 7 → 8: which transactions a listing waits for.
 ///
 /// A position is still the inserting transaction's id times 65536 plus a
 /// number within it, and a transaction with a lower id can commit after one
@@ -250,7 +265,7 @@ CREATE INDEX tasks_running_by_destination ON tasks (destination) WHERE state = '
 /// one, so it will never insert a task; it is passed over, in any database.
 /// The horizon is the lowest position such a transaction may hold, or the
 /// snapshot's `xmax` when there is none.
-const V7_INSERT_MARKER: &str = r"
+const V8_INSERT_MARKER: &str = r"
 CREATE FUNCTION tc_task_pos(within bigint) RETURNS bigint
     LANGUAGE plpgsql VOLATILE
     AS $$
@@ -299,14 +314,14 @@ FROM snap
 $$;
 ";
 
-/// Step 7 → 8: state counts without a row two transactions fight over.
+/// Step 8 → 9: state counts without a row two transactions fight over.
 ///
 /// Before, statement triggers added into counter rows sharded by backend:
 /// a bulk chunk held its shard's rows until it committed, so every state
 /// change on that shard waited for the whole chunk, or deadlocked with it.
 /// Now the triggers only append rows to `task_count_deltas` (no index, no
 /// key: an insert never waits), and one node at a time folds them into
-/// `task_count_totals` (`ops::compact_counts`, under a try-lock), which only
+/// `task_count_totals` (`counts::fold_counts`, under a try-lock), which only
 /// that folding writes. A count reads the totals plus the deltas not yet
 /// folded, in one snapshot.
 ///
@@ -316,7 +331,7 @@ $$;
 /// what changed, not what is stored. Carried over from `task_counts` (the
 /// terminal states) and counted once from the tasks (pending and running,
 /// by destination), with writers held off (`SHARE` lock) for that count.
-const V8_COUNT_DELTAS: &str = r"
+const V9_COUNT_DELTAS: &str = r"
 LOCK TABLE tasks IN SHARE MODE;
 CREATE TABLE task_count_deltas (
     state       text   NOT NULL,
@@ -415,8 +430,9 @@ pub(crate) const MIGRATIONS: &[Step] = &[
         backfill: Some(V5_FILL_DESTINATION),
     },
     step(V6_DESTINATIONS),
-    step(V7_INSERT_MARKER),
-    step(V8_COUNT_DELTAS),
+    step(V7_OUTBOUND),
+    step(V8_INSERT_MARKER),
+    step(V9_COUNT_DELTAS),
 ];
 
 /// The version this build writes and reads.

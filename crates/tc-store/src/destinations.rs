@@ -6,11 +6,12 @@
 use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use tc_model::Timestamp;
 use tc_model::destination::{
     DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate,
 };
+use tc_model::signing::SigningSecrets;
 use tc_model::store::StoreError;
+use tc_model::{Headers, Timestamp};
 
 use crate::rows::db;
 
@@ -33,11 +34,21 @@ pub(crate) const DUE_OF: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_d
      WHERE state = 'pending' AND destination = ?1 AND next_run_at <= ?2 \
      ORDER BY next_run_at, seq LIMIT ?3";
 
-const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused";
+const SETTINGS_COLUMNS: &str =
+    "destination, max_in_flight, rate_per_s, burst, paused, headers, signing_secrets";
 
 fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSettings)> {
     let cap: Option<i64> = row.get(1)?;
     let burst: Option<i64> = row.get(3)?;
+    let corrupt = |column: usize, e: &dyn std::error::Error| {
+        rusqlite::Error::FromSqlConversionFailure(
+            column,
+            rusqlite::types::Type::Text,
+            e.to_string().into(),
+        )
+    };
+    let headers: Option<String> = row.get(5)?;
+    let secrets: Option<String> = row.get(6)?;
     Ok((
         row.get(0)?,
         DestinationSettings {
@@ -45,6 +56,9 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
             rate_per_s: row.get(2)?,
             burst: burst.and_then(|b| u32::try_from(b).ok()),
             paused: row.get::<_, i64>(4)? != 0,
+            headers: Headers::from_stored(headers.as_deref()).map_err(|e| corrupt(5, &e))?,
+            signing_secrets: SigningSecrets::from_stored(secrets.as_deref())
+                .map_err(|e| corrupt(6, &e))?,
         },
     ))
 }
@@ -280,11 +294,13 @@ pub(crate) fn update(
 ) -> Result<Destination, StoreError> {
     let settings = update.apply(&settings_of(conn, name)?.unwrap_or_default());
     conn.prepare_cached(
-        "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+        "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, updated_at, \
+                                   headers, signing_secrets) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
          ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
              rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
-             paused = excluded.paused, updated_at = excluded.updated_at",
+             paused = excluded.paused, updated_at = excluded.updated_at, \
+             headers = excluded.headers, signing_secrets = excluded.signing_secrets",
     )
     .map_err(db)?
     .execute(params![
@@ -293,7 +309,9 @@ pub(crate) fn update(
         settings.rate_per_s,
         settings.burst,
         i64::from(settings.paused),
-        now.as_millis()
+        now.as_millis(),
+        settings.headers.to_stored(),
+        settings.signing_secrets.to_stored(),
     ])
     .map_err(db)?;
     described(conn, name, Some(settings))

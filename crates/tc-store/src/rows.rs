@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Row};
 use tc_model::store::StoreError;
-use tc_model::{AttemptRecord, Schedule, State, Task, TaskId, Timestamp};
+use tc_model::{AttemptRecord, Headers, Schedule, State, Task, TaskId, Timestamp};
 
 /// The columns [`task_from_row`] reads after `body`, in its order: one list
 /// for [`task_columns`] and [`listed_columns`].
@@ -14,7 +14,7 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms, destination"
+         schedule_at, schedule_delay_ms, destination, method, headers"
     };
 }
 
@@ -65,6 +65,13 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
         id,
         state: state.parse().map_err(|_| corrupt("state"))?,
         url: row.get(3).map_err(db)?,
+        method: row
+            .get::<_, String>(23)
+            .map_err(db)?
+            .parse()
+            .map_err(|_| corrupt("method"))?,
+        headers: Headers::from_stored(row.get::<_, Option<String>>(24).map_err(db)?.as_deref())
+            .map_err(|_| corrupt("headers"))?,
         destination: row.get(22).map_err(db)?,
         body: row.get(4).map_err(db)?,
         idempotency_key: row.get(5).map_err(db)?,

@@ -189,6 +189,19 @@ CREATE INDEX tasks_due_by_destination ON tasks (destination, next_run_at, seq)
     WHERE state = 'pending';
 ";
 
+/// Step 9 → 10: what a call sends beyond its url and body (issue: outbound
+/// calls): a task's method (`POST` for every task written before) and its
+/// own headers; a destination's default headers and signing secrets. The
+/// header columns hold `tc_model::Headers::to_stored` (a JSON object), the
+/// secrets `tc_model::signing::SigningSecrets::to_stored`; NULL for none.
+const V10_OUTBOUND: &str = "
+ALTER TABLE tasks ADD COLUMN method TEXT NOT NULL DEFAULT 'POST'
+    CHECK (method IN ('GET', 'POST', 'PUT', 'PATCH', 'DELETE'));
+ALTER TABLE tasks ADD COLUMN headers TEXT;
+ALTER TABLE destinations ADD COLUMN headers TEXT;
+ALTER TABLE destinations ADD COLUMN signing_secrets TEXT;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -200,6 +213,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V7_FILTER_INDEXES,
     V8_DESTINATION,
     V9_DESTINATIONS,
+    V10_OUTBOUND,
 ];
 
 /// The `user_version` this build writes and reads.

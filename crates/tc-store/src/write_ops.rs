@@ -52,10 +52,10 @@ pub(crate) fn submit(
             // schema step 6): a listing cursor must never see a position reused.
             "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                            schedule_at, schedule_delay_ms, destination) \
+                            schedule_at, schedule_delay_ms, destination, method, headers) \
          VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
                      (SELECT n FROM seq_floor)) + 1, \
-                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12) \
+                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
          ON CONFLICT (idempotency_key) DO NOTHING",
         )
         .map_err(db)?
@@ -72,6 +72,8 @@ pub(crate) fn submit(
             schedule_at,
             schedule_delay_ms,
             tc_model::destination_of(new.url()),
+            new.method().as_str(),
+            new.headers().to_stored(),
         ])
         .map_err(db)?;
     if inserted == 1 {

@@ -118,6 +118,8 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         claim_caps_a_destination_by_its_running_tasks,
         claim_rotates_so_a_backlog_does_not_delay_another_host,
         claim_serves_the_destinations_with_fewest_calls_in_flight_first,
+        tasks_keep_their_method_and_headers,
+        destinations_keep_their_headers_and_signing_secrets,
     ]
 }
 
@@ -2653,6 +2655,7 @@ pub async fn destination_settings_are_kept_field_by_field<S: TaskStore>(store: S
         rate_per_s: Some(5.5),
         burst: Some(10),
         paused: true,
+        ..DestinationSettings::default()
     };
     let written = set(
         &store,
@@ -2662,6 +2665,7 @@ pub async fn destination_settings_are_kept_field_by_field<S: TaskStore>(store: S
             rate_per_s: Some(Some(5.5)),
             burst: Some(Some(10)),
             paused: Some(true),
+            ..DestinationUpdate::default()
         },
         at(0),
     )
@@ -3022,3 +3026,10 @@ pub async fn claim_serves_the_destinations_with_fewest_calls_in_flight_first<S: 
     }
     Ok(())
 }
+
+// The scenarios of what a call sends (method, headers, signing secrets):
+// declared after the checking macros, which they use.
+mod outbound;
+pub use outbound::{
+    destinations_keep_their_headers_and_signing_secrets, tasks_keep_their_method_and_headers,
+};

@@ -32,6 +32,7 @@ macro_rules! ensure {
 
 mod destinations;
 mod faults;
+mod outbound;
 
 use destinations::{
     breaker_opens_holds_without_attempts_probes_and_closes,
@@ -44,6 +45,7 @@ use faults::{
     claim_errors_back_off, clock_jump_mid_call_delivers_once, outcome_write_retried_until_it_lands,
     panic_in_attempt_ends_it,
 };
+use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
 const GUARD: Duration = Duration::from_secs(30);
@@ -131,6 +133,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             jitter_seed: Some(7),
             breaker: tc_worker::BreakerPolicy::default(),
             settings_interval: Duration::from_millis(50),
+            signing_secrets: Default::default(),
         }
     }
 
@@ -247,6 +250,7 @@ macro_rules! worker_scenarios {
             breaker_opens_holds_without_attempts_probes_and_closes,
             pause_holds_a_destination_until_resumed,
             held_tasks_cancel_at_once_and_are_never_called,
+            outbound_calls_carry_headers_and_signatures_on_every_try,
         }
     };
 }
@@ -1241,6 +1245,7 @@ pub struct GatedStore<S> {
     inner: Arc<S>,
     claim_armed: std::sync::atomic::AtomicBool,
     cancel_armed: std::sync::atomic::AtomicBool,
+    settings_armed: std::sync::atomic::AtomicBool,
     held: tokio::sync::Notify,
     released: tokio::sync::Notify,
     completes_to_fail: std::sync::atomic::AtomicUsize,
@@ -1258,6 +1263,7 @@ impl<S> GatedStore<S> {
             inner,
             claim_armed: std::sync::atomic::AtomicBool::new(false),
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
+            settings_armed: std::sync::atomic::AtomicBool::new(false),
             held: tokio::sync::Notify::new(),
             released: tokio::sync::Notify::new(),
             completes_to_fail: std::sync::atomic::AtomicUsize::new(0),
@@ -1321,7 +1327,13 @@ impl<S> GatedStore<S> {
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Waits until a claim or cancel is held.
+    /// Holds the next read of the destination settings (before it reads).
+    pub fn arm_settings(&self) {
+        self.settings_armed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Waits until a claim, a cancel or a settings read is held.
     pub async fn held(&self) {
         self.held.notified().await;
     }
@@ -1482,10 +1494,9 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.health()
     }
-    fn destination_settings(
-        &self,
-    ) -> impl Future<Output = Result<Vec<(String, DestinationSettings)>, StoreError>> + Send {
-        self.inner.destination_settings()
+    async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
+        self.hold_if(&self.settings_armed).await;
+        self.inner.destination_settings().await
     }
     fn destinations(&self) -> impl Future<Output = Result<Vec<Destination>, StoreError>> + Send {
         self.inner.destinations()

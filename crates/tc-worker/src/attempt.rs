@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use tc_downstream::{DownError, DownRequest, DownResponse, Downstream};
+use tc_downstream::{DownError, DownResponse, Downstream};
 use tc_model::store::{Completion, Guarded, TaskStore};
 use tc_model::{State, Task};
 use tc_retry::{Decision, Outcome, RetryAfter};
@@ -239,15 +239,9 @@ async fn run<S: TaskStore, D: Downstream>(
     }
     // Origin and path only: a query string often carries a secret.
     let (origin, path) = tc_model::origin_and_path(&task.url);
-    tracing::info!(task_id = %task_id, attempt = task.attempt, origin, path, "task_start");
-    let request = DownRequest {
-        url: task.url.clone(),
-        body: bytes::Bytes::from(task.body.clone()),
-        timeout: task.timeout,
-        idempotency_key: task.idempotency_key.clone(),
-        task_id: task_id.to_string(),
-        attempt: task.attempt,
-    };
+    // No header value is logged: they may be credentials.
+    tracing::info!(task_id = %task_id, attempt = task.attempt, method = task.method.as_str(), origin, path, "task_start");
+    let delivery = ctx.shared.outbound.delivery(&task, ctx.shared.clock.now());
 
     let started = Instant::now();
     guard.call_started();
@@ -258,7 +252,7 @@ async fn run<S: TaskStore, D: Downstream>(
         biased;
         _ = cancel.cancelled() => Race::Canceled,
         _ = interrupt.cancelled() => Race::Interrupted,
-        answer = ctx.downstream.post(request) => Race::Answered(answer),
+        answer = ctx.downstream.send(delivery) => Race::Answered(answer),
     };
     guard.call_ended();
     let duration = started.elapsed();

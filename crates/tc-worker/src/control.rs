@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Clock;
 use crate::flow::{DestinationState, Flow};
+use crate::outbound::Outbound;
 
 /// What the worker knows about the tasks it has claimed.
 #[derive(Default)]
@@ -47,6 +48,8 @@ pub(crate) struct Shared<S> {
     pub(crate) flow: Flow,
     /// Destination settings changed: read them again now.
     pub(crate) settings_changed: Notify,
+    /// The destinations' headers and secrets, what each try sends.
+    pub(crate) outbound: Outbound,
     claims: Mutex<Claims>,
     events: broadcast::Sender<AttemptEnded>,
     /// Every state a task reaches through this worker: attempt endings and
@@ -58,7 +61,7 @@ pub(crate) struct Shared<S> {
 }
 
 impl<S> Shared<S> {
-    pub(crate) fn new(store: Arc<S>, clock: Clock, flow: Flow) -> Shared<S> {
+    pub(crate) fn new(store: Arc<S>, clock: Clock, flow: Flow, outbound: Outbound) -> Shared<S> {
         let (events, _) = broadcast::channel(4096);
         let (changes, _) = broadcast::channel(4096);
         Shared {
@@ -67,6 +70,7 @@ impl<S> Shared<S> {
             wake: Notify::new(),
             flow,
             settings_changed: Notify::new(),
+            outbound,
             claims: Mutex::new(Claims::default()),
             events,
             changes,
@@ -259,8 +263,11 @@ impl<S: TaskStore> WorkerControl<S> {
     }
 
     /// A destination's settings changed in the store: the worker reads
-    /// them again at once (otherwise within a second) and claims again.
+    /// them again at once (otherwise within a second) and claims again. A
+    /// claim that starts after this returned sends the new headers and
+    /// secrets.
     pub fn destinations_changed(&self) {
+        self.shared.outbound.changed();
         self.shared.settings_changed.notify_one();
     }
 

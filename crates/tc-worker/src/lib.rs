@@ -22,6 +22,7 @@ mod clock;
 mod control;
 mod flow;
 mod metrics;
+mod outbound;
 mod pruner;
 
 use std::sync::{Arc, Mutex};
@@ -41,6 +42,7 @@ pub use crate::control::{AttemptEnded, WorkerControl};
 use crate::flow::Flow;
 pub use crate::flow::{BreakerPolicy, BreakerState, DestinationState};
 pub use crate::metrics::{DESTINATION_LABELS_LIMIT, OTHER_DESTINATIONS, WorkerMetrics};
+use crate::outbound::Outbound;
 pub use crate::pruner::{PRUNE_BATCH, Pruner, PrunerMetrics, Retention, prune_round};
 
 /// How the worker runs.
@@ -65,6 +67,9 @@ pub struct WorkerConfig {
     /// How often destination settings are read from the store (a change
     /// through this process is seen at once).
     pub settings_interval: Duration,
+    /// The Standard Webhooks secrets that sign calls to destinations with
+    /// none of their own (`--signing-secret`); none: those are not signed.
+    pub signing_secrets: tc_model::signing::SigningSecrets,
 }
 
 impl Default for WorkerConfig {
@@ -79,6 +84,7 @@ impl Default for WorkerConfig {
             jitter_seed: None,
             breaker: BreakerPolicy::default(),
             settings_interval: Duration::from_secs(1),
+            signing_secrets: tc_model::signing::SigningSecrets::default(),
         }
     }
 }
@@ -116,7 +122,8 @@ impl<S: TaskStore> Worker<S> {
         metrics: WorkerMetrics,
     ) -> Worker<S> {
         let flow = Flow::new(config.breaker, metrics.destinations.clone());
-        let shared = Arc::new(Shared::new(store, clock, flow));
+        let outbound = Outbound::new(config.signing_secrets.clone());
+        let shared = Arc::new(Shared::new(store, clock, flow, outbound));
         let rng = match config.jitter_seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -227,6 +234,11 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
         }
 
         let wanted = held.len();
+        if shared.outbound.stale() {
+            // Settings changed through this process since the copy was
+            // read: a task claimed now must send the new headers.
+            read_settings(&shared).await;
+        }
         shared.begin_claim();
         let now = shared.clock.now();
         let gate = shared.flow.gate(now);
@@ -357,8 +369,12 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
 
 /// Reads the destination settings into the worker's flow control.
 async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
+    let read = shared.outbound.read_begins();
     match shared.store.destination_settings().await {
-        Ok(settings) => shared.flow.set_settings(settings, shared.clock.now()),
+        Ok(settings) => {
+            shared.outbound.set(&settings, read);
+            shared.flow.set_settings(settings, shared.clock.now());
+        }
         Err(e) => tracing::error!(error = %e, "destination_settings_failed"),
     }
 }

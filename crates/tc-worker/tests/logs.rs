@@ -78,7 +78,7 @@ async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
     let start = check(
         &events,
         "task_start",
-        &["task_id", "attempt", "origin", "path"],
+        &["task_id", "attempt", "method", "origin", "path"],
     );
     assert!(
         start.get("url").is_none(),
@@ -182,4 +182,29 @@ async fn destination_backoff_and_breaker_events_carry_their_fields() {
         &["destination", "failures"],
     );
     assert_eq!(closed["destination"], "downstream.test:80");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_header_value_or_secret_is_ever_logged() {
+    let events = events_of("outbound_calls_carry_headers_and_signatures_on_every_try").await;
+    let start = check(
+        &events,
+        "task_start",
+        &["task_id", "attempt", "method", "origin", "path"],
+    );
+    assert!(
+        events.iter().any(|e| e["method"] == "PUT"),
+        "the PUT task's start: {start}"
+    );
+    let text: String = events.iter().map(|e| format!("{e}\n")).collect();
+    for secret in [
+        "Bearer",
+        "acme",
+        "whsec_",
+        "C2FVsBQIhrscChlQIMV",
+        "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+        "v1,",
+    ] {
+        assert!(!text.contains(secret), "{secret:?} logged:\n{text}");
+    }
 }

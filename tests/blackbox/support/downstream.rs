@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `/ok` | 200, the request body echoed, `application/json` |
 //! | `/bytes` | 200, bytes that are not UTF-8, `application/octet-stream` |
+//! | `/terminal` | 200, text with terminal escapes (OSC 52 writes the clipboard), `text/plain` |
 //! | `/status/N` | always status N |
 //! | `/flaky/N` | 503 for the first N calls of a key, then like `/ok` |
 //! | `/retry-after/S` | 429 with `Retry-After: S` on a key's first call, then like `/ok` |
@@ -156,6 +157,12 @@ impl Downstream {
     }
 }
 
+/// What `/terminal` answers: an OSC 52 sequence (it would set the
+/// clipboard of a terminal that prints it), a colour, a carriage return
+/// and a byte that is not UTF-8, around plain lines.
+pub(crate) const TERMINAL_ESCAPES: &[u8] =
+    b"line 1\n\x1b]52;c;cm0gLXJmIH4=\x07\x1b[31mred\rover\xff\tend\n";
+
 fn ok(call: &Call) -> Step {
     Step::Reply(Reply::json(200, call.body.clone()))
 }
@@ -177,6 +184,7 @@ fn answer(call: &Call, earlier: usize) -> Step {
             "application/octet-stream",
             &[0xff, 0x00, b'b', b'i', b'n'][..],
         )),
+        ["terminal"] => Step::Reply(Reply::with_body(200, "text/plain", TERMINAL_ESCAPES)),
         ["status", code] => status(code.parse().unwrap_or(500)),
         ["flaky", k] if earlier < n(k) => status(503),
         ["flaky", _] => ok(call),

@@ -50,7 +50,7 @@ usage: cargo xtask bench [--quick] [--phase N]... [--store sqlite|postgres]
 Builds tc-server in release and measures, in one run, each figure beside its
 ceiling on this machine; prints a table and writes target/bench/results.json.
   --quick   a smoke run: smaller counts and shorter windows (under 60 s)
-  --phase N only phase N (1, 2, 3, 4, 5, 6, 8 or 9; repeatable), to look into one
+  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9 or 10; repeatable), to look into one
             figure; a figure beside another phase's result leaves that row out
             (phase 3 needs phase 1 picked too)
   --store postgres
@@ -61,7 +61,7 @@ ceiling on this machine; prints a table and writes target/bench/results.json.
 ";
 
 /// The phases `--phase` can pick (7 is `--store postgres`).
-pub(crate) const PHASES: [u8; 8] = [1, 2, 3, 4, 5, 6, 8, 9];
+pub(crate) const PHASES: [u8; 9] = [1, 2, 3, 4, 5, 6, 8, 9, 10];
 
 /// Parses the arguments that follow `bench`.
 pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {

@@ -11,15 +11,23 @@ fn paths_are_taken_from_urls() {
     }
 }
 
-fn request(path: &str, timeout: Duration) -> DownRequest {
-    DownRequest {
-        url: format!("http://127.0.0.1:9{path}"),
-        body: "{}".into(),
+fn request(path: &str, timeout: Duration) -> Delivery {
+    request_with_key(path, timeout, "k")
+}
+
+fn request_with_key(path: &str, timeout: Duration, key: &str) -> Delivery {
+    Delivery::build(crate::DeliverySpec {
+        method: crate::Method::Post,
+        url: &format!("http://127.0.0.1:9{path}"),
+        body: &Bytes::from_static(b"{}"),
         timeout,
-        idempotency_key: "k".into(),
-        task_id: "t".into(),
+        task_id: "t",
         attempt: 1,
-    }
+        idempotency_key: key,
+        headers: &[],
+        sent_at_s: 0,
+        signing_keys: &[],
+    })
 }
 
 #[tokio::test(start_paused = true)]
@@ -31,7 +39,7 @@ async fn the_fake_plays_the_plan_then_the_rule() {
     );
     let fake = FakeDownstream::new(Arc::clone(&script));
     let first = fake
-        .post(request("/x", Duration::from_secs(1)))
+        .send(request("/x", Duration::from_secs(1)))
         .await
         .unwrap();
     assert_eq!(
@@ -41,12 +49,12 @@ async fn the_fake_plays_the_plan_then_the_rule() {
     assert_eq!(first.content_type.as_deref(), Some("application/json"));
     let started = Instant::now();
     assert_eq!(
-        fake.post(request("/x", Duration::from_secs(1))).await,
+        fake.send(request("/x", Duration::from_secs(1))).await,
         Err(DownError::Timeout)
     );
     assert_eq!(started.elapsed(), Duration::from_secs(1));
     let last = fake
-        .post(request("/x", Duration::from_secs(1)))
+        .send(request("/x", Duration::from_secs(1)))
         .await
         .unwrap();
     assert_eq!(
@@ -77,7 +85,7 @@ async fn peaks_per_path_replay_starts_and_ends_in_order() {
     let fake = Arc::new(FakeDownstream::new(Arc::clone(&script)));
     let call = |path: &'static str| {
         let fake = Arc::clone(&fake);
-        tokio::spawn(async move { fake.post(request(path, Duration::from_secs(1))).await })
+        tokio::spawn(async move { fake.send(request(path, Duration::from_secs(1))).await })
     };
     let (a1, a2, b) = (call("/a"), call("/a"), call("/b"));
     a2.await.unwrap().unwrap();
@@ -103,20 +111,17 @@ async fn a_rule_sees_how_often_a_key_called_its_path_and_wire_steps_fail_in_proc
     let fake = FakeDownstream::new(Arc::clone(&script));
     let timeout = Duration::from_secs(1);
     let status = |r: Result<DownResponse, DownError>| r.map(|r| r.status);
-    assert_eq!(status(fake.post(request("/a", timeout)).await), Ok(503));
-    assert_eq!(status(fake.post(request("/a", timeout)).await), Ok(200));
-    assert_eq!(status(fake.post(request("/b", timeout)).await), Ok(503));
-    let other_key = DownRequest {
-        idempotency_key: "other".into(),
-        ..request("/a", timeout)
-    };
-    assert_eq!(status(fake.post(other_key).await), Ok(503));
+    assert_eq!(status(fake.send(request("/a", timeout)).await), Ok(503));
+    assert_eq!(status(fake.send(request("/a", timeout)).await), Ok(200));
+    assert_eq!(status(fake.send(request("/b", timeout)).await), Ok(503));
+    let other_key = request_with_key("/a", timeout, "other");
+    assert_eq!(status(fake.send(other_key).await), Ok(503));
     assert!(matches!(
-        fake.post(request("/reset", timeout)).await,
+        fake.send(request("/reset", timeout)).await,
         Err(DownError::Connect(_))
     ));
     assert!(matches!(
-        fake.post(request("/raw", timeout)).await,
+        fake.send(request("/raw", timeout)).await,
         Err(DownError::Other(_))
     ));
     let seen = script.calls("/a");
@@ -129,7 +134,7 @@ async fn a_counting_script_keeps_no_calls() {
     let script = Script::counting(|_, _| Step::Reply(Reply::status(200)));
     let fake = FakeDownstream::new(Arc::clone(&script));
     for _ in 0..3 {
-        fake.post(request("/n", Duration::from_secs(1)))
+        fake.send(request("/n", Duration::from_secs(1)))
             .await
             .unwrap();
     }
@@ -143,7 +148,7 @@ async fn a_gate_holds_calls_until_opened() {
     let fake = Arc::new(FakeDownstream::new(Arc::clone(&script)));
     let call = tokio::spawn({
         let fake = Arc::clone(&fake);
-        async move { fake.post(request("/g", Duration::from_secs(3600))).await }
+        async move { fake.send(request("/g", Duration::from_secs(3600))).await }
     });
     script.wait_calls(1).await;
     script.open_gate();

@@ -11,8 +11,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::net::TcpListener;
 
+use crate::fake::FakeDownstream;
 use crate::fake::{Call, FakeServer, Script, Step, Then};
-use crate::{DownError, DownRequest, DownResponse, Downstream, DownstreamConfig, HyperDownstream};
+use crate::{
+    Delivery, DeliverySpec, DownError, DownResponse, Downstream, DownstreamConfig, HyperDownstream,
+    Method,
+};
 
 /// Write `bytes`, keep the connection for the next request.
 pub(super) fn keep(bytes: &'static [u8]) -> Step {
@@ -81,14 +85,23 @@ fn client() -> HyperDownstream {
     })
 }
 
-fn request(url: String) -> DownRequest {
-    DownRequest {
+fn request(url: String) -> Delivery {
+    Delivery::build(spec(&url, &Bytes::from_static(br#"{"n":1}"#)))
+}
+
+/// A try of task `task-1` with key `key-1`, no headers of its own, unsigned.
+fn spec<'a>(url: &'a str, body: &'a Bytes) -> DeliverySpec<'a> {
+    DeliverySpec {
+        method: Method::Post,
         url,
-        body: Bytes::from_static(br#"{"n":1}"#),
+        body,
         timeout: GUARD,
-        idempotency_key: "key-1".into(),
-        task_id: "task-1".into(),
+        task_id: "task-1",
         attempt: 1,
+        idempotency_key: "key-1",
+        headers: &[],
+        sent_at_s: 1_767_225_600,
+        signing_keys: &[],
     }
 }
 
@@ -125,7 +138,7 @@ async fn check(name: &str, step: Step, expected: Result<DownResponse, DownError>
     let (_script, server) = serve(vec![step]).await;
     let started = Instant::now();
     let result = client()
-        .post(request(format!("{}/hook", server.url())))
+        .send(request(format!("{}/hook", server.url())))
         .await;
     assert_eq!(shape(&result), shape(&expected), "{name}: got {result:?}");
     assert!(
@@ -231,31 +244,88 @@ async fn answers_and_failures_map_to_the_right_results() {
     }
 }
 
-#[tokio::test]
-async fn sends_a_json_post_with_the_task_headers() {
+/// What a loopback server and the in-process fake record for `delivery`:
+/// the real client's call and the fake's.
+async fn received_both_ways(delivery: &Delivery, path: &str) -> (Call, Call) {
     let (script, server) = serve(vec![keep(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")]).await;
-    let sent = DownRequest {
-        url: format!("{}/hooks/payment?tenant=7", server.url()),
-        body: Bytes::from_static(br#"{"amount":42}"#),
-        timeout: GUARD,
-        idempotency_key: "order-17:charge".into(),
-        task_id: "0192d3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d".into(),
-        attempt: 3,
+    let over_loopback = Delivery {
+        url: format!("{}{path}", server.url()),
+        ..delivery.clone()
     };
-    client().post(sent).await.unwrap();
+    client().send(over_loopback).await.unwrap();
+    let real = nth_call(&script, 0).await;
+    let script = in_order(vec![Step::Reply(crate::fake::Reply::status(200))]);
+    FakeDownstream::new(Arc::clone(&script))
+        .send(delivery.clone())
+        .await
+        .unwrap();
+    (real, script.all_calls()[0].clone())
+}
 
-    let received = nth_call(&script, 0).await;
-    assert_eq!(received.method, "POST");
-    assert_eq!(received.path, "/hooks/payment?tenant=7");
-    assert_eq!(received.header("content-type"), Some("application/json"));
-    assert_eq!(received.header("idempotency-key"), Some("order-17:charge"));
+#[tokio::test]
+async fn sends_the_delivery_as_built_and_the_fake_records_the_same() {
+    let key = [7u8; 32];
+    let body = Bytes::from_static(br#"{"amount":42}"#);
+    let url = "http://127.0.0.1:9/hooks/payment?tenant=7";
+    let delivery = Delivery::build(DeliverySpec {
+        method: Method::Put,
+        idempotency_key: "order-17:charge",
+        task_id: "0192d3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
+        attempt: 3,
+        headers: &[("authorization", "Bearer t0k3n"), ("x-tenant", "acme")],
+        signing_keys: &[&key],
+        ..spec(url, &body)
+    });
+    let (real, fake) = received_both_ways(&delivery, "/hooks/payment?tenant=7").await;
+
+    for call in [&real, &fake] {
+        assert_eq!(call.method, "PUT");
+        assert_eq!(call.path, "/hooks/payment?tenant=7");
+        assert_eq!(&call.body[..], br#"{"amount":42}"#);
+        assert_eq!(call.idempotency_key.as_deref(), Some("order-17:charge"));
+        assert_eq!(call.attempt, Some(3));
+    }
+    // Over the wire: the delivery's headers in its order, and only what the
+    // transport adds besides (hyper puts `host` last).
+    let transport = ["host", "content-length"];
+    let sent: Vec<_> = real
+        .headers
+        .iter()
+        .filter(|(name, _)| !transport.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(sent, delivery.headers);
+    assert_eq!(real.header("content-length"), Some("13"));
     assert_eq!(
-        received.header("x-task-id"),
-        Some("0192d3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d")
+        fake.headers, delivery.headers,
+        "the fake sends what the real client sends"
     );
-    assert_eq!(received.header("x-task-attempt"), Some("3"));
-    assert_eq!(received.header("content-length"), Some("13"));
-    assert_eq!(&received.body[..], br#"{"amount":42}"#);
+    assert_eq!(real.header("user-agent"), Some(crate::USER_AGENT));
+    assert_eq!(real.header("authorization"), Some("Bearer t0k3n"));
+    assert!(
+        real.header("webhook-signature")
+            .is_some_and(|s| s.starts_with("v1,"))
+    );
+}
+
+#[tokio::test]
+async fn a_get_sends_no_body_and_no_content_type() {
+    let empty = Bytes::new();
+    let delivery = Delivery::build(DeliverySpec {
+        method: Method::Get,
+        ..spec("http://127.0.0.1:9/items/7", &empty)
+    });
+    let (real, fake) = received_both_ways(&delivery, "/items/7").await;
+    for call in [&real, &fake] {
+        assert_eq!(call.method, "GET");
+        assert!(call.body.is_empty());
+        assert_eq!(call.header("content-type"), None);
+    }
+    assert_eq!(
+        real.header("content-length"),
+        None,
+        "hyper sends no length for an empty GET"
+    );
 }
 
 #[tokio::test]
@@ -265,7 +335,7 @@ async fn refused_connection_is_a_connect_error() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
 
-    let result = client().post(request(format!("http://{addr}/"))).await;
+    let result = client().send(request(format!("http://{addr}/"))).await;
     assert!(
         matches!(&result, Err(DownError::Connect(message)) if message.contains("refused")),
         "{result:?}"
@@ -275,19 +345,28 @@ async fn refused_connection_is_a_connect_error() {
 /// A plain test: building the client needs no runtime.
 #[test]
 fn requests_that_cannot_be_sent_are_other_errors() {
-    let check = |what: &str, request: DownRequest, expected: &str| {
+    let check = |what: &str, request: Delivery, expected: &str| {
         let result = HyperDownstream::default().build_request(request);
         match result {
             Err(DownError::Other(message)) => {
                 assert!(message.contains(expected), "{what}: {message}");
+                assert!(
+                    !message.contains("Injected"),
+                    "{what}: repeats a value: {message}"
+                );
             }
             other => panic!("{what}: expected Other, got {other:?}"),
         }
     };
     let base = request("http://127.0.0.1:9/".into());
-    let with_url = |url: &str| DownRequest {
+    let with_url = |url: &str| Delivery {
         url: url.into(),
         ..base.clone()
+    };
+    let with_header = |name: &str, value: &str| {
+        let mut delivery = base.clone();
+        delivery.headers.push((name.to_owned(), value.to_owned()));
+        delivery
     };
     check(
         "not a url",
@@ -311,19 +390,18 @@ fn requests_that_cannot_be_sent_are_other_errors() {
     );
     check(
         "line break in key",
-        DownRequest {
-            idempotency_key: "a\r\nInjected: 1".into(),
-            ..base.clone()
-        },
-        "idempotency key is not a valid header value",
+        with_header("idempotency-key", "a\r\nInjected: 1"),
+        "the value of idempotency-key is not valid",
     );
     check(
-        "control character in task id",
-        DownRequest {
-            task_id: "t\u{0}".into(),
-            ..base
-        },
-        "task id is not a valid header value",
+        "control character in a value",
+        with_header("x-task-id", "t\u{0}Injected"),
+        "the value of x-task-id is not valid",
+    );
+    check(
+        "not a header name",
+        with_header("x y", "v"),
+        "\"x y\" is not a valid header name",
     );
 }
 
@@ -337,7 +415,7 @@ async fn slow_body_times_out_and_closes_the_connection() {
     let timeout = Duration::from_millis(300);
     let started = Instant::now();
     let result = client()
-        .post(DownRequest {
+        .send(Delivery {
             timeout,
             ..request(format!("{}/", server.url()))
         })
@@ -363,7 +441,7 @@ async fn silent_server_times_out_and_the_connection_is_closed() {
     let timeout = Duration::from_millis(300);
     let started = Instant::now();
     let result = client()
-        .post(DownRequest {
+        .send(Delivery {
             timeout,
             ..request(format!("{}/", server.url()))
         })
@@ -385,7 +463,7 @@ async fn dropping_a_call_waiting_for_headers_closes_its_connection() {
     let downstream = client();
     let call = tokio::spawn({
         let request = request(format!("{}/", server.url()));
-        async move { downstream.post(request).await }
+        async move { downstream.send(request).await }
     });
     // The server has the request, so the call is in flight.
     let received = nth_call(&script, 0).await;
@@ -428,13 +506,13 @@ async fn a_dropped_call_leaves_no_connection_behind_for_the_next() {
     let first = tokio::spawn({
         let downstream = downstream.clone();
         let request = request(format!("{}/", server.url()));
-        async move { downstream.post(request).await }
+        async move { downstream.send(request).await }
     });
     let dropped_on = nth_call(&script, 0).await.connection;
     first.abort();
     closed(&script, dropped_on).await;
 
-    let second = downstream.post(request(format!("{}/", server.url()))).await;
+    let second = downstream.send(request(format!("{}/", server.url()))).await;
     assert_eq!(second, answer(200, None, None, b"ok"));
     let served_on = nth_call(&script, 1).await.connection;
     assert_ne!(served_on, dropped_on);
@@ -452,7 +530,7 @@ async fn sequential_calls_reuse_one_keep_alive_connection() {
     // response is handed over: the next call finds it there rather than
     // racing a new connect against its return.
     for call in 0..5 {
-        let result = downstream.post(request(format!("{}/", server.url()))).await;
+        let result = downstream.send(request(format!("{}/", server.url()))).await;
         assert_eq!(result, answer(200, None, None, b"ok"), "call {call}");
         let connection = nth_call(&script, call).await.connection;
         assert_eq!(connection, Some(0), "call {call} opened a new connection");
@@ -489,7 +567,7 @@ async fn private_destinations_are_refused_at_connect_time_when_asked() {
         format!("http://[::1]:{port}/hook"),
         format!("https://127.0.0.1:{port}/hook"),
     ] {
-        let result = guarded.post(request(url.clone())).await;
+        let result = guarded.send(request(url.clone())).await;
         assert!(
             matches!(&result, Err(DownError::DestinationDenied(m)) if m.contains("public")),
             "{url}: {result:?}"
@@ -498,7 +576,7 @@ async fn private_destinations_are_refused_at_connect_time_when_asked() {
     assert!(script.all_calls().is_empty(), "nothing reached the server");
 
     let open = client()
-        .post(request(format!("http://localhost:{port}/hook")))
+        .send(request(format!("http://localhost:{port}/hook")))
         .await;
     assert_eq!(open.map(|r| r.status), Ok(200), "off by default");
 }

@@ -14,7 +14,8 @@ use super::tests::{closed, hold, in_order, keep, nth_call};
 use super::trust_anchors;
 use crate::fake::{FakeServer, Script};
 use crate::{
-    DownError, DownRequest, Downstream, DownstreamConfig, DownstreamSetupError, HyperDownstream,
+    Delivery, DeliverySpec, DownError, Downstream, DownstreamConfig, DownstreamSetupError,
+    HyperDownstream, Method,
 };
 
 /// Request timeout for calls that should not time out, and failure guard.
@@ -73,15 +74,19 @@ fn trusting_only(pem: &[u8]) -> HyperDownstream {
     )
 }
 
-fn request(url: String) -> DownRequest {
-    DownRequest {
-        url,
-        body: Bytes::from_static(br#"{"amount":42}"#),
+fn request(url: String) -> Delivery {
+    Delivery::build(DeliverySpec {
+        method: Method::Post,
+        url: &url,
+        body: &Bytes::from_static(br#"{"amount":42}"#),
         timeout: GUARD,
-        idempotency_key: "order-17:charge".into(),
-        task_id: "task-1".into(),
+        task_id: "task-1",
         attempt: 2,
-    }
+        idempotency_key: "order-17:charge",
+        headers: &[],
+        sent_at_s: 0,
+        signing_keys: &[],
+    })
 }
 
 #[tokio::test]
@@ -112,7 +117,7 @@ async fn https_with_the_certificate_as_an_extra_root_works_like_http() {
         .into_iter()
         .enumerate()
         {
-            let response = client.post(request(url.clone())).await;
+            let response = client.send(request(url.clone())).await;
             let response = response.unwrap_or_else(|error| panic!("{name}, {url}: {error:?}"));
             assert_eq!(response.status, 200, "{name}, {url}");
             assert_eq!(response.retry_after.as_deref(), Some("5"));
@@ -144,7 +149,7 @@ async fn an_untrusted_certificate_fails_fast_and_is_not_a_connect_error() {
         .unwrap();
     let started = Instant::now();
     let result = trusting_only(&other.pem)
-        .post(request(format!("{}/x", server.url())))
+        .send(request(format!("{}/x", server.url())))
         .await;
     assert!(
         matches!(&result, Err(DownError::Other(message)) if message.contains("UnknownIssuer")),
@@ -168,7 +173,7 @@ async fn dropping_an_https_call_closes_its_connection() {
     let client = trusting(vec![cert.pem]);
     let call = tokio::spawn({
         let request = request(format!("{}/x", server.url()));
-        async move { client.post(request).await }
+        async move { client.send(request).await }
     });
     // The server has the request, so the call is in flight.
     let received = nth_call(&script, 0).await;

@@ -127,18 +127,27 @@ impl Sessions {
 
 /// The `Set-Cookie` value that logs a browser in: never readable by
 /// scripts, never sent by another site's requests, for the whole origin
-/// (the JSON API under `/tasks` too).
-pub(crate) fn set_cookie(session: &Session) -> String {
+/// (the JSON API under `/tasks` too); with `secure` (the dashboard is
+/// served over https) never sent over plain http either.
+pub(crate) fn set_cookie(session: &Session, secure: bool) -> String {
     format!(
-        "{COOKIE_NAME}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        "{COOKIE_NAME}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
         session.id,
-        SESSION_LIFETIME.as_secs()
+        SESSION_LIFETIME.as_secs(),
+        secure_attribute(secure)
     )
 }
 
 /// The `Set-Cookie` value that logs a browser out.
-pub(crate) fn clear_cookie() -> String {
-    format!("{COOKIE_NAME}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+pub(crate) fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{COOKIE_NAME}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}",
+        secure_attribute(secure)
+    )
+}
+
+fn secure_attribute(secure: bool) -> &'static str {
+    if secure { "; Secure" } else { "" }
 }
 
 #[cfg(test)]
@@ -221,12 +230,17 @@ mod tests {
     #[test]
     fn the_cookie_is_http_only_strict_and_for_the_whole_origin() {
         let s = Sessions::default().create().unwrap();
-        let set = set_cookie(&s);
-        for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
-            assert!(set.split("; ").any(|p| p == part), "{set} lacks {part}");
+        for secure in [false, true] {
+            let set = set_cookie(&s, secure);
+            for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+                assert!(set.split("; ").any(|p| p == part), "{set} lacks {part}");
+            }
+            assert_eq!(set.split("; ").any(|p| p == "Secure"), secure, "{set}");
+            assert!(set.starts_with(&format!("{COOKIE_NAME}={};", s.id)));
+            let clear = clear_cookie(secure);
+            assert!(clear.contains("Max-Age=0"));
+            assert_eq!(clear.ends_with("; Secure"), secure, "{clear}");
         }
-        assert!(set.starts_with(&format!("{COOKIE_NAME}={};", s.id)));
-        assert!(clear_cookie().contains("Max-Age=0"));
     }
 
     #[test]

@@ -15,6 +15,7 @@
 pub(crate) mod activity;
 pub(crate) mod auth;
 mod pages;
+mod throttle;
 
 use std::sync::Arc;
 
@@ -51,14 +52,42 @@ const APP_JS: &str = include_str!("assets/app.js");
 pub struct DashboardSources {
     /// The worker's `--concurrency`, shown beside the calls in flight.
     pub concurrency: Option<usize>,
+    /// Whether the server signs calls to destinations without secrets of
+    /// their own (`--signing-secret`): their rows say so.
+    pub signs_by_default: bool,
 }
 
+/// The largest body a `/ui/` request may have (the login and logout forms
+/// carry a token); a larger one is 413.
+pub(crate) const FORM_MAX_BYTES: usize = 4 * 1024;
+
+/// What the bodies of `/ui/` requests being read may hold together: 64
+/// forms at their largest. Apart from the API's budget, so that requests
+/// anyone can send without a credential cannot take what API requests need.
+const FORM_BUDGET_BYTES: usize = 64 * FORM_MAX_BYTES;
+
 /// The dashboard's state inside [`App`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Ui {
     pub(crate) sessions: auth::Sessions,
     pub(crate) activity: Arc<Activity>,
     pub(crate) sources: DashboardSources,
+    /// One permit per byte of `/ui/` request bodies being read.
+    pub(crate) form_budget: Arc<tokio::sync::Semaphore>,
+    /// Failed logins per client address.
+    logins: throttle::LoginThrottle,
+}
+
+impl Default for Ui {
+    fn default() -> Self {
+        Ui {
+            sessions: auth::Sessions::default(),
+            activity: Arc::default(),
+            sources: DashboardSources::default(),
+            form_budget: Arc::new(tokio::sync::Semaphore::new(FORM_BUDGET_BYTES)),
+            logins: throttle::LoginThrottle::default(),
+        }
+    }
 }
 
 /// Whether `path` belongs to the dashboard.
@@ -92,9 +121,12 @@ where
     let headers = response.headers_mut();
     headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    // No Referer to other sites (a page's url carries task ids and
+    // filters). Not `no-referrer`: under it a browser sends `Origin: null`
+    // on the pages' own form posts, which the cross-origin rule refuses.
     headers.insert(
         http::header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(
         http::header::X_FRAME_OPTIONS,
@@ -130,7 +162,7 @@ where
         return match (token, method) {
             (None, _) => redirect("/ui/", None),
             (Some(_), m) if *m == Method::GET => html(StatusCode::OK, pages::login::page(None)),
-            (Some(token), m) if *m == Method::POST => login(app, token, body).await,
+            (Some(token), m) if *m == Method::POST => login(app, token, parts, body).await,
             _ => method_not_allowed("GET, POST"),
         };
     }
@@ -147,7 +179,7 @@ where
         if *method != Method::POST {
             return method_not_allowed("POST");
         }
-        return logout(app, session, body).await;
+        return logout(app, session, parts, body).await;
     }
     if !get {
         return method_not_allowed("GET");
@@ -174,18 +206,46 @@ where
 
 /// `POST /ui/login` with `token=...` (a form): the right token gets a
 /// session cookie and goes to the overview; a wrong one sees the form again.
-async fn login<S, C, B>(app: &App<S, C>, token: &str, body: &mut RequestBody<B>) -> Html
+/// An address with ten failures in the last minute is answered 429 without
+/// its token being looked at.
+async fn login<S, C, B>(
+    app: &App<S, C>,
+    token: &str,
+    parts: &Parts,
+    body: &mut RequestBody<B>,
+) -> Html
 where
     S: TaskStore,
     C: Control,
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
+    let client = crate::client::client_of(parts, &app.config().trusted_proxies);
+    let throttle = &app.ui().logins;
+    if let Some(wait) = throttle.held(client.addr) {
+        let secs = throttle::retry_after_secs(wait);
+        tracing::info!(client = ?client.addr, retry_after_s = secs, "ui_login_throttled");
+        let mut r = html(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::login::page(Some(&format!(
+                "Too many wrong tokens from this address: try again in {secs} s."
+            ))),
+        );
+        r.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        return r;
+    }
     let given = match body.read_all().await {
         Ok(bytes) => form_value(&bytes, "token"),
-        Err(_) => None,
+        // Too large, too slow, or no room to read it now: say so rather
+        // than "wrong token".
+        Err(e) => {
+            tracing::info!(status = e.status().as_u16(), "ui_login_unread");
+            return html(e.status(), pages::login::page(Some(&e.message())));
+        }
     };
     let Some(given) = given.filter(|g| auth::token_matches(g, token)) else {
+        throttle.failed(client.addr);
         tracing::info!("ui_login_refused");
         return html(
             StatusCode::UNAUTHORIZED,
@@ -193,10 +253,11 @@ where
         );
     };
     drop(given);
+    throttle.succeeded(client.addr);
     match app.ui().sessions.create() {
         Ok(session) => {
             tracing::info!("ui_login");
-            redirect("/ui/", Some(auth::set_cookie(&session)))
+            redirect("/ui/", Some(auth::set_cookie(&session, client.https)))
         }
         Err(e) => {
             tracing::error!(error = %e, "ui_login_failed");
@@ -212,6 +273,7 @@ where
 async fn logout<S, C, B>(
     app: &App<S, C>,
     session: Option<auth::Session>,
+    parts: &Parts,
     body: &mut RequestBody<B>,
 ) -> Html
 where
@@ -227,7 +289,8 @@ where
     match (session, given) {
         (Some(s), Some(g)) if auth::token_matches(&g, &s.csrf) => {
             app.ui().sessions.remove(&s.id);
-            redirect("/ui/login", Some(auth::clear_cookie()))
+            let https = crate::client::client_of(parts, &app.config().trusted_proxies).https;
+            redirect("/ui/login", Some(auth::clear_cookie(https)))
         }
         // Without a session there is nothing to end; a wrong CSRF token is
         // another site's form.

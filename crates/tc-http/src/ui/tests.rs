@@ -59,19 +59,23 @@ struct Fixture {
 }
 
 fn fixture(token: Option<&str>) -> Fixture {
+    fixture_with(HttpConfig {
+        api_token: token.map(str::to_owned),
+        ..HttpConfig::default()
+    })
+}
+
+fn fixture_with(config: HttpConfig) -> Fixture {
     let store = Arc::new(MemoryStore::new());
     let control = StillControl {
         store: Arc::clone(&store),
         changes: tokio::sync::broadcast::channel(8).0,
         open_breakers: std::sync::Mutex::default(),
     };
-    let config = HttpConfig {
-        api_token: token.map(str::to_owned),
-        ..HttpConfig::default()
-    };
     let app = App::new(Arc::clone(&store), control, config, Registry::default()).with_dashboard(
         crate::DashboardSources {
             concurrency: Some(8),
+            signs_by_default: false,
         },
     );
     Fixture { app, store }
@@ -85,9 +89,27 @@ struct Reply {
 
 impl Fixture {
     async fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+        self.call_from(None, method, path, headers, body).await
+    }
+
+    /// [`Fixture::call`] as if on a connection from `peer`.
+    async fn call_from(
+        &self,
+        peer: Option<&str>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Reply {
         let mut req = Request::builder().method(method).uri(path);
         for (n, v) in headers {
             req = req.header(*n, *v);
+        }
+        if let Some(peer) = peer {
+            req = req.extension(crate::ConnectionInfo {
+                peer: peer.parse().unwrap(),
+                local: "127.0.0.1:8080".parse().unwrap(),
+            });
         }
         let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
         let response = crate::handle(&self.app, req).await;
@@ -261,6 +283,16 @@ async fn every_ui_answer_carries_the_csp_and_nosniff() {
                 Some("nosniff"),
                 "{token:?} {path}"
             );
+            // Not `no-referrer`: browsers would send `Origin: null` on the
+            // pages' own posts, and the cross-origin rule refuse them.
+            assert_eq!(
+                reply
+                    .headers
+                    .get("referrer-policy")
+                    .map(|v| v.to_str().unwrap()),
+                Some("same-origin"),
+                "{token:?} {path}"
+            );
         }
     }
     assert!(CSP.contains("default-src 'none'") && CSP.contains("script-src 'self'"));
@@ -307,6 +339,91 @@ async fn with_a_token_only_the_login_page_is_served_until_the_right_token() {
         .call("GET", "/ui/", &[("cookie", "tc_session=00")], "")
         .await;
     assert_eq!(forged.status, 401);
+}
+
+/// Served over https (a trusted proxy says so), the session cookie is
+/// `Secure`: a browser never sends it over plain http. A peer that is not
+/// a trusted proxy cannot claim https.
+#[tokio::test]
+async fn the_cookie_is_secure_when_the_dashboard_is_served_over_https() {
+    let f = fixture_with(HttpConfig {
+        api_token: Some("s3cret".into()),
+        trusted_proxies: vec!["10.0.0.0/8".parse().unwrap()],
+        ..HttpConfig::default()
+    });
+    // (peer, whether it says X-Forwarded-Proto: https, Secure expected)
+    let cases = [
+        ("10.0.0.1:4000", true, true),
+        ("10.0.0.1:4000", false, false),
+        ("192.0.2.1:4000", true, false),
+        ("127.0.0.1:4000", true, false),
+    ];
+    for (peer, says_https, secure) in cases {
+        let mut headers = vec![("content-type", "application/x-www-form-urlencoded")];
+        if says_https {
+            headers.push(("x-forwarded-proto", "https"));
+        }
+        let reply = f
+            .call_from(Some(peer), "POST", "/ui/login", &headers, "token=s3cret")
+            .await;
+        assert_eq!(reply.status, 303, "{peer} {headers:?}");
+        let set = reply.headers["set-cookie"].to_str().unwrap();
+        assert_eq!(
+            set.split("; ").any(|p| p == "Secure"),
+            secure,
+            "{peer} {headers:?}: {set}"
+        );
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
+    }
+}
+
+/// Ten failed logins from one client address within a minute, then `429`
+/// with `Retry-After` (even for the right token) until the oldest failure
+/// is a minute old; other addresses are not held.
+#[tokio::test(start_paused = true)]
+async fn failed_logins_are_throttled_per_client_address() {
+    let f = fixture(Some("s3cret"));
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let login = |peer: &'static str, token: &'static str| {
+        let f = &f;
+        async move {
+            f.call_from(
+                Some(peer),
+                "POST",
+                "/ui/login",
+                &form,
+                &format!("token={token}"),
+            )
+            .await
+        }
+    };
+    for i in 0..10 {
+        let reply = login("192.0.2.1:1000", "wrong").await;
+        assert_eq!(reply.status, 401, "failure {}", i + 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    for token in ["wrong", "s3cret"] {
+        let held = login("192.0.2.1:1001", token).await;
+        assert_eq!(held.status, 429, "{token}: {}", held.body);
+        let retry_after: u64 = held.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // The first failure was 10 s ago: it leaves the window in 50 s.
+        assert_eq!(retry_after, 50, "{token}");
+        assert!(held.headers.get("set-cookie").is_none());
+    }
+    // Another address is not held, and the form itself is still served.
+    assert_eq!(login("192.0.2.2:1000", "s3cret").await.status, 303);
+    assert_eq!(
+        f.call_from(Some("192.0.2.1:1000"), "GET", "/ui/login", &[], "")
+            .await
+            .status,
+        200
+    );
+    tokio::time::advance(Duration::from_secs(50)).await;
+    assert_eq!(login("192.0.2.1:1000", "s3cret").await.status, 303);
 }
 
 #[tokio::test]
@@ -591,4 +708,71 @@ async fn the_list_filters_searches_and_pages() {
     let bad = f.call("GET", "/ui/tasks?state=done", &[], "").await;
     assert_eq!(bad.status, 400);
     assert!(bad.body.contains("state: must be one of"));
+}
+
+/// The task page shows the method and the task's headers as the API does,
+/// credentials redacted; the overview's destination row names the default
+/// headers and says the calls are signed; no value of either shows.
+#[tokio::test]
+async fn method_headers_and_signing_show_without_any_secret() {
+    let f = fixture(None);
+    let headers = tc_model::Headers::parse([
+        ("Authorization".to_owned(), "Bearer task-s3cr3t".to_owned()),
+        ("X-Tenant".to_owned(), "acme".to_owned()),
+    ])
+    .unwrap();
+    let new = NewTask::new(
+        "http://api.test/items/7".into(),
+        Vec::new(),
+        "get-1".into(),
+        1,
+        Duration::from_secs(1),
+        &Limits::default(),
+    )
+    .unwrap()
+    .with_method(tc_model::Method::Get)
+    .unwrap()
+    .with_headers(headers);
+    let id = f.store.submit(new, NOW).await.unwrap().task.id;
+    f.set(
+        "api.test:80",
+        DestinationUpdate {
+            headers: Some(
+                tc_model::Headers::parse([(
+                    "authorization".to_owned(),
+                    "Bearer destination-s3cr3t".to_owned(),
+                )])
+                .unwrap(),
+            ),
+            signing_secrets: Some(
+                tc_model::signing::SigningSecrets::parse(&[
+                    "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+                ])
+                .unwrap(),
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
+
+    let page = f
+        .call("GET", &format!("/ui/tasks/{id}"), &[], "")
+        .await
+        .body;
+    assert!(page.contains(r#"id="task-method">GET<"#), "{page}");
+    assert!(page.contains("authorization: [redacted]"), "{page}");
+    assert!(page.contains("x-tenant: acme"), "{page}");
+    assert!(page.contains("sends no body"), "{page}");
+    let overview = f.call("GET", "/ui/fragment/overview", &[], "").await.body;
+    let row = overview
+        .split(r#"<tr data-destination="api.test:80""#)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no row: {overview}"));
+    assert!(row.contains(">signed<"), "{row}");
+    assert!(row.contains(">authorization<"), "{row}");
+    for body in [&page, &overview] {
+        for secret in ["s3cr3t", "whsec_", "C2FVsBQ"] {
+            assert!(!body.contains(secret), "{secret} shown: {body}");
+        }
+    }
 }

@@ -651,9 +651,189 @@ fn with_body(
 async fn every_contract_row() {
     let h = harness(HttpConfig::default()).await;
     let f = fixture(&h).await;
-    for row in &rows() {
+    for row in rows().iter().chain(&outbound_rows()) {
         check(&h, &f, row).await;
     }
+}
+
+/// The names a task or a destination may not give: the HTTP client's and
+/// taskcenter's own.
+const REFUSED_HEADERS: [&str; 19] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "expect",
+    "proxy-authorization",
+    "proxy-connection",
+    "idempotency-key",
+    "x-task-id",
+    "x-task-attempt",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "user-agent",
+    "content-type",
+];
+
+/// `method`, `headers` on submit and `headers`, `signing_secrets` on a
+/// destination: accepted forms, and a row for each refused header and
+/// each kind of malformed value, named in the message.
+fn outbound_rows() -> Vec<Row> {
+    let leak = |s: String| -> &'static str { s.leak() };
+    let dest = |body: String, status: u16, code: Option<&'static str>, message: &'static str| {
+        with_body(
+            "PUT",
+            "/destinations/127.0.0.1:9",
+            &body,
+            status,
+            code,
+            message,
+        )
+    };
+    let dest_refused =
+        |body: String, message: &'static str| dest(body, 400, Some("invalid_request"), message);
+    let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let mut rows = vec![
+        submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"put-1","method":"PUT","headers":{"Authorization":"Bearer t","X-Tenant":"acme"},"json":{"a":1}}"#,
+            201,
+        ),
+        submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"get-1","method":"GET"}"#,
+            201,
+        ),
+        submit(
+            r#"{"url":"http://127.0.0.1:9/a","idempotency_key":"del-1","method":"DELETE","headers":null}"#,
+            201,
+        ),
+        // The idempotency payload holds the method and the headers.
+        refused(
+            &format!(r#"{{{PENDING},"max_attempts":1,"method":"PUT"}}"#),
+            409,
+            "idempotency_conflict",
+            "",
+        ),
+        refused(
+            &format!(r#"{{{PENDING},"max_attempts":1,"headers":{{"x-a":"1"}}}}"#),
+            409,
+            "idempotency_conflict",
+            "",
+        ),
+        submit(
+            &format!(r#"{{{PENDING},"max_attempts":1,"method":"POST","headers":{{}}}}"#),
+            200,
+        ),
+        // method
+        invalid(r#","method":"HEAD""#, "method"),
+        invalid(r#","method":"post""#, "method"),
+        invalid(r#","method":1"#, "method"),
+        invalid(r#","method":null"#, "method"),
+        invalid(r#","method":"GET","json":{}"#, "json"),
+        invalid(r#","method":"GET","json":null"#, "json"),
+        // headers: malformed values
+        invalid(r#","headers":"x-a: 1""#, "headers"),
+        invalid(r#","headers":["x-a"]"#, "headers"),
+        invalid(r#","headers":{"X-A":1}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":null}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":"1\r\nx-b: 2"}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":"1\nx"}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":"1\u0000"}"#, "headers.x-a"),
+        invalid(r#","headers":{"x-a":"caf\u00e9"}"#, "headers.x-a"),
+        invalid(r#","headers":{"x a":"1"}"#, "headers"),
+        invalid(r#","headers":{"":"1"}"#, "headers"),
+        invalid(r#","headers":{"X-A":"1","x-a":"2"}"#, "headers.x-a"),
+        invalid(
+            leak(format!(r#","headers":{{"x-a":"{}"}}"#, "v".repeat(8190))),
+            "headers",
+        ),
+        invalid(
+            leak(format!(
+                r#","headers":{{{}}}"#,
+                (0..33)
+                    .map(|i| format!(r#""x-{i}":"v""#))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            "headers",
+        ),
+        // destinations: headers and secrets, accepted and cleared
+        dest(
+            format!(
+                r#"{{"headers":{{"Authorization":"Bearer t"}},"signing_secrets":["{secret}","{secret}"]}}"#
+            ),
+            200,
+            None,
+            "",
+        ),
+        dest(
+            r#"{"headers":null,"signing_secrets":null}"#.into(),
+            200,
+            None,
+            "",
+        ),
+        dest(
+            r#"{"headers":{},"signing_secrets":[]}"#.into(),
+            200,
+            None,
+            "",
+        ),
+        // destinations: malformed
+        dest_refused(r#"{"headers":"x"}"#.into(), "headers"),
+        dest_refused(r#"{"headers":{"x-a":1}}"#.into(), "headers.x-a"),
+        dest_refused(r#"{"headers":{"x-a":"1\r\n"}}"#.into(), "headers.x-a"),
+        dest_refused(r#"{"headers":{"X-A":"1","x-a":"1"}}"#.into(), "headers.x-a"),
+        dest_refused(
+            format!(r#"{{"signing_secrets":["{secret}","{secret}","{secret}"]}}"#),
+            "signing_secrets",
+        ),
+        dest_refused(
+            r#"{"signing_secrets":"whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"}"#.into(),
+            "signing_secrets",
+        ),
+        dest_refused(r#"{"signing_secrets":[1]}"#.into(), "signing_secrets"),
+        dest_refused(
+            r#"{"signing_secrets":["C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]}"#.into(),
+            "signing_secrets",
+        ),
+        dest_refused(
+            r#"{"signing_secrets":["whsec_c2hvcnQ="]}"#.into(),
+            "signing_secrets",
+        ),
+        dest_refused(
+            r#"{"signing_secrets":["whsec_not base64!"]}"#.into(),
+            "signing_secrets",
+        ),
+        dest_refused(
+            leak(format!(
+                r#"{{"signing_secrets":["whsec_{}"]}}"#,
+                "A".repeat(88 + 4)
+            ))
+            .to_owned(),
+            "signing_secrets",
+        ),
+    ];
+    for name in REFUSED_HEADERS {
+        let field = leak(format!("headers.{name}"));
+        rows.push(invalid(
+            leak(format!(r#","headers":{{"{name}":"v"}}"#)),
+            field,
+        ));
+        let upper = name.to_ascii_uppercase();
+        rows.push(invalid(
+            leak(format!(r#","headers":{{"{upper}":"v"}}"#)),
+            field,
+        ));
+        rows.push(dest_refused(
+            format!(r#"{{"headers":{{"{name}":"v"}}}}"#),
+            field,
+        ));
+    }
+    rows
 }
 
 #[tokio::test]
@@ -891,6 +1071,8 @@ const VIEW_FIELDS: &[&str] = &[
     "id",
     "state",
     "url",
+    "method",
+    "headers",
     "destination",
     "idempotency_key",
     "attempt",
@@ -934,6 +1116,8 @@ async fn task_views_have_exactly_the_documented_fields() {
         "id": f.pending.to_string(),
         "state": "pending",
         "url": "http://127.0.0.1:9/hook",
+        "method": "POST",
+        "headers": {},
         "destination": "127.0.0.1:9",
         "idempotency_key": "pending",
         "attempt": 0,
@@ -1382,6 +1566,7 @@ async fn metrics_show_tasks_by_state_submits_and_registered_metrics() {
         r#"taskcenter_submits_total{result="invalid"} 1"#,
         r#"taskcenter_http_requests_total{route="/tasks",status="201"} 5"#,
         r#"taskcenter_http_requests_total{route="/tasks/{id}/cancel",status="200"} 1"#,
+        "taskcenter_http_waiters 0",
         "# EOF",
     ] {
         assert!(
@@ -1546,6 +1731,245 @@ async fn no_input_gets_a_5xx() {
         assert!(reply.status < 500, "{method} {path} {body:?}: {reply:?}");
         if reply.status >= 400 {
             assert!(reply.error_code().is_some(), "{method} {path}: {reply:?}");
+        }
+    }
+}
+
+/// Waits (on the paused clock) until `n` requests are waiting for tasks.
+async fn until_waiting(h: &Harness, n: i64) {
+    for _ in 0..10_000 {
+        if h.metric("taskcenter_http_waiters").await == n {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("never {n} waiters");
+}
+
+/// `GET /tasks/{id}?wait_ms=` from `peer`, as a spawned request.
+fn wait_for(
+    h: &Harness,
+    peer: &'static str,
+    id: TaskId,
+    wait_ms: u64,
+) -> tokio::task::JoinHandle<(u16, Option<String>, Value)> {
+    let app = std::sync::Arc::clone(&h.app);
+    tokio::spawn(async move {
+        let request = http::Request::builder()
+            .uri(format!("/tasks/{id}?wait_ms={wait_ms}"))
+            .extension(tc_http::ConnectionInfo {
+                peer: peer.parse().unwrap(),
+                local: "127.0.0.1:8080".parse().unwrap(),
+            })
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let response = tc_http::handle(&app, request).await;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        (status, retry_after, serde_json::from_slice(&body).unwrap())
+    })
+}
+
+/// Idle waiters cost a completion nothing: they do not each listen to
+/// every change (one listener serves them all), and a change wakes only
+/// the waiters of its own task.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_woken_only_by_a_change_of_its_own_task() {
+    let h = harness(HttpConfig::default()).await;
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        ids.push(h.seed(&format!("idle-{i}"), None).await);
+    }
+    let waiters: Vec<_> = ids
+        .iter()
+        .map(|id| wait_for(&h, "127.0.0.1:40000", *id, 60_000))
+        .collect();
+    until_waiting(&h, 40).await;
+    assert!(
+        h.changes.receiver_count() <= 1,
+        "{} listeners to every change for 40 waiters",
+        h.changes.receiver_count()
+    );
+    let started = tokio::time::Instant::now();
+    let canceled = h
+        .call("POST", &format!("/tasks/{}/cancel", ids[7]), &[], b"")
+        .await;
+    assert_eq!(canceled.status, 200);
+    until_waiting(&h, 39).await;
+    let mut waiters = waiters;
+    let (status, _, view) = waiters.remove(7).await.unwrap();
+    assert_eq!((status, view["state"].as_str()), (200, Some("canceled")));
+    assert_eq!(
+        started.elapsed(),
+        std::time::Duration::ZERO,
+        "answered at once"
+    );
+    for w in &waiters {
+        assert!(!w.is_finished(), "a waiter of another task answered");
+    }
+    for w in waiters {
+        w.abort();
+    }
+}
+
+/// At most `max_waiters_per_client` waiters per client address: past it
+/// `429 too_many_waiters` with `Retry-After`; other addresses still wait.
+#[tokio::test(start_paused = true)]
+async fn waiters_per_client_address_are_bounded_with_429() {
+    let h = harness(HttpConfig {
+        max_waiters_per_client: 2,
+        ..HttpConfig::default()
+    })
+    .await;
+    let f = fixture(&h).await;
+    let (a, b) = ("192.0.2.1:5000", "192.0.2.2:5000");
+    let first = wait_for(&h, a, f.pending, 60_000);
+    let second = wait_for(&h, "192.0.2.1:5001", f.pending, 60_000);
+    until_waiting(&h, 2).await;
+    let (status, retry_after, body) = wait_for(&h, a, f.pending, 60_000).await.unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_waiters");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    // A terminal task answers at once: no waiting, no limit.
+    let (status, _, _) = wait_for(&h, a, f.success, 60_000).await.unwrap();
+    assert_eq!(status, 200);
+    let other = wait_for(&h, b, f.pending, 60_000);
+    until_waiting(&h, 3).await;
+    // The task ends: every waiter answers and the address may wait again.
+    h.call("POST", &f.path("/tasks/{pending}/cancel"), &[], b"")
+        .await;
+    for w in [first, second, other] {
+        let (status, _, view) = w.await.unwrap();
+        assert_eq!((status, view["state"].as_str()), (200, Some("canceled")));
+    }
+    until_waiting(&h, 0).await;
+    let again = h.seed("again", None).await;
+    let w = wait_for(&h, a, again, 1000);
+    assert_eq!(w.await.unwrap().0, 200);
+}
+
+/// A bulk cancel writes the cancels in the store, not through the worker:
+/// its waiters are woken all the same, not left until their deadline.
+#[tokio::test(start_paused = true)]
+async fn a_bulk_cancel_wakes_its_waiters() {
+    let h = harness(HttpConfig::default()).await;
+    let f = fixture(&h).await;
+    let waiter = wait_for(&h, "127.0.0.1:40000", f.pending, 60_000);
+    until_waiting(&h, 1).await;
+    let started = tokio::time::Instant::now();
+    let bulk = h
+        .call(
+            "POST",
+            "/tasks/bulk",
+            &[JSON],
+            br#"{"action":"cancel","filter":{"state":"pending"}}"#,
+        )
+        .await;
+    assert_eq!(bulk.json()["applied"], 1, "{bulk:?}");
+    let (status, _, view) = waiter.await.unwrap();
+    assert_eq!((status, view["state"].as_str()), (200, Some("canceled")));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "woken by the cancel, not by its deadline"
+    );
+}
+
+/// A task view shows the method and the task's headers, credentials
+/// redacted; a destination view names its headers and counts its secrets;
+/// neither shows a value or a secret, nor does `/metrics`.
+#[tokio::test]
+async fn views_show_methods_and_header_names_never_a_credential() {
+    let h = harness(HttpConfig::default()).await;
+    let submitted = h
+        .call(
+            "POST",
+            "/tasks",
+            &[JSON],
+            br#"{"url":"http://127.0.0.1:9/a","idempotency_key":"h-1","method":"PATCH","headers":{"Authorization":"Bearer t-s3cr3t","Cookie":"c-s3cr3t","X-Api-Key":"k-s3cr3t","X-Tenant":"acme"}}"#,
+        )
+        .await;
+    assert_eq!(submitted.status, 201, "{submitted:?}");
+    let view = submitted.json();
+    assert_eq!(view["method"], "PATCH");
+    assert_eq!(
+        view["headers"],
+        json!({
+            "authorization": "[redacted]",
+            "cookie": "[redacted]",
+            "x-api-key": "[redacted]",
+            "x-tenant": "acme",
+        })
+    );
+    let id = view["id"].as_str().unwrap().to_owned();
+    let got = h
+        .call("GET", &format!("/tasks/{id}"), &[], b"")
+        .await
+        .json();
+    assert_eq!(got["headers"], view["headers"]);
+
+    // Batch items take them too, and a bad one fails alone.
+    let batch = h
+        .call(
+            "POST",
+            "/tasks/batch",
+            &[JSON],
+            br#"{"tasks":[
+                {"url":"http://127.0.0.1:9/a","idempotency_key":"b-1","method":"DELETE","headers":{"X-Api-Key":"b-s3cr3t"}},
+                {"url":"http://127.0.0.1:9/a","idempotency_key":"b-2","headers":{"Host":"evil"}}]}"#,
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{batch:?}");
+    let results = batch.json()["results"].clone();
+    assert_eq!(results[0]["status"], 201, "{results}");
+    assert_eq!(results[0]["task"]["method"], "DELETE");
+    assert_eq!(
+        results[0]["task"]["headers"],
+        json!({"x-api-key": "[redacted]"})
+    );
+    assert_eq!(results[1]["status"], 400, "{results}");
+    assert!(
+        results[1]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("headers.host: ")),
+        "{results}"
+    );
+
+    let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let body = format!(
+        r#"{{"headers":{{"X-Region":"eu","Authorization":"Bearer d-s3cr3t"}},"signing_secrets":["{secret}"]}}"#
+    );
+    let put = h
+        .call("PUT", "/destinations/127.0.0.1:9", &[JSON], body.as_bytes())
+        .await;
+    assert_eq!(put.status, 200, "{put:?}");
+    assert_eq!(
+        put.json()["header_names"],
+        json!(["authorization", "x-region"])
+    );
+    assert_eq!(put.json()["signing_secrets"], 1);
+
+    let mut seen = Vec::new();
+    for path in [
+        format!("/tasks/{id}"),
+        "/tasks".to_owned(),
+        "/destinations".to_owned(),
+        "/destinations/127.0.0.1:9".to_owned(),
+        "/metrics".to_owned(),
+    ] {
+        let reply = h.call("GET", &path, &[], b"").await;
+        assert_eq!(reply.status, 200, "{path}");
+        seen.push((path, String::from_utf8_lossy(&reply.body).into_owned()));
+    }
+    for (path, text) in &seen {
+        for hidden in ["s3cr3t", "whsec_", "C2FVsBQ"] {
+            assert!(!text.contains(hidden), "{path} shows {hidden}: {text}");
         }
     }
 }

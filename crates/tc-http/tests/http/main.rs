@@ -5,7 +5,9 @@
 // Helpers outside #[test] fns unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod browsers;
 mod contract;
 mod props;
 mod socket;
+mod spec_bounds;
 mod support;

@@ -228,6 +228,8 @@ pub(crate) type TestApp = App<Switchable, FakeControl>;
 
 pub(crate) struct Harness {
     pub(crate) app: Arc<TestApp>,
+    /// The fake worker's change announcements (to count who listens).
+    pub(crate) changes: tokio::sync::broadcast::Sender<(TaskId, tc_model::State)>,
     pub(crate) store: Arc<Switchable>,
     pub(crate) wakes: Arc<AtomicUsize>,
     /// The running tasks a bulk cancel asked the worker to interrupt.
@@ -242,10 +244,11 @@ pub(crate) async fn harness(config: HttpConfig) -> Harness {
     });
     let wakes = Arc::new(AtomicUsize::new(0));
     let interrupted = Arc::default();
+    let changes = tokio::sync::broadcast::channel(64).0;
     let control = FakeControl {
         store: Arc::clone(&store),
         wakes: Arc::clone(&wakes),
-        changes: tokio::sync::broadcast::channel(64).0,
+        changes: changes.clone(),
         interrupted: Arc::clone(&interrupted),
     };
     let app = Arc::new(App::new(
@@ -256,6 +259,7 @@ pub(crate) async fn harness(config: HttpConfig) -> Harness {
     ));
     Harness {
         app,
+        changes,
         store,
         wakes,
         interrupted,
@@ -296,9 +300,28 @@ impl Harness {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Reply {
+        self.call_via(None, method, path, headers, body).await
+    }
+
+    /// [`Harness::call`] as if it came on a connection from `peer` to
+    /// `local` (what the server records for every request).
+    pub(crate) async fn call_via(
+        &self,
+        connection: Option<(&str, &str)>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
         let mut builder = Request::builder().method(method).uri(path);
         for (name, value) in headers {
             builder = builder.header(*name, *value);
+        }
+        if let Some((peer, local)) = connection {
+            builder = builder.extension(tc_http::ConnectionInfo {
+                peer: peer.parse().unwrap(),
+                local: local.parse().unwrap(),
+            });
         }
         let request = builder
             .body(Full::new(Bytes::copy_from_slice(body)))
@@ -323,6 +346,15 @@ impl Harness {
             body.to_string().as_bytes(),
         )
         .await
+    }
+
+    /// The value of an unlabelled gauge or counter in `GET /metrics`.
+    pub(crate) async fn metric(&self, name: &str) -> i64 {
+        let text = self.call("GET", "/metrics", &[], b"").await.body;
+        let text = String::from_utf8_lossy(&text);
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
     }
 
     pub(crate) fn set_store_down(&self, down: bool) {

@@ -61,8 +61,9 @@ pub(crate) enum TaskCommand {
     Submit(SubmitArgs),
     /// Show a task: every field and its attempt history.
     Get(IdArgs),
-    /// Write a succeeded task's result to stdout, the downstream's bytes
-    /// exactly as received.
+    /// Write a succeeded task's result to stdout: into a pipe or a file the
+    /// downstream's bytes exactly as received; to a terminal with control
+    /// characters escaped (a result cannot drive the terminal) unless --raw.
     Result(ResultArgs),
     /// List tasks in creation order, one page (--limit) or every page (--all).
     List(ListArgs),
@@ -83,14 +84,26 @@ pub(crate) enum TaskCommand {
 /// `task submit`.
 #[derive(Debug, Args)]
 pub(crate) struct SubmitArgs {
-    /// The URL the task POSTs to (absolute `http://` or `https://`).
+    /// The URL the task calls (absolute `http://` or `https://`).
     #[arg(long)]
     pub(crate) url: String,
 
     /// The JSON the downstream receives as its body, sent as written (key
-    /// order and digits kept), or `@FILE` to read it from a file.
-    #[arg(long = "json", value_name = "JSON", value_parser = payload)]
-    pub(crate) payload: Payload,
+    /// order and digits kept), or `@FILE` to read it from a file. Required
+    /// unless --method is given; then, left out, a POST, PUT or PATCH sends
+    /// `{}` and a DELETE or GET no body (a GET takes none).
+    #[arg(long = "json", value_name = "JSON", value_parser = payload,
+          required_unless_present = "method")]
+    pub(crate) payload: Option<Payload>,
+
+    /// The call's method: POST (the default), PUT, PATCH, DELETE or GET.
+    #[arg(long, value_name = "METHOD", value_parser = method)]
+    pub(crate) method: Option<String>,
+
+    /// A header the task sends, `Name: value` (repeatable). Credentials
+    /// (authorization, cookie, x-api-key) are shown redacted afterwards.
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = header)]
+    pub(crate) headers: Vec<(String, String)>,
 
     /// The idempotency key: your name for this piece of work. Left out, a
     /// new one (a UUID v7) is generated and printed.
@@ -130,7 +143,12 @@ pub(crate) struct IdArgs {
 pub(crate) struct ResultArgs {
     /// The task's id.
     pub(crate) id: String,
-    // Accepted for symmetry; the result is always written as raw bytes.
+    /// Write the bytes as received even to a terminal, escape sequences
+    /// included (they can move the cursor, recolour or retitle the terminal,
+    /// or set the clipboard through OSC 52).
+    #[arg(long)]
+    pub(crate) raw: bool,
+    // Accepted for symmetry; the result is never JSON.
     #[command(flatten)]
     pub(crate) output: Output,
 }
@@ -319,7 +337,7 @@ pub(crate) struct DestinationName {
 /// `destination set`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("settings").required(true).multiple(true)
-    .args(["max_in_flight", "rate", "burst"])))]
+    .args(["max_in_flight", "rate", "burst", "headers", "clear_headers", "signing_secrets", "clear_signing"])))]
 pub(crate) struct SetArgs {
     /// The destination: a task URL's `host:port`, the port always written.
     #[arg(value_name = "HOST:PORT")]
@@ -335,6 +353,29 @@ pub(crate) struct SetArgs {
     /// up.
     #[arg(long, value_name = "B|none", value_parser = setting::<u32>)]
     pub(crate) burst: Option<Setting<u32>>,
+    /// A header sent with every call to the destination, `Name: value`
+    /// (repeatable); together they replace its default headers. A task's
+    /// own header of the same name wins. Never shown back: views list the
+    /// names only.
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = header,
+          conflicts_with = "clear_headers")]
+    pub(crate) headers: Vec<(String, String)>,
+    /// Remove the destination's default headers.
+    #[arg(long)]
+    pub(crate) clear_headers: bool,
+    /// A Standard Webhooks secret (`whsec_…`) its calls are signed with;
+    /// give two while rotating (each call then carries both signatures).
+    /// They replace the destination's secrets. Never shown back.
+    #[arg(
+        long = "signing-secret",
+        value_name = "SECRET",
+        conflicts_with = "clear_signing"
+    )]
+    pub(crate) signing_secrets: Vec<String>,
+    /// Remove the destination's signing secrets (its calls are then signed
+    /// with the server's --signing-secret, if it has one).
+    #[arg(long)]
+    pub(crate) clear_signing: bool,
     #[command(flatten)]
     pub(crate) output: Output,
 }
@@ -359,6 +400,28 @@ where
         .parse()
         .map(Setting::To)
         .map_err(|e| format!("{e}: give a number or none"))
+}
+
+/// `Name: value`, split at the first colon, the value trimmed of the
+/// spaces around it (as a header line is read). The server checks the rest.
+fn header(value: &str) -> Result<(String, String), String> {
+    let (name, rest) = value
+        .split_once(':')
+        .ok_or_else(|| "give a header as `Name: value`".to_owned())?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("the header's name is empty: give `Name: value`".to_owned());
+    }
+    Ok((name.to_owned(), rest.trim_matches([' ', '\t']).to_owned()))
+}
+
+/// One of the five methods, in any case (sent upper case).
+fn method(value: &str) -> Result<String, String> {
+    let upper = value.to_ascii_uppercase();
+    match upper.as_str() {
+        "POST" | "PUT" | "PATCH" | "DELETE" | "GET" => Ok(upper),
+        _ => Err("give POST, PUT, PATCH, DELETE or GET".to_owned()),
+    }
 }
 
 fn rate(value: &str) -> Result<Setting<f64>, String> {

@@ -83,12 +83,42 @@ fn settings_body(args: &SetArgs) -> Result<String, ClientError> {
     if let Some(burst) = args.burst {
         body.insert("burst".into(), setting(burst));
     }
+    if args.clear_headers {
+        body.insert("headers".into(), Value::Null);
+    } else if !args.headers.is_empty() {
+        body.insert("headers".into(), headers_object(&args.headers)?);
+    }
+    if args.clear_signing {
+        body.insert("signing_secrets".into(), Value::Null);
+    } else if !args.signing_secrets.is_empty() {
+        body.insert(
+            "signing_secrets".into(),
+            args.signing_secrets.clone().into(),
+        );
+    }
     if body.is_empty() {
         return Err(ClientError::Usage(
-            "give at least one of --max-in-flight, --rate, --burst".into(),
+            "give at least one of --max-in-flight, --rate, --burst, --header, --clear-headers, \
+             --signing-secret, --clear-signing"
+                .into(),
         ));
     }
     Ok(Value::Object(body).to_string())
+}
+
+/// `--header` values as the API's `headers` object; a name given twice (in
+/// any case) is a usage error here, as the server would refuse it.
+pub(crate) fn headers_object(headers: &[(String, String)]) -> Result<Value, ClientError> {
+    let mut object = Map::new();
+    for (name, value) in headers {
+        if object.keys().any(|n| n.eq_ignore_ascii_case(name)) {
+            return Err(ClientError::Usage(format!(
+                "--header {name} is given twice"
+            )));
+        }
+        object.insert(name.clone(), Value::from(value.as_str()));
+    }
+    Ok(Value::Object(object))
 }
 
 fn setting<T: Into<Value>>(value: Setting<T>) -> Value {
@@ -110,6 +140,10 @@ mod tests {
             max_in_flight: None,
             rate: None,
             burst: None,
+            headers: Vec::new(),
+            clear_headers: false,
+            signing_secrets: Vec::new(),
+            clear_signing: false,
             output: Default::default(),
         }
     }
@@ -128,6 +162,17 @@ mod tests {
         a.burst = Some(Setting::Clear);
         check(a, json!({"rate_per_s": 2.5, "burst": null}));
         assert!(matches!(settings_body(&args()), Err(ClientError::Usage(_))));
+        let mut a = args();
+        a.headers = vec![("Authorization".into(), "Bearer t".into())];
+        a.signing_secrets = vec!["whsec_a".into(), "whsec_b".into()];
+        check(
+            a,
+            json!({"headers": {"Authorization": "Bearer t"}, "signing_secrets": ["whsec_a", "whsec_b"]}),
+        );
+        let mut a = args();
+        a.clear_headers = true;
+        a.clear_signing = true;
+        check(a, json!({"headers": null, "signing_secrets": null}));
     }
 
     #[test]

@@ -57,14 +57,42 @@ pub(crate) fn millis(ms: u64) -> String {
 pub(crate) fn sanitize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() || is_bidi_control(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+/// `c`, or its escape if it is a control character or a bidirectional
+/// override.
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if c.is_control() || is_bidi_control(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+        c => out.push(c),
+    }
+}
+
+/// Bytes made safe for a terminal, line by line as they are: line feeds
+/// and tabs stay, every other control character (escape, bell, carriage
+/// return, C1 controls, delete) and the bidirectional overrides become
+/// escapes as in [`sanitize`], and a byte that is not UTF-8 becomes `\xNN`.
+/// What a downstream sent cannot then set the clipboard (OSC 52), retitle
+/// the window or overwrite what was printed.
+pub(crate) fn sanitize_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\n' | '\t' => out.push(c),
+                c => push_escaped(&mut out, c),
             }
-            c => out.push(c),
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
         }
     }
     out
@@ -299,6 +327,29 @@ mod tests {
         check("\x1b[2J", "\\u{1b}[2J");
         check("\u{7}bell", "\\u{7}bell");
         check("abc\u{202e}def", "abc\\u{202e}def");
+    }
+
+    #[test]
+    fn bytes_for_a_terminal_keep_lines_and_escape_the_rest() {
+        let check = |bytes: &[u8], expected: &str| {
+            assert_eq!(sanitize_bytes(bytes), expected, "{bytes:?}");
+        };
+        check(b"", "");
+        check(
+            "plain\ttext,\nünïcode\n".as_bytes(),
+            "plain\ttext,\nünïcode\n",
+        );
+        // OSC 52 (set the clipboard), ended by BEL or by ST.
+        check(b"\x1b]52;c;aGk=\x07", "\\u{1b}]52;c;aGk=\\u{7}");
+        check(b"\x1b]52;c;aGk=\x1b\\", "\\u{1b}]52;c;aGk=\\u{1b}\\");
+        check(b"over\rwrite", "over\\rwrite");
+        check(b"del\x7f", "del\\u{7f}");
+        // C1 controls (CSI as one code point) and a bidi override.
+        check("\u{9b}31m".as_bytes(), "\\u{9b}31m");
+        check("a\u{202e}b".as_bytes(), "a\\u{202e}b");
+        // Bytes that are not UTF-8, alone and in the middle of a sequence.
+        check(&[0xff, 0x00, b'b'], "\\xff\\u{0}b");
+        check(&[b'a', 0xe2, 0x82, b'z'], "a\\xe2\\x82z");
     }
 
     #[test]

@@ -61,7 +61,7 @@ async fn task_command(args: &TaskArgs) -> Result<(), ClientError> {
             task::submit(&api, &Out::new(args.output.json), submit).await
         }
         TaskCommand::Get(a) => task::get(&api, &Out::new(json(a.output)), &a.id).await,
-        TaskCommand::Result(a) => task::result(&api, &Out::new(json(a.output)), &a.id).await,
+        TaskCommand::Result(a) => task::result(&api, &Out::new(json(a.output)), &a.id, a.raw).await,
         TaskCommand::List(a) => task::list(&api, &Out::new(json(a.output)), a).await,
         TaskCommand::Cancel(a) => task::cancel(&api, &Out::new(json(a.output)), &a.id).await,
         TaskCommand::Retry(a) => task::retry(&api, &Out::new(json(a.output)), a).await,

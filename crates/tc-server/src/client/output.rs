@@ -17,6 +17,9 @@ pub(crate) struct Out {
     pub(crate) json: bool,
     /// Colour the text.
     pub(crate) colour: bool,
+    /// Stdout is a terminal (a person reads it, and escape sequences in it
+    /// would drive their terminal).
+    pub(crate) terminal: bool,
     /// The time relative times are counted from (read once, so one table
     /// has one "now").
     pub(crate) now: SystemTime,
@@ -26,10 +29,11 @@ impl Out {
     /// Output as the flags ask, coloured when stdout is a terminal.
     pub(crate) fn new(json: bool) -> Out {
         let no_color = std::env::var_os("NO_COLOR");
+        let terminal = std::io::stdout().is_terminal();
         Out {
             json,
-            colour: !json
-                && format::wants_colour(std::io::stdout().is_terminal(), no_color.as_deref()),
+            colour: !json && format::wants_colour(terminal, no_color.as_deref()),
+            terminal,
             now: SystemTime::now(),
         }
     }

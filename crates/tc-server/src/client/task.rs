@@ -30,7 +30,7 @@ pub(crate) async fn submit(api: &Api, out: &Out, args: &SubmitArgs) -> Result<()
         .send(
             Method::POST,
             "/tasks",
-            Some(submit_body(args, &key)),
+            Some(submit_body(args, &key)?),
             Duration::ZERO,
         )
         .await?;
@@ -81,13 +81,22 @@ fn new_key() -> Result<String, ClientError> {
 /// `POST /tasks`'s body. The payload goes in as written (serde_json's map
 /// would sort its keys, and the downstream receives them in the user's
 /// order).
-fn submit_body(args: &SubmitArgs, key: &str) -> String {
+fn submit_body(args: &SubmitArgs, key: &str) -> Result<String, ClientError> {
     let mut body = format!(
-        "{{\"url\":{},\"idempotency_key\":{},\"json\":{}",
+        "{{\"url\":{},\"idempotency_key\":{}",
         Value::from(args.url.as_str()),
         Value::from(key),
-        args.payload.0.get()
     );
+    if let Some(payload) = &args.payload {
+        let _ = write!(body, ",\"json\":{}", payload.0.get());
+    }
+    if let Some(method) = &args.method {
+        let _ = write!(body, ",\"method\":{}", Value::from(method.as_str()));
+    }
+    if !args.headers.is_empty() {
+        let headers = super::destination::headers_object(&args.headers)?;
+        let _ = write!(body, ",\"headers\":{headers}");
+    }
     let numbers = [
         ("max_attempts", args.max_attempts.map(u64::from)),
         ("timeout_ms", args.timeout_ms),
@@ -99,7 +108,7 @@ fn submit_body(args: &SubmitArgs, key: &str) -> String {
         }
     }
     body.push('}');
-    body
+    Ok(body)
 }
 
 /// Long-polls the task until it is finished: its final view.
@@ -148,8 +157,9 @@ pub(crate) async fn get(api: &Api, out: &Out, id: &str) -> Result<(), ClientErro
     out.text(&text)
 }
 
-/// `task result`: the bytes as the downstream sent them.
-pub(crate) async fn result(api: &Api, out: &Out, id: &str) -> Result<(), ClientError> {
+/// `task result`: the bytes as the downstream sent them; to a terminal,
+/// unless `raw`, with control characters escaped.
+pub(crate) async fn result(api: &Api, out: &Out, id: &str, raw: bool) -> Result<(), ClientError> {
     let reply = api
         .send(
             Method::GET,
@@ -158,7 +168,11 @@ pub(crate) async fn result(api: &Api, out: &Out, id: &str) -> Result<(), ClientE
             Duration::ZERO,
         )
         .await?;
-    out.bytes(&reply.body)
+    if raw || !out.terminal {
+        out.bytes(&reply.body)
+    } else {
+        out.text(&format::sanitize_bytes(&reply.body))
+    }
 }
 
 /// How often `task list --all` asks again for a page that did not move past
@@ -425,7 +439,11 @@ mod tests {
     fn submit_args(payload: &str) -> SubmitArgs {
         SubmitArgs {
             url: "http://127.0.0.1:9000/hook".into(),
-            payload: Payload(serde_json::value::RawValue::from_string(payload.to_owned()).unwrap()),
+            payload: Some(Payload(
+                serde_json::value::RawValue::from_string(payload.to_owned()).unwrap(),
+            )),
+            method: None,
+            headers: Vec::new(),
             key: None,
             max_attempts: None,
             timeout_ms: None,
@@ -438,19 +456,45 @@ mod tests {
     fn the_submit_body_keeps_the_payload_as_written() {
         let mut args = submit_args(r#"{"b":1,"a":1.0,"b":2}"#);
         assert_eq!(
-            submit_body(&args, "k\"1"),
+            submit_body(&args, "k\"1").unwrap(),
             r#"{"url":"http://127.0.0.1:9000/hook","idempotency_key":"k\"1","json":{"b":1,"a":1.0,"b":2}}"#
         );
         args.max_attempts = Some(5);
         args.timeout_ms = Some(2000);
         args.delay_ms = Some(0);
-        let body = submit_body(&args, "k");
+        let body = submit_body(&args, "k").unwrap();
         assert!(
             body.ends_with(r#","max_attempts":5,"timeout_ms":2000,"delay_ms":0}"#),
             "{body}"
         );
         let parsed: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(parsed["idempotency_key"], "k");
+    }
+
+    #[test]
+    fn the_submit_body_carries_the_method_and_the_headers() {
+        let mut args = submit_args("{}");
+        args.payload = None;
+        args.method = Some("GET".into());
+        args.headers = vec![
+            ("X-Tenant".into(), "acme".into()),
+            ("Authorization".into(), "Bearer t".into()),
+        ];
+        let body: Value = serde_json::from_str(&submit_body(&args, "k").unwrap()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "url": "http://127.0.0.1:9000/hook",
+                "idempotency_key": "k",
+                "method": "GET",
+                "headers": {"X-Tenant": "acme", "Authorization": "Bearer t"},
+            })
+        );
+        args.headers.push(("x-tenant".into(), "other".into()));
+        assert!(matches!(
+            submit_body(&args, "k"),
+            Err(ClientError::Usage(m)) if m.contains("x-tenant")
+        ));
     }
 
     #[test]

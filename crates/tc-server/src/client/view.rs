@@ -89,7 +89,20 @@ pub(crate) fn task_fields(task: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
     let mut rows = vec![
         row("id", text(field(task, "id"))),
         vec![Cell::new("state"), state_cell(task)],
+        row("method", text(field(task, "method"))),
         row("url", text(field(task, "url"))),
+    ];
+    // As the API shows them: credentials already `[redacted]`.
+    if let Some(headers) = field(task, "headers").as_object()
+        && !headers.is_empty()
+    {
+        let list: Vec<String> = headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {}", text(value)))
+            .collect();
+        rows.push(row("headers", list.join(", ")));
+    }
+    rows.extend([
         row("destination", text(field(task, "destination"))),
         row("key", text(field(task, "idempotency_key"))),
         row("attempt", attempts_text(task)),
@@ -97,7 +110,7 @@ pub(crate) fn task_fields(task: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
         row("error", text(field(task, "error"))),
         row("created", when(field(task, "created_at"), now)),
         row("updated", when(field(task, "updated_at"), now)),
-    ];
+    ]);
     let optional = [
         ("run at", "run_at"),
         ("started", "started_at"),
@@ -223,6 +236,29 @@ fn last_outcome(d: &Value) -> String {
     }
 }
 
+/// A destination's default headers: their names (the API never shows the
+/// values).
+fn header_names(d: &Value) -> String {
+    let names: Vec<&str> = field(d, "header_names")
+        .as_array()
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if names.is_empty() {
+        NONE.to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// How many secrets sign its calls.
+fn signing(d: &Value) -> String {
+    match field(d, "signing_secrets").as_u64() {
+        None | Some(0) => NONE.to_owned(),
+        Some(1) => "signed (1 secret)".to_owned(),
+        Some(n) => format!("signed ({n} secrets, rotating)"),
+    }
+}
+
 /// Every field of a destination view, as label and value rows.
 pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
     let row = |label: &str, value: String| vec![Cell::new(label), Cell::new(&value)];
@@ -239,6 +275,8 @@ pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
         row("max in flight", text(field(d, "max_in_flight"))),
         row("rate/s", text(field(d, "rate_per_s"))),
         row("burst", text(field(d, "burst"))),
+        row("headers", header_names(d)),
+        row("signing", signing(d)),
         row("in flight", text(field(d, "in_flight"))),
         row("pending", text(field(d, "pending"))),
         vec![Cell::new("breaker"), breaker_cell(d)],
@@ -263,6 +301,8 @@ mod tests {
             "id": "0194d1c2-7a3e-7c41-9a8b-5d2f1e0c3b4a",
             "state": "success",
             "url": "http://127.0.0.1:9000/hook",
+            "method": "PUT",
+            "headers": {"authorization": "[redacted]", "x-tenant": "acme"},
             "destination": "127.0.0.1:9000",
             "idempotency_key": "order-42",
             "attempt": 2, "max_attempts": 5,
@@ -291,7 +331,9 @@ mod tests {
             text,
             "id           0194d1c2-7a3e-7c41-9a8b-5d2f1e0c3b4a\n\
              state        success\n\
+             method       PUT\n\
              url          http://127.0.0.1:9000/hook\n\
+             headers      authorization: [redacted], x-tenant: acme\n\
              destination  127.0.0.1:9000\n\
              key          order-42\n\
              attempt      2 of 5\n\
@@ -362,7 +404,8 @@ mod tests {
         let d = json!({"destination": "127.0.0.1:9000", "max_in_flight": 4,
             "rate_per_s": 2.5, "burst": 3, "paused": true, "in_flight": 1, "pending": 7,
             "breaker": "open", "backoff_until": null, "last_error": "http_503",
-            "last_status": 503});
+            "last_status": 503, "header_names": ["authorization", "x-region"],
+            "signing_secrets": 2});
         let mut table = Table::new(&DESTINATION_HEADER);
         assert_eq!(
             table.render(&[destination_row(&d)], false),
@@ -372,5 +415,13 @@ mod tests {
         let fields = Table::plain().render(&destination_fields(&d, now()), false);
         assert!(fields.contains("paused         yes\n"), "{fields}");
         assert!(fields.contains("backoff until  -\n"), "{fields}");
+        assert!(
+            fields.contains("headers        authorization, x-region\n"),
+            "{fields}"
+        );
+        assert!(
+            fields.contains("signing        signed (2 secrets, rotating)\n"),
+            "{fields}"
+        );
     }
 }

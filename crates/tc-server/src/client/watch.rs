@@ -233,6 +233,7 @@ mod tests {
         let out = Out {
             json: false,
             colour: false,
+            terminal: false,
             now: SystemTime::UNIX_EPOCH,
         };
         let ended = Event::Ended {

@@ -92,6 +92,7 @@ fn settings(db: std::path::PathBuf) -> Settings {
     Settings {
         db,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        admin_listen: None,
         store: tc_store::StoreConfig::default(),
         worker: WorkerConfig {
             concurrency: 4,

@@ -139,6 +139,74 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
     db.cleanup().await.unwrap();
 }
 
+/// A schema of version 6 (before methods, headers and signing secrets)
+/// with a task and a destination's settings is upgraded in place: the task
+/// is a POST with no headers, the settings are kept, and the destination
+/// takes headers and secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_schema_is_upgraded_in_place() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(6).await.unwrap();
+    db.execute(&format!(
+        "SET search_path TO {schema};
+         INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns,
+                            created_at, updated_at, next_run_at, destination)
+         VALUES ('\\x0190f3a2000070008000000000000001', 'old', 'pending',
+                 'http://127.0.0.1:9/old', '\\x7b7d', 3, 1000000000, 0, 0, 0, '127.0.0.1:9');
+         INSERT INTO destinations (destination, max_in_flight, updated_at)
+         VALUES ('127.0.0.1:9', 4, 0);"
+    ))
+    .await
+    .unwrap();
+
+    let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let old = store
+        .get("0190f3a2-0000-7000-8000-000000000001".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(old.idempotency_key, "old");
+    assert_eq!((old.method, old.headers.len()), (tc_model::Method::Post, 0));
+    let destination = store.destination("127.0.0.1:9".into()).await.unwrap();
+    assert_eq!(destination.settings.max_in_flight, Some(4));
+    assert!(
+        destination.settings.headers.is_empty() && destination.settings.signing_secrets.is_empty()
+    );
+    let headers =
+        tc_model::Headers::parse([("authorization".to_owned(), "Bearer t".to_owned())]).unwrap();
+    let secrets =
+        tc_model::signing::SigningSecrets::parse(&["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"])
+            .unwrap();
+    let updated = store
+        .update_destination(
+            "127.0.0.1:9".into(),
+            tc_model::destination::DestinationUpdate {
+                headers: Some(headers.clone()),
+                signing_secrets: Some(secrets.clone()),
+                ..Default::default()
+            },
+            Timestamp::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            updated.settings.max_in_flight,
+            &updated.settings.headers,
+            &updated.settings.signing_secrets
+        ),
+        (Some(4), &headers, &secrets)
+    );
+    drop(store);
+    assert_eq!(
+        snapshot(&db, &schema).await,
+        format!(
+            "attempts,destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            tc_store_pg::SCHEMA_VERSION
+        )
+    );
+    db.cleanup().await.unwrap();
+}
+
 /// A node whose clock is an hour off neither steals a live lease nor stamps
 /// its own time: in database mode every time is the database's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,7 +42,7 @@ fn old_insert(key: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_fills_200000_tasks_in_batches_while_an_older_node_serves() {
     let Some(db) = database().await else { return };
-    let schema = db.schema_at_version(4).await.unwrap();
+    let schema = db.schema_at(4).await.unwrap();
     let old = Raw::connect(&db, None, Some(&schema)).await;
     let urls = URLS
         .iter()

@@ -196,6 +196,8 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(old.timeout, Duration::from_secs(2));
     assert_eq!(old.attempts.len(), 1);
     assert_eq!(old.attempts[0].duration_ms, Some(100));
+    // Tasks from before methods and headers are POSTs with none.
+    assert_eq!((old.method, old.headers.len()), (tc_model::Method::Post, 0));
     let claimed = store
         .claim_due(
             10,
@@ -208,6 +210,25 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, waiting);
     assert_eq!(claimed[0].body, b"[]");
+    assert_eq!(
+        (claimed[0].method, claimed[0].headers.len()),
+        (tc_model::Method::Post, 0)
+    );
+    // An old file takes a destination's headers and secrets.
+    let headers =
+        tc_model::Headers::parse([("authorization".to_owned(), "Bearer t".to_owned())]).unwrap();
+    let updated = store
+        .update_destination(
+            "127.0.0.1:9".into(),
+            tc_model::destination::DestinationUpdate {
+                headers: Some(headers.clone()),
+                ..Default::default()
+            },
+            t(70),
+        )
+        .await
+        .unwrap();
+    assert_eq!(updated.settings.headers, headers);
     // The old rows' destinations were filled in: the filter finds them.
     let by_destination = store
         .list(ListQuery {

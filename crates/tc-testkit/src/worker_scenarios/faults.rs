@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tc_downstream::{DownError, DownRequest, DownResponse, Downstream};
+use tc_downstream::{Delivery, DownError, DownResponse, Downstream};
 use tc_model::State;
 use tc_model::store::TaskStore;
 use tc_worker::{Worker, WorkerMetrics};
@@ -30,8 +30,8 @@ impl<D> PanicOn<D> {
 }
 
 impl<D: Downstream> Downstream for PanicOn<D> {
-    async fn post(&self, request: DownRequest) -> Result<DownResponse, DownError> {
-        let path = request
+    async fn send(&self, delivery: Delivery) -> Result<DownResponse, DownError> {
+        let path = delivery
             .url
             .splitn(4, '/')
             .nth(3)
@@ -40,7 +40,7 @@ impl<D: Downstream> Downstream for PanicOn<D> {
         if path == self.path {
             panic!("downstream fake panics on {path} (test)");
         }
-        self.inner.post(request).await
+        self.inner.send(delivery).await
     }
 }
 

@@ -11,6 +11,7 @@ mod operations;
 mod scale;
 mod slow_downstream;
 mod submit;
+mod waiters;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -138,6 +139,7 @@ fn run_with(
         bench.phase(6, "naive peer", Bench::naive_peer).await;
         bench.phase(8, "operations", Bench::operations).await;
         bench.phase(9, "head of line", Bench::head_of_line).await;
+        bench.phase(10, "idle waiters", Bench::idle_waiters).await;
     });
     drop(runtime);
 

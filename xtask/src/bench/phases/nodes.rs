@@ -187,11 +187,11 @@ impl Bench {
 }
 
 /// `sysconf(_SC_CLK_TCK)` on Linux, which /proc reports times in.
-const CLOCK_TICKS_PER_S: f64 = 100.0;
+pub(super) const CLOCK_TICKS_PER_S: f64 = 100.0;
 
 /// utime + stime of a process, in clock ticks (fields 14 and 15 of
 /// /proc/<pid>/stat, counted after the parenthesised command name).
-fn cpu_ticks(pid: u32) -> Option<u64> {
+pub(super) fn cpu_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = after_name.split_whitespace().collect();

@@ -29,11 +29,29 @@ pub(crate) struct Row {
     pub(crate) held: Vec<String>,
     /// Its rate limit, as `2.5/s, burst 7`.
     pub(crate) rate: Option<String>,
+    /// The names of its default headers (never their values).
+    pub(crate) header_names: Vec<String>,
+    /// How its calls are signed: `signed`, `signed ×2` while rotating,
+    /// `signed (server)` with the server's secret; `None`: not signed.
+    pub(crate) signed: Option<&'static str>,
 }
 
 impl Row {
-    pub(crate) fn new(d: &Destination, runtime: &DestinationRuntime, now: Timestamp) -> Row {
+    pub(crate) fn new(
+        d: &Destination,
+        runtime: &DestinationRuntime,
+        now: Timestamp,
+        signs_by_default: bool,
+    ) -> Row {
+        let signed = match d.settings.signing_secrets.len() {
+            0 if signs_by_default => Some("signed (server)"),
+            0 => None,
+            1 => Some("signed"),
+            _ => Some("signed ×2"),
+        };
         Row {
+            header_names: d.settings.headers.names().map(str::to_owned).collect(),
+            signed,
             held: held_reasons(d, runtime, now),
             rate: d.settings.rate_per_s.map(|rate| {
                 let burst = d.settings.bucket_size().unwrap_or(1.0);
@@ -95,7 +113,10 @@ pub(crate) async fn section<S: TaskStore, C: Control>(app: &App<S, C>, now: Time
             let total = all.len();
             let rows = all
                 .iter()
-                .map(|d| Row::new(d, &app.control().destination_state(&d.name), now))
+                .map(|d| {
+                    let runtime = app.control().destination_state(&d.name);
+                    Row::new(d, &runtime, now, app.ui().sources.signs_by_default)
+                })
                 .collect();
             let (rows, more) = busiest(rows);
             table(&rows, more, total >= DESTINATIONS_LIMIT)
@@ -120,7 +141,7 @@ fn table(rows: &[Row], more: usize, capped: bool) -> Markup {
             table.list.destinations {
                 thead { tr {
                     th { "destination" } th { "breaker" } th.num { "in flight" }
-                    th.num { "pending" } th { "held" } th { "rate" }
+                    th.num { "pending" } th { "held" } th { "rate" } th { "calls" }
                 } }
                 tbody {
                     @for r in rows {
@@ -138,6 +159,13 @@ fn table(rows: &[Row], more: usize, capped: bool) -> Markup {
                             }
                             td.rate {
                                 @match &r.rate { Some(rate) => { (rate) } None => { span.muted { "—" } } }
+                            }
+                            td.calls {
+                                @if let Some(signed) = r.signed { span.badge.signed { (signed) } " " }
+                                @if !r.header_names.is_empty() {
+                                    span.mono.header-names title="default headers (values hidden)" { (r.header_names.join(", ")) }
+                                }
+                                @if r.signed.is_none() && r.header_names.is_empty() { span.muted { "—" } }
                             }
                         }
                     }
@@ -234,6 +262,7 @@ mod tests {
                 &destination(name, DestinationSettings::default(), pending, 0),
                 &DestinationRuntime::default(),
                 NOW,
+                false,
             )
         };
         let mut rows: Vec<Row> = (0..30).map(|i| row(&format!("h{i:02}:80"), i)).collect();
@@ -259,6 +288,7 @@ mod tests {
             &destination("a:1", settings, 0, 0),
             &DestinationRuntime::default(),
             NOW,
+            false,
         );
         assert_eq!(r.rate.as_deref(), Some("2.5/s, burst 7"));
         let settings = DestinationSettings {
@@ -269,7 +299,46 @@ mod tests {
             &destination("a:1", settings, 0, 0),
             &DestinationRuntime::default(),
             NOW,
+            false,
         );
         assert_eq!(r.rate.as_deref(), Some("2.5/s, burst 3"));
+    }
+
+    #[test]
+    fn header_names_and_how_calls_are_signed_show_never_a_value() {
+        let headers = tc_model::Headers::parse([
+            ("X-Tenant".to_owned(), "acme".to_owned()),
+            ("Authorization".to_owned(), "Bearer s3cr3t".to_owned()),
+        ])
+        .unwrap();
+        let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+        let secrets =
+            |n: usize| tc_model::signing::SigningSecrets::parse(&vec![secret; n]).unwrap();
+        let row = |signing_secrets, signs_by_default| {
+            let settings = DestinationSettings {
+                headers: headers.clone(),
+                signing_secrets,
+                ..Default::default()
+            };
+            Row::new(
+                &destination("a:1", settings, 0, 0),
+                &DestinationRuntime::default(),
+                NOW,
+                signs_by_default,
+            )
+        };
+        let signed = |r: Row| r.signed;
+        assert_eq!(signed(row(secrets(0), false)), None);
+        assert_eq!(signed(row(secrets(0), true)), Some("signed (server)"));
+        assert_eq!(signed(row(secrets(1), true)), Some("signed"));
+        assert_eq!(signed(row(secrets(2), false)), Some("signed ×2"));
+        let r = row(secrets(1), false);
+        assert_eq!(r.header_names, ["authorization", "x-tenant"]);
+        let html = table(&[r], 0, false).into_string();
+        assert!(html.contains("authorization, x-tenant"), "{html}");
+        assert!(html.contains(">signed<"), "{html}");
+        for secret in ["s3cr3t", "acme", "whsec_", "C2FVsBQ"] {
+            assert!(!html.contains(secret), "{secret} in {html}");
+        }
     }
 }

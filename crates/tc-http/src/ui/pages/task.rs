@@ -1,5 +1,6 @@
-//! One task: every field, the request body, the attempts as a timeline, the
-//! result, and the buttons (cancel, retry, delete) that call the JSON API.
+//! One task: every field (its headers as the API shows them, credentials
+//! redacted), the request body, the attempts as a timeline, the result, and
+//! the buttons (cancel, retry, delete) that call the JSON API.
 
 use maud::{Markup, html};
 use tc_model::store::TaskStore;
@@ -49,7 +50,7 @@ pub(crate) async fn render<S: TaskStore, C: Control>(
             div #live data-live={ "/ui/fragment/tasks/" (task.id) } { (live) }
             section.panel {
                 h2 { "Request body" }
-                (body_block(&task.body))
+                (body_block(&task))
             }
         },
     ))
@@ -94,7 +95,18 @@ fn details(task: &Task, now: Timestamp) -> Markup {
                 h2 { "Fields" }
                 dl.fields {
                     dt { "state" } dd { (task.state.as_str()) }
+                    dt { "method" } dd.mono #task-method { (task.method.as_str()) }
                     dt { "url" } dd.mono.break { (task.url) }
+                    dt { "headers" } dd #task-headers {
+                        @if task.headers.is_empty() { span.muted { "none of its own" } }
+                        @else {
+                            ul.headers {
+                                @for (name, value) in task.headers.redacted() {
+                                    li.mono.break { (name) ": " (value) }
+                                }
+                            }
+                        }
+                    }
                     dt { "destination" } dd.mono { a href={ "/ui/tasks?destination=" (super::encode(&task.destination)) } { (task.destination) } }
                     dt { "idempotency key" } dd.mono.break { (task.idempotency_key) }
                     dt { "tries" } dd {
@@ -253,11 +265,15 @@ fn result_block(task: &Task) -> Markup {
     }
 }
 
-fn body_block(body: &[u8]) -> Markup {
+fn body_block(task: &Task) -> Markup {
+    let body = &task.body;
+    if body.is_empty() {
+        return html! { p.muted #request-body { "None: its " (task.method.as_str()) " sends no body." } };
+    }
     let text = String::from_utf8_lossy(body);
     let shown = pretty_json(&text).unwrap_or_else(|| text.into_owned());
     html! {
-        p.meta { (size_text(body.len())) ", POSTed as application/json" }
+        p.meta { (size_text(body.len())) ", sent with its " (task.method.as_str()) " as application/json" }
         pre.code #request-body { (cut_at(&shown, SHOWN_RESULT_BYTES)) }
     }
 }

@@ -1,0 +1,296 @@
+//! What a try sends: the task, its destination's headers and signing
+//! secrets, and the worker's clock, mapped to tc-downstream's plain
+//! delivery inputs ([`tc_downstream::DeliverySpec`]), which builds and
+//! signs the request.
+//!
+//! The destinations' headers and secrets come from the settings the worker
+//! reads every second ([`crate::WorkerConfig::settings_interval`]). A change
+//! made through this process must reach the very next claim (an operator
+//! sets a bearer token, then submits): [`Outbound::changed`] marks the copy
+//! stale at once, and the claim loop reads the settings again before it
+//! claims while it is ([`Outbound::stale`]). Another node on a shared
+//! database sees a change within its settings interval.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use bytes::Bytes;
+use tc_downstream::{Delivery, DeliverySpec, Method};
+use tc_model::destination::DestinationSettings;
+use tc_model::headers::Headers;
+use tc_model::signing::SigningSecrets;
+use tc_model::{Task, Timestamp};
+
+/// A destination's part of its calls.
+#[derive(Default)]
+struct Credentials {
+    headers: Headers,
+    secrets: SigningSecrets,
+}
+
+/// The worker's copy of every destination's headers and secrets, and the
+/// server's own secrets for destinations without any.
+pub(crate) struct Outbound {
+    by_destination: Mutex<HashMap<String, Credentials>>,
+    default_secrets: SigningSecrets,
+    /// Changes announced ([`Outbound::changed`]).
+    asked: AtomicU64,
+    /// The announcements the copy has caught up with: a read that began
+    /// after them was applied.
+    seen: AtomicU64,
+}
+
+impl Outbound {
+    /// No destination's settings yet; `default_secrets` sign the calls to
+    /// destinations that have none of their own.
+    pub(crate) fn new(default_secrets: SigningSecrets) -> Outbound {
+        Outbound {
+            by_destination: Mutex::default(),
+            default_secrets,
+            asked: AtomicU64::new(0),
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    /// A destination's settings changed in the store: the copy is stale
+    /// until a read that begins after this is applied.
+    pub(crate) fn changed(&self) {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether a change was announced that no applied read covers yet.
+    pub(crate) fn stale(&self) -> bool {
+        self.seen.load(Ordering::SeqCst) < self.asked.load(Ordering::SeqCst)
+    }
+
+    /// Taken just before reading the settings, and handed back to
+    /// [`Outbound::set`] with what was read.
+    pub(crate) fn read_begins(&self) -> u64 {
+        self.asked.load(Ordering::SeqCst)
+    }
+
+    /// Keeps the headers and secrets of `settings`, read after
+    /// [`Outbound::read_begins`] returned `read`.
+    pub(crate) fn set(&self, settings: &[(String, DestinationSettings)], read: u64) {
+        let copy = settings
+            .iter()
+            .filter(|(_, s)| !s.headers.is_empty() || !s.signing_secrets.is_empty())
+            .map(|(name, s)| {
+                let credentials = Credentials {
+                    headers: s.headers.clone(),
+                    secrets: s.signing_secrets.clone(),
+                };
+                (name.clone(), credentials)
+            })
+            .collect();
+        *self
+            .by_destination
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = copy;
+        self.seen.fetch_max(read, Ordering::SeqCst);
+    }
+
+    /// The request of `task`'s current try, sent at `now`: its method, url
+    /// and body, its own headers over its destination's, signed with the
+    /// destination's secrets (the server's when it has none).
+    pub(crate) fn delivery(&self, task: &Task, now: Timestamp) -> Delivery {
+        let by_destination = self
+            .by_destination
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let none = Credentials::default();
+        let destination = by_destination.get(&task.destination).unwrap_or(&none);
+        let secrets = if destination.secrets.is_empty() {
+            &self.default_secrets
+        } else {
+            &destination.secrets
+        };
+        let keys: Vec<&[u8]> = secrets.iter().map(|s| s.key()).collect();
+        let headers = task.headers.over(&destination.headers);
+        let task_id = task.id.to_string();
+        let body = Bytes::from(task.body.clone());
+        Delivery::build(DeliverySpec {
+            method: method(task.method),
+            url: &task.url,
+            body: &body,
+            timeout: task.timeout,
+            task_id: &task_id,
+            attempt: task.attempt,
+            idempotency_key: &task.idempotency_key,
+            headers: &headers,
+            sent_at_s: now.as_millis().div_euclid(1000),
+            signing_keys: &keys,
+        })
+    }
+}
+
+fn method(method: tc_model::Method) -> Method {
+    match method {
+        tc_model::Method::Get => Method::Get,
+        tc_model::Method::Post => Method::Post,
+        tc_model::Method::Put => Method::Put,
+        tc_model::Method::Patch => Method::Patch,
+        tc_model::Method::Delete => Method::Delete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tc_downstream::webhook_signature;
+    use tc_model::signing::SigningSecret;
+    use tc_model::{Limits, NewTask, TaskId};
+
+    use super::*;
+
+    /// A secret of 24 bytes: 32 base64 characters, all the `n`th letter.
+    fn secret(n: u8) -> SigningSecret {
+        let encoded: String = std::iter::repeat_n(char::from(b'A' + n), 32).collect();
+        SigningSecret::parse(&format!("whsec_{encoded}")).unwrap()
+    }
+
+    fn headers(list: &[(&str, &str)]) -> Headers {
+        Headers::parse(list.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))).unwrap()
+    }
+
+    fn task(method: tc_model::Method, body: &[u8], own: Headers) -> Task {
+        let new = NewTask::new(
+            "http://127.0.0.1:9/hook".into(),
+            body.to_vec(),
+            "key-1".into(),
+            3,
+            Duration::from_secs(5),
+            &Limits::default(),
+        )
+        .unwrap()
+        .with_method(method)
+        .unwrap()
+        .with_headers(own);
+        let mut task = Task::submitted(
+            TaskId::new(Timestamp::from_millis(1), [3; 10]),
+            &new,
+            Timestamp::from_millis(1),
+        );
+        task.attempt = 2;
+        task
+    }
+
+    fn settings(headers: Headers, secrets: &[SigningSecret]) -> DestinationSettings {
+        let texts: Vec<&str> = secrets.iter().map(SigningSecret::expose).collect();
+        DestinationSettings {
+            headers,
+            signing_secrets: SigningSecrets::parse(&texts).unwrap(),
+            ..Default::default()
+        }
+    }
+
+    const NOW: Timestamp = Timestamp::from_millis(1_767_225_600_999);
+
+    #[test]
+    fn a_task_s_own_headers_win_over_its_destination_s_and_the_call_is_signed() {
+        let outbound = Outbound::new(SigningSecrets::default());
+        let (old, new) = (secret(1), secret(2));
+        outbound.set(
+            &[(
+                "127.0.0.1:9".to_owned(),
+                settings(
+                    headers(&[("authorization", "Bearer d"), ("x-region", "eu")]),
+                    &[old.clone(), new.clone()],
+                ),
+            )],
+            0,
+        );
+        let task = task(
+            tc_model::Method::Put,
+            b"{\"a\":1}",
+            headers(&[("Authorization", "Bearer t")]),
+        );
+        let delivery = outbound.delivery(&task, NOW);
+        assert_eq!(delivery.method, Method::Put);
+        assert_eq!(delivery.url, task.url);
+        assert_eq!(delivery.timeout, Duration::from_secs(5));
+        assert_eq!(delivery.header("authorization"), Some("Bearer t"));
+        assert_eq!(delivery.header("x-region"), Some("eu"));
+        assert_eq!(delivery.header("x-task-attempt"), Some("2"));
+        assert_eq!(delivery.header("webhook-timestamp"), Some("1767225600"));
+        let id = task.id.to_string();
+        assert_eq!(delivery.header("webhook-id"), Some(id.as_str()));
+        let expected = webhook_signature(&[old.key(), new.key()], &id, 1_767_225_600, b"{\"a\":1}");
+        assert_eq!(
+            delivery.header("webhook-signature"),
+            Some(expected.as_str())
+        );
+    }
+
+    #[test]
+    fn the_server_s_secret_signs_only_destinations_without_their_own() {
+        let (server, own) = (secret(3), secret(4));
+        let outbound = Outbound::new(SigningSecrets::parse(&[server.expose()]).unwrap());
+        outbound.set(
+            &[
+                (
+                    "127.0.0.1:9".to_owned(),
+                    settings(Headers::default(), std::slice::from_ref(&own)),
+                ),
+                (
+                    "other:80".to_owned(),
+                    settings(headers(&[("x-a", "1")]), &[]),
+                ),
+            ],
+            0,
+        );
+        let task = task(tc_model::Method::Post, b"{}", Headers::default());
+        let signature = |task: &Task| {
+            outbound
+                .delivery(task, NOW)
+                .header("webhook-signature")
+                .map(str::to_owned)
+        };
+        let id = task.id.to_string();
+        assert_eq!(
+            signature(&task),
+            Some(webhook_signature(&[own.key()], &id, 1_767_225_600, b"{}"))
+        );
+        let elsewhere = Task {
+            destination: "other:80".into(),
+            ..task.clone()
+        };
+        assert_eq!(
+            signature(&elsewhere),
+            Some(webhook_signature(
+                &[server.key()],
+                &id,
+                1_767_225_600,
+                b"{}"
+            ))
+        );
+        let unsigned = Outbound::new(SigningSecrets::default());
+        assert_eq!(unsigned.delivery(&task, NOW).header("webhook-id"), None);
+    }
+
+    #[test]
+    fn a_get_sends_no_body() {
+        let outbound = Outbound::new(SigningSecrets::default());
+        let delivery =
+            outbound.delivery(&task(tc_model::Method::Get, b"", Headers::default()), NOW);
+        assert_eq!((delivery.method, delivery.body.len()), (Method::Get, 0));
+        assert_eq!(delivery.header("content-type"), None);
+    }
+
+    #[test]
+    fn a_change_leaves_the_copy_stale_until_a_read_begun_after_it_is_applied() {
+        let outbound = Outbound::new(SigningSecrets::default());
+        assert!(!outbound.stale());
+        let before = outbound.read_begins();
+        outbound.changed();
+        assert!(outbound.stale());
+        // A read that began before the change does not cover it.
+        outbound.set(&[], before);
+        assert!(outbound.stale());
+        let after = outbound.read_begins();
+        outbound.set(&[], after);
+        assert!(!outbound.stale());
+    }
+}

@@ -1,0 +1,275 @@
+//! The document schemathesis reads: docs/openapi.yaml as it is, but for the
+//! values whose validity depends on this run rather than on the document,
+//! narrowed to what this run's server takes, and kept short.
+//!
+//! - A task's `url` is only accepted under the server's allow-list, which
+//!   here is the loopback sink's origin: the fuzz copy's pattern is the
+//!   document's own path and query pattern behind that origin, and the
+//!   examples' origin (`http://127.0.0.1:9000`) becomes the sink's. So every
+//!   generated task can be delivered, and every delivery stays on loopback.
+//! - `run_at` may be at most 365 days ahead of the server's clock: the fuzz
+//!   copy's years end before this decade, so a generated time is never
+//!   refused for being too far ahead.
+//! - A task id names a task of this run's server: each operation on a task
+//!   gets, as the example of its `{id}`, a task the harness made in the
+//!   state that operation needs ([`super::seed`]), so the examples phase
+//!   reaches every operation's 2xx; the other phases still draw ids at
+//!   random and follow the document's links.
+//! - `GET /tasks/{id}?wait_ms=` may hold a request 60 s on a pending task:
+//!   the fuzz copy waits at most [`MAX_WAIT_MS`], so a run's length does
+//!   not depend on how many generated waits meet a pending task.
+//!
+//! Everything else (lengths, ranges, enums, the dot-segment rule, closed
+//! objects) is the document's own, so the server is fuzzed against what it
+//! publishes; the narrowed bounds themselves are held to the server by
+//! tc-http's tests/http/spec_bounds.rs.
+
+use serde_json::Value;
+
+use super::seed::Seeds;
+
+/// The origin of the document's example urls.
+pub(crate) const EXAMPLE_ORIGIN: &str = "http://127.0.0.1:9000";
+
+/// Where the url pattern's origin part ends: the close of its optional port.
+/// What follows is the path and the query.
+const URL_PORT_END: &str = "6553[0-5]))?";
+
+/// The longest `wait_ms` the fuzz copy generates.
+pub(crate) const MAX_WAIT_MS: u64 = 1000;
+
+/// The years of the document's time pattern, and the ones the fuzz copy
+/// uses for `run_at`: all in the past, wherever the clock stands.
+const YEARS: &str = "(19[7-9][0-9]|[2-9][0-9]{3})";
+const PAST_YEARS: &str = "(19[7-9][0-9]|20[01][0-9])";
+
+/// The fuzz copy of `yaml` (docs/openapi.yaml) for a server whose allow-list
+/// is `origin` (`http://127.0.0.1:PORT`).
+pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value, String> {
+    let mut doc: Value =
+        serde_norway::from_str(yaml).map_err(|e| format!("docs/openapi.yaml: {e}"))?;
+    let submit = "/components/schemas/SubmitRequest/properties";
+
+    let url_pattern = string_at(&doc, &format!("{submit}/url/pattern"))?;
+    let path_and_query = split_once_exactly(url_pattern, URL_PORT_END)?.1;
+    let narrowed = format!("^{}{path_and_query}", regex_escape(origin));
+    *pointer_mut(&mut doc, &format!("{submit}/url/pattern"))? = Value::String(narrowed);
+
+    let time = string_at(&doc, "/components/schemas/UtcTime/pattern")?;
+    let (before, after) = split_once_exactly(time, YEARS)?;
+    let past = format!("{before}{PAST_YEARS}{after}");
+    *pointer_mut(&mut doc, &format!("{submit}/run_at"))? = serde_json::json!({
+        "type": "string",
+        "format": "date-time",
+        "pattern": past,
+    });
+
+    let get = pointer_mut(&mut doc, "/paths/~1tasks~1{id}/get/parameters")?;
+    let wait = get
+        .as_array_mut()
+        .and_then(|ps| ps.iter_mut().find(|p| p["name"] == "wait_ms"))
+        .ok_or("docs/openapi.yaml: GET /tasks/{id} has no wait_ms")?;
+    *pointer_mut(wait, "/schema/maximum")? = MAX_WAIT_MS.into();
+
+    let task_id = doc
+        .pointer("/components/parameters/TaskId")
+        .cloned()
+        .ok_or("docs/openapi.yaml has no TaskId parameter")?;
+    let mut seeded = 0;
+    for item in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for operation in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|i| i.values_mut())
+        {
+            let Some(id) = operation["operationId"]
+                .as_str()
+                .and_then(|o| seeds.for_operation(o))
+            else {
+                continue;
+            };
+            let mut parameter = task_id.clone();
+            parameter["example"] = Value::String(id.to_owned());
+            for p in operation["parameters"].as_array_mut().into_iter().flatten() {
+                if p["$ref"] == "#/components/parameters/TaskId" {
+                    *p = parameter.clone();
+                    seeded += 1;
+                }
+            }
+        }
+    }
+    if seeded != 5 {
+        return Err(format!(
+            "docs/openapi.yaml: expected 5 operations on a task id, found {seeded}"
+        ));
+    }
+
+    let rewritten = rewrite_origin(&mut doc, EXAMPLE_ORIGIN, origin);
+    if rewritten == 0 {
+        return Err(format!(
+            "docs/openapi.yaml: no example url starts with {EXAMPLE_ORIGIN}"
+        ));
+    }
+    Ok(doc)
+}
+
+fn string_at<'a>(doc: &'a Value, pointer: &str) -> Result<&'a str, String> {
+    doc.pointer(pointer)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("docs/openapi.yaml has no string at {pointer}"))
+}
+
+fn pointer_mut<'a>(doc: &'a mut Value, pointer: &str) -> Result<&'a mut Value, String> {
+    doc.pointer_mut(pointer)
+        .ok_or_else(|| format!("docs/openapi.yaml has nothing at {pointer}"))
+}
+
+/// `text` split around its one occurrence of `marker`.
+fn split_once_exactly<'a>(text: &'a str, marker: &str) -> Result<(&'a str, &'a str), String> {
+    if text.matches(marker).count() != 1 {
+        return Err(format!(
+            "docs/openapi.yaml: expected {marker:?} exactly once in {text:?}"
+        ));
+    }
+    text.split_once(marker)
+        .ok_or_else(|| format!("{marker:?} not in {text:?}"))
+}
+
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Replaces `from` with `to` at the start of every string in `value`;
+/// returns how many it changed.
+fn rewrite_origin(value: &mut Value, from: &str, to: &str) -> usize {
+    match value {
+        Value::String(s) => match s.strip_prefix(from) {
+            Some(rest) => {
+                *s = format!("{to}{rest}");
+                1
+            }
+            None => 0,
+        },
+        Value::Array(items) => items.iter_mut().map(|v| rewrite_origin(v, from, to)).sum(),
+        Value::Object(map) => map.values_mut().map(|v| rewrite_origin(v, from, to)).sum(),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seeds() -> Seeds {
+        Seeds {
+            succeeded: "s".into(),
+            failed: "f".into(),
+            finished: "d".into(),
+            pending: "p".into(),
+        }
+    }
+
+    fn document() -> String {
+        let path = crate::bench::workspace_root()
+            .join("docs")
+            .join("openapi.yaml");
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    #[test]
+    fn the_copy_narrows_what_the_run_decides_and_keeps_the_rest() {
+        let yaml = document();
+        let original: Value = serde_norway::from_str(&yaml).unwrap();
+        let copy = fuzz_copy(&yaml, "http://127.0.0.1:4567", &seeds()).unwrap();
+        let url = "/components/schemas/SubmitRequest/properties/url";
+        let pattern = copy.pointer(&format!("{url}/pattern")).unwrap();
+        let pattern = pattern.as_str().unwrap();
+        assert!(
+            pattern.starts_with(r"^http://127\.0\.0\.1:4567(/"),
+            "{pattern}"
+        );
+        let original_pattern = original.pointer(&format!("{url}/pattern")).unwrap();
+        assert!(
+            original_pattern
+                .as_str()
+                .unwrap()
+                .ends_with(pattern.strip_prefix(r"^http://127\.0\.0\.1:4567").unwrap())
+        );
+        // The url's other rules stay as published.
+        for rule in ["maxLength", "not"] {
+            assert_eq!(
+                copy.pointer(&format!("{url}/{rule}")),
+                original.pointer(&format!("{url}/{rule}")),
+                "{rule}"
+            );
+        }
+        let run_at = copy
+            .pointer("/components/schemas/SubmitRequest/properties/run_at/pattern")
+            .unwrap();
+        assert!(
+            run_at
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("^{PAST_YEARS}-"))
+        );
+        let example = copy
+            .pointer("/paths/~1tasks/post/requestBody/content/application~1json/example/url")
+            .unwrap();
+        assert_eq!(example, "http://127.0.0.1:4567/hook");
+        // Nothing else changed: the two schemas put back, the copies agree.
+        let wait = "/paths/~1tasks~1{id}/get/parameters/1/schema/maximum";
+        assert_eq!(original.pointer(wait).unwrap(), 60000);
+        assert_eq!(copy.pointer(wait).unwrap(), MAX_WAIT_MS);
+        let mut restored = copy.clone();
+        for field in ["url", "run_at"] {
+            let pointer = format!("/components/schemas/SubmitRequest/properties/{field}");
+            *restored.pointer_mut(&pointer).unwrap() = original.pointer(&pointer).unwrap().clone();
+        }
+        *restored.pointer_mut(wait).unwrap() = original.pointer(wait).unwrap().clone();
+        // Each operation on a task has its seeded task as the id's example.
+        for (path, method, id) in [
+            ("/tasks~1{id}", "get", "s"),
+            ("/tasks~1{id}", "delete", "d"),
+            ("/tasks~1{id}~1result", "get", "s"),
+            ("/tasks~1{id}~1cancel", "post", "p"),
+            ("/tasks~1{id}~1retry", "post", "f"),
+        ] {
+            let pointer = format!("/paths/~1{}/{method}/parameters/0", &path[1..]);
+            let parameter = restored.pointer_mut(&pointer).unwrap();
+            assert_eq!(parameter["example"], id, "{pointer}");
+            assert_eq!(parameter["name"], "id");
+            *parameter = serde_json::json!({"$ref": "#/components/parameters/TaskId"});
+        }
+        rewrite_origin(&mut restored, "http://127.0.0.1:4567", EXAMPLE_ORIGIN);
+        assert_eq!(restored, original);
+    }
+
+    #[test]
+    fn a_document_without_the_expected_patterns_is_refused() {
+        let yaml = document();
+        let broken = yaml.replace("6553[0-5]))?(/", "6553[0-5]))(/");
+        assert!(fuzz_copy(&broken, "http://127.0.0.1:1", &seeds()).is_err());
+        let no_examples = yaml.replace(EXAMPLE_ORIGIN, "http://127.0.0.1:9001");
+        assert!(fuzz_copy(&no_examples, "http://127.0.0.1:1", &seeds()).is_err());
+    }
+
+    #[test]
+    fn origins_are_escaped_for_a_pattern() {
+        assert_eq!(
+            regex_escape("http://127.0.0.1:80"),
+            r"http://127\.0\.0\.1:80"
+        );
+        assert_eq!(regex_escape("a+b(c)"), r"a\+b\(c\)");
+    }
+}

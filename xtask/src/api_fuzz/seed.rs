@@ -1,0 +1,139 @@
+//! Tasks made through the API before schemathesis starts, one per state an
+//! operation on a task needs to succeed: a succeeded task (its result), a
+//! failed one (a retry), a finished one to delete, a pending one to cancel.
+//! Their ids become the examples of the fuzz document's `{id}` parameters
+//! ([`super::document`]), so every operation on a task reaches its 2xx in
+//! the examples phase, whatever the stateful phase's links happen to follow.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode};
+
+use super::sink;
+use crate::bench::load::{Conn, Endpoint};
+
+/// The ids of the seeded tasks, by the operation each is for.
+#[derive(Debug, Clone)]
+pub(crate) struct Seeds {
+    /// Succeeded: `GET /tasks/{id}` and its result.
+    pub(crate) succeeded: String,
+    /// Failed (the sink answered 400): a retry.
+    pub(crate) failed: String,
+    /// Succeeded too: deleted.
+    pub(crate) finished: String,
+    /// Due in a day: canceled.
+    pub(crate) pending: String,
+}
+
+impl Seeds {
+    /// The seeded id the examples of `operation_id` use.
+    pub(crate) fn for_operation(&self, operation_id: &str) -> Option<&str> {
+        Some(match operation_id {
+            "getTask" | "getTaskResult" => &self.succeeded,
+            "retryTask" => &self.failed,
+            "deleteTask" => &self.finished,
+            "cancelTask" => &self.pending,
+            _ => return None,
+        })
+    }
+}
+
+/// How long a seeded task may take to end (the sink answers at once).
+const WAIT_MS: u32 = 10_000;
+
+/// Submits the seed tasks to the server at `addr` (tasks POST under
+/// `origin`, the sink) and waits for the finished ones to end.
+pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<Seeds, String> {
+    let mut client = Client::open(addr, token).await?;
+    let ok_key = |n: usize| format!("seed-ok-{n}");
+    let ok_keys: Vec<String> = (0..)
+        .map(ok_key)
+        .filter(|k| sink::succeeds(k))
+        .take(2)
+        .collect();
+    let fail_key = (0..)
+        .map(|n| format!("seed-fail-{n}"))
+        .find(|k| !sink::succeeds(k))
+        .ok_or("no failing key")?;
+    let url = format!("{origin}/seed");
+    let succeeded = client.submit(&url, &ok_keys[0], "").await?;
+    let finished = client.submit(&url, &ok_keys[1], "").await?;
+    let failed = client
+        .submit(&url, &fail_key, r#","max_attempts":1"#)
+        .await?;
+    let pending = client
+        .submit(&url, "seed-pending", r#","delay_ms":86400000"#)
+        .await?;
+    for (id, state) in [
+        (&succeeded, "success"),
+        (&finished, "success"),
+        (&failed, "failed"),
+    ] {
+        let ended = client.wait(id).await?;
+        if ended != state {
+            return Err(format!("seed task {id} ended {ended:?}, not {state}"));
+        }
+    }
+    Ok(Seeds {
+        succeeded,
+        failed,
+        finished,
+        pending,
+    })
+}
+
+struct Client {
+    conn: Conn,
+    endpoint: Endpoint,
+    authorization: HeaderValue,
+}
+
+impl Client {
+    async fn open(addr: SocketAddr, token: &str) -> Result<Client, String> {
+        Ok(Client {
+            conn: Conn::open(addr).await?,
+            endpoint: Endpoint::new(addr),
+            authorization: HeaderValue::try_from(format!("Bearer {token}"))
+                .map_err(|e| format!("token: {e}"))?,
+        })
+    }
+
+    async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<serde_json::Value, String> {
+        let mut request = self.endpoint.request(method, path, body.map(Bytes::from))?;
+        request
+            .headers_mut()
+            .insert(http::header::AUTHORIZATION, self.authorization.clone());
+        let reply = self.conn.send(request).await?;
+        if !matches!(reply.status, StatusCode::OK | StatusCode::CREATED) {
+            return Err(format!(
+                "{path}: {} {}",
+                reply.status,
+                String::from_utf8_lossy(&reply.body)
+            ));
+        }
+        serde_json::from_slice(&reply.body).map_err(|e| format!("{path}: {e}"))
+    }
+
+    /// Submits a task; returns its id.
+    async fn submit(&mut self, url: &str, key: &str, extra: &str) -> Result<String, String> {
+        let body = format!(r#"{{"url":"{url}","idempotency_key":"{key}"{extra}}}"#);
+        let task = self.send(Method::POST, "/tasks", Some(body)).await?;
+        task["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("a submit answered no id: {task}"))
+    }
+
+    /// Waits for the task to end; returns its state.
+    async fn wait(&mut self, id: &str) -> Result<String, String> {
+        let path = format!("/tasks/{id}?wait_ms={WAIT_MS}");
+        let task = self.send(Method::GET, &path, None).await?;
+        Ok(task["state"].as_str().unwrap_or_default().to_owned())
+    }
+}
