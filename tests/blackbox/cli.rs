@@ -352,6 +352,60 @@ async fn list_filters_and_follows_every_page() {
     assert!(!out.contains('\x1b'), "{out:?}");
 }
 
+/// A server whose page after cursor 7 comes back empty with cursor 7 (the
+/// tasks after it still being written) `stalls` times, then with the last
+/// task: `task list --all` asks again rather than failing at once, follows
+/// a cursor that moves on to the end, and stops with exit 1 and the cursor
+/// to go on from when it never does.
+#[tokio::test]
+async fn list_all_survives_a_cursor_that_does_not_advance() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tc_downstream::fake::{FakeServer, Reply, Script, Step};
+
+    let run = async |stalls: usize| {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let script = Script::with_rule({
+            let asked = Arc::clone(&asked);
+            move |call, _| {
+                let page = if !call.path.contains("after=7") {
+                    json!({"tasks": [{"id": "first"}], "next": "7"})
+                } else if asked.fetch_add(1, Ordering::SeqCst) < stalls {
+                    json!({"tasks": [], "next": "7"})
+                } else {
+                    json!({"tasks": [{"id": "last"}], "next": null})
+                };
+                Step::Reply(Reply::json(200, page.to_string()))
+            }
+        });
+        let server = FakeServer::start(script).await.unwrap();
+        let run = Cli::new(&server.url())
+            .run(&["task", "list", "--all", "--json"])
+            .await;
+        (run, asked.load(Ordering::SeqCst))
+    };
+
+    let (moved_on, asked) = run(2).await;
+    moved_on.expect(0);
+    let ids: Vec<Value> = moved_on
+        .json_lines()
+        .iter()
+        .map(|t| t["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("first"), json!("last")]);
+    assert_eq!(asked, 3, "asked again until the cursor moved");
+
+    let (stuck, asked) = run(usize::MAX).await;
+    stuck.expect(1);
+    assert_eq!(stuck.json_lines().len(), 1, "the first page was shown");
+    assert!(
+        stuck.stderr.contains("stayed at cursor 7") && stuck.stderr.contains("--after 7"),
+        "{}",
+        stuck.stderr
+    );
+    assert_eq!(asked, 5, "asked again four times, then stopped");
+}
+
 #[tokio::test]
 async fn cancel_retry_and_delete_change_the_task() {
     let mut s = support::start().await;

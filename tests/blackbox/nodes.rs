@@ -347,3 +347,77 @@ async fn three_nodes_share_one_postgres_database() {
     drop(nodes);
     db.cleanup().await.unwrap();
 }
+
+/// `--pg-pool-size 3`: under 40 submits and reads at once, the node holds at
+/// most three pooled connections (and the one that listens), and every
+/// request is answered, waiting its turn for a connection.
+#[tokio::test]
+async fn a_node_holds_at_most_its_pg_pool_size_connections() {
+    let db = match TestDatabase::connect().await {
+        Ok(db) => db,
+        Err(skip) => {
+            #[allow(clippy::print_stdout)]
+            {
+                println!("{skip}");
+            }
+            return;
+        }
+    };
+    let schema = db.fresh_schema();
+    db.execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    // The node's connections are told apart by their application name.
+    let app = format!("tc_pool_{schema}");
+    let sep = if db.url().contains('?') { '&' } else { '?' };
+    let url = format!(
+        "{}{sep}options=-csearch_path%3D{schema}&application_name={app}",
+        db.url()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = node(dir.path(), &url);
+    config.flag("--pg-pool-size", "3");
+    let server = config.start().await;
+    let api = Api::new(server.base_url());
+    let down = Downstream::start().await;
+
+    let (watcher, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let load: Vec<_> = (0..40)
+        .map(|i| {
+            let (api, url) = (api.clone(), down.url("/ok"));
+            tokio::spawn(async move {
+                let submitted = api
+                    .submit(&url, &format!("pool-{i}"), json!({"i": i}))
+                    .await;
+                let read = api.get(&format!("/tasks/{}", submitted.id())).await;
+                (submitted.status, read.status)
+            })
+        })
+        .collect();
+    let mut most = 0i64;
+    while !load.iter().all(|l| l.is_finished()) {
+        let held: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        most = most.max(held);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for l in load {
+        assert_eq!(l.await.unwrap(), (201, 200));
+    }
+    assert!(most >= 1, "the watcher saw the node's connections");
+    assert!(
+        most <= 4,
+        "{most} connections: more than the pool of 3 and the listener"
+    );
+    drop(server);
+    db.cleanup().await.unwrap();
+}

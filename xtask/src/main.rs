@@ -22,7 +22,7 @@ commands:
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
   api-fuzz     schemathesis against a live tc-server from docs/openapi.yaml [--examples N]
   ui-test      the dashboard in headless Chromium (chromedriver): counts, filters, cancel, bulk, escaping, login
-  chaos        kill -9 tc-server under mixed load, restart, check nothing is lost [--rounds N] [--seed S]
+  chaos        kill -9 tc-server (or restart PostgreSQL) under mixed load, check nothing is lost [--rounds N] [--seed S] [--store sqlite|postgres]
 ";
 
 fn main() -> ExitCode {

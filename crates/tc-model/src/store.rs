@@ -47,6 +47,20 @@ pub struct Submitted {
     pub created: bool,
 }
 
+/// A running attempt whose lease a heartbeat did not extend: the task no
+/// longer runs with that attempt (canceled or recovered elsewhere, claimed
+/// again, finished).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseLost {
+    /// The task.
+    pub id: TaskId,
+    /// The attempt the heartbeat was for.
+    pub attempt: u32,
+    /// The task's state as the store holds it now; `None` when the task is
+    /// gone (deleted once finished).
+    pub state: Option<State>,
+}
+
 /// How a try ended, as the worker writes it back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion {
@@ -462,14 +476,17 @@ pub trait TaskStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
 
     /// Extends the lease of each `(id, attempt)` whose task is still running
-    /// with that very attempt; returns how many. Keyed by the attempt so that a
-    /// stalled process's heartbeat can never extend a newer claim of the task.
+    /// with that very attempt; returns the others, each with the state its
+    /// task has now, so the caller learns of taken-away attempts without a
+    /// read per task. Keyed by the attempt so that a stalled process's
+    /// heartbeat can never extend a newer claim of the task. A constant
+    /// number of statements however many pairs (an adapter's own rule).
     fn heartbeat(
         &self,
         running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
-    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<LeaseLost>, StoreError>> + Send;
 
     /// Writes a try's outcome if the task is still running with `attempt`;
     /// otherwise changes nothing and says the write lost.

@@ -165,6 +165,18 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TC_SYNC", value_enum, default_value_t = SyncMode::Full)]
     pub(crate) sync: SyncMode,
 
+    /// With a PostgreSQL `--db`: the most connections this node's pool opens
+    /// (one more listens for the other nodes). A store operation waits up to
+    /// 5 s for a free connection, then fails as unavailable (503). Size it
+    /// to the store operations in flight at once: the API requests being
+    /// served plus the worker's claim, heartbeat and completions (calls that
+    /// end together complete together, a few milliseconds each); the default
+    /// suits --concurrency up to about 64. Across the cluster, nodes ×
+    /// (this + 1) must stay below PostgreSQL's max_connections.
+    #[arg(long, env = "TC_PG_POOL_SIZE", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) pg_pool_size: u32,
+
     /// Log lines on stdout: `json` (one object per line) or `text`.
     #[arg(long, env = "TC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub(crate) log_format: LogFormat,
@@ -388,6 +400,7 @@ mod tests {
         assert_eq!(a.api_token, None);
         assert!(a.allow_url_prefix.is_empty());
         assert_eq!((a.sync, a.log_format), (SyncMode::Full, LogFormat::Json));
+        assert_eq!(a.pg_pool_size, 16);
         assert_eq!(a.max_body_bytes, 1024 * 1024);
         assert_eq!(a.downstream_ca_file, None);
     }
@@ -578,6 +591,7 @@ mod tests {
         };
         check(&["--concurrency", "0"], "--concurrency");
         check(&["--concurrency=-1"], "--concurrency");
+        check(&["--pg-pool-size", "0"], "--pg-pool-size");
         check(&["--max-attempts", "0"], "--max-attempts");
         check(&["--max-attempts", "101"], "--max-attempts");
         check(&["--call-timeout-ms", "0"], "--call-timeout-ms");

@@ -78,6 +78,8 @@ pub(crate) struct Settings {
     pub(crate) deny_private_destinations: bool,
     /// How long finished tasks are kept.
     pub(crate) retention: tc_worker::Retention,
+    /// With a PostgreSQL `db`: how the store runs (its pool's size).
+    pub(crate) postgres: PgConfig,
 }
 
 impl Settings {
@@ -137,6 +139,10 @@ impl Settings {
                 failed: args.retain_failed.0,
                 canceled: args.retain_canceled.0,
             },
+            postgres: PgConfig {
+                pool_size: args.pg_pool_size as usize,
+                ..PgConfig::default()
+            },
         }
     }
 }
@@ -179,7 +185,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     let downstream = Arc::new(downstream(&settings)?);
     let (store, db_lock, db_shown) = match postgres_url(&settings) {
         Some(url) => {
-            let store = PgStore::open(url, PgConfig::default()).await?;
+            let store = PgStore::open(url, settings.postgres.clone()).await?;
             let shown = store.target().to_owned();
             (AnyStore::Postgres(store), None, shown)
         }

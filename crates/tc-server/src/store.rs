@@ -100,7 +100,7 @@ impl TaskStore for AnyStore {
         running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Vec<tc_model::store::LeaseLost>, StoreError> {
         either!(self, s => s.heartbeat(running, now, lease))
     }
 

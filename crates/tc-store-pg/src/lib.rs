@@ -11,9 +11,14 @@
 //! - LISTEN/NOTIFY ([`PgStore::subscribe`]) for wake-ups and cancels across
 //!   nodes.
 //! - The layout is one list of migration steps with a version table, applied
-//!   under an advisory lock; a foreign or newer schema is refused untouched.
+//!   under an advisory lock, filling old rows in batches where a step needs
+//!   it; a foreign or newer schema is refused untouched.
+//! - State counts as appended deltas folded by one node at a time (no row two
+//!   writers fight over); listings wait only for transactions that insert
+//!   tasks.
 
 mod config;
+mod counts;
 mod destinations;
 mod error;
 mod filter;

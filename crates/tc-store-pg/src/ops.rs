@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use tc_model::store::{
-    Completion, Cursor, Guarded, ListQuery, Page, StateCounts, StoreError, TaskFilter,
+    BulkAction, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, TaskFilter,
     results_within,
 };
 use tc_model::{NewTask, State, Task, TaskId, transit};
@@ -121,6 +121,219 @@ pub(crate) async fn submit<C: GenericClient>(
     ))
 }
 
+/// The most items one insert statement of a batch carries.
+pub(crate) const BATCH_CHUNK: usize = 1000;
+
+/// Inserts a batch's tasks, or finds the ones that hold their keys, and
+/// answers item by item, in order: the first item with a new key creates
+/// its task, a later item with that key finds it, as single submits in
+/// order would. No subtransaction per item: one `INSERT … SELECT FROM
+/// unnest(…) ON CONFLICT DO NOTHING` per chunk of [`BATCH_CHUNK`] items,
+/// the items sorted by key across the whole batch, so concurrent batches
+/// take their keys in one order and never wait on each other in a cycle.
+/// Positions follow the items' order within the transaction (`$2`), so a
+/// listing shows them as submitted. Then one read for every key that was
+/// taken. All of it in `client`'s transaction, or one statement when one
+/// chunk holds the batch.
+pub(crate) async fn submit_batch<C: GenericClient>(
+    client: &C,
+    tasks: &[NewTask],
+    now_ms: tc_model::Timestamp,
+    now: Option<i64>,
+) -> Result<Vec<Inserted>, StoreError> {
+    if tasks.len() >= 65_536 {
+        return Err(StoreError::Unavailable(
+            "a batch holds at most 65535 tasks".into(),
+        ));
+    }
+    let insert = client
+        .prepare_cached(concat!(
+            "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
+                                timeout_ns, attempt, created_at, updated_at, next_run_at, \
+                                schedule_at, schedule_delay_ms, destination, method, headers) \
+             SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
+                    r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
+                    greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
+                        + coalesce(r.delay_ms, 0), \
+                    r.schedule_at, r.delay_ms, r.destination, r.method, r.headers \
+             FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
+                         $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
+                         $12::text[], $13::text[]) \
+                  AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
+                       delay_ms, destination, method, headers) \
+             ORDER BY r.key, r.within \
+             ON CONFLICT (idempotency_key) DO NOTHING \
+             RETURNING ",
+            task_columns!()
+        ))
+        .await
+        .map_err(db)?;
+    let by_keys = client
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE idempotency_key = ANY($1)"
+        ))
+        .await
+        .map_err(db)?;
+    // The items by key (then by their place), as the statements lock them.
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    order.sort_by(|&a, &b| {
+        tasks[a]
+            .idempotency_key()
+            .cmp(tasks[b].idempotency_key())
+            .then(a.cmp(&b))
+    });
+    let mut answers: Vec<Option<Inserted>> = (0..tasks.len()).map(|_| None).collect();
+    // Two rounds: a key found taken whose task then vanished (deleted in
+    // between) is inserted once more rather than reported as an error.
+    for _ in 0..2 {
+        let mut created: HashMap<String, Task> = HashMap::new();
+        for chunk in order.chunks(BATCH_CHUNK) {
+            let columns = BatchColumns::of(tasks, chunk, now_ms)?;
+            let rows = client
+                .query(
+                    &insert,
+                    &[
+                        &now,
+                        &columns.within,
+                        &columns.ids,
+                        &columns.keys,
+                        &columns.urls,
+                        &columns.bodies,
+                        &columns.max_attempts,
+                        &columns.timeouts,
+                        &columns.schedule_at,
+                        &columns.delay_ms,
+                        &columns.destinations,
+                        &columns.methods,
+                        &columns.headers,
+                    ],
+                )
+                .await
+                .map_err(db)?;
+            for row in &rows {
+                let task = rows::task_from_row(row)?.task;
+                created.insert(task.idempotency_key.clone(), task);
+            }
+        }
+        // The first item of each created key made it (the rows went in by
+        // key, then place); the later ones find it.
+        let mut made: HashMap<&str, Task> = HashMap::new();
+        let mut taken: Vec<&str> = Vec::new();
+        for &i in &order {
+            let key = tasks[i].idempotency_key();
+            if let Some(task) = created.remove(key) {
+                made.insert(key, task.clone());
+                answers[i] = Some(Inserted::Created(task));
+            } else if let Some(task) = made.get(key) {
+                answers[i] = Some(Inserted::Existing(task.clone()));
+            } else {
+                taken.push(key);
+            }
+        }
+        taken.dedup();
+        let mut found: HashMap<String, Task> = HashMap::new();
+        if !taken.is_empty() {
+            let mut existing: Vec<Task> = client
+                .query(&by_keys, &[&taken])
+                .await
+                .map_err(db)?
+                .iter()
+                .map(|row| rows::task_from_row(row).map(|s| s.task))
+                .collect::<Result<_, _>>()?;
+            fill_attempts(client, &mut existing).await?;
+            found = existing
+                .into_iter()
+                .map(|t| (t.idempotency_key.clone(), t))
+                .collect();
+        }
+        let mut missing = Vec::new();
+        for &i in &order {
+            if answers[i].is_none() {
+                match found.get(tasks[i].idempotency_key()) {
+                    Some(task) => answers[i] = Some(Inserted::Existing(task.clone())),
+                    None => missing.push(i),
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(answers.into_iter().flatten().collect());
+        }
+        order = missing;
+    }
+    Err(StoreError::Unavailable(
+        "idempotency key taken and released twice during one batch".into(),
+    ))
+}
+
+/// A chunk of a batch as one array per column, for `unnest`.
+struct BatchColumns<'a> {
+    within: Vec<i64>,
+    ids: Vec<Vec<u8>>,
+    keys: Vec<&'a str>,
+    urls: Vec<&'a str>,
+    bodies: Vec<&'a [u8]>,
+    max_attempts: Vec<i32>,
+    timeouts: Vec<i64>,
+    schedule_at: Vec<Option<i64>>,
+    delay_ms: Vec<Option<i64>>,
+    destinations: Vec<String>,
+    methods: Vec<&'static str>,
+    headers: Vec<Option<String>>,
+}
+
+impl<'a> BatchColumns<'a> {
+    fn of(
+        tasks: &'a [NewTask],
+        chunk: &[usize],
+        now_ms: tc_model::Timestamp,
+    ) -> Result<BatchColumns<'a>, StoreError> {
+        let mut columns = BatchColumns {
+            within: Vec::with_capacity(chunk.len()),
+            ids: Vec::with_capacity(chunk.len()),
+            keys: Vec::with_capacity(chunk.len()),
+            urls: Vec::with_capacity(chunk.len()),
+            bodies: Vec::with_capacity(chunk.len()),
+            max_attempts: Vec::with_capacity(chunk.len()),
+            timeouts: Vec::with_capacity(chunk.len()),
+            schedule_at: Vec::with_capacity(chunk.len()),
+            delay_ms: Vec::with_capacity(chunk.len()),
+            destinations: Vec::with_capacity(chunk.len()),
+            methods: Vec::with_capacity(chunk.len()),
+            headers: Vec::with_capacity(chunk.len()),
+        };
+        for &i in chunk {
+            let task = &tasks[i];
+            // As in `submit`: the id's time is the node's own now, its
+            // random bits from fastrand.
+            let mut random = [0; 10];
+            fastrand::fill(&mut random);
+            let (schedule_at, delay_ms) = task.schedule().to_parts();
+            columns.within.push(i64::try_from(i).unwrap_or(i64::MAX));
+            columns
+                .ids
+                .push(TaskId::new(now_ms, random).as_bytes().to_vec());
+            columns.keys.push(task.idempotency_key());
+            columns.urls.push(task.url());
+            columns.bodies.push(task.body());
+            columns.max_attempts.push(
+                i32::try_from(task.max_attempts())
+                    .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?,
+            );
+            columns.timeouts.push(nanos(task.timeout()));
+            columns.schedule_at.push(schedule_at);
+            columns.delay_ms.push(delay_ms);
+            columns
+                .destinations
+                .push(tc_model::destination_of(task.url()));
+            columns.methods.push(task.method().as_str());
+            columns.headers.push(task.headers().to_stored());
+        }
+        Ok(columns)
+    }
+}
+
 /// Moves up to `n` due pending tasks of `destination`, oldest due first,
 /// to running. Rows another claimer has locked are skipped, not waited for.
 pub(crate) async fn claim_of(
@@ -174,13 +387,15 @@ pub(crate) async fn claim_of(
 }
 
 /// Extends the lease of each `(id, attempt)` still running with that very
-/// attempt; returns how many.
+/// attempt, `RETURNING` the pairs it extended; the others are read back in
+/// one more statement (a fresh snapshot: their states as they are now). So
+/// a tick is one statement, two when leases were lost, however many pairs.
 pub(crate) async fn heartbeat(
     client: &Client,
     running: &[(TaskId, u32)],
     now: Option<i64>,
     lease: Duration,
-) -> Result<usize, StoreError> {
+) -> Result<Vec<LeaseLost>, StoreError> {
     let mut running = running.to_vec();
     running.sort_unstable();
     running.dedup();
@@ -199,15 +414,54 @@ pub(crate) async fn heartbeat(
             "UPDATE tasks t SET lease_until = greatest(coalesce(t.lease_until, tc_now_ms($1) + $4), \
                                                        tc_now_ms($1) + $4) \
              FROM unnest($2::bytea[], $3::integer[]) AS r(id, attempt) \
-             WHERE t.id = r.id AND t.attempt = r.attempt AND t.state = 'running'",
+             WHERE t.id = r.id AND t.attempt = r.attempt AND t.state = 'running' \
+             RETURNING t.id, t.attempt",
         )
         .await
         .map_err(db)?;
-    let extended = client
-        .execute(&stmt, &[&now, &ids, &attempts, &millis(lease)])
+    let mut extended = std::collections::HashSet::with_capacity(running.len());
+    for row in client
+        .query(&stmt, &[&now, &ids, &attempts, &millis(lease)])
+        .await
+        .map_err(db)?
+    {
+        let attempt: i32 = row.try_get(1).map_err(db)?;
+        extended.insert((
+            rows::parse_id(row.try_get(0).map_err(db)?)?,
+            u32::try_from(attempt).unwrap_or(0),
+        ));
+    }
+    let lost: Vec<(TaskId, u32)> = running
+        .into_iter()
+        .filter(|pair| !extended.contains(pair))
+        .collect();
+    if lost.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stmt = client
+        .prepare_cached("SELECT id, state FROM tasks WHERE id = ANY($1)")
         .await
         .map_err(db)?;
-    Ok(usize::try_from(extended).unwrap_or(usize::MAX))
+    let lost_ids: Vec<&[u8]> = lost
+        .iter()
+        .map(|(id, _)| id.as_bytes().as_slice())
+        .collect();
+    let mut states = HashMap::with_capacity(lost.len());
+    for row in client.query(&stmt, &[&lost_ids]).await.map_err(db)? {
+        let state: String = row.try_get(1).map_err(db)?;
+        states.insert(
+            rows::parse_id(row.try_get(0).map_err(db)?)?,
+            parse_state(&state)?,
+        );
+    }
+    Ok(lost
+        .into_iter()
+        .map(|(id, attempt)| LeaseLost {
+            id,
+            attempt,
+            state: states.get(&id).copied(),
+        })
+        .collect())
 }
 
 /// The fields a guarded write checks, read under a row lock.
@@ -237,19 +491,6 @@ async fn lock_head(tx: &Transaction<'_>, id: &TaskId) -> Result<Head, StoreError
         attempt: u32::try_from(attempt)
             .map_err(|_| StoreError::Unavailable("corrupt row in tasks: bad attempt".into()))?,
     })
-}
-
-/// The task's state, its row locked for the rest of the transaction;
-/// `None` when it is gone.
-pub(crate) async fn state_of(
-    tx: &Transaction<'_>,
-    id: &TaskId,
-) -> Result<Option<State>, StoreError> {
-    match lock_head(tx, id).await {
-        Ok(head) => Ok(Some(head.state)),
-        Err(StoreError::NotFound) => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// The head if the task is running with `attempt`, else the `Lost` answer.
@@ -649,7 +890,7 @@ async fn attempts_of_client<C: GenericClient>(
 }
 
 /// Fills the attempt history of every task, in one query.
-async fn fill_attempts(tx: &Transaction<'_>, tasks: &mut [Task]) -> Result<(), StoreError> {
+async fn fill_attempts<C: GenericClient>(tx: &C, tasks: &mut [Task]) -> Result<(), StoreError> {
     if tasks.is_empty() {
         return Ok(());
     }
@@ -700,11 +941,14 @@ pub(crate) async fn get(tx: &Transaction<'_>, id: &TaskId) -> Result<Task, Store
 ///
 /// Positions are inserting transaction ids, and a transaction with a lower id
 /// may commit after one with a higher id. So the page ends before the first
-/// row at or above the snapshot's `xmin` (the oldest transaction still
-/// running): below it every transaction has ended, and no row can appear
-/// there later, behind a cursor already handed out. Such a row is only held
-/// back until the older transactions end (milliseconds, for ours); the page
-/// then says another one follows, and the second value says rows were held.
+/// row at or above `tc_list_horizon()` (schema step 8): the lowest position
+/// a transaction that may still add tasks holds, that is one inserting
+/// tasks in this schema right now (or one that ended after the snapshot);
+/// transactions that insert no task, in this database or another, are
+/// passed over. No row can appear below the horizon later, behind a cursor
+/// already handed out. A row above it is only held back until those
+/// inserts end (milliseconds); the page then says another one follows, and
+/// the second value says rows were held.
 pub(crate) async fn list(
     tx: &Transaction<'_>,
     query: &ListQuery,
@@ -718,8 +962,10 @@ pub(crate) async fn list(
     let scan = i64::try_from(query.scan_rows()).unwrap_or(i64::MAX);
     let stmt = tx
         .prepare_cached(&format!(
+            // The horizon is an uncorrelated subquery: computed once, after
+            // the snapshot was taken (it reads pg_locks).
             "SELECT pos, ({rest}), coalesce(octet_length(result), 0)::bigint, \
-             pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 \
+             (SELECT tc_list_horizon()) \
              FROM tasks WHERE {driving} AND pos > $1 ORDER BY pos LIMIT $2",
             rest = filter.rest,
             driving = filter.driving,
@@ -804,18 +1050,18 @@ pub(crate) async fn bulk_snapshot(client: &Client) -> Result<String, StoreError>
 }
 
 /// The covered tasks of one bulk step: up to `n` after `after`, inserted
-/// by transactions visible in `snapshot`, with their states.
+/// by transactions visible in `snapshot`.
 pub(crate) async fn bulk_covered(
     tx: &Transaction<'_>,
     filter: &TaskFilter,
     snapshot: &str,
     after: i64,
     n: i64,
-) -> Result<Vec<(i64, TaskId, State)>, StoreError> {
+) -> Result<Vec<(i64, TaskId)>, StoreError> {
     let filter = FilterSql::new(filter, 4);
     let stmt = tx
         .prepare_cached(&format!(
-            "SELECT pos, id, state FROM tasks \
+            "SELECT pos, id FROM tasks \
              WHERE {driving} AND {rest} AND pos > $1 \
              AND pg_visible_in_snapshot((pos / 65536)::text::xid8, $2::text::pg_snapshot) \
              ORDER BY pos LIMIT $3",
@@ -831,14 +1077,137 @@ pub(crate) async fn bulk_covered(
     rows.iter()
         .map(|row| {
             let id: Vec<u8> = row.try_get(1).map_err(db)?;
-            let state: String = row.try_get(2).map_err(db)?;
-            Ok((
-                row.try_get(0).map_err(db)?,
-                rows::parse_id(id)?,
-                parse_state(&state)?,
-            ))
+            Ok((row.try_get(0).map_err(db)?, rows::parse_id(id)?))
         })
         .collect()
+}
+
+/// What one bulk step changed.
+pub(crate) struct BulkApplied {
+    /// How many tasks it changed.
+    pub(crate) applied: u64,
+    /// The tasks it canceled while they were running.
+    pub(crate) canceled_running: Vec<TaskId>,
+}
+
+/// Applies `action` to the tasks at `positions` still in a state it applies
+/// to (read again under the row locks: a worker may have moved them since
+/// the scan), in one statement. Rows are locked in position order, so two
+/// bulk steps never wait on each other in a cycle, and a single write waits
+/// at most for this statement, and only on a task it changes. A running
+/// task's cancel is announced on `channel`, as a single cancel's is.
+pub(crate) async fn bulk_apply(
+    tx: &Transaction<'_>,
+    action: BulkAction,
+    positions: &[i64],
+    now: Option<i64>,
+    channel: &str,
+) -> Result<BulkApplied, StoreError> {
+    let from: Vec<State> = State::ALL
+        .into_iter()
+        .filter(|s| action.applies_to(*s))
+        .collect();
+    let names: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
+    match action {
+        BulkAction::Retry => {
+            for state in &from {
+                tc_model::retry_by_hand(*state).map_err(|e| StoreError::NotRetryable(e.from))?;
+            }
+            let stmt = tx
+                .prepare_cached(
+                    "WITH locked AS ( \
+                         SELECT pos FROM tasks WHERE pos = ANY($2) AND state = ANY($3) \
+                         ORDER BY pos FOR UPDATE \
+                     ) \
+                     UPDATE tasks t SET state = 'pending', attempts_before_retry = t.attempt, \
+                                        error = NULL, http_status = NULL, result = NULL, \
+                                        result_content_type = NULL, finished_at = NULL, \
+                                        lease_until = NULL, next_run_at = tc_now_ms($1), \
+                                        updated_at = tc_now_ms($1) \
+                     FROM locked WHERE t.pos = locked.pos",
+                )
+                .await
+                .map_err(db)?;
+            let applied = tx
+                .execute(&stmt, &[&now, &positions, &names])
+                .await
+                .map_err(db)?;
+            Ok(BulkApplied {
+                applied,
+                canceled_running: Vec::new(),
+            })
+        }
+        BulkAction::Cancel => {
+            for state in &from {
+                transit(*state, State::Canceled)?;
+            }
+            let stmt = tx
+                .prepare_cached(
+                    "WITH locked AS ( \
+                         SELECT pos, state AS was, attempt FROM tasks \
+                         WHERE pos = ANY($2) AND state = ANY($3) ORDER BY pos FOR UPDATE \
+                     ), moved AS ( \
+                         UPDATE tasks t SET state = 'canceled', finished_at = tc_now_ms($1), \
+                                            updated_at = tc_now_ms($1), lease_until = NULL, \
+                                            next_run_at = NULL, \
+                                            error = CASE WHEN l.was = 'running' THEN $4 \
+                                                         ELSE t.error END \
+                         FROM locked l WHERE t.pos = l.pos \
+                         RETURNING t.id, l.was, l.attempt \
+                     ), closed AS ( \
+                         UPDATE attempts a SET finished_at = tc_now_ms($1), error = $4, \
+                                               duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
+                         FROM moved m \
+                         WHERE m.was = 'running' AND a.task_id = m.id AND a.n = m.attempt \
+                           AND a.finished_at IS NULL \
+                     ) \
+                     SELECT id, was = 'running' FROM moved",
+                )
+                .await
+                .map_err(db)?;
+            let rows = tx
+                .query(&stmt, &[&now, &positions, &names, &CANCELED])
+                .await
+                .map_err(db)?;
+            let mut canceled_running = Vec::new();
+            for row in &rows {
+                if row.try_get::<_, bool>(1).map_err(db)? {
+                    canceled_running.push(rows::parse_id(row.try_get(0).map_err(db)?)?);
+                }
+            }
+            if !canceled_running.is_empty() {
+                let notify = tx
+                    .prepare_cached("SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id")
+                    .await
+                    .map_err(db)?;
+                let ids: Vec<String> = canceled_running.iter().map(TaskId::to_string).collect();
+                tx.execute(&notify, &[&channel, &ids]).await.map_err(db)?;
+            }
+            Ok(BulkApplied {
+                applied: rows.len() as u64,
+                canceled_running,
+            })
+        }
+        BulkAction::Delete => {
+            let stmt = tx
+                .prepare_cached(
+                    "WITH locked AS ( \
+                         SELECT pos, id FROM tasks WHERE pos = ANY($1) AND state = ANY($2) \
+                         ORDER BY pos FOR UPDATE \
+                     ), gone AS ( \
+                         DELETE FROM attempts a USING locked WHERE a.task_id = locked.id \
+                     ) \
+                     DELETE FROM tasks t USING locked WHERE t.pos = locked.pos",
+                )
+                .await
+                .map_err(db)?;
+            let applied = tx.execute(&stmt, &[&positions, &names]).await.map_err(db)?;
+            Ok(BulkApplied {
+                applied,
+                canceled_running: Vec::new(),
+            })
+        }
+    }
 }
 
 /// A dry run: how many tasks the filter covers, and the first `sample`.
@@ -881,21 +1250,6 @@ pub(crate) async fn bulk_count(
         ids.push(rows::parse_id(id)?);
     }
     Ok((u64::try_from(matched).unwrap_or(0), ids))
-}
-
-/// How many tasks are in each state, from the sharded counters.
-pub(crate) async fn count_by_state(client: &Client) -> Result<StateCounts, StoreError> {
-    let stmt = client
-        .prepare_cached("SELECT state, sum(n)::bigint FROM task_counts GROUP BY state")
-        .await
-        .map_err(db)?;
-    let mut counts = StateCounts::default();
-    for row in client.query(&stmt, &[]).await.map_err(db)? {
-        let state: String = row.try_get(0).map_err(db)?;
-        let count: i64 = row.try_get(1).map_err(db)?;
-        counts.set(parse_state(&state)?, u64::try_from(count).unwrap_or(0));
-    }
-    Ok(counts)
 }
 
 /// A round trip through a pooled connection.

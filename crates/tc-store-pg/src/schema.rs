@@ -2,13 +2,14 @@
 //! judged and brought to it.
 //!
 //! The layout is the list [`MIGRATIONS`]: step `k` takes a schema from
-//! version `k` to `k + 1`, recorded in the table `taskcenter_schema`. All
-//! steps a schema lacks run in one transaction that first takes an advisory
-//! lock, so two nodes starting together migrate once: the second waits for
-//! the first, then finds the schema current. A change to the layout is a new
-//! step at the end, never an edit of an old one.
-
-use deadpool_postgres::Client;
+//! version `k` to `k + 1`, recorded in the table `taskcenter_schema`. A
+//! node migrates under a session advisory lock, so two nodes starting
+//! together migrate once: the second waits for the first, then finds the
+//! schema current. Each step is one transaction; a step that must fill a
+//! column for every existing row does it in a [`Backfill`] after that
+//! transaction, batch by batch, so nodes still on the previous version keep
+//! serving. A change to the layout is a new step at the end, never an edit
+//! of an old one's result.
 
 use crate::error::OpenError;
 
@@ -23,9 +24,8 @@ const LOCK_KEY: i32 = 0x5443_7374;
 /// Step 0 → 1: the tables, the counters and the clock function.
 ///
 /// - `pos` is a task's listing position: the id of the transaction that
-///   inserted it (one task per transaction). A listing only shows positions
-///   below the oldest transaction still running, so no row can later appear
-///   behind a cursor already handed out (see `reads::list`).
+///   inserted it (one task per transaction; step 3 adds a number within it,
+///   step 8 says which transactions a listing waits for).
 /// - Times are milliseconds since the Unix epoch, like the model's
 ///   `Timestamp`; `tc_now_ms(caller)` is the caller's time if given, else the
 ///   database's `now()` (see `PgClock`).
@@ -142,8 +142,8 @@ ALTER TABLE tasks ADD CHECK (schedule_at IS NULL OR schedule_delay_ms IS NULL);
 /// Step 2 → 3: a batch submit inserts up to 1000 tasks in one transaction,
 /// so a position is the inserting transaction's id times 65536 plus a
 /// number within it. Positions stay ordered by transaction (older rows'
-/// plain ids are all below the new ones), and a listing's horizon is the
-/// oldest running transaction's first position (see `ops::list`).
+/// plain ids are all below the new ones); a listing's horizon is the first
+/// position of the oldest transaction that may still add rows (step 8).
 const V3_POSITIONS_IN_XACT: &str = "
 CREATE SEQUENCE tasks_pos_in_xact;
 ALTER TABLE tasks ALTER COLUMN pos SET DEFAULT
@@ -158,21 +158,55 @@ CREATE INDEX tasks_by_error ON tasks (error, pos) WHERE error IS NOT NULL;
 
 /// Step 4 → 5: a task's destination (`host:port` of its url, lower-cased,
 /// the scheme's port when none is written) as a column, for the
-/// `destination` filter's index; rows written before are filled from their
-/// url here (urls are validated absolute http(s) urls; userinfo is dropped,
-/// as `tc_model::destination_of` does).
+/// `destination` filter's index. Urls are validated absolute http(s) urls;
+/// userinfo is dropped, as `tc_model::destination_of` does.
+///
+/// The column is added with a constant default (no rewrite; the table lock
+/// is held for an instant); rows written before are filled by the backfill
+/// [`V5_FILL_DESTINATION`], in batches, each its own transaction, while
+/// older nodes keep serving. Rows such older nodes insert meanwhile (without
+/// the column, so `''`) are filled on insert by `tasks_fill_destination`,
+/// so the batches walk a fixed set of rows.
 const V5_DESTINATION: &str = r"
 ALTER TABLE tasks ADD COLUMN destination text NOT NULL DEFAULT '';
-UPDATE tasks SET destination = (
-    SELECT CASE
+CREATE FUNCTION tc_destination_of(url text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+SELECT CASE
         WHEN a ~ '(:[0-9]+)$' THEN a
         WHEN lower(url) LIKE 'https:%' THEN a || ':443'
         ELSE a || ':80'
     END
-    FROM (SELECT lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]+)')) AS a) AS parts
-);
-CREATE INDEX tasks_by_destination ON tasks (destination, pos);
+FROM (SELECT lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]+)')) AS a) AS parts
+$$;
+CREATE FUNCTION tc_fill_destination() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.destination := tc_destination_of(NEW.url);
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER tasks_fill_destination BEFORE INSERT ON tasks
+    FOR EACH ROW WHEN (NEW.destination = '') EXECUTE FUNCTION tc_fill_destination();
 ";
+
+/// Step 5's backfill: one batch fills the rows after position `$1` up to
+/// `$3`, at most `$2` of them, and answers the last position it covered;
+/// then the index.
+const V5_FILL_DESTINATION: Backfill = Backfill {
+    until: "SELECT max(pos) FROM tasks",
+    batch: "
+WITH batch AS (
+    SELECT pos FROM tasks WHERE pos > $1 AND pos <= $3 ORDER BY pos LIMIT $2
+), filled AS (
+    UPDATE tasks t SET destination = tc_destination_of(t.url)
+    FROM batch WHERE t.pos = batch.pos AND t.destination = ''
+)
+SELECT max(pos) FROM batch
+",
+    finish: "CREATE INDEX tasks_by_destination ON tasks (destination, pos);",
+};
 
 /// Step 5 → 6: destination settings, and the pending tasks by destination
 /// in due order, which a claim walks to rotate over the destinations with
@@ -209,32 +243,251 @@ ALTER TABLE destinations ADD COLUMN headers text;
 ALTER TABLE destinations ADD COLUMN signing_secrets text;
 ";
 
+/// Step 7 → 8: which transactions a listing waits for.
+///
+/// A position is still the inserting transaction's id times 65536 plus a
+/// number within it, and a transaction with a lower id can commit after one
+/// with a higher id. A listing must not hand out a cursor past a position
+/// that may still appear; before this step it stopped at the snapshot's
+/// `xmin`, the oldest transaction running anywhere in the cluster, so one
+/// idle transaction in another database held every listing back.
+///
+/// Now every transaction that inserts tasks says so: `tc_task_pos`, which
+/// computes each new row's position (`within` the transaction: given by a
+/// batch, else drawn from the sequence), first takes a shared advisory lock
+/// (the *insert marker*, keyed by the schema) and only then the
+/// transaction's id, and it refuses a transaction that already had an id,
+/// so a transaction's id is never older than its marker. `tc_list_horizon`
+/// then needs only the transactions of its snapshot that may hold inserted
+/// tasks it cannot see: those still running with the marker, and those that
+/// ended after the snapshot (pg_locks no longer tells what they were). A
+/// running transaction without the marker got its id before it could take
+/// one, so it will never insert a task; it is passed over, in any database.
+/// The horizon is the lowest position such a transaction may hold, or the
+/// snapshot's `xmax` when there is none.
+const V8_INSERT_MARKER: &str = r"
+CREATE FUNCTION tc_task_pos(within bigint) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+BEGIN
+    IF current_setting('taskcenter.inserts_tasks', true) IS DISTINCT FROM 'on' THEN
+        IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+            RAISE EXCEPTION 'tasks must be inserted by the first write of a transaction'
+                USING HINT = 'a listing passes over transactions that wrote before they took the insert marker';
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(1413704046, hashtext(current_schema()));
+        PERFORM set_config('taskcenter.inserts_tasks', 'on', true);
+    END IF;
+    -- nextval only now: it may take the transaction's id (to log the
+    -- sequence), which must come after the marker.
+    RETURN pg_current_xact_id()::text::bigint * 65536
+        + coalesce(within, nextval('tasks_pos_in_xact') % 65536);
+END
+$$;
+ALTER TABLE tasks ALTER COLUMN pos SET DEFAULT tc_task_pos(NULL);
+
+CREATE FUNCTION tc_list_horizon() RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+WITH snap AS (
+    SELECT pg_current_snapshot() AS s
+), held AS MATERIALIZED (
+    SELECT locktype, virtualtransaction, transactionid::text::bigint AS xid, mode, granted,
+           database, classid, objid, objsubid
+    FROM pg_locks WHERE locktype IN ('transactionid', 'advisory')
+), inserting AS (
+    SELECT virtualtransaction FROM held
+    WHERE locktype = 'advisory' AND objsubid = 2
+      AND classid = 1413704046::oid AND objid = hashtext(current_schema())::oid
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+), bystanders AS (
+    SELECT xid FROM held
+    WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted
+      AND virtualtransaction NOT IN (SELECT virtualtransaction FROM inserting)
+)
+SELECT least(
+    pg_snapshot_xmax(s)::text::bigint,
+    (SELECT min(x::text::bigint) FROM pg_snapshot_xip(s) AS x
+     WHERE x::text::bigint % 4294967296 NOT IN (SELECT xid FROM bystanders))
+) * 65536
+FROM snap
+$$;
+";
+
+/// Step 8 → 9: state counts without a row two transactions fight over.
+///
+/// Before, statement triggers added into counter rows sharded by backend:
+/// a bulk chunk held its shard's rows until it committed, so every state
+/// change on that shard waited for the whole chunk, or deadlocked with it.
+/// Now the triggers only append rows to `task_count_deltas` (no index, no
+/// key: an insert never waits), and one node at a time folds them into
+/// `task_count_totals` (`counts::fold_counts`, under a try-lock), which only
+/// that folding writes. A count reads the totals plus the deltas not yet
+/// folded, in one snapshot.
+///
+/// Totals are kept per state (`destination = ''`) and, for pending and
+/// running tasks, per state and destination (a destination's row goes
+/// when it reaches 0), so a destination's pending and running counts cost
+/// what changed, not what is stored. Carried over from `task_counts` (the
+/// terminal states) and counted once from the tasks (pending and running,
+/// by destination), with writers held off (`SHARE` lock) for that count.
+const V9_COUNT_DELTAS: &str = r"
+LOCK TABLE tasks IN SHARE MODE;
+CREATE TABLE task_count_deltas (
+    state       text   NOT NULL,
+    destination text,
+    n           bigint NOT NULL
+);
+CREATE TABLE task_count_totals (
+    state       text   NOT NULL,
+    destination text   NOT NULL,
+    n           bigint NOT NULL,
+    PRIMARY KEY (state, destination)
+);
+INSERT INTO task_count_totals (state, destination, n)
+    SELECT state, '', sum(n) FROM task_counts
+    WHERE state NOT IN ('pending', 'running') GROUP BY state HAVING sum(n) <> 0;
+INSERT INTO task_count_totals (state, destination, n)
+    SELECT state, '', count(*) FROM tasks
+    WHERE state IN ('pending', 'running') GROUP BY state;
+INSERT INTO task_count_totals (state, destination, n)
+    SELECT state, destination, count(*) FROM tasks
+    WHERE state IN ('pending', 'running') AND destination <> '' GROUP BY state, destination;
+DROP TABLE task_counts;
+
+CREATE OR REPLACE FUNCTION tc_count_states() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO task_count_deltas (state, destination, n)
+            SELECT state, CASE WHEN state IN ('pending', 'running') THEN destination END, count(*)
+            FROM new_rows GROUP BY 1, 2;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO task_count_deltas (state, destination, n)
+            SELECT state, place, sum(d) FROM (
+                SELECT state, CASE WHEN state IN ('pending', 'running') THEN destination END AS place,
+                       1 AS d
+                FROM new_rows
+                UNION ALL
+                SELECT state, CASE WHEN state IN ('pending', 'running') THEN destination END, -1
+                FROM old_rows
+            ) moved
+            GROUP BY 1, 2 HAVING sum(d) <> 0;
+    ELSE
+        INSERT INTO task_count_deltas (state, destination, n)
+            SELECT state, CASE WHEN state IN ('pending', 'running') THEN destination END, -count(*)
+            FROM old_rows GROUP BY 1, 2;
+    END IF;
+    RETURN NULL;
+END
+$$;
+";
+
+/// One migration step.
+pub(crate) struct Step {
+    /// Run in one transaction with the version's change. Its time must not
+    /// grow with the number of tasks while it holds a lock that readers or
+    /// writers wait for: no rewrite of every row (see `backfill`).
+    schema: &'static str,
+    /// Rows the step fills in after `schema` committed, in batches.
+    backfill: Option<Backfill>,
+}
+
+/// Rows a step fills in, in batches, each its own short transaction, so
+/// nodes that still run the previous version keep serving; the progress is
+/// recorded with each batch (`taskcenter_schema.backfill_after`), so a node
+/// that stops in the middle is continued by the next one that opens.
+pub(crate) struct Backfill {
+    /// The last position the batches must reach, read when they start (or
+    /// resume): every row the step's DDL found is at or below it, and rows
+    /// inserted since are written whole (the step sees to that, e.g. with
+    /// a trigger), so the batches end even while nodes keep inserting.
+    until: &'static str,
+    /// One batch: fills at most `$2` rows after position `$1` up to `$3`
+    /// and answers the last position it covered, NULL when none was left.
+    batch: &'static str,
+    /// Once every batch is done, in one transaction (an index over the
+    /// column just filled, built once rather than updated row by row).
+    finish: &'static str,
+}
+
+const fn step(schema: &'static str) -> Step {
+    Step {
+        schema,
+        backfill: None,
+    }
+}
+
 /// Every step, in order: `MIGRATIONS[k]` takes version k to k + 1.
-pub(crate) const MIGRATIONS: &[&str] = &[
-    V1_TABLES,
-    V2_SCHEDULE,
-    V3_POSITIONS_IN_XACT,
-    V4_FILTER_INDEXES,
-    V5_DESTINATION,
-    V6_DESTINATIONS,
-    V7_OUTBOUND,
+pub(crate) const MIGRATIONS: &[Step] = &[
+    step(V1_TABLES),
+    step(V2_SCHEDULE),
+    step(V3_POSITIONS_IN_XACT),
+    step(V4_FILTER_INDEXES),
+    Step {
+        schema: V5_DESTINATION,
+        backfill: Some(V5_FILL_DESTINATION),
+    },
+    step(V6_DESTINATIONS),
+    step(V7_OUTBOUND),
+    step(V8_INSERT_MARKER),
+    step(V9_COUNT_DELTAS),
 ];
 
 /// The version this build writes and reads.
 pub(crate) const CURRENT_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// How many rows one backfill batch fills.
+const BACKFILL_BATCH: i64 = 5_000;
 
 /// What a schema is, judged without writing to it.
 #[derive(Debug, PartialEq, Eq)]
 enum Found {
     /// No tables: ours to set up.
     Empty,
-    /// Ours, at this version.
-    Ours(i32),
+    /// Ours, at this version; with the position a backfill of that
+    /// version's step goes on after, when it is unfinished.
+    Ours {
+        version: i32,
+        backfill_after: Option<i64>,
+    },
 }
 
 /// Brings the connection's schema (its `current_schema()`) to
 /// [`CURRENT_VERSION`], or refuses a foreign or newer one untouched.
-pub(crate) async fn migrate(client: &mut Client, target: &str) -> Result<(), OpenError> {
+///
+/// Runs on a connection of its own, which holds a session advisory lock
+/// for the whole migration: a second node starting now waits, then finds
+/// the schema current. Each step is one transaction that also records its
+/// version; a step's backfill follows it in batches. Nodes still on the
+/// previous version keep serving meanwhile (nothing holds a table lock
+/// for longer than a step's DDL or one batch).
+pub(crate) async fn migrate(
+    pg: &tokio_postgres::Config,
+    target: &str,
+    steps: &[Step],
+) -> Result<(), OpenError> {
+    let (mut client, connection) =
+        pg.connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| OpenError::Postgres {
+                target: target.to_owned(),
+                message: format!("connect: {}", crate::error::describe(&e)),
+            })?;
+    let driver = tokio::spawn(connection);
+    let migrated = migrate_on(&mut client, target, steps).await;
+    // Closing the session releases the lock, on every path.
+    drop(client);
+    let _ = driver.await;
+    migrated
+}
+
+async fn migrate_on(
+    client: &mut tokio_postgres::Client,
+    target: &str,
+    steps: &[Step],
+) -> Result<(), OpenError> {
     let fail = |doing: &'static str| {
         let target = target.to_owned();
         move |e: tokio_postgres::Error| OpenError::Postgres {
@@ -242,33 +495,41 @@ pub(crate) async fn migrate(client: &mut Client, target: &str) -> Result<(), Ope
             message: format!("{doing}: {}", crate::error::describe(&e)),
         }
     };
-    let tx = client.transaction().await.map_err(fail("begin"))?;
-    // Held until COMMIT or ROLLBACK: a second node starting now waits here,
-    // then judges the schema the first one left.
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))",
-        &[&LOCK_KEY],
-    )
-    .await
-    .map_err(fail("take the migration lock"))?;
-    let schema: String = tx
+    client
+        .execute(
+            "SELECT pg_advisory_lock($1, hashtext(current_schema()))",
+            &[&LOCK_KEY],
+        )
+        .await
+        .map_err(fail("take the migration lock"))?;
+    let schema: String = client
         .query_one("SELECT current_schema()", &[])
         .await
         .map_err(fail("read current_schema"))?
         .get(0);
-    let from = match inspect(&tx, target, &schema).await? {
-        Found::Empty => 0,
-        Found::Ours(version) => version,
+    let (from, mut backfill_after) = match inspect(client, target, &schema).await? {
+        Found::Empty => (0, None),
+        Found::Ours {
+            version,
+            backfill_after,
+        } => (version, backfill_after),
     };
-    if from == CURRENT_VERSION {
-        return tx.commit().await.map_err(fail("commit"));
-    }
-    for (k, step) in MIGRATIONS
-        .iter()
-        .enumerate()
-        .skip(usize::try_from(from).unwrap_or(0))
-    {
-        tx.batch_execute(step)
+    let known = i32::try_from(steps.len()).unwrap_or(i32::MAX);
+    let mut version = from;
+    loop {
+        if let Some(after) = backfill_after.take() {
+            let at = usize::try_from(version - 1).unwrap_or(0);
+            if let Some(backfill) = steps.get(at).and_then(|s| s.backfill.as_ref()) {
+                run_backfill(client, target, version, backfill, after).await?;
+            }
+        }
+        if version >= known {
+            break;
+        }
+        let k = usize::try_from(version).unwrap_or(0);
+        let step = &steps[k];
+        let tx = client.transaction().await.map_err(fail("begin"))?;
+        tx.batch_execute(step.schema)
             .await
             .map_err(|e| OpenError::Postgres {
                 target: target.to_owned(),
@@ -278,30 +539,111 @@ pub(crate) async fn migrate(client: &mut Client, target: &str) -> Result<(), Ope
                     crate::error::describe(&e)
                 ),
             })?;
+        version += 1;
+        backfill_after = step.backfill.as_ref().map(|_| -1);
+        record(&tx, version, backfill_after)
+            .await
+            .map_err(fail("record the version"))?;
+        tx.commit().await.map_err(fail("commit"))?;
     }
-    tx.execute("DELETE FROM taskcenter_schema", &[])
+    client
+        .execute(
+            "SELECT pg_advisory_unlock($1, hashtext(current_schema()))",
+            &[&LOCK_KEY],
+        )
         .await
-        .map_err(fail("clear the version"))?;
-    tx.execute(
-        "INSERT INTO taskcenter_schema (application, version) VALUES ($1, $2)",
-        &[&APPLICATION, &CURRENT_VERSION],
-    )
-    .await
-    .map_err(fail("record the version"))?;
-    tx.commit().await.map_err(fail("commit"))?;
-    tracing::info!(
-        database = %target,
-        schema = %schema,
-        from,
-        to = CURRENT_VERSION,
-        "store_schema_migrated"
-    );
+        .map_err(fail("release the migration lock"))?;
+    if version != from {
+        tracing::info!(
+            database = %target,
+            schema = %schema,
+            from,
+            to = version,
+            "store_schema_migrated"
+        );
+    }
     Ok(())
+}
+
+/// Writes the version row (and the column for a backfill's progress, which
+/// the first step's table lacks).
+async fn record(
+    tx: &tokio_postgres::Transaction<'_>,
+    version: i32,
+    backfill_after: Option<i64>,
+) -> Result<(), tokio_postgres::Error> {
+    tx.batch_execute(
+        "ALTER TABLE taskcenter_schema ADD COLUMN IF NOT EXISTS backfill_after bigint; \
+         DELETE FROM taskcenter_schema",
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO taskcenter_schema (application, version, backfill_after) \
+         VALUES ($1, $2, $3)",
+        &[&APPLICATION, &version, &backfill_after],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Runs the backfill of the step that took the schema to `version`, from
+/// after position `after` to the end, one batch per transaction.
+async fn run_backfill(
+    client: &mut tokio_postgres::Client,
+    target: &str,
+    version: i32,
+    backfill: &Backfill,
+    mut after: i64,
+) -> Result<(), OpenError> {
+    let fail = |e: tokio_postgres::Error| OpenError::Postgres {
+        target: target.to_owned(),
+        message: format!(
+            "backfill of migration step {} -> {version}: {}",
+            version - 1,
+            crate::error::describe(&e)
+        ),
+    };
+    let until: Option<i64> = client
+        .query_one(backfill.until, &[])
+        .await
+        .map_err(fail)?
+        .try_get(0)
+        .map_err(fail)?;
+    let until = until.unwrap_or(after);
+    let mut batches = 0u64;
+    loop {
+        let tx = client.transaction().await.map_err(fail)?;
+        let last: Option<i64> = tx
+            .query_one(backfill.batch, &[&after, &BACKFILL_BATCH, &until])
+            .await
+            .map_err(fail)?
+            .try_get(0)
+            .map_err(fail)?;
+        match last {
+            Some(last) => {
+                tx.execute("UPDATE taskcenter_schema SET backfill_after = $1", &[&last])
+                    .await
+                    .map_err(fail)?;
+                tx.commit().await.map_err(fail)?;
+                after = last;
+                batches += 1;
+            }
+            None => {
+                tx.batch_execute(backfill.finish).await.map_err(fail)?;
+                tx.execute("UPDATE taskcenter_schema SET backfill_after = NULL", &[])
+                    .await
+                    .map_err(fail)?;
+                tx.commit().await.map_err(fail)?;
+                tracing::info!(database = %target, version, batches, "store_schema_backfilled");
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// Reads the version table and the table list of `schema`; writes nothing.
 async fn inspect(
-    tx: &deadpool_postgres::Transaction<'_>,
+    client: &tokio_postgres::Client,
     target: &str,
     schema: &str,
 ) -> Result<Found, OpenError> {
@@ -309,7 +651,7 @@ async fn inspect(
         target: target.to_owned(),
         message: format!("read the schema: {}", crate::error::describe(&e)),
     };
-    let tables: Vec<String> = tx
+    let tables: Vec<String> = client
         .query(
             "SELECT table_name::text FROM information_schema.tables \
              WHERE table_schema = $1 ORDER BY table_name",
@@ -337,8 +679,14 @@ async fn inspect(
     if !tables.iter().any(|t| t == "taskcenter_schema") {
         return Err(foreign(None));
     }
-    let rows = tx
-        .query("SELECT application, version FROM taskcenter_schema", &[])
+    // The progress column is read through the row's JSON: versions written
+    // before it existed have none.
+    let rows = client
+        .query(
+            "SELECT application, version, (to_jsonb(s) ->> 'backfill_after')::bigint \
+             FROM taskcenter_schema s",
+            &[],
+        )
         .await
         .map_err(|_| foreign(None))?;
     let [row] = rows.as_slice() else {
@@ -357,5 +705,8 @@ async fn inspect(
             known: CURRENT_VERSION,
         });
     }
-    Ok(Found::Ours(version))
+    Ok(Found::Ours {
+        version,
+        backfill_after: row.try_get(2).map_err(|_| foreign(Some(version)))?,
+    })
 }

@@ -1,11 +1,12 @@
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
-    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page,
-    StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
+    Page, StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
@@ -16,9 +17,9 @@ use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
 use crate::notify::{self, Channels, PgEvent};
 use crate::ops::{self, Inserted};
-use crate::{destinations, schema};
+use crate::{counts, destinations, schema};
 
-/// The longest a listing waits for older transactions to end before it
+/// The longest a listing waits for older inserts of tasks to end before it
 /// answers a page that stops short (see `ops::list`).
 const LIST_HOLD: Duration = Duration::from_secs(2);
 
@@ -34,7 +35,11 @@ pub struct PgStore {
     channels: Channels,
     events: broadcast::Sender<PgEvent>,
     submitted: Arc<Notify>,
-    // Dropping it (with the store) ends the listener and the announcer.
+    /// Set by every write that changes states: the fold of the count deltas
+    /// runs only after some (see `counts`).
+    states_changed: Arc<AtomicBool>,
+    // Dropping it (with the store) ends the listener, the announcer and the
+    // count fold.
     _stop: watch::Sender<bool>,
     target: String,
 }
@@ -87,11 +92,11 @@ impl PgStore {
                 target: target.clone(),
                 message: format!("build the pool: {e}"),
             })?;
-        let mut client = pool.get().await.map_err(|e| OpenError::Postgres {
+        schema::migrate(&pg, &target, schema::MIGRATIONS).await?;
+        let client = pool.get().await.map_err(|e| OpenError::Postgres {
             target: target.clone(),
             message: format!("connect: {}", pool_message(e)),
         })?;
-        schema::migrate(&mut client, &target).await?;
         let schema: String = client
             .query_one("SELECT current_schema()", &[])
             .await
@@ -117,6 +122,12 @@ impl PgStore {
             pool.clone(),
             channels.wake.clone(),
             Arc::clone(&submitted),
+            stopped.clone(),
+        ));
+        let states_changed = Arc::new(AtomicBool::new(false));
+        tokio::spawn(counts::fold_loop(
+            pool.clone(),
+            Arc::clone(&states_changed),
             stopped,
         ));
         Ok(PgStore {
@@ -125,6 +136,7 @@ impl PgStore {
             channels,
             events,
             submitted,
+            states_changed,
             _stop: stop,
             target,
         })
@@ -157,6 +169,11 @@ impl PgStore {
         }
     }
 
+    /// Notes that states changed, for the next fold of the counts.
+    fn states_changed(&self) {
+        self.states_changed.store(true, Ordering::Relaxed);
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool)
     }
@@ -167,6 +184,7 @@ impl TaskStore for PgStore {
         let client = self.client().await?;
         match ops::submit(&client, &task, now, self.stamp(now)).await? {
             Inserted::Created(created) => {
+                self.states_changed();
                 self.submitted.notify_one();
                 Ok(Submitted {
                     task: created,
@@ -192,13 +210,22 @@ impl TaskStore for PgStore {
         now: Timestamp,
     ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
         let mut client = self.client().await?;
-        let mut tx = client.transaction().await.map_err(db)?;
-        let mut results = Vec::with_capacity(tasks.len());
+        let stamp = self.stamp(now);
+        // One chunk is one statement, atomic by itself; more are one
+        // transaction.
+        let inserted = if tasks.len() <= ops::BATCH_CHUNK {
+            ops::submit_batch(&client, &tasks, now, stamp).await?
+        } else {
+            let tx = client.transaction().await.map_err(db)?;
+            let inserted = ops::submit_batch(&tx, &tasks, now, stamp).await?;
+            tx.commit().await.map_err(db)?;
+            inserted
+        };
         let mut created = false;
-        for task in &tasks {
-            // Each item in a savepoint: one that fails leaves the others.
-            let item = tx.savepoint("item").await.map_err(db)?;
-            let result = match ops::submit(&item, task, now, self.stamp(now)).await? {
+        let results = tasks
+            .iter()
+            .zip(inserted)
+            .map(|(task, inserted)| match inserted {
                 Inserted::Created(task) => {
                     created = true;
                     Ok(Submitted {
@@ -211,12 +238,10 @@ impl TaskStore for PgStore {
                     created: false,
                 }),
                 Inserted::Existing(_) => Err(StoreError::IdempotencyConflict),
-            };
-            item.commit().await.map_err(db)?;
-            results.push(result);
-        }
-        tx.commit().await.map_err(db)?;
+            })
+            .collect();
         if created {
+            self.states_changed();
             self.submitted.notify_one();
         }
         Ok(results)
@@ -238,10 +263,10 @@ impl TaskStore for PgStore {
             let tx = read_snapshot(&mut client).await?;
             let (page, held_back) = ops::list(&tx, &query).await?;
             tx.commit().await.map_err(db)?;
-            // Rows held back wait for write transactions older than them
-            // (anyone's, cluster-wide) to end: usually milliseconds. Past
-            // LIST_HOLD the page is answered as it is; its cursor continues
-            // exactly where it stopped.
+            // Rows held back wait for older transactions inserting tasks in
+            // this schema to end: usually milliseconds. Past LIST_HOLD the
+            // page is answered as it is; its cursor continues exactly where
+            // it stopped.
             if !held_back || waited >= LIST_HOLD {
                 return Ok(page);
             }
@@ -252,7 +277,7 @@ impl TaskStore for PgStore {
     }
 
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
-        ops::count_by_state(&self.client().await?).await
+        counts::count_by_state(&self.client().await?).await
     }
 
     async fn claim_due(
@@ -269,6 +294,9 @@ impl TaskStore for PgStore {
         let tx = client.transaction().await.map_err(db)?;
         let claimed = destinations::claim_due(&tx, n, self.stamp(now), lease, &gate).await?;
         tx.commit().await.map_err(db)?;
+        if !claimed.is_empty() {
+            self.states_changed();
+        }
         Ok(claimed)
     }
 
@@ -277,9 +305,9 @@ impl TaskStore for PgStore {
         running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Vec<LeaseLost>, StoreError> {
         if running.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         ops::heartbeat(&self.client().await?, &running, self.stamp(now), lease).await
     }
@@ -303,6 +331,7 @@ impl TaskStore for PgStore {
         )
         .await?;
         tx.commit().await.map_err(db)?;
+        self.states_changed();
         Ok(done)
     }
 
@@ -311,6 +340,7 @@ impl TaskStore for PgStore {
         let tx = client.transaction().await.map_err(db)?;
         let canceled = ops::cancel(&tx, &id, self.stamp(now), &self.channels.cancel).await?;
         tx.commit().await.map_err(db)?;
+        self.states_changed();
         if canceled.was_running {
             tracing::debug!(task_id = %id, "store_cancel_announced");
         }
@@ -327,6 +357,7 @@ impl TaskStore for PgStore {
         let tx = client.transaction().await.map_err(db)?;
         let released = ops::release(&tx, &id, attempt, self.stamp(now)).await?;
         tx.commit().await.map_err(db)?;
+        self.states_changed();
         Ok(released)
     }
 
@@ -343,6 +374,9 @@ impl TaskStore for PgStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let deleted = ops::prune(&tx, state, older_than_ms, self.stamp(now), limit).await?;
         tx.commit().await.map_err(db)?;
+        if deleted > 0 {
+            self.states_changed();
+        }
         Ok(deleted)
     }
 
@@ -350,7 +384,9 @@ impl TaskStore for PgStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db)?;
         ops::delete(&tx, &id).await?;
-        tx.commit().await.map_err(db)
+        tx.commit().await.map_err(db)?;
+        self.states_changed();
+        Ok(())
     }
 
     async fn retry(
@@ -364,6 +400,7 @@ impl TaskStore for PgStore {
         let delay = run_at.as_millis().saturating_sub(now.as_millis());
         let task = ops::retry(&tx, &id, delay, self.stamp(now)).await?;
         tx.commit().await.map_err(db)?;
+        self.states_changed();
         // Pending again: idle workers on every node may claim it.
         self.submitted.notify_one();
         Ok(task)
@@ -395,31 +432,22 @@ impl TaskStore for PgStore {
         loop {
             let tx = client.transaction().await.map_err(db)?;
             let covered = ops::bulk_covered(&tx, &filter, &snapshot, after, chunk).await?;
-            let mut canceled_running = Vec::new();
-            let mut applied = 0;
-            for &(_, id, _) in &covered {
-                // Each operation locks its row and reads its state again: a
-                // worker may have moved the task since the scan.
-                let state = ops::state_of(&tx, &id).await?;
-                if !state.is_some_and(|s| action.applies_to(s)) {
-                    continue;
-                }
-                match action {
-                    BulkAction::Retry => {
-                        ops::retry(&tx, &id, 0, self.stamp(now)).await?;
-                    }
-                    BulkAction::Cancel => {
-                        let canceled =
-                            ops::cancel(&tx, &id, self.stamp(now), &self.channels.cancel).await?;
-                        if canceled.was_running {
-                            canceled_running.push(id);
-                        }
-                    }
-                    BulkAction::Delete => ops::delete(&tx, &id).await?,
-                }
-                applied += 1;
-            }
+            let positions: Vec<i64> = covered.iter().map(|&(pos, _)| pos).collect();
+            let ops::BulkApplied {
+                applied,
+                canceled_running,
+            } = ops::bulk_apply(
+                &tx,
+                action,
+                &positions,
+                self.stamp(now),
+                &self.channels.cancel,
+            )
+            .await?;
             tx.commit().await.map_err(db)?;
+            if applied > 0 {
+                self.states_changed();
+            }
             if action == BulkAction::Retry && applied > 0 {
                 self.submitted.notify_one();
             }
@@ -428,17 +456,21 @@ impl TaskStore for PgStore {
             let room = BULK_SAMPLE.saturating_sub(outcome.sample.len());
             outcome
                 .sample
-                .extend(covered.iter().take(room).map(|&(_, id, _)| id));
+                .extend(covered.iter().take(room).map(|&(_, id)| id));
             outcome.canceled_running.extend(canceled_running);
             match covered.last() {
-                Some(&(last, _, _)) if covered.len() == BULK_CHUNK => after = last,
+                Some(&(last, _)) if covered.len() == BULK_CHUNK => after = last,
                 _ => return Ok(outcome),
             }
         }
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        ops::recover_expired(&self.client().await?, self.stamp(now)).await
+        let moved = ops::recover_expired(&self.client().await?, self.stamp(now)).await?;
+        if moved > 0 {
+            self.states_changed();
+        }
+        Ok(moved)
     }
 
     async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {

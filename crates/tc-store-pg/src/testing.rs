@@ -96,22 +96,21 @@ impl TestDatabase {
     }
 
     /// A fresh schema laid out as a build of schema `version` left it: the
-    /// first `version` migration steps (steps are never edited, so these
-    /// are what older builds ran) and the version row. For upgrade tests.
+    /// first `version` migration steps (a step's result is never edited, so
+    /// this is what older builds left), run as a node runs them, with the
+    /// version row. For upgrade tests.
     ///
     /// # Panics
     /// When `version` is beyond [`crate::SCHEMA_VERSION`].
     pub async fn schema_at(&self, version: usize) -> Result<String, String> {
         let schema = self.fresh_schema();
-        let mut sql = format!("CREATE SCHEMA {schema}; SET search_path TO {schema};");
-        for step in &crate::schema::MIGRATIONS[..version] {
-            sql.push_str(step);
-        }
-        sql.push_str(&format!(
-            "INSERT INTO taskcenter_schema (application, version) VALUES ('{}', {version});",
-            crate::schema::APPLICATION
-        ));
-        self.execute(&sql).await?;
+        self.execute(&format!("CREATE SCHEMA {schema}")).await?;
+        let mut config: tokio_postgres::Config = self.url.parse().map_err(|e| format!("{e}"))?;
+        config.options(format!("-c search_path={schema}"));
+        let target = format!("test schema {schema}");
+        crate::schema::migrate(&config, &target, &crate::schema::MIGRATIONS[..version])
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(schema)
     }
 

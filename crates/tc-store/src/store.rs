@@ -6,8 +6,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
-    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page,
-    StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
+    Page, StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -245,9 +245,9 @@ impl TaskStore for SqliteStore {
         running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Vec<LeaseLost>, StoreError> {
         if running.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         self.write(move |conn| write_ops::heartbeat(conn, &running, now, lease))
             .await

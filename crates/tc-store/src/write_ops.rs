@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tc_model::destination::{CLAIM_VISIT_LIMIT, ClaimGate, FairShare};
-use tc_model::store::{BULK_CHUNK, BulkAction, Completion, Guarded, StoreError, Submitted};
+use tc_model::store::{
+    BULK_CHUNK, BulkAction, Completion, Guarded, LeaseLost, StoreError, Submitted,
+};
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, transit};
 
 use crate::destinations;
@@ -192,33 +194,82 @@ fn claim_one(
     Ok(claimed)
 }
 
-/// Extends the lease of each `(id, attempt)` still running with that attempt;
-/// returns how many.
+/// Extends the lease of each `(id, attempt)` still running with that
+/// attempt, `RETURNING` the pairs it extended; the others are read back with
+/// their states. Two statements at most, however many pairs: the pairs go
+/// in as one JSON array (`[["<task id>", attempt], …]`).
 pub(crate) fn heartbeat(
     conn: &Connection,
     running: &[(TaskId, u32)],
     now: Timestamp,
     lease: Duration,
-) -> Result<usize, StoreError> {
+) -> Result<Vec<LeaseLost>, StoreError> {
     let mut running = running.to_vec();
     running.sort_unstable();
     running.dedup();
     let lease_until = now.saturating_add(lease).as_millis();
-    let mut stmt = conn
+    let pairs = format!(
+        "[{}]",
+        running
+            .iter()
+            .map(|(id, n)| format!("[\"{id}\",{n}]"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut extend = conn
         .prepare_cached(
             // Never shortens a lease: a late heartbeat must not hand a task to
             // recovery earlier than the lease it already had.
-            "UPDATE tasks SET lease_until = max(coalesce(lease_until, ?2), ?2) \
-             WHERE id = ?1 AND state = 'running' AND attempt = ?3",
+            "UPDATE tasks SET lease_until = max(coalesce(tasks.lease_until, ?2), ?2) \
+             FROM (SELECT unhex(value ->> 0, '-') AS id, value ->> 1 AS attempt \
+                   FROM json_each(?1)) AS r \
+             WHERE tasks.id = r.id AND tasks.attempt = r.attempt AND tasks.state = 'running' \
+             RETURNING tasks.id, tasks.attempt",
         )
         .map_err(db)?;
-    let mut extended = 0;
-    for (id, attempt) in &running {
-        extended += stmt
-            .execute(params![id.as_bytes(), lease_until, attempt])
-            .map_err(db)?;
+    let mut extended = std::collections::HashSet::with_capacity(running.len());
+    let mut rows = extend.query(params![pairs, lease_until]).map_err(db)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let id: Vec<u8> = row.get(0).map_err(db)?;
+        let attempt: u32 = row.get(1).map_err(db)?;
+        extended.insert((parse_id(id)?, attempt));
     }
-    Ok(extended)
+    drop(rows);
+    let lost: Vec<(TaskId, u32)> = running
+        .into_iter()
+        .filter(|pair| !extended.contains(pair))
+        .collect();
+    if lost.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = format!(
+        "[{}]",
+        lost.iter()
+            .map(|(id, _)| format!("\"{id}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut read = conn
+        .prepare_cached(
+            "SELECT id, state FROM tasks \
+             WHERE id IN (SELECT unhex(value, '-') FROM json_each(?1))",
+        )
+        .map_err(db)?;
+    let mut states = std::collections::HashMap::with_capacity(lost.len());
+    let mut rows = read.query(params![ids]).map_err(db)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let id: Vec<u8> = row.get(0).map_err(db)?;
+        let state: String = row.get(1).map_err(db)?;
+        states.insert(parse_id(id)?, parse_state(&state)?);
+    }
+    Ok(lost
+        .into_iter()
+        .map(|(id, attempt)| LeaseLost {
+            id,
+            attempt,
+            state: states.get(&id).copied(),
+        })
+        .collect())
 }
 
 /// Writes a try's outcome if the task is still running with `attempt`.

@@ -11,10 +11,14 @@
 //! ports and run for every store × downstream that plays
 //! [`tc_downstream::fake::Script`] (the fake in process, or the real client
 //! against the fake served on loopback).
+//!
+//! [`pg_cluster`] starts a throwaway PostgreSQL cluster of its own, for
+//! tests that restart the database or change its settings.
 
 // Test support: a failed unwrap here is a failed test.
 #![allow(clippy::unwrap_used)]
 
 pub mod memory_store;
+pub mod pg_cluster;
 pub mod store_contract;
 pub mod worker_scenarios;

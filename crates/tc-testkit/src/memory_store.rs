@@ -15,7 +15,7 @@ use tc_model::destination::{
     DestinationUpdate, FairShare, rotation,
 };
 use tc_model::store::{
-    BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, ListQuery, Page,
+    BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page,
     StateCounts, StoreError, Submitted, TaskFilter, TaskStore, results_within,
 };
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
@@ -318,24 +318,34 @@ impl TaskStore for MemoryStore {
         mut running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Vec<LeaseLost>, StoreError> {
         running.sort_unstable();
         running.dedup();
         let until = now.saturating_add(lease);
         let mut t = self.tables();
-        let mut extended = 0;
+        let mut lost = Vec::new();
         for (id, attempt) in running {
             let Some(&seq) = t.by_id.get(&id) else {
+                lost.push(LeaseLost {
+                    id,
+                    attempt,
+                    state: None,
+                });
                 continue;
             };
             let task = t.task_mut(seq)?;
             if task.state == State::Running && task.attempt == attempt {
                 // Never shortens a lease.
                 task.lease_until = Some(task.lease_until.map_or(until, |held| held.max(until)));
-                extended += 1;
+            } else {
+                lost.push(LeaseLost {
+                    id,
+                    attempt,
+                    state: Some(task.state),
+                });
             }
         }
-        Ok(extended)
+        Ok(lost)
     }
 
     async fn complete(

@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
-    BULK_CHUNK, BULK_SAMPLE, BulkAction, Completion, Cursor, Guarded, ListQuery, Page, StoreError,
-    Submitted, TaskFilter, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkAction, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page,
+    StoreError, Submitted, TaskFilter, TaskStore,
 };
 use tc_model::{AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp};
 use tokio::sync::watch;
@@ -199,6 +199,11 @@ fn panic_message(join: tokio::task::JoinError) -> String {
 
 // ---------------------------------------------------------------------------
 // Checking helpers
+
+/// A heartbeat's answer for a lease it did not extend.
+fn lost(id: TaskId, attempt: u32, state: Option<State>) -> LeaseLost {
+    LeaseLost { id, attempt, state }
+}
 
 /// Fails the scenario with a message and the line, unless `cond` holds.
 macro_rules! ensure {
@@ -989,7 +994,11 @@ pub async fn write_after_cancel_is_lost<S: TaskStore>(store: S) -> Verdict {
         .heartbeat(vec![(task.id, 1)], at(20), LEASE)
         .await
         .step("heartbeat")?;
-    ensure_eq!(beat, 0, "heartbeats extended after cancel");
+    ensure_eq!(
+        beat,
+        vec![lost(task.id, 1, Some(State::Canceled))],
+        "heartbeats extended after cancel"
+    );
     ensure_eq!(
         get(&store, task.id).await?,
         canceled,
@@ -1137,7 +1146,11 @@ pub async fn old_attempts_heartbeat_leaves_a_newer_claim_alone<S: TaskStore>(sto
         .heartbeat(vec![(task.id, 1)], at(2_500), LEASE)
         .await
         .step("heartbeat")?;
-    ensure_eq!(beat, 0, "the old attempt's heartbeat extended a lease");
+    ensure_eq!(
+        beat,
+        vec![lost(task.id, 1, Some(State::Running))],
+        "the old attempt's heartbeat extended a lease"
+    );
     ensure_eq!(
         get(&store, task.id).await?.lease_until,
         Some(at(2_000).saturating_add(short)),
@@ -1147,7 +1160,7 @@ pub async fn old_attempts_heartbeat_leaves_a_newer_claim_alone<S: TaskStore>(sto
         .heartbeat(vec![(task.id, 2)], at(2_500), LEASE)
         .await
         .step("heartbeat")?;
-    ensure_eq!(beat, 1, "the newer attempt's own heartbeat");
+    ensure_eq!(beat, vec![], "the newer attempt's own heartbeat");
     Ok(())
 }
 
@@ -1160,18 +1173,30 @@ pub async fn heartbeat_extends_only_running_leases<S: TaskStore>(store: S) -> Ve
     let b = claim_only(&store, b.id, at(1), short).await?;
     let pending = task_in(&store, "p", State::Pending, at(2)).await?;
     let done = task_in(&store, "d", State::Success, at(3)).await?;
+    let gone = TaskId::new(Timestamp::from_millis(0), [0xee; 10]);
     let running = vec![
         (a.id, 1),
         (b.id, 1),
         (pending.id, 0),
         (done.id, 1),
-        (TaskId::new(Timestamp::from_millis(0), [0xee; 10]), 1),
+        (gone, 1),
     ];
-    let beat = store
+    let mut beat = store
         .heartbeat(running, at(5_000), LEASE)
         .await
         .step("heartbeat")?;
-    ensure_eq!(beat, 2, "running tasks extended");
+    beat.sort_by_key(|l| l.id);
+    let mut want = vec![
+        lost(pending.id, 0, Some(State::Pending)),
+        lost(done.id, 1, Some(State::Success)),
+        lost(gone, 1, None),
+    ];
+    want.sort_by_key(|l| l.id);
+    ensure_eq!(
+        beat,
+        want,
+        "the leases not extended, with their tasks' states"
+    );
     for task in [&a, &b] {
         let now = get(&store, task.id).await?;
         ensure_eq!(
@@ -1404,7 +1429,20 @@ pub async fn illegal_writes_change_nothing<S: TaskStore>(store: S) -> Verdict {
         )
         .await
         .step("heartbeat")?;
-    ensure_eq!(beat, 0, "heartbeats on tasks that are not running");
+    ensure_eq!(
+        beat.len(),
+        tasks.len(),
+        "heartbeats on tasks that are not running"
+    );
+    for lost in &beat {
+        let task = tasks.iter().find(|t| t.id == lost.id);
+        ensure_eq!(
+            Some((lost.attempt, lost.state)),
+            task.map(|t| (t.attempt, Some(t.state))),
+            "{} lost with its attempt and state",
+            lost.id
+        );
+    }
     Ok(())
 }
 
@@ -1797,7 +1835,7 @@ pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Verdict {
     );
     ensure_eq!(
         store.heartbeat(vec![(ghost, 1)], at(1), LEASE).await,
-        Ok(0),
+        Ok(vec![lost(ghost, 1, None)]),
         "heartbeat"
     );
     Ok(())

@@ -229,6 +229,7 @@ macro_rules! worker_scenarios {
             cancel_during_retry_wait,
             no_result_after_cancel,
             cancel_elsewhere_drops_the_call,
+            lost_leases_are_found_without_reading_tasks,
             expired_lease_recovered,
             long_call_keeps_its_lease,
             idempotent_submit,
@@ -827,6 +828,60 @@ async fn cancel_elsewhere_drops_the_call<S: TaskStore, D: Downstream>(
     Ok(())
 }
 
+async fn lost_leases_are_found_without_reading_tasks<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    // Two of three running tasks are canceled elsewhere: the heartbeat that
+    // finds their leases lost says what became of them, so the worker drops
+    // both calls without reading a task (a read per running task, on every
+    // tick that lost one, would cost O(running) reads).
+    let gated = Arc::new(GatedStore::new(Arc::clone(&rig.store)));
+    let worker = Worker::spawn(
+        Arc::clone(&gated),
+        Arc::clone(&rig.downstream),
+        WorkerConfig {
+            lease: Duration::from_millis(300),
+            ..rig.config()
+        },
+        rig.clock.clone(),
+        WorkerMetrics::default(),
+    );
+    let mut events = worker.control().subscribe();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let path = format!("/lost-{i}");
+        rig.script.plan(&path, [Step::Hang]);
+        tasks.push(
+            rig.submit_with(&path, &format!("k-lost-{i}"), 3, Duration::from_secs(60))
+                .await?,
+        );
+    }
+    worker.control().task_submitted();
+    guard("three calls", rig.script.wait_calls(3)).await?;
+    for task in &tasks[..2] {
+        rig.store
+            .cancel(task.id, rig.clock.now())
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let canceled: Vec<TaskId> = tasks[..2].iter().map(|t| t.id).collect();
+    wait_all_terminal(&mut events, &canceled).await?;
+    guard("both calls dropped", rig.script.wait_abandoned(2)).await?;
+    let reads = gated.gets();
+    let kept = rig.get(tasks[2].id).await?;
+    stop(worker).await?;
+    ensure!(
+        reads == 0,
+        "the worker read {reads} tasks to learn which leases it lost"
+    );
+    ensure!(
+        kept.state == State::Running,
+        "the third task is {}",
+        kept.state
+    );
+    Ok(())
+}
+
 async fn worker_in_flight_is_zero<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
 ) -> Result<bool, String> {
@@ -1197,6 +1252,7 @@ pub struct GatedStore<S> {
     completes_failed: std::sync::atomic::AtomicUsize,
     claims_fail: std::sync::atomic::AtomicBool,
     claims: std::sync::atomic::AtomicUsize,
+    gets: std::sync::atomic::AtomicUsize,
     recoveries: tokio::sync::watch::Sender<usize>,
 }
 
@@ -1214,8 +1270,14 @@ impl<S> GatedStore<S> {
             completes_failed: std::sync::atomic::AtomicUsize::new(0),
             claims_fail: std::sync::atomic::AtomicBool::new(false),
             claims: std::sync::atomic::AtomicUsize::new(0),
+            gets: std::sync::atomic::AtomicUsize::new(0),
             recoveries: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// How many tasks were read through this store (`get`).
+    pub fn gets(&self) -> usize {
+        self.gets.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Fails the next `k` completes with [`StoreError::Unavailable`].
@@ -1308,6 +1370,7 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         self.inner.submit_many(tasks, now)
     }
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.get(id)
     }
     fn list(
@@ -1351,7 +1414,7 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
-    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Vec<tc_model::store::LeaseLost>, StoreError>> + Send {
         self.inner.heartbeat(running, now, lease)
     }
     async fn complete(

@@ -163,8 +163,8 @@ impl<S> Shared<S> {
 
     /// Drops the call of `attempt` of `id` if it still runs here: the store
     /// says the task has moved on (canceled elsewhere, recovered, claimed
-    /// again), so its answer could not be written anyway.
-    pub(crate) fn stop_attempt(&self, id: TaskId, attempt: u32, now_in: State) {
+    /// again), so its answer could not be written anyway. Whether it ran.
+    pub(crate) fn stop_attempt(&self, id: TaskId, attempt: u32, now_in: State) -> bool {
         let mut claims = self.claims();
         if let Some((n, token)) = claims.running.get(&id)
             && *n == attempt
@@ -172,6 +172,9 @@ impl<S> Shared<S> {
             let token = token.clone();
             claims.taken_away.insert((id, attempt), now_in);
             token.cancel();
+            true
+        } else {
+            false
         }
     }
 

@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tc_downstream::Downstream;
-use tc_model::store::TaskStore;
-use tc_model::{State, TaskId};
+use tc_model::State;
+use tc_model::store::{LeaseLost, TaskStore};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -449,11 +449,10 @@ async fn heartbeat_loop<S: TaskStore>(shared: Arc<Shared<S>>, lease: Duration) {
         }
         match shared
             .store
-            .heartbeat(running.clone(), shared.clock.now(), lease)
+            .heartbeat(running, shared.clock.now(), lease)
             .await
         {
-            Ok(extended) if extended < running.len() => stop_taken_away(&shared, &running).await,
-            Ok(_) => {}
+            Ok(lost) => stop_taken_away(&shared, &lost),
             Err(e) => tracing::error!(error = %e, "heartbeat_failed"),
         }
     }
@@ -461,16 +460,17 @@ async fn heartbeat_loop<S: TaskStore>(shared: Arc<Shared<S>>, lease: Duration) {
 
 /// Some leases were not extended: those tasks are no longer this worker's
 /// (canceled through another process, or recovered after a stall). Their
-/// calls are dropped, as a cancel through this worker would.
-async fn stop_taken_away<S: TaskStore>(shared: &Shared<S>, running: &[(TaskId, u32)]) {
-    for (id, attempt) in running {
-        match shared.store.get(*id).await {
-            Ok(task) if task.state == State::Running && task.attempt == *attempt => {}
-            Ok(task) => {
-                tracing::info!(task_id = %id, attempt, state = %task.state, "task_taken_away");
-                shared.stop_attempt(*id, *attempt, task.state);
-            }
-            Err(e) => tracing::error!(task_id = %id, error = %e, "heartbeat_check_failed"),
+/// calls are dropped, as a cancel through this worker would; the heartbeat
+/// said what became of each, so nothing is read. An attempt that ended
+/// here meanwhile is no longer running and is left alone.
+fn stop_taken_away<S: TaskStore>(shared: &Shared<S>, lost: &[LeaseLost]) {
+    for lost in lost {
+        let (id, attempt) = (lost.id, lost.attempt);
+        // A task gone from the store was finished and deleted: its call's
+        // answer has nowhere to land, as for a cancel.
+        let state = lost.state.unwrap_or(State::Canceled);
+        if shared.stop_attempt(id, attempt, state) {
+            tracing::info!(task_id = %id, attempt, state = %state, "task_taken_away");
         }
     }
 }

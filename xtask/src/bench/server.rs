@@ -113,6 +113,11 @@ impl ServerProcess {
         (self.warnings.load(Ordering::Relaxed), first)
     }
 
+    /// Its exit status if it has exited (never waits).
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Kills it (the bench's databases are throwaway) and reaps it.
     pub(crate) fn stop(mut self) {
         self.kill();

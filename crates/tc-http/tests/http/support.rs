@@ -79,7 +79,7 @@ impl TaskStore for Switchable {
         running: Vec<(TaskId, u32)>,
         now: Timestamp,
         lease: Duration,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Vec<tc_model::store::LeaseLost>, StoreError> {
         self.check()?;
         self.inner.heartbeat(running, now, lease).await
     }

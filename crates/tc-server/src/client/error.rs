@@ -30,6 +30,10 @@ pub(crate) enum ClientError {
         /// Why, from the transport.
         reason: String,
     },
+    /// The command did part of its work and says where to go on from
+    /// (exit 1).
+    #[error("{0}")]
+    Incomplete(String),
     /// Something on this machine failed: no entropy for a key, stdin
     /// unreadable (exit 1).
     #[error("{0}")]
@@ -50,6 +54,7 @@ impl ClientError {
             ClientError::Usage(_) => ExitCode::from(2),
             ClientError::Refused { .. }
             | ClientError::Protocol(_)
+            | ClientError::Incomplete(_)
             | ClientError::Local(_)
             | ClientError::Output(_) => ExitCode::from(1),
             ClientError::Unreachable { .. } => ExitCode::from(3),

@@ -175,11 +175,22 @@ pub(crate) async fn result(api: &Api, out: &Out, id: &str, raw: bool) -> Result<
     }
 }
 
+/// How often `task list --all` asks again for a page that did not move past
+/// its cursor, and the first pause (doubled each time).
+const STALLED_RETRIES: u32 = 4;
+const STALLED_PAUSE: Duration = Duration::from_millis(250);
+
 /// `task list`.
+///
+/// With `--all` it follows `next` page by page. A page that comes back
+/// empty with the cursor it was asked for means tasks after it are still
+/// being written (the server held them back): it is asked for again a few
+/// times, then the command stops with exit 1 and the cursor to go on from.
 pub(crate) async fn list(api: &Api, out: &Out, args: &ListArgs) -> Result<(), ClientError> {
     let mut table = Table::new(&["ID", "STATE", "ATTEMPT", "CREATED", "ERROR", "DESTINATION"]);
     let mut after = args.after.clone();
     let mut shown = 0usize;
+    let mut stalled = 0u32;
     loop {
         let page = api
             .json(Method::GET, &list_path(args, after.as_deref()), None)
@@ -193,9 +204,16 @@ pub(crate) async fn list(api: &Api, out: &Out, args: &ListArgs) -> Result<(), Cl
         match next {
             Some(cursor) if args.all => {
                 if after.as_deref() == Some(cursor.as_str()) {
-                    return Err(ClientError::Protocol(format!(
-                        "the page after {cursor} points at itself"
-                    )));
+                    if stalled == STALLED_RETRIES {
+                        return Err(ClientError::Incomplete(format!(
+                            "the listing stayed at cursor {cursor}: tasks after it are still \
+                             being written; go on later with --after {cursor}"
+                        )));
+                    }
+                    tokio::time::sleep(STALLED_PAUSE * 2u32.pow(stalled)).await;
+                    stalled += 1;
+                } else {
+                    stalled = 0;
                 }
                 after = Some(cursor);
             }

@@ -114,6 +114,8 @@ fn settings(db: std::path::PathBuf) -> Settings {
         // The demo's downstream is on 127.0.0.1.
         deny_private_destinations: false,
         retention: tc_worker::Retention::default(),
+        // The demo runs on SQLite.
+        postgres: tc_store_pg::PgConfig::default(),
     }
 }
 

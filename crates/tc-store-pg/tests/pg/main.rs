@@ -1,10 +1,15 @@
 //! The PostgreSQL adapter's tests: the store contract, the worker scenarios,
-//! and what only PostgreSQL shows (schemas refused, migration races, the
-//! database's clock, notifications). Each suite prints one
+//! and what only PostgreSQL shows (schemas refused, migrations and their
+//! backfills, the database's clock, notifications, listing beside other
+//! transactions, writes that must not wait on one another). Each suite prints one
 //! `skipped: no PostgreSQL at <url>` line and passes when there is none.
 
 #![allow(clippy::unwrap_used)]
 
+mod contention;
 mod contract;
 mod database;
+mod listing;
+mod support;
+mod upgrade;
 mod workers;

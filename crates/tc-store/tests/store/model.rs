@@ -209,7 +209,19 @@ impl<S: TaskStore> Side<S> {
                 }
                 // Shorter than a claim's lease: a heartbeat must never shorten one.
                 let lease = Duration::from_millis(500);
-                self.render(self.store.heartbeat(running, now, lease).await)
+                let lost = self.store.heartbeat(running, now, lease).await;
+                // The leases not extended, by task number: ids differ per side.
+                self.render(lost.map(|lost| {
+                    let mut shown: Vec<_> = lost
+                        .iter()
+                        .map(|l| {
+                            let index = self.ids.iter().position(|id| *id == l.id);
+                            (index, l.attempt, l.state)
+                        })
+                        .collect();
+                    shown.sort();
+                    shown
+                }))
             }
             Op::Complete {
                 task,

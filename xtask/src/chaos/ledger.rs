@@ -1,16 +1,6 @@
-//! `cargo xtask chaos [--rounds N] [--seed S]`: tc-server under mixed load is
-//! killed with SIGKILL at random moments and restarted on the same database.
-//! After the last round it runs until nothing is due, and then:
-//!
-//! - every task whose submit was answered is present;
-//! - none is stuck (no task pending or running);
-//! - each reached the state its downstream path implies (a canceled task
-//!   stayed canceled, and none became success after its cancel was answered);
-//! - every call the downstream saw, first delivery or redelivery, carried its
-//!   task's Idempotency-Key.
-//!
-//! A task may legitimately end `failed` with error `interrupted` when kills
-//! took every one of its attempts; that is counted and shown, not hidden.
+//! The chaos run's load and its verdict: clients that submit, resubmit and
+//! cancel tasks whose downstream paths end in known ways, the ledger of
+//! what was acknowledged, and the final check against it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,18 +8,109 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use tc_downstream::fake::{FakeServer, Reply, Script, Step};
+use tokio::task::JoinSet;
 
 use crate::bench::load::{Conn, Endpoint};
-use crate::bench::server::{ServerProcess, tc_server};
 
-const USAGE: &str = "usage: cargo xtask chaos [--rounds N] [--seed S]";
 /// Client loops sending submits and cancels at the same time.
 const CLIENTS: usize = 4;
-/// The most requests one client sends in a round (the kill usually comes first).
+/// The most requests one client sends in a round (the failure usually
+/// comes first).
 const MAX_REQUESTS_PER_ROUND: usize = 400;
 const MAX_ATTEMPTS: u32 = 3;
 /// How long the last run may take to finish every task.
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How long a client waits after an error answer before its next request.
+const REFUSED_PAUSE: Duration = Duration::from_millis(50);
+
+/// The downstream, the ledger and the clients of one chaos run.
+pub(super) struct Load {
+    script: Arc<Script>,
+    downstream: FakeServer,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl Load {
+    /// Starts the fake downstream on loopback.
+    pub(super) async fn start() -> Result<Load, String> {
+        let script = Script::new();
+        // An address of its own in 127.0.0.0/8: a port another process on
+        // the machine used before on 127.0.0.1 cannot reach it.
+        let ip = std::net::Ipv4Addr::new(127, 77, fastrand::u8(1..255), fastrand::u8(1..255));
+        let downstream = FakeServer::start_on(Arc::clone(&script), ip.into())
+            .await
+            .map_err(|e| format!("fake downstream: {e}"))?;
+        Ok(Load {
+            script,
+            downstream,
+            ledger: Arc::new(Mutex::new(Ledger::default())),
+        })
+    }
+
+    /// Spawns this round's clients, spread over `nodes`.
+    pub(super) fn clients(
+        &self,
+        nodes: &[Endpoint],
+        round: usize,
+        rng: &mut fastrand::Rng,
+    ) -> JoinSet<Result<(), String>> {
+        let mut clients = JoinSet::new();
+        for c in 0..CLIENTS {
+            clients.spawn(client(
+                nodes[c % nodes.len()].clone(),
+                self.downstream.url().to_owned(),
+                Arc::clone(&self.script),
+                Arc::clone(&self.ledger),
+                rng.u64(..),
+                format!("r{round}c{c}"),
+            ));
+        }
+        clients
+    }
+
+    /// How many tasks were acknowledged so far.
+    pub(super) fn acknowledged(&self) -> usize {
+        lock(&self.ledger).tasks.len()
+    }
+
+    /// Waits until nothing is due through `endpoint`, then checks every
+    /// acknowledged task and every downstream call.
+    pub(super) async fn finish(
+        &self,
+        conn: &mut Conn,
+        endpoint: &Endpoint,
+    ) -> Result<String, String> {
+        drain(conn, endpoint).await?;
+        // Every client has stopped: a copy is the whole ledger.
+        let ledger = lock(&self.ledger).clone();
+        check(conn, endpoint, &ledger, &self.script).await
+    }
+
+    /// The run's counts, for its closing line.
+    pub(super) fn summary(&self) -> String {
+        let ledger = lock(&self.ledger);
+        format!(
+            "{} tasks acknowledged ({} submits, {} cancels, {} requests unanswered or refused), {} downstream calls",
+            ledger.tasks.len(),
+            ledger.submits,
+            ledger.cancels,
+            ledger.unanswered,
+            self.script.all_calls().len()
+        )
+    }
+}
+
+/// Waits for every client of a round.
+pub(super) async fn join(mut clients: JoinSet<Result<(), String>>) -> Result<(), String> {
+    while let Some(done) = clients.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(violation)) => return Err(format!("VIOLATION: {violation}")),
+            Err(e) => return Err(format!("a load client panicked: {e}")),
+        }
+    }
+    Ok(())
+}
 
 /// What a task's downstream path does, and so how the task must end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +189,7 @@ struct Acked {
     canceled_as: Option<String>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Ledger {
     /// By task id.
     tasks: HashMap<String, Acked>,
@@ -117,144 +198,34 @@ struct Ledger {
     unanswered: u64,
 }
 
-pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    let mut rounds = 20usize;
-    let mut seed = None;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or(format!("{name} takes a number\n{USAGE}"))
-        };
-        match arg.as_str() {
-            "--rounds" => rounds = usize::try_from(value("--rounds")?).unwrap_or(usize::MAX),
-            "--seed" => seed = Some(value("--seed")?),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
-    let seed = seed.unwrap_or_else(|| fastrand::u64(..));
-    let root = crate::bench::workspace_root();
-    crate::bench::build(&root, &["-p", "tc-server"])?;
-    let binary = crate::bench::target_dir(&root)
-        .join("release")
-        .join("tc-server");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
-    runtime.block_on(chaos(&binary, rounds, seed))
-}
-
-async fn chaos(binary: &std::path::Path, rounds: usize, seed: u64) -> Result<(), String> {
-    eprintln!("[chaos] {rounds} rounds, seed {seed} (--seed {seed} repeats the choices)");
-    let script = Script::new();
-    let downstream = FakeServer::start(Arc::clone(&script))
-        .await
-        .map_err(|e| format!("fake downstream: {e}"))?;
-    let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
-    let db = dir.path().join("chaos.db");
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let started = Instant::now();
-
-    for round in 0..rounds {
-        let server = start(binary, &db)?;
-        let endpoint = Endpoint::new(server.addr);
-        let mut clients = tokio::task::JoinSet::new();
-        for client in 0..CLIENTS {
-            clients.spawn(load(
-                endpoint.clone(),
-                downstream.url().to_owned(),
-                Arc::clone(&script),
-                Arc::clone(&ledger),
-                rng.u64(..),
-                format!("r{round}c{client}"),
-            ));
-        }
-        let kill_after = Duration::from_millis(rng.u64(200..1500));
-        tokio::time::sleep(kill_after).await;
-        // SIGKILL: no shutdown, no flush beyond what was committed.
-        server.stop();
-        while let Some(done) = clients.join_next().await {
-            if let Err(e) = done {
-                return Err(format!("a load client panicked: {e}"));
-            }
-        }
-        let ledger = lock(&ledger);
-        eprintln!(
-            "[chaos] round {}/{rounds}: killed after {kill_after:?}; {} tasks acknowledged so far",
-            round + 1,
-            ledger.tasks.len()
-        );
-    }
-
-    let server = start(binary, &db)?;
-    let endpoint = Endpoint::new(server.addr);
-    let mut conn = Conn::open(server.addr).await?;
-    drain(&mut conn, &endpoint).await?;
-    // Every client has stopped: the ledger is no longer shared.
-    let ledger = std::mem::take(&mut *lock(&ledger));
-    let report = check(&mut conn, &endpoint, &ledger, &script).await;
-    server.stop();
-    println!(
-        "chaos: {rounds} kill -9 rounds in {:.1?}: {} tasks acknowledged ({} submits, {} cancels, {} requests cut by a kill), {} downstream calls",
-        started.elapsed(),
-        ledger.tasks.len(),
-        ledger.submits,
-        ledger.cancels,
-        ledger.unanswered,
-        script.all_calls().len()
-    );
-    let report = report?;
-    println!("{report}");
-    Ok(())
-}
-
 fn lock(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
     ledger.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn start(binary: &std::path::Path, db: &std::path::Path) -> Result<ServerProcess, String> {
-    let flags = [
-        "--lease-ms",
-        "1000",
-        "--backoff-base-ms",
-        "20",
-        "--backoff-cap-ms",
-        "100",
-        "--max-attempts",
-        "3",
-        "--concurrency",
-        "16",
-        // A share of the tasks fails on purpose (500s, 503s) on the one
-        // loopback downstream: with the default breaker it would open and
-        // hold every task for its open period, and this run checks what
-        // kills lose, not flow control (the worker scenarios do).
-        "--breaker-failures",
-        "1000000",
-    ];
-    ServerProcess::start("tc-server", tc_server(binary, db, &flags))
+/// Why a request got no answer the ledger can use.
+enum Failed {
+    /// The server answered an error (its database away): the outcome is
+    /// unknown; the client goes on.
+    Refused,
+    /// No answer: the server is gone; the client stops.
+    Gone,
+    /// A promise was broken.
+    Violation(String),
 }
 
 /// One client: submits tasks of random kinds, resubmits some, cancels some,
-/// until the server goes away or its request budget is spent.
-async fn load(
+/// until its server goes away or its request budget is spent.
+async fn client(
     endpoint: Endpoint,
     downstream: String,
     script: Arc<Script>,
     ledger: Arc<Mutex<Ledger>>,
     seed: u64,
     prefix: String,
-) {
+) -> Result<(), String> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let Ok(mut conn) = Conn::open(endpoint.addr).await else {
-        return;
+        return Ok(());
     };
     for n in 0..MAX_REQUESTS_PER_ROUND {
         let known: Vec<(String, Acked)> = {
@@ -278,7 +249,9 @@ async fn load(
                 let key = format!("{prefix}-{n}-{}", kind.name());
                 let path = format!("/{key}");
                 script.plan(&path, kind.steps());
-                submit(&mut conn, &endpoint, &downstream, &key, kind, &ledger).await
+                submit(&mut conn, &endpoint, &downstream, &key, kind, &ledger)
+                    .await
+                    .map(drop)
             }
             Some((id, task)) if rng.bool() => {
                 // The same submit again: it must answer the same task.
@@ -291,32 +264,35 @@ async fn load(
                     &ledger,
                 )
                 .await
-                .and_then(|got| match got {
-                    Some(same) if same != id => Err(format!(
-                        "resubmit of {} answered task {same}, not {id}",
-                        task.key
-                    )),
-                    _ => Ok(Some(id)),
+                .and_then(|same| {
+                    if same == id {
+                        Ok(())
+                    } else {
+                        Err(Failed::Violation(format!(
+                            "resubmit of {} answered task {same}, not {id}",
+                            task.key
+                        )))
+                    }
                 })
             }
-            Some((id, _)) => cancel(&mut conn, &endpoint, &id, &ledger)
-                .await
-                .map(|()| None),
+            Some((id, _)) => cancel(&mut conn, &endpoint, &id, &ledger).await,
         };
         match sent {
-            Ok(_) => {}
-            Err(e) if e.starts_with("resubmit") => {
-                eprintln!("[chaos] VIOLATION: {e}");
-                std::process::exit(1);
+            Ok(()) => {}
+            Err(Failed::Violation(e)) => return Err(e),
+            Err(Failed::Refused) => {
+                lock(&ledger).unanswered += 1;
+                tokio::time::sleep(REFUSED_PAUSE).await;
             }
-            Err(_) => {
+            Err(Failed::Gone) => {
                 // The server was killed under this request: its outcome is
                 // unknown, so it is not in the ledger.
                 lock(&ledger).unanswered += 1;
-                return;
+                return Ok(());
             }
         }
     }
+    Ok(())
 }
 
 fn task_body(downstream: &str, key: &str, kind: Kind) -> String {
@@ -333,19 +309,21 @@ async fn submit(
     key: &str,
     kind: Kind,
     ledger: &Mutex<Ledger>,
-) -> Result<Option<String>, String> {
+) -> Result<String, Failed> {
     let body = task_body(downstream, key, kind);
-    let request = endpoint.request(Method::POST, "/tasks", Some(body.into()))?;
-    let reply = conn.send(request).await?;
+    let request = endpoint
+        .request(Method::POST, "/tasks", Some(body.into()))
+        .map_err(Failed::Violation)?;
+    let reply = conn.send(request).await.map_err(|_| Failed::Gone)?;
     let status = reply.status.as_u16();
     if status != 201 && status != 200 {
-        return Err(format!("submit {key} answered {status}"));
+        return Err(Failed::Refused);
     }
-    let task: serde_json::Value =
-        serde_json::from_slice(&reply.body).map_err(|e| format!("submit answer: {e}"))?;
+    let task: serde_json::Value = serde_json::from_slice(&reply.body)
+        .map_err(|e| Failed::Violation(format!("submit answer: {e}")))?;
     let id = task["id"]
         .as_str()
-        .ok_or("submit answer without id")?
+        .ok_or_else(|| Failed::Violation("submit answer without id".into()))?
         .to_owned();
     let mut ledger = lock(ledger);
     ledger.submits += 1;
@@ -355,7 +333,7 @@ async fn submit(
         cancel_sent: false,
         canceled_as: None,
     });
-    Ok(Some(id))
+    Ok(id)
 }
 
 async fn cancel(
@@ -363,17 +341,19 @@ async fn cancel(
     endpoint: &Endpoint,
     id: &str,
     ledger: &Mutex<Ledger>,
-) -> Result<(), String> {
-    let request = endpoint.request(Method::POST, &format!("/tasks/{id}/cancel"), None)?;
+) -> Result<(), Failed> {
+    let request = endpoint
+        .request(Method::POST, &format!("/tasks/{id}/cancel"), None)
+        .map_err(Failed::Violation)?;
     if let Some(task) = lock(ledger).tasks.get_mut(id) {
         task.cancel_sent = true;
     }
-    let reply = conn.send(request).await?;
+    let reply = conn.send(request).await.map_err(|_| Failed::Gone)?;
     if reply.status.as_u16() != 200 {
-        return Err(format!("cancel {id} answered {}", reply.status));
+        return Err(Failed::Refused);
     }
-    let task: serde_json::Value =
-        serde_json::from_slice(&reply.body).map_err(|e| format!("cancel answer: {e}"))?;
+    let task: serde_json::Value = serde_json::from_slice(&reply.body)
+        .map_err(|e| Failed::Violation(format!("cancel answer: {e}")))?;
     let state = task["state"].as_str().unwrap_or("").to_owned();
     let mut ledger = lock(ledger);
     ledger.cancels += 1;
@@ -472,23 +452,42 @@ async fn check(
             }
         }
     }
-    let keys: HashMap<&str, &str> = ledger
+    let mut keys: HashMap<String, String> = ledger
         .tasks
         .iter()
-        .map(|(id, t)| (id.as_str(), t.key.as_str()))
+        .map(|(id, t)| (id.clone(), t.key.clone()))
         .collect();
     let mut redeliveries = 0u64;
+    let mut foreign = 0u64;
     let mut per_task: HashMap<String, u64> = HashMap::new();
     for call in script.all_calls() {
         let Some(task_id) = call.task_id.as_deref() else {
             violations.push(format!("a call to {} carried no X-Task-Id", call.path));
             continue;
         };
+        // A task whose submit was cut is not in the ledger: its key is the
+        // service's. A task the service does not know is not this run's (a
+        // process elsewhere on the machine calling a port it used before).
+        if !keys.contains_key(task_id) {
+            let reply = conn
+                .send(endpoint.request(Method::GET, &format!("/tasks/{task_id}"), None)?)
+                .await?;
+            match reply.status.as_u16() {
+                200 => {
+                    let task: serde_json::Value = serde_json::from_slice(&reply.body)
+                        .map_err(|e| format!("GET /tasks/{task_id}: {e}"))?;
+                    let key = task["idempotency_key"].as_str().unwrap_or("").to_owned();
+                    keys.insert(task_id.to_owned(), key);
+                }
+                404 => {
+                    foreign += 1;
+                    continue;
+                }
+                status => return Err(format!("GET /tasks/{task_id} answered {status}")),
+            }
+        }
         *per_task.entry(task_id.to_owned()).or_default() += 1;
-        let want = keys
-            .get(task_id)
-            .copied()
-            .or_else(|| call.path.strip_prefix('/'));
+        let want = keys.get(task_id).map(String::as_str);
         if call.idempotency_key.as_deref() != want {
             violations.push(format!(
                 "a call of task {task_id} carried Idempotency-Key {:?}, want {want:?}",
@@ -503,7 +502,7 @@ async fn check(
         let mut states: Vec<_> = ended.into_iter().collect();
         states.sort();
         Ok(format!(
-            "chaos: every acknowledged task present and terminal {states:?}; {interrupted} failed as interrupted after kills took all {MAX_ATTEMPTS} attempts; {redeliveries} calls beyond the first per task (retries and redeliveries), every one with its task's Idempotency-Key"
+            "chaos: every acknowledged task present and terminal {states:?}; {interrupted} failed as interrupted after kills took all {MAX_ATTEMPTS} attempts; {redeliveries} calls beyond the first per task (retries and redeliveries), every one with its task's Idempotency-Key; {foreign} calls of tasks this run never had (another process on the machine) ignored"
         ))
     } else {
         let shown: Vec<_> = violations.iter().take(20).cloned().collect();

@@ -1,0 +1,99 @@
+//! What the PostgreSQL tests share: the test database (or the skip line),
+//! a task to submit, and a raw connection for what a store never does
+//! (idle transactions, inserts held open, an older node's statements).
+
+use std::time::Duration;
+
+use tc_model::{Limits, NewTask};
+use tc_store_pg::testing::TestDatabase;
+use tokio_postgres::NoTls;
+
+/// The test database, or `None` after printing why the suite is skipped.
+pub(crate) async fn database() -> Option<TestDatabase> {
+    match TestDatabase::connect().await {
+        Ok(db) => Some(db),
+        Err(skip) => {
+            #[allow(clippy::print_stdout)]
+            {
+                println!("{skip}");
+            }
+            None
+        }
+    }
+}
+
+/// A task to a loopback port nothing listens on, keyed `key`.
+pub(crate) fn new_task(key: &str) -> NewTask {
+    NewTask::new(
+        "http://127.0.0.1:9/x".to_owned(),
+        b"{}".to_vec(),
+        key.to_owned(),
+        3,
+        Duration::from_secs(1),
+        &Limits::default(),
+    )
+    .unwrap()
+}
+
+/// One plain connection, outside any store.
+pub(crate) struct Raw {
+    client: tokio_postgres::Client,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Raw {
+    /// Connects to the test server's `database` (the test database when
+    /// `None`), with `schema` as its search path when given.
+    pub(crate) async fn connect(
+        db: &TestDatabase,
+        database: Option<&str>,
+        schema: Option<&str>,
+    ) -> Raw {
+        let mut config: tokio_postgres::Config = db.url().parse().unwrap();
+        if let Some(database) = database {
+            config.dbname(database);
+        }
+        if let Some(schema) = schema {
+            config.options(format!("-c search_path={schema}"));
+        }
+        let (client, connection) = config.connect(NoTls).await.unwrap();
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Raw { client, driver }
+    }
+
+    /// Runs `sql` (several statements, no parameters); the server's message
+    /// on failure.
+    pub(crate) async fn execute(&self, sql: &str) -> Result<(), String> {
+        self.client
+            .batch_execute(sql)
+            .await
+            .map_err(|e| match e.as_db_error() {
+                Some(db) => db.message().to_owned(),
+                None => e.to_string(),
+            })
+    }
+
+    /// The client, for queries with results.
+    pub(crate) fn client(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+
+    /// An insert of a pending task keyed `key` as the store writes one
+    /// (the position and destination from the schema's defaults).
+    pub(crate) fn insert_task_sql(key: &str) -> String {
+        format!(
+            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
+                                created_at, updated_at, next_run_at) \
+             VALUES (uuid_send(gen_random_uuid()), '{key}', 'pending', 'http://127.0.0.1:9/x', \
+                     '\\x7b7d', 3, 1000000000, 0, 0, 0)"
+        )
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
