@@ -20,6 +20,13 @@ pub(crate) enum Invocation {
         /// `--phase N` (repeatable): only these phases (by their number in
         /// the table); empty runs them all.
         phases: Vec<u8>,
+        /// `--big-file N`: the tasks already in the file that phase 11's
+        /// random-key batches go into (default: the plan's).
+        big_file: Option<u64>,
+        /// `--server-cores LIST`: tc-server runs under `taskset -c LIST`, so
+        /// one machine compares core counts (the load stays where the bench
+        /// itself runs).
+        server_cores: Option<String>,
     },
     /// Serve one of the bench's reference servers until killed (internal).
     Peer(PeerArgs),
@@ -46,11 +53,12 @@ pub(crate) struct PeerArgs {
 
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask bench [--quick] [--phase N]... [--store sqlite|postgres]
+                         [--big-file N] [--server-cores LIST]
 
 Builds tc-server in release and measures, in one run, each figure beside its
 ceiling on this machine; prints a table and writes target/bench/results.json.
   --quick   a smoke run: smaller counts and shorter windows (under 60 s)
-  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9 or 10; repeatable), to look into one
+  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9, 10 or 11; repeatable), to look into one
             figure; a figure beside another phase's result leaves that row out
             (phase 3 needs phase 1 picked too)
   --store postgres
@@ -58,16 +66,24 @@ ceiling on this machine; prints a table and writes target/bench/results.json.
             PostgreSQL test database (TC_TEST_POSTGRES_URL, default
             postgresql://postgres@127.0.0.1:5432/test) beside one node on
             SQLite, with CPU per task of the nodes and of PostgreSQL
+  --big-file N
+            phase 11's batches of random keys go into a file already holding
+            N tasks (default 500000; 20000 with --quick)
+  --server-cores LIST
+            run every tc-server under `taskset -c LIST` (e.g. 0-1), to compare
+            core counts on one machine; run the bench itself on other cores
 ";
 
 /// The phases `--phase` can pick (7 is `--store postgres`).
-pub(crate) const PHASES: [u8; 9] = [1, 2, 3, 4, 5, 6, 8, 9, 10];
+pub(crate) const PHASES: [u8; 10] = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11];
 
 /// Parses the arguments that follow `bench`.
 pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
     let mut quick = false;
     let mut postgres = false;
     let mut phases = Vec::new();
+    let mut big_file = None;
+    let mut server_cores = None;
     let mut peer: Option<PeerKind> = None;
     let mut response_body: Option<PathBuf> = None;
     let mut location: Option<String> = None;
@@ -94,6 +110,26 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
                     _ => return Err(format!("--phase: no phase {n:?} (phases: {PHASES:?})")),
                 }
             }
+            "--big-file" => {
+                let n = value("--big-file")?;
+                match n.parse::<u64>() {
+                    Ok(n) if n > 0 => big_file = Some(n),
+                    _ => return Err(format!("--big-file: {n:?} is not a positive count")),
+                }
+            }
+            "--server-cores" => {
+                let cores = value("--server-cores")?;
+                let valid = !cores.is_empty()
+                    && cores
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == '-' || c == ',');
+                if !valid {
+                    return Err(format!(
+                        "--server-cores: {cores:?} is not a CPU list like 0-1 or 0,2"
+                    ));
+                }
+                server_cores = Some(cores);
+            }
             "--help" | "-h" => return Ok(Invocation::Help),
             "--peer" => {
                 peer = Some(match value("--peer")?.as_str() {
@@ -112,8 +148,12 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
             quick,
             postgres,
             phases,
+            big_file,
+            server_cores,
         }),
-        (Some(kind), Some(response_body), Some(location)) if !quick && phases.is_empty() => {
+        (Some(kind), Some(response_body), Some(location))
+            if !quick && phases.is_empty() && big_file.is_none() && server_cores.is_none() =>
+        {
             Ok(Invocation::Peer(PeerArgs {
                 kind,
                 response_body,
@@ -151,6 +191,8 @@ mod tests {
                 quick,
                 postgres,
                 phases: vec![],
+                big_file: None,
+                server_cores: None,
             })
         };
         check(&[], run(false, false));
@@ -168,8 +210,34 @@ mod tests {
                 quick: true,
                 postgres: false,
                 phases: vec![5, 8],
+                big_file: None,
+                server_cores: None,
             }),
         );
+        check(
+            &[
+                "--phase",
+                "11",
+                "--big-file",
+                "600000",
+                "--server-cores",
+                "0-1,4",
+            ],
+            Ok(Invocation::Run {
+                quick: false,
+                postgres: false,
+                phases: vec![11],
+                big_file: Some(600_000),
+                server_cores: Some("0-1,4".into()),
+            }),
+        );
+        check(
+            &["--big-file", "0"],
+            Err("--big-file: \"0\" is not a positive"),
+        );
+        check(&["--big-file", "lots"], Err("not a positive count"));
+        check(&["--server-cores", "0-1; rm"], Err("not a CPU list"));
+        check(&["--server-cores", ""], Err("not a CPU list"));
         check(&["--phase", "7"], Err("no phase \"7\""));
         check(&["--phase", "x"], Err("no phase \"x\""));
         check(&["--phase"], Err("--phase needs a value"));

@@ -72,6 +72,15 @@ pub(crate) struct Plan {
     /// The bound of any wait for the system to catch up (all tasks
     /// terminal, a backlog submitted).
     pub(crate) patience: Duration,
+    /// Phase 11: end-to-end windows after the cold one (each a submit
+    /// window, then a wait until every task is terminal).
+    pub(crate) node_windows: usize,
+    /// Phase 11: tasks queued while their destination is paused, then
+    /// drained.
+    pub(crate) node_backlog: u64,
+    /// Phase 11: tasks already in the file the random-key batches go into
+    /// (`--big-file`).
+    pub(crate) big_file: u64,
 }
 
 impl Plan {
@@ -97,6 +106,9 @@ impl Plan {
                 scale_rounds: 30,
                 rss_window: Duration::from_secs(3),
                 patience: Duration::from_secs(20),
+                node_windows: 2,
+                node_backlog: 5_000,
+                big_file: 20_000,
             }
         } else {
             Plan {
@@ -119,6 +131,9 @@ impl Plan {
                 scale_rounds: 100,
                 rss_window: Duration::from_secs(10),
                 patience: Duration::from_secs(120),
+                node_windows: 3,
+                node_backlog: 100_000,
+                big_file: 500_000,
             }
         }
     }
@@ -135,6 +150,8 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             quick,
             postgres,
             phases,
+            big_file,
+            server_cores,
         } => {
             let root = workspace_root();
             if cfg!(debug_assertions) {
@@ -145,10 +162,19 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             }
             let tc_server = target_dir(&root).join("release").join("tc-server");
             let out_dir = target_dir(&root).join("bench");
+            let mut plan = Plan::new(quick);
+            if let Some(n) = big_file {
+                plan.big_file = n;
+            }
+            let setup = phases::Setup {
+                tc_server: &tc_server,
+                out_dir: &out_dir,
+                server_cores,
+            };
             if postgres {
-                phases::run_nodes(Plan::new(quick), &tc_server, &out_dir)
+                phases::run_nodes(plan, setup)
             } else {
-                phases::run(Plan::new(quick), &phases, &tc_server, &out_dir)
+                phases::run(plan, &phases, setup)
             }
         }
     }

@@ -151,6 +151,22 @@ pub(crate) fn tc_server(binary: &Path, db: &Path, flags: &[&str]) -> Command {
     command
 }
 
+/// `command` run under `taskset -c cores`: the kernel keeps it (and every
+/// thread it starts) on those cores. taskset execs the command, so the
+/// child's pid is the server's.
+pub(crate) fn pinned(command: Command, cores: &str) -> Command {
+    let mut pinned = Command::new("taskset");
+    pinned.arg("-c").arg(cores).arg(command.get_program());
+    pinned.args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => pinned.env(key, value),
+            None => pinned.env_remove(key),
+        };
+    }
+    pinned
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

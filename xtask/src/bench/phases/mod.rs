@@ -7,6 +7,7 @@ mod end_to_end;
 mod head_of_line;
 mod naive_peer;
 mod nodes;
+mod one_node;
 mod operations;
 mod scale;
 mod slow_downstream;
@@ -47,6 +48,8 @@ struct Bench {
     /// `--phase`: the phases to run; empty runs them all.
     only: Vec<u8>,
     tc_server: PathBuf,
+    /// `--server-cores`: every tc-server runs under `taskset -c` this.
+    server_cores: Option<String>,
     me: PathBuf,
     dir: tempfile::TempDir,
     clock: std::time::Instant,
@@ -62,26 +65,33 @@ struct Bench {
     tc_e2e_rate: Option<f64>,
 }
 
+/// What a run starts from: the binary under test, where results go, and
+/// the cores tc-server is pinned to (`--server-cores`).
+pub(crate) struct Setup<'a> {
+    pub(crate) tc_server: &'a Path,
+    pub(crate) out_dir: &'a Path,
+    pub(crate) server_cores: Option<String>,
+}
+
 /// Runs the phases numbered in `only` (every phase when it is empty), prints
 /// the table, writes results.json. Fails only if the harness itself failed
 /// somewhere; targets are reported, not asserted.
-pub(crate) fn run(plan: Plan, only: &[u8], tc_server: &Path, out_dir: &Path) -> Result<(), String> {
-    run_with(plan, only, tc_server, out_dir, false)
+pub(crate) fn run(plan: Plan, only: &[u8], setup: Setup<'_>) -> Result<(), String> {
+    run_with(plan, only, setup, false)
 }
 
 /// `--store postgres`: the several-nodes phase alone (see [`nodes`]); its
 /// results go to results-nodes.json.
-pub(crate) fn run_nodes(plan: Plan, tc_server: &Path, out_dir: &Path) -> Result<(), String> {
-    run_with(plan, &[], tc_server, out_dir, true)
+pub(crate) fn run_nodes(plan: Plan, setup: Setup<'_>) -> Result<(), String> {
+    run_with(plan, &[], setup, true)
 }
 
-fn run_with(
-    plan: Plan,
-    only: &[u8],
-    tc_server: &Path,
-    out_dir: &Path,
-    nodes: bool,
-) -> Result<(), String> {
+fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<(), String> {
+    let Setup {
+        tc_server,
+        out_dir,
+        server_cores,
+    } = setup;
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     let machine = Machine::read();
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -99,6 +109,7 @@ fn run_with(
         plan,
         only: only.to_vec(),
         tc_server,
+        server_cores,
         me,
         dir,
         clock: std::time::Instant::now(),
@@ -140,6 +151,7 @@ fn run_with(
         bench.phase(8, "operations", Bench::operations).await;
         bench.phase(9, "head of line", Bench::head_of_line).await;
         bench.phase(10, "idle waiters", Bench::idle_waiters).await;
+        bench.phase(11, "one node", Bench::one_node).await;
     });
     drop(runtime);
 
@@ -152,6 +164,7 @@ fn run_with(
         "mode": if plan.quick { "quick" } else { "full" },
         "machine": {
             "cpus": machine.cpus,
+            "server_cores": bench.server_cores,
             "cpu_model": machine.cpu_model,
             "mem_total_mib": machine.mem_total_mib,
             "kernel": machine.kernel,
@@ -236,7 +249,10 @@ impl Bench {
     }
 
     fn start_tc(&self, name: &str, flags: &[&str]) -> Result<ServerProcess, String> {
-        let command = server::tc_server(&self.tc_server, &self.db(name), flags);
+        let mut command = server::tc_server(&self.tc_server, &self.db(name), flags);
+        if let Some(cores) = &self.server_cores {
+            command = server::pinned(command, cores);
+        }
         let process = ServerProcess::start(&format!("tc-server ({name})"), command)?;
         self.progress(&format!(
             "{} listening on {} (pid {})",
