@@ -264,7 +264,9 @@ impl TaskStore for SqliteStore {
             Completion::Success { result, .. } => result.len(),
             Completion::Retry { .. } | Completion::Failed { .. } => 0,
         };
-        self.write_sized(bytes, Undo::Savepoint, move |conn| {
+        // Its first write is the guarded UPDATE (all or nothing); after it,
+        // only SQLite itself can fail (see Undo::WholeBatch).
+        self.write_sized(bytes, Undo::WholeBatch, move |conn| {
             write_ops::complete(conn, &id, attempt, &outcome, now)
         })
         .await

@@ -280,27 +280,27 @@ pub(crate) fn complete(
     outcome: &Completion,
     now: Timestamp,
 ) -> Result<Guarded, StoreError> {
-    let head = match guard(conn, id, attempt)? {
-        Ok(head) => head,
-        Err(lost) => return Ok(lost),
-    };
+    // The guard is the UPDATE's own WHERE (running, with this attempt): one
+    // probe of the id index instead of a SELECT then an UPDATE by seq. Only
+    // when it changes nothing is the row read, for the `Lost` answer.
     let now_ms = now.as_millis();
-    let to = match outcome {
+    let running = State::Running.as_str();
+    let (to, changed) = match outcome {
         Completion::Success {
             http_status,
             result,
             content_type,
         } => {
-            let to = transit(head.state, State::Success)?;
-            write_one(
+            let to = transit(State::Running, State::Success)?;
+            let changed = guarded_update(
                 conn,
                 "UPDATE tasks SET state = ?4, http_status = ?5, result = ?6, \
                                   result_content_type = ?7, error = NULL, finished_at = ?8, \
                                   updated_at = ?8, lease_until = NULL, next_run_at = NULL \
-                 WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+                 WHERE id = ?1 AND state = ?2 AND attempt = ?3",
                 params![
-                    head.seq,
-                    head.state.as_str(),
+                    id.as_bytes(),
+                    running,
                     attempt,
                     to.as_str(),
                     http_status,
@@ -309,26 +309,28 @@ pub(crate) fn complete(
                     now_ms
                 ],
             )?;
-            close_attempt(conn, id, attempt, now, Some(*http_status), None)?;
-            to
+            if changed {
+                close_attempt(conn, id, attempt, now, Some(*http_status), None)?;
+            }
+            (to, changed)
         }
         Completion::Retry {
             next_run_at,
             reason,
             http_status,
         } => {
-            let to = transit(head.state, State::Pending)?;
+            let to = transit(State::Running, State::Pending)?;
             // http_status keeps the last answered try's status when this try
             // got no answer (a timeout, a refused connection).
-            write_one(
+            let changed = guarded_update(
                 conn,
                 "UPDATE tasks SET state = ?4, next_run_at = ?5, error = ?6, \
                                   http_status = coalesce(?7, http_status), lease_until = NULL, \
                                   updated_at = ?8 \
-                 WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+                 WHERE id = ?1 AND state = ?2 AND attempt = ?3",
                 params![
-                    head.seq,
-                    head.state.as_str(),
+                    id.as_bytes(),
+                    running,
                     attempt,
                     to.as_str(),
                     next_run_at.as_millis(),
@@ -337,23 +339,25 @@ pub(crate) fn complete(
                     now_ms
                 ],
             )?;
-            close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
-            to
+            if changed {
+                close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
+            }
+            (to, changed)
         }
         Completion::Failed {
             reason,
             http_status,
         } => {
-            let to = transit(head.state, State::Failed)?;
-            write_one(
+            let to = transit(State::Running, State::Failed)?;
+            let changed = guarded_update(
                 conn,
                 "UPDATE tasks SET state = ?4, error = ?5, http_status = coalesce(?6, http_status), \
                                   finished_at = ?7, updated_at = ?7, lease_until = NULL, \
                                   next_run_at = NULL \
-                 WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+                 WHERE id = ?1 AND state = ?2 AND attempt = ?3",
                 params![
-                    head.seq,
-                    head.state.as_str(),
+                    id.as_bytes(),
+                    running,
                     attempt,
                     to.as_str(),
                     reason,
@@ -361,11 +365,38 @@ pub(crate) fn complete(
                     now_ms
                 ],
             )?;
-            close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
-            to
+            if changed {
+                close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
+            }
+            (to, changed)
         }
     };
-    Ok(Guarded::Applied(to))
+    if changed {
+        return Ok(Guarded::Applied(to));
+    }
+    match guard(conn, id, attempt)? {
+        Err(lost) => Ok(lost),
+        // Running with this attempt, yet the guarded UPDATE missed it: the
+        // single writer rules that out; reported rather than ignored.
+        Ok(_) => Err(StoreError::Unavailable(
+            "guarded update changed no row of a running task".to_owned(),
+        )),
+    }
+}
+
+/// Runs an UPDATE whose WHERE is its guard (it names one row by its unique
+/// id): whether it changed that row.
+fn guarded_update(
+    conn: &Connection,
+    sql: &str,
+    params: &[&dyn rusqlite::ToSql],
+) -> Result<bool, StoreError> {
+    let changed = conn
+        .prepare_cached(sql)
+        .map_err(db)?
+        .execute(params)
+        .map_err(db)?;
+    Ok(changed == 1)
 }
 
 /// Pending or running → canceled; a terminal task is returned unchanged.
