@@ -236,8 +236,13 @@ impl TaskStore for SqliteStore {
         if n == 0 {
             return Ok(Vec::new());
         }
-        self.write(move |conn| write_ops::claim_due(conn, n, now, lease, &gate))
-            .await
+        // Reads, then per task an UPDATE and an INSERT; after the first
+        // write only SQLite itself (or a corrupt row) can fail: no savepoint
+        // (see Undo::WholeBatch).
+        self.write_sized(0, Undo::WholeBatch, move |conn| {
+            write_ops::claim_due(conn, n, now, lease, &gate)
+        })
+        .await
     }
 
     async fn heartbeat(

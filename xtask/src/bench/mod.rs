@@ -75,6 +75,8 @@ pub(crate) struct Plan {
     /// Phase 11: end-to-end windows after the cold one (each a submit
     /// window, then a wait until every task is terminal).
     pub(crate) node_windows: usize,
+    /// Phase 11: one end-to-end submit window, and one window of batches.
+    pub(crate) node_window: Duration,
     /// Phase 11: tasks queued while their destination is paused, then
     /// drained.
     pub(crate) node_backlog: u64,
@@ -107,6 +109,7 @@ impl Plan {
                 rss_window: Duration::from_secs(3),
                 patience: Duration::from_secs(20),
                 node_windows: 2,
+                node_window: Duration::from_secs(2),
                 node_backlog: 5_000,
                 big_file: 20_000,
             }
@@ -132,6 +135,7 @@ impl Plan {
                 rss_window: Duration::from_secs(10),
                 patience: Duration::from_secs(120),
                 node_windows: 3,
+                node_window: Duration::from_secs(10),
                 node_backlog: 100_000,
                 big_file: 500_000,
             }

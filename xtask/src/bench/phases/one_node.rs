@@ -188,7 +188,7 @@ impl Bench {
             let before = CpuSnapshot::take(tc.pid())?;
             let started = Instant::now();
             let load = self
-                .submit_load(&endpoint, &url, plan.window, format!("ns-{run_id}-{i}"))
+                .submit_load(&endpoint, &url, plan.node_window, format!("ns-{run_id}-{i}"))
                 .await?;
             submitted += load.ok;
             let (_, done) = self
@@ -265,7 +265,7 @@ impl Bench {
         let windows_note = format!(
             "median of {} windows of {:.0} s after the cold one. {warnings}",
             windows.len(),
-            plan.window.as_secs_f64()
+            plan.node_window.as_secs_f64()
         );
         self.push(
             Figure::new(
@@ -443,7 +443,7 @@ impl Bench {
             )
             .await?;
             let load = self
-                .batches(&endpoint, &down.url(), plan.max_requests, plan.window)
+                .batches(&endpoint, &down.url(), plan.max_requests, plan.node_window)
                 .await?;
             self.report_load(&format!("  {name}: batches of 1000 random keys"), &load);
             tc.stop();
