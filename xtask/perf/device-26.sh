@@ -31,7 +31,9 @@ fi
 for cores in "$SMALL_CORES" "$BIG_CORES"; do
   say "tc-server on cores $cores, bench on $BENCH_CORES"
   # TC_BENCH_BUILT: the binaries are fresh, the bench must not rebuild.
-  TC_BENCH_BUILT=1 taskset -c "$BENCH_CORES" target/release/xtask bench --phase 11 \
+  # CARGO_TARGET_DIR: a carried xtask knows its build machine's checkout
+  # path, not this copy's.
+  CARGO_TARGET_DIR="$PWD/target" TC_BENCH_BUILT=1 taskset -c "$BENCH_CORES" target/release/xtask bench --phase 11 \
     --server-cores "$cores" $FLAGS >"$OUT/bench-$cores.log" 2>&1
   echo "{\"run\":\"$cores\",\"rc\":$?}"
   cp target/bench/results.json "$OUT/results-$cores.json" 2>/dev/null
