@@ -37,7 +37,7 @@ for cores in "$SMALL_CORES" "$BIG_CORES"; do
     --server-cores "$cores" $FLAGS >"$OUT/bench-$cores.log" 2>&1
   echo "{\"run\":\"$cores\",\"rc\":$?}"
   cp target/bench/results.json "$OUT/results-$cores.json" 2>/dev/null
-  grep -E '^\s*11 ' "$OUT/bench-$cores.log" || tail -20 "$OUT/bench-$cores.log"
+  grep -E '^11 ' "$OUT/bench-$cores.log" || tail -20 "$OUT/bench-$cores.log"
 done
 python3 - "$OUT" "$SMALL_CORES" "$BIG_CORES" <<'PY'
 import json, sys
