@@ -188,7 +188,12 @@ impl Bench {
             let before = CpuSnapshot::take(tc.pid())?;
             let started = Instant::now();
             let load = self
-                .submit_load(&endpoint, &url, plan.node_window, format!("ns-{run_id}-{i}"))
+                .submit_load(
+                    &endpoint,
+                    &url,
+                    plan.node_window,
+                    format!("ns-{run_id}-{i}"),
+                )
                 .await?;
             submitted += load.ok;
             let (_, done) = self
