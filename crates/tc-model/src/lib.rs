@@ -20,6 +20,6 @@ pub use headers::Headers;
 pub use method::{Method, UnknownMethod};
 pub use new_task::{Limits, NewTask, Schedule, ValidationError};
 pub use state::{IllegalTransition, State, UnknownState, retry_by_hand, transit};
-pub use trace::TraceContext;
 pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};
+pub use trace::TraceContext;
 pub use url::{destination_of, is_under_prefix, origin_and_path};

@@ -210,9 +210,8 @@ fn valid_key(key: &str) -> bool {
         !b.is_empty()
             && b.len() <= max
             && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-            && b.iter().all(|c| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-*/".contains(c)
-            })
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-*/".contains(c))
     };
     match key.split_once('@') {
         Some((tenant, system)) => part(tenant, 241) && part(system, 14),
@@ -226,7 +225,8 @@ fn valid_value(value: &str) -> bool {
     !b.is_empty()
         && b.len() <= 256
         && b.last() != Some(&b' ')
-        && b.iter().all(|c| (0x20..=0x7e).contains(c) && *c != b',' && *c != b'=')
+        && b.iter()
+            .all(|c| (0x20..=0x7e).contains(c) && *c != b',' && *c != b'=')
 }
 
 fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
@@ -274,7 +274,10 @@ mod tests {
         check(
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
             None,
-            Some(("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", None)),
+            Some((
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+                None,
+            )),
         );
         // A later version may carry more fields; they are not ours to keep.
         check(
@@ -301,16 +304,29 @@ mod tests {
 
     #[test]
     fn tracestate_is_kept_when_valid_and_dropped_alone_otherwise() {
-        check(PARENT, Some("congo=t61rcWkgMzE"), Some((PARENT, Some("congo=t61rcWkgMzE"))));
+        check(
+            PARENT,
+            Some("congo=t61rcWkgMzE"),
+            Some((PARENT, Some("congo=t61rcWkgMzE"))),
+        );
         check(
             PARENT,
             Some(" rojo=00f067aa0ba902b7, congo=t61rcWkgMzE "),
             Some((PARENT, Some("rojo=00f067aa0ba902b7, congo=t61rcWkgMzE"))),
         );
-        check(PARENT, Some("fw529a3039@dt=x"), Some((PARENT, Some("fw529a3039@dt=x"))));
-        let many = (0..33).map(|i| format!("k{i}=v")).collect::<Vec<_>>().join(",");
+        check(
+            PARENT,
+            Some("fw529a3039@dt=x"),
+            Some((PARENT, Some("fw529a3039@dt=x"))),
+        );
+        let many = (0..33)
+            .map(|i| format!("k{i}=v"))
+            .collect::<Vec<_>>()
+            .join(",");
         let long = format!("a={}", "x".repeat(600));
-        for bad in ["", " ", "novalue", "Upper=x", "a=b=c", "a=", "a=x,y", "a=\u{7f}", &many, &long] {
+        for bad in [
+            "", " ", "novalue", "Upper=x", "a=b=c", "a=", "a=x,y", "a=\u{7f}", &many, &long,
+        ] {
             check(PARENT, Some(bad), Some((PARENT, None)));
         }
     }
@@ -320,7 +336,10 @@ mod tests {
         let with_state = TraceContext::from_headers(Some(PARENT), Some("a=1,b=2")).expect("valid");
         let without = TraceContext::from_headers(Some(PARENT), None).expect("valid");
         for context in [&with_state, &without] {
-            assert_eq!(TraceContext::from_stored(&context.to_stored()).as_ref(), Some(context));
+            assert_eq!(
+                TraceContext::from_stored(&context.to_stored()).as_ref(),
+                Some(context)
+            );
         }
         for bad in ["", "x", &format!("{PARENT}\n"), &format!("{PARENT}\nBAD")] {
             assert_eq!(TraceContext::from_stored(bad), None, "{bad:?}");
@@ -352,6 +371,9 @@ mod tests {
         random[0] = 0xab;
         random[23] = 0xcd;
         let root = TraceContext::new_root(random);
-        assert_eq!(root.traceparent(), "00-ab000000000000000000000000000000-00000000000000cd-01");
+        assert_eq!(
+            root.traceparent(),
+            "00-ab000000000000000000000000000000-00000000000000cd-01"
+        );
     }
 }
