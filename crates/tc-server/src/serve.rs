@@ -114,6 +114,8 @@ impl Settings {
                 settings_interval: Duration::from_secs(1),
                 // Checked before (`ServeArgs::check`): none when invalid.
                 signing_secrets: args.signing_secrets().unwrap_or_default(),
+                // Set by `run` once the exporter is up (`--otlp-endpoint`).
+                tracer: None,
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),

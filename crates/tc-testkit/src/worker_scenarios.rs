@@ -134,6 +134,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             breaker: tc_worker::BreakerPolicy::default(),
             settings_interval: Duration::from_millis(50),
             signing_secrets: Default::default(),
+            tracer: None,
         }
     }
 
