@@ -127,7 +127,8 @@ async fn spans_are_exported_with_their_parents_and_attributes() {
     let mut collector = Collector::start().await;
     let endpoint = collector.endpoint().to_owned();
     let mut s = support::start_with(|c, _| {
-        c.flag("--otlp-endpoint", &endpoint)
+        // The endpoint from OpenTelemetry's own variable, the name by flag.
+        c.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
             .flag("--otlp-service-name", "tc-under-test")
             .env(
                 "OTEL_RESOURCE_ATTRIBUTES",

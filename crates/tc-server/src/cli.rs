@@ -1,5 +1,7 @@
 //! The command line: every flag of `serve` is also an environment variable,
-//! `TC_` followed by the flag's name in upper snake case.
+//! `TC_` followed by the flag's name in upper snake case; the OpenTelemetry
+//! flags read OpenTelemetry's own variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `OTEL_SERVICE_NAME`), which collectors and platforms already set.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -336,6 +338,13 @@ impl ServeArgs {
                     self.backoff_cap_ms, self.backoff_base_ms
                 ),
             ));
+        }
+        if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty())
+            && let Err(why) = crate::telemetry::traces_url(endpoint)
+        {
+            return Err(
+                Cli::command().error(clap::error::ErrorKind::ValueValidation, why.to_string())
+            );
         }
         Ok(())
     }

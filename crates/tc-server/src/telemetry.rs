@@ -110,7 +110,7 @@ impl Telemetry {
 
 /// `<endpoint>/v1/traces`, as the OTLP specification builds it from
 /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
-fn traces_url(endpoint: &str) -> Result<String, TelemetryError> {
+pub(crate) fn traces_url(endpoint: &str) -> Result<String, TelemetryError> {
     let uri: http::Uri = endpoint
         .parse()
         .map_err(|e| TelemetryError::Endpoint(format!("not a valid url: {e}")))?;
