@@ -116,7 +116,7 @@ impl Outbound {
             &destination.secrets
         };
         let keys: Vec<&[u8]> = secrets.iter().map(|s| s.key()).collect();
-        let headers = task.headers.over(&destination.headers);
+        let mut headers = task.headers.over(&destination.headers);
         let task_id = task.id.to_string();
         let body = Bytes::from(task.body.clone());
         let (traceparent, tracestate) = match (span, &task.trace) {
@@ -124,6 +124,11 @@ impl Outbound {
             (None, Some(stored)) => (Some(stored.traceparent()), stored.state()),
             (None, None) => (None, None),
         };
+        // Headers stored before these names were taskcenter's own must not
+        // send a second trace context (a receiver would find it invalid).
+        if traceparent.is_some() {
+            headers.retain(|(name, _)| !matches!(*name, "traceparent" | "tracestate"));
+        }
         Delivery::build(DeliverySpec {
             method: method(task.method),
             url: &task.url,
@@ -335,6 +340,21 @@ mod tests {
         );
         let untraced = task(tc_model::Method::Post, b"{}", Headers::default());
         check(&untraced, None, (None, None));
+        // A header of the same name stored before it was refused is not
+        // sent besides the context.
+        let older = Task {
+            headers: Headers::from_stored(Some(r#"{"traceparent":"00-x","x-a":"1"}"#)).unwrap(),
+            ..traced.clone()
+        };
+        let delivery = outbound.delivery(&older, NOW, None);
+        let sent: Vec<&str> = delivery
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "traceparent")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(sent, [CALLER]);
+        assert_eq!(delivery.header("x-a"), Some("1"));
     }
 
     #[test]
