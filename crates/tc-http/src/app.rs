@@ -40,6 +40,8 @@ pub struct App<S, C> {
     ui: crate::ui::Ui,
     /// The allowed hosts.
     site: crate::site::Site,
+    /// Makes each request's server span (`--otlp-endpoint`); none: no spans.
+    tracer: Option<crate::trace::SpanTracer>,
 }
 
 impl<S: TaskStore, C: Control> App<S, C> {
@@ -63,7 +65,15 @@ impl<S: TaskStore, C: Control> App<S, C> {
             registry,
             metrics,
             ui: crate::ui::Ui::default(),
+            tracer: None,
         }
+    }
+
+    /// Makes a server span per request with `tracer` (the server's,
+    /// exporting over OTLP), and stores submitted tasks in its trace.
+    pub fn with_tracer(mut self, tracer: crate::trace::SpanTracer) -> Self {
+        self.tracer = Some(tracer);
+        self
     }
 
     /// Hands the dashboard what it shows beyond the store: the worker's
@@ -249,7 +259,8 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    let trace = crate::trace::RequestTrace::start(app.tracer.as_ref(), &mut parts);
     let (max_bytes, budget) = body_bounds(app, &parts);
     let limits = BodyLimits {
         max_bytes,
@@ -267,6 +278,7 @@ where
     }
     let status = response.status().as_u16();
     app.metrics.answered(label, status);
+    trace.end(&parts.method, (label != UNMATCHED).then_some(label), status);
     tracing::debug!(method = %parts.method, path = parts.uri.path(), status, "request");
     response
 }
@@ -458,7 +470,8 @@ where
 {
     check_json_content_type(parts)?;
     let bytes = body.read_all().await?;
-    let new = parse_submit(&bytes, &app.config, app.control.now())?;
+    let new = parse_submit(&bytes, &app.config, app.control.now())?
+        .with_trace(crate::trace::task_context(parts));
     check_url_allowed(new.url(), &app.config.allow_url_prefixes)?;
     let submitted = app.store.submit(new, app.control.now()).await?;
     let task = &submitted.task;
@@ -493,13 +506,15 @@ where
     let bytes = body.read_all().await?;
     let items = crate::dto::parse_batch(&bytes)?;
     let now = app.control.now();
+    // One trace for the request: every item is stored in it.
+    let trace = crate::trace::task_context(parts);
     // For each item, the index of its valid task, or why it was refused.
     let mut parsed: Vec<Result<usize, ApiError>> = Vec::with_capacity(items.len());
     let mut valid = Vec::with_capacity(items.len());
     for item in &items {
         let task = parse_submit(item.get().as_bytes(), &app.config, now).and_then(|task| {
             check_url_allowed(task.url(), &app.config.allow_url_prefixes)?;
-            Ok(task)
+            Ok(task.with_trace(trace.clone()))
         });
         parsed.push(task.map(|task| {
             valid.push(task);

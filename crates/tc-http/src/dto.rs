@@ -399,6 +399,9 @@ pub(crate) struct TaskView<'a> {
     headers: HeadersView<'a>,
     destination: &'a str,
     idempotency_key: &'a str,
+    /// The W3C trace id its calls carry (null for tasks stored before
+    /// traces were kept).
+    trace_id: Option<String>,
     attempt: u32,
     max_attempts: u32,
     http_status: Option<u16>,
@@ -434,6 +437,10 @@ impl<'a> TaskView<'a> {
             headers: HeadersView::new(&task.headers),
             destination: &task.destination,
             idempotency_key: &task.idempotency_key,
+            trace_id: task
+                .trace
+                .as_ref()
+                .map(tc_model::TraceContext::trace_id_hex),
             attempt: task.attempt,
             max_attempts: task.max_attempts,
             http_status: task.http_status,

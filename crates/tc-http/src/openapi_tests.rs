@@ -318,6 +318,10 @@ fn sample_task() -> Task {
             error: None,
             duration_ms: Some(0),
         }],
+        trace: tc_model::TraceContext::from_headers(
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            None,
+        ),
     }
 }
 

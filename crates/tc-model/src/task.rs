@@ -163,6 +163,9 @@ pub struct Task {
     pub lease_until: Option<Timestamp>,
     /// Every try so far, oldest first.
     pub attempts: Vec<AttemptRecord>,
+    /// The trace its calls belong to (`None` for tasks stored before
+    /// traces were kept).
+    pub trace: Option<crate::TraceContext>,
 }
 
 impl Task {
@@ -194,6 +197,7 @@ impl Task {
             next_run_at: Some(new.schedule().first_run(now)),
             lease_until: None,
             attempts: Vec::new(),
+            trace: new.trace().cloned(),
         }
     }
 
@@ -292,6 +296,7 @@ mod tests {
             next_run_at: None,
             lease_until: None,
             attempts: Vec::new(),
+            trace: None,
         };
         assert!(task.can_retry());
         task.attempt = 2;

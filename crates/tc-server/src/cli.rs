@@ -1,5 +1,7 @@
 //! The command line: every flag of `serve` is also an environment variable,
-//! `TC_` followed by the flag's name in upper snake case.
+//! `TC_` followed by the flag's name in upper snake case; the OpenTelemetry
+//! flags read OpenTelemetry's own variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `OTEL_SERVICE_NAME`), which collectors and platforms already set.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -177,6 +179,22 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) pg_pool_size: u32,
 
+    /// Export OpenTelemetry spans over OTLP/HTTP (protobuf) to this
+    /// collector, `http://host:port` (spans go to `<url>/v1/traces`): a
+    /// server span per API request and a client span per downstream try,
+    /// whose id each try's `traceparent` then carries. Unset: no spans;
+    /// tasks still keep and send their W3C trace context. Export is
+    /// batched and bounded (2048 spans queued at most, then dropped): an
+    /// unreachable collector never slows the server. Read from
+    /// OpenTelemetry's own variable.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
+
+    /// The `service.name` of exported spans; further resource attributes
+    /// come from `OTEL_RESOURCE_ATTRIBUTES` (`key=value,…`).
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "taskcenter", value_parser = non_empty)]
+    pub(crate) otlp_service_name: String,
+
     /// Log lines on stdout: `json` (one object per line) or `text`.
     #[arg(long, env = "TC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub(crate) log_format: LogFormat,
@@ -320,6 +338,13 @@ impl ServeArgs {
                     self.backoff_cap_ms, self.backoff_base_ms
                 ),
             ));
+        }
+        if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty())
+            && let Err(why) = crate::telemetry::traces_url(endpoint)
+        {
+            return Err(
+                Cli::command().error(clap::error::ErrorKind::ValueValidation, why.to_string())
+            );
         }
         Ok(())
     }

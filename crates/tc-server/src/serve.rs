@@ -30,6 +30,9 @@ pub(crate) enum ServeError {
     /// it was.
     #[error("cannot open the database: {0}")]
     StorePg(#[from] tc_store_pg::OpenError),
+    /// Span export (`--otlp-endpoint`) could not be set up.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -80,6 +83,8 @@ pub(crate) struct Settings {
     pub(crate) retention: tc_worker::Retention,
     /// With a PostgreSQL `db`: how the store runs (its pool's size).
     pub(crate) postgres: PgConfig,
+    /// Where spans are exported (`--otlp-endpoint`), if anywhere.
+    pub(crate) otlp: Option<crate::telemetry::OtlpConfig>,
 }
 
 impl Settings {
@@ -114,6 +119,8 @@ impl Settings {
                 settings_interval: Duration::from_secs(1),
                 // Checked before (`ServeArgs::check`): none when invalid.
                 signing_secrets: args.signing_secrets().unwrap_or_default(),
+                // Set by `run` once the exporter is up (`--otlp-endpoint`).
+                tracer: None,
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
@@ -143,6 +150,14 @@ impl Settings {
                 pool_size: args.pg_pool_size as usize,
                 ..PgConfig::default()
             },
+            otlp: args
+                .otlp_endpoint
+                .as_ref()
+                .filter(|endpoint| !endpoint.is_empty())
+                .map(|endpoint| crate::telemetry::OtlpConfig {
+                    endpoint: endpoint.clone(),
+                    service_name: args.otlp_service_name.clone(),
+                }),
         }
     }
 }
@@ -166,6 +181,8 @@ pub(crate) struct Running {
     admin: Option<tc_http::Server>,
     /// Stops both listeners.
     stop_http: tokio::sync::watch::Sender<bool>,
+    /// Exports spans, when `--otlp-endpoint` is set; flushed last.
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 /// Opens the store, spawns the worker (which first recovers the leases a
@@ -180,6 +197,13 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         None => None,
     };
     raise_open_files_limit(&settings);
+    // Export before anything makes spans; a bad endpoint fails the start.
+    let telemetry = settings
+        .otlp
+        .as_ref()
+        .map(crate::telemetry::Telemetry::start)
+        .transpose()?;
+    let tracer = telemetry.as_ref().map(crate::telemetry::Telemetry::tracer);
     // The downstream client before the store: a bad CA file fails the start
     // before a database file is created.
     let downstream = Arc::new(downstream(&settings)?);
@@ -218,7 +242,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     let worker = Worker::spawn(
         Arc::clone(&store),
         downstream,
-        settings.worker.clone(),
+        WorkerConfig {
+            tracer: tracer.clone(),
+            ..settings.worker.clone()
+        },
         Clock::system(),
         metrics,
     );
@@ -239,6 +266,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         concurrency: Some(settings.worker.concurrency),
         signs_by_default: !settings.worker.signing_secrets.is_empty(),
     });
+    let app = match tracer {
+        Some(tracer) => app.with_tracer(tracer),
+        None => app,
+    };
     let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
     let app = Arc::new(app);
     let (stop_http, stopped) = tokio::sync::watch::channel(false);
@@ -287,6 +318,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         http,
         admin,
         stop_http,
+        telemetry,
     })
 }
 
@@ -417,6 +449,7 @@ impl Running {
             http,
             admin,
             stop_http,
+            telemetry,
             ..
         } = self;
         tracing::info!("shutdown_started");
@@ -441,6 +474,10 @@ impl Running {
         let _ = activity.await;
         close_store(store).await;
         drop(db_lock);
+        if let Some(telemetry) = telemetry {
+            // The last spans go out, within the export timeout.
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        }
         tracing::info!("shutdown_complete");
         Ok(())
     }

@@ -384,6 +384,14 @@ END
 $$;
 ";
 
+/// Step 9 → 10: the W3C trace context a task's calls belong to (issue 27):
+/// `tc_model::TraceContext::to_stored` (the `traceparent`, then a line with
+/// the `tracestate`); NULL for tasks written before, which are called
+/// without one. Nullable with no default: no row is rewritten, no backfill.
+const V10_TRACE_CONTEXT: &str = "
+ALTER TABLE tasks ADD COLUMN trace_context text;
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -433,6 +441,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V7_OUTBOUND),
     step(V8_INSERT_MARKER),
     step(V9_COUNT_DELTAS),
+    step(V10_TRACE_CONTEXT),
 ];
 
 /// The version this build writes and reads.

@@ -202,6 +202,14 @@ ALTER TABLE destinations ADD COLUMN headers TEXT;
 ALTER TABLE destinations ADD COLUMN signing_secrets TEXT;
 ";
 
+/// Step 10 → 11: the W3C trace context a task's calls belong to (issue
+/// 27): `tc_model::TraceContext::to_stored` (the `traceparent`, then a line
+/// with the `tracestate`); NULL for tasks written before, which are called
+/// without one. A nullable column without a default: no row is rewritten.
+const V11_TRACE_CONTEXT: &str = "
+ALTER TABLE tasks ADD COLUMN trace_context TEXT;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -214,6 +222,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V8_DESTINATION,
     V9_DESTINATIONS,
     V10_OUTBOUND,
+    V11_TRACE_CONTEXT,
 ];
 
 /// The `user_version` this build writes and reads.

@@ -120,6 +120,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         claim_serves_the_destinations_with_fewest_calls_in_flight_first,
         tasks_keep_their_method_and_headers,
         destinations_keep_their_headers_and_signing_secrets,
+        tasks_keep_their_trace_context,
     ]
 }
 
@@ -3033,3 +3034,7 @@ mod outbound;
 pub use outbound::{
     destinations_keep_their_headers_and_signing_secrets, tasks_keep_their_method_and_headers,
 };
+
+// A task's trace context (issue 27).
+mod trace;
+pub use trace::tasks_keep_their_trace_context;

@@ -208,3 +208,17 @@ async fn no_header_value_or_secret_is_ever_logged() {
         assert!(!text.contains(secret), "{secret:?} logged:\n{text}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_task_s_log_lines_carry_its_trace_id() {
+    let events = events_of("trace_context_reaches_every_try").await;
+    for name in ["task_start", "task_retry", "task_done"] {
+        let event = check(&events, name, &["task_id", "trace_id"]);
+        assert_eq!(
+            event["trace_id"], "0af7651916cd43dd8448eb211c80319c",
+            "{name}"
+        );
+        // No tracer: no span, so no span id.
+        assert!(event.get("span_id").is_none(), "{name}: {event}");
+    }
+}

@@ -25,6 +25,7 @@ fn request_with_key(path: &str, timeout: Duration, key: &str) -> Delivery {
         attempt: 1,
         idempotency_key: key,
         headers: &[],
+        trace: crate::TraceHeaders::default(),
         sent_at_s: 0,
         signing_keys: &[],
     })

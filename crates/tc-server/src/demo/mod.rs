@@ -116,6 +116,7 @@ fn settings(db: std::path::PathBuf) -> Settings {
         retention: tc_worker::Retention::default(),
         // The demo runs on SQLite.
         postgres: tc_store_pg::PgConfig::default(),
+        otlp: None,
     }
 }
 

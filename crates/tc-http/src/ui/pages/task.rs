@@ -109,6 +109,9 @@ fn details(task: &Task, now: Timestamp) -> Markup {
                     }
                     dt { "destination" } dd.mono { a href={ "/ui/tasks?destination=" (super::encode(&task.destination)) } { (task.destination) } }
                     dt { "idempotency key" } dd.mono.break { (task.idempotency_key) }
+                    @if let Some(trace) = &task.trace {
+                        dt { "trace id" } dd.mono { (trace.trace_id_hex()) }
+                    }
                     dt { "tries" } dd {
                         (tries_this_round) " of " (task.max_attempts)
                         @if task.attempts_before_retry > 0 { " this round (" (task.attempt) " in all, retried by hand)" }
