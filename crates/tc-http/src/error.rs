@@ -1,3 +1,6 @@
+//! [`ApiError`]: every error the API answers with, its status and code, the
+//! `{"error":{"code","message"}}` body, and the one mapping from store errors.
+
 use bytes::Bytes;
 use http::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{Response, StatusCode};
