@@ -5,6 +5,7 @@
 mod api_fuzz;
 mod bench;
 mod chaos;
+mod harness;
 mod store_vs_rusqlite;
 mod test_matrix;
 mod tidy;
