@@ -6,6 +6,7 @@ use http::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, WW
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde::Serialize;
+use serde_json::Value;
 use tc_model::store::StoreError;
 
 /// Every error the API answers with: one variant per documented code.
@@ -159,6 +160,19 @@ impl ApiError {
             _ => {}
         }
         response
+    }
+}
+
+/// What kind of JSON value `v` is, as a refusal's message names what it
+/// got ("must be a string, got a number").
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 
