@@ -146,3 +146,52 @@ impl HttpMetrics {
             .inc();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A submit's outcome and the label it is counted under.
+    fn check(outcome: Result<bool, ApiError>, expected: SubmitResult) {
+        assert_eq!(
+            SubmitResult::of(outcome.as_ref().copied()),
+            expected,
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn each_submit_outcome_has_one_label() {
+        check(Ok(true), SubmitResult::Created);
+        check(Ok(false), SubmitResult::Existing);
+        check(
+            Err(ApiError::IdempotencyConflict("k".into())),
+            SubmitResult::Conflict,
+        );
+        check(
+            Err(ApiError::InvalidRequest("url".into())),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::UrlNotAllowed("url".into())),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::RequestTimeout("body".into())),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::PayloadTooLarge { limit: 1 }),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::UnsupportedMediaType("Content-Type".into())),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::Unavailable("disk".into())),
+            SubmitResult::Error,
+        );
+        check(Err(ApiError::Internal("bug".into())), SubmitResult::Error);
+    }
+}
