@@ -13,7 +13,7 @@ use tc_model::{
 };
 
 use crate::config::HttpConfig;
-use crate::error::ApiError;
+use crate::error::{ApiError, json_type};
 use crate::outbound::HeadersView;
 use crate::query::{FILTER_FIELDS, FilterFields};
 
@@ -357,17 +357,6 @@ fn range_error(field: &str, min: impl std::fmt::Display, max: impl std::fmt::Dis
     ApiError::InvalidRequest(format!(
         "{field}: must be an integer between {min} and {max}"
     ))
-}
-
-pub(crate) fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The domain's message with the field renamed to the API's spelling.

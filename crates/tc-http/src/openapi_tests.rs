@@ -9,11 +9,11 @@ use serde_json::Value;
 use tc_model::store::{Cursor, Page};
 use tc_model::{AttemptRecord, State, Task, TaskId, Timestamp};
 
-use crate::app::ROUTES;
-use crate::app::encode_page;
 use crate::config::HttpConfig;
 use crate::dto::{CancelView, TaskView, parse_submit};
 use crate::error::ApiError;
+use crate::router::ROUTES;
+use crate::tasks::encode_page;
 
 const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",

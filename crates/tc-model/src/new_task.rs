@@ -1,3 +1,6 @@
+//! A submission: [`NewTask`] built only through validation, field by field,
+//! against the API's [`Limits`]; each [`ValidationError`] names its field.
+
 use crate::headers::{HeaderError, Headers};
 use crate::{Method, Timestamp};
 use std::time::Duration;

@@ -1,3 +1,7 @@
+//! A stored task as every adapter returns it ([`Task`], with its
+//! [`AttemptRecord`]s), its id ([`TaskId`], UUID v7) and the time type
+//! ([`Timestamp`]).
+
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;

@@ -7,7 +7,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::store::DbTarget;
 
 /// taskcenter: a durable asynchronous task center. Register "POST this JSON
 /// to this URL" tasks over HTTP; a worker performs them with retries.
@@ -63,8 +66,13 @@ pub(crate) enum LogFormat {
 pub(crate) struct ServeArgs {
     /// The store: an SQLite database file (created if missing), or a
     /// `postgres://` / `postgresql://` URL of a database several nodes share.
-    #[arg(long, env = "TC_DB", default_value = "./taskcenter.db")]
-    pub(crate) db: PathBuf,
+    #[arg(
+        long,
+        env = "TC_DB",
+        default_value = "./taskcenter.db",
+        value_parser = clap::builder::OsStringValueParser::new().map(|db| DbTarget::from_arg(&db))
+    )]
+    pub(crate) db: DbTarget,
 
     /// The address the HTTP API listens on; port 0 picks a free port (the
     /// `listening` log event says which).
@@ -411,7 +419,7 @@ mod tests {
         let cli = parse(&[]).unwrap();
         assert!(cli.command.is_none());
         let a = cli.serve_args();
-        assert_eq!(a.db, PathBuf::from("./taskcenter.db"));
+        assert_eq!(a.db, DbTarget::Sqlite(PathBuf::from("./taskcenter.db")));
         assert_eq!(a.listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(
             (a.concurrency, a.call_timeout_ms, a.max_attempts),

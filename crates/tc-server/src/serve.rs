@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::cli::{ServeArgs, SyncMode};
 use crate::control::WorkerPort;
-use crate::store::AnyStore;
+use crate::store::{AnyStore, DbTarget};
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +68,7 @@ pub(crate) enum ServeError {
 /// Everything [`start`] needs, from the command line or the demo.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
-    pub(crate) db: PathBuf,
+    pub(crate) db: DbTarget,
     pub(crate) listen: SocketAddr,
     /// Where `/healthz` and `/metrics` are served alone, if anywhere.
     pub(crate) admin_listen: Option<SocketAddr>,
@@ -207,21 +207,21 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     // The downstream client before the store: a bad CA file fails the start
     // before a database file is created.
     let downstream = Arc::new(downstream(&settings)?);
-    let (store, db_lock, db_shown) = match postgres_url(&settings) {
-        Some(url) => {
+    let (store, db_lock, db_shown) = match &settings.db {
+        DbTarget::Postgres(url) => {
             let store = PgStore::open(url, settings.postgres.clone()).await?;
             let shown = store.target().to_owned();
             (AnyStore::Postgres(store), None, shown)
         }
-        None => {
+        DbTarget::Sqlite(path) => {
             // Before the store opens the file: a second server must not
             // touch it.
-            let db_lock = crate::db_lock::acquire(&settings.db)?;
-            let store = SqliteStore::open(&settings.db, settings.store.clone()).await?;
+            let db_lock = crate::db_lock::acquire(path)?;
+            let store = SqliteStore::open(path, settings.store.clone()).await?;
             (
                 AnyStore::Sqlite(store),
                 Some(db_lock),
-                settings.db.display().to_string(),
+                path.display().to_string(),
             )
         }
     };
@@ -348,14 +348,6 @@ fn raise_open_files_limit(settings: &Settings) {
         Some(limit) => tracing::debug!(limit, "open_files_limit"),
         None => {}
     }
-}
-
-/// The `--db` value when it is a PostgreSQL URL.
-fn postgres_url(settings: &Settings) -> Option<&str> {
-    settings
-        .db
-        .to_str()
-        .filter(|db| tc_store_pg::is_postgres_url(db))
 }
 
 /// Wakes the worker for submits on other nodes and drops calls canceled
@@ -578,7 +570,7 @@ mod tests {
             "--max-waiters-per-client=5",
             "--admin-listen=127.0.0.1:9090",
         ]);
-        assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
+        assert_eq!(s.db, DbTarget::Sqlite(PathBuf::from("/tmp/x.db")));
         assert_eq!(s.listen.port(), 0);
         assert_eq!(s.admin_listen, Some("127.0.0.1:9090".parse().unwrap()));
         assert_eq!(s.store.synchronous, Synchronous::Normal);
@@ -633,7 +625,7 @@ mod tests {
             let db = dir.path().join("tasks.db");
             async move {
                 let mut s = settings(&["--listen=127.0.0.1:0"]);
-                s.db = db.clone();
+                s.db = DbTarget::Sqlite(db.clone());
                 s.downstream_ca_file = Some(ca_file.clone());
                 let error = match start(s).await {
                     Ok(_) => panic!("{ca_file:?}: started"),

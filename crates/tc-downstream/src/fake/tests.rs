@@ -1,3 +1,6 @@
+//! The fake downstream's own tests: scripted answers, recorded deliveries,
+//! and the bytes it puts on a loopback wire.
+
 use super::*;
 
 #[test]

@@ -6,7 +6,10 @@
 use tc_model::store::TaskStore;
 use tc_model::{State, TraceContext};
 
-use super::{ClaimGate, Step, URL_A, Verdict, at, claim, create, get, list_all, task_for};
+use tc_model::destination::ClaimGate;
+
+use super::Verdict;
+use super::check::{Step, URL_A, at, claim, create, get, list_all, task_for};
 
 fn context(parent: &str, state: Option<&str>) -> TraceContext {
     TraceContext::from_headers(Some(parent), state).unwrap()

@@ -7,16 +7,16 @@ use tc_model::store::TaskStore;
 use tc_model::{AttemptRecord, State, Task, TaskId, Timestamp};
 
 use super::{Nav, Rendered, badge, duration_text, layout, size_text, when};
-use crate::app::App;
 use crate::control::Control;
 use crate::error::ApiError;
 use crate::ui::Ctx;
+use crate::ui::Source;
 
 /// The most result bytes shown inline; the rest is behind the download link.
 const SHOWN_RESULT_BYTES: usize = 64 * 1024;
 
 pub(crate) async fn render<S: TaskStore, C: Control>(
-    app: &App<S, C>,
+    app: &Source<'_, S, C>,
     ctx: &Ctx,
     id: &str,
     fragment: bool,

@@ -1,8 +1,6 @@
 //! The worker's log events are a public interface: their names and fields are
 //! checked here from the JSON a subscriber writes.
 
-#![allow(clippy::unwrap_used)]
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +8,8 @@ use serde_json::Value;
 use tc_downstream::fake::{FakeDownstream, Script};
 use tc_testkit::memory_store::MemoryStore;
 use tc_testkit::worker_scenarios::{Rig, run};
+use tracing::Dispatch;
+use tracing::subscriber::NoSubscriber;
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -33,6 +33,12 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 
 /// Runs `scenario` with a JSON subscriber and returns every event it logged.
 async fn events_of(scenario: &str) -> Vec<Value> {
+    // tracing decides once per event site whether anyone wants its events,
+    // when a thread first reaches it; while one dispatcher is registered it
+    // asks only that thread's. The scenarios of this binary run on other
+    // threads with none, and would mark a site this test needs as unwanted:
+    // a second dispatcher, registered first, makes tracing ask every one.
+    let _ask_every_dispatcher = Dispatch::new(NoSubscriber::default());
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .json()
