@@ -7,8 +7,8 @@ use http::header::{CONTENT_TYPE, HeaderValue, LOCATION};
 use http::request::Parts;
 use http::{Response, StatusCode};
 use http_body_util::Full;
-use tc_model::{TaskId, TraceContext};
 use tc_model::store::{BulkAction, ListQuery, Page, TaskStore};
+use tc_model::{TaskId, TraceContext};
 
 use crate::app::App;
 use crate::control::Control;
