@@ -40,6 +40,8 @@ pub struct App<S, C> {
     ui: crate::ui::Ui,
     /// The allowed hosts.
     site: crate::site::Site,
+    /// What `POST /admin/backup` copies through, if anything.
+    backups: Option<Arc<dyn crate::backup::Backups>>,
 }
 
 impl<S: TaskStore, C: Control> App<S, C> {
@@ -63,7 +65,15 @@ impl<S: TaskStore, C: Control> App<S, C> {
             registry,
             metrics,
             ui: crate::ui::Ui::default(),
+            backups: None,
         }
+    }
+
+    /// Gives `POST /admin/backup` a way to copy the database; without one
+    /// it answers `409 backup_unsupported`.
+    pub fn with_backups(mut self, backups: Arc<dyn crate::backup::Backups>) -> Self {
+        self.backups = Some(backups);
+        self
     }
 
     /// Hands the dashboard what it shows beyond the store: the worker's
@@ -142,6 +152,7 @@ enum Endpoint {
     ResumeDestination,
     Health,
     Metrics,
+    Backup,
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> Route {
@@ -187,6 +198,7 @@ pub const ROUTES: &[Route] = &[
     ),
     route("GET", "/healthz", Endpoint::Health),
     route("GET", "/metrics", Endpoint::Metrics),
+    route("POST", "/admin/backup", Endpoint::Backup),
 ];
 
 /// The metrics label for requests that matched no route.
@@ -389,6 +401,16 @@ where
         }
         Endpoint::Health => crate::admin::health(app).await,
         Endpoint::Metrics => crate::admin::metrics(app).await,
+        Endpoint::Backup => {
+            check_json_content_type(parts)?;
+            let body = body.read_all().await?;
+            crate::backup::handle(
+                app.backups.as_deref(),
+                app.config.api_token.is_some(),
+                &body,
+            )
+            .await
+        }
     }
 }
 

@@ -36,6 +36,10 @@ pub(crate) enum Command {
     /// Client: list destinations, change their settings, pause and resume
     /// them on a running server.
     Destination(crate::client::args::DestinationArgs),
+    /// Copy the SQLite database (--db) to a new file (--to), consistently,
+    /// while a server may be running on it; `tc-server --db FILE` starts on
+    /// the copy. PostgreSQL: use its own tools (pg_dump, base backups).
+    Backup(crate::backup::BackupArgs),
 }
 
 /// Commit durability of the SQLite file (`PRAGMA synchronous`).

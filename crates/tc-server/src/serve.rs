@@ -238,7 +238,11 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     .with_dashboard(tc_http::DashboardSources {
         concurrency: Some(settings.worker.concurrency),
         signs_by_default: !settings.worker.signing_secrets.is_empty(),
-    });
+    })
+    .with_backups(Arc::new(match &*store {
+        AnyStore::Sqlite(_) => crate::backup::ServerBackups::sqlite(&settings.db),
+        AnyStore::Postgres(_) => crate::backup::ServerBackups::Postgres,
+    }));
     let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
     let app = Arc::new(app);
     let (stop_http, stopped) = tokio::sync::watch::channel(false);
