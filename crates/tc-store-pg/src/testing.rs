@@ -108,9 +108,18 @@ impl TestDatabase {
         let mut config: tokio_postgres::Config = self.url.parse().map_err(|e| format!("{e}"))?;
         config.options(format!("-c search_path={schema}"));
         let target = format!("test schema {schema}");
-        crate::schema::migrate(&config, &target, &crate::schema::MIGRATIONS[..version])
-            .await
-            .map_err(|e| e.to_string())?;
+        let tls = crate::tls::Tls::new(&crate::tls::TlsSettings {
+            mode: crate::tls::SslMode::Disable,
+            root_cert: None,
+        })?;
+        crate::schema::migrate(
+            &config,
+            &tls,
+            &target,
+            &crate::schema::MIGRATIONS[..version],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         Ok(schema)
     }
 
