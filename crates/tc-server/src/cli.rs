@@ -65,6 +65,9 @@ pub(crate) enum LogFormat {
 pub(crate) struct ServeArgs {
     /// The store: an SQLite database file (created if missing), or a
     /// `postgres://` / `postgresql://` URL of a database several nodes share.
+    /// TLS to PostgreSQL as libpq: `?sslmode=disable|prefer|require|
+    /// verify-ca|verify-full` (default prefer) and `&sslrootcert=FILE` (PEM
+    /// CA certificates, or `system`).
     #[arg(long, env = "TC_DB", default_value = "./taskcenter.db")]
     pub(crate) db: PathBuf,
 

@@ -54,6 +54,16 @@ pub enum SslMode {
 }
 
 impl SslMode {
+    fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
     fn parse(value: &str) -> Result<SslMode, String> {
         Ok(match value {
             "disable" => SslMode::Disable,
@@ -77,6 +87,15 @@ pub enum RootCert {
     File(PathBuf),
     /// The operating system's roots (`sslrootcert=system`).
     System,
+}
+
+impl RootCert {
+    fn describe(&self) -> String {
+        match self {
+            RootCert::File(path) => format!("a CA in {}", path.display()),
+            RootCert::System => "one of the system's root CAs".to_owned(),
+        }
+    }
 }
 
 /// The TLS part of a URL.
@@ -152,6 +171,8 @@ fn percent_decode(value: &str) -> Result<String, String> {
 pub struct Tls {
     mode: DriverSslMode,
     config: Option<Arc<ClientConfig>>,
+    /// What a refused handshake's error starts with: the mode and the CAs.
+    context: Arc<str>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -170,6 +191,7 @@ impl Tls {
                 return Ok(Tls {
                     mode: DriverSslMode::Disable,
                     config: None,
+                    context: Arc::from("sslmode=disable"),
                 });
             }
             SslMode::Prefer => DriverSslMode::Prefer,
@@ -183,6 +205,18 @@ impl Tls {
             (SslMode::VerifyFull, Some(root)) => Check::Full(root.clone()),
             (SslMode::VerifyFull, None) => Check::Full(default_root_cert(settings.mode)?),
             (SslMode::Disable, _) => Check::Nothing,
+        };
+        let context = match &check {
+            Check::Nothing => format!("sslmode={}, certificate not checked", settings.mode.name()),
+            Check::Chain(root) => format!(
+                "sslmode={}, the server's certificate must chain to {}",
+                settings.mode.name(),
+                root.describe()
+            ),
+            Check::Full(root) => format!(
+                "sslmode=verify-full, the server's certificate must chain to {} and name the host",
+                root.describe()
+            ),
         };
         let verifier: Arc<dyn ServerCertVerifier> = match &check {
             Check::Nothing => Arc::new(NoCheck(Arc::clone(&provider))),
@@ -207,6 +241,7 @@ impl Tls {
         Ok(Tls {
             mode,
             config: Some(Arc::new(config)),
+            context: Arc::from(context),
         })
     }
 
@@ -380,6 +415,7 @@ where
     fn make_tls_connect(&mut self, domain: &str) -> Result<Connect, io::Error> {
         Ok(Connect {
             config: self.config.clone(),
+            context: Arc::clone(&self.context),
             // A Unix socket has no name to check: None, refused if TLS is
             // ever attempted on it.
             name: ServerName::try_from(domain.to_owned()).ok(),
@@ -390,6 +426,7 @@ where
 /// One connection's handshake.
 pub struct Connect {
     config: Option<Arc<ClientConfig>>,
+    context: Arc<str>,
     name: Option<ServerName<'static>>,
 }
 
@@ -409,10 +446,12 @@ where
             let name = self
                 .name
                 .ok_or_else(|| io::Error::other("no host name to check the certificate against"))?;
+            let context = self.context;
             tokio_rustls::TlsConnector::from(config)
                 .connect(name, stream)
                 .await
                 .map(TlsStream)
+                .map_err(|e| io::Error::new(e.kind(), format!("{context}: {e}")))
         })
     }
 }
