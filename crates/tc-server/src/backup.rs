@@ -26,7 +26,8 @@ pub(crate) struct BackupArgs {
     pub(crate) to: PathBuf,
 
     /// Print the result as one JSON object (the fields of `POST
-    /// /admin/backup`'s answer) instead of a sentence.
+    /// /admin/backup`'s answer, plus `steps` and `longest_step_us`, the
+    /// longest single copy step) instead of a sentence.
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -48,6 +49,9 @@ pub(crate) fn run(args: &BackupArgs) -> ExitCode {
                     "tasks": made.tasks,
                     "consistent_as_of": tc_http::rfc3339(made.consistent_as_of),
                     "duration_ms": made.duration_ms,
+                    "steps": report.steps,
+                    "longest_step_us": u64::try_from(report.longest_step.as_micros())
+                        .unwrap_or(u64::MAX),
                 })
                 .to_string()
             } else {
