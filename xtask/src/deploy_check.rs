@@ -21,10 +21,8 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut failures = Vec::new();
     let unit = read(&root.join(UNIT))?;
     failures.extend(check_unit(&unit));
-    if !skip_systemd {
-        if let Err(e) = systemd_analyze(&unit) {
-            failures.push(e);
-        }
+    if !skip_systemd && let Err(e) = systemd_analyze(&unit) {
+        failures.push(e);
     }
     let manifests = read(&root.join(KUBERNETES))?;
     match parse_documents(&manifests) {
@@ -60,10 +58,10 @@ fn service_settings(unit: &str) -> Vec<(String, String)> {
             section = line;
             continue;
         }
-        if section == "[Service]" {
-            if let Some((key, value)) = line.split_once('=') {
-                settings.push((key.trim().to_owned(), value.trim().to_owned()));
-            }
+        if section == "[Service]"
+            && let Some((key, value)) = line.split_once('=')
+        {
+            settings.push((key.trim().to_owned(), value.trim().to_owned()));
         }
     }
     settings
