@@ -157,7 +157,9 @@ impl Backups for ServerBackups {
                     tracing::warn!(error = %e, "backup_failed");
                     Err(match e {
                         BackupError::TargetExists(_) => BackupRefused::TargetExists(e.to_string()),
-                        BackupError::NoTargetDirectory(_) | BackupError::NoFileName(_) => {
+                        BackupError::NoTargetDirectory(_)
+                        | BackupError::NoFileName(_)
+                        | BackupError::NotWritable { .. } => {
                             BackupRefused::InvalidTarget(e.to_string())
                         }
                         BackupError::Source { .. } | BackupError::Target { .. } => {
@@ -167,5 +169,63 @@ impl Backups for ServerBackups {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn postgres_is_refused_and_one_backup_runs_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let to = dir.path().join("copy.db");
+        match ServerBackups::Postgres.backup(to.clone()).await {
+            Err(BackupRefused::Unsupported(message)) => {
+                assert!(message.contains("pg_dump"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let sqlite = ServerBackups::sqlite(&dir.path().join("t.db"));
+        let ServerBackups::Sqlite { running, .. } = &sqlite else {
+            unreachable!()
+        };
+        let held = running.lock().await;
+        assert_eq!(
+            sqlite.backup(to.clone()).await,
+            Err(BackupRefused::InProgress)
+        );
+        drop(held);
+        // Free again: now the missing database is what is wrong.
+        match sqlite.backup(to.clone()).await {
+            Err(BackupRefused::Failed(message)) => {
+                assert!(message.contains("no database file"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!to.exists());
+    }
+
+    #[test]
+    fn the_command_line_needs_a_target() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            crate::cli::Cli::try_parse_from(
+                std::iter::once("tc-server").chain(args.iter().copied()),
+            )
+        };
+        let err = parse(&["backup"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("--to"), "{err}");
+        let cli = parse(&["backup", "--db", "/a.db", "--to", "/b.db", "--json"]).unwrap();
+        match cli.command {
+            Some(crate::cli::Command::Backup(args)) => {
+                assert_eq!(
+                    (args.db, args.to, args.json),
+                    (PathBuf::from("/a.db"), PathBuf::from("/b.db"), true)
+                )
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -72,6 +72,15 @@ pub enum BackupError {
     /// The target's directory does not exist or is not a directory.
     #[error("{}: its directory does not exist", .0.display())]
     NoTargetDirectory(PathBuf),
+    /// No file can be created in the target's directory (permissions, a
+    /// read-only file system).
+    #[error("{}: cannot create a file there: {message}", path.display())]
+    NotWritable {
+        /// The target.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
     /// The target names no file (empty, or ends in `..` or `/`).
     #[error("{}: names no file", .0.display())]
     NoFileName(PathBuf),
@@ -135,7 +144,21 @@ fn check_target(target: &Path) -> Result<PathBuf, BackupError> {
     let mut temporary = std::ffi::OsString::from(".");
     temporary.push(name);
     temporary.push(format!(".tc-backup-{}", std::process::id()));
-    Ok(dir.join(temporary))
+    let temporary = dir.join(temporary);
+    // Created here, so that a directory this process cannot write is
+    // refused before any work, as the caller's mistake rather than a failed
+    // copy. A file of that name is a leftover of a crashed backup of a
+    // process with this pid.
+    let _ = std::fs::remove_file(&temporary);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temporary)
+        .map_err(|e| BackupError::NotWritable {
+            path: target.to_owned(),
+            message: e.to_string(),
+        })?;
+    Ok(temporary)
 }
 
 fn copy(
@@ -157,11 +180,8 @@ fn copy(
         .query_row("SELECT count(*) FROM tasks", [], |row| row.get(0))
         .map_err(|e| source_error("count the tasks", e))?;
 
-    // A fresh file, ours alone until it is linked: no journal, no fsync per
-    // step; one fsync at the end makes it durable.
-    if temporary.symlink_metadata().is_ok() {
-        std::fs::remove_file(temporary).map_err(|e| target_error(temporary, "remove", e))?;
-    }
+    // A fresh (empty) file, ours alone until it is linked: no journal, no
+    // fsync per step; one fsync at the end makes it durable.
     let mut dst = Connection::open(temporary).map_err(|e| sqlite_target(temporary, "open", e))?;
     dst.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")
         .map_err(|e| sqlite_target(temporary, "configure", e))?;

@@ -234,6 +234,20 @@ async fn unsafe_targets_and_foreign_sources_are_refused_untouched() {
     );
     check(&source, &source, "already exists");
     check(&source, Path::new("/"), "names no file");
+    let read_only = dir.path().join("read-only");
+    std::fs::create_dir(&read_only).unwrap();
+    let mut permissions = std::fs::metadata(&read_only).unwrap().permissions();
+    permissions.set_readonly(true);
+    std::fs::set_permissions(&read_only, permissions).unwrap();
+    // Root writes anywhere: the refusal is only checked for other users.
+    if std::fs::File::create(read_only.join("probe")).is_err() {
+        let err = check(
+            &source,
+            &read_only.join("x.db"),
+            "cannot create a file there",
+        );
+        assert!(matches!(err, BackupError::NotWritable { .. }), "{err:?}");
+    }
     check(
         &foreign,
         &dir.path().join("f.db"),
