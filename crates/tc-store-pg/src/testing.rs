@@ -105,13 +105,15 @@ impl TestDatabase {
     pub async fn schema_at(&self, version: usize) -> Result<String, String> {
         let schema = self.fresh_schema();
         self.execute(&format!("CREATE SCHEMA {schema}")).await?;
-        let mut config: tokio_postgres::Config = self.url.parse().map_err(|e| format!("{e}"))?;
+        // The URL's TLS settings as a node reads them (the driver's mode
+        // included: a connector without the mode would refuse a server that
+        // offers TLS).
+        let (url, tls) = crate::tls::split_url(&self.url)?;
+        let tls = crate::tls::Tls::new(&tls)?;
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| format!("{e}"))?;
+        tls.apply(&mut config);
         config.options(format!("-c search_path={schema}"));
         let target = format!("test schema {schema}");
-        let tls = crate::tls::Tls::new(&crate::tls::TlsSettings {
-            mode: crate::tls::SslMode::Disable,
-            root_cert: None,
-        })?;
         crate::schema::migrate(
             &config,
             &tls,
