@@ -137,6 +137,7 @@ async fn a_copy_under_load_is_the_database_as_of_one_instant_during_the_backup()
     let pacing = BackupConfig {
         pages_per_step: 4,
         pause: Duration::from_millis(1),
+        sync_every_steps: 8,
     };
     let report = tokio::task::spawn_blocking(move || backup(&from, &to, &pacing))
         .await
