@@ -2,6 +2,8 @@
 //! database) against a loopback downstream, and talks to it over HTTP only.
 //!
 //! - `api`: every row of the HTTP contract, status by status.
+//! - `backup`: `POST /admin/backup` and `tc-server backup` under load; the
+//!   copy checked by SQLite and served by a server of its own.
 //! - `delivery`: what the worker does with real downstream answers (retry,
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
@@ -30,6 +32,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod backup;
 mod cli;
 mod delivery;
 mod destinations;

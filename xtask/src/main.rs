@@ -5,6 +5,7 @@
 mod api_fuzz;
 mod bench;
 mod chaos;
+mod deploy_check;
 mod harness;
 mod store_vs_rusqlite;
 mod test_matrix;
@@ -23,6 +24,7 @@ commands:
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
   api-fuzz     schemathesis against a live tc-server from docs/openapi.yaml [--examples N]
   ui-test      the dashboard in headless Chromium (chromedriver): counts, filters, cancel, bulk, escaping, login
+  deploy-check the service files in deploy/: systemd-analyze verify and the unit's settings, the Kubernetes example's fields [--no-systemd-analyze]
   chaos        kill -9 tc-server (or restart PostgreSQL) under mixed load, check nothing is lost [--rounds N] [--seed S] [--store sqlite|postgres]
 ";
 
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         Some("chaos") => chaos::run(&args[1..]),
         Some("api-fuzz") => api_fuzz::run(&args[1..]),
         Some("ui-test") => ui_test::run(&args[1..]),
+        Some("deploy-check") => deploy_check::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())

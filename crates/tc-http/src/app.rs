@@ -29,6 +29,8 @@ pub struct App<S, C> {
     site: crate::site::Site,
     /// Makes each request's server span (`--otlp-endpoint`); none: no spans.
     tracer: Option<crate::trace::SpanTracer>,
+    /// What `POST /admin/backup` copies through, if anything.
+    backups: Option<Arc<dyn crate::backup::Backups>>,
 }
 
 impl<S: TaskStore, C: Control> App<S, C> {
@@ -53,6 +55,7 @@ impl<S: TaskStore, C: Control> App<S, C> {
             metrics,
             ui: crate::ui::Ui::default(),
             tracer: None,
+            backups: None,
         }
     }
 
@@ -60,6 +63,13 @@ impl<S: TaskStore, C: Control> App<S, C> {
     /// exporting over OTLP), and stores submitted tasks in its trace.
     pub fn with_tracer(mut self, tracer: crate::trace::SpanTracer) -> Self {
         self.tracer = Some(tracer);
+        self
+    }
+
+    /// Gives `POST /admin/backup` a way to copy the database; without one
+    /// it answers `409 backup_unsupported`.
+    pub fn with_backups(mut self, backups: Arc<dyn crate::backup::Backups>) -> Self {
+        self.backups = Some(backups);
         self
     }
 
@@ -120,6 +130,11 @@ impl<S: TaskStore, C: Control> App<S, C> {
 
     pub(crate) fn site(&self) -> &crate::site::Site {
         &self.site
+    }
+
+    /// What `POST /admin/backup` copies through, if anything.
+    pub(crate) fn backups(&self) -> Option<&dyn crate::backup::Backups> {
+        self.backups.as_deref()
     }
 
     /// The tracer of the requests' server spans, when exporting.

@@ -585,7 +585,7 @@ const MAX_PRINTABLE_MS: i64 = 253_402_300_800_000 - 1;
 /// RFC 3339 in UTC with milliseconds, e.g. `2026-01-02T03:04:05.678Z`.
 /// Times outside 1970..=9999 are clamped: humantime panics on those, and
 /// no clock this service runs on produces them.
-pub(crate) fn rfc3339(t: Timestamp) -> String {
+pub fn rfc3339(t: Timestamp) -> String {
     let ms = t.as_millis().clamp(0, MAX_PRINTABLE_MS);
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs()))
         .to_string()

@@ -13,6 +13,8 @@
 //! - [`serve`] runs the HTTP/1.1 server on a listener and returns a
 //!   [`Server`] handle to await after triggering its shutdown;
 //!   [`serve_admin`] serves `/healthz` and `/metrics` alone on another.
+//! - `POST /admin/backup` copies the database through the [`Backups`] port
+//!   ([`App::with_backups`]).
 //! - [`ROUTES`] lists every route; docs/openapi.yaml documents each of them.
 //! - `/ui/` is the dashboard (the `ui` module): HTML pages over the same
 //!   store, fed by an [`Activity`] ring; [`App::with_dashboard`] adds what
@@ -35,6 +37,7 @@
 mod admin;
 mod app;
 mod auth;
+mod backup;
 mod body;
 mod client;
 mod config;
@@ -59,9 +62,11 @@ mod write_timeout;
 mod openapi_tests;
 
 pub use app::App;
+pub use backup::{BackupMade, BackupRefused, Backups};
 pub use client::ConnectionInfo;
 pub use config::HttpConfig;
 pub use control::{Control, DestinationRuntime};
+pub use dto::rfc3339;
 pub use router::{ROUTES, Route, handle};
 pub use server::{MAX_REFUSALS_IN_FLIGHT, ServeError, Server, serve, serve_admin};
 pub use site::check_allowed_host;

@@ -236,7 +236,11 @@ fn refusals_before_routing_are_documented_where_they_apply() {
             assert!(
                 matches!(
                     forbidden.as_deref(),
-                    Some("#/components/responses/CrossOrigin" | "#/components/responses/Forbidden")
+                    Some(
+                        "#/components/responses/CrossOrigin"
+                            | "#/components/responses/Forbidden"
+                            | "#/components/responses/BackupForbidden"
+                    )
                 ),
                 "{what}: {forbidden:?}"
             );

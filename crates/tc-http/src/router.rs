@@ -59,6 +59,7 @@ enum Endpoint {
     ResumeDestination,
     Health,
     Metrics,
+    Backup,
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> Route {
@@ -104,6 +105,7 @@ pub const ROUTES: &[Route] = &[
     ),
     route("GET", "/healthz", Endpoint::Health),
     route("GET", "/metrics", Endpoint::Metrics),
+    route("POST", "/admin/backup", Endpoint::Backup),
 ];
 
 /// Whether `path` fits `template`; returns the `{id}` segment if it has one.
@@ -307,6 +309,10 @@ async fn dispatch<S: TaskStore, C: Control>(
         }
         Endpoint::Health => crate::admin::health(app).await,
         Endpoint::Metrics => crate::admin::metrics(app).await,
+        Endpoint::Backup => {
+            let body = json_body(parts, body).await?;
+            crate::backup::handle(app.backups(), app.config().api_token.is_some(), &body).await
+        }
     }
 }
 

@@ -41,6 +41,10 @@ pub(crate) enum Command {
     /// Client: list destinations, change their settings, pause and resume
     /// them on a running server.
     Destination(crate::client::args::DestinationArgs),
+    /// Copy the SQLite database (--db) to a new file (--to), consistently,
+    /// while a server may be running on it; `tc-server --db FILE` starts on
+    /// the copy. PostgreSQL: use its own tools (pg_dump, base backups).
+    Backup(crate::backup::BackupArgs),
 }
 
 /// Commit durability of the SQLite file (`PRAGMA synchronous`).
@@ -66,6 +70,9 @@ pub(crate) enum LogFormat {
 pub(crate) struct ServeArgs {
     /// The store: an SQLite database file (created if missing), or a
     /// `postgres://` / `postgresql://` URL of a database several nodes share.
+    /// TLS to PostgreSQL as libpq: `?sslmode=disable|prefer|require|
+    /// verify-ca|verify-full` (default prefer) and `&sslrootcert=FILE` (PEM
+    /// CA certificates, or `system`).
     #[arg(
         long,
         env = "TC_DB",

@@ -265,7 +265,11 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     .with_dashboard(tc_http::DashboardSources {
         concurrency: Some(settings.worker.concurrency),
         signs_by_default: !settings.worker.signing_secrets.is_empty(),
-    });
+    })
+    .with_backups(Arc::new(match &settings.db {
+        DbTarget::Sqlite(path) => crate::backup::ServerBackups::sqlite(path),
+        DbTarget::Postgres(_) => crate::backup::ServerBackups::Postgres,
+    }));
     let app = match tracer {
         Some(tracer) => app.with_tracer(tracer),
         None => app,

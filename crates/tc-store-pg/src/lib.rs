@@ -1,8 +1,8 @@
 //! taskcenter's PostgreSQL store: the adapter behind
 //! [`tc_model::store::TaskStore`] for several nodes sharing one database.
 //!
-//! - tokio-postgres with a deadpool pool; no TLS (PostgreSQL on loopback or
-//!   a trusted network).
+//! - tokio-postgres with a deadpool pool; TLS through rustls as libpq's
+//!   `sslmode` and `sslrootcert` in the URL say ([`tls`]; default `prefer`).
 //! - Claims with `FOR UPDATE SKIP LOCKED`, in batches; guarded writes lock
 //!   the row and check (state, attempt); idempotent submit through the unique
 //!   index and `ON CONFLICT`.
@@ -32,6 +32,7 @@ mod schema;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tls;
 
 pub use config::{PgClock, PgConfig};
 pub use error::OpenError;

@@ -474,11 +474,12 @@ enum Found {
 /// for longer than a step's DDL or one batch).
 pub(crate) async fn migrate(
     pg: &tokio_postgres::Config,
+    tls: &crate::tls::Tls,
     target: &str,
     steps: &[Step],
 ) -> Result<(), OpenError> {
     let (mut client, connection) =
-        pg.connect(tokio_postgres::NoTls)
+        pg.connect(tls.clone())
             .await
             .map_err(|e| OpenError::Postgres {
                 target: target.to_owned(),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::tls::Tls;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
@@ -13,7 +14,6 @@ use tc_model::store::{
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
 use crate::config::{PgClock, PgConfig};
@@ -53,11 +53,21 @@ impl PgStore {
     /// application's tables, or written by a newer build, is refused and
     /// left untouched.
     pub async fn open(url: &str, config: PgConfig) -> Result<PgStore, OpenError> {
-        let mut pg: tokio_postgres::Config = url.parse().map_err(|e| OpenError::BadUrl {
+        let (driver_url, tls) =
+            crate::tls::split_url(url).map_err(|message| OpenError::BadUrl {
+                target: redact(url),
+                message,
+            })?;
+        let mut pg: tokio_postgres::Config = driver_url.parse().map_err(|e| OpenError::BadUrl {
             target: redact(url),
             message: describe(&e),
         })?;
         let target = describe_target(&pg);
+        let tls = Tls::new(&tls).map_err(|message| OpenError::Tls {
+            target: target.clone(),
+            message,
+        })?;
+        tls.apply(&mut pg);
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(Duration::from_secs(5));
         }
@@ -66,7 +76,7 @@ impl PgStore {
         }
         if let Some(schema) = &config.schema {
             check_schema_name(schema, &target)?;
-            create_schema(&pg, schema, &target).await?;
+            create_schema(&pg, &tls, schema, &target).await?;
         }
         // A submit is answered after its COMMIT returned; synchronous_commit
         // makes that COMMIT wait for the WAL flush, whatever the server's
@@ -80,7 +90,7 @@ impl PgStore {
 
         let manager = Manager::from_config(
             pg.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -95,7 +105,7 @@ impl PgStore {
                 target: target.clone(),
                 message: format!("build the pool: {e}"),
             })?;
-        schema::migrate(&pg, &target, schema::MIGRATIONS).await?;
+        schema::migrate(&pg, &tls, &target, schema::MIGRATIONS).await?;
         let client = pool.get().await.map_err(|e| OpenError::Postgres {
             target: target.clone(),
             message: format!("connect: {}", pool_message(e)),
@@ -116,6 +126,7 @@ impl PgStore {
         let submitted = Arc::new(Notify::new());
         tokio::spawn(notify::listen(
             pg,
+            tls,
             channels.clone(),
             events.clone(),
             stopped.clone(),
@@ -568,6 +579,7 @@ fn check_schema_name(schema: &str, target: &str) -> Result<(), OpenError> {
 
 async fn create_schema(
     pg: &tokio_postgres::Config,
+    tls: &Tls,
     schema: &str,
     target: &str,
 ) -> Result<(), OpenError> {
@@ -575,7 +587,10 @@ async fn create_schema(
         target: target.to_owned(),
         message: format!("{doing}: {}", describe(&e)),
     };
-    let (client, connection) = pg.connect(NoTls).await.map_err(|e| fail("connect", e))?;
+    let (client, connection) = pg
+        .connect(tls.clone())
+        .await
+        .map_err(|e| fail("connect", e))?;
     let driver = tokio::spawn(connection);
     let created = match client
         .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))

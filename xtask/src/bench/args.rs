@@ -20,6 +20,9 @@ pub(crate) enum Invocation {
         /// `--phase N` (repeatable): only these phases (by their number in
         /// the table); empty runs them all.
         phases: Vec<u8>,
+        /// `--backup-tasks N`: the backup phase's database size, instead of
+        /// the plan's.
+        backup_tasks: Option<u64>,
     },
     /// Serve one of the bench's reference servers until killed (internal).
     Peer(PeerArgs),
@@ -50,9 +53,12 @@ usage: cargo xtask bench [--quick] [--phase N]... [--store sqlite|postgres]
 Builds tc-server in release and measures, in one run, each figure beside its
 ceiling on this machine; prints a table and writes target/bench/results.json.
   --quick   a smoke run: smaller counts and shorter windows (under 60 s)
-  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9 or 10; repeatable), to look into one
+  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9, 10 or 11; repeatable), to look into one
             figure; a figure beside another phase's result leaves that row out
             (phase 3 needs phase 1 picked too)
+  --backup-tasks N
+            phase 11's database: N pending tasks backed up while submits are
+            timed (default 1,000,000; 50,000 with --quick)
   --store postgres
             submit and end-to-end rates of 1, 2 and 3 tc-server nodes on the
             PostgreSQL test database (TC_TEST_POSTGRES_URL, default
@@ -61,13 +67,14 @@ ceiling on this machine; prints a table and writes target/bench/results.json.
 ";
 
 /// The phases `--phase` can pick (7 is `--store postgres`).
-pub(crate) const PHASES: [u8; 9] = [1, 2, 3, 4, 5, 6, 8, 9, 10];
+pub(crate) const PHASES: [u8; 10] = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11];
 
 /// Parses the arguments that follow `bench`.
 pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
     let mut quick = false;
     let mut postgres = false;
     let mut phases = Vec::new();
+    let mut backup_tasks = None;
     let mut peer: Option<PeerKind> = None;
     let mut response_body: Option<PathBuf> = None;
     let mut location: Option<String> = None;
@@ -94,6 +101,17 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
                     _ => return Err(format!("--phase: no phase {n:?} (phases: {PHASES:?})")),
                 }
             }
+            "--backup-tasks" => {
+                let n = value("--backup-tasks")?;
+                match n.parse::<u64>() {
+                    Ok(n) if (1..=100_000_000).contains(&n) => backup_tasks = Some(n),
+                    _ => {
+                        return Err(format!(
+                            "--backup-tasks: {n:?} is not a count from 1 to 100000000"
+                        ));
+                    }
+                }
+            }
             "--help" | "-h" => return Ok(Invocation::Help),
             "--peer" => {
                 peer = Some(match value("--peer")?.as_str() {
@@ -112,8 +130,11 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
             quick,
             postgres,
             phases,
+            backup_tasks,
         }),
-        (Some(kind), Some(response_body), Some(location)) if !quick && phases.is_empty() => {
+        (Some(kind), Some(response_body), Some(location))
+            if !quick && phases.is_empty() && backup_tasks.is_none() =>
+        {
             Ok(Invocation::Peer(PeerArgs {
                 kind,
                 response_body,
@@ -151,6 +172,7 @@ mod tests {
                 quick,
                 postgres,
                 phases: vec![],
+                backup_tasks: None,
             })
         };
         check(&[], run(false, false));
@@ -168,8 +190,23 @@ mod tests {
                 quick: true,
                 postgres: false,
                 phases: vec![5, 8],
+                backup_tasks: None,
             }),
         );
+        check(
+            &["--quick", "--phase", "11", "--backup-tasks", "2000"],
+            Ok(Invocation::Run {
+                quick: true,
+                postgres: false,
+                phases: vec![11],
+                backup_tasks: Some(2000),
+            }),
+        );
+        check(
+            &["--backup-tasks", "0"],
+            Err("--backup-tasks: \"0\" is not a count"),
+        );
+        check(&["--backup-tasks", "many"], Err("--backup-tasks"));
         check(&["--phase", "7"], Err("no phase \"7\""));
         check(&["--phase", "x"], Err("no phase \"x\""));
         check(&["--phase"], Err("--phase needs a value"));

@@ -72,6 +72,8 @@ pub(crate) struct Plan {
     /// The bound of any wait for the system to catch up (all tasks
     /// terminal, a backlog submitted).
     pub(crate) patience: Duration,
+    /// Pending tasks in the database backed up while submits are timed.
+    pub(crate) backup_tasks: u64,
 }
 
 impl Plan {
@@ -97,6 +99,7 @@ impl Plan {
                 scale_rounds: 30,
                 rss_window: Duration::from_secs(3),
                 patience: Duration::from_secs(20),
+                backup_tasks: 50_000,
             }
         } else {
             Plan {
@@ -119,6 +122,7 @@ impl Plan {
                 scale_rounds: 100,
                 rss_window: Duration::from_secs(10),
                 patience: Duration::from_secs(120),
+                backup_tasks: 1_000_000,
             }
         }
     }
@@ -135,7 +139,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             quick,
             postgres,
             phases,
+            backup_tasks,
         } => {
+            let mut plan = Plan::new(quick);
+            if let Some(n) = backup_tasks {
+                plan.backup_tasks = n;
+            }
             let root = workspace_root();
             if cfg!(debug_assertions) {
                 return hand_over_to_release(&root, args);
@@ -146,9 +155,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             let tc_server = target_dir(&root).join("release").join("tc-server");
             let out_dir = target_dir(&root).join("bench");
             if postgres {
-                phases::run_nodes(Plan::new(quick), &tc_server, &out_dir)
+                phases::run_nodes(plan, &tc_server, &out_dir)
             } else {
-                phases::run(Plan::new(quick), &phases, &tc_server, &out_dir)
+                phases::run(plan, &phases, &tc_server, &out_dir)
             }
         }
     }

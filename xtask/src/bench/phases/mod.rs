@@ -2,6 +2,7 @@
 //! phase, sharing the run's state ([`Bench`]), the load generator
 //! ([`super::load`]) and the one fake downstream ([`super::downstream`]).
 
+mod backup;
 mod cancel;
 mod end_to_end;
 mod head_of_line;
@@ -140,6 +141,7 @@ fn run_with(
         bench.phase(8, "operations", Bench::operations).await;
         bench.phase(9, "head of line", Bench::head_of_line).await;
         bench.phase(10, "idle waiters", Bench::idle_waiters).await;
+        bench.phase(11, "backup", Bench::backup).await;
     });
     drop(runtime);
 
