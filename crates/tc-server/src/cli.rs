@@ -255,8 +255,11 @@ pub(crate) struct ServeArgs {
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
 
     /// Refuse downstream calls whose destination, resolved at connect time,
-    /// is loopback, private, link-local, CGNAT, unspecified, broadcast or
-    /// multicast (IPv4-mapped forms too): the try fails at once with reason
+    /// is loopback, private, link-local, CGNAT, unspecified, broadcast,
+    /// multicast, or any other block of the IANA special-purpose registries
+    /// that is not globally reachable (benchmarking, documentation,
+    /// reserved, 6to4, Teredo…; IPv4-mapped forms too): the try fails at
+    /// once with reason
     /// `destination_denied`. Off by default because the quick start calls
     /// 127.0.0.1; turn it on where clients are not trusted with the network.
     #[arg(long, env = "TC_DENY_PRIVATE_DESTINATIONS",
