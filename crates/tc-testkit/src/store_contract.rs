@@ -120,6 +120,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         claim_serves_the_destinations_with_fewest_calls_in_flight_first,
         tasks_keep_their_method_and_headers,
         destinations_keep_their_headers_and_signing_secrets,
+        a_due_task_is_claimed_past_thousands_of_waiting_destinations,
     ]
 }
 
@@ -3030,6 +3031,9 @@ pub async fn claim_serves_the_destinations_with_fewest_calls_in_flight_first<S: 
 // The scenarios of what a call sends (method, headers, signing secrets):
 // declared after the checking macros, which they use.
 mod outbound;
+// The scenarios of how a claim walks the destinations with due tasks.
+mod due_walk;
+pub use due_walk::a_due_task_is_claimed_past_thousands_of_waiting_destinations;
 pub use outbound::{
     destinations_keep_their_headers_and_signing_secrets, tasks_keep_their_method_and_headers,
 };
