@@ -1384,13 +1384,13 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     ) -> impl Future<Output = Result<tc_model::store::StateCounts, StoreError>> + Send {
         self.inner.count_by_state()
     }
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: tc_model::destination::ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<tc_model::claim::Claim, StoreError> {
         let claims = self
             .claims
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -1403,11 +1403,11 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         if self.claims_fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Unavailable("claims fail (test)".to_owned()));
         }
-        let tasks = self.inner.claim_due(n, now, lease, gate).await?;
-        if !tasks.is_empty() {
+        let claim = self.inner.claim(n, now, lease, gate).await?;
+        if !claim.tasks.is_empty() {
             self.hold_if(&self.claim_armed).await;
         }
-        Ok(tasks)
+        Ok(claim)
     }
     fn heartbeat(
         &self,

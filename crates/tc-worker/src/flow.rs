@@ -196,7 +196,8 @@ impl Dest {
 struct FlowState {
     settings: HashMap<String, DestinationSettings>,
     dests: HashMap<String, Dest>,
-    /// The destination the last claim served last: the next one starts after it.
+    /// The destination the last claim's walk met last: the next one starts
+    /// after it.
     cursor: Option<String>,
 }
 
@@ -338,9 +339,9 @@ impl Flow {
         earliest
     }
 
-    /// Counts the tasks a claim took: their tokens, a half-open probe, and
-    /// where the rotation goes on.
-    pub(crate) fn claimed(&self, tasks: &[Task], now: Timestamp) {
+    /// Counts the tasks a claim took (their tokens, a half-open probe) and
+    /// keeps where the claim's walk stopped: the next one starts after it.
+    pub(crate) fn claimed(&self, tasks: &[Task], walked_to: Option<String>, now: Timestamp) {
         let mut guard = self.lock();
         let FlowState {
             settings,
@@ -364,8 +365,8 @@ impl Flow {
             self.metrics
                 .set_in_flight(&task.destination, dest.in_flight);
         }
-        if let Some(last) = tasks.last() {
-            *cursor = Some(last.destination.clone());
+        if walked_to.is_some() {
+            *cursor = walked_to;
         }
     }
 

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use tc_downstream::Downstream;
 use tc_model::State;
+use tc_model::claim::Claim;
 use tc_model::store::{LeaseLost, TaskStore};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -242,16 +243,12 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
         shared.begin_claim();
         let now = shared.clock.now();
         let gate = shared.flow.gate(now);
-        let claimed = match shared
-            .store
-            .claim_due(wanted, now, config.lease, gate)
-            .await
-        {
-            Ok(tasks) => {
+        let claim = match shared.store.claim(wanted, now, config.lease, gate).await {
+            Ok(claim) => {
                 if claim_backoff.take().is_some() {
                     tracing::info!("claims_resumed");
                 }
-                tasks
+                claim
             }
             Err(e) => {
                 // A failing store must not be hammered: wait, longer each
@@ -275,7 +272,12 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
                 }
             }
         };
-        shared.flow.claimed(&claimed, now);
+        let Claim {
+            tasks: claimed,
+            resume_after,
+            cursor,
+        } = claim;
+        shared.flow.claimed(&claimed, cursor, now);
         let ids: Vec<_> = claimed.iter().map(|t| (t.id, t.attempt)).collect();
         let tokens = shared.finish_claim(&ids);
         let got = claimed.len();
@@ -314,16 +316,14 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
         }
 
         // Nothing more is due now: sleep until woken, the poll interval, or
-        // the earliest retry, whichever comes first.
+        // the earliest task not yet due (the claim said when), whichever
+        // comes first. A task due already but held (its destination paused,
+        // at its cap, out of tokens, backing off) does not wake the loop:
+        // it would spin. What ends a hold wakes it, or the poll interval.
         let mut wake_at = tokio::time::Instant::now() + config.poll_interval;
         let now = shared.clock.now();
-        match shared.store.next_due().await {
-            // A task due already was held (its destination paused, at its
-            // cap, out of tokens, backing off): waking for it would spin.
-            // What ends a hold wakes the loop, or the poll interval does.
-            Ok(Some(due)) if due > now => wake_at = wake_at.min(shared.clock.instant_of(due)),
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "next_due_failed"),
+        if let Some(due) = resume_after.filter(|due| *due > now) {
+            wake_at = wake_at.min(shared.clock.instant_of(due));
         }
         if let Some(release) = shared.flow.next_release(now) {
             wake_at = wake_at.min(shared.clock.instant_of(release));

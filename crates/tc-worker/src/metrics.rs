@@ -58,9 +58,9 @@ impl DestinationMetrics {
             labelled.insert(destination.to_owned());
             // Its breaker's series exists from now on, at 0 until it opens:
             // alerting rules expect a series for every labelled destination.
-            self.breaker_open.get_or_create(&DestinationLabel {
+            drop(self.breaker_open.get_or_create(&DestinationLabel {
                 destination: destination.to_owned(),
-            });
+            }));
             return destination.to_owned();
         }
         OTHER_DESTINATIONS.to_owned()
