@@ -154,7 +154,13 @@ mod tests {
         past_held.push(("a", None));
         check(1, &past_held, &[], 5001, Some("a"));
         check(1, &[("a", None), ("b", None)], &[], 1, Some("a"));
-        check(2, &[("a", None), ("b", Some(0)), ("c", Some(1))], &[], 3, Some("c"));
+        check(
+            2,
+            &[("a", None), ("b", Some(0)), ("c", Some(1))],
+            &[],
+            3,
+            Some("c"),
+        );
         check(1, &[("a", None), ("b", None)], &[("a", 2)], 2, Some("b"));
         check(3, &[("a", None)], &[], 1, Some("a"));
         check(0, &[("a", None)], &[], 0, None);

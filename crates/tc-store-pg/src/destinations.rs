@@ -14,8 +14,7 @@ use std::time::Duration;
 use deadpool_postgres::{GenericClient, Transaction};
 use tc_model::claim::ClaimWalk;
 use tc_model::destination::{
-    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings,
-    DestinationUpdate, FairShare,
+    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
 };
 use tc_model::signing::SigningSecrets;
 use tc_model::store::StoreError;
@@ -121,10 +120,7 @@ async fn fold_and_promote(tx: &Transaction<'_>, now: Option<i64>) -> Result<(), 
 
 /// Up to [`WALK_PAGE`] ready destinations after `after` (from the start
 /// with `None`), in name order.
-async fn ready_after(
-    tx: &Transaction<'_>,
-    after: Option<&str>,
-) -> Result<Vec<String>, StoreError> {
+async fn ready_after(tx: &Transaction<'_>, after: Option<&str>) -> Result<Vec<String>, StoreError> {
     // Two statements, not `$1 IS NULL OR …`: a generic plan of that cannot
     // seek the index.
     let rows = match after {

@@ -307,7 +307,8 @@ impl TaskStore for PgStore {
                 // The caller's clock may not be the database's: hand the
                 // due time over as "this long after the caller's now".
                 PgClock::Database => Timestamp::from_millis(
-                    now.as_millis().saturating_add(due.saturating_sub(store_now)),
+                    now.as_millis()
+                        .saturating_add(due.saturating_sub(store_now)),
                 ),
             }),
         })

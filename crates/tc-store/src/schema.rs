@@ -682,10 +682,16 @@ mod tests {
         let conn = fresh();
         let cases = [
             (crate::destinations::DUE_OF, "tasks_due_by_destination"),
-            (crate::destinations::PROMOTE_DUE, "destination_tasks_waiting"),
+            (
+                crate::destinations::PROMOTE_DUE,
+                "destination_tasks_waiting",
+            ),
             (crate::destinations::READY_AFTER, "destination_tasks_ready"),
             (crate::destinations::READY_FIRST, "destination_tasks_ready"),
-            (crate::destinations::NEXT_WAITING, "destination_tasks_waiting"),
+            (
+                crate::destinations::NEXT_WAITING,
+                "destination_tasks_waiting",
+            ),
             (crate::read_ops::NEXT_DUE, "tasks_due"),
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
@@ -753,7 +759,9 @@ mod tests {
                  ORDER BY destination",
             )
             .unwrap()
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+            .query_map([], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
             .unwrap()
             .map(Result::unwrap)
             .collect()
@@ -766,7 +774,9 @@ mod tests {
                  GROUP BY destination ORDER BY destination",
             )
             .unwrap()
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+            .query_map([], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
             .unwrap()
             .map(Result::unwrap)
             .collect()

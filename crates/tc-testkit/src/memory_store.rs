@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tc_model::claim::{Claim, ClaimWalk};
 use tc_model::destination::{
-    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings,
-    DestinationUpdate, FairShare, rotation,
+    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
+    rotation,
 };
 use tc_model::store::{
     BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page,
@@ -275,7 +275,10 @@ impl TaskStore for MemoryStore {
                 break;
             }
             let busy = running.get(name.as_str()).copied().unwrap_or(0);
-            walk.visit(name, gate.claim_allowance(name, t.destinations.get(name), busy));
+            walk.visit(
+                name,
+                gate.claim_allowance(name, t.destinations.get(name), busy),
+            );
         }
         let (candidates, cursor) = walk.finish();
         let mut plan = FairShare::new(n, candidates, &gate.in_flight);

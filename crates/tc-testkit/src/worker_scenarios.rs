@@ -31,6 +31,7 @@ macro_rules! ensure {
 }
 
 mod destinations;
+mod due_walk;
 mod faults;
 mod outbound;
 
@@ -41,6 +42,7 @@ use destinations::{
     held_tasks_cancel_at_once_and_are_never_called, pause_holds_a_destination_until_resumed,
     retry_after_holds_the_whole_destination,
 };
+use due_walk::a_due_task_runs_past_thousands_of_waiting_destinations;
 use faults::{
     claim_errors_back_off, clock_jump_mid_call_delivers_once, outcome_write_retried_until_it_lands,
     panic_in_attempt_ends_it,
@@ -251,6 +253,7 @@ macro_rules! worker_scenarios {
             pause_holds_a_destination_until_resumed,
             held_tasks_cancel_at_once_and_are_never_called,
             outbound_calls_carry_headers_and_signatures_on_every_try,
+            a_due_task_runs_past_thousands_of_waiting_destinations,
         }
     };
 }
