@@ -121,8 +121,13 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(3..=86_400_000))]
     pub(crate) lease_ms: u64,
 
-    /// The longest the worker sleeps before looking for due tasks again.
-    #[arg(long, env = "TC_POLL_INTERVAL_MS", default_value_t = 50,
+    /// The longest an idle worker sleeps before looking for due tasks
+    /// again. It wakes at once for a submit, a retry or a resumed
+    /// destination (on PostgreSQL, through NOTIFY from every node), and at
+    /// the earliest due time of a task not yet due; this bounds how late a
+    /// missed wake-up (a lost notification, a cap freed on another node)
+    /// is noticed.
+    #[arg(long, env = "TC_POLL_INTERVAL_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub(crate) poll_interval_ms: u64,
 
@@ -399,7 +404,7 @@ mod tests {
             (a.backoff_base_ms, a.backoff_cap_ms, a.lease_ms),
             (200, 8000, 30_000)
         );
-        assert_eq!((a.poll_interval_ms, a.shutdown_grace_ms), (50, 10_000));
+        assert_eq!((a.poll_interval_ms, a.shutdown_grace_ms), (1000, 10_000));
         assert_eq!(a.api_token, None);
         assert!(a.allow_url_prefix.is_empty());
         assert_eq!((a.sync, a.log_format), (SyncMode::Full, LogFormat::Json));

@@ -53,7 +53,10 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// How long a claim holds a task before another worker may recover it.
     pub lease: Duration,
-    /// The longest the claim loop sleeps without being woken.
+    /// The longest the claim loop sleeps without being woken when it found
+    /// less than it asked for (it sleeps until the earliest task not yet
+    /// due, [`tc_model::claim::Claim::resume_after`], when that is sooner);
+    /// also the first wait after a failed claim.
     pub poll_interval: Duration,
     /// How long shutdown waits for in-flight calls before interrupting them.
     pub shutdown_grace: Duration,
@@ -78,7 +81,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             concurrency: 8,
             lease: Duration::from_secs(30),
-            poll_interval: Duration::from_millis(50),
+            poll_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             recover_interval: Duration::from_secs(15),
             retry: tc_retry::Policy::default(),

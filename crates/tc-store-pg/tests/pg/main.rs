@@ -9,6 +9,7 @@
 mod contention;
 mod contract;
 mod database;
+mod idle;
 mod listing;
 mod support;
 mod upgrade;
