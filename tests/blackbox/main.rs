@@ -31,6 +31,7 @@ mod api;
 mod cli;
 mod delivery;
 mod destinations;
+mod due_walk;
 mod edge;
 mod hostile;
 mod lifecycle;
