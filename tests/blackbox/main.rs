@@ -20,6 +20,8 @@
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
+//! - `traces`: W3C trace context from the submit to every try, and the
+//!   spans a loopback OTLP collector receives (issue 27).
 
 // Signals and process control go through `kill`: Unix only.
 #![cfg(unix)]
@@ -39,3 +41,4 @@ mod nodes;
 mod operations;
 mod outbound;
 mod support;
+mod traces;

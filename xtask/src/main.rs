@@ -5,6 +5,7 @@
 mod api_fuzz;
 mod bench;
 mod chaos;
+mod harness;
 mod store_vs_rusqlite;
 mod test_matrix;
 mod tidy;
@@ -16,7 +17,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  tidy         check the workspace's dependency rules (cargo metadata)
+  tidy         check the dependency rules (cargo metadata), module docs and test machinery in the product
   test-matrix  the worker's scenarios for every store adapter x downstream [--verbose] [--only <scenario>]
   bench        build release, measure each figure beside its ceiling [--quick]
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]

@@ -1,8 +1,12 @@
+//! [`ApiError`]: every error the API answers with, its status and code, the
+//! `{"error":{"code","message"}}` body, and the one mapping from store errors.
+
 use bytes::Bytes;
 use http::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde::Serialize;
+use serde_json::Value;
 use tc_model::store::StoreError;
 
 /// Every error the API answers with: one variant per documented code.
@@ -156,6 +160,19 @@ impl ApiError {
             _ => {}
         }
         response
+    }
+}
+
+/// What kind of JSON value `v` is, as a refusal's message names what it
+/// got ("must be a string, got a number").
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

@@ -9,11 +9,11 @@ use serde_json::Value;
 use tc_model::store::{Cursor, Page};
 use tc_model::{AttemptRecord, State, Task, TaskId, Timestamp};
 
-use crate::app::ROUTES;
-use crate::app::encode_page;
 use crate::config::HttpConfig;
 use crate::dto::{CancelView, TaskView, parse_submit};
 use crate::error::ApiError;
+use crate::router::ROUTES;
+use crate::tasks::encode_page;
 
 const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
@@ -318,6 +318,10 @@ fn sample_task() -> Task {
             error: None,
             duration_ms: Some(0),
         }],
+        trace: tc_model::TraceContext::from_headers(
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            None,
+        ),
     }
 }
 

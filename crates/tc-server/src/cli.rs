@@ -1,11 +1,16 @@
 //! The command line: every flag of `serve` is also an environment variable,
-//! `TC_` followed by the flag's name in upper snake case.
+//! `TC_` followed by the flag's name in upper snake case; the OpenTelemetry
+//! flags read OpenTelemetry's own variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `OTEL_SERVICE_NAME`), which collectors and platforms already set.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::store::DbTarget;
 
 /// taskcenter: a durable asynchronous task center. Register "POST this JSON
 /// to this URL" tasks over HTTP; a worker performs them with retries.
@@ -61,8 +66,13 @@ pub(crate) enum LogFormat {
 pub(crate) struct ServeArgs {
     /// The store: an SQLite database file (created if missing), or a
     /// `postgres://` / `postgresql://` URL of a database several nodes share.
-    #[arg(long, env = "TC_DB", default_value = "./taskcenter.db")]
-    pub(crate) db: PathBuf,
+    #[arg(
+        long,
+        env = "TC_DB",
+        default_value = "./taskcenter.db",
+        value_parser = clap::builder::OsStringValueParser::new().map(|db| DbTarget::from_arg(&db))
+    )]
+    pub(crate) db: DbTarget,
 
     /// The address the HTTP API listens on; port 0 picks a free port (the
     /// `listening` log event says which).
@@ -181,6 +191,22 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TC_PG_POOL_SIZE", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) pg_pool_size: u32,
+
+    /// Export OpenTelemetry spans over OTLP/HTTP (protobuf) to this
+    /// collector, `http://host:port` (spans go to `<url>/v1/traces`): a
+    /// server span per API request and a client span per downstream try,
+    /// whose id each try's `traceparent` then carries. Unset: no spans;
+    /// tasks still keep and send their W3C trace context. Export is
+    /// batched and bounded (2048 spans queued at most, then dropped): an
+    /// unreachable collector never slows the server. Read from
+    /// OpenTelemetry's own variable.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
+
+    /// The `service.name` of exported spans; further resource attributes
+    /// come from `OTEL_RESOURCE_ATTRIBUTES` (`key=value,…`).
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "taskcenter", value_parser = non_empty)]
+    pub(crate) otlp_service_name: String,
 
     /// Log lines on stdout: `json` (one object per line) or `text`.
     #[arg(long, env = "TC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
@@ -329,6 +355,13 @@ impl ServeArgs {
                 ),
             ));
         }
+        if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty())
+            && let Err(why) = crate::telemetry::traces_url(endpoint)
+        {
+            return Err(
+                Cli::command().error(clap::error::ErrorKind::ValueValidation, why.to_string())
+            );
+        }
         Ok(())
     }
 
@@ -394,7 +427,7 @@ mod tests {
         let cli = parse(&[]).unwrap();
         assert!(cli.command.is_none());
         let a = cli.serve_args();
-        assert_eq!(a.db, PathBuf::from("./taskcenter.db"));
+        assert_eq!(a.db, DbTarget::Sqlite(PathBuf::from("./taskcenter.db")));
         assert_eq!(a.listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(
             (a.concurrency, a.call_timeout_ms, a.max_attempts),

@@ -16,6 +16,7 @@ mod fd_limit;
 mod logging;
 mod serve;
 mod store;
+mod telemetry;
 
 use std::process::ExitCode;
 

@@ -1,5 +1,5 @@
 //! Destinations on PostgreSQL: the settings table, the claim's walk over
-//! the destinations with due tasks (schema step 10), and the counts the API
+//! the destinations with due tasks (schema step 11), and the counts the API
 //! shows (from the count totals and deltas of step 9).
 //!
 //! A cap (`max_in_flight`) holds across nodes: a claim that may take tasks
@@ -81,7 +81,7 @@ const FOLD_MARKS_LIMIT: i64 = 10_000;
 const WALK_PAGE: i64 = 64;
 
 /// Folds the due marks appended so far into `pending_destinations`
-/// (schema step 10), unless another claim is folding now; then marks ready
+/// (schema step 11), unless another claim is folding now; then marks ready
 /// the destinations whose earliest due time came, skipping rows another
 /// claim holds.
 async fn fold_and_promote(tx: &Transaction<'_>, now: Option<i64>) -> Result<(), StoreError> {

@@ -16,6 +16,9 @@
 //! - State counts as appended deltas folded by one node at a time (no row two
 //!   writers fight over); listings wait only for transactions that insert
 //!   tasks.
+//!
+//! With the `testing` feature (tests and xtask only) [`testing`] gives a
+//! test database with a schema per store.
 
 mod config;
 mod counts;
@@ -27,6 +30,7 @@ mod ops;
 mod rows;
 mod schema;
 mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use config::{PgClock, PgConfig};

@@ -384,7 +384,15 @@ END
 $$;
 ";
 
-/// Step 9 → 10: the destinations with pending tasks by their earliest due
+/// Step 9 → 10: the W3C trace context a task's calls belong to (issue 27):
+/// `tc_model::TraceContext::to_stored` (the `traceparent`, then a line with
+/// the `tracestate`); NULL for tasks written before, which are called
+/// without one. Nullable with no default: no row is rewritten, no backfill.
+const V10_TRACE_CONTEXT: &str = "
+ALTER TABLE tasks ADD COLUMN trace_context text;
+";
+
+/// Step 10 → 11: the destinations with pending tasks by their earliest due
 /// time (issue 22, item 1), so that a claim meets only destinations that
 /// have due tasks, however many others wait.
 ///
@@ -402,7 +410,7 @@ $$;
 /// (its tasks went elsewhere), never too late: every change that makes a
 /// task pending leaves a mark. Counted once from the tasks, with writers
 /// held off (`SHARE` lock) for that count.
-const V10_PENDING_DESTINATIONS: &str = r"
+const V11_PENDING_DESTINATIONS: &str = r"
 LOCK TABLE tasks IN SHARE MODE;
 CREATE TABLE due_marks (
     destination text   NOT NULL,
@@ -484,7 +492,8 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V7_OUTBOUND),
     step(V8_INSERT_MARKER),
     step(V9_COUNT_DELTAS),
-    step(V10_PENDING_DESTINATIONS),
+    step(V10_TRACE_CONTEXT),
+    step(V11_PENDING_DESTINATIONS),
 ];
 
 /// The version this build writes and reads.

@@ -1,3 +1,6 @@
+//! [`PgStore`]: the pool, the listener and the [`TaskStore`] methods, each
+//! handing its work to the operation modules.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

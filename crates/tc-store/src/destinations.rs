@@ -1,7 +1,7 @@
 //! Destinations on SQLite: the settings table, the walk over the
 //! destinations with due tasks that a claim rotates over, and the counts
 //! the API shows (both from `destination_tasks`, kept by triggers; see
-//! schema step 11). Synchronous functions on a connection, like the
+//! schema step 12). Synchronous functions on a connection, like the
 //! other operations.
 
 use std::collections::HashMap;

@@ -202,7 +202,15 @@ ALTER TABLE destinations ADD COLUMN headers TEXT;
 ALTER TABLE destinations ADD COLUMN signing_secrets TEXT;
 ";
 
-/// Step 10 → 11: each destination's pending and running tasks and the
+/// Step 10 → 11: the W3C trace context a task's calls belong to (issue
+/// 27): `tc_model::TraceContext::to_stored` (the `traceparent`, then a line
+/// with the `tracestate`); NULL for tasks written before, which are called
+/// without one. A nullable column without a default: no row is rewritten.
+const V11_TRACE_CONTEXT: &str = "
+ALTER TABLE tasks ADD COLUMN trace_context TEXT;
+";
+
+/// Step 11 → 12: each destination's pending and running tasks and the
 /// earliest due time of its pending ones (issue 22, items 1 and 12), kept
 /// by triggers in the same transaction as every insert, state change and
 /// delete (a destination's row exists while it has pending or running
@@ -215,7 +223,7 @@ ALTER TABLE destinations ADD COLUMN signing_secrets TEXT;
 /// come back when that time comes. The API's counts by destination read
 /// the rows: they cost what changed, not what is stored. Rows for tasks
 /// older than the step are filled by [`fill_destination_tasks`].
-const V11_DESTINATION_TASKS: &str = "
+const V12_DESTINATION_TASKS: &str = "
 CREATE TABLE destination_tasks (
     destination TEXT PRIMARY KEY,
     pending     INTEGER NOT NULL DEFAULT 0,
@@ -290,10 +298,10 @@ END;
 /// claim).
 ///
 /// The step that made `destination_tasks`.
-const DESTINATION_TASKS_STEP: i64 = 11;
+const DESTINATION_TASKS_STEP: i64 = 12;
 
 /// Counts the pending and running tasks of every destination once, for a
-/// file older than [`V11_DESTINATION_TASKS`] (after the destinations of
+/// file older than [`V12_DESTINATION_TASKS`] (after the destinations of
 /// older rows were filled in).
 fn fill_destination_tasks(tx: &Connection) -> rusqlite::Result<usize> {
     tx.execute("DELETE FROM destination_tasks", [])?;
@@ -318,7 +326,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V8_DESTINATION,
     V9_DESTINATIONS,
     V10_OUTBOUND,
-    V11_DESTINATION_TASKS,
+    V11_TRACE_CONTEXT,
+    V12_DESTINATION_TASKS,
 ];
 
 /// The `user_version` this build writes and reads.

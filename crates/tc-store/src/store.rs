@@ -1,3 +1,6 @@
+//! [`SqliteStore`]: the writer thread, the read pool and the [`TaskStore`]
+//! methods, each handing its work to one of them.
+
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -14,7 +14,7 @@ use tc_model::destination::{ClaimGate, FairShare};
 use tc_model::store::{
     BULK_CHUNK, BulkAction, Completion, Guarded, LeaseLost, StoreError, Submitted,
 };
-use tc_model::{NewTask, State, Task, TaskId, Timestamp, transit};
+use tc_model::{NewTask, State, Task, TaskId, Timestamp, TraceContext, transit};
 
 use crate::destinations;
 use crate::filter::FilterSql;
@@ -53,10 +53,11 @@ pub(crate) fn submit(
             // schema step 6): a listing cursor must never see a position reused.
             "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                            schedule_at, schedule_delay_ms, destination, method, headers) \
+                            schedule_at, schedule_delay_ms, destination, method, headers, \
+                            trace_context) \
          VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
                      (SELECT n FROM seq_floor)) + 1, \
-                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
          ON CONFLICT (idempotency_key) DO NOTHING",
         )
         .map_err(db)?
@@ -75,6 +76,7 @@ pub(crate) fn submit(
             tc_model::destination_of(new.url()),
             new.method().as_str(),
             new.headers().to_stored(),
+            new.trace().map(TraceContext::to_stored),
         ])
         .map_err(db)?;
     if inserted == 1 {

@@ -34,6 +34,7 @@ mod destinations;
 mod due_walk;
 mod faults;
 mod outbound;
+mod trace;
 
 use destinations::{
     breaker_opens_holds_without_attempts_probes_and_closes,
@@ -48,6 +49,7 @@ use faults::{
     panic_in_attempt_ends_it,
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
+use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
 const GUARD: Duration = Duration::from_secs(30);
@@ -136,6 +138,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             breaker: tc_worker::BreakerPolicy::default(),
             settings_interval: Duration::from_millis(50),
             signing_secrets: Default::default(),
+            tracer: None,
         }
     }
 
@@ -253,6 +256,7 @@ macro_rules! worker_scenarios {
             pause_holds_a_destination_until_resumed,
             held_tasks_cancel_at_once_and_are_never_called,
             outbound_calls_carry_headers_and_signatures_on_every_try,
+            trace_context_reaches_every_try,
             a_due_task_runs_past_thousands_of_waiting_destinations,
         }
     };

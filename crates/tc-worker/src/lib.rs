@@ -24,6 +24,7 @@ mod flow;
 mod metrics;
 mod outbound;
 mod pruner;
+mod trace;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -45,6 +46,7 @@ pub use crate::flow::{BreakerPolicy, BreakerState, DestinationState};
 pub use crate::metrics::{DESTINATION_LABELS_LIMIT, OTHER_DESTINATIONS, WorkerMetrics};
 use crate::outbound::Outbound;
 pub use crate::pruner::{PRUNE_BATCH, Pruner, PrunerMetrics, Retention, prune_round};
+pub use crate::trace::SpanTracer;
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -74,6 +76,10 @@ pub struct WorkerConfig {
     /// The Standard Webhooks secrets that sign calls to destinations with
     /// none of their own (`--signing-secret`); none: those are not signed.
     pub signing_secrets: tc_model::signing::SigningSecrets,
+    /// Makes one OpenTelemetry span per try (`--otlp-endpoint`); `None`:
+    /// no spans, and each call's `traceparent` names the task's stored
+    /// parent.
+    pub tracer: Option<SpanTracer>,
 }
 
 impl Default for WorkerConfig {
@@ -89,6 +95,7 @@ impl Default for WorkerConfig {
             breaker: BreakerPolicy::default(),
             settings_interval: Duration::from_secs(1),
             signing_secrets: tc_model::signing::SigningSecrets::default(),
+            tracer: None,
         }
     }
 }
@@ -138,6 +145,7 @@ impl<S: TaskStore> Worker<S> {
             policy: config.retry,
             rng: Arc::new(Mutex::new(rng)),
             metrics,
+            tracer: config.tracer.clone(),
         });
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();

@@ -1,3 +1,6 @@
+//! The worker's Prometheus metrics: attempts by outcome and the
+//! per-destination gauges, with a bounded set of destination labels.
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

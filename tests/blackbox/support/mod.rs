@@ -3,6 +3,7 @@
 pub(crate) mod api;
 pub(crate) mod bin;
 pub(crate) mod cli;
+pub(crate) mod collector;
 pub(crate) mod downstream;
 pub(crate) mod server;
 

@@ -181,7 +181,7 @@ mod tests {
     }
 
     fn document() -> String {
-        let path = crate::bench::workspace_root()
+        let path = crate::harness::workspace_root()
             .join("docs")
             .join("openapi.yaml");
         std::fs::read_to_string(path).unwrap()

@@ -17,17 +17,17 @@ mod downstream;
 pub(crate) mod load;
 mod peer;
 mod phases;
-mod procfs;
 mod report;
-pub(crate) mod server;
 mod stats;
 mod store_alone;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use args::Invocation;
+
+use crate::harness::{build, target_dir, workspace_root};
 
 /// How big and how long each part of a run is.
 #[derive(Debug, Clone, Copy)]
@@ -157,37 +157,6 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 /// Set by the debug build for the release one it hands over to: the
 /// release build of tc-server is already fresh.
 const BUILT: &str = "TC_BENCH_BUILT";
-
-pub(crate) fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap_or(Path::new("."))
-        .to_owned()
-}
-
-pub(crate) fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    }
-}
-
-/// `$CARGO build --release <packages>` in the workspace.
-pub(crate) fn build(root: &Path, packages: &[&str]) -> Result<(), String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("[bench] cargo build --release {}", packages.join(" "));
-    let status = Command::new(&cargo)
-        .current_dir(root)
-        .args(["build", "--release"])
-        .args(packages)
-        .status()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("cargo build --release failed ({status})"))
-    }
-}
 
 fn hand_over_to_release(root: &Path, args: &[String]) -> Result<(), String> {
     build(root, &["-p", "tc-server", "-p", "xtask"])?;

@@ -290,6 +290,24 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_leased"
         ]
     );
+    // Tasks from before trace contexts have none; new ones keep theirs.
+    assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
+    drop(conn);
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    let context = tc_model::TraceContext::from_headers(
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        Some("congo=t61rcWkgMzE"),
+    )
+    .unwrap();
+    let traced = store
+        .submit(task("traced").with_trace(context.clone()), t(65))
+        .await
+        .unwrap()
+        .task;
+    assert_eq!(store.get(traced.id).await.unwrap().trace, Some(context));
+    store.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

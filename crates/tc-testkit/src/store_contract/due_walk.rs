@@ -7,7 +7,8 @@ use tc_model::destination::{ClaimGate, DestinationUpdate};
 use tc_model::store::TaskStore;
 use tc_model::{NewTask, Schedule, State};
 
-use super::{DEST_A, Step, URL_A, Verdict, at, claim, create, get, set, task_for};
+use super::Verdict;
+use super::check::{DEST_A, Step, URL_A, at, claim, create, get, set, task_for};
 
 /// How many destinations wait in [`a_due_task_is_claimed_past_thousands_of_waiting_destinations`].
 const WAITING: usize = 5_000;

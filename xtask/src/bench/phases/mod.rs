@@ -28,11 +28,11 @@ use tokio::time::Instant;
 use super::Plan;
 use super::downstream::{HangingDownstream, HttpDownstream};
 use super::load::{self, Conn, Endpoint, Load, LoadResult, MakeRequest};
-use super::procfs::Machine;
 use super::report::{self, Figure, Target};
-use super::server::{self, ServerProcess};
 use super::stats::{self, Summary, ms};
 use super::store_alone;
+use crate::harness::procfs::Machine;
+use crate::harness::server::{self, ServerProcess};
 
 /// What the no-op and naive servers answer: tc-server's own answer to a
 /// submit, captured at the start of the run.
