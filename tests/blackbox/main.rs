@@ -36,6 +36,7 @@ mod backup;
 mod cli;
 mod delivery;
 mod destinations;
+mod due_walk;
 mod edge;
 mod hostile;
 mod lifecycle;

@@ -5,6 +5,7 @@
 //! This crate does no I/O and knows nothing of SQL, HTTP or an async runtime:
 //! the store port is a trait whose futures any executor can drive.
 
+pub mod claim;
 pub mod destination;
 pub mod headers;
 mod method;

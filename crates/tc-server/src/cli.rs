@@ -138,8 +138,13 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(3..=86_400_000))]
     pub(crate) lease_ms: u64,
 
-    /// The longest the worker sleeps before looking for due tasks again.
-    #[arg(long, env = "TC_POLL_INTERVAL_MS", default_value_t = 50,
+    /// The longest an idle worker sleeps before looking for due tasks
+    /// again. It wakes at once for a submit, a retry or a resumed
+    /// destination (on PostgreSQL, through NOTIFY from every node), and at
+    /// the earliest due time of a task not yet due; this bounds how late a
+    /// missed wake-up (a lost notification, a cap freed on another node)
+    /// is noticed.
+    #[arg(long, env = "TC_POLL_INTERVAL_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub(crate) poll_interval_ms: u64,
 
@@ -288,8 +293,11 @@ pub(crate) struct ServeArgs {
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
 
     /// Refuse downstream calls whose destination, resolved at connect time,
-    /// is loopback, private, link-local, CGNAT, unspecified, broadcast or
-    /// multicast (IPv4-mapped forms too): the try fails at once with reason
+    /// is loopback, private, link-local, CGNAT, unspecified, broadcast,
+    /// multicast, or any other block of the IANA special-purpose registries
+    /// that is not globally reachable (benchmarking, documentation,
+    /// reserved, 6to4, Teredo…; IPv4-mapped forms too): the try fails at
+    /// once with reason
     /// `destination_denied`. Off by default because the quick start calls
     /// 127.0.0.1; turn it on where clients are not trusted with the network.
     #[arg(long, env = "TC_DENY_PRIVATE_DESTINATIONS",
@@ -436,7 +444,7 @@ mod tests {
             (a.backoff_base_ms, a.backoff_cap_ms, a.lease_ms),
             (200, 8000, 30_000)
         );
-        assert_eq!((a.poll_interval_ms, a.shutdown_grace_ms), (50, 10_000));
+        assert_eq!((a.poll_interval_ms, a.shutdown_grace_ms), (1000, 10_000));
         assert_eq!(a.api_token, None);
         assert!(a.allow_url_prefix.is_empty());
         assert_eq!((a.sync, a.log_format), (SyncMode::Full, LogFormat::Json));

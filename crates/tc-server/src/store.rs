@@ -125,14 +125,14 @@ impl TaskStore for AnyStore {
         either!(self, s => s.count_by_state())
     }
 
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
-        either!(self, s => s.claim_due(n, now, lease, gate))
+    ) -> Result<tc_model::claim::Claim, StoreError> {
+        either!(self, s => s.claim(n, now, lease, gate))
     }
 
     async fn heartbeat(

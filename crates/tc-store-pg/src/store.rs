@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::tls::Tls;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
@@ -294,24 +295,37 @@ impl TaskStore for PgStore {
         counts::count_by_state(&self.client().await?).await
     }
 
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<Claim, StoreError> {
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(Claim::default());
         }
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db)?;
-        let claimed = destinations::claim_due(&tx, n, self.stamp(now), lease, &gate).await?;
+        let claimed = destinations::claim(&tx, n, self.stamp(now), lease, &gate).await?;
         tx.commit().await.map_err(db)?;
-        if !claimed.is_empty() {
+        if !claimed.tasks.is_empty() {
             self.states_changed();
         }
-        Ok(claimed)
+        let (due, store_now) = claimed.resume_after;
+        Ok(Claim {
+            tasks: claimed.tasks,
+            cursor: claimed.cursor,
+            resume_after: due.map(|due| match self.clock {
+                PgClock::Caller => Timestamp::from_millis(due),
+                // The caller's clock may not be the database's: hand the
+                // due time over as "this long after the caller's now".
+                PgClock::Database => Timestamp::from_millis(
+                    now.as_millis()
+                        .saturating_add(due.saturating_sub(store_now)),
+                ),
+            }),
+        })
     }
 
     async fn heartbeat(
@@ -509,6 +523,9 @@ impl TaskStore for PgStore {
         let tx = client.transaction().await.map_err(db)?;
         let updated = destinations::update(&tx, name, &update, now).await?;
         tx.commit().await.map_err(db)?;
+        // A resumed or widened destination's due tasks are claimable now:
+        // idle nodes that sleep until their next due time must look.
+        self.submitted.notify_one();
         Ok(updated)
     }
 

@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::Connection;
+use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
@@ -229,17 +230,17 @@ impl TaskStore for SqliteStore {
             .await
     }
 
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<Claim, StoreError> {
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(Claim::default());
         }
-        self.write(move |conn| write_ops::claim_due(conn, n, now, lease, &gate))
+        self.write(move |conn| write_ops::claim(conn, n, now, lease, &gate))
             .await
     }
 

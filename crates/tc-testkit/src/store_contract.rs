@@ -117,6 +117,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         tasks_keep_their_method_and_headers,
         destinations_keep_their_headers_and_signing_secrets,
         tasks_keep_their_trace_context,
+        a_due_task_is_claimed_past_thousands_of_waiting_destinations,
     ]
 }
 
@@ -202,6 +203,8 @@ mod completion;
 mod destinations;
 mod listing;
 mod outbound;
+// How a claim walks the destinations with due tasks (issue 22).
+mod due_walk;
 mod retention;
 mod submit;
 // A task's trace context (issue 27).
@@ -210,6 +213,7 @@ mod trace;
 pub use claims::*;
 pub use completion::*;
 pub use destinations::*;
+pub use due_walk::*;
 pub use listing::*;
 pub use outbound::*;
 pub use retention::*;

@@ -123,7 +123,7 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -196,11 +196,25 @@ async fn a_version_6_schema_is_upgraded_in_place() {
         ),
         (Some(4), &headers, &secrets)
     );
+    // Step 10 found the old pending task's destination: a claim's walk
+    // meets it through its due time, and its count is one pending.
+    assert_eq!((updated.pending, updated.running), (1, 0));
+    let claimed = store
+        .claim_due(
+            1,
+            Timestamp::default(),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].idempotency_key, "old");
     drop(store);
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -252,7 +266,7 @@ async fn a_version_9_schema_is_upgraded_in_place() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );

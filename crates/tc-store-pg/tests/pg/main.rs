@@ -10,6 +10,7 @@
 mod contention;
 mod contract;
 mod database;
+mod idle;
 mod listing;
 mod support;
 mod tls;
