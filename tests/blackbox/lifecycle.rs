@@ -258,6 +258,18 @@ async fn bad_flags_and_values_exit_2_naming_the_flag() {
     )
     .await;
     check(&[], &[("TC_CONCURRENCY", "0")], "--concurrency").await;
+    check(
+        &[("--otlp-endpoint", "https://collector:4318")],
+        &[],
+        "--otlp-endpoint",
+    )
+    .await;
+    check(
+        &[],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url")],
+        "--otlp-endpoint",
+    )
+    .await;
     check(&[("--no-such-flag", "1")], &[], "--no-such-flag").await;
     assert!(!dir.path().join("never.db").exists(), "nothing was created");
 }

@@ -2,6 +2,8 @@
 //! database) against a loopback downstream, and talks to it over HTTP only.
 //!
 //! - `api`: every row of the HTTP contract, status by status.
+//! - `backup`: `POST /admin/backup` and `tc-server backup` under load; the
+//!   copy checked by SQLite and served by a server of its own.
 //! - `delivery`: what the worker does with real downstream answers (retry,
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
@@ -20,6 +22,8 @@
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
+//! - `traces`: W3C trace context from the submit to every try, and the
+//!   spans a loopback OTLP collector receives (issue 27).
 
 // Signals and process control go through `kill`: Unix only.
 #![cfg(unix)]
@@ -28,9 +32,11 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod backup;
 mod cli;
 mod delivery;
 mod destinations;
+mod due_walk;
 mod edge;
 mod hostile;
 mod lifecycle;
@@ -38,3 +44,4 @@ mod nodes;
 mod operations;
 mod outbound;
 mod support;
+mod traces;

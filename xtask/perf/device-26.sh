@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26 on a many-core machine: `cargo xtask bench --phase 11` with tc-server
+# Issue 26 on a many-core machine: `cargo xtask bench --phase 12` with tc-server
 # pinned to 2 cores, then to 8, the bench (load generator, fake downstream) on
 # other cores; prints each run's figures and the 8-vs-2 end-to-end ratio as
 # JSON lines, and copies both results.json to $OUT (when set).
@@ -33,11 +33,11 @@ for cores in "$SMALL_CORES" "$BIG_CORES"; do
   # TC_BENCH_BUILT: the binaries are fresh, the bench must not rebuild.
   # CARGO_TARGET_DIR: a carried xtask knows its build machine's checkout
   # path, not this copy's.
-  CARGO_TARGET_DIR="$PWD/target" TC_BENCH_BUILT=1 taskset -c "$BENCH_CORES" target/release/xtask bench --phase 11 \
+  CARGO_TARGET_DIR="$PWD/target" TC_BENCH_BUILT=1 taskset -c "$BENCH_CORES" target/release/xtask bench --phase 12 \
     --server-cores "$cores" $FLAGS >"$OUT/bench-$cores.log" 2>&1
   echo "{\"run\":\"$cores\",\"rc\":$?}"
   cp target/bench/results.json "$OUT/results-$cores.json" 2>/dev/null
-  grep -E '^11 ' "$OUT/bench-$cores.log" || tail -20 "$OUT/bench-$cores.log"
+  grep -E '^12 ' "$OUT/bench-$cores.log" || tail -20 "$OUT/bench-$cores.log"
 done
 python3 - "$OUT" "$SMALL_CORES" "$BIG_CORES" <<'PY'
 import json, sys

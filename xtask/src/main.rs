@@ -5,6 +5,8 @@
 mod api_fuzz;
 mod bench;
 mod chaos;
+mod deploy_check;
+mod harness;
 mod store_vs_rusqlite;
 mod test_matrix;
 mod tidy;
@@ -16,12 +18,13 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  tidy         check the workspace's dependency rules (cargo metadata)
+  tidy         check the dependency rules (cargo metadata), module docs and test machinery in the product
   test-matrix  the worker's scenarios for every store adapter x downstream [--verbose] [--only <scenario>]
   bench        build release, measure each figure beside its ceiling [--quick]
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
   api-fuzz     schemathesis against a live tc-server from docs/openapi.yaml [--examples N]
   ui-test      the dashboard in headless Chromium (chromedriver): counts, filters, cancel, bulk, escaping, login
+  deploy-check the service files in deploy/: systemd-analyze verify and the unit's settings, the Kubernetes example's fields [--no-systemd-analyze]
   chaos        kill -9 tc-server (or restart PostgreSQL) under mixed load, check nothing is lost [--rounds N] [--seed S] [--store sqlite|postgres]
 ";
 
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Some("chaos") => chaos::run(&args[1..]),
         Some("api-fuzz") => api_fuzz::run(&args[1..]),
         Some("ui-test") => ui_test::run(&args[1..]),
+        Some("deploy-check") => deploy_check::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())

@@ -13,6 +13,12 @@
 //!
 //! And, from `cargo metadata`'s targets: the product crates build no binary
 //! but tc-server (test helpers are test code).
+//!
+//! And, from the source text ([`source`]): every module has a `//!` doc, and
+//! no `testing` module or `#[doc(hidden)]` item is compiled into a product
+//! crate without one of its test-only features.
+
+mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -52,7 +58,11 @@ const PRODUCT: &str = "tc-server";
 /// Packages that exist for tests only.
 const TEST_ONLY_PACKAGES: &[&str] = &["tc-testkit"];
 /// Features (package, feature) that exist for tests and benchmarks only.
-const TEST_ONLY_FEATURES: &[(&str, &str)] = &[("tc-store", "raw"), ("tokio", "test-util")];
+const TEST_ONLY_FEATURES: &[(&str, &str)] = &[
+    ("tc-store", "raw"),
+    ("tc-store-pg", "testing"),
+    ("tokio", "test-util"),
+];
 /// The only binaries the workspace's product crates may build.
 const PRODUCT_BINARIES: &[&str] = &["tc-server"];
 
@@ -69,13 +79,10 @@ pub(crate) fn run() -> Result<(), String> {
         .unwrap_or(Path::new("."));
     let (crates, violations) = all_violations(root)?;
     if violations.is_empty() {
-        println!("tidy: dependency rules hold for {crates} crates");
+        println!("tidy: dependency and source rules hold for {crates} crates");
         Ok(())
     } else {
-        Err(format!(
-            "dependency rules broken:\n  {}",
-            violations.join("\n  ")
-        ))
+        Err(format!("tidy rules broken:\n  {}", violations.join("\n  ")))
     }
 }
 
@@ -94,6 +101,19 @@ fn all_violations(root: &Path) -> Result<(usize, Vec<String>), String> {
     }
     violations.extend(check_product(&load_tree(root, PRODUCT)?));
     violations.extend(check_binaries(&parse_binaries(&meta)?));
+    let sources = source::load_all(root)?;
+    violations.extend(source::check_module_docs(&sources));
+    for krate in workspace
+        .iter()
+        .filter(|k| !TEST_ONLY_PACKAGES.contains(&k.as_str()))
+    {
+        let features: Vec<&str> = TEST_ONLY_FEATURES
+            .iter()
+            .filter(|(p, _)| p == krate)
+            .map(|(_, f)| *f)
+            .collect();
+        violations.extend(source::check_test_machinery(krate, &sources, &features));
+    }
     Ok((workspace.len(), violations))
 }
 

@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use tc_downstream::fake::{FakeServer, Reply, Script, Step};
 use tokio::time::Instant;
 
-use crate::bench::load::{Conn, Endpoint};
-use crate::bench::server::{ServerProcess, tc_server};
+use crate::harness::client::{Conn, Endpoint};
+use crate::harness::server::{ServerProcess, tc_server};
 
 const USAGE: &str = "usage: cargo xtask ui-test";
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -51,9 +51,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             ));
         }
     }
-    let root = crate::bench::workspace_root();
-    crate::bench::build(&root, &["-p", "tc-server"])?;
-    let target = crate::bench::target_dir(&root);
+    let root = crate::harness::workspace_root();
+    crate::harness::build(&root, &["-p", "tc-server"])?;
+    let target = crate::harness::target_dir(&root);
     let binary = target.join("release").join("tc-server");
     let shots = target.join("ui");
     std::fs::create_dir_all(&shots).map_err(|e| format!("{}: {e}", shots.display()))?;

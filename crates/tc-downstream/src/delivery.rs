@@ -66,11 +66,25 @@ pub struct DeliverySpec<'a> {
     /// Further headers (names lower case, already checked), sent after the
     /// delivery's own, in the order given.
     pub headers: &'a [(&'a str, &'a str)],
+    /// W3C trace context: `traceparent` (the try's own span, or the
+    /// stored parent when spans are not exported) and `tracestate`, both
+    /// already checked; none: not sent.
+    pub trace: TraceHeaders<'a>,
     /// When the try is sent, Unix seconds: `webhook-timestamp`.
     pub sent_at_s: i64,
     /// The Standard Webhooks keys to sign with (the decoded secrets); none:
     /// the call is not signed and carries no `webhook-*` header.
     pub signing_keys: &'a [&'a [u8]],
+}
+
+/// The W3C trace context headers of one try, as text already checked
+/// (tc-model's `TraceContext` builds them).
+#[derive(Clone, Copy, Default)]
+pub struct TraceHeaders<'a> {
+    /// `traceparent`; `None`: no trace context is sent.
+    pub traceparent: Option<&'a str>,
+    /// `tracestate`, sent only with a `traceparent`.
+    pub tracestate: Option<&'a str>,
 }
 
 /// One try's request, exactly as it is sent. Its `Debug` shows header
@@ -96,10 +110,11 @@ impl Delivery {
     /// 1. `content-type: application/json`, when there is a body;
     /// 2. `user-agent: taskcenter/<version>`;
     /// 3. `idempotency-key`, `x-task-id`, `x-task-attempt`;
-    /// 4. with signing keys: `webhook-id` (the task id), `webhook-timestamp`
+    /// 4. with a trace context: `traceparent`, then `tracestate` if any;
+    /// 5. with signing keys: `webhook-id` (the task id), `webhook-timestamp`
     ///    (`sent_at_s`) and `webhook-signature` (one `v1` signature per key,
     ///    over the body exactly as sent);
-    /// 5. `spec.headers`, in their order.
+    /// 6. `spec.headers`, in their order.
     pub fn build(spec: DeliverySpec<'_>) -> Delivery {
         let mut headers = Vec::with_capacity(8 + spec.headers.len());
         let mut add = |name: &str, value: String| headers.push((name.to_owned(), value));
@@ -110,6 +125,12 @@ impl Delivery {
         add("idempotency-key", spec.idempotency_key.to_owned());
         add("x-task-id", spec.task_id.to_owned());
         add("x-task-attempt", spec.attempt.to_string());
+        if let Some(traceparent) = spec.trace.traceparent {
+            add("traceparent", traceparent.to_owned());
+            if let Some(tracestate) = spec.trace.tracestate {
+                add("tracestate", tracestate.to_owned());
+            }
+        }
         if !spec.signing_keys.is_empty() {
             add("webhook-id", spec.task_id.to_owned());
             add("webhook-timestamp", spec.sent_at_s.to_string());
@@ -169,6 +190,10 @@ mod tests {
             attempt: 2,
             idempotency_key: "order-7",
             headers: &[("authorization", "Bearer t"), ("x-tenant", "acme")],
+            trace: TraceHeaders {
+                traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                tracestate: Some("congo=t61rcWkgMzE"),
+            },
             sent_at_s: 1_767_225_600,
             signing_keys: keys,
         }
@@ -190,6 +215,8 @@ mod tests {
                 "idempotency-key",
                 "x-task-id",
                 "x-task-attempt",
+                "traceparent",
+                "tracestate",
                 "webhook-id",
                 "webhook-timestamp",
                 "webhook-signature",
@@ -203,6 +230,11 @@ mod tests {
         assert!(USER_AGENT.starts_with("taskcenter/"));
         assert_eq!(value("idempotency-key"), Some("order-7"));
         assert_eq!(value("x-task-attempt"), Some("2"));
+        assert_eq!(
+            value("traceparent"),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        assert_eq!(value("tracestate"), Some("congo=t61rcWkgMzE"));
         assert_eq!(value("webhook-id"), value("x-task-id"));
         assert_eq!(value("webhook-timestamp"), Some("1767225600"));
         assert_eq!(value("authorization"), Some("Bearer t"));
@@ -246,6 +278,7 @@ mod tests {
         let empty = Bytes::new();
         let delivery = Delivery::build(DeliverySpec {
             method: Method::Get,
+            trace: TraceHeaders::default(),
             ..spec(&empty, &[])
         });
         assert_eq!(

@@ -29,7 +29,7 @@ mod hyper_adapter;
 mod port;
 mod signature;
 
-pub use delivery::{Delivery, DeliverySpec, Method, USER_AGENT};
+pub use delivery::{Delivery, DeliverySpec, Method, TraceHeaders, USER_AGENT};
 #[cfg(feature = "hyper-client")]
 pub use hyper_adapter::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
 pub use port::{DownError, DownResponse, Downstream};

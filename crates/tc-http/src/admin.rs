@@ -12,9 +12,11 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use tc_model::store::TaskStore;
 
-use crate::app::{Answer, App, UNMATCHED, json};
+use crate::app::App;
 use crate::control::Control;
 use crate::error::ApiError;
+use crate::metrics::UNMATCHED;
+use crate::reply::{Answer, json};
 
 /// How long `/healthz` waits for the store's round trip before it calls the
 /// store unavailable: a probe must answer even while the writer is stuck.

@@ -1,8 +1,34 @@
-//! The bearer-token check for `/tasks` routes.
+//! Who may call a route: the bearer token of the `/tasks` and
+//! `/destinations` routes, or the dashboard's session standing in for it.
 
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
+use http::request::Parts;
 use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::ui::auth::Sessions;
+
+/// Checks a route's credential: with a configured `token` and a route that
+/// `needs_token`, the request must carry the token, or a dashboard session
+/// (with its CSRF token for writes).
+pub(crate) fn check_token(
+    token: Option<&str>,
+    sessions: &Sessions,
+    parts: &Parts,
+    needs_token: bool,
+) -> Result<(), ApiError> {
+    match token {
+        Some(token)
+            if needs_token
+                && !authorized(&parts.headers, token)
+                && !sessions.authorizes(&parts.method, &parts.headers) =>
+        {
+            Err(ApiError::Unauthorized)
+        }
+        _ => Ok(()),
+    }
+}
 
 /// Whether the request carries `Authorization: Bearer <token>` with exactly
 /// `token`. The comparison takes the same time wherever the first wrong byte

@@ -14,6 +14,7 @@ use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http::header::EXPECT;
 use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Body;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -27,6 +28,19 @@ pub(crate) struct BodyLimits {
     pub(crate) read_timeout: Duration,
     pub(crate) drain_max_bytes: u64,
     pub(crate) drain_timeout: Duration,
+}
+
+/// Any request body, boxed once at the edge ([`crate::handle`]) so that
+/// nothing past it is generic over the body's type.
+pub(crate) type AnyBody = UnsyncBoxBody<Bytes, String>;
+
+/// Boxes `body`, its errors kept as their text (all a refusal shows).
+pub(crate) fn any_body<B>(body: B) -> AnyBody
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: std::fmt::Display,
+{
+    body.map_err(|e| e.to_string()).boxed_unsync()
 }
 
 /// A request body that remembers how much of it was consumed.

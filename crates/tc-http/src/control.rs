@@ -1,3 +1,6 @@
+//! The worker port as the HTTP layer sees it ([`Control`]): cancel, wake,
+//! destination runtime state; implemented by whoever wires the service.
+
 use std::future::Future;
 
 use tc_model::store::StoreError;

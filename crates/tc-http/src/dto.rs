@@ -13,7 +13,7 @@ use tc_model::{
 };
 
 use crate::config::HttpConfig;
-use crate::error::ApiError;
+use crate::error::{ApiError, json_type};
 use crate::outbound::HeadersView;
 use crate::query::{FILTER_FIELDS, FilterFields};
 
@@ -359,17 +359,6 @@ fn range_error(field: &str, min: impl std::fmt::Display, max: impl std::fmt::Dis
     ))
 }
 
-pub(crate) fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// The domain's message with the field renamed to the API's spelling.
 fn validation_message(e: &ValidationError) -> String {
     let field = e.field();
@@ -399,6 +388,9 @@ pub(crate) struct TaskView<'a> {
     headers: HeadersView<'a>,
     destination: &'a str,
     idempotency_key: &'a str,
+    /// The W3C trace id its calls carry (null for tasks stored before
+    /// traces were kept).
+    trace_id: Option<String>,
     attempt: u32,
     max_attempts: u32,
     http_status: Option<u16>,
@@ -434,6 +426,10 @@ impl<'a> TaskView<'a> {
             headers: HeadersView::new(&task.headers),
             destination: &task.destination,
             idempotency_key: &task.idempotency_key,
+            trace_id: task
+                .trace
+                .as_ref()
+                .map(tc_model::TraceContext::trace_id_hex),
             attempt: task.attempt,
             max_attempts: task.max_attempts,
             http_status: task.http_status,
@@ -589,7 +585,7 @@ const MAX_PRINTABLE_MS: i64 = 253_402_300_800_000 - 1;
 /// RFC 3339 in UTC with milliseconds, e.g. `2026-01-02T03:04:05.678Z`.
 /// Times outside 1970..=9999 are clamped: humantime panics on those, and
 /// no clock this service runs on produces them.
-pub(crate) fn rfc3339(t: Timestamp) -> String {
+pub fn rfc3339(t: Timestamp) -> String {
     let ms = t.as_millis().clamp(0, MAX_PRINTABLE_MS);
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs()))
         .to_string()

@@ -1,8 +1,12 @@
+//! [`ApiError`]: every error the API answers with, its status and code, the
+//! `{"error":{"code","message"}}` body, and the one mapping from store errors.
+
 use bytes::Bytes;
 use http::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde::Serialize;
+use serde_json::Value;
 use tc_model::store::StoreError;
 
 /// Every error the API answers with: one variant per documented code.
@@ -28,6 +32,14 @@ pub(crate) enum ApiError {
     TaskNotTerminal(String),
     /// 409: only a failed or canceled task can be retried.
     TaskNotRetryable(String),
+    /// 403: `POST /admin/backup` on a server without an API token.
+    BackupNeedsToken(String),
+    /// 409: the backup's target file already exists.
+    BackupTargetExists(String),
+    /// 409: another backup is running.
+    BackupInProgress(String),
+    /// 409: this server's store is backed up with its own tools.
+    BackupUnsupported(String),
     /// 413: the body is over the limit.
     PayloadTooLarge { limit: usize },
     /// 415: the body is not JSON.
@@ -53,7 +65,11 @@ impl ApiError {
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::IdempotencyConflict(_)
             | ApiError::TaskNotTerminal(_)
-            | ApiError::TaskNotRetryable(_) => StatusCode::CONFLICT,
+            | ApiError::TaskNotRetryable(_)
+            | ApiError::BackupTargetExists(_)
+            | ApiError::BackupInProgress(_)
+            | ApiError::BackupUnsupported(_) => StatusCode::CONFLICT,
+            ApiError::BackupNeedsToken(_) => StatusCode::FORBIDDEN,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MisdirectedRequest(_) => StatusCode::MISDIRECTED_REQUEST,
@@ -75,6 +91,10 @@ impl ApiError {
             ApiError::IdempotencyConflict(_) => "idempotency_conflict",
             ApiError::TaskNotTerminal(_) => "task_not_terminal",
             ApiError::TaskNotRetryable(_) => "task_not_retryable",
+            ApiError::BackupNeedsToken(_) => "backup_needs_token",
+            ApiError::BackupTargetExists(_) => "backup_target_exists",
+            ApiError::BackupInProgress(_) => "backup_in_progress",
+            ApiError::BackupUnsupported(_) => "backup_unsupported",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::MisdirectedRequest(_) => "misdirected_request",
@@ -96,6 +116,10 @@ impl ApiError {
             | ApiError::IdempotencyConflict(m)
             | ApiError::TaskNotTerminal(m)
             | ApiError::TaskNotRetryable(m)
+            | ApiError::BackupNeedsToken(m)
+            | ApiError::BackupTargetExists(m)
+            | ApiError::BackupInProgress(m)
+            | ApiError::BackupUnsupported(m)
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Internal(m)
             | ApiError::Unavailable(m) => m.clone(),
@@ -159,6 +183,19 @@ impl ApiError {
     }
 }
 
+/// What kind of JSON value `v` is, as a refusal's message names what it
+/// got ("must be a string, got a number").
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 impl ApiError {
     /// One error of each variant, in declaration order, for tests that must
@@ -182,6 +219,10 @@ impl ApiError {
             ApiError::UnsupportedMediaType("x".into()),
             ApiError::MisdirectedRequest("x".into()),
             ApiError::TooManyWaiters("x".into()),
+            ApiError::BackupNeedsToken("x".into()),
+            ApiError::BackupTargetExists("x".into()),
+            ApiError::BackupInProgress("x".into()),
+            ApiError::BackupUnsupported("x".into()),
             ApiError::Internal("x".into()),
             ApiError::Unavailable("x".into()),
         ]
@@ -243,9 +284,13 @@ mod tests {
                 ApiError::CrossOrigin(_) => 13,
                 ApiError::MisdirectedRequest(_) => 14,
                 ApiError::TooManyWaiters(_) => 15,
+                ApiError::BackupNeedsToken(_) => 16,
+                ApiError::BackupTargetExists(_) => 17,
+                ApiError::BackupInProgress(_) => 18,
+                ApiError::BackupUnsupported(_) => 19,
             })
             .collect();
-        assert_eq!(numbers, (0..=15).collect());
+        assert_eq!(numbers, (0..=19).collect());
     }
 
     #[test]

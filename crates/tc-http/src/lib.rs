@@ -6,10 +6,15 @@
 //! the one place where store errors become HTTP statuses.
 //!
 //! - [`App`] holds the store, the control port, the [`HttpConfig`] and the
-//!   metrics registry; [`handle`] answers one request without a socket.
+//!   metrics registry; [`handle`] (the router, router.rs) answers one request
+//!   without a socket, reading its body once and handing the resource's
+//!   handler plain values: tasks.rs, destinations.rs, admin.rs (health and
+//!   metrics), auth.rs (who may call a route).
 //! - [`serve`] runs the HTTP/1.1 server on a listener and returns a
 //!   [`Server`] handle to await after triggering its shutdown;
 //!   [`serve_admin`] serves `/healthz` and `/metrics` alone on another.
+//! - `POST /admin/backup` copies the database through the [`Backups`] port
+//!   ([`App::with_backups`]).
 //! - [`ROUTES`] lists every route; docs/openapi.yaml documents each of them.
 //! - `/ui/` is the dashboard (the `ui` module): HTML pages over the same
 //!   store, fed by an [`Activity`] ring; [`App::with_dashboard`] adds what
@@ -32,6 +37,7 @@
 mod admin;
 mod app;
 mod auth;
+mod backup;
 mod body;
 mod client;
 mod config;
@@ -42,8 +48,12 @@ mod error;
 mod metrics;
 mod outbound;
 mod query;
+mod reply;
+mod router;
 mod server;
 mod site;
+mod tasks;
+mod trace;
 mod ui;
 mod waiters;
 mod write_timeout;
@@ -51,10 +61,14 @@ mod write_timeout;
 #[cfg(test)]
 mod openapi_tests;
 
-pub use app::{App, ROUTES, Route, handle};
+pub use app::App;
+pub use backup::{BackupMade, BackupRefused, Backups};
 pub use client::ConnectionInfo;
 pub use config::HttpConfig;
 pub use control::{Control, DestinationRuntime};
+pub use dto::rfc3339;
+pub use router::{ROUTES, Route, handle};
 pub use server::{MAX_REFUSALS_IN_FLIGHT, ServeError, Server, serve, serve_admin};
 pub use site::check_allowed_host;
+pub use trace::SpanTracer;
 pub use ui::{Activity, DashboardSources, Event as ActivityEvent, Series as ActivitySeries};

@@ -8,6 +8,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tc_model::store::StateCounts;
 
+use crate::error::ApiError;
+
 /// `taskcenter_tasks{state}`: tasks in each state, read from the store at
 /// every scrape.
 pub(crate) const TASKS: &str = "taskcenter_tasks";
@@ -36,6 +38,9 @@ struct RequestLabel {
     status: u16,
 }
 
+/// The `route` label of requests that matched no route.
+pub(crate) const UNMATCHED: &str = "unmatched";
+
 /// How a `POST /tasks` ended, as the submits counter labels it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SubmitResult {
@@ -52,6 +57,19 @@ pub(crate) enum SubmitResult {
 }
 
 impl SubmitResult {
+    /// How a submit (alone or as a batch's item) ended: whether it created
+    /// its task, or why it was refused. The one classification both routes
+    /// count with.
+    pub(crate) fn of(outcome: Result<bool, &ApiError>) -> SubmitResult {
+        match outcome {
+            Ok(true) => SubmitResult::Created,
+            Ok(false) => SubmitResult::Existing,
+            Err(ApiError::IdempotencyConflict(_)) => SubmitResult::Conflict,
+            Err(e) if e.status().is_server_error() => SubmitResult::Error,
+            Err(_) => SubmitResult::Invalid,
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             SubmitResult::Created => "created",
@@ -126,5 +144,54 @@ impl HttpMetrics {
         self.requests
             .get_or_create(&RequestLabel { route, status })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A submit's outcome and the label it is counted under.
+    fn check(outcome: Result<bool, ApiError>, expected: SubmitResult) {
+        assert_eq!(
+            SubmitResult::of(outcome.as_ref().copied()),
+            expected,
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn each_submit_outcome_has_one_label() {
+        check(Ok(true), SubmitResult::Created);
+        check(Ok(false), SubmitResult::Existing);
+        check(
+            Err(ApiError::IdempotencyConflict("k".into())),
+            SubmitResult::Conflict,
+        );
+        check(
+            Err(ApiError::InvalidRequest("url".into())),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::UrlNotAllowed("url".into())),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::RequestTimeout("body".into())),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::PayloadTooLarge { limit: 1 }),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::UnsupportedMediaType("Content-Type".into())),
+            SubmitResult::Invalid,
+        );
+        check(
+            Err(ApiError::Unavailable("disk".into())),
+            SubmitResult::Error,
+        );
+        check(Err(ApiError::Internal("bug".into())), SubmitResult::Error);
     }
 }

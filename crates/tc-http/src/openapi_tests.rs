@@ -9,11 +9,11 @@ use serde_json::Value;
 use tc_model::store::{Cursor, Page};
 use tc_model::{AttemptRecord, State, Task, TaskId, Timestamp};
 
-use crate::app::ROUTES;
-use crate::app::encode_page;
 use crate::config::HttpConfig;
 use crate::dto::{CancelView, TaskView, parse_submit};
 use crate::error::ApiError;
+use crate::router::ROUTES;
+use crate::tasks::encode_page;
 
 const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
@@ -236,7 +236,11 @@ fn refusals_before_routing_are_documented_where_they_apply() {
             assert!(
                 matches!(
                     forbidden.as_deref(),
-                    Some("#/components/responses/CrossOrigin" | "#/components/responses/Forbidden")
+                    Some(
+                        "#/components/responses/CrossOrigin"
+                            | "#/components/responses/Forbidden"
+                            | "#/components/responses/BackupForbidden"
+                    )
                 ),
                 "{what}: {forbidden:?}"
             );
@@ -318,6 +322,10 @@ fn sample_task() -> Task {
             error: None,
             duration_ms: Some(0),
         }],
+        trace: tc_model::TraceContext::from_headers(
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            None,
+        ),
     }
 }
 

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use tc_model::signing::SigningSecrets;
 use tc_model::{Headers, Method};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, json_type};
 
 /// `method`: absent is `POST`.
 pub(crate) fn parse_method(value: Option<Value>) -> Result<Method, ApiError> {
@@ -26,7 +26,7 @@ pub(crate) fn parse_method(value: Option<Value>) -> Result<Method, ApiError> {
             .map_err(|e: tc_model::UnknownMethod| ApiError::InvalidRequest(e.to_string())),
         Some(other) => Err(ApiError::InvalidRequest(format!(
             "method: must be one of POST, PUT, PATCH, DELETE, GET; got {}",
-            crate::dto::json_type(&other)
+            json_type(&other)
         ))),
     }
 }
@@ -67,7 +67,7 @@ pub(crate) fn parse_headers(raw: Option<&RawValue>) -> Result<Headers, ApiError>
     }
     let Members(members) = serde_json::from_str(raw.get()).map_err(|_| {
         let got = serde_json::from_str::<Value>(raw.get())
-            .map(|v| crate::dto::json_type(&v))
+            .map(|v| json_type(&v))
             .unwrap_or("not JSON");
         invalid(format!(
             "headers: must be an object of header names to strings, or null; got {got}"
@@ -81,7 +81,7 @@ pub(crate) fn parse_headers(raw: Option<&RawValue>) -> Result<Headers, ApiError>
                 return Err(invalid(format!(
                     "headers.{}: must be a string, got {}",
                     name.to_ascii_lowercase(),
-                    crate::dto::json_type(&other)
+                    json_type(&other)
                 )));
             }
         }
@@ -98,7 +98,7 @@ pub(crate) fn parse_signing_secrets(value: &Value) -> Result<SigningSecrets, Api
         other => {
             return Err(invalid(format!(
                 "must be a list of secrets or null, got {}",
-                crate::dto::json_type(other)
+                json_type(other)
             )));
         }
     };

@@ -21,9 +21,10 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::admin::handle_admin;
-use crate::app::{App, handle};
+use crate::app::App;
 use crate::client::ConnectionInfo;
 use crate::control::Control;
+use crate::router::handle;
 use crate::write_timeout::WriteTimeout;
 
 /// Why the server could not start or did not end cleanly.

@@ -222,11 +222,6 @@ impl ClaimGate {
     }
 }
 
-/// The most destinations one claim visits looking for due tasks. A claim
-/// that stops short continues from there next time ([`ClaimGate::after`]),
-/// so the cost of a claim does not grow with the number of hosts.
-pub const CLAIM_VISIT_LIMIT: usize = 256;
-
 /// Shares a claim of `n` free slots over the destinations that have due
 /// tasks, max-min fair and work-conserving: each slot goes to the candidate
 /// with the fewest calls in flight on this node, counting the slots this

@@ -42,8 +42,10 @@ const TRANSPORT: [&str; 9] = [
 ];
 
 /// Names taskcenter sets on every call itself (the delivery's own headers).
-const OWN: [&str; 8] = [
+const OWN: [&str; 10] = [
     "idempotency-key",
+    "traceparent",
+    "tracestate",
     "x-task-id",
     "x-task-attempt",
     "webhook-id",

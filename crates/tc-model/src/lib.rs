@@ -5,6 +5,7 @@
 //! This crate does no I/O and knows nothing of SQL, HTTP or an async runtime:
 //! the store port is a trait whose futures any executor can drive.
 
+pub mod claim;
 pub mod destination;
 pub mod headers;
 mod method;
@@ -13,6 +14,7 @@ pub mod signing;
 mod state;
 pub mod store;
 mod task;
+pub mod trace;
 mod url;
 
 pub use headers::Headers;
@@ -20,4 +22,5 @@ pub use method::{Method, UnknownMethod};
 pub use new_task::{Limits, NewTask, Schedule, ValidationError};
 pub use state::{IllegalTransition, State, UnknownState, retry_by_hand, transit};
 pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};
+pub use trace::TraceContext;
 pub use url::{destination_of, is_under_prefix, origin_and_path};

@@ -1,3 +1,6 @@
+//! A submission: [`NewTask`] built only through validation, field by field,
+//! against the API's [`Limits`]; each [`ValidationError`] names its field.
+
 use crate::headers::{HeaderError, Headers};
 use crate::{Method, Timestamp};
 use std::time::Duration;
@@ -175,6 +178,7 @@ pub struct NewTask {
     schedule: Schedule,
     method: Method,
     headers: Headers,
+    trace: Option<crate::TraceContext>,
 }
 
 impl NewTask {
@@ -213,6 +217,7 @@ impl NewTask {
             schedule: Schedule::Now,
             method: Method::Post,
             headers: Headers::default(),
+            trace: None,
         })
     }
 
@@ -230,6 +235,19 @@ impl NewTask {
     pub fn with_headers(mut self, headers: Headers) -> NewTask {
         self.headers = headers;
         self
+    }
+
+    /// The same submission in a trace (the submitting request's context,
+    /// or a new trace). Not part of the work: a resubmit in another trace
+    /// is the same task.
+    pub fn with_trace(mut self, trace: crate::TraceContext) -> NewTask {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// The trace the task belongs to, if it was given one.
+    pub fn trace(&self) -> Option<&crate::TraceContext> {
+        self.trace.as_ref()
     }
 
     /// The call's method.

@@ -1,3 +1,5 @@
+//! A task's [`State`], its names, and the transition table every store obeys.
+
 use std::fmt;
 use std::str::FromStr;
 

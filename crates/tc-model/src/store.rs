@@ -10,6 +10,7 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use crate::{IllegalTransition, NewTask, State, Task, TaskId, Timestamp};
 
@@ -455,25 +456,38 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Destinations ([`crate::destination`]): a paused destination's tasks
     /// are not claimed, nor more of a destination's tasks than its
     /// `max_in_flight` less its running tasks (all of them, whichever
-    /// process runs them), nor more than `gate` allows. The claim visits
-    /// the destinations with due tasks in rotation order, starting after
-    /// [`ClaimGate::after`], and shares `n` as [`FairShare`] does: each
-    /// slot to the destination with the fewest calls in flight on the
-    /// claiming node ([`ClaimGate::in_flight`]). It visits destinations
-    /// until `n` of them with none in flight there (and not held) are
-    /// found, none is left, or [`CLAIM_VISIT_LIMIT`] were visited; a store
-    /// that cannot tell a capped destination's room before it visits may
-    /// look a few further.
+    /// process runs them), nor more than `gate` allows. The claim walks
+    /// only the destinations that have due tasks (a store keeps each
+    /// destination's earliest due time, indexed by it: destinations whose
+    /// tasks are all later are never met, however many), in rotation
+    /// order starting after [`ClaimGate::after`], as [`ClaimWalk`] rules,
+    /// and shares `n` as [`FairShare`] does: each slot to the destination
+    /// with the fewest calls in flight on the claiming node
+    /// ([`ClaimGate::in_flight`]). The answer says where the walk stopped
+    /// ([`Claim::cursor`]) and when the earliest task not yet due will be
+    /// ([`Claim::resume_after`]).
     ///
     /// [`FairShare`]: crate::destination::FairShare
-    /// [`CLAIM_VISIT_LIMIT`]: crate::destination::CLAIM_VISIT_LIMIT
+    /// [`ClaimWalk`]: crate::claim::ClaimWalk
+    fn claim(
+        &self,
+        n: usize,
+        now: Timestamp,
+        lease: Duration,
+        gate: ClaimGate,
+    ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
+
+    /// [`TaskStore::claim`], answering only the claimed tasks.
     fn claim_due(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: ClaimGate,
-    ) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send {
+        let claiming = self.claim(n, now, lease, gate);
+        async move { claiming.await.map(|claim| claim.tasks) }
+    }
 
     /// Extends the lease of each `(id, attempt)` whose task is still running
     /// with that very attempt; returns the others, each with the state its

@@ -1,3 +1,7 @@
+//! A stored task as every adapter returns it ([`Task`], with its
+//! [`AttemptRecord`]s), its id ([`TaskId`], UUID v7) and the time type
+//! ([`Timestamp`]).
+
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -163,6 +167,9 @@ pub struct Task {
     pub lease_until: Option<Timestamp>,
     /// Every try so far, oldest first.
     pub attempts: Vec<AttemptRecord>,
+    /// The trace its calls belong to (`None` for tasks stored before
+    /// traces were kept).
+    pub trace: Option<crate::TraceContext>,
 }
 
 impl Task {
@@ -194,6 +201,7 @@ impl Task {
             next_run_at: Some(new.schedule().first_run(now)),
             lease_until: None,
             attempts: Vec::new(),
+            trace: new.trace().cloned(),
         }
     }
 
@@ -292,6 +300,7 @@ mod tests {
             next_run_at: None,
             lease_until: None,
             attempts: Vec::new(),
+            trace: None,
         };
         assert!(task.can_retry());
         task.attempt = 2;

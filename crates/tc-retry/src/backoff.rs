@@ -1,3 +1,6 @@
+//! Capped exponential backoff with equal jitter: the delay before the next
+//! attempt, from a [`Policy`].
+
 use std::time::Duration;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;

@@ -1,3 +1,6 @@
+//! [`classify`]: from one attempt's outcome to a [`Decision`] (succeed,
+//! retry after a delay, or fail), the crate's rules in one function.
+
 use std::time::Duration;
 
 use crate::{Outcome, Policy, backoff, parse_retry_after};

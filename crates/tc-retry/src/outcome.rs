@@ -1,3 +1,5 @@
+//! [`Outcome`]: what one attempt came to, as the classifier takes it.
+
 use std::time::SystemTime;
 
 /// What one attempt of a call came to.

@@ -1,3 +1,6 @@
+//! Parsing a `Retry-After` header value (delta-seconds or an HTTP-date)
+//! into the delay it asks for.
+
 use std::time::{Duration, SystemTime};
 
 /// The delay a `Retry-After` header value asks for, or `None` if it is

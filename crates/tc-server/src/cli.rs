@@ -1,11 +1,16 @@
 //! The command line: every flag of `serve` is also an environment variable,
-//! `TC_` followed by the flag's name in upper snake case.
+//! `TC_` followed by the flag's name in upper snake case; the OpenTelemetry
+//! flags read OpenTelemetry's own variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `OTEL_SERVICE_NAME`), which collectors and platforms already set.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::store::DbTarget;
 
 /// taskcenter: a durable asynchronous task center. Register "POST this JSON
 /// to this URL" tasks over HTTP; a worker performs them with retries.
@@ -36,6 +41,10 @@ pub(crate) enum Command {
     /// Client: list destinations, change their settings, pause and resume
     /// them on a running server.
     Destination(crate::client::args::DestinationArgs),
+    /// Copy the SQLite database (--db) to a new file (--to), consistently,
+    /// while a server may be running on it; `tc-server --db FILE` starts on
+    /// the copy. PostgreSQL: use its own tools (pg_dump, base backups).
+    Backup(crate::backup::BackupArgs),
 }
 
 /// Commit durability of the SQLite file (`PRAGMA synchronous`).
@@ -61,8 +70,16 @@ pub(crate) enum LogFormat {
 pub(crate) struct ServeArgs {
     /// The store: an SQLite database file (created if missing), or a
     /// `postgres://` / `postgresql://` URL of a database several nodes share.
-    #[arg(long, env = "TC_DB", default_value = "./taskcenter.db")]
-    pub(crate) db: PathBuf,
+    /// TLS to PostgreSQL as libpq: `?sslmode=disable|prefer|require|
+    /// verify-ca|verify-full` (default prefer) and `&sslrootcert=FILE` (PEM
+    /// CA certificates, or `system`).
+    #[arg(
+        long,
+        env = "TC_DB",
+        default_value = "./taskcenter.db",
+        value_parser = clap::builder::OsStringValueParser::new().map(|db| DbTarget::from_arg(&db))
+    )]
+    pub(crate) db: DbTarget,
 
     /// The address the HTTP API listens on; port 0 picks a free port (the
     /// `listening` log event says which).
@@ -121,8 +138,13 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(3..=86_400_000))]
     pub(crate) lease_ms: u64,
 
-    /// The longest the worker sleeps before looking for due tasks again.
-    #[arg(long, env = "TC_POLL_INTERVAL_MS", default_value_t = 50,
+    /// The longest an idle worker sleeps before looking for due tasks
+    /// again. It wakes at once for a submit, a retry or a resumed
+    /// destination (on PostgreSQL, through NOTIFY from every node), and at
+    /// the earliest due time of a task not yet due; this bounds how late a
+    /// missed wake-up (a lost notification, a cap freed on another node)
+    /// is noticed.
+    #[arg(long, env = "TC_POLL_INTERVAL_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub(crate) poll_interval_ms: u64,
 
@@ -176,6 +198,22 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TC_PG_POOL_SIZE", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) pg_pool_size: u32,
+
+    /// Export OpenTelemetry spans over OTLP/HTTP (protobuf) to this
+    /// collector, `http://host:port` (spans go to `<url>/v1/traces`): a
+    /// server span per API request and a client span per downstream try,
+    /// whose id each try's `traceparent` then carries. Unset: no spans;
+    /// tasks still keep and send their W3C trace context. Export is
+    /// batched and bounded (2048 spans queued at most, then dropped): an
+    /// unreachable collector never slows the server. Read from
+    /// OpenTelemetry's own variable.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
+
+    /// The `service.name` of exported spans; further resource attributes
+    /// come from `OTEL_RESOURCE_ATTRIBUTES` (`key=value,…`).
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "taskcenter", value_parser = non_empty)]
+    pub(crate) otlp_service_name: String,
 
     /// Log lines on stdout: `json` (one object per line) or `text`.
     #[arg(long, env = "TC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
@@ -255,8 +293,11 @@ pub(crate) struct ServeArgs {
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
 
     /// Refuse downstream calls whose destination, resolved at connect time,
-    /// is loopback, private, link-local, CGNAT, unspecified, broadcast or
-    /// multicast (IPv4-mapped forms too): the try fails at once with reason
+    /// is loopback, private, link-local, CGNAT, unspecified, broadcast,
+    /// multicast, or any other block of the IANA special-purpose registries
+    /// that is not globally reachable (benchmarking, documentation,
+    /// reserved, 6to4, Teredo…; IPv4-mapped forms too): the try fails at
+    /// once with reason
     /// `destination_denied`. Off by default because the quick start calls
     /// 127.0.0.1; turn it on where clients are not trusted with the network.
     #[arg(long, env = "TC_DENY_PRIVATE_DESTINATIONS",
@@ -320,6 +361,13 @@ impl ServeArgs {
                     self.backoff_cap_ms, self.backoff_base_ms
                 ),
             ));
+        }
+        if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty())
+            && let Err(why) = crate::telemetry::traces_url(endpoint)
+        {
+            return Err(
+                Cli::command().error(clap::error::ErrorKind::ValueValidation, why.to_string())
+            );
         }
         Ok(())
     }
@@ -386,7 +434,7 @@ mod tests {
         let cli = parse(&[]).unwrap();
         assert!(cli.command.is_none());
         let a = cli.serve_args();
-        assert_eq!(a.db, PathBuf::from("./taskcenter.db"));
+        assert_eq!(a.db, DbTarget::Sqlite(PathBuf::from("./taskcenter.db")));
         assert_eq!(a.listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(
             (a.concurrency, a.call_timeout_ms, a.max_attempts),
@@ -396,7 +444,7 @@ mod tests {
             (a.backoff_base_ms, a.backoff_cap_ms, a.lease_ms),
             (200, 8000, 30_000)
         );
-        assert_eq!((a.poll_interval_ms, a.shutdown_grace_ms), (50, 10_000));
+        assert_eq!((a.poll_interval_ms, a.shutdown_grace_ms), (1000, 10_000));
         assert_eq!(a.api_token, None);
         assert!(a.allow_url_prefix.is_empty());
         assert_eq!((a.sync, a.log_format), (SyncMode::Full, LogFormat::Json));

@@ -4,7 +4,9 @@
 //! them gracefully on SIGTERM or SIGINT. `tc-server demo` walks through the
 //! product on a temporary database. `tc-server task …` and `tc-server
 //! destination …` are the command-line client of a running server.
+//! `tc-server backup` copies the SQLite database while a server runs on it.
 
+mod backup;
 mod cli;
 mod client;
 mod control;
@@ -16,6 +18,7 @@ mod fd_limit;
 mod logging;
 mod serve;
 mod store;
+mod telemetry;
 
 use std::process::ExitCode;
 
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
         Some(Command::Task(args)) => client::run_task(args),
         Some(Command::Destination(args)) => client::run_destination(args),
         Some(Command::Demo) => run_demo(),
+        Some(Command::Backup(args)) => backup::run(args),
         Some(Command::Serve(_)) | None => run_server(cli.serve_args()),
     }
 }

@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::cli::{ServeArgs, SyncMode};
 use crate::control::WorkerPort;
-use crate::store::AnyStore;
+use crate::store::{AnyStore, DbTarget};
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,9 @@ pub(crate) enum ServeError {
     /// it was.
     #[error("cannot open the database: {0}")]
     StorePg(#[from] tc_store_pg::OpenError),
+    /// Span export (`--otlp-endpoint`) could not be set up.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -65,7 +68,7 @@ pub(crate) enum ServeError {
 /// Everything [`start`] needs, from the command line or the demo.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
-    pub(crate) db: PathBuf,
+    pub(crate) db: DbTarget,
     pub(crate) listen: SocketAddr,
     /// Where `/healthz` and `/metrics` are served alone, if anywhere.
     pub(crate) admin_listen: Option<SocketAddr>,
@@ -80,6 +83,8 @@ pub(crate) struct Settings {
     pub(crate) retention: tc_worker::Retention,
     /// With a PostgreSQL `db`: how the store runs (its pool's size).
     pub(crate) postgres: PgConfig,
+    /// Where spans are exported (`--otlp-endpoint`), if anywhere.
+    pub(crate) otlp: Option<crate::telemetry::OtlpConfig>,
 }
 
 impl Settings {
@@ -114,6 +119,8 @@ impl Settings {
                 settings_interval: Duration::from_secs(1),
                 // Checked before (`ServeArgs::check`): none when invalid.
                 signing_secrets: args.signing_secrets().unwrap_or_default(),
+                // Set by `run` once the exporter is up (`--otlp-endpoint`).
+                tracer: None,
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
@@ -143,6 +150,14 @@ impl Settings {
                 pool_size: args.pg_pool_size as usize,
                 ..PgConfig::default()
             },
+            otlp: args
+                .otlp_endpoint
+                .as_ref()
+                .filter(|endpoint| !endpoint.is_empty())
+                .map(|endpoint| crate::telemetry::OtlpConfig {
+                    endpoint: endpoint.clone(),
+                    service_name: args.otlp_service_name.clone(),
+                }),
         }
     }
 }
@@ -166,6 +181,8 @@ pub(crate) struct Running {
     admin: Option<tc_http::Server>,
     /// Stops both listeners.
     stop_http: tokio::sync::watch::Sender<bool>,
+    /// Exports spans, when `--otlp-endpoint` is set; flushed last.
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 /// Opens the store, spawns the worker (which first recovers the leases a
@@ -180,24 +197,31 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         None => None,
     };
     raise_open_files_limit(&settings);
+    // Export before anything makes spans; a bad endpoint fails the start.
+    let telemetry = settings
+        .otlp
+        .as_ref()
+        .map(crate::telemetry::Telemetry::start)
+        .transpose()?;
+    let tracer = telemetry.as_ref().map(crate::telemetry::Telemetry::tracer);
     // The downstream client before the store: a bad CA file fails the start
     // before a database file is created.
     let downstream = Arc::new(downstream(&settings)?);
-    let (store, db_lock, db_shown) = match postgres_url(&settings) {
-        Some(url) => {
+    let (store, db_lock, db_shown) = match &settings.db {
+        DbTarget::Postgres(url) => {
             let store = PgStore::open(url, settings.postgres.clone()).await?;
             let shown = store.target().to_owned();
             (AnyStore::Postgres(store), None, shown)
         }
-        None => {
+        DbTarget::Sqlite(path) => {
             // Before the store opens the file: a second server must not
             // touch it.
-            let db_lock = crate::db_lock::acquire(&settings.db)?;
-            let store = SqliteStore::open(&settings.db, settings.store.clone()).await?;
+            let db_lock = crate::db_lock::acquire(path)?;
+            let store = SqliteStore::open(path, settings.store.clone()).await?;
             (
                 AnyStore::Sqlite(store),
                 Some(db_lock),
-                settings.db.display().to_string(),
+                path.display().to_string(),
             )
         }
     };
@@ -218,7 +242,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     let worker = Worker::spawn(
         Arc::clone(&store),
         downstream,
-        settings.worker.clone(),
+        WorkerConfig {
+            tracer: tracer.clone(),
+            ..settings.worker.clone()
+        },
         Clock::system(),
         metrics,
     );
@@ -238,7 +265,15 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     .with_dashboard(tc_http::DashboardSources {
         concurrency: Some(settings.worker.concurrency),
         signs_by_default: !settings.worker.signing_secrets.is_empty(),
-    });
+    })
+    .with_backups(Arc::new(match &settings.db {
+        DbTarget::Sqlite(path) => crate::backup::ServerBackups::sqlite(path),
+        DbTarget::Postgres(_) => crate::backup::ServerBackups::Postgres,
+    }));
+    let app = match tracer {
+        Some(tracer) => app.with_tracer(tracer),
+        None => app,
+    };
     let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
     let app = Arc::new(app);
     let (stop_http, stopped) = tokio::sync::watch::channel(false);
@@ -287,6 +322,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         http,
         admin,
         stop_http,
+        telemetry,
     })
 }
 
@@ -316,14 +352,6 @@ fn raise_open_files_limit(settings: &Settings) {
         Some(limit) => tracing::debug!(limit, "open_files_limit"),
         None => {}
     }
-}
-
-/// The `--db` value when it is a PostgreSQL URL.
-fn postgres_url(settings: &Settings) -> Option<&str> {
-    settings
-        .db
-        .to_str()
-        .filter(|db| tc_store_pg::is_postgres_url(db))
 }
 
 /// Wakes the worker for submits on other nodes and drops calls canceled
@@ -417,6 +445,7 @@ impl Running {
             http,
             admin,
             stop_http,
+            telemetry,
             ..
         } = self;
         tracing::info!("shutdown_started");
@@ -441,6 +470,10 @@ impl Running {
         let _ = activity.await;
         close_store(store).await;
         drop(db_lock);
+        if let Some(telemetry) = telemetry {
+            // The last spans go out, within the export timeout.
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        }
         tracing::info!("shutdown_complete");
         Ok(())
     }
@@ -541,7 +574,7 @@ mod tests {
             "--max-waiters-per-client=5",
             "--admin-listen=127.0.0.1:9090",
         ]);
-        assert_eq!(s.db, PathBuf::from("/tmp/x.db"));
+        assert_eq!(s.db, DbTarget::Sqlite(PathBuf::from("/tmp/x.db")));
         assert_eq!(s.listen.port(), 0);
         assert_eq!(s.admin_listen, Some("127.0.0.1:9090".parse().unwrap()));
         assert_eq!(s.store.synchronous, Synchronous::Normal);
@@ -596,7 +629,7 @@ mod tests {
             let db = dir.path().join("tasks.db");
             async move {
                 let mut s = settings(&["--listen=127.0.0.1:0"]);
-                s.db = db.clone();
+                s.db = DbTarget::Sqlite(db.clone());
                 s.downstream_ca_file = Some(ca_file.clone());
                 let error = match start(s).await {
                     Ok(_) => panic!("{ca_file:?}: started"),

@@ -1,7 +1,12 @@
 //! The store the server runs on, chosen by `--db`: an SQLite file (the
-//! default) or a PostgreSQL URL shared by several nodes. One enum so that the
-//! worker, the API and the shutdown path are written once.
+//! default) or a PostgreSQL URL shared by several nodes. `--db` is parsed
+//! once, at the command line, into a [`DbTarget`]; one enum of stores
+//! ([`AnyStore`]) so that the worker, the API and the shutdown path are
+//! written once.
 
+use std::ffi::OsStr;
+use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
@@ -12,6 +17,41 @@ use tc_model::store::{
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tc_store::SqliteStore;
 use tc_store_pg::PgStore;
+
+/// What `--db` names: an SQLite file or a PostgreSQL database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DbTarget {
+    /// A database file, created if missing.
+    Sqlite(PathBuf),
+    /// A `postgres://` or `postgresql://` URL.
+    Postgres(String),
+}
+
+impl DbTarget {
+    /// Reads a `--db` value: a PostgreSQL URL by its scheme, anything else
+    /// (any bytes a path may hold) a file path.
+    pub(crate) fn from_arg(db: &OsStr) -> DbTarget {
+        match db.to_str() {
+            Some(url) if tc_store_pg::is_postgres_url(url) => DbTarget::Postgres(url.to_owned()),
+            _ => DbTarget::Sqlite(PathBuf::from(db)),
+        }
+    }
+}
+
+impl From<PathBuf> for DbTarget {
+    fn from(path: PathBuf) -> DbTarget {
+        DbTarget::from_arg(path.as_os_str())
+    }
+}
+
+impl fmt::Display for DbTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DbTarget::Sqlite(path) => write!(f, "{}", path.display()),
+            DbTarget::Postgres(url) => f.write_str(url),
+        }
+    }
+}
 
 /// Either adapter behind the one port.
 pub(crate) enum AnyStore {
@@ -85,14 +125,14 @@ impl TaskStore for AnyStore {
         either!(self, s => s.count_by_state())
     }
 
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
-        either!(self, s => s.claim_due(n, now, lease, gate))
+    ) -> Result<tc_model::claim::Claim, StoreError> {
+        either!(self, s => s.claim(n, now, lease, gate))
     }
 
     async fn heartbeat(
@@ -181,5 +221,39 @@ impl TaskStore for AnyStore {
         now: Timestamp,
     ) -> Result<Destination, StoreError> {
         either!(self, s => s.update_destination(name, update, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--db` as typed, and what it names.
+    fn check(db: &str, expected: DbTarget) {
+        assert_eq!(DbTarget::from_arg(OsStr::new(db)), expected, "{db:?}");
+    }
+
+    #[test]
+    fn db_is_a_postgres_url_by_its_scheme_and_a_file_otherwise() {
+        let file = |p: &str| DbTarget::Sqlite(PathBuf::from(p));
+        let pg = |u: &str| DbTarget::Postgres(u.to_owned());
+        check("./taskcenter.db", file("./taskcenter.db"));
+        check("/var/lib/tc/tasks.db", file("/var/lib/tc/tasks.db"));
+        check("postgres", file("postgres"));
+        check("postgres:/x", file("postgres:/x"));
+        check("POSTGRES://h/db", file("POSTGRES://h/db"));
+        check("postgres://tc@db:5432/tc", pg("postgres://tc@db:5432/tc"));
+        check("postgresql://tc@db/tc?x=1", pg("postgresql://tc@db/tc?x=1"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_path_that_is_not_utf8_is_a_file() {
+        use std::os::unix::ffi::OsStrExt;
+        let raw = OsStr::from_bytes(b"/tmp/\xff.db");
+        assert_eq!(
+            DbTarget::from_arg(raw),
+            DbTarget::Sqlite(PathBuf::from(raw))
+        );
     }
 }

@@ -1,3 +1,6 @@
+//! [`PgConfig`]: how the PostgreSQL store runs, and whose clock it uses
+//! ([`PgClock`]).
+
 use std::time::Duration;
 
 /// Whose clock stamps times, due times and leases.

@@ -1,5 +1,6 @@
-//! Destinations on PostgreSQL: the settings table, the claim's rotation
-//! over the destinations with due tasks, and the counts the API shows.
+//! Destinations on PostgreSQL: the settings table, the claim's walk over
+//! the destinations with due tasks (schema step 11), and the counts the API
+//! shows (from the count totals and deltas of step 9).
 //!
 //! A cap (`max_in_flight`) holds across nodes: a claim that may take tasks
 //! of a capped destination first locks that destination's settings row
@@ -11,9 +12,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Transaction};
+use tc_model::claim::ClaimWalk;
 use tc_model::destination::{
-    CLAIM_VISIT_LIMIT, ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings,
-    DestinationUpdate, FairShare,
+    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
 };
 use tc_model::signing::SigningSecrets;
 use tc_model::store::StoreError;
@@ -69,122 +70,209 @@ pub(crate) async fn all_settings(
     settings_where(client, "true ORDER BY destination", &[]).await
 }
 
-/// The first destination with a pending task after `after` (from the start
-/// with `None`), and its earliest due time compared with the clock: one
-/// seek in `tasks_due_by_destination`.
-async fn next_pending(
-    tx: &Transaction<'_>,
-    after: Option<&str>,
-    now: Option<i64>,
-) -> Result<Option<(String, bool)>, StoreError> {
+/// The advisory lock's first key for folding due marks ("TCdw"); the
+/// second is the schema's name hashed.
+const FOLD_MARKS_KEY: i32 = 0x5443_6477;
+
+/// The most marks one claim folds.
+const FOLD_MARKS_LIMIT: i64 = 10_000;
+
+/// How many ready destinations one read of the walk fetches.
+const WALK_PAGE: i64 = 64;
+
+/// Folds the due marks appended so far into `pending_destinations`
+/// (schema step 11), unless another claim is folding now; then marks ready
+/// the destinations whose earliest due time came, skipping rows another
+/// claim holds.
+async fn fold_and_promote(tx: &Transaction<'_>, now: Option<i64>) -> Result<(), StoreError> {
+    let fold = tx
+        .prepare_cached(
+            "WITH ours AS ( \
+                 SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema())) AS ours \
+             ), gone AS ( \
+                 DELETE FROM due_marks \
+                 WHERE (SELECT ours FROM ours) \
+                   AND ctid = ANY (ARRAY(SELECT ctid FROM due_marks LIMIT $2)) \
+                 RETURNING destination, due_at \
+             ) \
+             INSERT INTO pending_destinations AS p (destination, next_due) \
+             SELECT destination, min(due_at) FROM gone GROUP BY destination ORDER BY destination \
+             ON CONFLICT (destination) DO UPDATE SET next_due = least(p.next_due, excluded.next_due)",
+        )
+        .await
+        .map_err(db)?;
+    tx.execute(&fold, &[&FOLD_MARKS_KEY, &FOLD_MARKS_LIMIT])
+        .await
+        .map_err(db)?;
+    let promote = tx
+        .prepare_cached(
+            "UPDATE pending_destinations SET ready = true \
+             WHERE destination IN ( \
+                 SELECT destination FROM pending_destinations \
+                 WHERE NOT ready AND next_due <= tc_now_ms($1) \
+                 FOR UPDATE SKIP LOCKED)",
+        )
+        .await
+        .map_err(db)?;
+    tx.execute(&promote, &[&now]).await.map_err(db)?;
+    Ok(())
+}
+
+/// Up to [`WALK_PAGE`] ready destinations after `after` (from the start
+/// with `None`), in name order.
+async fn ready_after(tx: &Transaction<'_>, after: Option<&str>) -> Result<Vec<String>, StoreError> {
     // Two statements, not `$1 IS NULL OR …`: a generic plan of that cannot
     // seek the index.
-    let row = match after {
+    let rows = match after {
         Some(after) => {
             let stmt = tx
                 .prepare_cached(
-                    "SELECT destination, next_run_at <= tc_now_ms($2) FROM tasks \
-                     WHERE state = 'pending' AND destination > $1 \
-                     ORDER BY destination, next_run_at, pos LIMIT 1",
+                    "SELECT destination FROM pending_destinations \
+                     WHERE ready AND destination > $1 ORDER BY destination LIMIT $2",
                 )
                 .await
                 .map_err(db)?;
-            tx.query_opt(&stmt, &[&after, &now]).await.map_err(db)?
+            tx.query(&stmt, &[&after, &WALK_PAGE]).await.map_err(db)?
         }
         None => {
             let stmt = tx
                 .prepare_cached(
-                    "SELECT destination, next_run_at <= tc_now_ms($1) FROM tasks \
-                     WHERE state = 'pending' \
-                     ORDER BY destination, next_run_at, pos LIMIT 1",
+                    "SELECT destination FROM pending_destinations \
+                     WHERE ready ORDER BY destination LIMIT $1",
                 )
                 .await
                 .map_err(db)?;
-            tx.query_opt(&stmt, &[&now]).await.map_err(db)?
+            tx.query(&stmt, &[&WALK_PAGE]).await.map_err(db)?
         }
     };
-    match row {
-        Some(row) => {
-            let due: Option<bool> = row.try_get(1).map_err(db)?;
-            Ok(Some((row.try_get(0).map_err(db)?, due.unwrap_or(false))))
-        }
-        None => Ok(None),
-    }
+    rows.iter().map(|row| row.try_get(0).map_err(db)).collect()
 }
 
-/// The destinations with due tasks, in rotation order after `after`
-/// (wrapping), visiting at most [`CLAIM_VISIT_LIMIT`] with pending tasks
-/// and stopping once `enough` says so of one found.
-async fn due_destinations(
+/// Walks the ready destinations in rotation order after `after`
+/// (wrapping around), calling `visit` on each until it says enough.
+async fn walk_ready(
     tx: &Transaction<'_>,
     after: Option<&str>,
-    now: Option<i64>,
-    mut enough: impl FnMut(&str) -> bool,
-) -> Result<Vec<String>, StoreError> {
-    let mut found = Vec::new();
+    mut visit: impl FnMut(&str) -> bool,
+) -> Result<(), StoreError> {
     let mut cursor: Option<String> = after.map(str::to_owned);
     let mut wrapped = after.is_none();
-    for _ in 0..CLAIM_VISIT_LIMIT {
-        let (name, due) = match next_pending(tx, cursor.as_deref(), now).await? {
-            Some((name, _)) if wrapped && after.is_some_and(|a| name.as_str() > a) => break,
-            Some(next) => next,
-            None if !wrapped => {
-                wrapped = true;
-                cursor = None;
-                continue;
+    loop {
+        let page = ready_after(tx, cursor.as_deref()).await?;
+        let full = page.len() == usize::try_from(WALK_PAGE).unwrap_or(usize::MAX);
+        for name in page {
+            if wrapped && after.is_some_and(|a| name.as_str() > a) {
+                return Ok(());
             }
-            None => break,
-        };
-        cursor = Some(name.clone());
-        if due {
-            let stop = enough(&name);
-            found.push(name);
-            if stop {
-                break;
+            if visit(&name) {
+                return Ok(());
             }
+            cursor = Some(name);
+        }
+        if !full {
+            if wrapped {
+                return Ok(());
+            }
+            wrapped = true;
+            cursor = None;
         }
     }
-    Ok(found)
 }
 
-/// The claim: see the port's `claim_due`.
-pub(crate) async fn claim_due(
+/// Sets again the earliest due time of each of `names` from its pending
+/// tasks (in name order; rows another claim holds are skipped, that claim
+/// sets them): a destination left with none goes, one whose time has not
+/// come leaves the ready set. Then answers the earliest due time of a
+/// destination not ready (or of a mark not folded yet) and the store's
+/// clock, for [`tc_model::claim::Claim::resume_after`].
+async fn settle(
+    tx: &Transaction<'_>,
+    names: &[String],
+    now: Option<i64>,
+) -> Result<(Option<i64>, i64), StoreError> {
+    if !names.is_empty() {
+        let stmt = tx
+            .prepare_cached(
+                "WITH held AS ( \
+                     SELECT destination FROM pending_destinations \
+                     WHERE destination = ANY($1) ORDER BY destination FOR UPDATE SKIP LOCKED \
+                 ), due AS ( \
+                     SELECT h.destination, \
+                            (SELECT t.next_run_at FROM tasks t \
+                             WHERE t.state = 'pending' AND t.destination = h.destination \
+                             ORDER BY t.next_run_at LIMIT 1) AS at \
+                     FROM held h \
+                 ), gone AS ( \
+                     DELETE FROM pending_destinations p USING due \
+                     WHERE p.destination = due.destination AND due.at IS NULL \
+                 ) \
+                 UPDATE pending_destinations p \
+                 SET next_due = due.at, ready = p.ready AND due.at <= tc_now_ms($2) \
+                 FROM due WHERE p.destination = due.destination AND due.at IS NOT NULL",
+            )
+            .await
+            .map_err(db)?;
+        tx.execute(&stmt, &[&names, &now]).await.map_err(db)?;
+    }
+    let stmt = tx
+        .prepare_cached(
+            "SELECT least( \
+                 (SELECT min(next_due) FROM pending_destinations WHERE NOT ready), \
+                 (SELECT min(due_at) FROM due_marks)), \
+                 tc_now_ms($1)",
+        )
+        .await
+        .map_err(db)?;
+    let row = tx.query_one(&stmt, &[&now]).await.map_err(db)?;
+    Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?))
+}
+
+/// What the claim answers, before its due time is put on the caller's
+/// clock.
+pub(crate) struct Claimed {
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) cursor: Option<String>,
+    /// The earliest due time not yet come, and the store's clock when read.
+    pub(crate) resume_after: (Option<i64>, i64),
+}
+
+/// The claim: see the port's `claim`.
+pub(crate) async fn claim(
     tx: &Transaction<'_>,
     n: usize,
     now: Option<i64>,
     lease: Duration,
     gate: &ClaimGate,
-) -> Result<Vec<Task>, StoreError> {
+) -> Result<Claimed, StoreError> {
     let limits: HashMap<String, DestinationSettings> =
         settings_where(tx, "paused OR max_in_flight IS NOT NULL", &[])
             .await?
             .into_iter()
             .collect();
-    // A destination that may be allowed nothing must not count towards
-    // "enough", or one at the front of the rotation would stop the claim
-    // short of every other host: look one further for each destination
-    // held by the gate, paused, or capped (whether a capped one is at its
-    // cap is known only once its row is locked, below). Nor may one with
-    // calls in flight on this node: a destination met later with none
-    // would be served before it (FairShare), so look on until n without.
-    let may_hold = gate.held.len() + limits.len();
-    let mut idle = 0usize;
-    let names = due_destinations(tx, gate.after.as_deref(), now, |name| {
-        if gate.in_flight(name) == 0 {
-            idle += 1;
+    fold_and_promote(tx, now).await?;
+    // A capped destination's room is known only once its row is locked
+    // (below): the walk meets it without counting it towards enough.
+    let is_capped = |name: &str| {
+        limits
+            .get(name)
+            .is_some_and(|s| !s.paused && s.max_in_flight.is_some())
+            && gate.allowance(name) != Some(0)
+    };
+    let mut walk = ClaimWalk::new(n, gate);
+    walk_ready(tx, gate.after.as_deref(), |name| {
+        if is_capped(name) {
+            walk.visit_unsure(name);
+            false
+        } else {
+            walk.visit(name, gate.claim_allowance(name, limits.get(name), 0))
         }
-        idle >= n.saturating_add(may_hold)
     })
     .await?;
-    let capped: Vec<&str> = names
+    let (candidates, cursor) = walk.finish();
+    let capped: Vec<&str> = candidates
         .iter()
-        .filter(|name| {
-            limits
-                .get(*name)
-                .is_some_and(|s| !s.paused && s.max_in_flight.is_some())
-                && gate.allowance(name) != Some(0)
-        })
-        .map(String::as_str)
+        .map(|(name, _)| name.as_str())
+        .filter(|name| is_capped(name))
         .collect();
     let mut running: HashMap<String, u64> = HashMap::new();
     if !capped.is_empty() {
@@ -208,34 +296,56 @@ pub(crate) async fn claim_due(
             running.insert(row.try_get(0).map_err(db)?, busy.unsigned_abs());
         }
     }
-    let candidates = names
+    let candidates = candidates
         .into_iter()
-        .map(|name| {
-            let busy = running.get(&name).copied().unwrap_or(0);
-            let allowed = gate.claim_allowance(&name, limits.get(&name), busy);
-            (name, allowed)
+        .map(|(name, allowed)| {
+            if is_capped(&name) {
+                let busy = running.get(&name).copied().unwrap_or(0);
+                let allowed = gate.claim_allowance(&name, limits.get(&name), busy);
+                (name, allowed)
+            } else {
+                (name, allowed)
+            }
         })
         .collect();
     let mut plan = FairShare::new(n, candidates, &gate.in_flight);
     let mut claimed = Vec::with_capacity(n);
+    let mut asked: Vec<String> = Vec::new();
     while let Some((destination, want)) = plan.next_take() {
         let got = ops::claim_of(tx, &destination, want, now, lease).await?;
         plan.taken(got.len());
         claimed.extend(got);
+        asked.push(destination);
     }
-    Ok(claimed)
+    asked.sort_unstable();
+    asked.dedup();
+    let resume_after = settle(tx, &asked, now).await?;
+    Ok(Claimed {
+        tasks: claimed,
+        cursor,
+        resume_after,
+    })
 }
 
+/// The pending and running counts of `names`: their folded totals plus
+/// the deltas not folded yet (schema step 9), in one snapshot, so a count
+/// costs what changed, never the destinations' backlogs.
 async fn counts_of(
     client: &impl GenericClient,
     names: &[String],
 ) -> Result<HashMap<String, (u64, u64)>, StoreError> {
     let stmt = client
         .prepare_cached(
-            "SELECT destination, count(*) FILTER (WHERE state = 'pending'), \
-                    count(*) FILTER (WHERE state = 'running') \
-             FROM tasks WHERE state IN ('pending', 'running') AND destination = ANY($1) \
-             GROUP BY destination",
+            "SELECT destination, \
+                    coalesce(sum(n) FILTER (WHERE state = 'pending'), 0)::bigint, \
+                    coalesce(sum(n) FILTER (WHERE state = 'running'), 0)::bigint \
+             FROM ( \
+                 SELECT state, destination, n FROM task_count_totals \
+                 WHERE destination = ANY($1) \
+                 UNION ALL \
+                 SELECT state, destination, n FROM task_count_deltas \
+                 WHERE destination = ANY($1) \
+             ) counted GROUP BY destination",
         )
         .await
         .map_err(db)?;

@@ -14,6 +14,14 @@ pub enum OpenError {
         /// The driver's words.
         message: String,
     },
+    /// The URL's TLS settings cannot be used (`sslmode`, `sslrootcert`).
+    #[error("{target}: TLS: {message}")]
+    Tls {
+        /// The database, without its password.
+        target: String,
+        /// What is wrong, naming the parameter.
+        message: String,
+    },
     /// The schema holds tables that are not taskcenter's.
     #[error(
         "{target}: schema {schema:?} holds tables that are not taskcenter's \

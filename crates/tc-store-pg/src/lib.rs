@@ -1,8 +1,8 @@
 //! taskcenter's PostgreSQL store: the adapter behind
 //! [`tc_model::store::TaskStore`] for several nodes sharing one database.
 //!
-//! - tokio-postgres with a deadpool pool; no TLS (PostgreSQL on loopback or
-//!   a trusted network).
+//! - tokio-postgres with a deadpool pool; TLS through rustls as libpq's
+//!   `sslmode` and `sslrootcert` in the URL say ([`tls`]; default `prefer`).
 //! - Claims with `FOR UPDATE SKIP LOCKED`, in batches; guarded writes lock
 //!   the row and check (state, attempt); idempotent submit through the unique
 //!   index and `ON CONFLICT`.
@@ -16,6 +16,9 @@
 //! - State counts as appended deltas folded by one node at a time (no row two
 //!   writers fight over); listings wait only for transactions that insert
 //!   tasks.
+//!
+//! With the `testing` feature (tests and xtask only) [`testing`] gives a
+//! test database with a schema per store.
 
 mod config;
 mod counts;
@@ -27,7 +30,9 @@ mod ops;
 mod rows;
 mod schema;
 mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
+pub mod tls;
 
 pub use config::{PgClock, PgConfig};
 pub use error::OpenError;

@@ -20,7 +20,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use tc_model::TaskId;
 use tokio::sync::{Notify, broadcast, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use crate::error::describe;
 
@@ -54,13 +54,14 @@ impl Channels {
 /// reconnecting after `retry` when the connection is lost.
 pub(crate) async fn listen(
     config: tokio_postgres::Config,
+    tls: crate::tls::Tls,
     channels: Channels,
     events: broadcast::Sender<PgEvent>,
     mut stop: watch::Receiver<bool>,
     retry: Duration,
 ) {
     loop {
-        let session = listen_once(&config, &channels, &events);
+        let session = listen_once(&config, &tls, &channels, &events);
         tokio::select! {
             ended = session => {
                 if let Err(message) = ended {
@@ -79,11 +80,12 @@ pub(crate) async fn listen(
 /// One listening connection, until it ends.
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: &crate::tls::Tls,
     channels: &Channels,
     events: &broadcast::Sender<PgEvent>,
 ) -> Result<(), String> {
     let (client, mut connection) = config
-        .connect(NoTls)
+        .connect(tls.clone())
         .await
         .map_err(|e| format!("connect: {}", describe(&e)))?;
     let (ready, ended) = tokio::sync::oneshot::channel();

@@ -50,11 +50,12 @@ pub(crate) async fn submit<C: GenericClient>(
             // the delay asked for, on the store's clock.
             "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
                                 attempt, created_at, updated_at, next_run_at, schedule_at, \
-                                schedule_delay_ms, destination, method, headers) \
+                                schedule_delay_ms, destination, method, headers, \
+                                trace_context) \
              VALUES ($2, $3, 'pending', $4, $5, $6, $7, 0, tc_now_ms($1), tc_now_ms($1), \
                      greatest(coalesce($8::bigint, tc_now_ms($1)), tc_now_ms($1)) \
                          + coalesce($9::bigint, 0), \
-                     $8, $9, $10, $11, $12) \
+                     $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (idempotency_key) DO NOTHING \
              RETURNING ",
             task_columns!()
@@ -74,6 +75,7 @@ pub(crate) async fn submit<C: GenericClient>(
     let (schedule_at, schedule_delay_ms) = new.schedule().to_parts();
     let destination = tc_model::destination_of(new.url());
     let (method, headers) = (new.method().as_str(), new.headers().to_stored());
+    let trace_context = new.trace().map(tc_model::TraceContext::to_stored);
     // Two rounds: a key found taken whose task then vanished (it cannot be
     // deleted today) is tried once more rather than reported as an error.
     for _ in 0..2 {
@@ -99,6 +101,7 @@ pub(crate) async fn submit<C: GenericClient>(
                     &destination,
                     &method,
                     &headers,
+                    &trace_context,
                 ],
             )
             .await
@@ -150,17 +153,19 @@ pub(crate) async fn submit_batch<C: GenericClient>(
         .prepare_cached(concat!(
             "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
                                 timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                                schedule_at, schedule_delay_ms, destination, method, headers) \
+                                schedule_at, schedule_delay_ms, destination, method, headers, \
+                                trace_context) \
              SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
                     r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
                     greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
                         + coalesce(r.delay_ms, 0), \
-                    r.schedule_at, r.delay_ms, r.destination, r.method, r.headers \
+                    r.schedule_at, r.delay_ms, r.destination, r.method, r.headers, \
+                    r.trace_context \
              FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
                          $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
-                         $12::text[], $13::text[]) \
+                         $12::text[], $13::text[], $14::text[]) \
                   AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
-                       delay_ms, destination, method, headers) \
+                       delay_ms, destination, method, headers, trace_context) \
              ORDER BY r.key, r.within \
              ON CONFLICT (idempotency_key) DO NOTHING \
              RETURNING ",
@@ -208,6 +213,7 @@ pub(crate) async fn submit_batch<C: GenericClient>(
                         &columns.destinations,
                         &columns.methods,
                         &columns.headers,
+                        &columns.trace_contexts,
                     ],
                 )
                 .await
@@ -281,6 +287,7 @@ struct BatchColumns<'a> {
     destinations: Vec<String>,
     methods: Vec<&'static str>,
     headers: Vec<Option<String>>,
+    trace_contexts: Vec<Option<String>>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -302,6 +309,7 @@ impl<'a> BatchColumns<'a> {
             destinations: Vec::with_capacity(chunk.len()),
             methods: Vec::with_capacity(chunk.len()),
             headers: Vec::with_capacity(chunk.len()),
+            trace_contexts: Vec::with_capacity(chunk.len()),
         };
         for &i in chunk {
             let task = &tasks[i];
@@ -329,6 +337,9 @@ impl<'a> BatchColumns<'a> {
                 .push(tc_model::destination_of(task.url()));
             columns.methods.push(task.method().as_str());
             columns.headers.push(task.headers().to_stored());
+            columns
+                .trace_contexts
+                .push(task.trace().map(tc_model::TraceContext::to_stored));
         }
         Ok(columns)
     }
@@ -363,7 +374,7 @@ pub(crate) async fn claim_of(
              t.max_attempts, t.timeout_ns, t.http_status, t.result, t.result_content_type, \
              t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
-             t.schedule_delay_ms, t.destination, t.method, t.headers \
+             t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context \
              ), opened AS ( \
                  INSERT INTO attempts (task_id, n, started_at) \
                  SELECT id, attempt, started_at FROM claimed \

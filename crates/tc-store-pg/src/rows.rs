@@ -16,7 +16,7 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms, destination, method, headers"
+         schedule_at, schedule_delay_ms, destination, method, headers, trace_context"
     };
 }
 
@@ -88,6 +88,13 @@ pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
         schedule: Schedule::from_parts(row.try_get(20).map_err(db)?, row.try_get(21).map_err(db)?)
             .ok_or_else(|| corrupt("schedule"))?,
         attempts: Vec::new(),
+        trace: match row.try_get::<_, Option<&str>>(25).map_err(db)? {
+            Some(text) => Some(
+                tc_model::TraceContext::from_stored(text)
+                    .ok_or_else(|| corrupt("trace_context"))?,
+            ),
+            None => None,
+        },
     };
     Ok(Stored {
         pos: row.try_get(0).map_err(db)?,

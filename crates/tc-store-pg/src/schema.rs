@@ -384,6 +384,65 @@ END
 $$;
 ";
 
+/// Step 9 → 10: the W3C trace context a task's calls belong to (issue 27):
+/// `tc_model::TraceContext::to_stored` (the `traceparent`, then a line with
+/// the `tracestate`); NULL for tasks written before, which are called
+/// without one. Nullable with no default: no row is rewritten, no backfill.
+const V10_TRACE_CONTEXT: &str = "
+ALTER TABLE tasks ADD COLUMN trace_context text;
+";
+
+/// Step 10 → 11: the destinations with pending tasks by their earliest due
+/// time (issue 22, item 1), so that a claim meets only destinations that
+/// have due tasks, however many others wait.
+///
+/// State changes never wait for it: a statement trigger appends, for each
+/// destination a statement made tasks pending for, its earliest due time
+/// to `due_marks` (no key, no index: an insert never waits). A claim folds
+/// the marks into `pending_destinations` (one destination a row) under a
+/// try-lock (one claim at a time; the others skip it), marks `ready` the
+/// rows whose time came (through `pending_destinations_waiting`, rows
+/// another claim holds skipped), walks the ready ones in name order
+/// (`pending_destinations_ready`, the rotation), and afterwards sets the
+/// earliest due time again of each destination it took tasks from (a row
+/// goes when its destination has no pending task left; rows another claim
+/// holds skipped: that claim sets them). A row can only be too early
+/// (its tasks went elsewhere), never too late: every change that makes a
+/// task pending leaves a mark. Counted once from the tasks, with writers
+/// held off (`SHARE` lock) for that count.
+const V11_PENDING_DESTINATIONS: &str = r"
+LOCK TABLE tasks IN SHARE MODE;
+CREATE TABLE due_marks (
+    destination text   NOT NULL,
+    due_at      bigint NOT NULL
+);
+CREATE TABLE pending_destinations (
+    destination text    PRIMARY KEY,
+    next_due    bigint  NOT NULL,
+    ready       boolean NOT NULL DEFAULT false
+);
+CREATE INDEX pending_destinations_waiting ON pending_destinations (next_due) WHERE NOT ready;
+CREATE INDEX pending_destinations_ready ON pending_destinations (destination) WHERE ready;
+INSERT INTO pending_destinations (destination, next_due)
+    SELECT destination, min(next_run_at) FROM tasks
+    WHERE state = 'pending' AND next_run_at IS NOT NULL GROUP BY destination;
+
+CREATE OR REPLACE FUNCTION tc_mark_due() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO due_marks (destination, due_at)
+        SELECT destination, min(next_run_at) FROM new_rows
+        WHERE state = 'pending' AND next_run_at IS NOT NULL GROUP BY destination;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER tasks_mark_due_insert AFTER INSERT ON tasks
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_mark_due();
+CREATE TRIGGER tasks_mark_due_update AFTER UPDATE ON tasks
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_mark_due();
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -433,6 +492,8 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V7_OUTBOUND),
     step(V8_INSERT_MARKER),
     step(V9_COUNT_DELTAS),
+    step(V10_TRACE_CONTEXT),
+    step(V11_PENDING_DESTINATIONS),
 ];
 
 /// The version this build writes and reads.
@@ -465,11 +526,12 @@ enum Found {
 /// for longer than a step's DDL or one batch).
 pub(crate) async fn migrate(
     pg: &tokio_postgres::Config,
+    tls: &crate::tls::Tls,
     target: &str,
     steps: &[Step],
 ) -> Result<(), OpenError> {
     let (mut client, connection) =
-        pg.connect(tokio_postgres::NoTls)
+        pg.connect(tls.clone())
             .await
             .map_err(|e| OpenError::Postgres {
                 target: target.to_owned(),

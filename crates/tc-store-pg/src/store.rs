@@ -1,8 +1,13 @@
+//! [`PgStore`]: the pool, the listener and the [`TaskStore`] methods, each
+//! handing its work to the operation modules.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::tls::Tls;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
@@ -10,7 +15,6 @@ use tc_model::store::{
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
 use crate::config::{PgClock, PgConfig};
@@ -50,11 +54,21 @@ impl PgStore {
     /// application's tables, or written by a newer build, is refused and
     /// left untouched.
     pub async fn open(url: &str, config: PgConfig) -> Result<PgStore, OpenError> {
-        let mut pg: tokio_postgres::Config = url.parse().map_err(|e| OpenError::BadUrl {
+        let (driver_url, tls) =
+            crate::tls::split_url(url).map_err(|message| OpenError::BadUrl {
+                target: redact(url),
+                message,
+            })?;
+        let mut pg: tokio_postgres::Config = driver_url.parse().map_err(|e| OpenError::BadUrl {
             target: redact(url),
             message: describe(&e),
         })?;
         let target = describe_target(&pg);
+        let tls = Tls::new(&tls).map_err(|message| OpenError::Tls {
+            target: target.clone(),
+            message,
+        })?;
+        tls.apply(&mut pg);
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(Duration::from_secs(5));
         }
@@ -63,7 +77,7 @@ impl PgStore {
         }
         if let Some(schema) = &config.schema {
             check_schema_name(schema, &target)?;
-            create_schema(&pg, schema, &target).await?;
+            create_schema(&pg, &tls, schema, &target).await?;
         }
         // A submit is answered after its COMMIT returned; synchronous_commit
         // makes that COMMIT wait for the WAL flush, whatever the server's
@@ -77,7 +91,7 @@ impl PgStore {
 
         let manager = Manager::from_config(
             pg.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -92,7 +106,7 @@ impl PgStore {
                 target: target.clone(),
                 message: format!("build the pool: {e}"),
             })?;
-        schema::migrate(&pg, &target, schema::MIGRATIONS).await?;
+        schema::migrate(&pg, &tls, &target, schema::MIGRATIONS).await?;
         let client = pool.get().await.map_err(|e| OpenError::Postgres {
             target: target.clone(),
             message: format!("connect: {}", pool_message(e)),
@@ -113,6 +127,7 @@ impl PgStore {
         let submitted = Arc::new(Notify::new());
         tokio::spawn(notify::listen(
             pg,
+            tls,
             channels.clone(),
             events.clone(),
             stopped.clone(),
@@ -280,24 +295,37 @@ impl TaskStore for PgStore {
         counts::count_by_state(&self.client().await?).await
     }
 
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<Claim, StoreError> {
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(Claim::default());
         }
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db)?;
-        let claimed = destinations::claim_due(&tx, n, self.stamp(now), lease, &gate).await?;
+        let claimed = destinations::claim(&tx, n, self.stamp(now), lease, &gate).await?;
         tx.commit().await.map_err(db)?;
-        if !claimed.is_empty() {
+        if !claimed.tasks.is_empty() {
             self.states_changed();
         }
-        Ok(claimed)
+        let (due, store_now) = claimed.resume_after;
+        Ok(Claim {
+            tasks: claimed.tasks,
+            cursor: claimed.cursor,
+            resume_after: due.map(|due| match self.clock {
+                PgClock::Caller => Timestamp::from_millis(due),
+                // The caller's clock may not be the database's: hand the
+                // due time over as "this long after the caller's now".
+                PgClock::Database => Timestamp::from_millis(
+                    now.as_millis()
+                        .saturating_add(due.saturating_sub(store_now)),
+                ),
+            }),
+        })
     }
 
     async fn heartbeat(
@@ -495,6 +523,9 @@ impl TaskStore for PgStore {
         let tx = client.transaction().await.map_err(db)?;
         let updated = destinations::update(&tx, name, &update, now).await?;
         tx.commit().await.map_err(db)?;
+        // A resumed or widened destination's due tasks are claimable now:
+        // idle nodes that sleep until their next due time must look.
+        self.submitted.notify_one();
         Ok(updated)
     }
 
@@ -565,6 +596,7 @@ fn check_schema_name(schema: &str, target: &str) -> Result<(), OpenError> {
 
 async fn create_schema(
     pg: &tokio_postgres::Config,
+    tls: &Tls,
     schema: &str,
     target: &str,
 ) -> Result<(), OpenError> {
@@ -572,7 +604,10 @@ async fn create_schema(
         target: target.to_owned(),
         message: format!("{doing}: {}", describe(&e)),
     };
-    let (client, connection) = pg.connect(NoTls).await.map_err(|e| fail("connect", e))?;
+    let (client, connection) = pg
+        .connect(tls.clone())
+        .await
+        .map_err(|e| fail("connect", e))?;
     let driver = tokio::spawn(connection);
     let created = match client
         .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))

@@ -105,12 +105,23 @@ impl TestDatabase {
     pub async fn schema_at(&self, version: usize) -> Result<String, String> {
         let schema = self.fresh_schema();
         self.execute(&format!("CREATE SCHEMA {schema}")).await?;
-        let mut config: tokio_postgres::Config = self.url.parse().map_err(|e| format!("{e}"))?;
+        // The URL's TLS settings as a node reads them (the driver's mode
+        // included: a connector without the mode would refuse a server that
+        // offers TLS).
+        let (url, tls) = crate::tls::split_url(&self.url)?;
+        let tls = crate::tls::Tls::new(&tls)?;
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| format!("{e}"))?;
+        tls.apply(&mut config);
         config.options(format!("-c search_path={schema}"));
         let target = format!("test schema {schema}");
-        crate::schema::migrate(&config, &target, &crate::schema::MIGRATIONS[..version])
-            .await
-            .map_err(|e| e.to_string())?;
+        crate::schema::migrate(
+            &config,
+            &tls,
+            &target,
+            &crate::schema::MIGRATIONS[..version],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         Ok(schema)
     }
 

@@ -1,3 +1,6 @@
+//! [`StoreConfig`]: how the SQLite store runs, and how durable a commit is
+//! ([`Synchronous`]).
+
 use std::time::Duration;
 
 /// How durable a commit is, SQLite's `PRAGMA synchronous`.

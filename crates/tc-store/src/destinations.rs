@@ -1,6 +1,7 @@
 //! Destinations on SQLite: the settings table, the walk over the
-//! destinations with pending tasks that a claim rotates over, and the
-//! counts the API shows. Synchronous functions on a connection, like the
+//! destinations with due tasks that a claim rotates over, and the counts
+//! the API shows (both from `destination_tasks`, kept by triggers; see
+//! schema step 12). Synchronous functions on a connection, like the
 //! other operations.
 
 use std::collections::HashMap;
@@ -15,19 +16,26 @@ use tc_model::{Headers, Timestamp};
 
 use crate::rows::db;
 
-/// The first destination with a pending task after `?1`, with its earliest
-/// due time. Pinned to `tasks_due_by_destination` (like every hot query:
-/// the planner might prefer `tasks_by_state` and sort), and a dropped index
-/// becomes a loud error.
-pub(crate) const NEXT_PENDING_AFTER: &str = "SELECT destination, next_run_at \
-     FROM tasks INDEXED BY tasks_due_by_destination \
-     WHERE state = 'pending' AND destination > ?1 \
-     ORDER BY destination, next_run_at, seq LIMIT 1";
+/// Marks `ready` the destinations whose earliest due time came by `?1`:
+/// through `destination_tasks_waiting`, so it meets only those.
+pub(crate) const PROMOTE_DUE: &str = "UPDATE destination_tasks INDEXED BY destination_tasks_waiting \
+     SET ready = 1 WHERE ready = 0 AND next_due <= ?1";
 
-/// [`NEXT_PENDING_AFTER`] from the start.
-pub(crate) const FIRST_PENDING: &str = "SELECT destination, next_run_at \
-     FROM tasks INDEXED BY tasks_due_by_destination \
-     WHERE state = 'pending' ORDER BY destination, next_run_at, seq LIMIT 1";
+/// Up to `?2` ready destinations after `?1`, in name order.
+pub(crate) const READY_AFTER: &str = "SELECT destination \
+     FROM destination_tasks INDEXED BY destination_tasks_ready \
+     WHERE ready = 1 AND destination > ?1 ORDER BY destination LIMIT ?2";
+
+/// [`READY_AFTER`] from the start.
+pub(crate) const READY_FIRST: &str = "SELECT destination \
+     FROM destination_tasks INDEXED BY destination_tasks_ready \
+     WHERE ready = 1 ORDER BY destination LIMIT ?1";
+
+/// The earliest due time of a destination not ready: when a task that is
+/// not due now will be.
+pub(crate) const NEXT_WAITING: &str = "SELECT min(next_due) \
+     FROM destination_tasks INDEXED BY destination_tasks_waiting \
+     WHERE ready = 0 AND next_due IS NOT NULL";
 
 /// A destination's due tasks, oldest due first.
 pub(crate) const DUE_OF: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_destination \
@@ -110,64 +118,80 @@ pub(crate) fn running_by_destination(
     .map_err(db)
 }
 
-/// The first destination with a pending task after `after` (from the start
-/// with `None`), and its earliest due time: one seek in
-/// `tasks_due_by_destination`.
-fn next_pending_destination(
-    conn: &Connection,
-    after: Option<&str>,
-) -> Result<Option<(String, Option<i64>)>, StoreError> {
-    let row = |row: &Row<'_>| Ok((row.get(0)?, row.get(1)?));
+/// How many ready destinations one read of the walk fetches.
+const WALK_PAGE: i64 = 64;
+
+/// Up to [`WALK_PAGE`] ready destinations after `after` (from the start
+/// with `None`), in name order.
+fn ready_after(conn: &Connection, after: Option<&str>) -> Result<Vec<String>, StoreError> {
+    let name = |row: &Row<'_>| row.get(0);
     match after {
         Some(after) => conn
-            .prepare_cached(NEXT_PENDING_AFTER)
+            .prepare_cached(READY_AFTER)
             .map_err(db)?
-            .query_row(params![after], row),
+            .query_map(params![after, WALK_PAGE], name)
+            .map_err(db)?
+            .collect::<rusqlite::Result<_>>(),
         None => conn
-            .prepare_cached(FIRST_PENDING)
+            .prepare_cached(READY_FIRST)
             .map_err(db)?
-            .query_row([], row),
+            .query_map(params![WALK_PAGE], name)
+            .map_err(db)?
+            .collect::<rusqlite::Result<_>>(),
     }
-    .optional()
     .map_err(db)
 }
 
-/// The destinations with due tasks, in rotation order after `after`
-/// (wrapping), visiting at most `visits` destinations that have pending
-/// tasks; stops early once `enough` returns true for what was found.
-pub(crate) fn due_destinations(
+/// Walks the destinations with due tasks in rotation order after `after`
+/// (wrapping around), calling `visit` on each until it says the walk has
+/// enough: first the ones whose earliest due time came by `now` join the
+/// ready set (a seek per destination that became due), then the ready set
+/// is read in name order. Destinations whose tasks are all later are never
+/// met, however many there are.
+pub(crate) fn walk_due(
     conn: &Connection,
     now: Timestamp,
     after: Option<&str>,
-    visits: usize,
-    mut enough: impl FnMut(&str) -> bool,
-) -> Result<Vec<String>, StoreError> {
-    let mut found = Vec::new();
+    mut visit: impl FnMut(&str) -> bool,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(PROMOTE_DUE)
+        .map_err(db)?
+        .execute(params![now.as_millis()])
+        .map_err(db)?;
+    // First lap: after the cursor to the end; second: from the start up to
+    // and including the cursor.
     let mut cursor: Option<String> = after.map(str::to_owned);
     let mut wrapped = after.is_none();
-    for _ in 0..visits {
-        let next = next_pending_destination(conn, cursor.as_deref())?;
-        let (name, first_due) = match next {
-            // Past the start point on the second lap: every one was seen.
-            Some((name, _)) if wrapped && after.is_some_and(|a| name.as_str() > a) => break,
-            Some(next) => next,
-            None if !wrapped => {
-                wrapped = true;
-                cursor = None;
-                continue;
+    loop {
+        let page = ready_after(conn, cursor.as_deref())?;
+        let full = page.len() == usize::try_from(WALK_PAGE).unwrap_or(usize::MAX);
+        for name in page {
+            if wrapped && after.is_some_and(|a| name.as_str() > a) {
+                return Ok(());
             }
-            None => break,
-        };
-        cursor = Some(name.clone());
-        if first_due.is_some_and(|at| at <= now.as_millis()) {
-            let stop = enough(&name);
-            found.push(name);
-            if stop {
-                break;
+            if visit(&name) {
+                return Ok(());
             }
+            cursor = Some(name);
+        }
+        if !full {
+            if wrapped {
+                return Ok(());
+            }
+            wrapped = true;
+            cursor = None;
         }
     }
-    Ok(found)
+}
+
+/// When the earliest pending task that is not due at the last walk will
+/// be due.
+pub(crate) fn next_waiting(conn: &Connection) -> Result<Option<Timestamp>, StoreError> {
+    conn.prepare_cached(NEXT_WAITING)
+        .map_err(db)?
+        .query_row([], |row| row.get::<_, Option<i64>>(0))
+        .map_err(db)
+        .map(|at| at.map(Timestamp::from_millis))
 }
 
 /// Up to `limit` due pending tasks of `destination`, oldest due first.
@@ -208,23 +232,20 @@ fn has_tasks(conn: &Connection, name: &str) -> Result<bool, StoreError> {
     .map_err(db)
 }
 
+/// A destination's pending and running tasks: one row, whatever its backlog.
+pub(crate) const COUNTS_OF: &str =
+    "SELECT pending, running FROM destination_tasks WHERE destination = ?1";
+
+/// A destination's pending and running tasks, from its row in
+/// `destination_tasks` (none: no such tasks).
 fn counts_of(conn: &Connection, name: &str) -> Result<(u64, u64), StoreError> {
-    let pending: i64 = conn
-        .prepare_cached(
-            "SELECT COUNT(*) FROM tasks INDEXED BY tasks_due_by_destination \
-             WHERE state = 'pending' AND destination = ?1",
-        )
+    let counts: Option<(i64, i64)> = conn
+        .prepare_cached(COUNTS_OF)
         .map_err(db)?
-        .query_row(params![name], |row| row.get(0))
+        .query_row(params![name], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
         .map_err(db)?;
-    let running: i64 = conn
-        .prepare_cached(
-            "SELECT COUNT(*) FROM tasks INDEXED BY tasks_leased \
-             WHERE state = 'running' AND destination = ?1",
-        )
-        .map_err(db)?
-        .query_row(params![name], |row| row.get(0))
-        .map_err(db)?;
+    let (pending, running) = counts.unwrap_or((0, 0));
     Ok((pending.unsigned_abs(), running.unsigned_abs()))
 }
 

@@ -11,10 +11,14 @@
 //!   older file is upgraded in place, a foreign or newer one is refused
 //!   untouched.
 //!
+//! - [`backup`] copies a file consistently while a server writes to it
+//!   (SQLite's online backup API, stepped and paced, in one read snapshot).
+//!
 //! With the `raw` feature (xtask's store benchmark only), the schema and the
 //! submit operation are also reachable synchronously in `raw`, to measure the
 //! store against plain rusqlite on the very same statements.
 
+pub mod backup;
 mod config;
 mod destinations;
 mod filter;

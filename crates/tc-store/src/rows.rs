@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Row};
 use tc_model::store::StoreError;
-use tc_model::{AttemptRecord, Headers, Schedule, State, Task, TaskId, Timestamp};
+use tc_model::{AttemptRecord, Headers, Schedule, State, Task, TaskId, Timestamp, TraceContext};
 
 /// The columns [`task_from_row`] reads after `body`, in its order: one list
 /// for [`task_columns`] and [`listed_columns`].
@@ -14,7 +14,7 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms, destination, method, headers"
+         schedule_at, schedule_delay_ms, destination, method, headers, trace_context"
     };
 }
 
@@ -92,6 +92,12 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
         schedule: Schedule::from_parts(row.get(20).map_err(db)?, row.get(21).map_err(db)?)
             .ok_or_else(|| corrupt("schedule"))?,
         attempts: Vec::new(),
+        trace: match row.get::<_, Option<String>>(25).map_err(db)? {
+            Some(text) => {
+                Some(TraceContext::from_stored(&text).ok_or_else(|| corrupt("trace_context"))?)
+            }
+            None => None,
+        },
     };
     Ok(Stored {
         seq: row.get(0).map_err(db)?,

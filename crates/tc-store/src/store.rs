@@ -1,9 +1,13 @@
+//! [`SqliteStore`]: the writer thread, the read pool and the [`TaskStore`]
+//! methods, each handing its work to one of them.
+
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::Connection;
+use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
@@ -226,21 +230,21 @@ impl TaskStore for SqliteStore {
             .await
     }
 
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<Claim, StoreError> {
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(Claim::default());
         }
         // Reads, then per task an UPDATE and an INSERT; after the first
         // write only SQLite itself (or a corrupt row) can fail: no savepoint
         // (see Undo::WholeBatch).
         self.write_sized(0, Undo::WholeBatch, move |conn| {
-            write_ops::claim_due(conn, n, now, lease, &gate)
+            write_ops::claim(conn, n, now, lease, &gate)
         })
         .await
     }

@@ -9,11 +9,12 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tc_model::destination::{CLAIM_VISIT_LIMIT, ClaimGate, FairShare};
+use tc_model::claim::{Claim, ClaimWalk};
+use tc_model::destination::{ClaimGate, FairShare};
 use tc_model::store::{
     BULK_CHUNK, BulkAction, Completion, Guarded, LeaseLost, StoreError, Submitted,
 };
-use tc_model::{NewTask, State, Task, TaskId, Timestamp, transit};
+use tc_model::{NewTask, State, Task, TaskId, Timestamp, TraceContext, transit};
 
 use crate::destinations;
 use crate::filter::FilterSql;
@@ -52,10 +53,11 @@ pub(crate) fn submit(
             // schema step 6): a listing cursor must never see a position reused.
             "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                            schedule_at, schedule_delay_ms, destination, method, headers) \
+                            schedule_at, schedule_delay_ms, destination, method, headers, \
+                            trace_context) \
          VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
                      (SELECT n FROM seq_floor)) + 1, \
-                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
          ON CONFLICT (idempotency_key) DO NOTHING",
         )
         .map_err(db)?
@@ -74,6 +76,7 @@ pub(crate) fn submit(
             tc_model::destination_of(new.url()),
             new.method().as_str(),
             new.headers().to_stored(),
+            new.trace().map(TraceContext::to_stored),
         ])
         .map_err(db)?;
     if inserted == 1 {
@@ -98,47 +101,28 @@ pub(crate) fn submit(
 
 /// Moves up to `n` due pending tasks to running, sharing them fairly over
 /// their destinations within the destinations' settings and `gate` (see
-/// the port's `claim_due`); oldest due first within a destination.
-pub(crate) fn claim_due(
+/// the port's `claim`); oldest due first within a destination.
+pub(crate) fn claim(
     conn: &Connection,
     n: usize,
     now: Timestamp,
     lease: Duration,
     gate: &ClaimGate,
-) -> Result<Vec<Task>, StoreError> {
+) -> Result<Claim, StoreError> {
     let limits = destinations::claim_limits(conn)?;
     let running = if limits.values().any(|s| s.max_in_flight.is_some()) {
         destinations::running_by_destination(conn)?
     } else {
         Default::default()
     };
-    let allowance = |name: &str| {
-        let busy = running.get(name).copied().unwrap_or(0);
-        gate.claim_allowance(name, limits.get(name), busy)
-    };
-    // Enough destinations once n of them may each give a task and have no
-    // call in flight on this node: any other destination met later could
-    // only lose to them (FairShare serves the least loaded first).
-    let mut open = 0;
-    let names = destinations::due_destinations(
-        conn,
-        now,
-        gate.after.as_deref(),
-        CLAIM_VISIT_LIMIT,
-        |name| {
-            if allowance(name) != Some(0) && gate.in_flight(name) == 0 {
-                open += 1;
-            }
-            open >= n
-        },
-    )?;
-    let candidates = names
-        .into_iter()
-        .map(|name| {
-            let allowed = allowance(&name);
-            (name, allowed)
-        })
-        .collect();
+    let mut walk = ClaimWalk::new(n, gate);
+    if !walk.is_done() {
+        destinations::walk_due(conn, now, gate.after.as_deref(), |name| {
+            let busy = running.get(name).copied().unwrap_or(0);
+            walk.visit(name, gate.claim_allowance(name, limits.get(name), busy))
+        })?;
+    }
+    let (candidates, cursor) = walk.finish();
     let mut plan = FairShare::new(n, candidates, &gate.in_flight);
     let lease_until = now.saturating_add(lease);
     let mut claimed = Vec::with_capacity(n);
@@ -149,7 +133,11 @@ pub(crate) fn claim_due(
             claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
         }
     }
-    Ok(claimed)
+    Ok(Claim {
+        tasks: claimed,
+        resume_after: destinations::next_waiting(conn)?,
+        cursor,
+    })
 }
 
 /// Moves the pending task at `seq` to running and opens its attempt row.

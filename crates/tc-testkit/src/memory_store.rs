@@ -10,9 +10,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tc_model::claim::{Claim, ClaimWalk};
 use tc_model::destination::{
-    CLAIM_VISIT_LIMIT, ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings,
-    DestinationUpdate, FairShare, rotation,
+    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
+    rotation,
 };
 use tc_model::store::{
     BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page,
@@ -235,23 +236,28 @@ impl TaskStore for MemoryStore {
         Ok(counts)
     }
 
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<Claim, StoreError> {
         let mut t = self.tables();
-        // Each destination's due tasks, oldest due first, and its running tasks.
+        // Each destination's due tasks, oldest due first, and its running
+        // tasks; the earliest task not due yet.
         let mut due: BTreeMap<String, Vec<(Timestamp, i64)>> = BTreeMap::new();
         let mut running: HashMap<&str, u64> = HashMap::new();
+        let mut resume_after: Option<Timestamp> = None;
         for (seq, task) in &t.tasks {
             match (task.state, task.next_run_at) {
                 (State::Pending, Some(at)) if at <= now => {
                     due.entry(task.destination.clone())
                         .or_default()
                         .push((at, *seq));
+                }
+                (State::Pending, Some(at)) => {
+                    resume_after = Some(resume_after.map_or(at, |r| r.min(at)));
                 }
                 (State::Running, _) => *running.entry(task.destination.as_str()).or_default() += 1,
                 _ => {}
@@ -261,21 +267,20 @@ impl TaskStore for MemoryStore {
             tasks.sort_unstable();
         }
         let names: Vec<String> = due.keys().cloned().collect();
-        // The port's visit: on until n destinations that may give a task
-        // and have no call in flight on this node are found.
-        let mut candidates = Vec::new();
-        let mut idle = 0;
-        for name in rotation(&names, gate.after.as_deref()).take(CLAIM_VISIT_LIMIT) {
-            let busy = running.get(name.as_str()).copied().unwrap_or(0);
-            let allowed = gate.claim_allowance(name, t.destinations.get(name), busy);
-            if allowed != Some(0) && gate.in_flight(name) == 0 {
-                idle += 1;
-            }
-            candidates.push((name.clone(), allowed));
-            if idle >= n {
+        // The port's walk: only destinations with due tasks, in rotation
+        // order, until the walk has enough.
+        let mut walk = ClaimWalk::new(n, &gate);
+        for name in rotation(&names, gate.after.as_deref()) {
+            if walk.is_done() {
                 break;
             }
+            let busy = running.get(name.as_str()).copied().unwrap_or(0);
+            walk.visit(
+                name,
+                gate.claim_allowance(name, t.destinations.get(name), busy),
+            );
         }
+        let (candidates, cursor) = walk.finish();
         let mut plan = FairShare::new(n, candidates, &gate.in_flight);
         let mut picked = Vec::new();
         let mut used: HashMap<String, usize> = HashMap::new();
@@ -310,7 +315,11 @@ impl TaskStore for MemoryStore {
                 ..task.clone()
             });
         }
-        Ok(claimed)
+        Ok(Claim {
+            tasks: claimed,
+            resume_after,
+            cursor,
+        })
     }
 
     async fn heartbeat(

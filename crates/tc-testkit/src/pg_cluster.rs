@@ -2,8 +2,8 @@
 //! directory, a server of its own on a free loopback port, stopped and
 //! removed on drop. For what must not touch a shared server: restarting
 //! PostgreSQL under load (`cargo xtask chaos --store postgres`), or
-//! changing its settings (a TLS test: put the files in
-//! [`PgCluster::data_dir`] and pass the settings to [`PgCluster::start`]).
+//! changing its settings. [`PgCluster::start_tls`] starts one with `ssl = on`
+//! and a certificate of the caller's (a TLS test).
 //!
 //! The binaries come from `TC_PG_BIN_DIR`, else the newest
 //! `/usr/lib/postgresql/<version>/bin` (Debian's layout), else `PATH`. As
@@ -41,6 +41,16 @@ impl Stop {
     }
 }
 
+/// The certificate (PEM, with its chain if any) and private key (PEM) a
+/// TLS cluster serves.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The server's certificate.
+    pub cert_pem: String,
+    /// Its private key.
+    pub key_pem: String,
+}
+
 /// A running throwaway cluster; stopped (immediately) and deleted on drop.
 pub struct PgCluster {
     dir: tempfile::TempDir,
@@ -53,6 +63,18 @@ impl PgCluster {
     /// Initialises a cluster and starts it on a free loopback port, with
     /// `settings` (name, value) added to its `postgresql.conf`.
     pub fn start(settings: &[(&str, &str)]) -> Result<PgCluster, String> {
+        PgCluster::start_with(settings, None)
+    }
+
+    /// Like [`PgCluster::start`], with `ssl = on` and `tls`'s certificate
+    /// and key (written into the data directory as `server.crt` and
+    /// `server.key`, the key readable by its owner only, as PostgreSQL
+    /// demands). Plain-text connections are still accepted.
+    pub fn start_tls(settings: &[(&str, &str)], tls: &ServerTls) -> Result<PgCluster, String> {
+        PgCluster::start_with(settings, Some(tls))
+    }
+
+    fn start_with(settings: &[(&str, &str)], tls: Option<&ServerTls>) -> Result<PgCluster, String> {
         let bin = bin_dir();
         let as_postgres = is_root()?;
         let dir = tempfile::Builder::new()
@@ -86,12 +108,21 @@ impl PgCluster {
                 "--no-sync",
             ],
         )?;
+        let mut settings = settings.to_vec();
+        if let Some(tls) = tls {
+            cluster.install_tls(tls)?;
+            settings.extend([
+                ("ssl", "on"),
+                ("ssl_cert_file", "server.crt"),
+                ("ssl_key_file", "server.key"),
+            ]);
+        }
         // A port free now may be taken before the server binds it: a few
         // tries with a fresh one each.
         let mut last = String::new();
         for _ in 0..5 {
             cluster.port = free_port()?;
-            cluster.configure(settings)?;
+            cluster.configure(&settings)?;
             match cluster.resume() {
                 Ok(()) => return Ok(cluster),
                 Err(e) => last = e,
@@ -161,6 +192,22 @@ impl PgCluster {
     pub fn restart(&self, how: Stop) -> Result<(), String> {
         self.stop(how)?;
         self.resume()
+    }
+
+    /// Writes the server's certificate and key into the data directory.
+    fn install_tls(&self, tls: &ServerTls) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.data_dir();
+        for (name, pem) in [("server.crt", &tls.cert_pem), ("server.key", &tls.key_pem)] {
+            let path = data.join(name);
+            std::fs::write(&path, pem).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            if self.as_postgres {
+                run(Command::new("chown").arg("postgres:").arg(&path))?;
+            }
+        }
+        Ok(())
     }
 
     fn data_path(&self) -> String {

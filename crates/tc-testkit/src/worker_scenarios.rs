@@ -31,8 +31,10 @@ macro_rules! ensure {
 }
 
 mod destinations;
+mod due_walk;
 mod faults;
 mod outbound;
+mod trace;
 
 use destinations::{
     breaker_opens_holds_without_attempts_probes_and_closes,
@@ -41,11 +43,13 @@ use destinations::{
     held_tasks_cancel_at_once_and_are_never_called, pause_holds_a_destination_until_resumed,
     retry_after_holds_the_whole_destination,
 };
+use due_walk::a_due_task_runs_past_thousands_of_waiting_destinations;
 use faults::{
     claim_errors_back_off, clock_jump_mid_call_delivers_once, outcome_write_retried_until_it_lands,
     panic_in_attempt_ends_it,
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
+use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
 const GUARD: Duration = Duration::from_secs(30);
@@ -134,6 +138,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             breaker: tc_worker::BreakerPolicy::default(),
             settings_interval: Duration::from_millis(50),
             signing_secrets: Default::default(),
+            tracer: None,
         }
     }
 
@@ -251,6 +256,8 @@ macro_rules! worker_scenarios {
             pause_holds_a_destination_until_resumed,
             held_tasks_cancel_at_once_and_are_never_called,
             outbound_calls_carry_headers_and_signatures_on_every_try,
+            trace_context_reaches_every_try,
+            a_due_task_runs_past_thousands_of_waiting_destinations,
         }
     };
 }
@@ -1384,13 +1391,13 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     ) -> impl Future<Output = Result<tc_model::store::StateCounts, StoreError>> + Send {
         self.inner.count_by_state()
     }
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: tc_model::destination::ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<tc_model::claim::Claim, StoreError> {
         let claims = self
             .claims
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -1403,11 +1410,11 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         if self.claims_fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Unavailable("claims fail (test)".to_owned()));
         }
-        let tasks = self.inner.claim_due(n, now, lease, gate).await?;
-        if !tasks.is_empty() {
+        let claim = self.inner.claim(n, now, lease, gate).await?;
+        if !claim.tasks.is_empty() {
             self.hold_if(&self.claim_armed).await;
         }
-        Ok(tasks)
+        Ok(claim)
     }
     fn heartbeat(
         &self,

@@ -14,6 +14,15 @@ use tokio_util::sync::CancellationToken;
 use crate::WorkerMetrics;
 use crate::control::{AttemptEnded, Shared};
 use crate::flow::Verdict;
+use crate::trace::AttemptSpan;
+
+/// The ids a task's log lines carry: its trace, and the try's span when
+/// spans are exported.
+#[derive(Clone, Copy)]
+struct LogIds<'a> {
+    trace_id: Option<&'a str>,
+    span_id: Option<&'a str>,
+}
 
 /// What an attempt needs besides its task.
 pub(crate) struct AttemptContext<S, D> {
@@ -22,6 +31,8 @@ pub(crate) struct AttemptContext<S, D> {
     pub(crate) policy: tc_retry::Policy,
     pub(crate) rng: Arc<Mutex<fastrand::Rng>>,
     pub(crate) metrics: WorkerMetrics,
+    /// Makes each try's span, when spans are exported.
+    pub(crate) tracer: Option<crate::trace::SpanTracer>,
 }
 
 /// How the race between the call and the two tokens ended.
@@ -233,15 +244,31 @@ async fn run<S: TaskStore, D: Downstream>(
     if cancel.is_cancelled() {
         // Canceled after the claim, before the call: the store already says
         // canceled, so there is nothing to write.
-        tracing::info!(task_id = %task_id, "task_skip_canceled");
+        let trace_id = task
+            .trace
+            .as_ref()
+            .map(tc_model::TraceContext::trace_id_hex);
+        tracing::info!(task_id = %task_id, trace_id, "task_skip_canceled");
         ctx.metrics.count("canceled");
         return Some(State::Canceled);
     }
     // Origin and path only: a query string often carries a secret.
     let (origin, path) = tc_model::origin_and_path(&task.url);
     // No header value is logged: they may be credentials.
-    tracing::info!(task_id = %task_id, attempt = task.attempt, method = task.method.as_str(), origin, path, "task_start");
-    let delivery = ctx.shared.outbound.delivery(&task, ctx.shared.clock.now());
+    let mut span = AttemptSpan::start(ctx.tracer.as_ref(), &task);
+    let (trace_id, span_id) = (
+        span.trace_id().map(str::to_owned),
+        span.span_id().map(str::to_owned),
+    );
+    let ids = LogIds {
+        trace_id: trace_id.as_deref(),
+        span_id: span_id.as_deref(),
+    };
+    tracing::info!(task_id = %task_id, attempt = task.attempt, method = task.method.as_str(), origin, path, trace_id = ids.trace_id, span_id = ids.span_id, "task_start");
+    let delivery = ctx
+        .shared
+        .outbound
+        .delivery(&task, ctx.shared.clock.now(), span.context());
 
     let started = Instant::now();
     guard.call_started();
@@ -259,23 +286,40 @@ async fn run<S: TaskStore, D: Downstream>(
     let duration_ms = millis(duration);
     ctx.metrics.call_duration.observe(duration.as_secs_f64());
 
+    match &race {
+        Race::Answered(answer) => {
+            let status = answer.as_ref().ok().map(|r| r.status);
+            let error_type = match answer {
+                Ok(r) if r.status < 400 => None,
+                Ok(r) => Some(r.status.to_string()),
+                Err(_) => Some(outcome_of(answer).reason()),
+            };
+            span.answered(status, error_type.as_deref());
+        }
+        Race::Canceled if ctx.shared.taken_away(task_id, task.attempt).is_none() => {
+            span.abandoned("canceled");
+        }
+        Race::Canceled | Race::Interrupted => span.abandoned("interrupted"),
+    }
     match race {
         Race::Canceled => match ctx.shared.taken_away(task_id, task.attempt) {
             // Another claim or process owns the task now: this try was
             // interrupted, not canceled.
             Some(state) => {
-                tracing::info!(task_id = %task_id, state = %state, retry = task.attempt, duration_ms, reason = "taken_away", "task_interrupted");
+                tracing::info!(task_id = %task_id, state = %state, retry = task.attempt, duration_ms, reason = "taken_away", trace_id = ids.trace_id, span_id = ids.span_id, "task_interrupted");
                 ctx.metrics.count("lost");
                 Some(state)
             }
             None => {
-                tracing::info!(task_id = %task_id, state = "canceled", retry = task.attempt, duration_ms, error = "canceled", "task_done");
+                tracing::info!(task_id = %task_id, state = "canceled", retry = task.attempt, duration_ms, error = "canceled", trace_id = ids.trace_id, span_id = ids.span_id, "task_done");
                 ctx.metrics.count("canceled");
                 Some(State::Canceled)
             }
         },
-        Race::Interrupted => release(ctx, &task, duration_ms).await,
-        Race::Answered(answer) => finish(ctx, &task, answer, duration_ms, cancel, interrupt).await,
+        Race::Interrupted => release(ctx, &task, duration_ms, &ids).await,
+        Race::Answered(answer) => {
+            finish(ctx, &task, answer, duration_ms, cancel, interrupt, &ids).await
+        }
     }
 }
 
@@ -287,6 +331,7 @@ async fn finish<S: TaskStore, D>(
     duration_ms: u64,
     cancel: &CancellationToken,
     interrupt: &CancellationToken,
+    ids: &LogIds<'_>,
 ) -> Option<State> {
     let task_id = task.id;
     let outcome = outcome_of(&answer);
@@ -372,6 +417,8 @@ async fn finish<S: TaskStore, D>(
                     retry = task.attempt,
                     duration_ms,
                     http_status,
+                    trace_id = ids.trace_id,
+                    span_id = ids.span_id,
                     "task_retry"
                 );
                 ctx.metrics.count("retry");
@@ -381,7 +428,14 @@ async fn finish<S: TaskStore, D>(
                 Some(State::Pending)
             }
             state => {
-                log_done(task, state, duration_ms, http_status, reason.as_deref());
+                log_done(
+                    task,
+                    state,
+                    duration_ms,
+                    http_status,
+                    reason.as_deref(),
+                    ids,
+                );
                 ctx.metrics.count(if state == State::Success {
                     "success"
                 } else {
@@ -392,7 +446,14 @@ async fn finish<S: TaskStore, D>(
         },
         Ok(Guarded::Lost(state)) => {
             // Canceled or recovered meanwhile: the store kept its state.
-            log_done(task, state, duration_ms, http_status, Some("lost_race"));
+            log_done(
+                task,
+                state,
+                duration_ms,
+                http_status,
+                Some("lost_race"),
+                ids,
+            );
             ctx.metrics.count("lost");
             Some(state)
         }
@@ -403,14 +464,21 @@ async fn finish<S: TaskStore, D>(
                 .shared
                 .taken_away(task_id, task.attempt)
                 .unwrap_or(State::Canceled);
-            log_done(task, state, duration_ms, http_status, Some("lost_race"));
+            log_done(
+                task,
+                state,
+                duration_ms,
+                http_status,
+                Some("lost_race"),
+                ids,
+            );
             ctx.metrics.count("lost");
             Some(state)
         }
         Err(WriteAbandoned::Interrupted) => {
             // Shutdown's grace ended before the store took the outcome: put
             // the task back, as for a call still in flight.
-            release(ctx, task, duration_ms).await
+            release(ctx, task, duration_ms, ids).await
         }
     }
 }
@@ -421,17 +489,18 @@ async fn release<S: TaskStore, D>(
     ctx: &AttemptContext<S, D>,
     task: &Task,
     duration_ms: u64,
+    ids: &LogIds<'_>,
 ) -> Option<State> {
     let task_id = task.id;
     let now = ctx.shared.clock.now();
     match ctx.shared.store.release(task_id, task.attempt, now).await {
         Ok(Guarded::Applied(_)) => {
-            tracing::info!(task_id = %task_id, state = "pending", duration_ms, reason = "shutdown", "task_interrupted");
+            tracing::info!(task_id = %task_id, state = "pending", duration_ms, reason = "shutdown", trace_id = ids.trace_id, span_id = ids.span_id, "task_interrupted");
             ctx.metrics.count("interrupted");
             Some(State::Pending)
         }
         Ok(Guarded::Lost(state)) => {
-            tracing::info!(task_id = %task_id, state = %state, duration_ms, reason = "shutdown", "task_interrupted");
+            tracing::info!(task_id = %task_id, state = %state, duration_ms, reason = "shutdown", trace_id = ids.trace_id, span_id = ids.span_id, "task_interrupted");
             ctx.metrics.count("lost");
             Some(state)
         }
@@ -448,13 +517,15 @@ fn log_done(
     duration_ms: u64,
     http_status: Option<u16>,
     error: Option<&str>,
+    ids: &LogIds<'_>,
 ) {
+    let LogIds { trace_id, span_id } = *ids;
     match (http_status, error) {
         (Some(status), _) if state == State::Success => {
-            tracing::info!(task_id = %task.id, state = %state, retry = task.attempt, duration_ms, http_status = status, "task_done");
+            tracing::info!(task_id = %task.id, state = %state, retry = task.attempt, duration_ms, http_status = status, trace_id, span_id, "task_done");
         }
         (http_status, error) => {
-            tracing::info!(task_id = %task.id, state = %state, retry = task.attempt, duration_ms, http_status, error, "task_done");
+            tracing::info!(task_id = %task.id, state = %state, retry = task.attempt, duration_ms, http_status, error, trace_id, span_id, "task_done");
         }
     }
 }

@@ -1,3 +1,6 @@
+//! The worker's clock: the wall clock in production, tokio's (pausable) clock
+//! in tests, read as a [`Timestamp`].
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -1,3 +1,6 @@
+//! What the claim loop, the attempts and the HTTP layer share: the claimed
+//! tasks, the wake-ups, and [`WorkerControl`], the handle the API holds.
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

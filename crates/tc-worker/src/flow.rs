@@ -183,6 +183,18 @@ impl Dest {
         }
     }
 
+    /// Whether nothing here needs remembering: no call in flight, the
+    /// breaker closed with no failure counted towards it, no backoff. A
+    /// destination without settings in that state is forgotten: a fresh
+    /// entry would be the same. (Its last status and error go with it.)
+    fn is_idle(&self) -> bool {
+        self.in_flight == 0
+            && self.breaker == Breaker::Closed
+            && self.failures == 0
+            && self.opens == 0
+            && self.backoff_until.is_none()
+    }
+
     fn breaker_state(&self) -> BreakerState {
         match self.breaker {
             Breaker::Closed => BreakerState::Closed,
@@ -196,7 +208,8 @@ impl Dest {
 struct FlowState {
     settings: HashMap<String, DestinationSettings>,
     dests: HashMap<String, Dest>,
-    /// The destination the last claim served last: the next one starts after it.
+    /// The destination the last claim's walk met last: the next one starts
+    /// after it.
     cursor: Option<String>,
 }
 
@@ -275,9 +288,14 @@ impl Flow {
                     .or_insert_with(|| Dest::new(now, Some(s)));
             }
         }
+        // A backoff that ended leaves an idle destination: forget it, so
+        // each claim costs what is active, not every host ever called.
+        dests.retain(|name, dest| {
+            dest.settle(now);
+            settings.contains_key(name) || !dest.is_idle()
+        });
         for (name, dest) in dests.iter_mut() {
             let s = settings.get(name);
-            dest.settle(now);
             dest.refill(now, s);
             let mut at_most: Option<usize> = None;
             let held = dest.backoff_until.is_some()
@@ -338,9 +356,9 @@ impl Flow {
         earliest
     }
 
-    /// Counts the tasks a claim took: their tokens, a half-open probe, and
-    /// where the rotation goes on.
-    pub(crate) fn claimed(&self, tasks: &[Task], now: Timestamp) {
+    /// Counts the tasks a claim took (their tokens, a half-open probe) and
+    /// keeps where the claim's walk stopped: the next one starts after it.
+    pub(crate) fn claimed(&self, tasks: &[Task], walked_to: Option<String>, now: Timestamp) {
         let mut guard = self.lock();
         let FlowState {
             settings,
@@ -364,8 +382,8 @@ impl Flow {
             self.metrics
                 .set_in_flight(&task.destination, dest.in_flight);
         }
-        if let Some(last) = tasks.last() {
-            *cursor = Some(last.destination.clone());
+        if walked_to.is_some() {
+            *cursor = walked_to;
         }
     }
 
@@ -460,11 +478,14 @@ impl Flow {
     /// probe, was freed).
     pub(crate) fn ended(&self, destination: &str, task: (TaskId, u32)) -> bool {
         let mut state = self.lock();
-        let capped = state
-            .settings
+        let FlowState {
+            settings, dests, ..
+        } = &mut *state;
+        let kept = settings.contains_key(destination);
+        let capped = settings
             .get(destination)
             .is_some_and(|s| s.max_in_flight.is_some());
-        let Some(dest) = state.dests.get_mut(destination) else {
+        let Some(dest) = dests.get_mut(destination) else {
             return capped;
         };
         dest.in_flight = dest.in_flight.saturating_sub(1);
@@ -474,7 +495,11 @@ impl Flow {
             dest.breaker = Breaker::HalfOpen { probe: None };
             freed = true;
         }
-        freed || dest.breaker != Breaker::Closed
+        let wake = freed || dest.breaker != Breaker::Closed;
+        if !kept && dest.is_idle() {
+            dests.remove(destination);
+        }
+        wake
     }
 
     /// This worker's view of `destination` now.
@@ -545,5 +570,116 @@ impl Flow {
 
     pub(crate) fn metrics(&self) -> &DestinationMetrics {
         &self.metrics
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tc_model::{Limits, NewTask};
+
+    fn task(host: &str, n: u32) -> Task {
+        let new = NewTask::new(
+            format!("http://{host}/"),
+            b"{}".to_vec(),
+            format!("{host}-{n}"),
+            3,
+            Duration::from_secs(1),
+            &Limits::default(),
+        )
+        .expect("a valid task");
+        let mut task = Task::submitted(TaskId::new(at(0), [n as u8; 10]), &new, at(0));
+        task.attempt = 1;
+        task
+    }
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_millis(1_700_000_000_000 + ms)
+    }
+
+    fn flow() -> Flow {
+        Flow::new(BreakerPolicy::default(), DestinationMetrics::default())
+    }
+
+    fn kept(flow: &Flow) -> usize {
+        flow.lock().dests.len()
+    }
+
+    /// 40,000 destinations called once each and all done: nothing is kept
+    /// and a claim's gate is empty, so memory and the cost of each claim
+    /// follow the destinations that are active, not every one ever seen.
+    #[test]
+    fn idle_destinations_are_forgotten() {
+        let flow = flow();
+        let tasks: Vec<Task> = (0..40_000)
+            .map(|i| task(&format!("h{i}.example"), 1))
+            .collect();
+        for chunk in tasks.chunks(64) {
+            flow.claimed(chunk, None, at(1));
+        }
+        assert_eq!(kept(&flow), 40_000, "in flight, each is kept");
+        assert_eq!(flow.gate(at(2)).in_flight.len(), 40_000);
+        for task in &tasks {
+            let id = (task.id, task.attempt);
+            flow.answered(
+                &task.destination,
+                id,
+                Verdict::Healthy,
+                Some(200),
+                None,
+                None,
+                at(3),
+            );
+            flow.ended(&task.destination, id);
+        }
+        assert_eq!(kept(&flow), 0, "idle destinations are kept");
+        assert_eq!(flow.gate(at(4)), ClaimGate::default());
+    }
+
+    /// What must be remembered keeps a destination: a failure towards its
+    /// breaker, an open breaker, a Retry-After backoff (until it ends),
+    /// settings; the rest goes as each becomes idle.
+    #[test]
+    fn destinations_with_something_to_remember_are_kept() {
+        let flow = flow();
+        let check = |host: &str, verdict: Verdict, backoff: Option<Duration>, kept_now: bool| {
+            let t = task(host, 7);
+            flow.claimed(std::slice::from_ref(&t), None, at(0));
+            let id = (t.id, t.attempt);
+            flow.answered(&t.destination, id, verdict, None, None, backoff, at(1));
+            flow.ended(&t.destination, id);
+            let there = flow.lock().dests.contains_key(&t.destination);
+            assert_eq!(there, kept_now, "{host}");
+        };
+        check("failing.example", Verdict::Failure, None, true);
+        check("neutral.example", Verdict::Neutral, None, false);
+        check(
+            "backoff.example",
+            Verdict::Healthy,
+            Some(Duration::from_secs(5)),
+            true,
+        );
+        flow.set_settings(
+            vec![(
+                "rated.example:80".to_owned(),
+                DestinationSettings {
+                    rate_per_s: Some(1.0),
+                    ..Default::default()
+                },
+            )],
+            at(2),
+        );
+        check("rated.example", Verdict::Healthy, None, true);
+        // The backoff ends: the next gate forgets it; the others stay.
+        let gate = flow.gate(at(10_000));
+        assert!(!gate.held.contains("backoff.example:80"), "{gate:?}");
+        let left: std::collections::BTreeSet<String> = flow.lock().dests.keys().cloned().collect();
+        assert_eq!(
+            left,
+            ["failing.example:80", "rated.example:80"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        );
     }
 }

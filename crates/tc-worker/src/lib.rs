@@ -24,12 +24,14 @@ mod flow;
 mod metrics;
 mod outbound;
 mod pruner;
+mod trace;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tc_downstream::Downstream;
 use tc_model::State;
+use tc_model::claim::Claim;
 use tc_model::store::{LeaseLost, TaskStore};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -44,6 +46,7 @@ pub use crate::flow::{BreakerPolicy, BreakerState, DestinationState};
 pub use crate::metrics::{DESTINATION_LABELS_LIMIT, OTHER_DESTINATIONS, WorkerMetrics};
 use crate::outbound::Outbound;
 pub use crate::pruner::{PRUNE_BATCH, Pruner, PrunerMetrics, Retention, prune_round};
+pub use crate::trace::SpanTracer;
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -52,7 +55,10 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// How long a claim holds a task before another worker may recover it.
     pub lease: Duration,
-    /// The longest the claim loop sleeps without being woken.
+    /// The longest the claim loop sleeps without being woken when it found
+    /// less than it asked for (it sleeps until the earliest task not yet
+    /// due, [`tc_model::claim::Claim::resume_after`], when that is sooner);
+    /// also the first wait after a failed claim.
     pub poll_interval: Duration,
     /// How long shutdown waits for in-flight calls before interrupting them.
     pub shutdown_grace: Duration,
@@ -70,6 +76,10 @@ pub struct WorkerConfig {
     /// The Standard Webhooks secrets that sign calls to destinations with
     /// none of their own (`--signing-secret`); none: those are not signed.
     pub signing_secrets: tc_model::signing::SigningSecrets,
+    /// Makes one OpenTelemetry span per try (`--otlp-endpoint`); `None`:
+    /// no spans, and each call's `traceparent` names the task's stored
+    /// parent.
+    pub tracer: Option<SpanTracer>,
 }
 
 impl Default for WorkerConfig {
@@ -77,7 +87,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             concurrency: 8,
             lease: Duration::from_secs(30),
-            poll_interval: Duration::from_millis(50),
+            poll_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             recover_interval: Duration::from_secs(15),
             retry: tc_retry::Policy::default(),
@@ -85,6 +95,7 @@ impl Default for WorkerConfig {
             breaker: BreakerPolicy::default(),
             settings_interval: Duration::from_secs(1),
             signing_secrets: tc_model::signing::SigningSecrets::default(),
+            tracer: None,
         }
     }
 }
@@ -134,6 +145,7 @@ impl<S: TaskStore> Worker<S> {
             policy: config.retry,
             rng: Arc::new(Mutex::new(rng)),
             metrics,
+            tracer: config.tracer.clone(),
         });
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
@@ -242,16 +254,12 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
         shared.begin_claim();
         let now = shared.clock.now();
         let gate = shared.flow.gate(now);
-        let claimed = match shared
-            .store
-            .claim_due(wanted, now, config.lease, gate)
-            .await
-        {
-            Ok(tasks) => {
+        let claim = match shared.store.claim(wanted, now, config.lease, gate).await {
+            Ok(claim) => {
                 if claim_backoff.take().is_some() {
                     tracing::info!("claims_resumed");
                 }
-                tasks
+                claim
             }
             Err(e) => {
                 // A failing store must not be hammered: wait, longer each
@@ -275,7 +283,12 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
                 }
             }
         };
-        shared.flow.claimed(&claimed, now);
+        let Claim {
+            tasks: claimed,
+            resume_after,
+            cursor,
+        } = claim;
+        shared.flow.claimed(&claimed, cursor, now);
         let ids: Vec<_> = claimed.iter().map(|t| (t.id, t.attempt)).collect();
         let tokens = shared.finish_claim(&ids);
         let got = claimed.len();
@@ -314,16 +327,14 @@ async fn claim_loop<S: TaskStore, D: Downstream>(
         }
 
         // Nothing more is due now: sleep until woken, the poll interval, or
-        // the earliest retry, whichever comes first.
+        // the earliest task not yet due (the claim said when), whichever
+        // comes first. A task due already but held (its destination paused,
+        // at its cap, out of tokens, backing off) does not wake the loop:
+        // it would spin. What ends a hold wakes it, or the poll interval.
         let mut wake_at = tokio::time::Instant::now() + config.poll_interval;
         let now = shared.clock.now();
-        match shared.store.next_due().await {
-            // A task due already was held (its destination paused, at its
-            // cap, out of tokens, backing off): waking for it would spin.
-            // What ends a hold wakes the loop, or the poll interval does.
-            Ok(Some(due)) if due > now => wake_at = wake_at.min(shared.clock.instant_of(due)),
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "next_due_failed"),
+        if let Some(due) = resume_after.filter(|due| *due > now) {
+            wake_at = wake_at.min(shared.clock.instant_of(due));
         }
         if let Some(release) = shared.flow.next_release(now) {
             wake_at = wake_at.min(shared.clock.instant_of(release));

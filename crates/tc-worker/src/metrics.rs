@@ -1,3 +1,6 @@
+//! The worker's Prometheus metrics: attempts by outcome and the
+//! per-destination gauges, with a bounded set of destination labels.
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -56,6 +59,11 @@ impl DestinationMetrics {
         }
         if labelled.len() < DESTINATION_LABELS_LIMIT {
             labelled.insert(destination.to_owned());
+            // Its breaker's series exists from now on, at 0 until it opens:
+            // alerting rules expect a series for every labelled destination.
+            drop(self.breaker_open.get_or_create(&DestinationLabel {
+                destination: destination.to_owned(),
+            }));
             return destination.to_owned();
         }
         OTHER_DESTINATIONS.to_owned()
@@ -189,5 +197,45 @@ impl WorkerMetrics {
 
     pub(crate) fn count(&self, outcome: &'static str) {
         self.attempts.get_or_create(&OutcomeLabel { outcome }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exported(metrics: &WorkerMetrics) -> String {
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        text
+    }
+
+    /// Prometheus alerting on `breaker_open == 1` needs the series at 0
+    /// before it ever opened: every destination given a label exports it.
+    #[test]
+    fn every_labelled_destination_exports_its_breaker_at_zero() {
+        let metrics = WorkerMetrics::default();
+        let d = &metrics.destinations;
+        d.set_in_flight("a.example:443", 1);
+        d.set_held(&[("b.example:443".to_owned(), "paused", 3)]);
+        d.set_breaker_open("c.example:443", true);
+        let text = exported(&metrics);
+        let check = |destination: &str, value: u8| {
+            let line = format!(
+                "taskcenter_destination_breaker_open{{destination=\"{destination}\"}} {value}"
+            );
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        };
+        check("a.example:443", 0);
+        check("b.example:443", 0);
+        check("c.example:443", 1);
+        d.set_breaker_open("c.example:443", false);
+        let text = exported(&metrics);
+        assert!(
+            text.contains("taskcenter_destination_breaker_open{destination=\"c.example:443\"} 0"),
+            "{text}"
+        );
     }
 }

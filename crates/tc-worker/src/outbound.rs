@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
-use tc_downstream::{Delivery, DeliverySpec, Method};
+use tc_downstream::{Delivery, DeliverySpec, Method, TraceHeaders};
 use tc_model::destination::DestinationSettings;
 use tc_model::headers::Headers;
 use tc_model::signing::SigningSecrets;
-use tc_model::{Task, Timestamp};
+use tc_model::{Task, Timestamp, TraceContext};
 
 /// A destination's part of its calls.
 #[derive(Default)]
@@ -93,8 +93,17 @@ impl Outbound {
 
     /// The request of `task`'s current try, sent at `now`: its method, url
     /// and body, its own headers over its destination's, signed with the
-    /// destination's secrets (the server's when it has none).
-    pub(crate) fn delivery(&self, task: &Task, now: Timestamp) -> Delivery {
+    /// destination's secrets (the server's when it has none). Its
+    /// `traceparent` names `span` (the try's own span, when spans are
+    /// exported) or else the task's stored parent; a task stored without a
+    /// trace context sends one only when the try has a span of its own
+    /// (`trace`, from that span).
+    pub(crate) fn delivery(
+        &self,
+        task: &Task,
+        now: Timestamp,
+        span: Option<&TraceContext>,
+    ) -> Delivery {
         let by_destination = self
             .by_destination
             .lock()
@@ -107,9 +116,19 @@ impl Outbound {
             &destination.secrets
         };
         let keys: Vec<&[u8]> = secrets.iter().map(|s| s.key()).collect();
-        let headers = task.headers.over(&destination.headers);
+        let mut headers = task.headers.over(&destination.headers);
         let task_id = task.id.to_string();
         let body = Bytes::from(task.body.clone());
+        let (traceparent, tracestate) = match (span, &task.trace) {
+            (Some(span), _) => (Some(span.traceparent()), span.state()),
+            (None, Some(stored)) => (Some(stored.traceparent()), stored.state()),
+            (None, None) => (None, None),
+        };
+        // Headers stored before these names were taskcenter's own must not
+        // send a second trace context (a receiver would find it invalid).
+        if traceparent.is_some() {
+            headers.retain(|(name, _)| !matches!(*name, "traceparent" | "tracestate"));
+        }
         Delivery::build(DeliverySpec {
             method: method(task.method),
             url: &task.url,
@@ -119,6 +138,10 @@ impl Outbound {
             attempt: task.attempt,
             idempotency_key: &task.idempotency_key,
             headers: &headers,
+            trace: TraceHeaders {
+                traceparent: traceparent.as_deref(),
+                tracestate,
+            },
             sent_at_s: now.as_millis().div_euclid(1000),
             signing_keys: &keys,
         })
@@ -207,7 +230,7 @@ mod tests {
             b"{\"a\":1}",
             headers(&[("Authorization", "Bearer t")]),
         );
-        let delivery = outbound.delivery(&task, NOW);
+        let delivery = outbound.delivery(&task, NOW, None);
         assert_eq!(delivery.method, Method::Put);
         assert_eq!(delivery.url, task.url);
         assert_eq!(delivery.timeout, Duration::from_secs(5));
@@ -244,7 +267,7 @@ mod tests {
         let task = task(tc_model::Method::Post, b"{}", Headers::default());
         let signature = |task: &Task| {
             outbound
-                .delivery(task, NOW)
+                .delivery(task, NOW, None)
                 .header("webhook-signature")
                 .map(str::to_owned)
         };
@@ -267,16 +290,71 @@ mod tests {
             ))
         );
         let unsigned = Outbound::new(SigningSecrets::default());
-        assert_eq!(unsigned.delivery(&task, NOW).header("webhook-id"), None);
+        assert_eq!(
+            unsigned.delivery(&task, NOW, None).header("webhook-id"),
+            None
+        );
     }
 
     #[test]
     fn a_get_sends_no_body() {
         let outbound = Outbound::new(SigningSecrets::default());
-        let delivery =
-            outbound.delivery(&task(tc_model::Method::Get, b"", Headers::default()), NOW);
+        let delivery = outbound.delivery(
+            &task(tc_model::Method::Get, b"", Headers::default()),
+            NOW,
+            None,
+        );
         assert_eq!((delivery.method, delivery.body.len()), (Method::Get, 0));
         assert_eq!(delivery.header("content-type"), None);
+    }
+
+    #[test]
+    fn the_trace_context_names_the_try_s_span_or_else_the_stored_parent() {
+        const CALLER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let outbound = Outbound::new(SigningSecrets::default());
+        let stored = TraceContext::from_headers(Some(CALLER), Some("congo=t61rcWkgMzE")).unwrap();
+        let traced = Task {
+            trace: Some(stored.clone()),
+            ..task(tc_model::Method::Post, b"{}", Headers::default())
+        };
+        let check =
+            |task: &Task, span: Option<&TraceContext>, expected: (Option<&str>, Option<&str>)| {
+                let delivery = outbound.delivery(task, NOW, span);
+                assert_eq!(
+                    (
+                        delivery.header("traceparent"),
+                        delivery.header("tracestate")
+                    ),
+                    expected
+                );
+            };
+        check(&traced, None, (Some(CALLER), Some("congo=t61rcWkgMzE")));
+        let span = stored.with_parent([7; 8], true).unwrap();
+        check(
+            &traced,
+            Some(&span),
+            (
+                Some("00-0af7651916cd43dd8448eb211c80319c-0707070707070707-01"),
+                Some("congo=t61rcWkgMzE"),
+            ),
+        );
+        let untraced = task(tc_model::Method::Post, b"{}", Headers::default());
+        check(&untraced, None, (None, None));
+        // A header of the same name stored before it was refused is not
+        // sent besides the context.
+        let older = Task {
+            headers: Headers::from_stored(Some(r#"{"traceparent":"00-x","x-a":"1"}"#)).unwrap(),
+            ..traced.clone()
+        };
+        let delivery = outbound.delivery(&older, NOW, None);
+        let sent: Vec<&str> = delivery
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "traceparent")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(sent, [CALLER]);
+        assert_eq!(delivery.header("x-a"), Some("1"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub(crate) mod api;
 pub(crate) mod bin;
 pub(crate) mod cli;
+pub(crate) mod collector;
 pub(crate) mod downstream;
 pub(crate) mod server;
 
@@ -48,6 +49,24 @@ pub(crate) async fn start_with(configure: impl FnOnce(&mut Config, &Downstream))
 }
 
 impl Setup {
+    /// A server (and downstream) on the database `dir/t.db` that already
+    /// exists, e.g. a backup.
+    pub(crate) async fn on(dir: &std::path::Path, configure: impl FnOnce(&mut Config)) -> Setup {
+        let owned = tempfile::tempdir().unwrap();
+        let down = Downstream::start().await;
+        let mut config = Config::new(dir);
+        configure(&mut config);
+        let server = config.start().await;
+        let api = Api::new(server.base_url());
+        Setup {
+            _dir: owned,
+            config,
+            down,
+            server,
+            api,
+        }
+    }
+
     /// Starts a new server process on the same database and flags (after
     /// the previous one exited or was killed), pointing `api` at it.
     pub(crate) async fn restart(&mut self) {

@@ -93,7 +93,10 @@ impl Config {
         }
         // The developer's own TC_* settings must not leak into a test.
         for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("TC_") {
+            // Nor OpenTelemetry's (an exporter the test did not ask for).
+            if key.to_string_lossy().starts_with("TC_")
+                || key.to_string_lossy().starts_with("OTEL_")
+            {
                 cmd.env_remove(key);
             }
         }

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use crate::bench::server::{ServerProcess, tc_server};
+use crate::harness::server::{ServerProcess, tc_server};
 
 const USAGE: &str = "usage: cargo xtask api-fuzz [--examples N]";
 
@@ -79,10 +79,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    let root = crate::bench::workspace_root();
-    let target = crate::bench::target_dir(&root);
+    let root = crate::harness::workspace_root();
+    let target = crate::harness::target_dir(&root);
     let schemathesis = install(&target)?;
-    crate::bench::build(&root, &["-p", "tc-server"])?;
+    crate::harness::build(&root, &["-p", "tc-server"])?;
     let binary = target.join("release").join("tc-server");
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
 

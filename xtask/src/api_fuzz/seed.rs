@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode};
 
 use super::sink;
-use crate::bench::load::{Conn, Endpoint};
+use crate::harness::client::{Conn, Endpoint};
 
 /// The ids of the seeded tasks, by the operation each is for.
 #[derive(Debug, Clone)]

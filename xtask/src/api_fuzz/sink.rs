@@ -62,7 +62,7 @@ mod tests {
     use http::{HeaderValue, Method};
 
     use super::*;
-    use crate::bench::load::{Conn, Endpoint};
+    use crate::harness::client::{Conn, Endpoint};
 
     #[test]
     fn about_three_keys_in_four_succeed() {

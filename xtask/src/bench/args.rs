@@ -20,13 +20,16 @@ pub(crate) enum Invocation {
         /// `--phase N` (repeatable): only these phases (by their number in
         /// the table); empty runs them all.
         phases: Vec<u8>,
-        /// `--big-file N`: the tasks already in the file that phase 11's
+        /// `--big-file N`: the tasks already in the file that phase 12's
         /// random-key batches go into (default: the plan's).
         big_file: Option<u64>,
         /// `--server-cores LIST`: tc-server runs under `taskset -c LIST`, so
         /// one machine compares core counts (the load stays where the bench
         /// itself runs).
         server_cores: Option<String>,
+        /// `--backup-tasks N`: the backup phase's database size, instead of
+        /// the plan's.
+        backup_tasks: Option<u64>,
     },
     /// Serve one of the bench's reference servers until killed (internal).
     Peer(PeerArgs),
@@ -58,16 +61,19 @@ usage: cargo xtask bench [--quick] [--phase N]... [--store sqlite|postgres]
 Builds tc-server in release and measures, in one run, each figure beside its
 ceiling on this machine; prints a table and writes target/bench/results.json.
   --quick   a smoke run: smaller counts and shorter windows (under 60 s)
-  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9, 10 or 11; repeatable), to look into one
+  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9, 10, 11 or 12; repeatable), to look into one
             figure; a figure beside another phase's result leaves that row out
             (phase 3 needs phase 1 picked too)
+  --backup-tasks N
+            phase 11's database: N pending tasks backed up while submits are
+            timed (default 1,000,000; 50,000 with --quick)
   --store postgres
             submit and end-to-end rates of 1, 2 and 3 tc-server nodes on the
             PostgreSQL test database (TC_TEST_POSTGRES_URL, default
             postgresql://postgres@127.0.0.1:5432/test) beside one node on
             SQLite, with CPU per task of the nodes and of PostgreSQL
   --big-file N
-            phase 11's batches of random keys go into a file already holding
+            phase 12's batches of random keys go into a file already holding
             N tasks (default 500000; 20000 with --quick)
   --server-cores LIST
             run every tc-server under `taskset -c LIST` (e.g. 0-1), to compare
@@ -75,7 +81,7 @@ ceiling on this machine; prints a table and writes target/bench/results.json.
 ";
 
 /// The phases `--phase` can pick (7 is `--store postgres`).
-pub(crate) const PHASES: [u8; 10] = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11];
+pub(crate) const PHASES: [u8; 11] = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12];
 
 /// Parses the arguments that follow `bench`.
 pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
@@ -84,6 +90,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
     let mut phases = Vec::new();
     let mut big_file = None;
     let mut server_cores = None;
+    let mut backup_tasks = None;
     let mut peer: Option<PeerKind> = None;
     let mut response_body: Option<PathBuf> = None;
     let mut location: Option<String> = None;
@@ -130,6 +137,17 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
                 }
                 server_cores = Some(cores);
             }
+            "--backup-tasks" => {
+                let n = value("--backup-tasks")?;
+                match n.parse::<u64>() {
+                    Ok(n) if (1..=100_000_000).contains(&n) => backup_tasks = Some(n),
+                    _ => {
+                        return Err(format!(
+                            "--backup-tasks: {n:?} is not a count from 1 to 100000000"
+                        ));
+                    }
+                }
+            }
             "--help" | "-h" => return Ok(Invocation::Help),
             "--peer" => {
                 peer = Some(match value("--peer")?.as_str() {
@@ -150,9 +168,14 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
             phases,
             big_file,
             server_cores,
+            backup_tasks,
         }),
         (Some(kind), Some(response_body), Some(location))
-            if !quick && phases.is_empty() && big_file.is_none() && server_cores.is_none() =>
+            if !quick
+                && phases.is_empty()
+                && big_file.is_none()
+                && server_cores.is_none()
+                && backup_tasks.is_none() =>
         {
             Ok(Invocation::Peer(PeerArgs {
                 kind,
@@ -193,6 +216,7 @@ mod tests {
                 phases: vec![],
                 big_file: None,
                 server_cores: None,
+                backup_tasks: None,
             })
         };
         check(&[], run(false, false));
@@ -212,12 +236,13 @@ mod tests {
                 phases: vec![5, 8],
                 big_file: None,
                 server_cores: None,
+                backup_tasks: None,
             }),
         );
         check(
             &[
                 "--phase",
-                "11",
+                "12",
                 "--big-file",
                 "600000",
                 "--server-cores",
@@ -226,9 +251,10 @@ mod tests {
             Ok(Invocation::Run {
                 quick: false,
                 postgres: false,
-                phases: vec![11],
+                phases: vec![12],
                 big_file: Some(600_000),
                 server_cores: Some("0-1,4".into()),
+                backup_tasks: None,
             }),
         );
         check(
@@ -238,6 +264,23 @@ mod tests {
         check(&["--big-file", "lots"], Err("not a positive count"));
         check(&["--server-cores", "0-1; rm"], Err("not a CPU list"));
         check(&["--server-cores", ""], Err("not a CPU list"));
+
+        check(
+            &["--quick", "--phase", "11", "--backup-tasks", "2000"],
+            Ok(Invocation::Run {
+                quick: true,
+                postgres: false,
+                phases: vec![11],
+                big_file: None,
+                server_cores: None,
+                backup_tasks: Some(2000),
+            }),
+        );
+        check(
+            &["--backup-tasks", "0"],
+            Err("--backup-tasks: \"0\" is not a count"),
+        );
+        check(&["--backup-tasks", "many"], Err("--backup-tasks"));
         check(&["--phase", "7"], Err("no phase \"7\""));
         check(&["--phase", "x"], Err("no phase \"x\""));
         check(&["--phase"], Err("--phase needs a value"));

@@ -142,7 +142,7 @@ mod tests {
     use http::{HeaderValue, Method};
 
     use super::*;
-    use crate::bench::load::{Conn, Endpoint};
+    use crate::harness::client::{Conn, Endpoint};
 
     /// The cancel figure is only meaningful if a dropped call is seen as a
     /// closed connection: drop a request in flight, the same way the worker

@@ -17,17 +17,17 @@ mod downstream;
 pub(crate) mod load;
 mod peer;
 mod phases;
-mod procfs;
 mod report;
-pub(crate) mod server;
 mod stats;
 mod store_alone;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use args::Invocation;
+
+use crate::harness::{build, target_dir, workspace_root};
 
 /// How big and how long each part of a run is.
 #[derive(Debug, Clone, Copy)]
@@ -72,17 +72,19 @@ pub(crate) struct Plan {
     /// The bound of any wait for the system to catch up (all tasks
     /// terminal, a backlog submitted).
     pub(crate) patience: Duration,
-    /// Phase 11: end-to-end windows after the cold one (each a submit
+    /// Phase 12: end-to-end windows after the cold one (each a submit
     /// window, then a wait until every task is terminal).
     pub(crate) node_windows: usize,
-    /// Phase 11: one end-to-end submit window, and one window of batches.
+    /// Phase 12: one end-to-end submit window, and one window of batches.
     pub(crate) node_window: Duration,
-    /// Phase 11: tasks queued while their destination is paused, then
+    /// Phase 12: tasks queued while their destination is paused, then
     /// drained.
     pub(crate) node_backlog: u64,
-    /// Phase 11: tasks already in the file the random-key batches go into
+    /// Phase 12: tasks already in the file the random-key batches go into
     /// (`--big-file`).
     pub(crate) big_file: u64,
+    /// Pending tasks in the database backed up while submits are timed.
+    pub(crate) backup_tasks: u64,
 }
 
 impl Plan {
@@ -112,6 +114,7 @@ impl Plan {
                 node_window: Duration::from_secs(2),
                 node_backlog: 5_000,
                 big_file: 20_000,
+                backup_tasks: 50_000,
             }
         } else {
             Plan {
@@ -138,6 +141,7 @@ impl Plan {
                 node_window: Duration::from_secs(10),
                 node_backlog: 100_000,
                 big_file: 500_000,
+                backup_tasks: 1_000_000,
             }
         }
     }
@@ -156,6 +160,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             phases,
             big_file,
             server_cores,
+            backup_tasks,
         } => {
             let root = workspace_root();
             if cfg!(debug_assertions) {
@@ -169,6 +174,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             let mut plan = Plan::new(quick);
             if let Some(n) = big_file {
                 plan.big_file = n;
+            }
+            if let Some(n) = backup_tasks {
+                plan.backup_tasks = n;
             }
             let setup = phases::Setup {
                 tc_server: &tc_server,
@@ -187,37 +195,6 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 /// Set by the debug build for the release one it hands over to: the
 /// release build of tc-server is already fresh.
 const BUILT: &str = "TC_BENCH_BUILT";
-
-pub(crate) fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap_or(Path::new("."))
-        .to_owned()
-}
-
-pub(crate) fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    }
-}
-
-/// `$CARGO build --release <packages>` in the workspace.
-pub(crate) fn build(root: &Path, packages: &[&str]) -> Result<(), String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("[bench] cargo build --release {}", packages.join(" "));
-    let status = Command::new(&cargo)
-        .current_dir(root)
-        .args(["build", "--release"])
-        .args(packages)
-        .status()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("cargo build --release failed ({status})"))
-    }
-}
 
 fn hand_over_to_release(root: &Path, args: &[String]) -> Result<(), String> {
     build(root, &["-p", "tc-server", "-p", "xtask"])?;

@@ -10,7 +10,7 @@ use http::Method;
 use tc_downstream::fake::{FakeServer, Reply, Script, Step};
 use tokio::task::JoinSet;
 
-use crate::bench::load::{Conn, Endpoint};
+use crate::harness::client::{Conn, Endpoint};
 
 /// Client loops sending submits and cancels at the same time.
 const CLIENTS: usize = 4;

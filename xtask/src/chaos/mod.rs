@@ -30,8 +30,8 @@ mod postgres;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::bench::load::{Conn, Endpoint};
-use crate::bench::server::{ServerProcess, tc_server};
+use crate::harness::client::{Conn, Endpoint};
+use crate::harness::server::{ServerProcess, tc_server};
 
 use ledger::Load;
 
@@ -77,9 +77,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let seed = seed.unwrap_or_else(|| fastrand::u64(..));
-    let root = crate::bench::workspace_root();
-    crate::bench::build(&root, &["-p", "tc-server"])?;
-    let binary = crate::bench::target_dir(&root)
+    let root = crate::harness::workspace_root();
+    crate::harness::build(&root, &["-p", "tc-server"])?;
+    let binary = crate::harness::target_dir(&root)
         .join("release")
         .join("tc-server");
     let runtime = tokio::runtime::Builder::new_multi_thread()

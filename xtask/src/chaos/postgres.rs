@@ -20,8 +20,8 @@ use http::Method;
 use tc_testkit::pg_cluster::{PgCluster, Stop};
 
 use super::ledger::{self, Load};
-use crate::bench::load::{Conn, Endpoint};
-use crate::bench::server::ServerProcess;
+use crate::harness::client::{Conn, Endpoint};
+use crate::harness::server::ServerProcess;
 
 const NODES: usize = 2;
 /// How long PostgreSQL stays away in a stop round.

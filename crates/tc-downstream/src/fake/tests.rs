@@ -1,3 +1,6 @@
+//! The fake downstream's own tests: scripted answers, recorded deliveries,
+//! and the bytes it puts on a loopback wire.
+
 use super::*;
 
 #[test]
@@ -25,6 +28,7 @@ fn request_with_key(path: &str, timeout: Duration, key: &str) -> Delivery {
         attempt: 1,
         idempotency_key: key,
         headers: &[],
+        trace: crate::TraceHeaders::default(),
         sent_at_s: 0,
         signing_keys: &[],
     })

@@ -100,6 +100,7 @@ fn spec<'a>(url: &'a str, body: &'a Bytes) -> DeliverySpec<'a> {
         attempt: 1,
         idempotency_key: "key-1",
         headers: &[],
+        trace: crate::TraceHeaders::default(),
         sent_at_s: 1_767_225_600,
         signing_keys: &[],
     }
@@ -273,6 +274,10 @@ async fn sends_the_delivery_as_built_and_the_fake_records_the_same() {
         task_id: "0192d3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
         attempt: 3,
         headers: &[("authorization", "Bearer t0k3n"), ("x-tenant", "acme")],
+        trace: crate::TraceHeaders {
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            tracestate: Some("congo=t61rcWkgMzE"),
+        },
         signing_keys: &[&key],
         ..spec(url, &body)
     });
@@ -302,6 +307,10 @@ async fn sends_the_delivery_as_built_and_the_fake_records_the_same() {
     );
     assert_eq!(real.header("user-agent"), Some(crate::USER_AGENT));
     assert_eq!(real.header("authorization"), Some("Bearer t0k3n"));
+    assert_eq!(
+        real.header("traceparent"),
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    );
     assert!(
         real.header("webhook-signature")
             .is_some_and(|s| s.starts_with("v1,"))

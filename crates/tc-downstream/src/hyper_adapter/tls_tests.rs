@@ -84,6 +84,7 @@ fn request(url: String) -> Delivery {
         attempt: 2,
         idempotency_key: "order-17:charge",
         headers: &[],
+        trace: crate::TraceHeaders::default(),
         sent_at_s: 0,
         signing_keys: &[],
     })

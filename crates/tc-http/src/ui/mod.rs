@@ -27,12 +27,13 @@ use http::header::{
 use http::request::Parts;
 use http::{Method, Response, StatusCode};
 use http_body_util::Full;
-use hyper::body::Body;
 use maud::Markup;
 use tc_model::store::TaskStore;
 
-use crate::app::App;
-use crate::body::RequestBody;
+use prometheus_client::registry::Registry;
+
+use crate::body::{AnyBody, RequestBody};
+use crate::config::HttpConfig;
 use crate::control::Control;
 
 pub use activity::{Activity, Event, Series};
@@ -47,7 +48,7 @@ const APP_CSS: &str = include_str!("assets/app.css");
 const APP_JS: &str = include_str!("assets/app.js");
 
 /// What the overview shows beyond the store and the metrics registry,
-/// handed in by whoever wires the service ([`App::with_dashboard`]).
+/// handed in by whoever wires the service ([`crate::App::with_dashboard`]).
 #[derive(Debug, Clone, Default)]
 pub struct DashboardSources {
     /// The worker's `--concurrency`, shown beside the calls in flight.
@@ -66,7 +67,7 @@ pub(crate) const FORM_MAX_BYTES: usize = 4 * 1024;
 /// anyone can send without a credential cannot take what API requests need.
 const FORM_BUDGET_BYTES: usize = 64 * FORM_MAX_BYTES;
 
-/// The dashboard's state inside [`App`].
+/// The dashboard's state inside [`crate::App`].
 #[derive(Debug)]
 pub(crate) struct Ui {
     pub(crate) sessions: auth::Sessions,
@@ -95,6 +96,39 @@ pub(crate) fn is_ui_path(path: &str) -> bool {
     path == "/ui" || path.starts_with("/ui/")
 }
 
+/// What the pages show, and nothing else of the application: the store and
+/// the worker's port they read, the dashboard's own state, the metrics
+/// registry (the overview's figures) and the config (the token, proxies).
+pub(crate) struct Source<'a, S, C> {
+    pub(crate) store: &'a S,
+    pub(crate) control: &'a C,
+    pub(crate) ui: &'a Ui,
+    pub(crate) registry: &'a Registry,
+    pub(crate) config: &'a HttpConfig,
+}
+
+impl<S, C> Source<'_, S, C> {
+    pub(crate) fn store(&self) -> &S {
+        self.store
+    }
+
+    pub(crate) fn control(&self) -> &C {
+        self.control
+    }
+
+    pub(crate) fn ui(&self) -> &Ui {
+        self.ui
+    }
+
+    pub(crate) fn registry(&self) -> &Registry {
+        self.registry
+    }
+
+    pub(crate) fn config(&self) -> &HttpConfig {
+        self.config
+    }
+}
+
 /// What every page needs to know about the request.
 pub(crate) struct Ctx {
     /// The session's CSRF token, for the meta tag and the logout form.
@@ -106,16 +140,14 @@ pub(crate) struct Ctx {
 type Html = Response<Full<Bytes>>;
 
 /// Answers a `/ui` request; every answer carries the security headers.
-pub(crate) async fn route<S, C, B>(
-    app: &App<S, C>,
+pub(crate) async fn route<S, C>(
+    app: &Source<'_, S, C>,
     parts: &Parts,
-    body: &mut RequestBody<B>,
+    body: &mut RequestBody<AnyBody>,
 ) -> Html
 where
     S: TaskStore,
     C: Control,
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
 {
     let mut response = answer(app, parts, body).await;
     let headers = response.headers_mut();
@@ -138,12 +170,14 @@ where
     response
 }
 
-async fn answer<S, C, B>(app: &App<S, C>, parts: &Parts, body: &mut RequestBody<B>) -> Html
+async fn answer<S, C>(
+    app: &Source<'_, S, C>,
+    parts: &Parts,
+    body: &mut RequestBody<AnyBody>,
+) -> Html
 where
     S: TaskStore,
     C: Control,
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
 {
     let path = parts.uri.path();
     let method = &parts.method;
@@ -208,17 +242,15 @@ where
 /// session cookie and goes to the overview; a wrong one sees the form again.
 /// An address with ten failures in the last minute is answered 429 without
 /// its token being looked at.
-async fn login<S, C, B>(
-    app: &App<S, C>,
+async fn login<S, C>(
+    app: &Source<'_, S, C>,
     token: &str,
     parts: &Parts,
-    body: &mut RequestBody<B>,
+    body: &mut RequestBody<AnyBody>,
 ) -> Html
 where
     S: TaskStore,
     C: Control,
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
 {
     let client = crate::client::client_of(parts, &app.config().trusted_proxies);
     let throttle = &app.ui().logins;
@@ -270,17 +302,15 @@ where
 }
 
 /// `POST /ui/logout` with the form's `csrf` field.
-async fn logout<S, C, B>(
-    app: &App<S, C>,
+async fn logout<S, C>(
+    app: &Source<'_, S, C>,
     session: Option<auth::Session>,
     parts: &Parts,
-    body: &mut RequestBody<B>,
+    body: &mut RequestBody<AnyBody>,
 ) -> Html
 where
     S: TaskStore,
     C: Control,
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
 {
     let given = match body.read_all().await {
         Ok(bytes) => form_value(&bytes, "csrf"),

@@ -256,6 +256,36 @@ async fn binary_results_show_a_size_and_a_download_link() {
 }
 
 #[tokio::test]
+async fn a_task_page_shows_its_trace_id() {
+    let f = fixture(None);
+    let traced = NewTask::new(
+        "http://127.0.0.1:9/hook".into(),
+        b"{}".to_vec(),
+        "traced".into(),
+        1,
+        Duration::from_secs(1),
+        &Limits::default(),
+    )
+    .unwrap()
+    .with_trace(
+        tc_model::TraceContext::from_headers(
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            None,
+        )
+        .unwrap(),
+    );
+    let id = f.store.submit(traced, NOW).await.unwrap().task.id;
+    let page = f
+        .call("GET", &format!("/ui/tasks/{id}"), &[], "")
+        .await
+        .body;
+    assert!(
+        page.contains("<dt>trace id</dt><dd class=\"mono\">0af7651916cd43dd8448eb211c80319c</dd>"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
 async fn every_ui_answer_carries_the_csp_and_nosniff() {
     for token in [None, Some("s3cret")] {
         let f = fixture(token);

@@ -1075,6 +1075,7 @@ const VIEW_FIELDS: &[&str] = &[
     "headers",
     "destination",
     "idempotency_key",
+    "trace_id",
     "attempt",
     "max_attempts",
     "http_status",
@@ -1112,6 +1113,15 @@ async fn task_views_have_exactly_the_documented_fields() {
         .await
         .json();
     assert_eq!(keys(&pending), VIEW_FIELDS.iter().copied().collect());
+    // Submitted without a traceparent: a new trace.
+    let trace_id = pending["trace_id"].as_str().unwrap();
+    assert!(
+        trace_id.len() == 32
+            && trace_id
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        "{trace_id}"
+    );
     let expected = json!({
         "id": f.pending.to_string(),
         "state": "pending",
@@ -1120,6 +1130,7 @@ async fn task_views_have_exactly_the_documented_fields() {
         "headers": {},
         "destination": "127.0.0.1:9",
         "idempotency_key": "pending",
+        "trace_id": trace_id,
         "attempt": 0,
         "max_attempts": 1,
         "http_status": null,
@@ -1970,6 +1981,96 @@ async fn views_show_methods_and_header_names_never_a_credential() {
     for (path, text) in &seen {
         for hidden in ["s3cr3t", "whsec_", "C2FVsBQ"] {
             assert!(!text.contains(hidden), "{path} shows {hidden}: {text}");
+        }
+    }
+}
+
+/// A submit's valid `traceparent` puts the task in the caller's trace (its
+/// view shows the trace id, the store keeps the context); a missing or
+/// invalid one is never an error and gives a new trace; a batch's items
+/// share the request's trace.
+#[tokio::test]
+async fn a_submit_s_trace_context_is_kept_and_an_invalid_one_ignored() {
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let h = harness(HttpConfig::default()).await;
+    let submit = |key: &'static str, headers: Vec<(&'static str, &'static str)>| {
+        let h = &h;
+        async move {
+            let body = format!(r#"{{"url":"http://127.0.0.1:9/hook","idempotency_key":"{key}"}}"#);
+            let mut all = vec![("content-type", "application/json")];
+            all.extend(headers);
+            let reply = h.call("POST", "/tasks", &all, body.as_bytes()).await;
+            assert_eq!(reply.status, 201, "{key}");
+            reply.json()
+        }
+    };
+    let traced = submit(
+        "traced",
+        vec![("traceparent", PARENT), ("tracestate", "congo=t61rcWkgMzE")],
+    )
+    .await;
+    assert_eq!(traced["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+    let id: tc_model::TaskId = traced["id"].as_str().unwrap().parse().unwrap();
+    let stored = h.store.get(id).await.unwrap().trace.unwrap();
+    assert_eq!(
+        (stored.traceparent().as_str(), stored.state()),
+        (PARENT, Some("congo=t61rcWkgMzE"))
+    );
+
+    let mut new_traces = Vec::new();
+    for (key, headers) in [
+        ("none", vec![]),
+        (
+            "invalid",
+            vec![("traceparent", "00-zz-yy-01"), ("tracestate", "a=1")],
+        ),
+        (
+            "zero",
+            vec![(
+                "traceparent",
+                "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            )],
+        ),
+    ] {
+        let view = submit(key, headers).await;
+        let trace_id = view["trace_id"].as_str().unwrap().to_owned();
+        assert!(
+            trace_id.len() == 32 && trace_id != "0af7651916cd43dd8448eb211c80319c",
+            "{key}: {trace_id}"
+        );
+        new_traces.push(trace_id);
+    }
+    new_traces.dedup();
+    assert_eq!(new_traces.len(), 3, "a new trace each: {new_traces:?}");
+
+    for (prefix, headers, expected) in [
+        (
+            "p",
+            vec![("traceparent", PARENT)],
+            Some("0af7651916cd43dd8448eb211c80319c"),
+        ),
+        ("q", vec![], None),
+    ] {
+        let batch = format!(
+            r#"{{"tasks":[{{"url":"http://127.0.0.1:9/a","idempotency_key":"{prefix}1"}},{{"url":"http://127.0.0.1:9/b","idempotency_key":"{prefix}2"}}]}}"#
+        );
+        let mut all = vec![("content-type", "application/json")];
+        all.extend(headers);
+        let reply = h
+            .call("POST", "/tasks/batch", &all, batch.as_bytes())
+            .await
+            .json();
+        let ids: Vec<&str> = reply["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["task"]["trace_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert_eq!(ids[0], ids[1], "one trace for the request");
+        match expected {
+            Some(expected) => assert_eq!(ids[0], expected),
+            None => assert!(!new_traces.contains(&ids[0].to_owned()), "a new trace"),
         }
     }
 }

@@ -64,15 +64,15 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.count_by_state().await
     }
-    async fn claim_due(
+    async fn claim(
         &self,
         n: usize,
         now: Timestamp,
         lease: Duration,
         gate: tc_model::destination::ClaimGate,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<tc_model::claim::Claim, StoreError> {
         self.check()?;
-        self.inner.claim_due(n, now, lease, gate).await
+        self.inner.claim(n, now, lease, gate).await
     }
     async fn heartbeat(
         &self,

@@ -105,6 +105,13 @@ pub(crate) fn task_fields(task: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
     rows.extend([
         row("destination", text(field(task, "destination"))),
         row("key", text(field(task, "idempotency_key"))),
+    ]);
+    // The W3C trace id, to find the task's spans (absent from older
+    // servers' views, null for tasks stored before traces were kept).
+    if !field(task, "trace_id").is_null() {
+        rows.push(row("trace", text(field(task, "trace_id"))));
+    }
+    rows.extend([
         row("attempt", attempts_text(task)),
         row("http status", text(field(task, "http_status"))),
         row("error", text(field(task, "error"))),
@@ -305,6 +312,7 @@ mod tests {
             "headers": {"authorization": "[redacted]", "x-tenant": "acme"},
             "destination": "127.0.0.1:9000",
             "idempotency_key": "order-42",
+            "trace_id": "0af7651916cd43dd8448eb211c80319c",
             "attempt": 2, "max_attempts": 5,
             "http_status": 200, "error": null,
             "result": "{\"received\":true}",
@@ -336,6 +344,7 @@ mod tests {
              headers      authorization: [redacted], x-tenant: acme\n\
              destination  127.0.0.1:9000\n\
              key          order-42\n\
+             trace        0af7651916cd43dd8448eb211c80319c\n\
              attempt      2 of 5\n\
              http status  200\n\
              error        -\n\

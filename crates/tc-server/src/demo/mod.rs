@@ -55,7 +55,7 @@ pub(crate) async fn run() -> ExitCode {
 async fn walk_through() -> Result<(), DemoError> {
     let dir = tempfile::tempdir()?;
     let downstream = DemoDownstream::start().await?;
-    let settings = settings(dir.path().join("demo.db"));
+    let settings = settings(dir.path().join("demo.db").into());
     let running = serve::start(settings).await?;
     let mut demo = Demo {
         api: ApiClient::new(running.addr()),
@@ -88,7 +88,7 @@ async fn walk_through() -> Result<(), DemoError> {
     Ok(())
 }
 
-fn settings(db: std::path::PathBuf) -> Settings {
+fn settings(db: crate::store::DbTarget) -> Settings {
     Settings {
         db,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -116,6 +116,7 @@ fn settings(db: std::path::PathBuf) -> Settings {
         retention: tc_worker::Retention::default(),
         // The demo runs on SQLite.
         postgres: tc_store_pg::PgConfig::default(),
+        otlp: None,
     }
 }
 

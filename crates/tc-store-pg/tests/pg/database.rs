@@ -123,7 +123,7 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -196,11 +196,77 @@ async fn a_version_6_schema_is_upgraded_in_place() {
         ),
         (Some(4), &headers, &secrets)
     );
+    // Step 10 found the old pending task's destination: a claim's walk
+    // meets it through its due time, and its count is one pending.
+    assert_eq!((updated.pending, updated.running), (1, 0));
+    let claimed = store
+        .claim_due(
+            1,
+            Timestamp::default(),
+            LEASE,
+            tc_model::destination::ClaimGate::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].idempotency_key, "old");
     drop(store);
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            tc_store_pg::SCHEMA_VERSION
+        )
+    );
+    db.cleanup().await.unwrap();
+}
+
+/// A schema of version 9 (before trace contexts) with a task is upgraded in
+/// place: the old task has no trace context and is still claimed; a new
+/// task keeps the one it was submitted with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_9_schema_is_upgraded_in_place() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(9).await.unwrap();
+    db.execute(&format!(
+        "SET search_path TO {schema};
+         INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns,
+                            created_at, updated_at, next_run_at, destination, method)
+         VALUES ('\\x0190f3a2000070008000000000000001', 'old', 'pending',
+                 'http://127.0.0.1:9/old', '\\x7b7d', 3, 1000000000, 0, 0, 0, '127.0.0.1:9',
+                 'PUT');"
+    ))
+    .await
+    .unwrap();
+
+    let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let old = store
+        .get("0190f3a2-0000-7000-8000-000000000001".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!((old.method, &old.trace), (tc_model::Method::Put, &None));
+    let context = tc_model::TraceContext::from_headers(
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        Some("congo=t61rcWkgMzE"),
+    )
+    .unwrap();
+    let new = tc_model::NewTask::new(
+        "http://127.0.0.1:9/new".into(),
+        b"{}".to_vec(),
+        "new".into(),
+        1,
+        std::time::Duration::from_secs(1),
+        &tc_model::Limits::default(),
+    )
+    .unwrap()
+    .with_trace(context.clone());
+    let created = store.submit(new, Timestamp::default()).await.unwrap().task;
+    assert_eq!(store.get(created.id).await.unwrap().trace, Some(context));
+    drop(store);
+    assert_eq!(
+        snapshot(&db, &schema).await,
+        format!(
+            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );

@@ -1,7 +1,8 @@
 //! The PostgreSQL adapter's tests: the store contract, the worker scenarios,
 //! and what only PostgreSQL shows (schemas refused, migrations and their
 //! backfills, the database's clock, notifications, listing beside other
-//! transactions, writes that must not wait on one another). Each suite prints one
+//! transactions, writes that must not wait on one another), TLS to a throwaway
+//! cluster of its own. Each suite prints one
 //! `skipped: no PostgreSQL at <url>` line and passes when there is none.
 
 #![allow(clippy::unwrap_used)]
@@ -9,7 +10,9 @@
 mod contention;
 mod contract;
 mod database;
+mod idle;
 mod listing;
 mod support;
+mod tls;
 mod upgrade;
 mod workers;

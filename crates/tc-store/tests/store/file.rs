@@ -198,6 +198,10 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(old.attempts[0].duration_ms, Some(100));
     // Tasks from before methods and headers are POSTs with none.
     assert_eq!((old.method, old.headers.len()), (tc_model::Method::Post, 0));
+    // Step 11 counted the old file's pending task for its destination, and
+    // the claim's walk finds it through its due time.
+    let before = store.destination("127.0.0.1:9".into()).await.unwrap();
+    assert_eq!((before.pending, before.running), (1, 0));
     let claimed = store
         .claim_due(
             10,
@@ -210,6 +214,8 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, waiting);
     assert_eq!(claimed[0].body, b"[]");
+    let after = store.destination("127.0.0.1:9".into()).await.unwrap();
+    assert_eq!((after.pending, after.running), (0, 1));
     assert_eq!(
         (claimed[0].method, claimed[0].headers.len()),
         (tc_model::Method::Post, 0)
@@ -274,6 +280,8 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         indexes,
         [
             "attempts_by_task",
+            "destination_tasks_ready",
+            "destination_tasks_waiting",
             "tasks_by_destination",
             "tasks_by_error",
             "tasks_by_state",
@@ -282,6 +290,24 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_leased"
         ]
     );
+    // Tasks from before trace contexts have none; new ones keep theirs.
+    assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
+    drop(conn);
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    let context = tc_model::TraceContext::from_headers(
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        Some("congo=t61rcWkgMzE"),
+    )
+    .unwrap();
+    let traced = store
+        .submit(task("traced").with_trace(context.clone()), t(65))
+        .await
+        .unwrap()
+        .task;
+    assert_eq!(store.get(traced.id).await.unwrap().trace, Some(context));
+    store.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

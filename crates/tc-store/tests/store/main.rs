@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod backup;
 mod contract;
 mod crash;
 mod file;

@@ -2,14 +2,15 @@
 //! method and headers, a destination's default headers and signing
 //! secrets, kept by every store as written.
 
-use tc_model::destination::{DestinationSettings, DestinationUpdate};
+use tc_model::destination::{ClaimGate, DestinationSettings, DestinationUpdate};
 use tc_model::signing::SigningSecrets;
 use tc_model::store::{StoreError, TaskStore};
 use tc_model::{Headers, Method, NewTask, State};
 
-use super::{
-    ClaimGate, DEST_A, DEST_B, Step, URL_A, Verdict, at, claim, create, get, list_all, set,
-    settings_read_back, task_for,
+use super::Verdict;
+use super::check::{
+    DEST_A, DEST_B, Step, URL_A, at, claim, create, get, list_all, set, settings_read_back,
+    task_for,
 };
 
 fn headers(list: &[(&str, &str)]) -> Headers {

@@ -2,6 +2,7 @@
 //! phase, sharing the run's state ([`Bench`]), the load generator
 //! ([`super::load`]) and the one fake downstream ([`super::downstream`]).
 
+mod backup;
 mod cancel;
 mod end_to_end;
 mod head_of_line;
@@ -29,11 +30,11 @@ use tokio::time::Instant;
 use super::Plan;
 use super::downstream::{HangingDownstream, HttpDownstream};
 use super::load::{self, Conn, Endpoint, Load, LoadResult, MakeRequest};
-use super::procfs::Machine;
 use super::report::{self, Figure, Target};
-use super::server::{self, ServerProcess};
 use super::stats::{self, Summary, ms};
 use super::store_alone;
+use crate::harness::procfs::Machine;
+use crate::harness::server::{self, ServerProcess};
 
 /// What the no-op and naive servers answer: tc-server's own answer to a
 /// submit, captured at the start of the run.
@@ -151,7 +152,8 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         bench.phase(8, "operations", Bench::operations).await;
         bench.phase(9, "head of line", Bench::head_of_line).await;
         bench.phase(10, "idle waiters", Bench::idle_waiters).await;
-        bench.phase(11, "one node", Bench::one_node).await;
+        bench.phase(11, "backup", Bench::backup).await;
+        bench.phase(12, "one node", Bench::one_node).await;
     });
     drop(runtime);
 

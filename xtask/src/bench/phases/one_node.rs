@@ -1,4 +1,4 @@
-//! Phase 11, one node (issue 26): one tc-server on SQLite as its users meet
+//! Phase 12, one node (issue 26): one tc-server on SQLite as its users meet
 //! it, every figure a ratio within this run.
 //!
 //! - **cold**: a new server loaded at once; its first window's submits/s
@@ -14,8 +14,8 @@
 //!   file already holding `big_file` tasks (scheduled a day out, so the
 //!   worker has nothing to claim), beside the same batches into a new file.
 
-use super::super::procfs::{self, ThreadCpu};
 use super::*;
+use crate::harness::procfs::{self, ThreadCpu};
 
 /// The writer thread's name (`crates/tc-store/src/writer.rs`); Linux keeps
 /// 15 bytes of a thread name, and this one fits.
@@ -275,7 +275,7 @@ impl Bench {
         self.push(
             Figure::new(
                 "node_drain",
-                &format!("11 drain of {} queued tasks/s", thousands(backlog)),
+                &format!("12 drain of {} queued tasks/s", thousands(backlog)),
                 drain_rate,
                 "/s",
             )
@@ -289,7 +289,7 @@ impl Bench {
             Figure::new(
                 "node_cold",
                 &format!(
-                    "11 submits/s, first {:.0} s of a new server",
+                    "12 submits/s, first {:.0} s of a new server",
                     plan.cold_window.as_secs_f64()
                 ),
                 cold.per_second(),
@@ -302,7 +302,7 @@ impl Bench {
         self.push(
             Figure::new(
                 "node_writer_cpu",
-                "11 writer-thread CPU per task, end to end",
+                "12 writer-thread CPU per task, end to end",
                 steady_cpu.writer_ns as f64 / 1000.0 / steady_tasks.max(1) as f64,
                 "µs",
             )
@@ -320,7 +320,7 @@ impl Bench {
             Figure::new(
                 "node_batch_random",
                 &format!(
-                    "11 batch-of-1000 tasks/s, random keys, file of {}",
+                    "12 batch-of-1000 tasks/s, random keys, file of {}",
                     thousands(plan.big_file)
                 ),
                 batch_rate(&big),
@@ -336,7 +336,7 @@ impl Bench {
         self.push(
             Figure::new(
                 "node_submit_p99",
-                "11 submit p99 at the steady rate",
+                "12 submit p99 at the steady rate",
                 ms(latency.p99),
                 "ms",
             )

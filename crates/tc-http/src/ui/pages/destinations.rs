@@ -10,8 +10,8 @@ use tc_model::destination::{DESTINATIONS_LIMIT, Destination};
 use tc_model::store::TaskStore;
 
 use super::duration_text;
-use crate::app::App;
 use crate::control::{Control, DestinationRuntime};
+use crate::ui::Source;
 
 /// Destinations shown; the rest are counted ("N more").
 pub(crate) const SHOWN: usize = 20;
@@ -106,7 +106,10 @@ pub(crate) fn busiest(mut rows: Vec<Row>) -> (Vec<Row>, usize) {
 
 /// The section, read now. A store that cannot list destinations costs this
 /// section only, not the overview.
-pub(crate) async fn section<S: TaskStore, C: Control>(app: &App<S, C>, now: Timestamp) -> Markup {
+pub(crate) async fn section<S: TaskStore, C: Control>(
+    app: &Source<'_, S, C>,
+    now: Timestamp,
+) -> Markup {
     let listed = app.store().destinations().await;
     let body = match listed {
         Ok(all) => {

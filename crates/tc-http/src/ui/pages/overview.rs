@@ -6,9 +6,9 @@ use tc_model::State;
 use tc_model::store::TaskStore;
 
 use super::{Nav, Rendered, duration_text, layout};
-use crate::app::App;
 use crate::control::Control;
 use crate::ui::Ctx;
+use crate::ui::Source;
 use crate::ui::activity::{Buckets, Series, WINDOW_SECONDS, quantile};
 
 /// The histogram the latency comes from (the worker's, in the shared
@@ -21,7 +21,7 @@ const IN_FLIGHT: &str = "taskcenter_in_flight_calls";
 /// jagged points.
 const STEP: usize = 5;
 
-pub(crate) async fn page<S: TaskStore, C: Control>(app: &App<S, C>, ctx: &Ctx) -> Rendered {
+pub(crate) async fn page<S: TaskStore, C: Control>(app: &Source<'_, S, C>, ctx: &Ctx) -> Rendered {
     let live = fragment(app).await;
     Rendered {
         status: live.status,
@@ -37,7 +37,7 @@ pub(crate) async fn page<S: TaskStore, C: Control>(app: &App<S, C>, ctx: &Ctx) -
     }
 }
 
-pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &App<S, C>) -> Rendered {
+pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -> Rendered {
     let now = app.control().now();
     let counts = match app.store().count_by_state().await {
         Ok(c) => c,
@@ -151,7 +151,7 @@ struct Metrics {
 /// The call-duration histogram and the in-flight gauge, read from the
 /// registry's text encoding (the registry is what `/metrics` serves; the
 /// histogram type has no accessor for its buckets).
-fn read_metrics<S: TaskStore, C: Control>(app: &App<S, C>) -> Metrics {
+fn read_metrics<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -> Metrics {
     let mut text = String::new();
     if prometheus_client::encoding::text::encode(&mut text, app.registry()).is_err() {
         text.clear();

@@ -7,16 +7,16 @@ use tc_model::store::TaskStore;
 use tc_model::{AttemptRecord, State, Task, TaskId, Timestamp};
 
 use super::{Nav, Rendered, badge, duration_text, layout, size_text, when};
-use crate::app::App;
 use crate::control::Control;
 use crate::error::ApiError;
 use crate::ui::Ctx;
+use crate::ui::Source;
 
 /// The most result bytes shown inline; the rest is behind the download link.
 const SHOWN_RESULT_BYTES: usize = 64 * 1024;
 
 pub(crate) async fn render<S: TaskStore, C: Control>(
-    app: &App<S, C>,
+    app: &Source<'_, S, C>,
     ctx: &Ctx,
     id: &str,
     fragment: bool,
@@ -109,6 +109,9 @@ fn details(task: &Task, now: Timestamp) -> Markup {
                     }
                     dt { "destination" } dd.mono { a href={ "/ui/tasks?destination=" (super::encode(&task.destination)) } { (task.destination) } }
                     dt { "idempotency key" } dd.mono.break { (task.idempotency_key) }
+                    @if let Some(trace) = &task.trace {
+                        dt { "trace id" } dd.mono { (trace.trace_id_hex()) }
+                    }
                     dt { "tries" } dd {
                         (tries_this_round) " of " (task.max_attempts)
                         @if task.attempts_before_retry > 0 { " this round (" (task.attempt) " in all, retried by hand)" }

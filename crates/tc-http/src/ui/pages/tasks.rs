@@ -6,10 +6,10 @@ use tc_model::store::{Cursor, ListQuery, Page, TaskFilter, TaskStore};
 use tc_model::{State, Task, TaskId, Timestamp};
 
 use super::{Nav, Rendered, badge, layout, query_string, when};
-use crate::app::App;
 use crate::control::Control;
 use crate::error::ApiError;
 use crate::query::FilterFields;
+use crate::ui::Source;
 use crate::ui::{Ctx, form_pairs};
 
 /// The filter fields a form may carry (the API's names).
@@ -97,7 +97,7 @@ fn read_search(q: Option<&str>) -> Search {
 }
 
 pub(crate) async fn render<S: TaskStore, C: Control>(
-    app: &App<S, C>,
+    app: &Source<'_, S, C>,
     ctx: &Ctx,
     query: Option<&str>,
     fragment: bool,
@@ -164,7 +164,7 @@ pub(crate) fn filter_form(asked: &Asked, action: &str, search: bool) -> Markup {
     }
 }
 
-async fn results<S: TaskStore, C: Control>(app: &App<S, C>, asked: &Asked) -> Rendered {
+async fn results<S: TaskStore, C: Control>(app: &Source<'_, S, C>, asked: &Asked) -> Rendered {
     let now = app.control().now();
     let mut filter = match asked.filter() {
         Ok(f) => f,

@@ -1,8 +1,6 @@
 //! The worker's log events are a public interface: their names and fields are
 //! checked here from the JSON a subscriber writes.
 
-#![allow(clippy::unwrap_used)]
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +8,8 @@ use serde_json::Value;
 use tc_downstream::fake::{FakeDownstream, Script};
 use tc_testkit::memory_store::MemoryStore;
 use tc_testkit::worker_scenarios::{Rig, run};
+use tracing::Dispatch;
+use tracing::subscriber::NoSubscriber;
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -33,6 +33,12 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 
 /// Runs `scenario` with a JSON subscriber and returns every event it logged.
 async fn events_of(scenario: &str) -> Vec<Value> {
+    // tracing decides once per event site whether anyone wants its events,
+    // when a thread first reaches it; while one dispatcher is registered it
+    // asks only that thread's. The scenarios of this binary run on other
+    // threads with none, and would mark a site this test needs as unwanted:
+    // a second dispatcher, registered first, makes tracing ask every one.
+    let _ask_every_dispatcher = Dispatch::new(NoSubscriber::default());
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .json()
@@ -206,5 +212,19 @@ async fn no_header_value_or_secret_is_ever_logged() {
         "v1,",
     ] {
         assert!(!text.contains(secret), "{secret:?} logged:\n{text}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_s_log_lines_carry_its_trace_id() {
+    let events = events_of("trace_context_reaches_every_try").await;
+    for name in ["task_start", "task_retry", "task_done"] {
+        let event = check(&events, name, &["task_id", "trace_id"]);
+        assert_eq!(
+            event["trace_id"], "0af7651916cd43dd8448eb211c80319c",
+            "{name}"
+        );
+        // No tracer: no span, so no span id.
+        assert!(event.get("span_id").is_none(), "{name}: {event}");
     }
 }

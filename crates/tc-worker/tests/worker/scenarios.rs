@@ -5,8 +5,6 @@
 //! `cargo xtask test-matrix` runs the same list for every store adapter ×
 //! downstream, including the real client over loopback.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 
 use tc_downstream::fake::{FakeDownstream, Script};

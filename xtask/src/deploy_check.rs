@@ -1,0 +1,317 @@
+//! `cargo xtask deploy-check`: the service files in `deploy/` say what the
+//! README promises. The systemd unit has its hardening and stop settings
+//! and passes `systemd-analyze verify` without a warning; the Kubernetes
+//! example has its probes on the admin listener, its token and database URL
+//! from the Secret, a termination grace covering the shutdown grace, and a
+//! disruption budget selecting its pods.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Runs every check; the message lists every failure.
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let skip_systemd = args.iter().any(|a| a == "--no-systemd-analyze");
+    if let Some(other) = args.iter().find(|a| *a != "--no-systemd-analyze") {
+        return Err(format!("deploy-check: unknown argument {other:?}"));
+    }
+    let root = crate::harness::workspace_root();
+    let mut failures = Vec::new();
+    let unit = read(&root.join(UNIT))?;
+    failures.extend(check_unit(&unit));
+    if !skip_systemd && let Err(e) = systemd_analyze(&unit) {
+        failures.push(e);
+    }
+    let manifests = read(&root.join(KUBERNETES))?;
+    match parse_documents(&manifests) {
+        Ok(documents) => failures.extend(check_kubernetes(&documents)),
+        Err(e) => failures.push(e),
+    }
+    if failures.is_empty() {
+        println!("deploy-check: {UNIT} and {KUBERNETES} are fine");
+        Ok(())
+    } else {
+        Err(format!("deploy-check:\n- {}", failures.join("\n- ")))
+    }
+}
+
+const UNIT: &str = "deploy/systemd/taskcenter.service";
+const KUBERNETES: &str = "deploy/kubernetes/taskcenter.yaml";
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The unit's `[Service]` settings as (key, value), continuation lines
+/// joined.
+fn service_settings(unit: &str) -> Vec<(String, String)> {
+    let joined = unit.replace("\\\n", " ");
+    let mut section = "";
+    let mut settings = Vec::new();
+    for line in joined.lines().map(str::trim) {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        if line.starts_with('[') {
+            section = line;
+            continue;
+        }
+        if section == "[Service]"
+            && let Some((key, value)) = line.split_once('=')
+        {
+            settings.push((key.trim().to_owned(), value.trim().to_owned()));
+        }
+    }
+    settings
+}
+
+/// The milliseconds of `--shutdown-grace-ms` in a command line or args.
+fn shutdown_grace_ms<'a>(words: impl Iterator<Item = &'a str>) -> Option<u64> {
+    let words: Vec<&str> = words.collect();
+    words.iter().enumerate().find_map(|(i, w)| {
+        if let Some(v) = w.strip_prefix("--shutdown-grace-ms=") {
+            return v.parse().ok();
+        }
+        (*w == "--shutdown-grace-ms")
+            .then(|| words.get(i + 1).and_then(|v| v.parse().ok()))
+            .flatten()
+    })
+}
+
+fn check_unit(unit: &str) -> Vec<String> {
+    let settings = service_settings(unit);
+    let get = |key: &str| {
+        settings
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let mut failures = Vec::new();
+    let mut want = |key: &str, value: &str| {
+        if get(key) != Some(value) {
+            failures.push(format!("{UNIT}: {key}={value} (found {:?})", get(key)));
+        }
+    };
+    // No sd_notify in tc-server: Type=notify would make systemd wait forever.
+    want("Type", "simple");
+    want("Restart", "on-failure");
+    want("DynamicUser", "yes");
+    want("StateDirectory", "taskcenter");
+    want("ProtectSystem", "strict");
+    want("NoNewPrivileges", "yes");
+    want("KillSignal", "SIGTERM");
+    let exec = get("ExecStart").unwrap_or_default();
+    if !exec.contains("--db /var/lib/taskcenter/") {
+        failures.push(format!(
+            "{UNIT}: ExecStart must keep the database in the StateDirectory"
+        ));
+    }
+    let grace_ms = shutdown_grace_ms(exec.split_whitespace()).unwrap_or(10_000);
+    let stop_s: u64 = get("TimeoutStopSec")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if stop_s * 1000 <= grace_ms {
+        failures.push(format!(
+            "{UNIT}: TimeoutStopSec ({stop_s} s) must exceed --shutdown-grace-ms ({grace_ms} ms)"
+        ));
+    }
+    failures
+}
+
+/// `systemd-analyze verify` on a copy whose ExecStart names a program that
+/// exists here (it checks that the program is executable); any warning it
+/// prints fails the check (it exits 0 on unknown keys and bad values).
+fn systemd_analyze(unit: &str) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
+    let program: PathBuf = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let copy = unit.replace(
+        "ExecStart=/usr/local/bin/tc-server",
+        &format!("ExecStart={}", program.display()),
+    );
+    let path = dir.path().join("taskcenter.service");
+    std::fs::write(&path, copy).map_err(|e| format!("{}: {e}", path.display()))?;
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .map_err(|e| {
+            format!("systemd-analyze: {e} (install systemd, or pass --no-systemd-analyze)")
+        })?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() && said.trim().is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{UNIT}: systemd-analyze verify ({}): {}",
+            out.status,
+            said.trim()
+        ))
+    }
+}
+
+fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
+    let mut documents = Vec::new();
+    for document in serde_norway::Deserializer::from_str(text) {
+        let value = Value::deserialize(document).map_err(|e| format!("{KUBERNETES}: {e}"))?;
+        documents.push(value);
+    }
+    Ok(documents)
+}
+
+fn check_kubernetes(documents: &[Value]) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut fail = |what: String| failures.push(format!("{KUBERNETES}: {what}"));
+    let of_kind = |kind: &str| documents.iter().find(|d| d["kind"] == kind);
+    let (Some(secret), Some(deployment), Some(budget)) = (
+        of_kind("Secret"),
+        of_kind("Deployment"),
+        of_kind("PodDisruptionBudget"),
+    ) else {
+        fail("needs a Secret, a Deployment and a PodDisruptionBudget".into());
+        return failures;
+    };
+    let secret_name = &secret["metadata"]["name"];
+    let spec = &deployment["spec"];
+    if spec["replicas"].as_u64().unwrap_or(0) < 2 {
+        fail("the Deployment runs several nodes (replicas >= 2)".into());
+    }
+    let pod = &spec["template"]["spec"];
+    let labels = &spec["template"]["metadata"]["labels"];
+    if spec["selector"]["matchLabels"] != *labels
+        || budget["spec"]["selector"]["matchLabels"] != *labels
+    {
+        fail("the Deployment's and the budget's selectors match the pod's labels".into());
+    }
+    if budget["spec"]["maxUnavailable"].is_null() && budget["spec"]["minAvailable"].is_null() {
+        fail("the PodDisruptionBudget sets maxUnavailable or minAvailable".into());
+    }
+    let Some(container) = pod["containers"].as_array().and_then(|c| c.first()) else {
+        fail("the Deployment has a container".into());
+        return failures;
+    };
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let grace_ms = shutdown_grace_ms(args.iter().copied()).unwrap_or(10_000);
+    let termination_s = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+    // The grace for calls in flight, plus 5 s to close the store.
+    if termination_s * 1000 != grace_ms + 5_000 {
+        fail(format!(
+            "terminationGracePeriodSeconds ({termination_s}) is --shutdown-grace-ms ({grace_ms} ms) + 5 s"
+        ));
+    }
+    let admin_port = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--admin-listen="))
+        .and_then(|addr| addr.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse::<u64>().ok());
+    let port_named = |name: &Value| {
+        container["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == *name || p["containerPort"] == *name)
+            .and_then(|p| p["containerPort"].as_u64())
+    };
+    for probe in ["readinessProbe", "livenessProbe"] {
+        let probe_value = &container[probe];
+        let port = if probe_value["httpGet"].is_object() {
+            &probe_value["httpGet"]["port"]
+        } else {
+            &probe_value["tcpSocket"]["port"]
+        };
+        if admin_port.is_none() || port_named(port) != admin_port {
+            fail(format!(
+                "{probe} is on the --admin-listen port ({admin_port:?})"
+            ));
+        }
+    }
+    if container["readinessProbe"]["httpGet"]["path"] != "/healthz" {
+        fail("readinessProbe asks GET /healthz".into());
+    }
+    for (variable, key) in [("TC_DB", "database-url"), ("TC_API_TOKEN", "api-token")] {
+        let from = container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == variable)
+            .map(|e| &e["valueFrom"]["secretKeyRef"]);
+        let from_secret = from.is_some_and(|r| r["name"] == *secret_name && r["key"] == key);
+        if !from_secret || secret["stringData"][key].is_null() {
+            fail(format!("{variable} comes from the Secret's {key}"));
+        }
+    }
+    let db = secret["stringData"]["database-url"]
+        .as_str()
+        .unwrap_or_default();
+    if !db.starts_with("postgres://") && !db.starts_with("postgresql://") {
+        fail("several nodes share a PostgreSQL database (database-url)".into());
+    }
+    failures
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repository_file(path: &str) -> String {
+        read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)).unwrap()
+    }
+
+    #[test]
+    fn the_service_files_pass_their_checks() {
+        assert_eq!(check_unit(&repository_file(UNIT)), Vec::<String>::new());
+        let documents = parse_documents(&repository_file(KUBERNETES)).unwrap();
+        assert_eq!(check_kubernetes(&documents), Vec::<String>::new());
+    }
+
+    /// Each broken variant is caught, naming what is wrong.
+    #[test]
+    fn broken_service_files_are_caught() {
+        let unit = repository_file(UNIT);
+        let check = |from: &str, to: &str, expected: &str| {
+            assert!(unit.contains(from), "{from}");
+            let failures = check_unit(&unit.replace(from, to)).join("\n");
+            assert!(failures.contains(expected), "{from} -> {to}: {failures}");
+        };
+        check("Type=simple", "Type=notify", "Type=simple");
+        check(
+            "ProtectSystem=strict",
+            "ProtectSystem=full",
+            "ProtectSystem",
+        );
+        check("TimeoutStopSec=20", "TimeoutStopSec=5", "TimeoutStopSec");
+
+        let yaml = repository_file(KUBERNETES);
+        let check = |from: &str, to: &str, expected: &str| {
+            assert!(yaml.contains(from), "{from}");
+            let documents = parse_documents(&yaml.replacen(from, to, 1)).unwrap();
+            let failures = check_kubernetes(&documents).join("\n");
+            assert!(failures.contains(expected), "{from} -> {to}: {failures}");
+        };
+        check(
+            "terminationGracePeriodSeconds: 15",
+            "terminationGracePeriodSeconds: 30",
+            "terminationGracePeriodSeconds",
+        );
+        check(
+            "port: admin\n            periodSeconds: 5",
+            "port: http\n            periodSeconds: 5",
+            "readinessProbe",
+        );
+        check("key: api-token", "key: token", "TC_API_TOKEN");
+        check(
+            "kind: PodDisruptionBudget",
+            "kind: Budget",
+            "PodDisruptionBudget",
+        );
+        check("replicas: 3", "replicas: 1", "replicas");
+    }
+}

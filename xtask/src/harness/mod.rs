@@ -1,0 +1,43 @@
+//! What the tools that run a real tc-server share (bench, chaos, api-fuzz,
+//! ui-test): building it in release, starting it as a child process and
+//! learning its address ([`server`]), reading its memory and threads
+//! ([`procfs`]), and talking HTTP to it ([`client`]).
+
+pub(crate) mod client;
+pub(crate) mod procfs;
+pub(crate) mod server;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace's root folder.
+pub(crate) fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_owned()
+}
+
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+/// `$CARGO build --release <packages>` in the workspace.
+pub(crate) fn build(root: &Path, packages: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("[bench] cargo build --release {}", packages.join(" "));
+    let status = Command::new(&cargo)
+        .current_dir(root)
+        .args(["build", "--release"])
+        .args(packages)
+        .status()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build --release failed ({status})"))
+    }
+}
