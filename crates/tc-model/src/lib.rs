@@ -6,6 +6,7 @@
 //! the store port is a trait whose futures any executor can drive.
 
 pub mod claim;
+pub mod completion;
 pub mod destination;
 pub mod headers;
 mod method;

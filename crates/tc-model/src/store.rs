@@ -247,6 +247,84 @@ impl TaskFilter {
             || self.created_after.is_some()
             || self.created_before.is_some()
     }
+    /// The filter's given fields as column tests, in a fixed order: what
+    /// both SQL adapters write (each in its own parameter syntax), so that
+    /// which field tests which column, and how, is said once. The column
+    /// names are those of the `tasks` table in both schemas.
+    pub fn terms(&self) -> Vec<FilterTerm> {
+        let text = |field, column, name, value: &str| FilterTerm {
+            field,
+            column,
+            op: "=",
+            name,
+            value: TermValue::Text(value.to_owned()),
+        };
+        let mut terms = Vec::new();
+        if let Some(state) = self.state {
+            terms.push(text(Driving::State, "state", "state", state.as_str()));
+        }
+        if let Some(destination) = &self.destination {
+            terms.push(text(
+                Driving::Destination,
+                "destination",
+                "destination",
+                destination,
+            ));
+        }
+        if let Some(error) = &self.error {
+            terms.push(text(Driving::Error, "error", "error", error));
+        }
+        if let Some(key) = &self.idempotency_key {
+            terms.push(text(Driving::IdempotencyKey, "idempotency_key", "key", key));
+        }
+        let range = |op, name, at: Timestamp| FilterTerm {
+            field: Driving::All,
+            column: "created_at",
+            op,
+            name,
+            value: TermValue::Millis(at.as_millis()),
+        };
+        if let Some(t) = self.created_after {
+            terms.push(range(">=", "created_after", t));
+        }
+        if let Some(t) = self.created_before {
+            terms.push(range("<", "created_before", t));
+        }
+        terms
+    }
+}
+
+/// One given field of a [`TaskFilter`] as a column test (see
+/// [`TaskFilter::terms`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterTerm {
+    /// The index this term can drive; [`Driving::All`]: none.
+    pub field: Driving,
+    /// The `tasks` column it tests.
+    pub column: &'static str,
+    /// The comparison: `=`, `>=` or `<`.
+    pub op: &'static str,
+    /// A name for its parameter, unique within one filter.
+    pub name: &'static str,
+    /// The value compared with.
+    pub value: TermValue,
+}
+
+impl FilterTerm {
+    /// Whether this term is the driving index's term of a filter driven by
+    /// `driving` (else it is checked row by row).
+    pub fn drives(&self, driving: Driving) -> bool {
+        self.field == driving && driving != Driving::All
+    }
+}
+
+/// The value of a [`FilterTerm`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TermValue {
+    /// A text column's value.
+    Text(String),
+    /// A time column's value, in milliseconds since the epoch.
+    Millis(i64),
 }
 
 /// How many rows one listing page may examine, by default, when its filter
@@ -625,6 +703,60 @@ pub trait TaskStore: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each row: a filter and its terms as `column op :name`, the driving
+    /// one marked `*`: every given field once, the driving index's term as
+    /// `TaskFilter::driving` chooses it.
+    #[test]
+    fn filter_terms_name_each_given_field_once() {
+        let check = |filter: TaskFilter, expected: &[&str]| {
+            let driving = filter.driving();
+            let terms: Vec<String> = filter
+                .terms()
+                .iter()
+                .map(|t| {
+                    let mark = if t.drives(driving) { "*" } else { "" };
+                    format!("{mark}{} {} :{}", t.column, t.op, t.name)
+                })
+                .collect();
+            assert_eq!(terms, expected, "{filter:?}");
+        };
+        check(TaskFilter::default(), &[]);
+        check(TaskFilter::state(Some(State::Failed)), &["*state = :state"]);
+        check(
+            TaskFilter {
+                state: Some(State::Failed),
+                destination: Some("a.example:443".to_owned()),
+                error: Some("timeout".to_owned()),
+                ..TaskFilter::default()
+            },
+            &[
+                "state = :state",
+                "destination = :destination",
+                "*error = :error",
+            ],
+        );
+        check(
+            TaskFilter {
+                idempotency_key: Some("k".to_owned()),
+                created_after: Some(Timestamp::from_millis(1)),
+                created_before: Some(Timestamp::from_millis(2)),
+                ..TaskFilter::default()
+            },
+            &[
+                "*idempotency_key = :key",
+                "created_at >= :created_after",
+                "created_at < :created_before",
+            ],
+        );
+        check(
+            TaskFilter {
+                created_after: Some(Timestamp::from_millis(1)),
+                ..TaskFilter::default()
+            },
+            &["created_at >= :created_after"],
+        );
+    }
 
     #[test]
     fn cursors_round_trip_and_refuse_garbage() {

@@ -112,6 +112,19 @@ pub struct AttemptRecord {
     pub duration_ms: Option<u64>,
 }
 
+impl AttemptRecord {
+    /// Ends this try at `now` with its status and error; its duration is
+    /// `now - started_at`, never negative.
+    pub fn close(&mut self, now: Timestamp, http_status: Option<u16>, error: Option<String>) {
+        self.finished_at = Some(now);
+        self.http_status = http_status;
+        self.error = error;
+        self.duration_ms = Some(
+            u64::try_from(now.duration_since(self.started_at).as_millis()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
 /// A task as the store holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {

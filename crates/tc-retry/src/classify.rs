@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::{Outcome, Policy, backoff, parse_retry_after};
+use crate::{Outcome, Policy, backoff};
 
 /// What to do after an attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ pub fn classify(
         Outcome::Status {
             retry_after: Some(header),
             ..
-        } if honours_retry_after => parse_retry_after(&header.value, header.received_at),
+        } if honours_retry_after => header.wait,
         _ => None,
     };
     let delay = match requested {
@@ -166,10 +166,7 @@ mod tests {
     fn status_with_retry_after(code: u16, value: &str, received_at: SystemTime) -> Outcome {
         Outcome::Status {
             code,
-            retry_after: Some(RetryAfter {
-                value: value.to_owned(),
-                received_at,
-            }),
+            retry_after: Some(RetryAfter::parse(value, received_at)),
         }
     }
 

@@ -75,7 +75,7 @@
 //! // Attempt 2 was throttled; the server's Retry-After wins over the backoff.
 //! let outcome = Outcome::Status {
 //!     code: 429,
-//!     retry_after: Some(RetryAfter { value: "30".into(), received_at: SystemTime::now() }),
+//!     retry_after: Some(RetryAfter::parse("30", SystemTime::now())),
 //! };
 //! assert_eq!(
 //!     classify(&outcome, 2, max_attempts, &policy, &mut rng),

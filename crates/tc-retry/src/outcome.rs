@@ -1,6 +1,6 @@
 //! [`Outcome`]: what one attempt came to, as the classifier takes it.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// What one attempt of a call came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,17 +39,28 @@ impl Outcome {
     }
 }
 
-/// A raw `Retry-After` header value and when its response arrived.
+/// A `Retry-After` header, parsed once when its response arrived.
 ///
-/// The arrival time is kept because the HTTP-date form names a moment, and
-/// the delay it asks for is that moment minus the arrival, not minus the time
-/// the decision happens to be made.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The HTTP-date form names a moment, and the delay it asks for is that
+/// moment minus the arrival, not minus the time the decision happens to be
+/// made: [`RetryAfter::parse`] takes the arrival time and keeps only the
+/// delay, so every reader (the task's retry, the destination's backoff)
+/// sees the same wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryAfter {
-    /// The header value as received.
-    pub value: String,
-    /// When the response carrying the header arrived.
-    pub received_at: SystemTime,
+    /// The delay the header asks for; `None` when it is unusable (the
+    /// backoff is used instead).
+    pub wait: Option<Duration>,
+}
+
+impl RetryAfter {
+    /// Parses a header `value` received at `received_at` (see
+    /// [`crate::parse_retry_after`]).
+    pub fn parse(value: &str, received_at: SystemTime) -> RetryAfter {
+        RetryAfter {
+            wait: crate::parse_retry_after(value, received_at),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use rusqlite::ToSql;
 use rusqlite::types::Value;
-use tc_model::store::{Driving, TaskFilter};
+use tc_model::store::{Driving, TaskFilter, TermValue};
 
 /// A filter turned into SQL text and named values.
 pub(crate) struct FilterSql {
@@ -13,83 +13,39 @@ pub(crate) struct FilterSql {
     /// whatever else is given.
     pub(crate) table: &'static str,
     /// The driving index's term (`state = :state`, …), or `1`.
-    pub(crate) driving: &'static str,
+    pub(crate) driving: String,
     /// Every other given field, joined by `AND`, or `1`.
     pub(crate) rest: String,
-    values: Vec<(&'static str, Value)>,
+    values: Vec<(String, Value)>,
 }
 
 impl FilterSql {
-    /// The SQL of `filter`.
+    /// The SQL of `filter` (its terms are tc-model's [`TaskFilter::terms`]).
     pub(crate) fn new(filter: &TaskFilter) -> FilterSql {
         let driving = filter.driving();
         let mut rest = Vec::new();
         let mut values = Vec::new();
-        let mut term = |field: Driving, sql: &'static str, name: &'static str, value: Value| {
-            if field != driving || field == Driving::All {
+        let mut driving_term = "1".to_owned();
+        for term in filter.terms() {
+            let sql = format!("{} {} :{}", term.column, term.op, term.name);
+            if term.drives(driving) {
+                driving_term = sql;
+            } else {
                 rest.push(sql);
             }
-            values.push((name, value));
-        };
-        if let Some(state) = filter.state {
-            term(
-                Driving::State,
-                "state = :state",
-                ":state",
-                Value::Text(state.as_str().to_owned()),
-            );
-        }
-        if let Some(destination) = &filter.destination {
-            term(
-                Driving::Destination,
-                "destination = :destination",
-                ":destination",
-                Value::Text(destination.clone()),
-            );
-        }
-        if let Some(error) = &filter.error {
-            term(
-                Driving::Error,
-                "error = :error",
-                ":error",
-                Value::Text(error.clone()),
-            );
-        }
-        if let Some(key) = &filter.idempotency_key {
-            term(
-                Driving::IdempotencyKey,
-                "idempotency_key = :key",
-                ":key",
-                Value::Text(key.clone()),
-            );
-        }
-        if let Some(t) = filter.created_after {
-            term(
-                Driving::All,
-                "created_at >= :created_after",
-                ":created_after",
-                Value::Integer(t.as_millis()),
-            );
-        }
-        if let Some(t) = filter.created_before {
-            term(
-                Driving::All,
-                "created_at < :created_before",
-                ":created_before",
-                Value::Integer(t.as_millis()),
-            );
+            let value = match term.value {
+                TermValue::Text(text) => Value::Text(text),
+                TermValue::Millis(ms) => Value::Integer(ms),
+            };
+            values.push((format!(":{}", term.name), value));
         }
         // Each index ends in seq (the rowid), so the walk needs no sort. The
         // key's unique index is left unpinned: an equality on it always wins.
-        let (table, driving) = match driving {
-            Driving::IdempotencyKey => ("tasks", "idempotency_key = :key"),
-            Driving::Error => ("tasks INDEXED BY tasks_by_error", "error = :error"),
-            Driving::Destination => (
-                "tasks INDEXED BY tasks_by_destination",
-                "destination = :destination",
-            ),
-            Driving::State => ("tasks INDEXED BY tasks_by_state", "state = :state"),
-            Driving::All => ("tasks", "1"),
+        let table = match driving {
+            Driving::IdempotencyKey | Driving::All => "tasks",
+            Driving::Error => "tasks INDEXED BY tasks_by_error",
+            Driving::Destination => "tasks INDEXED BY tasks_by_destination",
+            Driving::State => "tasks INDEXED BY tasks_by_state",
         };
         let rest = if rest.is_empty() {
             "1".to_owned()
@@ -98,7 +54,7 @@ impl FilterSql {
         };
         FilterSql {
             table,
-            driving,
+            driving: driving_term,
             rest,
             values,
         }
@@ -107,12 +63,12 @@ impl FilterSql {
     /// The named values, with `extra` ones (`:after`, `:limit`, …) after them.
     pub(crate) fn params<'a>(
         &'a self,
-        extra: &[(&'static str, &'a dyn ToSql)],
-    ) -> Vec<(&'static str, &'a dyn ToSql)> {
-        let mut params: Vec<(&'static str, &dyn ToSql)> = self
+        extra: &[(&'a str, &'a dyn ToSql)],
+    ) -> Vec<(&'a str, &'a dyn ToSql)> {
+        let mut params: Vec<(&str, &dyn ToSql)> = self
             .values
             .iter()
-            .map(|(name, value)| (*name, value as &dyn ToSql))
+            .map(|(name, value)| (name.as_str(), value as &dyn ToSql))
             .collect();
         params.extend_from_slice(extra);
         params

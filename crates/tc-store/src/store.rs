@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 use tc_model::claim::Claim;
+use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
@@ -269,14 +270,14 @@ impl TaskStore for SqliteStore {
         outcome: Completion,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        let bytes = match &outcome {
-            Completion::Success { result, .. } => result.len(),
-            Completion::Retry { .. } | Completion::Failed { .. } => 0,
-        };
+        // What the completion does is decided here, before the writer
+        // thread; the write only binds it.
+        let effect = CompletionEffect::of(outcome, now);
+        let bytes = effect.result.as_ref().map_or(0, |(result, _)| result.len());
         // Its first write is the guarded UPDATE (all or nothing); after it,
         // only SQLite itself can fail (see Undo::WholeBatch).
         self.write_sized(bytes, Undo::WholeBatch, move |conn| {
-            write_ops::complete(conn, &id, attempt, &outcome, now)
+            write_ops::complete(conn, &id, attempt, &effect)
         })
         .await
     }

@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tc_model::claim::{Claim, ClaimWalk};
+use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, FairShare};
-use tc_model::store::{
-    BULK_CHUNK, BulkAction, Completion, Guarded, LeaseLost, StoreError, Submitted,
-};
+use tc_model::store::{BULK_CHUNK, BulkAction, Guarded, LeaseLost, StoreError, Submitted};
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, TraceContext, transit};
 
 use crate::destinations;
@@ -260,105 +259,58 @@ pub(crate) fn heartbeat(
         .collect())
 }
 
-/// Writes a try's outcome if the task is still running with `attempt`.
+/// Writes a try's outcome, `effect` (see [`CompletionEffect::of`]), if the
+/// task is still running with `attempt`.
 pub(crate) fn complete(
     conn: &Connection,
     id: &TaskId,
     attempt: u32,
-    outcome: &Completion,
-    now: Timestamp,
+    effect: &CompletionEffect,
 ) -> Result<Guarded, StoreError> {
     // The guard is the UPDATE's own WHERE (running, with this attempt): one
     // probe of the id index instead of a SELECT then an UPDATE by seq. Only
     // when it changes nothing is the row read, for the `Lost` answer.
-    let now_ms = now.as_millis();
-    let running = State::Running.as_str();
-    let (to, changed) = match outcome {
-        Completion::Success {
-            http_status,
+    // What the completion writes is tc-model's rule; this binds it. A
+    // field the effect leaves alone is kept by the SQL: a missing status by
+    // coalesce, a result not written (?7 false), finished_at by coalesce.
+    let (writes_result, result, content_type) = match &effect.result {
+        Some((result, content_type)) => (true, Some(result.as_slice()), content_type.as_deref()),
+        None => (false, None, None),
+    };
+    let to = effect.state;
+    let changed = guarded_update(
+        conn,
+        "UPDATE tasks SET state = ?4, http_status = coalesce(?5, http_status), \
+                          result = CASE WHEN ?6 THEN ?7 ELSE result END, \
+                          result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
+                          error = ?9, finished_at = coalesce(?10, finished_at), \
+                          next_run_at = ?11, updated_at = ?12, lease_until = NULL \
+         WHERE id = ?1 AND state = ?2 AND attempt = ?3",
+        params![
+            id.as_bytes(),
+            State::Running.as_str(),
+            attempt,
+            to.as_str(),
+            effect.http_status,
+            writes_result,
             result,
             content_type,
-        } => {
-            let to = transit(State::Running, State::Success)?;
-            let changed = guarded_update(
-                conn,
-                "UPDATE tasks SET state = ?4, http_status = ?5, result = ?6, \
-                                  result_content_type = ?7, error = NULL, finished_at = ?8, \
-                                  updated_at = ?8, lease_until = NULL, next_run_at = NULL \
-                 WHERE id = ?1 AND state = ?2 AND attempt = ?3",
-                params![
-                    id.as_bytes(),
-                    running,
-                    attempt,
-                    to.as_str(),
-                    http_status,
-                    result,
-                    content_type,
-                    now_ms
-                ],
-            )?;
-            if changed {
-                close_attempt(conn, id, attempt, now, Some(*http_status), None)?;
-            }
-            (to, changed)
-        }
-        Completion::Retry {
-            next_run_at,
-            reason,
-            http_status,
-        } => {
-            let to = transit(State::Running, State::Pending)?;
-            // http_status keeps the last answered try's status when this try
-            // got no answer (a timeout, a refused connection).
-            let changed = guarded_update(
-                conn,
-                "UPDATE tasks SET state = ?4, next_run_at = ?5, error = ?6, \
-                                  http_status = coalesce(?7, http_status), lease_until = NULL, \
-                                  updated_at = ?8 \
-                 WHERE id = ?1 AND state = ?2 AND attempt = ?3",
-                params![
-                    id.as_bytes(),
-                    running,
-                    attempt,
-                    to.as_str(),
-                    next_run_at.as_millis(),
-                    reason,
-                    http_status,
-                    now_ms
-                ],
-            )?;
-            if changed {
-                close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
-            }
-            (to, changed)
-        }
-        Completion::Failed {
-            reason,
-            http_status,
-        } => {
-            let to = transit(State::Running, State::Failed)?;
-            let changed = guarded_update(
-                conn,
-                "UPDATE tasks SET state = ?4, error = ?5, http_status = coalesce(?6, http_status), \
-                                  finished_at = ?7, updated_at = ?7, lease_until = NULL, \
-                                  next_run_at = NULL \
-                 WHERE id = ?1 AND state = ?2 AND attempt = ?3",
-                params![
-                    id.as_bytes(),
-                    running,
-                    attempt,
-                    to.as_str(),
-                    reason,
-                    http_status,
-                    now_ms
-                ],
-            )?;
-            if changed {
-                close_attempt(conn, id, attempt, now, *http_status, Some(reason))?;
-            }
-            (to, changed)
-        }
-    };
+            effect.error,
+            effect.finished_at.map(Timestamp::as_millis),
+            effect.next_run_at.map(Timestamp::as_millis),
+            effect.updated_at.as_millis()
+        ],
+    )?;
+    if changed {
+        close_attempt(
+            conn,
+            id,
+            attempt,
+            effect.updated_at,
+            effect.http_status,
+            effect.error.as_deref(),
+        )?;
+    }
     if changed {
         return Ok(Guarded::Applied(to));
     }

@@ -11,6 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tc_model::claim::{Claim, ClaimWalk};
+use tc_model::completion::CompletionEffect;
 use tc_model::destination::{
     ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
     rotation,
@@ -127,12 +128,7 @@ fn close_attempt(
         .iter_mut()
         .find(|a| a.n == n && a.finished_at.is_none())
     {
-        record.finished_at = Some(now);
-        record.http_status = http_status;
-        record.error = error.map(str::to_owned);
-        record.duration_ms = Some(
-            u64::try_from(now.duration_since(record.started_at).as_millis()).unwrap_or(u64::MAX),
-        );
+        record.close(now, http_status, error.map(str::to_owned));
     }
 }
 
@@ -370,47 +366,9 @@ impl TaskStore for MemoryStore {
             Err(lost) => return Ok(lost),
         };
         let task = t.task_mut(seq)?;
-        task.updated_at = now;
-        task.lease_until = None;
-        match outcome {
-            Completion::Success {
-                http_status,
-                result,
-                content_type,
-            } => {
-                task.state = transit(task.state, State::Success)?;
-                task.http_status = Some(http_status);
-                task.result = Some(result);
-                task.result_content_type = content_type;
-                task.error = None;
-                task.finished_at = Some(now);
-                task.next_run_at = None;
-                close_attempt(task, attempt, now, Some(http_status), None);
-            }
-            Completion::Retry {
-                next_run_at,
-                reason,
-                http_status,
-            } => {
-                task.state = transit(task.state, State::Pending)?;
-                task.next_run_at = Some(next_run_at);
-                // Keeps the last answered try's status when this one got none.
-                task.http_status = http_status.or(task.http_status);
-                close_attempt(task, attempt, now, http_status, Some(&reason));
-                task.error = Some(reason);
-            }
-            Completion::Failed {
-                reason,
-                http_status,
-            } => {
-                task.state = transit(task.state, State::Failed)?;
-                task.http_status = http_status.or(task.http_status);
-                task.finished_at = Some(now);
-                task.next_run_at = None;
-                close_attempt(task, attempt, now, http_status, Some(&reason));
-                task.error = Some(reason);
-            }
-        }
+        // The guard passed: the task runs with this attempt, and the rule
+        // of what the completion does is tc-model's.
+        CompletionEffect::of(outcome, now).apply_to(task, attempt);
         Ok(Guarded::Applied(task.state))
     }
 

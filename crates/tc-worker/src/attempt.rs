@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::WorkerMetrics;
 use crate::control::{AttemptEnded, Shared};
-use crate::flow::Verdict;
+use crate::flow::{Answer, Verdict};
 use crate::trace::AttemptSpan;
 
 /// The ids a task's log lines carry: its trace, and the try's span when
@@ -63,8 +63,7 @@ pub(crate) async fn run_attempt<S: TaskStore, D: Downstream>(
     let mut guard = PanicGuard::new(&ctx, &task);
     let state = run(&ctx, task, &cancel, &interrupt, &mut guard).await;
     guard.disarm();
-    ctx.shared.finish_attempt(task_id, attempt);
-    if ctx.shared.flow.ended(&destination, (task_id, attempt)) {
+    if ctx.shared.end_attempt(&destination, task_id, attempt) {
         ctx.shared.wake.notify_one();
     }
     if let Some(state) = state {
@@ -135,10 +134,10 @@ impl<S: TaskStore, D> Drop for PanicGuard<S, D> {
         }
         let shared = Arc::clone(&self.ctx.shared);
         let (task_id, attempt) = (self.task_id, self.attempt);
-        shared.flow.ended(&self.destination, (task_id, attempt));
+        let destination = std::mem::take(&mut self.destination);
         let runtime = tokio::runtime::Handle::try_current();
         if shared.is_aborted() || runtime.is_err() {
-            shared.finish_attempt(task_id, attempt);
+            shared.end_attempt(&destination, task_id, attempt);
             return;
         }
         tracing::error!(task_id = %task_id, attempt, "task_panicked");
@@ -163,7 +162,7 @@ impl<S: TaskStore, D> Drop for PanicGuard<S, D> {
                 let never = CancellationToken::new();
                 let written =
                     write_outcome(&shared, task_id, attempt, completion, now, &never, &never).await;
-                shared.finish_attempt(task_id, attempt);
+                shared.end_attempt(&destination, task_id, attempt);
                 let state = match written {
                     Ok(Guarded::Applied(state)) => state,
                     Ok(Guarded::Lost(state)) => state,
@@ -292,7 +291,7 @@ async fn run<S: TaskStore, D: Downstream>(
             let error_type = match answer {
                 Ok(r) if r.status < 400 => None,
                 Ok(r) => Some(r.status.to_string()),
-                Err(_) => Some(outcome_of(answer).reason()),
+                Err(_) => Some(outcome_of(answer, ctx.shared.clock.now()).reason()),
             };
             span.answered(status, error_type.as_deref());
         }
@@ -323,7 +322,72 @@ async fn run<S: TaskStore, D: Downstream>(
     }
 }
 
-/// Classifies an answered call and writes the outcome with the guarded complete.
+/// What an answered call is to become: the completion to write, and what
+/// the log line says of it.
+struct Planned {
+    completion: Completion,
+    /// The retry's delay, for a retry.
+    delay: Option<Duration>,
+    /// The error reason, for a retry or a failure.
+    reason: Option<String>,
+}
+
+impl Planned {
+    /// The completion `decision` asks for, answered with `answer` at `now`.
+    fn of(
+        decision: Decision,
+        answer: Result<DownResponse, DownError>,
+        http_status: Option<u16>,
+        now: tc_model::Timestamp,
+    ) -> Planned {
+        match decision {
+            Decision::Success => {
+                let (result, content_type) = match answer {
+                    Ok(response) => (response.body.to_vec(), response.content_type),
+                    // classify only says Success for an answered 2xx.
+                    Err(_) => (Vec::new(), None),
+                };
+                Planned {
+                    completion: Completion::Success {
+                        http_status: http_status.unwrap_or(200),
+                        result,
+                        content_type,
+                    },
+                    delay: None,
+                    reason: None,
+                }
+            }
+            Decision::Retry { delay, reason } => Planned {
+                reason: Some(reason.clone()),
+                completion: Completion::Retry {
+                    next_run_at: now.saturating_add(delay),
+                    reason,
+                    http_status,
+                },
+                delay: Some(delay),
+            },
+            Decision::Fail { reason } => Planned {
+                reason: Some(reason.clone()),
+                completion: Completion::Failed {
+                    reason,
+                    http_status,
+                },
+                delay: None,
+            },
+        }
+    }
+}
+
+/// What every log line about one answered attempt carries.
+struct Report<'a> {
+    task: &'a Task,
+    duration_ms: u64,
+    http_status: Option<u16>,
+    ids: &'a LogIds<'a>,
+}
+
+/// Classifies an answered call and writes the outcome with the guarded
+/// complete: classify, tell the destination's flow, write, report.
 async fn finish<S: TaskStore, D>(
     ctx: &AttemptContext<S, D>,
     task: &Task,
@@ -333,147 +397,59 @@ async fn finish<S: TaskStore, D>(
     interrupt: &CancellationToken,
     ids: &LogIds<'_>,
 ) -> Option<State> {
-    let task_id = task.id;
-    let outcome = outcome_of(&answer);
-    let decision = {
-        let mut rng = ctx.rng.lock().unwrap_or_else(PoisonError::into_inner);
-        tc_retry::classify(
-            &outcome,
-            task.attempt_in_round(),
-            task.max_attempts,
-            &ctx.policy,
-            &mut rng,
-        )
-    };
-    let http_status = answer.as_ref().ok().map(|r| r.status);
     let now = ctx.shared.clock.now();
+    let outcome = outcome_of(&answer, now);
+    let decision = decide(ctx, task, &outcome);
+    let http_status = answer.as_ref().ok().map(|r| r.status);
     ctx.shared.flow.answered(
-        &task.destination,
-        (task_id, task.attempt),
-        verdict_of(&outcome),
-        http_status,
-        decision.reason(),
-        destination_backoff(&outcome, &ctx.policy),
+        Answer {
+            destination: &task.destination,
+            task: (task.id, task.attempt),
+            verdict: verdict_of(&outcome),
+            status: http_status,
+            error: decision.reason(),
+            backoff: destination_backoff(&outcome, &ctx.policy),
+        },
         now,
     );
-    let (completion, delay) = match decision {
-        Decision::Success => {
-            let (result, content_type) = match answer {
-                Ok(response) => (response.body.to_vec(), response.content_type),
-                // classify only says Success for an answered 2xx.
-                Err(_) => (Vec::new(), None),
-            };
-            (
-                Completion::Success {
-                    http_status: http_status.unwrap_or(200),
-                    result,
-                    content_type,
-                },
-                None,
-            )
-        }
-        Decision::Retry { delay, reason } => (
-            Completion::Retry {
-                next_run_at: now.saturating_add(delay),
-                reason,
-                http_status,
-            },
-            Some(delay),
-        ),
-        Decision::Fail { reason } => (
-            Completion::Failed {
-                reason,
-                http_status,
-            },
-            None,
-        ),
-    };
-    let reason = match &completion {
-        Completion::Retry { reason, .. } | Completion::Failed { reason, .. } => {
-            Some(reason.clone())
-        }
-        Completion::Success { .. } => None,
-    };
-
-    match write_outcome(
+    let planned = Planned::of(decision, answer, http_status, now);
+    let written = write_outcome(
         &ctx.shared,
-        task_id,
+        task.id,
         task.attempt,
-        completion,
+        planned.completion.clone(),
         now,
         cancel,
         interrupt,
     )
-    .await
-    {
-        Ok(Guarded::Applied(written)) => match written {
-            State::Pending => {
-                let delay_ms = delay.map(millis).unwrap_or(0);
-                tracing::info!(
-                    task_id = %task_id,
-                    state = "pending",
-                    reason = reason.as_deref().unwrap_or(""),
-                    delay_ms,
-                    retry = task.attempt,
-                    duration_ms,
-                    http_status,
-                    trace_id = ids.trace_id,
-                    span_id = ids.span_id,
-                    "task_retry"
-                );
-                ctx.metrics.count("retry");
-                // The retry is due later; the claim loop sleeps until the
-                // earliest due time, so tell it there is a new one.
-                ctx.shared.wake.notify_one();
-                Some(State::Pending)
-            }
-            state => {
-                log_done(
-                    task,
-                    state,
-                    duration_ms,
-                    http_status,
-                    reason.as_deref(),
-                    ids,
-                );
-                ctx.metrics.count(if state == State::Success {
-                    "success"
-                } else {
-                    "failed"
-                });
-                Some(state)
-            }
-        },
-        Ok(Guarded::Lost(state)) => {
-            // Canceled or recovered meanwhile: the store kept its state.
-            log_done(
-                task,
-                state,
-                duration_ms,
-                http_status,
-                Some("lost_race"),
-                ids,
-            );
-            ctx.metrics.count("lost");
+    .await;
+    let report = Report {
+        task,
+        duration_ms,
+        http_status,
+        ids,
+    };
+    match written {
+        Ok(Guarded::Applied(State::Pending)) => Some(retried(ctx, &report, &planned)),
+        Ok(Guarded::Applied(state)) => {
+            log_done(&report, state, planned.reason.as_deref());
+            ctx.metrics.count(if state == State::Success {
+                "success"
+            } else {
+                "failed"
+            });
             Some(state)
         }
+        // Canceled or recovered meanwhile: the store kept its state.
+        Ok(Guarded::Lost(state)) => Some(lost(ctx, &report, state)),
         Err(WriteAbandoned::Canceled) => {
             // Canceled or taken away while the store refused the write: the
             // store has the task's state, and it is not ours to write.
             let state = ctx
                 .shared
-                .taken_away(task_id, task.attempt)
+                .taken_away(task.id, task.attempt)
                 .unwrap_or(State::Canceled);
-            log_done(
-                task,
-                state,
-                duration_ms,
-                http_status,
-                Some("lost_race"),
-                ids,
-            );
-            ctx.metrics.count("lost");
-            Some(state)
+            Some(lost(ctx, &report, state))
         }
         Err(WriteAbandoned::Interrupted) => {
             // Shutdown's grace ended before the store took the outcome: put
@@ -481,6 +457,46 @@ async fn finish<S: TaskStore, D>(
             release(ctx, task, duration_ms, ids).await
         }
     }
+}
+
+/// What tc-retry decides for this answer of this attempt.
+fn decide<S, D>(ctx: &AttemptContext<S, D>, task: &Task, outcome: &Outcome) -> Decision {
+    let mut rng = ctx.rng.lock().unwrap_or_else(PoisonError::into_inner);
+    tc_retry::classify(
+        outcome,
+        task.attempt_in_round(),
+        task.max_attempts,
+        &ctx.policy,
+        &mut rng,
+    )
+}
+
+/// The retry was written: log it and wake the claim loop, which sleeps until
+/// the earliest due time and must learn of a new one.
+fn retried<S, D>(ctx: &AttemptContext<S, D>, report: &Report<'_>, planned: &Planned) -> State {
+    let delay_ms = planned.delay.map(millis).unwrap_or(0);
+    tracing::info!(
+        task_id = %report.task.id,
+        state = "pending",
+        reason = planned.reason.as_deref().unwrap_or(""),
+        delay_ms,
+        retry = report.task.attempt,
+        duration_ms = report.duration_ms,
+        http_status = report.http_status,
+        trace_id = report.ids.trace_id,
+        span_id = report.ids.span_id,
+        "task_retry"
+    );
+    ctx.metrics.count("retry");
+    ctx.shared.wake.notify_one();
+    State::Pending
+}
+
+/// The outcome lost the race to another writer, which left `state`.
+fn lost<S, D>(ctx: &AttemptContext<S, D>, report: &Report<'_>, state: State) -> State {
+    log_done(report, state, Some("lost_race"));
+    ctx.metrics.count("lost");
+    state
 }
 
 /// Puts an interrupted attempt's task back to pending without using up the
@@ -511,16 +527,15 @@ async fn release<S: TaskStore, D>(
     }
 }
 
-fn log_done(
-    task: &Task,
-    state: State,
-    duration_ms: u64,
-    http_status: Option<u16>,
-    error: Option<&str>,
-    ids: &LogIds<'_>,
-) {
-    let LogIds { trace_id, span_id } = *ids;
-    match (http_status, error) {
+fn log_done(report: &Report<'_>, state: State, error: Option<&str>) {
+    let Report {
+        task,
+        duration_ms,
+        http_status,
+        ids,
+    } = report;
+    let LogIds { trace_id, span_id } = **ids;
+    match (*http_status, error) {
         (Some(status), _) if state == State::Success => {
             tracing::info!(task_id = %task.id, state = %state, retry = task.attempt, duration_ms, http_status = status, trace_id, span_id, "task_done");
         }
@@ -530,15 +545,20 @@ fn log_done(
     }
 }
 
-/// Maps the downstream's answer onto tc-retry's outcomes, one to one.
-pub(crate) fn outcome_of(answer: &Result<DownResponse, DownError>) -> Outcome {
+/// Maps the downstream's answer, received at `now` by the worker's clock,
+/// onto tc-retry's outcomes, one to one. A Retry-After is parsed here, once:
+/// the task's retry and the destination's backoff read the same wait.
+pub(crate) fn outcome_of(
+    answer: &Result<DownResponse, DownError>,
+    now: tc_model::Timestamp,
+) -> Outcome {
     match answer {
         Ok(response) => Outcome::Status {
             code: response.status,
-            retry_after: response.retry_after.as_ref().map(|value| RetryAfter {
-                value: value.clone(),
-                received_at: SystemTime::now(),
-            }),
+            retry_after: response
+                .retry_after
+                .as_deref()
+                .map(|value| RetryAfter::parse(value, system_time(now))),
         },
         Err(DownError::Timeout) => Outcome::Timeout,
         Err(DownError::Connect(_)) => Outcome::Connect,
@@ -566,12 +586,18 @@ fn destination_backoff(outcome: &Outcome, policy: &tc_retry::Policy) -> Option<D
     match outcome {
         Outcome::Status {
             code: 429 | 503,
-            retry_after: Some(header),
-        } => tc_retry::parse_retry_after(&header.value, header.received_at)
+            retry_after: Some(RetryAfter { wait }),
+        } => wait
             .map(|wait| wait.min(policy.max_retry_after))
             .filter(|wait| !wait.is_zero()),
         _ => None,
     }
+}
+
+/// `at` as the standard library's time, for an HTTP-date's arithmetic.
+fn system_time(at: tc_model::Timestamp) -> SystemTime {
+    let ms = u64::try_from(at.as_millis()).unwrap_or(0);
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 fn millis(d: Duration) -> u64 {

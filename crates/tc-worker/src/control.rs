@@ -129,14 +129,20 @@ impl<S> Shared<S> {
         tokens
     }
 
-    /// Forgets an attempt that has ended (and only that attempt: a newer
-    /// claim of the same task keeps its entry).
-    pub(crate) fn finish_attempt(&self, id: TaskId, attempt: u32) {
-        let mut claims = self.claims();
-        if claims.running.get(&id).is_some_and(|(n, _)| *n == attempt) {
-            claims.running.remove(&id);
+    /// Forgets an attempt of `destination` that has ended, however it ended
+    /// (and only that attempt: a newer claim of the same task keeps its
+    /// entry): the one exit every attempt takes, which clears both the
+    /// claims and the destination's flow. Returns whether the claim loop
+    /// should look again now (see [`Flow::ended`]).
+    pub(crate) fn end_attempt(&self, destination: &str, id: TaskId, attempt: u32) -> bool {
+        {
+            let mut claims = self.claims();
+            if claims.running.get(&id).is_some_and(|(n, _)| *n == attempt) {
+                claims.running.remove(&id);
+            }
+            claims.taken_away.remove(&(id, attempt));
         }
-        claims.taken_away.remove(&(id, attempt));
+        self.flow.ended(destination, (id, attempt))
     }
 
     /// The store's state of a task whose `attempt` was stopped here because

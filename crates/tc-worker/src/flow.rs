@@ -17,7 +17,7 @@ use std::time::Duration;
 use tc_model::destination::{ClaimGate, DestinationSettings};
 use tc_model::{Task, TaskId, Timestamp};
 
-use crate::metrics::DestinationMetrics;
+use crate::metrics::{DestinationMetrics, HoldReason};
 
 /// When the circuit breaker of a destination opens, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,34 +89,21 @@ pub(crate) enum Verdict {
     Neutral,
 }
 
-/// Why a destination is held now, for the `held` metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum HoldReason {
-    Paused,
-    InFlight,
-    Rate,
-    Backoff,
-    Breaker,
-}
-
-impl HoldReason {
-    pub(crate) const ALL: [HoldReason; 5] = [
-        HoldReason::Paused,
-        HoldReason::InFlight,
-        HoldReason::Rate,
-        HoldReason::Backoff,
-        HoldReason::Breaker,
-    ];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            HoldReason::Paused => "paused",
-            HoldReason::InFlight => "in_flight",
-            HoldReason::Rate => "rate",
-            HoldReason::Backoff => "backoff",
-            HoldReason::Breaker => "breaker",
-        }
-    }
+/// How an answered attempt went, as [`Flow::answered`] records it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answer<'a> {
+    /// The attempt's destination.
+    pub(crate) destination: &'a str,
+    /// The attempt: its task and attempt counter.
+    pub(crate) task: (TaskId, u32),
+    /// How the answer counts for the breaker.
+    pub(crate) verdict: Verdict,
+    /// The HTTP status, when there was one.
+    pub(crate) status: Option<u16>,
+    /// The error reason, for a failed or retried attempt.
+    pub(crate) error: Option<&'a str>,
+    /// The destination's Retry-After, when a 429 or 503 sent one.
+    pub(crate) backoff: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -387,19 +374,16 @@ impl Flow {
         }
     }
 
-    /// Records how an answered attempt went. `backoff`: the destination's
-    /// Retry-After, when a 429 or 503 sent one.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn answered(
-        &self,
-        destination: &str,
-        task: (TaskId, u32),
-        verdict: Verdict,
-        status: Option<u16>,
-        error: Option<&str>,
-        backoff: Option<Duration>,
-        now: Timestamp,
-    ) {
+    /// Records how an answered attempt went.
+    pub(crate) fn answered(&self, answer: Answer<'_>, now: Timestamp) {
+        let Answer {
+            destination,
+            task,
+            verdict,
+            status,
+            error,
+            backoff,
+        } = answer;
         let mut state = self.lock();
         let s = state.settings.get(destination).cloned();
         let dest = state
@@ -622,12 +606,14 @@ mod tests {
         for task in &tasks {
             let id = (task.id, task.attempt);
             flow.answered(
-                &task.destination,
-                id,
-                Verdict::Healthy,
-                Some(200),
-                None,
-                None,
+                Answer {
+                    destination: &task.destination,
+                    task: id,
+                    verdict: Verdict::Healthy,
+                    status: Some(200),
+                    error: None,
+                    backoff: None,
+                },
                 at(3),
             );
             flow.ended(&task.destination, id);
@@ -646,7 +632,17 @@ mod tests {
             let t = task(host, 7);
             flow.claimed(std::slice::from_ref(&t), None, at(0));
             let id = (t.id, t.attempt);
-            flow.answered(&t.destination, id, verdict, None, None, backoff, at(1));
+            flow.answered(
+                Answer {
+                    destination: &t.destination,
+                    task: id,
+                    verdict,
+                    status: None,
+                    error: None,
+                    backoff,
+                },
+                at(1),
+            );
             flow.ended(&t.destination, id);
             let there = flow.lock().dests.contains_key(&t.destination);
             assert_eq!(there, kept_now, "{host}");
@@ -680,6 +676,142 @@ mod tests {
                 .into_iter()
                 .map(str::to_owned)
                 .collect()
+        );
+    }
+
+    /// One attempt of `host`, the way the claim loop runs it: a gate, the
+    /// claim, the answer, the end, all at `ms`.
+    fn attempt(flow: &Flow, host: &str, n: u32, ms: i64, verdict: Verdict, backoff: Option<u64>) {
+        let t = task(host, n);
+        flow.gate(at(ms));
+        flow.claimed(std::slice::from_ref(&t), None, at(ms));
+        let id = (t.id, t.attempt);
+        flow.answered(
+            Answer {
+                destination: &t.destination,
+                task: id,
+                verdict,
+                status: None,
+                error: None,
+                backoff: backoff.map(Duration::from_millis),
+            },
+            at(ms),
+        );
+        flow.ended(&t.destination, id);
+    }
+
+    /// Each row: answered attempts (when, how they counted), when the
+    /// breaker is looked at, what it is then, and when the claim loop must
+    /// look again by this worker's holds.
+    #[test]
+    fn the_breaker_opens_on_consecutive_failures_and_its_probe_decides() {
+        use BreakerState::{Closed, HalfOpen, Open};
+        use Verdict::{Failure as F, Healthy as H, Neutral as N};
+        let policy = BreakerPolicy {
+            failures: 3,
+            open: Duration::from_secs(10),
+            max_open: Duration::from_secs(15),
+        };
+        let check = |answers: &[(i64, Verdict)],
+                     look_at: i64,
+                     breaker: BreakerState,
+                     release: Option<i64>| {
+            let flow = Flow::new(policy, DestinationMetrics::default());
+            for (n, (ms, verdict)) in answers.iter().enumerate() {
+                let n = u32::try_from(n).expect("few rows");
+                attempt(&flow, "b.example", n, *ms, *verdict, None);
+            }
+            let seen = flow.state_of("b.example:80", at(look_at)).breaker;
+            assert_eq!(seen, breaker, "{answers:?} at {look_at}");
+            assert_eq!(
+                flow.next_release(at(look_at)),
+                release.map(at),
+                "{answers:?} at {look_at}"
+            );
+        };
+        check(&[(0, F), (0, F)], 0, Closed, None);
+        check(&[(0, F), (0, F), (0, F)], 0, Open, Some(10_000));
+        check(&[(0, F), (0, F), (0, F)], 9_999, Open, Some(10_000));
+        check(&[(0, F), (0, F), (0, F)], 10_000, HalfOpen, None);
+        // A healthy answer resets the count; a neutral one does not.
+        check(&[(0, F), (0, F), (0, H), (0, F)], 0, Closed, None);
+        check(&[(0, F), (0, N), (0, F), (0, F)], 0, Open, Some(10_000));
+        // The probe: healthy closes, a failure reopens for twice as long
+        // (bounded by max_open), neutral lets the next probe through.
+        check(&[(0, F), (0, F), (0, F), (10_000, H)], 10_000, Closed, None);
+        check(
+            &[(0, F), (0, F), (0, F), (10_000, F)],
+            10_000,
+            Open,
+            Some(25_000),
+        );
+        check(
+            &[(0, F), (0, F), (0, F), (10_000, N)],
+            10_000,
+            HalfOpen,
+            None,
+        );
+    }
+
+    /// Each row: Retry-After backoffs asked for (when, how long), when the
+    /// next gate is made, and whether it holds the destination. The longer
+    /// backoff wins; an ended one holds nothing.
+    #[test]
+    fn a_retry_after_holds_the_whole_destination_until_it_ends() {
+        let check = |backoffs: &[(i64, u64)], gate_at: i64, held: bool| {
+            let flow = flow();
+            for (n, (ms, wait)) in backoffs.iter().enumerate() {
+                let n = u32::try_from(n).expect("few rows");
+                attempt(&flow, "r.example", n, *ms, Verdict::Healthy, Some(*wait));
+            }
+            let gate = flow.gate(at(gate_at));
+            assert_eq!(
+                gate.held.contains("r.example:80"),
+                held,
+                "{backoffs:?} at {gate_at}"
+            );
+        };
+        check(&[(0, 5_000)], 4_999, true);
+        check(&[(0, 5_000)], 5_000, false);
+        check(&[(0, 5_000), (1_000, 1_000)], 4_999, true);
+        check(&[(0, 1_000), (500, 5_000)], 5_499, true);
+        check(&[(0, 1_000), (500, 5_000)], 5_500, false);
+    }
+
+    /// Each row: a destination's settings, its running count, and why the
+    /// `held` metric says it is held (if it is).
+    #[test]
+    fn hold_reasons_follow_settings_and_running_counts() {
+        let check = |settings: DestinationSettings, running: u64, reason: Option<HoldReason>| {
+            let flow = flow();
+            flow.set_settings(vec![("h.example:80".to_owned(), settings.clone())], at(0));
+            let seen = flow.hold_reason("h.example:80", &settings, running, at(0));
+            assert_eq!(seen, reason, "{settings:?} running {running}");
+        };
+        check(DestinationSettings::default(), 9, None);
+        check(
+            DestinationSettings {
+                paused: true,
+                ..Default::default()
+            },
+            0,
+            Some(HoldReason::Paused),
+        );
+        check(
+            DestinationSettings {
+                max_in_flight: Some(2),
+                ..Default::default()
+            },
+            2,
+            Some(HoldReason::InFlight),
+        );
+        check(
+            DestinationSettings {
+                max_in_flight: Some(2),
+                ..Default::default()
+            },
+            1,
+            None,
         );
     }
 }

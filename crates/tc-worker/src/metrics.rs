@@ -29,6 +29,36 @@ pub(crate) struct HeldLabel {
     pub(crate) reason: &'static str,
 }
 
+/// Why a destination is held now, for the `held` metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum HoldReason {
+    Paused,
+    InFlight,
+    Rate,
+    Backoff,
+    Breaker,
+}
+
+impl HoldReason {
+    pub(crate) const ALL: [HoldReason; 5] = [
+        HoldReason::Paused,
+        HoldReason::InFlight,
+        HoldReason::Rate,
+        HoldReason::Backoff,
+        HoldReason::Breaker,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            HoldReason::Paused => "paused",
+            HoldReason::InFlight => "in_flight",
+            HoldReason::Rate => "rate",
+            HoldReason::Backoff => "backoff",
+            HoldReason::Breaker => "breaker",
+        }
+    }
+}
+
 /// The most destinations that get a label of their own; the others share
 /// the label `destination="_other"`, so a task center that calls thousands
 /// of hosts still exports a bounded number of series.
@@ -112,7 +142,7 @@ impl DestinationMetrics {
             .chain(std::iter::once(OTHER_DESTINATIONS.to_owned()))
             .collect();
         for destination in labelled {
-            for reason in crate::flow::HoldReason::ALL {
+            for reason in HoldReason::ALL {
                 let key = (destination.clone(), reason.as_str());
                 let n = totals.remove(&key).unwrap_or(0);
                 let label = HeldLabel {
