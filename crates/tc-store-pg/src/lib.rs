@@ -20,6 +20,8 @@
 //! With the `testing` feature (tests and xtask only) [`testing`] gives a
 //! test database with a schema per store.
 
+mod batcher;
+mod completions;
 mod config;
 mod counts;
 mod destinations;

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use tc_model::store::{
-    BulkAction, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, TaskFilter,
-    results_within,
+    BulkAction, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, TaskFilter, results_within,
 };
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
@@ -516,96 +515,6 @@ async fn guard(
     } else {
         Ok(Err(Guarded::Lost(head.state)))
     }
-}
-
-/// Writes a try's outcome if the task is still running with `attempt`.
-pub(crate) async fn complete(
-    tx: &Transaction<'_>,
-    id: &TaskId,
-    attempt: u32,
-    outcome: &Completion,
-    now_ms: i64,
-    now: Option<i64>,
-) -> Result<Guarded, StoreError> {
-    let head = match guard(tx, id, attempt).await? {
-        Ok(head) => head,
-        Err(lost) => return Ok(lost),
-    };
-    let to = match outcome {
-        Completion::Success {
-            http_status,
-            result,
-            content_type,
-        } => {
-            let to = transit(head.state, State::Success)?;
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tasks SET state = 'success', http_status = $3, result = $4, \
-                                      result_content_type = $5, error = NULL, \
-                                      finished_at = tc_now_ms($1), updated_at = tc_now_ms($1), \
-                                      lease_until = NULL, next_run_at = NULL \
-                     WHERE pos = $2",
-                )
-                .await
-                .map_err(db)?;
-            let status = i32::from(*http_status);
-            tx.execute(&stmt, &[&now, &head.pos, &status, result, content_type])
-                .await
-                .map_err(db)?;
-            close_attempt(tx, id, attempt, now, Some(*http_status), None).await?;
-            to
-        }
-        Completion::Retry {
-            next_run_at,
-            reason,
-            http_status,
-        } => {
-            let to = transit(head.state, State::Pending)?;
-            // The due time as a delay from the caller's now, laid on the
-            // store's clock (the same instant in caller mode).
-            let delay = next_run_at.as_millis().saturating_sub(now_ms);
-            let stmt = tx
-                .prepare_cached(
-                    // http_status keeps the last answered try's status when
-                    // this try got no answer (a timeout, a refused connection).
-                    "UPDATE tasks SET state = 'pending', next_run_at = tc_now_ms($1) + $3, \
-                                      error = $4, http_status = coalesce($5, http_status), \
-                                      lease_until = NULL, updated_at = tc_now_ms($1) \
-                     WHERE pos = $2",
-                )
-                .await
-                .map_err(db)?;
-            let status = http_status.map(i32::from);
-            tx.execute(&stmt, &[&now, &head.pos, &delay, reason, &status])
-                .await
-                .map_err(db)?;
-            close_attempt(tx, id, attempt, now, *http_status, Some(reason)).await?;
-            to
-        }
-        Completion::Failed {
-            reason,
-            http_status,
-        } => {
-            let to = transit(head.state, State::Failed)?;
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tasks SET state = 'failed', error = $3, \
-                                      http_status = coalesce($4, http_status), \
-                                      finished_at = tc_now_ms($1), updated_at = tc_now_ms($1), \
-                                      lease_until = NULL, next_run_at = NULL \
-                     WHERE pos = $2",
-                )
-                .await
-                .map_err(db)?;
-            let status = http_status.map(i32::from);
-            tx.execute(&stmt, &[&now, &head.pos, reason, &status])
-                .await
-                .map_err(db)?;
-            close_attempt(tx, id, attempt, now, *http_status, Some(reason)).await?;
-            to
-        }
-    };
-    Ok(Guarded::Applied(to))
 }
 
 /// What a cancel did.

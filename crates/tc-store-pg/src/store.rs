@@ -17,6 +17,8 @@ use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_postgres::config::Host;
 
+use crate::batcher::Completer;
+use crate::completions::Asked;
 use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
 use crate::notify::{self, Channels, PgEvent};
@@ -42,6 +44,8 @@ pub struct PgStore {
     /// Set by every write that changes states: the fold of the count deltas
     /// runs only after some (see `counts`).
     states_changed: Arc<AtomicBool>,
+    /// Completions, grouped into one statement while others are in flight.
+    completer: Completer,
     // Dropping it (with the store) ends the listener, the announcer and the
     // count fold.
     _stop: watch::Sender<bool>,
@@ -145,6 +149,7 @@ impl PgStore {
             Arc::clone(&states_changed),
             stopped,
         ));
+        let completer = Completer::start(pool.clone(), Arc::clone(&states_changed));
         Ok(PgStore {
             pool,
             clock: config.clock,
@@ -152,6 +157,7 @@ impl PgStore {
             events,
             submitted,
             states_changed,
+            completer,
             _stop: stop,
             target,
         })
@@ -347,20 +353,15 @@ impl TaskStore for PgStore {
         outcome: Completion,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
-        let done = ops::complete(
-            &tx,
-            &id,
-            attempt,
-            &outcome,
-            now.as_millis(),
-            self.stamp(now),
-        )
-        .await?;
-        tx.commit().await.map_err(db)?;
-        self.states_changed();
-        Ok(done)
+        self.completer
+            .complete(Asked {
+                id,
+                attempt,
+                outcome,
+                now_ms: now.as_millis(),
+                now: self.stamp(now),
+            })
+            .await
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
