@@ -10,8 +10,10 @@
 //! lands (issue 24 item 1).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Pool};
 use tc_model::store::{Completion, Guarded, StoreError};
 use tc_model::{State, TaskId, transit};
 
@@ -121,9 +123,9 @@ SELECT id FROM done";
 /// Applies every completion of `asked` in one statement (ids must be
 /// distinct: the batcher splits repeats into later statements) and answers
 /// each in order: applied, lost (with the state now) or not found.
-pub(crate) async fn complete_many<C: GenericClient>(
+pub(crate) async fn complete_many<C: GenericClient + ?Sized>(
     client: &C,
-    asked: &[Asked],
+    asked: &[&Asked],
 ) -> Result<Vec<Result<Guarded, StoreError>>, StoreError> {
     let effects: Vec<Written> = asked
         .iter()
@@ -187,6 +189,36 @@ pub(crate) async fn complete_many<C: GenericClient>(
                     .ok_or(StoreError::NotFound)
             }
         })
+        .collect())
+}
+
+/// One flush of the completion batcher: [`complete_many`] on a pooled
+/// connection, a task asked twice going into a later statement (one
+/// statement would update it once).
+pub(crate) async fn flush(
+    pool: Pool,
+    states_changed: Arc<AtomicBool>,
+    asked: Vec<Asked>,
+) -> Result<Vec<Result<Guarded, StoreError>>, StoreError> {
+    let client = pool.get().await.map_err(crate::error::pool)?;
+    let mut answers: Vec<Option<Result<Guarded, StoreError>>> =
+        asked.iter().map(|_| None).collect();
+    let mut rest: Vec<usize> = (0..asked.len()).collect();
+    while !rest.is_empty() {
+        let mut seen = HashSet::new();
+        let (now, later): (Vec<usize>, Vec<usize>) =
+            rest.into_iter().partition(|&i| seen.insert(asked[i].id));
+        rest = later;
+        let round: Vec<&Asked> = now.iter().map(|&i| &asked[i]).collect();
+        let got = complete_many(&client, &round).await?;
+        states_changed.store(true, Ordering::Relaxed);
+        for (i, answer) in now.into_iter().zip(got) {
+            answers[i] = Some(answer);
+        }
+    }
+    Ok(answers
+        .into_iter()
+        .map(|a| a.unwrap_or(Err(StoreError::NotFound)))
         .collect())
 }
 

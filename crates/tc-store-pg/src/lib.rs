@@ -27,6 +27,7 @@ mod counts;
 mod destinations;
 mod error;
 mod filter;
+mod group_submit;
 mod notify;
 mod ops;
 mod rows;

@@ -34,95 +34,6 @@ pub(crate) enum Inserted {
     Existing(Task),
 }
 
-/// Inserts the task, or finds the one that holds its key. Race-safe across
-/// nodes: the unique index decides, `ON CONFLICT DO NOTHING` waits for a
-/// concurrent insert of the same key to commit or roll back.
-pub(crate) async fn submit<C: GenericClient>(
-    client: &C,
-    new: &NewTask,
-    now_ms: tc_model::Timestamp,
-    now: Option<i64>,
-) -> Result<Inserted, StoreError> {
-    let insert = client
-        .prepare_cached(concat!(
-            // First due: an absolute time (never before now), or now plus
-            // the delay asked for, on the store's clock.
-            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
-                                attempt, created_at, updated_at, next_run_at, schedule_at, \
-                                schedule_delay_ms, destination, method, headers, \
-                                trace_context) \
-             VALUES ($2, $3, 'pending', $4, $5, $6, $7, 0, tc_now_ms($1), tc_now_ms($1), \
-                     greatest(coalesce($8::bigint, tc_now_ms($1)), tc_now_ms($1)) \
-                         + coalesce($9::bigint, 0), \
-                     $8, $9, $10, $11, $12, $13) \
-             ON CONFLICT (idempotency_key) DO NOTHING \
-             RETURNING ",
-            task_columns!()
-        ))
-        .await
-        .map_err(db)?;
-    let by_key = client
-        .prepare_cached(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE idempotency_key = $1"
-        ))
-        .await
-        .map_err(db)?;
-    let max_attempts = i32::try_from(new.max_attempts())
-        .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?;
-    let (schedule_at, schedule_delay_ms) = new.schedule().to_parts();
-    let destination = tc_model::destination_of(new.url());
-    let (method, headers) = (new.method().as_str(), new.headers().to_stored());
-    let trace_context = new.trace().map(tc_model::TraceContext::to_stored);
-    // Two rounds: a key found taken whose task then vanished (it cannot be
-    // deleted today) is tried once more rather than reported as an error.
-    for _ in 0..2 {
-        // The id's time is the submitting node's own `now` (it only orders
-        // ids; created_at is the store's clock); its random bits come from
-        // fastrand (tc-model reads no entropy of its own).
-        let mut random = [0; 10];
-        fastrand::fill(&mut random);
-        let id = TaskId::new(now_ms, random);
-        let inserted = client
-            .query_opt(
-                &insert,
-                &[
-                    &now,
-                    &id.as_bytes().as_slice(),
-                    &new.idempotency_key(),
-                    &new.url(),
-                    &new.body(),
-                    &max_attempts,
-                    &nanos(new.timeout()),
-                    &schedule_at,
-                    &schedule_delay_ms,
-                    &destination,
-                    &method,
-                    &headers,
-                    &trace_context,
-                ],
-            )
-            .await
-            .map_err(db)?;
-        if let Some(row) = inserted {
-            return Ok(Inserted::Created(rows::task_from_row(&row)?.task));
-        }
-        if let Some(row) = client
-            .query_opt(&by_key, &[&new.idempotency_key()])
-            .await
-            .map_err(db)?
-        {
-            let mut task = rows::task_from_row(&row)?.task;
-            task.attempts = attempts_of_client(client, &task.id).await?;
-            return Ok(Inserted::Existing(task));
-        }
-    }
-    Err(StoreError::Unavailable(
-        "idempotency key taken and released twice during one submit".into(),
-    ))
-}
-
 /// The most items one insert statement of a batch carries.
 pub(crate) const BATCH_CHUNK: usize = 1000;
 
@@ -783,25 +694,6 @@ async fn attempts_of(
         .await
         .map_err(db)?;
     tx.query(&stmt, &[&id.as_bytes().as_slice()])
-        .await
-        .map_err(db)?
-        .iter()
-        .map(|row| rows::attempt_from_row(row).map(|(_, a)| a))
-        .collect()
-}
-
-async fn attempts_of_client<C: GenericClient>(
-    client: &C,
-    id: &TaskId,
-) -> Result<Vec<tc_model::AttemptRecord>, StoreError> {
-    let stmt = client
-        .prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE task_id = $1 ORDER BY seq"
-        ))
-        .await
-        .map_err(db)?;
-    client
-        .query(&stmt, &[&id.as_bytes().as_slice()])
         .await
         .map_err(db)?
         .iter()

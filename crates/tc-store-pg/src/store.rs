@@ -17,10 +17,11 @@ use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_postgres::config::Host;
 
-use crate::batcher::Completer;
-use crate::completions::Asked;
+use crate::batcher::{Batcher, Shape};
+use crate::completions::{self, Asked};
 use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
+use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
 use crate::ops::{self, Inserted};
 use crate::{counts, destinations, schema};
@@ -28,6 +29,12 @@ use crate::{counts, destinations, schema};
 /// The longest a listing waits for older inserts of tasks to end before it
 /// answers a page that stops short (see `ops::list`).
 const LIST_HOLD: Duration = Duration::from_secs(2);
+
+/// Completions in flight at once, and the most in one statement.
+const COMPLETIONS: Shape = Shape {
+    flushers: 4,
+    max_batch: 256,
+};
 
 /// The PostgreSQL adapter behind [`TaskStore`].
 ///
@@ -45,7 +52,9 @@ pub struct PgStore {
     /// runs only after some (see `counts`).
     states_changed: Arc<AtomicBool>,
     /// Completions, grouped into one statement while others are in flight.
-    completer: Completer,
+    completer: Batcher<Asked, Guarded>,
+    /// Single submits, grouped into one insert while others are in flight.
+    submitter: Batcher<(NewTask, Timestamp), Submitted>,
     // Dropping it (with the store) ends the listener, the announcer and the
     // count fold.
     _stop: watch::Sender<bool>,
@@ -149,9 +158,24 @@ impl PgStore {
             Arc::clone(&states_changed),
             stopped,
         ));
-        let completer = Completer::start(pool.clone(), Arc::clone(&states_changed));
+        let completer = {
+            let (pool, states_changed) = (pool.clone(), Arc::clone(&states_changed));
+            Batcher::start(COMPLETIONS, move |asked| {
+                completions::flush(pool.clone(), Arc::clone(&states_changed), asked)
+            })
+        };
+        let submitter = {
+            let submitter = Submitter {
+                pool: pool.clone(),
+                clock: config.clock,
+                states_changed: Arc::clone(&states_changed),
+                submitted: Arc::clone(&submitted),
+            };
+            Batcher::start(SUBMITS, move |asked| submitter.clone().flush(asked))
+        };
         Ok(PgStore {
             pool,
+            submitter,
             clock: config.clock,
             channels,
             events,
@@ -202,27 +226,7 @@ impl PgStore {
 
 impl TaskStore for PgStore {
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
-        let client = self.client().await?;
-        match ops::submit(&client, &task, now, self.stamp(now)).await? {
-            Inserted::Created(created) => {
-                self.states_changed();
-                self.submitted.notify_one();
-                Ok(Submitted {
-                    task: created,
-                    created: true,
-                })
-            }
-            Inserted::Existing(existing) => {
-                if task.same_work_as(&existing) {
-                    Ok(Submitted {
-                        task: existing,
-                        created: false,
-                    })
-                } else {
-                    Err(StoreError::IdempotencyConflict)
-                }
-            }
-        }
+        self.submitter.call((task, now)).await
     }
 
     async fn submit_many(
@@ -354,7 +358,7 @@ impl TaskStore for PgStore {
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
         self.completer
-            .complete(Asked {
+            .call(Asked {
                 id,
                 attempt,
                 outcome,
