@@ -5,7 +5,9 @@
 //!   `sslmode` and `sslrootcert` in the URL say ([`tls`]; default `prefer`).
 //! - Claims with `FOR UPDATE SKIP LOCKED`, in batches; guarded writes lock
 //!   the row and check (state, attempt); idempotent submit through the unique
-//!   index and `ON CONFLICT`.
+//!   index and `ON CONFLICT`. Completions and single submits made at once
+//!   share one statement each (group commit, batcher.rs), each caller keeping
+//!   its own answer.
 //! - Times from the database's clock ([`PgClock::Database`]), so nodes whose
 //!   clocks disagree share leases and due times correctly.
 //! - LISTEN/NOTIFY ([`PgStore::subscribe`]) for wake-ups and cancels across
