@@ -5,7 +5,9 @@
 //!   `sslmode` and `sslrootcert` in the URL say ([`tls`]; default `prefer`).
 //! - Claims with `FOR UPDATE SKIP LOCKED`, in batches; guarded writes lock
 //!   the row and check (state, attempt); idempotent submit through the unique
-//!   index and `ON CONFLICT`.
+//!   index and `ON CONFLICT`. Completions and single submits made at once
+//!   share one statement each (group commit, batcher.rs), each caller keeping
+//!   its own answer.
 //! - Times from the database's clock ([`PgClock::Database`]), so nodes whose
 //!   clocks disagree share leases and due times correctly.
 //! - LISTEN/NOTIFY ([`PgStore::subscribe`]) for wake-ups and cancels across
@@ -20,11 +22,14 @@
 //! With the `testing` feature (tests and xtask only) [`testing`] gives a
 //! test database with a schema per store.
 
+mod batcher;
+mod completions;
 mod config;
 mod counts;
 mod destinations;
 mod error;
 mod filter;
+mod group_submit;
 mod notify;
 mod ops;
 mod rows;

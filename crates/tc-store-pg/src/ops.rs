@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use tc_model::store::{
-    BulkAction, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, TaskFilter,
-    results_within,
+    BulkAction, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, TaskFilter, results_within,
 };
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
@@ -33,95 +32,6 @@ pub(crate) enum Inserted {
     Created(Task),
     /// The key was taken by this task (payload not yet compared).
     Existing(Task),
-}
-
-/// Inserts the task, or finds the one that holds its key. Race-safe across
-/// nodes: the unique index decides, `ON CONFLICT DO NOTHING` waits for a
-/// concurrent insert of the same key to commit or roll back.
-pub(crate) async fn submit<C: GenericClient>(
-    client: &C,
-    new: &NewTask,
-    now_ms: tc_model::Timestamp,
-    now: Option<i64>,
-) -> Result<Inserted, StoreError> {
-    let insert = client
-        .prepare_cached(concat!(
-            // First due: an absolute time (never before now), or now plus
-            // the delay asked for, on the store's clock.
-            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
-                                attempt, created_at, updated_at, next_run_at, schedule_at, \
-                                schedule_delay_ms, destination, method, headers, \
-                                trace_context) \
-             VALUES ($2, $3, 'pending', $4, $5, $6, $7, 0, tc_now_ms($1), tc_now_ms($1), \
-                     greatest(coalesce($8::bigint, tc_now_ms($1)), tc_now_ms($1)) \
-                         + coalesce($9::bigint, 0), \
-                     $8, $9, $10, $11, $12, $13) \
-             ON CONFLICT (idempotency_key) DO NOTHING \
-             RETURNING ",
-            task_columns!()
-        ))
-        .await
-        .map_err(db)?;
-    let by_key = client
-        .prepare_cached(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE idempotency_key = $1"
-        ))
-        .await
-        .map_err(db)?;
-    let max_attempts = i32::try_from(new.max_attempts())
-        .map_err(|_| StoreError::Unavailable("max_attempts beyond i32".into()))?;
-    let (schedule_at, schedule_delay_ms) = new.schedule().to_parts();
-    let destination = tc_model::destination_of(new.url());
-    let (method, headers) = (new.method().as_str(), new.headers().to_stored());
-    let trace_context = new.trace().map(tc_model::TraceContext::to_stored);
-    // Two rounds: a key found taken whose task then vanished (it cannot be
-    // deleted today) is tried once more rather than reported as an error.
-    for _ in 0..2 {
-        // The id's time is the submitting node's own `now` (it only orders
-        // ids; created_at is the store's clock); its random bits come from
-        // fastrand (tc-model reads no entropy of its own).
-        let mut random = [0; 10];
-        fastrand::fill(&mut random);
-        let id = TaskId::new(now_ms, random);
-        let inserted = client
-            .query_opt(
-                &insert,
-                &[
-                    &now,
-                    &id.as_bytes().as_slice(),
-                    &new.idempotency_key(),
-                    &new.url(),
-                    &new.body(),
-                    &max_attempts,
-                    &nanos(new.timeout()),
-                    &schedule_at,
-                    &schedule_delay_ms,
-                    &destination,
-                    &method,
-                    &headers,
-                    &trace_context,
-                ],
-            )
-            .await
-            .map_err(db)?;
-        if let Some(row) = inserted {
-            return Ok(Inserted::Created(rows::task_from_row(&row)?.task));
-        }
-        if let Some(row) = client
-            .query_opt(&by_key, &[&new.idempotency_key()])
-            .await
-            .map_err(db)?
-        {
-            let mut task = rows::task_from_row(&row)?.task;
-            task.attempts = attempts_of_client(client, &task.id).await?;
-            return Ok(Inserted::Existing(task));
-        }
-    }
-    Err(StoreError::Unavailable(
-        "idempotency key taken and released twice during one submit".into(),
-    ))
 }
 
 /// The most items one insert statement of a batch carries.
@@ -518,96 +428,6 @@ async fn guard(
     }
 }
 
-/// Writes a try's outcome if the task is still running with `attempt`.
-pub(crate) async fn complete(
-    tx: &Transaction<'_>,
-    id: &TaskId,
-    attempt: u32,
-    outcome: &Completion,
-    now_ms: i64,
-    now: Option<i64>,
-) -> Result<Guarded, StoreError> {
-    let head = match guard(tx, id, attempt).await? {
-        Ok(head) => head,
-        Err(lost) => return Ok(lost),
-    };
-    let to = match outcome {
-        Completion::Success {
-            http_status,
-            result,
-            content_type,
-        } => {
-            let to = transit(head.state, State::Success)?;
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tasks SET state = 'success', http_status = $3, result = $4, \
-                                      result_content_type = $5, error = NULL, \
-                                      finished_at = tc_now_ms($1), updated_at = tc_now_ms($1), \
-                                      lease_until = NULL, next_run_at = NULL \
-                     WHERE pos = $2",
-                )
-                .await
-                .map_err(db)?;
-            let status = i32::from(*http_status);
-            tx.execute(&stmt, &[&now, &head.pos, &status, result, content_type])
-                .await
-                .map_err(db)?;
-            close_attempt(tx, id, attempt, now, Some(*http_status), None).await?;
-            to
-        }
-        Completion::Retry {
-            next_run_at,
-            reason,
-            http_status,
-        } => {
-            let to = transit(head.state, State::Pending)?;
-            // The due time as a delay from the caller's now, laid on the
-            // store's clock (the same instant in caller mode).
-            let delay = next_run_at.as_millis().saturating_sub(now_ms);
-            let stmt = tx
-                .prepare_cached(
-                    // http_status keeps the last answered try's status when
-                    // this try got no answer (a timeout, a refused connection).
-                    "UPDATE tasks SET state = 'pending', next_run_at = tc_now_ms($1) + $3, \
-                                      error = $4, http_status = coalesce($5, http_status), \
-                                      lease_until = NULL, updated_at = tc_now_ms($1) \
-                     WHERE pos = $2",
-                )
-                .await
-                .map_err(db)?;
-            let status = http_status.map(i32::from);
-            tx.execute(&stmt, &[&now, &head.pos, &delay, reason, &status])
-                .await
-                .map_err(db)?;
-            close_attempt(tx, id, attempt, now, *http_status, Some(reason)).await?;
-            to
-        }
-        Completion::Failed {
-            reason,
-            http_status,
-        } => {
-            let to = transit(head.state, State::Failed)?;
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tasks SET state = 'failed', error = $3, \
-                                      http_status = coalesce($4, http_status), \
-                                      finished_at = tc_now_ms($1), updated_at = tc_now_ms($1), \
-                                      lease_until = NULL, next_run_at = NULL \
-                     WHERE pos = $2",
-                )
-                .await
-                .map_err(db)?;
-            let status = http_status.map(i32::from);
-            tx.execute(&stmt, &[&now, &head.pos, reason, &status])
-                .await
-                .map_err(db)?;
-            close_attempt(tx, id, attempt, now, *http_status, Some(reason)).await?;
-            to
-        }
-    };
-    Ok(Guarded::Applied(to))
-}
-
 /// What a cancel did.
 pub(crate) struct Canceled {
     /// The task after the cancel.
@@ -874,25 +694,6 @@ async fn attempts_of(
         .await
         .map_err(db)?;
     tx.query(&stmt, &[&id.as_bytes().as_slice()])
-        .await
-        .map_err(db)?
-        .iter()
-        .map(|row| rows::attempt_from_row(row).map(|(_, a)| a))
-        .collect()
-}
-
-async fn attempts_of_client<C: GenericClient>(
-    client: &C,
-    id: &TaskId,
-) -> Result<Vec<tc_model::AttemptRecord>, StoreError> {
-    let stmt = client
-        .prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE task_id = $1 ORDER BY seq"
-        ))
-        .await
-        .map_err(db)?;
-    client
-        .query(&stmt, &[&id.as_bytes().as_slice()])
         .await
         .map_err(db)?
         .iter()

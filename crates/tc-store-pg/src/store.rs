@@ -17,8 +17,11 @@ use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_postgres::config::Host;
 
+use crate::batcher::{Batcher, Shape};
+use crate::completions::{self, Asked};
 use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
+use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
 use crate::ops::{self, Inserted};
 use crate::{counts, destinations, schema};
@@ -26,6 +29,12 @@ use crate::{counts, destinations, schema};
 /// The longest a listing waits for older inserts of tasks to end before it
 /// answers a page that stops short (see `ops::list`).
 const LIST_HOLD: Duration = Duration::from_secs(2);
+
+/// Completions in flight at once, and the most in one statement.
+const COMPLETIONS: Shape = Shape {
+    flushers: 4,
+    max_batch: 256,
+};
 
 /// The PostgreSQL adapter behind [`TaskStore`].
 ///
@@ -42,6 +51,10 @@ pub struct PgStore {
     /// Set by every write that changes states: the fold of the count deltas
     /// runs only after some (see `counts`).
     states_changed: Arc<AtomicBool>,
+    /// Completions, grouped into one statement while others are in flight.
+    completer: Batcher<Asked, Guarded>,
+    /// Single submits, grouped into one insert while others are in flight.
+    submitter: Batcher<(NewTask, Timestamp), Submitted>,
     // Dropping it (with the store) ends the listener, the announcer and the
     // count fold.
     _stop: watch::Sender<bool>,
@@ -145,13 +158,30 @@ impl PgStore {
             Arc::clone(&states_changed),
             stopped,
         ));
+        let completer = {
+            let (pool, states_changed) = (pool.clone(), Arc::clone(&states_changed));
+            Batcher::start(COMPLETIONS, move |asked| {
+                completions::flush(pool.clone(), Arc::clone(&states_changed), asked)
+            })
+        };
+        let submitter = {
+            let submitter = Submitter {
+                pool: pool.clone(),
+                clock: config.clock,
+                states_changed: Arc::clone(&states_changed),
+                submitted: Arc::clone(&submitted),
+            };
+            Batcher::start(SUBMITS, move |asked| submitter.clone().flush(asked))
+        };
         Ok(PgStore {
             pool,
+            submitter,
             clock: config.clock,
             channels,
             events,
             submitted,
             states_changed,
+            completer,
             _stop: stop,
             target,
         })
@@ -196,27 +226,7 @@ impl PgStore {
 
 impl TaskStore for PgStore {
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
-        let client = self.client().await?;
-        match ops::submit(&client, &task, now, self.stamp(now)).await? {
-            Inserted::Created(created) => {
-                self.states_changed();
-                self.submitted.notify_one();
-                Ok(Submitted {
-                    task: created,
-                    created: true,
-                })
-            }
-            Inserted::Existing(existing) => {
-                if task.same_work_as(&existing) {
-                    Ok(Submitted {
-                        task: existing,
-                        created: false,
-                    })
-                } else {
-                    Err(StoreError::IdempotencyConflict)
-                }
-            }
-        }
+        self.submitter.call((task, now)).await
     }
 
     async fn submit_many(
@@ -347,20 +357,15 @@ impl TaskStore for PgStore {
         outcome: Completion,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
-        let done = ops::complete(
-            &tx,
-            &id,
-            attempt,
-            &outcome,
-            now.as_millis(),
-            self.stamp(now),
-        )
-        .await?;
-        tx.commit().await.map_err(db)?;
-        self.states_changed();
-        Ok(done)
+        self.completer
+            .call(Asked {
+                id,
+                attempt,
+                outcome,
+                now_ms: now.as_millis(),
+                now: self.stamp(now),
+            })
+            .await
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {

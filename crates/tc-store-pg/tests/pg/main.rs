@@ -1,7 +1,8 @@
 //! The PostgreSQL adapter's tests: the store contract, the worker scenarios,
 //! and what only PostgreSQL shows (schemas refused, migrations and their
 //! backfills, the database's clock, notifications, listing beside other
-//! transactions, writes that must not wait on one another), TLS to a throwaway
+//! transactions, writes that must not wait on one another, calls grouped into
+//! one statement that keep their own answers), TLS to a throwaway
 //! cluster of its own. Each suite prints one
 //! `skipped: no PostgreSQL at <url>` line and passes when there is none.
 
@@ -10,6 +11,7 @@
 mod contention;
 mod contract;
 mod database;
+mod grouped;
 mod idle;
 mod listing;
 mod support;
