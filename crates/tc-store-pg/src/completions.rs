@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use deadpool_postgres::{GenericClient, Pool};
+use tc_model::completion::CompletionEffect;
 use tc_model::store::{Completion, Guarded, StoreError};
-use tc_model::{State, TaskId, transit};
+use tc_model::{State, TaskId, Timestamp, transit};
 
 use crate::error::db;
 use crate::rows::parse_state;
@@ -49,43 +50,24 @@ pub(crate) struct Written {
 }
 
 /// The effect of `outcome` (see [`Written`]); `now_ms` is the caller's now.
+/// The rule is tc-model's [`CompletionEffect`]: this only puts its fields in
+/// the statement's columns (the finish and due times as the statement's own
+/// time, so that the database clock can stamp them).
 pub(crate) fn written(outcome: &Completion, now_ms: i64) -> Written {
-    match outcome {
-        Completion::Success {
-            http_status,
-            result,
-            content_type,
-        } => Written {
-            state: State::Success,
-            http_status: Some(i32::from(*http_status)),
-            result: Some(result.clone()),
-            content_type: content_type.clone(),
-            error: None,
-            delay_ms: None,
-        },
-        Completion::Retry {
-            next_run_at,
-            reason,
-            http_status,
-        } => Written {
-            state: State::Pending,
-            http_status: http_status.map(i32::from),
-            result: None,
-            content_type: None,
-            error: Some(reason.clone()),
-            delay_ms: Some(next_run_at.as_millis().saturating_sub(now_ms)),
-        },
-        Completion::Failed {
-            reason,
-            http_status,
-        } => Written {
-            state: State::Failed,
-            http_status: http_status.map(i32::from),
-            result: None,
-            content_type: None,
-            error: Some(reason.clone()),
-            delay_ms: None,
-        },
+    let effect = CompletionEffect::of(outcome.clone(), Timestamp::from_millis(now_ms));
+    let (result, content_type) = match effect.result {
+        Some((result, content_type)) => (Some(result), content_type),
+        None => (None, None),
+    };
+    Written {
+        state: effect.state,
+        http_status: effect.http_status.map(i32::from),
+        result,
+        content_type,
+        error: effect.error,
+        delay_ms: effect
+            .next_run_at
+            .map(|at| at.as_millis().saturating_sub(now_ms)),
     }
 }
 
