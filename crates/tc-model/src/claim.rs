@@ -114,6 +114,91 @@ impl<'g> ClaimWalk<'g> {
     }
 }
 
+/// The rotation a claim's walk follows over the destinations with due
+/// tasks, which a store reads in name order, a page at a time: from after
+/// the cursor to the end, then from the start up to and including the
+/// cursor. The store only reads pages; this says where each page starts and
+/// when the rotation has gone round (one rule for every store).
+///
+/// ```
+/// use tc_model::claim::Rotation;
+///
+/// let names = ["a", "b", "c"];
+/// let mut rotation = Rotation::new(Some("b"));
+/// let mut met = Vec::new();
+/// while !rotation.is_done() {
+///     // The store's page: names after page_start, in order (here all).
+///     let page: Vec<String> = names
+///         .iter()
+///         .filter(|n| rotation.page_start().is_none_or(|s| **n > s))
+///         .map(|n| n.to_string())
+///         .collect();
+///     rotation.feed(page, false, |name| {
+///         met.push(name.to_owned());
+///         false
+///     });
+/// }
+/// assert_eq!(met, ["c", "a", "b"]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rotation {
+    /// Where the rotation started (the previous claim's cursor).
+    after: Option<String>,
+    /// The last name read: the next page starts after it.
+    cursor: Option<String>,
+    /// Whether the walk went past the end and started again from the start.
+    wrapped: bool,
+    done: bool,
+}
+
+impl Rotation {
+    /// A rotation starting after `after` (from the start when `None`).
+    pub fn new(after: Option<&str>) -> Rotation {
+        Rotation {
+            after: after.map(str::to_owned),
+            cursor: after.map(str::to_owned),
+            wrapped: after.is_none(),
+            done: false,
+        }
+    }
+
+    /// Whether the walk is over: the visitor had enough, or every
+    /// destination was met once.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The next page holds the names after this one, in order (from the
+    /// first name when `None`).
+    pub fn page_start(&self) -> Option<&str> {
+        self.cursor.as_deref()
+    }
+
+    /// Visits one page (`full`: it held as many names as a page may, so
+    /// more may follow) until `visit` says it has enough.
+    pub fn feed(&mut self, page: Vec<String>, full: bool, mut visit: impl FnMut(&str) -> bool) {
+        for name in page {
+            if self.wrapped && self.after.as_deref().is_some_and(|a| name.as_str() > a) {
+                self.done = true;
+                return;
+            }
+            if visit(&name) {
+                self.done = true;
+                return;
+            }
+            self.cursor = Some(name);
+        }
+        if !full {
+            if self.wrapped {
+                self.done = true;
+            } else {
+                self.wrapped = true;
+                self.cursor = None;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -165,5 +250,51 @@ mod tests {
         check(3, &[("a", None)], &[], 1, Some("a"));
         check(0, &[("a", None)], &[], 0, None);
         check(4, &[], &[], 0, None);
+    }
+
+    /// Walks `names` (a store's rows) in pages of `page` after `after` until
+    /// `enough` names were met; checks the names met, in order.
+    fn check_rotation(
+        names: &[&str],
+        page: usize,
+        after: Option<&str>,
+        enough: usize,
+        met: &[&str],
+    ) {
+        let mut rotation = Rotation::new(after);
+        let mut seen: Vec<String> = Vec::new();
+        let mut reads = 0;
+        while !rotation.is_done() {
+            reads += 1;
+            assert!(reads < 100, "the rotation never ends");
+            let rows: Vec<String> = names
+                .iter()
+                .filter(|n| rotation.page_start().is_none_or(|s| **n > s))
+                .take(page)
+                .map(|n| (*n).to_owned())
+                .collect();
+            let full = rows.len() == page;
+            rotation.feed(rows, full, |name| {
+                seen.push(name.to_owned());
+                seen.len() >= enough
+            });
+        }
+        assert_eq!(seen, met, "names {names:?}, page {page}, after {after:?}");
+    }
+
+    #[test]
+    fn the_rotation_meets_every_destination_once_from_after_its_cursor() {
+        let names = ["a", "b", "c", "d", "e"];
+        check_rotation(&names, 2, None, 99, &["a", "b", "c", "d", "e"]);
+        check_rotation(&names, 2, Some("b"), 99, &["c", "d", "e", "a", "b"]);
+        check_rotation(&names, 1, Some("e"), 99, &["a", "b", "c", "d", "e"]);
+        check_rotation(&names, 5, Some("c"), 99, &["d", "e", "a", "b", "c"]);
+        // A cursor that is no longer a destination.
+        check_rotation(&names, 2, Some("bb"), 99, &["c", "d", "e", "a", "b"]);
+        // Enough stops it where it is.
+        check_rotation(&names, 2, Some("b"), 3, &["c", "d", "e"]);
+        check_rotation(&names, 2, Some("d"), 2, &["e", "a"]);
+        check_rotation(&[], 2, Some("d"), 99, &[]);
+        check_rotation(&[], 2, None, 99, &[]);
     }
 }

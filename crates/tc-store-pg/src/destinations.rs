@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Transaction};
-use tc_model::claim::ClaimWalk;
+use tc_model::claim::{ClaimWalk, Rotation};
 use tc_model::destination::{
     ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
 };
@@ -155,28 +155,13 @@ async fn walk_ready(
     after: Option<&str>,
     mut visit: impl FnMut(&str) -> bool,
 ) -> Result<(), StoreError> {
-    let mut cursor: Option<String> = after.map(str::to_owned);
-    let mut wrapped = after.is_none();
-    loop {
-        let page = ready_after(tx, cursor.as_deref()).await?;
+    let mut rotation = Rotation::new(after);
+    while !rotation.is_done() {
+        let page = ready_after(tx, rotation.page_start()).await?;
         let full = page.len() == usize::try_from(WALK_PAGE).unwrap_or(usize::MAX);
-        for name in page {
-            if wrapped && after.is_some_and(|a| name.as_str() > a) {
-                return Ok(());
-            }
-            if visit(&name) {
-                return Ok(());
-            }
-            cursor = Some(name);
-        }
-        if !full {
-            if wrapped {
-                return Ok(());
-            }
-            wrapped = true;
-            cursor = None;
-        }
+        rotation.feed(page, full, &mut visit);
     }
+    Ok(())
 }
 
 /// Sets again the earliest due time of each of `names` from its pending

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use crate::batcher::Shape;
 use crate::config::PgClock;
-use crate::ops::{self, Inserted};
+use crate::ops;
 
 /// Submits in flight at once, and the most in one statement (within one
 /// chunk of a batch, so one statement).
@@ -53,25 +53,7 @@ impl Submitter {
         let tasks: Vec<NewTask> = asked.into_iter().map(|(task, _)| task).collect();
         let client = self.pool.get().await.map_err(crate::error::pool)?;
         let inserted = ops::submit_batch(&client, &tasks, now, stamp).await?;
-        let mut created = false;
-        let answers = tasks
-            .iter()
-            .zip(inserted)
-            .map(|(task, inserted)| match inserted {
-                Inserted::Created(task) => {
-                    created = true;
-                    Ok(Submitted {
-                        task,
-                        created: true,
-                    })
-                }
-                Inserted::Existing(existing) if task.same_work_as(&existing) => Ok(Submitted {
-                    task: existing,
-                    created: false,
-                }),
-                Inserted::Existing(_) => Err(StoreError::IdempotencyConflict),
-            })
-            .collect();
+        let (answers, created) = ops::answers(&tasks, inserted);
         if created {
             self.states_changed.store(true, Ordering::Relaxed);
             self.submitted.notify_one();

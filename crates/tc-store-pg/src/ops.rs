@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use tc_model::store::{
-    BulkAction, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, TaskFilter, results_within,
+    BulkAction, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, Submitted, TaskFilter,
+    results_within,
 };
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
@@ -32,6 +33,35 @@ pub(crate) enum Inserted {
     Created(Task),
     /// The key was taken by this task (payload not yet compared).
     Existing(Task),
+}
+
+/// Each submit's answer from what its insert found, in order: the task it
+/// created, the same work found again under its key, or another work under
+/// it (a conflict); and whether any task was created.
+pub(crate) fn answers(
+    tasks: &[NewTask],
+    inserted: Vec<Inserted>,
+) -> (Vec<Result<Submitted, StoreError>>, bool) {
+    let mut created = false;
+    let answers = tasks
+        .iter()
+        .zip(inserted)
+        .map(|(task, inserted)| match inserted {
+            Inserted::Created(task) => {
+                created = true;
+                Ok(Submitted {
+                    task,
+                    created: true,
+                })
+            }
+            Inserted::Existing(existing) if task.same_work_as(&existing) => Ok(Submitted {
+                task: existing,
+                created: false,
+            }),
+            Inserted::Existing(_) => Err(StoreError::IdempotencyConflict),
+        })
+        .collect();
+    (answers, created)
 }
 
 /// The most items one insert statement of a batch carries.

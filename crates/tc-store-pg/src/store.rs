@@ -23,7 +23,7 @@ use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
 use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
-use crate::ops::{self, Inserted};
+use crate::ops;
 use crate::{counts, destinations, schema};
 
 /// The longest a listing waits for older inserts of tasks to end before it
@@ -246,25 +246,7 @@ impl TaskStore for PgStore {
             tx.commit().await.map_err(db)?;
             inserted
         };
-        let mut created = false;
-        let results = tasks
-            .iter()
-            .zip(inserted)
-            .map(|(task, inserted)| match inserted {
-                Inserted::Created(task) => {
-                    created = true;
-                    Ok(Submitted {
-                        task,
-                        created: true,
-                    })
-                }
-                Inserted::Existing(existing) if task.same_work_as(&existing) => Ok(Submitted {
-                    task: existing,
-                    created: false,
-                }),
-                Inserted::Existing(_) => Err(StoreError::IdempotencyConflict),
-            })
-            .collect();
+        let (results, created) = ops::answers(&tasks, inserted);
         if created {
             self.states_changed();
             self.submitted.notify_one();

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
+use tc_model::claim::Rotation;
 use tc_model::destination::{
     DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate,
 };
@@ -158,30 +159,13 @@ pub(crate) fn walk_due(
         .map_err(db)?
         .execute(params![now.as_millis()])
         .map_err(db)?;
-    // First lap: after the cursor to the end; second: from the start up to
-    // and including the cursor.
-    let mut cursor: Option<String> = after.map(str::to_owned);
-    let mut wrapped = after.is_none();
-    loop {
-        let page = ready_after(conn, cursor.as_deref())?;
+    let mut rotation = Rotation::new(after);
+    while !rotation.is_done() {
+        let page = ready_after(conn, rotation.page_start())?;
         let full = page.len() == usize::try_from(WALK_PAGE).unwrap_or(usize::MAX);
-        for name in page {
-            if wrapped && after.is_some_and(|a| name.as_str() > a) {
-                return Ok(());
-            }
-            if visit(&name) {
-                return Ok(());
-            }
-            cursor = Some(name);
-        }
-        if !full {
-            if wrapped {
-                return Ok(());
-            }
-            wrapped = true;
-            cursor = None;
-        }
+        rotation.feed(page, full, &mut visit);
     }
+    Ok(())
 }
 
 /// When the earliest pending task that is not due at the last walk will
