@@ -179,6 +179,7 @@ mod tests {
         taken_away: Vec<((u8, u32), State)>,
     }
 
+    #[derive(Clone, Copy)]
     enum Step {
         /// A claim starts.
         Begin,
@@ -267,20 +268,10 @@ mod tests {
         );
         // Claimed again after a lost lease: the older attempt is stopped,
         // and each ends on its own.
-        check(
-            &[Begin, Claimed(1, 1, true), Begin, Claimed(1, 2, true)],
-            seen(&[(1, 2)], &[((1, 1), Running)]),
-        );
-        check(
-            &[
-                Begin,
-                Claimed(1, 1, true),
-                Begin,
-                Claimed(1, 2, true),
-                End(1, 1, true),
-            ],
-            seen(&[(1, 2)], &[]),
-        );
+        let reclaimed = [Begin, Claimed(1, 1, true), Begin, Claimed(1, 2, true)];
+        let then = |step: Step| [&reclaimed[..], &[step]].concat();
+        check(&reclaimed, seen(&[(1, 2)], &[((1, 1), Running)]));
+        check(&then(End(1, 1, true)), seen(&[(1, 2)], &[]));
         // Stopped by the store: still heartbeated until it ends; an older
         // attempt is not stopped twice.
         check(
@@ -288,13 +279,7 @@ mod tests {
             seen(&[(1, 1)], &[((1, 1), Canceled)]),
         );
         check(
-            &[
-                Begin,
-                Claimed(1, 1, true),
-                Begin,
-                Claimed(1, 2, true),
-                Stop(1, 1, Canceled),
-            ],
+            &then(Stop(1, 1, Canceled)),
             seen(&[(1, 2)], &[((1, 1), Running)]),
         );
         check(
