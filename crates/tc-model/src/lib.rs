@@ -14,6 +14,7 @@ mod new_task;
 pub mod signing;
 mod state;
 pub mod store;
+pub mod stored;
 mod task;
 pub mod trace;
 mod url;

@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use tc_model::State;
 use tc_model::store::StoreError;
-use tc_model::{AttemptRecord, Headers, Schedule, State, Task, TaskId, Timestamp};
+use tc_model::stored::{AttemptRow, CorruptColumn, TaskRow};
+use tc_model::{AttemptRecord, Task, TaskId};
 use tokio_postgres::Row;
 
 use crate::error::db;
@@ -42,7 +44,7 @@ macro_rules! listed_columns {
 }
 pub(crate) use {columns_after_body, listed_columns, task_columns};
 
-fn corrupt(what: &str) -> StoreError {
+fn corrupt(CorruptColumn(what): CorruptColumn) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in tasks: bad {what}"))
 }
 
@@ -52,50 +54,44 @@ pub(crate) struct Stored {
     pub(crate) task: Task,
 }
 
-/// Decodes a row selected with [`task_columns`]; the attempt history is left
-/// empty.
+/// Decodes a row selected with [`task_columns`] (tc-model's
+/// [`TaskRow`] reads the columns); the attempt history is left empty.
 pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
-    let state: String = row.try_get(2).map_err(db)?;
-    let timeout_ns: i64 = row.try_get(8).map_err(db)?;
-    let task = Task {
-        id: parse_id(row.try_get(1).map_err(db)?)?,
-        state: parse_state(&state)?,
+    let wide = |i: usize| row.try_get::<_, i32>(i).map(i64::from).map_err(db);
+    let wide_opt = |i: usize| {
+        row.try_get::<_, Option<i32>>(i)
+            .map(|v| v.map(i64::from))
+            .map_err(db)
+    };
+    let task = TaskRow {
+        id: row.try_get(1).map_err(db)?,
+        state: row.try_get(2).map_err(db)?,
         url: row.try_get(3).map_err(db)?,
-        method: row
-            .try_get::<_, &str>(23)
-            .map_err(db)?
-            .parse()
-            .map_err(|_| corrupt("method"))?,
-        headers: Headers::from_stored(row.try_get::<_, Option<&str>>(24).map_err(db)?)
-            .map_err(|_| corrupt("headers"))?,
-        destination: row.try_get(22).map_err(db)?,
         body: row.try_get(4).map_err(db)?,
         idempotency_key: row.try_get(5).map_err(db)?,
-        attempt: to_u32(row.try_get(6).map_err(db)?, "attempt")?,
-        max_attempts: to_u32(row.try_get(7).map_err(db)?, "max_attempts")?,
-        timeout: Duration::from_nanos(u64::try_from(timeout_ns).map_err(|_| corrupt("timeout"))?),
-        http_status: opt_status(row.try_get(9).map_err(db)?)?,
+        attempt: wide(6)?,
+        max_attempts: wide(7)?,
+        timeout_ns: row.try_get(8).map_err(db)?,
+        http_status: wide_opt(9)?,
         result: row.try_get(10).map_err(db)?,
         result_content_type: row.try_get(11).map_err(db)?,
         error: row.try_get(12).map_err(db)?,
-        created_at: Timestamp::from_millis(row.try_get(13).map_err(db)?),
-        updated_at: Timestamp::from_millis(row.try_get(14).map_err(db)?),
-        started_at: opt_time(row.try_get(15).map_err(db)?),
-        finished_at: opt_time(row.try_get(16).map_err(db)?),
-        next_run_at: opt_time(row.try_get(17).map_err(db)?),
-        lease_until: opt_time(row.try_get(18).map_err(db)?),
-        attempts_before_retry: to_u32(row.try_get(19).map_err(db)?, "attempts_before_retry")?,
-        schedule: Schedule::from_parts(row.try_get(20).map_err(db)?, row.try_get(21).map_err(db)?)
-            .ok_or_else(|| corrupt("schedule"))?,
-        attempts: Vec::new(),
-        trace: match row.try_get::<_, Option<&str>>(25).map_err(db)? {
-            Some(text) => Some(
-                tc_model::TraceContext::from_stored(text)
-                    .ok_or_else(|| corrupt("trace_context"))?,
-            ),
-            None => None,
-        },
-    };
+        created_at: row.try_get(13).map_err(db)?,
+        updated_at: row.try_get(14).map_err(db)?,
+        started_at: row.try_get(15).map_err(db)?,
+        finished_at: row.try_get(16).map_err(db)?,
+        next_run_at: row.try_get(17).map_err(db)?,
+        lease_until: row.try_get(18).map_err(db)?,
+        attempts_before_retry: wide(19)?,
+        schedule_at: row.try_get(20).map_err(db)?,
+        schedule_delay_ms: row.try_get(21).map_err(db)?,
+        destination: row.try_get(22).map_err(db)?,
+        method: row.try_get(23).map_err(db)?,
+        headers: row.try_get(24).map_err(db)?,
+        trace_context: row.try_get(25).map_err(db)?,
+    }
+    .into_task()
+    .map_err(corrupt)?;
     Ok(Stored {
         pos: row.try_get(0).map_err(db)?,
         task,
@@ -109,44 +105,27 @@ pub(crate) const ATTEMPT_COLUMNS: &str =
 /// Decodes a row selected with [`ATTEMPT_COLUMNS`]: the task it belongs to
 /// and the try.
 pub(crate) fn attempt_from_row(row: &Row) -> Result<(TaskId, AttemptRecord), StoreError> {
-    let duration_ms: Option<i64> = row.try_get(6).map_err(db)?;
-    Ok((
-        parse_id(row.try_get(0).map_err(db)?)?,
-        AttemptRecord {
-            n: to_u32(row.try_get(1).map_err(db)?, "attempt n")?,
-            started_at: Timestamp::from_millis(row.try_get(2).map_err(db)?),
-            finished_at: opt_time(row.try_get(3).map_err(db)?),
-            http_status: opt_status(row.try_get(4).map_err(db)?)?,
-            error: row.try_get(5).map_err(db)?,
-            duration_ms: duration_ms
-                .map(|ms| u64::try_from(ms).map_err(|_| corrupt("duration_ms")))
-                .transpose()?,
-        },
-    ))
+    AttemptRow {
+        task_id: row.try_get(0).map_err(db)?,
+        n: i64::from(row.try_get::<_, i32>(1).map_err(db)?),
+        started_at: row.try_get(2).map_err(db)?,
+        finished_at: row.try_get(3).map_err(db)?,
+        http_status: row.try_get::<_, Option<i32>>(4).map_err(db)?.map(i64::from),
+        error: row.try_get(5).map_err(db)?,
+        duration_ms: row.try_get(6).map_err(db)?,
+    }
+    .into_attempt()
+    .map_err(corrupt)
 }
 
 /// An id column as the model's [`TaskId`].
 pub(crate) fn parse_id(bytes: Vec<u8>) -> Result<TaskId, StoreError> {
-    let bytes: [u8; 16] = bytes.try_into().map_err(|_| corrupt("id"))?;
-    Ok(TaskId::from_bytes(bytes))
+    tc_model::stored::task_id(bytes, "id").map_err(corrupt)
 }
 
 /// The state column as the model's [`State`].
 pub(crate) fn parse_state(s: &str) -> Result<State, StoreError> {
-    s.parse().map_err(|_| corrupt("state"))
-}
-
-fn to_u32(v: i32, what: &str) -> Result<u32, StoreError> {
-    u32::try_from(v).map_err(|_| corrupt(what))
-}
-
-fn opt_status(v: Option<i32>) -> Result<Option<u16>, StoreError> {
-    v.map(|s| u16::try_from(s).map_err(|_| corrupt("http_status")))
-        .transpose()
-}
-
-fn opt_time(v: Option<i64>) -> Option<Timestamp> {
-    v.map(Timestamp::from_millis)
+    s.parse().map_err(|_| corrupt(CorruptColumn("state")))
 }
 
 /// A duration in nanoseconds for `timeout_ns`, saturating.

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Row};
 use tc_model::store::StoreError;
-use tc_model::{AttemptRecord, Headers, Schedule, State, Task, TaskId, Timestamp, TraceContext};
+use tc_model::stored::{AttemptRow, CorruptColumn, TaskRow};
+use tc_model::{AttemptRecord, State, Task, TaskId};
 
 /// The columns [`task_from_row`] reads after `body`, in its order: one list
 /// for [`task_columns`] and [`listed_columns`].
@@ -45,7 +46,7 @@ pub(crate) fn db(e: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
-fn corrupt(what: &str) -> StoreError {
+fn corrupt(CorruptColumn(what): CorruptColumn) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in tasks: bad {what}"))
 }
 
@@ -58,47 +59,35 @@ pub(crate) struct Stored {
 /// Decodes a row selected with [`task_columns`]; the attempt history is left
 /// empty for [`attempts_of`] to fill.
 pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
-    let id = parse_id(row.get(1).map_err(db)?)?;
-    let state: String = row.get(2).map_err(db)?;
-    let timeout_ns: i64 = row.get(8).map_err(db)?;
-    let task = Task {
-        id,
-        state: state.parse().map_err(|_| corrupt("state"))?,
+    let task = TaskRow {
+        id: row.get(1).map_err(db)?,
+        state: row.get(2).map_err(db)?,
         url: row.get(3).map_err(db)?,
-        method: row
-            .get::<_, String>(23)
-            .map_err(db)?
-            .parse()
-            .map_err(|_| corrupt("method"))?,
-        headers: Headers::from_stored(row.get::<_, Option<String>>(24).map_err(db)?.as_deref())
-            .map_err(|_| corrupt("headers"))?,
-        destination: row.get(22).map_err(db)?,
         body: row.get(4).map_err(db)?,
         idempotency_key: row.get(5).map_err(db)?,
-        attempt: to_u32(row.get(6).map_err(db)?, "attempt")?,
-        max_attempts: to_u32(row.get(7).map_err(db)?, "max_attempts")?,
-        timeout: Duration::from_nanos(u64::try_from(timeout_ns).map_err(|_| corrupt("timeout"))?),
-        http_status: opt_status(row.get(9).map_err(db)?)?,
+        attempt: row.get(6).map_err(db)?,
+        max_attempts: row.get(7).map_err(db)?,
+        timeout_ns: row.get(8).map_err(db)?,
+        http_status: row.get(9).map_err(db)?,
         result: row.get(10).map_err(db)?,
         result_content_type: row.get(11).map_err(db)?,
         error: row.get(12).map_err(db)?,
-        created_at: Timestamp::from_millis(row.get(13).map_err(db)?),
-        updated_at: Timestamp::from_millis(row.get(14).map_err(db)?),
-        started_at: opt_time(row.get(15).map_err(db)?),
-        finished_at: opt_time(row.get(16).map_err(db)?),
-        next_run_at: opt_time(row.get(17).map_err(db)?),
-        lease_until: opt_time(row.get(18).map_err(db)?),
-        attempts_before_retry: to_u32(row.get(19).map_err(db)?, "attempts_before_retry")?,
-        schedule: Schedule::from_parts(row.get(20).map_err(db)?, row.get(21).map_err(db)?)
-            .ok_or_else(|| corrupt("schedule"))?,
-        attempts: Vec::new(),
-        trace: match row.get::<_, Option<String>>(25).map_err(db)? {
-            Some(text) => {
-                Some(TraceContext::from_stored(&text).ok_or_else(|| corrupt("trace_context"))?)
-            }
-            None => None,
-        },
-    };
+        created_at: row.get(13).map_err(db)?,
+        updated_at: row.get(14).map_err(db)?,
+        started_at: row.get(15).map_err(db)?,
+        finished_at: row.get(16).map_err(db)?,
+        next_run_at: row.get(17).map_err(db)?,
+        lease_until: row.get(18).map_err(db)?,
+        attempts_before_retry: row.get(19).map_err(db)?,
+        schedule_at: row.get(20).map_err(db)?,
+        schedule_delay_ms: row.get(21).map_err(db)?,
+        destination: row.get(22).map_err(db)?,
+        method: row.get(23).map_err(db)?,
+        headers: row.get(24).map_err(db)?,
+        trace_context: row.get(25).map_err(db)?,
+    }
+    .into_task()
+    .map_err(corrupt)?;
     Ok(Stored {
         seq: row.get(0).map_err(db)?,
         task,
@@ -171,43 +160,30 @@ pub(crate) fn attempts_of(
     let mut rows = stmt.query([id.as_bytes()]).map_err(db)?;
     let mut attempts = Vec::new();
     while let Some(row) = rows.next().map_err(db)? {
-        let duration_ms: Option<i64> = row.get(5).map_err(db)?;
-        attempts.push(AttemptRecord {
-            n: to_u32(row.get(0).map_err(db)?, "attempt n")?,
-            started_at: Timestamp::from_millis(row.get(1).map_err(db)?),
-            finished_at: opt_time(row.get(2).map_err(db)?),
-            http_status: opt_status(row.get(3).map_err(db)?)?,
+        let (_, attempt) = AttemptRow {
+            task_id: id.as_bytes().to_vec(),
+            n: row.get(0).map_err(db)?,
+            started_at: row.get(1).map_err(db)?,
+            finished_at: row.get(2).map_err(db)?,
+            http_status: row.get(3).map_err(db)?,
             error: row.get(4).map_err(db)?,
-            duration_ms: duration_ms
-                .map(|ms| u64::try_from(ms).map_err(|_| corrupt("duration_ms")))
-                .transpose()?,
-        });
+            duration_ms: row.get(5).map_err(db)?,
+        }
+        .into_attempt()
+        .map_err(corrupt)?;
+        attempts.push(attempt);
     }
     Ok(attempts)
 }
 
 /// An id column as the model's [`TaskId`].
 pub(crate) fn parse_id(blob: Vec<u8>) -> Result<TaskId, StoreError> {
-    let bytes: [u8; 16] = blob.try_into().map_err(|_| corrupt("id"))?;
-    Ok(TaskId::from_bytes(bytes))
+    tc_model::stored::task_id(blob, "id").map_err(corrupt)
 }
 
 /// The state column as the model's [`State`].
 pub(crate) fn parse_state(s: &str) -> Result<State, StoreError> {
-    s.parse().map_err(|_| corrupt("state"))
-}
-
-fn to_u32(v: i64, what: &str) -> Result<u32, StoreError> {
-    u32::try_from(v).map_err(|_| corrupt(what))
-}
-
-fn opt_status(v: Option<i64>) -> Result<Option<u16>, StoreError> {
-    v.map(|s| u16::try_from(s).map_err(|_| corrupt("http_status")))
-        .transpose()
-}
-
-fn opt_time(v: Option<i64>) -> Option<Timestamp> {
-    v.map(Timestamp::from_millis)
+    s.parse().map_err(|_| corrupt(CorruptColumn("state")))
 }
 
 /// A duration in nanoseconds for `timeout_ns`, saturating.
