@@ -6,8 +6,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tc_model::store::{BulkAction, BulkOutcome, TaskFilter};
 use tc_model::callback::{Callback, CallbackOn};
+use tc_model::store::{BulkAction, BulkOutcome, TaskFilter};
 use tc_model::{Limits, NewTask, Schedule, State, TaskId, Timestamp, ValidationError};
 
 use crate::config::HttpConfig;
@@ -156,10 +156,7 @@ pub(crate) fn parse_submit(
 /// of distinct states among success, failed and canceled; success and
 /// failed by default). `callback_on` without a `callback_url` is checked
 /// and asks for nothing.
-fn parse_callback(
-    url: Option<Value>,
-    on: Option<Value>,
-) -> Result<Option<Callback>, ApiError> {
+fn parse_callback(url: Option<Value>, on: Option<Value>) -> Result<Option<Callback>, ApiError> {
     let invalid = ApiError::InvalidRequest;
     let on = match on {
         None => None,
@@ -872,5 +869,4 @@ mod tests {
         let e = ValidationError::Url("must have a host".into());
         assert_eq!(validation_message(&e), "url: must have a host");
     }
-
 }

@@ -67,10 +67,7 @@ impl<'a> TaskView<'a> {
             headers: HeadersView::new(&task.headers),
             destination: &task.destination,
             idempotency_key: &task.idempotency_key,
-            trace_id: task
-                .trace
-                .as_ref()
-                .map(crate::TraceContext::trace_id_hex),
+            trace_id: task.trace.as_ref().map(crate::TraceContext::trace_id_hex),
             attempt: task.attempt,
             max_attempts: task.max_attempts,
             http_status: task.http_status,

@@ -322,7 +322,13 @@ fn fields() -> Vec<Field> {
                 )
                 .samples(
                     Refused,
-                    &strings(&["", "ftp://h/x", "/relative", "http://user@h/", "http://h/../x"]),
+                    &strings(&[
+                        "",
+                        "ftp://h/x",
+                        "/relative",
+                        "http://user@h/",
+                        "http://h/../x",
+                    ]),
                 ),
             // A state given twice, an unknown one: rows of dto.rs's tests.
             field(place, "callback_on").item(|i| json!(["success", "failed", "canceled"][i % 3])),
