@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Row};
+use tc_model::callback::{Callback, CallbackOn};
 use tc_model::store::StoreError;
 use tc_model::{AttemptRecord, Headers, Schedule, State, Task, TaskId, Timestamp, TraceContext};
 
@@ -14,7 +15,8 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms, destination, method, headers, trace_context"
+         schedule_at, schedule_delay_ms, destination, method, headers, trace_context, \
+         callback_url, callback_on, callback_of, callback_task_id, ends"
     };
 }
 
@@ -98,6 +100,23 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
             }
             None => None,
         },
+        callback: match (
+            row.get::<_, Option<String>>(26).map_err(db)?,
+            row.get::<_, Option<String>>(27).map_err(db)?,
+        ) {
+            (Some(url), Some(on)) => Some(
+                Callback::new(
+                    url,
+                    CallbackOn::from_stored(&on).ok_or_else(|| corrupt("callback_on"))?,
+                )
+                .map_err(|_| corrupt("callback_url"))?,
+            ),
+            (None, None) => None,
+            _ => return Err(corrupt("callback")),
+        },
+        callback_of: opt_id(row.get(28).map_err(db)?)?,
+        callback_task_id: opt_id(row.get(29).map_err(db)?)?,
+        ends: to_u32(row.get(30).map_err(db)?, "ends")?,
     };
     Ok(Stored {
         seq: row.get(0).map_err(db)?,
@@ -190,6 +209,11 @@ pub(crate) fn attempts_of(
 pub(crate) fn parse_id(blob: Vec<u8>) -> Result<TaskId, StoreError> {
     let bytes: [u8; 16] = blob.try_into().map_err(|_| corrupt("id"))?;
     Ok(TaskId::from_bytes(bytes))
+}
+
+/// A nullable id column as the model's [`TaskId`].
+fn opt_id(blob: Option<Vec<u8>>) -> Result<Option<TaskId>, StoreError> {
+    blob.map(parse_id).transpose()
 }
 
 /// The state column as the model's [`State`].
