@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use tc_model::callback::{Callback, CallbackOn};
 use tc_model::store::StoreError;
 use tc_model::{AttemptRecord, Headers, Schedule, State, Task, TaskId, Timestamp};
 use tokio_postgres::Row;
@@ -16,7 +17,8 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms, destination, method, headers, trace_context"
+         schedule_at, schedule_delay_ms, destination, method, headers, trace_context, \
+         callback_url, callback_on, callback_of, callback_task_id, ends"
     };
 }
 
@@ -95,6 +97,23 @@ pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
             ),
             None => None,
         },
+        callback: match (
+            row.try_get::<_, Option<String>>(26).map_err(db)?,
+            row.try_get::<_, Option<&str>>(27).map_err(db)?,
+        ) {
+            (Some(url), Some(on)) => Some(
+                Callback::new(
+                    url,
+                    CallbackOn::from_stored(on).ok_or_else(|| corrupt("callback_on"))?,
+                )
+                .map_err(|_| corrupt("callback_url"))?,
+            ),
+            (None, None) => None,
+            _ => return Err(corrupt("callback")),
+        },
+        callback_of: opt_id(row.try_get(28).map_err(db)?)?,
+        callback_task_id: opt_id(row.try_get(29).map_err(db)?)?,
+        ends: to_u32(row.try_get(30).map_err(db)?, "ends")?,
     };
     Ok(Stored {
         pos: row.try_get(0).map_err(db)?,
@@ -129,6 +148,11 @@ pub(crate) fn attempt_from_row(row: &Row) -> Result<(TaskId, AttemptRecord), Sto
 pub(crate) fn parse_id(bytes: Vec<u8>) -> Result<TaskId, StoreError> {
     let bytes: [u8; 16] = bytes.try_into().map_err(|_| corrupt("id"))?;
     Ok(TaskId::from_bytes(bytes))
+}
+
+/// A nullable id column as the model's [`TaskId`].
+fn opt_id(bytes: Option<Vec<u8>>) -> Result<Option<TaskId>, StoreError> {
+    bytes.map(parse_id).transpose()
 }
 
 /// The state column as the model's [`State`].
