@@ -295,7 +295,12 @@ async fn a_version_11_schema_is_upgraded_in_place() {
     let id = "0190f3a2-0000-7000-8000-000000000002".parse().unwrap();
     let old = store.get(id).await.unwrap();
     assert_eq!(
-        (&old.callback, old.callback_of, old.callback_task_id, old.ends),
+        (
+            &old.callback,
+            old.callback_of,
+            old.callback_task_id,
+            old.ends
+        ),
         (&None, None, None, 0)
     );
     let canceled = store.cancel(id, Timestamp::default()).await.unwrap();
@@ -317,7 +322,10 @@ async fn a_version_11_schema_is_upgraded_in_place() {
         .unwrap(),
     );
     let created = store.submit(new, Timestamp::default()).await.unwrap().task;
-    let canceled = store.cancel(created.id, Timestamp::default()).await.unwrap();
+    let canceled = store
+        .cancel(created.id, Timestamp::default())
+        .await
+        .unwrap();
     let callback = store
         .get(canceled.callback_task_id.expect("a callback"))
         .await
