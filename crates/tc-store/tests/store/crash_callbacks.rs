@@ -3,7 +3,8 @@
 //! one: the callback is written in the transaction that ends its parent.
 //!
 //! The ending process is this test binary itself, run again with
-//! [`CHILD_ENV`] set, as in crash.rs.
+//! [`CHILD_ENV`] set, as in crash.rs. And a callback insert that fails
+//! (refused by a trigger of the test) takes its parent's end with it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -192,4 +193,121 @@ fn end_until_killed(path: &std::path::Path) {
             stderr.flush().unwrap();
         }
     });
+}
+
+/// When a callback's insert fails (a trigger of the test refuses it, as a
+/// crash between the two writes would cut them), the parent's end is not
+/// written either, on every path that ends a task; once inserts pass
+/// again, each end makes exactly one callback.
+#[tokio::test]
+async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("refuse.db");
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    let now = Timestamp::from_millis(1_000);
+    let lease = Duration::from_secs(30);
+    store
+        .update_destination(
+            CALLBACK_DESTINATION.to_owned(),
+            DestinationUpdate {
+                paused: Some(true),
+                ..DestinationUpdate::default()
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let submit = async |key: &str, max_attempts: u32, on: &str| {
+        let task = NewTask::new(
+            format!("http://127.0.0.1:9/{key}"),
+            b"{}".to_vec(),
+            key.to_owned(),
+            max_attempts,
+            Duration::from_secs(1),
+            &Limits::default(),
+        )
+        .unwrap()
+        .with_callback(
+            Callback::new(CALLBACK_URL.to_owned(), CallbackOn::parse([on]).unwrap()).unwrap(),
+        );
+        store.submit(task, now).await.unwrap().task.id
+    };
+    let canceled = submit("canceled", 3, "canceled").await;
+    let completed = submit("completed", 3, "success").await;
+    let recovered = submit("recovered", 1, "failed").await;
+    let claimed = store
+        .claim_due(10, now, lease, ClaimGate::default())
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let attempt = |id: TaskId| claimed.iter().find(|t| t.id == id).unwrap().attempt;
+    let success = || Completion::Success {
+        http_status: 200,
+        result: b"ok".to_vec(),
+        content_type: None,
+    };
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER refuse_callbacks BEFORE INSERT ON tasks
+         WHEN NEW.idempotency_key LIKE 'callback:%'
+         BEGIN SELECT RAISE(ABORT, 'callbacks refused by the test'); END;",
+    )
+    .unwrap();
+    let later = now
+        .saturating_add(lease)
+        .saturating_add(Duration::from_secs(1));
+    assert!(store.cancel(canceled, now).await.is_err());
+    assert!(
+        store
+            .complete(completed, attempt(completed), success(), now)
+            .await
+            .is_err()
+    );
+    assert!(store.recover_expired(later).await.is_err());
+    let all = async || {
+        store
+            .list(ListQuery {
+                limit: 1000,
+                ..ListQuery::default()
+            })
+            .await
+            .unwrap()
+            .tasks
+    };
+    for id in [canceled, completed, recovered] {
+        let task = store.get(id).await.unwrap();
+        assert_eq!(
+            (task.state.is_terminal(), task.ends, task.callback_task_id),
+            (false, 0, None),
+            "{}: nothing of its end was written",
+            task.idempotency_key
+        );
+    }
+    assert_eq!(all().await.len(), 3, "no callback task was written");
+
+    conn.execute_batch("DROP TRIGGER refuse_callbacks").unwrap();
+    store.cancel(canceled, now).await.unwrap();
+    store
+        .complete(completed, attempt(completed), success(), now)
+        .await
+        .unwrap();
+    assert_eq!(store.recover_expired(later).await.unwrap(), 1);
+    // A second write on an ended task makes no second callback.
+    store
+        .complete(completed, attempt(completed), success(), now)
+        .await
+        .unwrap();
+    store.cancel(canceled, now).await.unwrap();
+    let tasks = all().await;
+    assert_eq!(tasks.len(), 6, "one callback per end");
+    for id in [canceled, completed, recovered] {
+        let task = store.get(id).await.unwrap();
+        let made: Vec<_> = tasks.iter().filter(|t| t.callback_of == Some(id)).collect();
+        assert_eq!(made.len(), 1, "{}", task.idempotency_key);
+        assert_eq!(task.callback_task_id, Some(made[0].id));
+        assert_eq!((task.ends, task.state.is_terminal()), (1, true));
+    }
+    store.close().await;
 }
