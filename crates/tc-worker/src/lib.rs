@@ -26,6 +26,7 @@ mod flow;
 mod metrics;
 mod outbound;
 mod pruner;
+mod registry;
 mod trace;
 
 use std::sync::{Arc, Mutex};
