@@ -74,15 +74,16 @@ pub(crate) fn written(outcome: &Completion, now_ms: i64) -> Written {
 
 /// The statement: one row of `unnest` per completion. A retry keeps the
 /// finish time and the result; the others close the task and count its
-/// end. `$10` picks the rows it may change: false, those whose completion
+/// end (`ended`, 1 for a terminal state). `$10` picks the rows it may change: false, those whose completion
 /// makes no callback (every retry, every task without a `callback_url`),
 /// on a connection in autocommit; true, the ends that make one, in a
 /// transaction that then inserts the callbacks ([`crate::write_ops::ended`]).
 const COMPLETE_MANY: &str = "\
 WITH i AS (
     SELECT * FROM unnest($1::bytea[], $2::int[], $3::text[], $4::int[], $5::bytea[],
-                         $6::text[], $7::text[], $8::bigint[], $9::bigint[])
-        AS i(id, attempt, state, http_status, result, content_type, error, delay_ms, now_ms)
+                         $6::text[], $7::text[], $8::bigint[], $9::bigint[], $11::int[])
+        AS i(id, attempt, state, http_status, result, content_type, error, delay_ms, now_ms,
+             ended)
 ), done AS (
     UPDATE tasks t SET state = i.state,
         http_status = coalesce(i.http_status, t.http_status),
@@ -96,10 +97,10 @@ WITH i AS (
         lease_until = NULL,
         next_run_at = CASE WHEN i.state = 'pending' THEN tc_now_ms(i.now_ms) + i.delay_ms
                            ELSE NULL END,
-        ends = t.ends + CASE WHEN i.state = 'pending' THEN 0 ELSE 1 END
+        ends = t.ends + i.ended
     FROM i
     WHERE t.id = i.id AND t.state = 'running' AND t.attempt = i.attempt
-      AND (i.state <> 'pending' AND t.callback_url IS NOT NULL) = $10
+      AND (i.ended = 1 AND t.callback_url IS NOT NULL) = $10
     RETURNING t.id, t.pos
 ), closed AS (
     UPDATE attempts a SET finished_at = tc_now_ms(i.now_ms), http_status = i.http_status,
@@ -132,13 +133,18 @@ async fn apply<C: GenericClient + ?Sized>(
     let errors: Vec<Option<&str>> = effects.iter().map(|w| w.error.as_deref()).collect();
     let delays: Vec<Option<i64>> = effects.iter().map(|w| w.delay_ms).collect();
     let nows: Vec<Option<i64>> = asked.iter().map(|a| a.now).collect();
+    // An end (a terminal state) is counted: tc-model's reading of the state.
+    let ended: Vec<i32> = effects
+        .iter()
+        .map(|w| i32::from(w.state.is_terminal()))
+        .collect();
     let stmt = client.prepare_cached(COMPLETE_MANY).await.map_err(db)?;
     let rows = client
         .query(
             &stmt,
             &[
                 &ids, &attempts, &states, &statuses, &results, &types, &errors, &delays, &nows,
-                &callbacks,
+                &callbacks, &ended,
             ],
         )
         .await

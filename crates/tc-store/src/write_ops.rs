@@ -306,7 +306,7 @@ pub(crate) fn complete(
                               result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
                               error = ?9, finished_at = coalesce(?10, finished_at), \
                               next_run_at = ?11, updated_at = ?12, lease_until = NULL, \
-                              ends = ends + (?4 <> 'pending') \
+                              ends = ends + ?13 \
              WHERE id = ?1 AND state = ?2 AND attempt = ?3 \
              RETURNING seq, callback_url IS NOT NULL",
         )
@@ -324,7 +324,8 @@ pub(crate) fn complete(
                 effect.error,
                 effect.finished_at.map(Timestamp::as_millis),
                 effect.next_run_at.map(Timestamp::as_millis),
-                effect.updated_at.as_millis()
+                effect.updated_at.as_millis(),
+                i64::from(to.is_terminal())
             ],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
