@@ -176,27 +176,14 @@ pub(crate) async fn complete_many(
         .copied()
         .filter(|a| !applied.contains_key(a.id.as_bytes().as_slice()))
         .collect();
+    // When the second round fails, those of the first stay answered as
+    // applied (they are committed) and only the rest hear of the failure.
+    let mut second_failed = None;
     if !rest.is_empty() {
-        let tx = client.transaction().await.map_err(db)?;
-        write_ops::mark_inserting(&tx).await?;
-        let ended = apply(&tx, &rest, true).await?;
-        if !ended.is_empty() {
-            let positions: Vec<i64> = ended.values().copied().collect();
-            // The callbacks' ids take the latest caller's now; in database
-            // mode the rows' times are the statement's own.
-            let now_ms = rest.iter().map(|a| a.now_ms).max().unwrap_or(0);
-            let now = rest.iter().find_map(|a| a.now);
-            write_ops::ended(
-                &tx,
-                &positions,
-                Timestamp::from_millis(now_ms),
-                now,
-                callback_bytes,
-            )
-            .await?;
+        match ends_with_callbacks(client, &rest, callback_bytes).await {
+            Ok(ended) => applied.extend(ended),
+            Err(e) => second_failed = Some(e),
         }
-        tx.commit().await.map_err(db)?;
-        applied.extend(ended);
     }
     let ids: Vec<&[u8]> = asked.iter().map(|a| a.id.as_bytes().as_slice()).collect();
     // The others moved on (or never were): read the state they are in now.
@@ -224,6 +211,8 @@ pub(crate) async fn complete_many(
             if applied.contains_key(*id) {
                 let to = written(&a.outcome, a.now_ms).state;
                 Ok(Guarded::Applied(transit(State::Running, to)?))
+            } else if let Some(e) = &second_failed {
+                Err(e.clone())
             } else {
                 now_in
                     .get(*id)
@@ -232,6 +221,36 @@ pub(crate) async fn complete_many(
             }
         })
         .collect())
+}
+
+/// The second round of [`complete_many`]: in one transaction that takes
+/// the insert marker first, the completions of `rest` that end a task
+/// asking for a callback, then their callbacks. Those applied, by id.
+async fn ends_with_callbacks(
+    client: &mut deadpool_postgres::Object,
+    rest: &[&Asked],
+    callback_bytes: usize,
+) -> Result<HashMap<Vec<u8>, i64>, StoreError> {
+    let tx = client.transaction().await.map_err(db)?;
+    write_ops::mark_inserting(&tx).await?;
+    let ended = apply(&tx, rest, true).await?;
+    if !ended.is_empty() {
+        let positions: Vec<i64> = ended.values().copied().collect();
+        // The callbacks' ids take the latest caller's now; in database
+        // mode the rows' times are the statement's own.
+        let now_ms = rest.iter().map(|a| a.now_ms).max().unwrap_or(0);
+        let now = rest.iter().find_map(|a| a.now);
+        write_ops::ended(
+            &tx,
+            &positions,
+            Timestamp::from_millis(now_ms),
+            now,
+            callback_bytes,
+        )
+        .await?;
+    }
+    tx.commit().await.map_err(db)?;
+    Ok(ended)
 }
 
 /// One flush of the completion batcher: [`complete_many`] on a pooled
