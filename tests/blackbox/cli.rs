@@ -176,6 +176,45 @@ async fn submit_wait_ends_with_the_terminal_state() {
 }
 
 #[tokio::test]
+async fn submit_asks_for_a_callback() {
+    let mut s = support::start().await;
+    let url = s.down.url("/ok");
+    let done = s.down.url("/ok?done");
+    let run = cli(&s)
+        .run(&[
+            "task",
+            "--json",
+            "submit",
+            "--url",
+            &url,
+            "--json",
+            "{}",
+            "--callback-url",
+            &done,
+            "--callback-on",
+            "success,canceled",
+            "--wait",
+        ])
+        .await;
+    run.expect(0);
+    let view = run.json();
+    assert_eq!(view["callback_url"], done.as_str(), "{view}");
+    assert_eq!(
+        view["callback_on"],
+        json!(["success", "canceled"]),
+        "{view}"
+    );
+    let id = view["id"].as_str().unwrap();
+    let received = s.down.request_with_key(&format!("callback:{id}")).await;
+    let body: Value = serde_json::from_slice(&received.body).unwrap();
+    assert_eq!(body["id"], id);
+    let run = cli(&s)
+        .run(&["task", "submit", "--url", &url, "--callback-on", "pending"])
+        .await;
+    run.expect(2);
+}
+
+#[tokio::test]
 async fn get_shows_the_task_and_result_writes_the_raw_bytes() {
     let s = support::start().await;
     let id = s.api.submit_new(&s.down.url("/bytes"), "raw").await;

@@ -6,6 +6,8 @@
 //!   copy checked by SQLite and served by a server of its own.
 //! - `delivery`: what the worker does with real downstream answers (retry,
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
+//! - `callbacks`: a task's view POSTed to its `callback_url` when it ends,
+//!   as a callback task of its own (issue 28).
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
 //!   as its own process: output, exit codes, the token, a terminal.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
@@ -33,6 +35,7 @@
 
 mod api;
 mod backup;
+mod callbacks;
 mod cli;
 mod delivery;
 mod destinations;

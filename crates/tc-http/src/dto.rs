@@ -1,20 +1,17 @@
 //! The JSON the API speaks, and its conversion to and from domain types. Only
 //! this module knows the wire shapes; the domain types stay free of serde.
 
-use std::borrow::Cow;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tc_model::callback::{Callback, CallbackOn};
 use tc_model::store::{BulkAction, BulkOutcome, TaskFilter};
-use tc_model::{
-    AttemptRecord, Limits, NewTask, Schedule, State, Task, TaskId, Timestamp, ValidationError,
-};
+use tc_model::{Limits, NewTask, Schedule, State, TaskId, Timestamp, ValidationError};
 
 use crate::config::HttpConfig;
 use crate::error::{ApiError, json_type};
-use crate::outbound::HeadersView;
 use crate::query::{FILTER_FIELDS, FilterFields};
 
 /// The body of `POST /tasks` as sent. Every field is a raw JSON value so that
@@ -46,6 +43,10 @@ struct SubmitBody {
     /// order, so a name given twice is refused rather than one copy lost.
     #[serde(default, deserialize_with = "present_raw")]
     headers: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    callback_url: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    callback_on: Option<Value>,
 }
 
 /// Deserializes a field that is present, even as `null`, to `Some`.
@@ -129,6 +130,7 @@ pub(crate) fn parse_submit(
         None => Vec::new(),
     };
     let schedule = parse_schedule(body.run_at, body.delay_ms, now)?;
+    let callback = parse_callback(body.callback_url, body.callback_on)?;
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
     };
@@ -143,7 +145,46 @@ pub(crate) fn parse_submit(
     .and_then(|task| task.with_schedule(schedule))
     .and_then(|task| task.with_method(method))
     .map(|task| task.with_headers(headers))
+    .map(|task| match callback {
+        Some(callback) => task.with_callback(callback),
+        None => task,
+    })
     .map_err(|e| invalid(validation_message(&e)))
+}
+
+/// `callback_url` (a url, as `url` is) and `callback_on` (a non-empty list
+/// of distinct states among success, failed and canceled; success and
+/// failed by default). `callback_on` without a `callback_url` is checked
+/// and asks for nothing.
+fn parse_callback(url: Option<Value>, on: Option<Value>) -> Result<Option<Callback>, ApiError> {
+    let invalid = ApiError::InvalidRequest;
+    let on = match on {
+        None => None,
+        Some(Value::Array(items)) => {
+            let names = items
+                .iter()
+                .map(Value::as_str)
+                .collect::<Option<Vec<&str>>>()
+                .ok_or_else(|| invalid("callback_on: every state must be a string".into()))?;
+            Some(
+                CallbackOn::parse(names)
+                    .map_err(|message| invalid(format!("callback_on: {message}")))?,
+            )
+        }
+        Some(other) => {
+            return Err(invalid(format!(
+                "callback_on: must be a list of states, got {}",
+                json_type(&other)
+            )));
+        }
+    };
+    let Some(url) = url else {
+        return Ok(None);
+    };
+    let url = required_string("callback_url", Some(url))?;
+    Callback::new(url, on.unwrap_or_default())
+        .map(Some)
+        .map_err(|e| invalid(validation_message(&e)))
 }
 
 /// `run_at` (RFC 3339, at most 365 days after `now`; a past time runs at
@@ -378,86 +419,8 @@ fn validation_message(e: &ValidationError) -> String {
     format!("{api_field}: {rest}")
 }
 
-/// A task as `GET /tasks/{id}` shows it.
-#[derive(Debug, Serialize)]
-pub(crate) struct TaskView<'a> {
-    id: String,
-    state: &'static str,
-    url: &'a str,
-    method: &'static str,
-    headers: HeadersView<'a>,
-    destination: &'a str,
-    idempotency_key: &'a str,
-    /// The W3C trace id its calls carry (null for tasks stored before
-    /// traces were kept).
-    trace_id: Option<String>,
-    attempt: u32,
-    max_attempts: u32,
-    http_status: Option<u16>,
-    error: Option<&'a str>,
-    result: Option<Cow<'a, str>>,
-    created_at: String,
-    updated_at: String,
-    started_at: Option<String>,
-    finished_at: Option<String>,
-    run_at: Option<String>,
-    duration_ms: Option<u64>,
-    attempts: Vec<AttemptView<'a>>,
-}
-
-/// One try in a task view.
-#[derive(Debug, Serialize)]
-pub(crate) struct AttemptView<'a> {
-    n: u32,
-    started_at: String,
-    finished_at: Option<String>,
-    http_status: Option<u16>,
-    error: Option<&'a str>,
-    duration_ms: Option<u64>,
-}
-
-impl<'a> TaskView<'a> {
-    pub(crate) fn new(task: &'a Task) -> TaskView<'a> {
-        TaskView {
-            id: task.id.to_string(),
-            state: task.state.as_str(),
-            url: &task.url,
-            method: task.method.as_str(),
-            headers: HeadersView::new(&task.headers),
-            destination: &task.destination,
-            idempotency_key: &task.idempotency_key,
-            trace_id: task
-                .trace
-                .as_ref()
-                .map(tc_model::TraceContext::trace_id_hex),
-            attempt: task.attempt,
-            max_attempts: task.max_attempts,
-            http_status: task.http_status,
-            error: task.error.as_deref(),
-            result: task.result.as_deref().map(String::from_utf8_lossy),
-            created_at: rfc3339(task.created_at),
-            updated_at: rfc3339(task.updated_at),
-            started_at: task.started_at.map(rfc3339),
-            finished_at: task.finished_at.map(rfc3339),
-            run_at: task.schedule.run_at(task.created_at).map(rfc3339),
-            duration_ms: task.attempts.last().and_then(|a| a.duration_ms),
-            attempts: task.attempts.iter().map(AttemptView::new).collect(),
-        }
-    }
-}
-
-impl<'a> AttemptView<'a> {
-    fn new(a: &'a AttemptRecord) -> AttemptView<'a> {
-        AttemptView {
-            n: a.n,
-            started_at: rfc3339(a.started_at),
-            finished_at: a.finished_at.map(rfc3339),
-            http_status: a.http_status,
-            error: a.error.as_deref(),
-            duration_ms: a.duration_ms,
-        }
-    }
-}
+/// A task as the API shows it: tc-model's, the shape a callback posts too.
+pub(crate) use tc_model::view::TaskView;
 
 /// The body of `POST /tasks/bulk`.
 #[derive(Deserialize)]
@@ -579,17 +542,7 @@ impl CancelView {
     }
 }
 
-/// The last millisecond humantime can print (end of year 9999).
-const MAX_PRINTABLE_MS: i64 = 253_402_300_800_000 - 1;
-
-/// RFC 3339 in UTC with milliseconds, e.g. `2026-01-02T03:04:05.678Z`.
-/// Times outside 1970..=9999 are clamped: humantime panics on those, and
-/// no clock this service runs on produces them.
-pub fn rfc3339(t: Timestamp) -> String {
-    let ms = t.as_millis().clamp(0, MAX_PRINTABLE_MS);
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs()))
-        .to_string()
-}
+pub use tc_model::view::rfc3339;
 
 #[cfg(test)]
 mod tests {
@@ -758,6 +711,44 @@ mod tests {
                 ok(r#","run_at":"2026-06-01T12:00:00Z","delay_ms":5"#),
                 Err("run_at: give run_at or delay_ms, not both"),
             ),
+            (ok(r#","callback_url":"http://127.0.0.1:9/cb""#), Ok(())),
+            (
+                ok(r#","callback_url":"http://h/cb","callback_on":["canceled"]"#),
+                Ok(()),
+            ),
+            (ok(r#","callback_on":["failed"]"#), Ok(())),
+            (
+                ok(r#","callback_url":"ftp://h/cb""#),
+                Err("callback_url: scheme must be http or https"),
+            ),
+            (
+                ok(r#","callback_url":5"#),
+                Err("callback_url: must be a string"),
+            ),
+            (
+                ok(r#","callback_url":null"#),
+                Err("callback_url: must be a string"),
+            ),
+            (
+                ok(r#","callback_url":"http://h/cb","callback_on":[]"#),
+                Err("callback_on: must name at least one state"),
+            ),
+            (
+                ok(r#","callback_url":"http://h/cb","callback_on":["success","success"]"#),
+                Err("callback_on: \"success\" is given twice"),
+            ),
+            (
+                ok(r#","callback_url":"http://h/cb","callback_on":["pending"]"#),
+                Err("callback_on: must hold only"),
+            ),
+            (
+                ok(r#","callback_url":"http://h/cb","callback_on":[1]"#),
+                Err("callback_on: every state must be a string"),
+            ),
+            (
+                ok(r#","callback_url":"http://h/cb","callback_on":"success""#),
+                Err("callback_on: must be a list of states, got a string"),
+            ),
         ];
         for (body, expected) in cases {
             check(&body, expected);
@@ -877,18 +868,5 @@ mod tests {
         );
         let e = ValidationError::Url("must have a host".into());
         assert_eq!(validation_message(&e), "url: must have a host");
-    }
-
-    #[test]
-    fn timestamps_print_as_rfc3339_utc_millis() {
-        let cases = [
-            (0, "1970-01-01T00:00:00.000Z"),
-            (1_767_225_845_678, "2026-01-01T00:04:05.678Z"),
-            (-5, "1970-01-01T00:00:00.000Z"),
-            (i64::MAX, "9999-12-31T23:59:59.999Z"),
-        ];
-        for (ms, expected) in cases {
-            assert_eq!(rfc3339(Timestamp::from_millis(ms)), expected, "{ms}");
-        }
     }
 }

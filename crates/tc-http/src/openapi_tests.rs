@@ -326,6 +326,16 @@ fn sample_task() -> Task {
             Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
             None,
         ),
+        callback: Some(
+            tc_model::callback::Callback::new(
+                "http://127.0.0.1:9/done".into(),
+                tc_model::callback::CallbackOn::default(),
+            )
+            .unwrap(),
+        ),
+        callback_of: None,
+        callback_task_id: Some(TaskId::new(Timestamp::from_millis(1), [0xdd; 10])),
+        ends: 1,
     }
 }
 
@@ -379,7 +389,7 @@ fn the_submit_schema_has_the_fields_the_parser_accepts() {
         .step_by(2)
         .map(str::to_owned)
         .collect();
-    assert_eq!(accepted.len(), 9, "{message}");
+    assert_eq!(accepted.len(), 11, "{message}");
     assert_eq!(schema_fields(&doc, "SubmitRequest"), accepted);
     assert_eq!(
         required(&doc, "SubmitRequest"),

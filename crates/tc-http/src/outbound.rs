@@ -5,11 +5,10 @@
 //! secrets, and shows a task's headers with the values of
 //! [`tc_model::headers::SENSITIVE`] ones replaced.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tc_model::signing::SigningSecrets;
@@ -110,18 +109,6 @@ pub(crate) fn parse_signing_secrets(value: &Value) -> Result<SigningSecrets, Api
     SigningSecrets::parse(&texts).map_err(invalid)
 }
 
-/// A task's headers as views show them: an object in name order, the
-/// values of credentials replaced by `"[redacted]"`.
-#[derive(Debug, Serialize)]
-#[serde(transparent)]
-pub(crate) struct HeadersView<'a>(BTreeMap<&'a str, &'a str>);
-
-impl<'a> HeadersView<'a> {
-    pub(crate) fn new(headers: &'a Headers) -> HeadersView<'a> {
-        HeadersView(headers.redacted().collect())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,18 +207,5 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn views_redact_credentials() {
-        let headers = Headers::parse([
-            ("Authorization".to_owned(), "Bearer s3cr3t".to_owned()),
-            ("X-Tenant".to_owned(), "acme".to_owned()),
-        ])
-        .unwrap();
-        assert_eq!(
-            serde_json::to_value(HeadersView::new(&headers)).unwrap(),
-            serde_json::json!({"authorization": "[redacted]", "x-tenant": "acme"})
-        );
     }
 }

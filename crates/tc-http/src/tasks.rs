@@ -43,7 +43,7 @@ async fn try_submit<S: TaskStore, C: Control>(
     let config = app.config();
     let control = app.control();
     let new = parse_submit(bytes, config, control.now())?.with_trace(trace);
-    check_url_allowed(new.url(), &config.allow_url_prefixes)?;
+    check_urls_allowed(&new, &config.allow_url_prefixes)?;
     let submitted = app.store().submit(new, control.now()).await?;
     let task = &submitted.task;
     if submitted.created {
@@ -80,7 +80,7 @@ pub(crate) async fn batch<S: TaskStore, C: Control>(
     let mut valid = Vec::with_capacity(items.len());
     for item in &items {
         let task = parse_submit(item.get().as_bytes(), config, now).and_then(|task| {
-            check_url_allowed(task.url(), &config.allow_url_prefixes)?;
+            check_urls_allowed(&task, &config.allow_url_prefixes)?;
             Ok(task.with_trace(trace.clone()))
         });
         parsed.push(task.map(|task| {
@@ -136,12 +136,26 @@ pub(crate) async fn batch<S: TaskStore, C: Control>(
 /// [`tc_model::is_under_prefix`]), never as mere text: `https://b.test/hooks`
 /// admits `/hooks/1`, not `/hooksx`.
 fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
+    check_allowed("url", url, prefixes)
+}
+
+/// Both urls a task calls, its own and its callback's, under the
+/// allow-list; a refusal names the field.
+fn check_urls_allowed(task: &tc_model::NewTask, prefixes: &[String]) -> Result<(), ApiError> {
+    check_url_allowed(task.url(), prefixes)?;
+    match task.callback() {
+        Some(callback) => check_allowed("callback_url", callback.url(), prefixes),
+        None => Ok(()),
+    }
+}
+
+fn check_allowed(field: &str, url: &str, prefixes: &[String]) -> Result<(), ApiError> {
     if prefixes.is_empty() || prefixes.iter().any(|p| tc_model::is_under_prefix(url, p)) {
         Ok(())
     } else {
-        Err(ApiError::UrlNotAllowed(
-            "url: not under any allowed prefix of this server".into(),
-        ))
+        Err(ApiError::UrlNotAllowed(format!(
+            "{field}: not under any allowed prefix of this server"
+        )))
     }
 }
 

@@ -5,6 +5,7 @@
 //! This crate does no I/O and knows nothing of SQL, HTTP or an async runtime:
 //! the store port is a trait whose futures any executor can drive.
 
+pub mod callback;
 pub mod claim;
 pub mod completion;
 pub mod destination;
@@ -18,6 +19,7 @@ pub mod stored;
 mod task;
 pub mod trace;
 mod url;
+pub mod view;
 
 pub use headers::Headers;
 pub use method::{Method, UnknownMethod};

@@ -1,6 +1,7 @@
 //! A submission: [`NewTask`] built only through validation, field by field,
 //! against the API's [`Limits`]; each [`ValidationError`] names its field.
 
+use crate::callback::Callback;
 use crate::headers::{HeaderError, Headers};
 use crate::{Method, Timestamp};
 use std::time::Duration;
@@ -82,6 +83,13 @@ pub enum ValidationError {
     /// `headers.<name>` or `headers`).
     #[error("{0}")]
     Headers(HeaderError),
+    /// The callback url breaks a rule of [`ValidationError::Url`].
+    #[error("callback_url: {0}")]
+    CallbackUrl(String),
+    /// `callback_on` is not a non-empty subset of success, failed and
+    /// canceled.
+    #[error("callback_on: {0}")]
+    CallbackOn(String),
 }
 
 impl ValidationError {
@@ -96,6 +104,8 @@ impl ValidationError {
             ValidationError::Delay { .. } => "delay_ms",
             ValidationError::BodyNotSent { .. } => "body",
             ValidationError::Headers(_) => "headers",
+            ValidationError::CallbackUrl(_) => "callback_url",
+            ValidationError::CallbackOn(_) => "callback_on",
         }
     }
 }
@@ -170,15 +180,19 @@ impl Schedule {
 /// as its [`Schedule`] says. One that exists has passed every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
-    url: String,
-    body: Vec<u8>,
-    idempotency_key: String,
-    max_attempts: u32,
-    timeout: Duration,
-    schedule: Schedule,
-    method: Method,
-    headers: Headers,
-    trace: Option<crate::TraceContext>,
+    pub(crate) url: String,
+    pub(crate) body: Vec<u8>,
+    pub(crate) idempotency_key: String,
+    pub(crate) max_attempts: u32,
+    pub(crate) timeout: Duration,
+    pub(crate) schedule: Schedule,
+    pub(crate) method: Method,
+    pub(crate) headers: Headers,
+    pub(crate) trace: Option<crate::TraceContext>,
+    /// Where to POST its view when it ends ([`crate::callback`]).
+    pub(crate) callback: Option<Callback>,
+    /// The task this one is the callback of (set by the server only).
+    pub(crate) callback_of: Option<crate::TaskId>,
 }
 
 impl NewTask {
@@ -218,7 +232,26 @@ impl NewTask {
             method: Method::Post,
             headers: Headers::default(),
             trace: None,
+            callback: None,
+            callback_of: None,
         })
+    }
+
+    /// The same submission with a callback (none by default): part of the
+    /// work, so a resubmit must repeat it.
+    pub fn with_callback(mut self, callback: Callback) -> NewTask {
+        self.callback = Some(callback);
+        self
+    }
+
+    /// The callback it asks for, if any.
+    pub fn callback(&self) -> Option<&Callback> {
+        self.callback.as_ref()
+    }
+
+    /// The task this one is the callback of, if it is one.
+    pub fn callback_of(&self) -> Option<crate::TaskId> {
+        self.callback_of
     }
 
     /// The same submission with another method (`POST` by default). A
@@ -324,12 +357,14 @@ impl NewTask {
     }
 
     /// [`NewTask::same_payload`] against a stored task, its schedule,
-    /// method and headers included.
+    /// method, headers and callback included.
     pub fn same_work_as(&self, task: &crate::Task) -> bool {
         self.same_payload(&task.url, &task.body, task.max_attempts, task.timeout)
             && self.schedule == task.schedule
             && self.method == task.method
             && self.headers == task.headers
+            && self.callback == task.callback
+            && self.callback_of == task.callback_of
     }
 }
 
@@ -348,7 +383,7 @@ fn same_json(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-fn check_url(url: &str) -> Result<(), ValidationError> {
+pub(crate) fn check_url(url: &str) -> Result<(), ValidationError> {
     if url.len() > Limits::MAX_URL_BYTES {
         return Err(ValidationError::Url(format!(
             "{} bytes is over the limit of {} bytes",

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use crate::callback::{Callback, CallbackOn};
 use crate::{AttemptRecord, Headers, Schedule, Task, TaskId, Timestamp, TraceContext};
 
 /// A stored value that is not what the model allows: the column it was in.
@@ -47,6 +48,11 @@ pub struct TaskRow {
     pub schedule_at: Option<i64>,
     pub schedule_delay_ms: Option<i64>,
     pub trace_context: Option<String>,
+    pub callback_url: Option<String>,
+    pub callback_on: Option<String>,
+    pub callback_of: Option<Vec<u8>>,
+    pub callback_task_id: Option<Vec<u8>>,
+    pub ends: i64,
 }
 
 impl TaskRow {
@@ -86,6 +92,20 @@ impl TaskRow {
                 .trace_context
                 .map(|text| TraceContext::from_stored(&text).ok_or(CorruptColumn("trace_context")))
                 .transpose()?,
+            callback: match (self.callback_url, self.callback_on) {
+                (Some(url), Some(on)) => Some(
+                    Callback::new(
+                        url,
+                        CallbackOn::from_stored(&on).ok_or(CorruptColumn("callback_on"))?,
+                    )
+                    .map_err(|_| CorruptColumn("callback_url"))?,
+                ),
+                (None, None) => None,
+                _ => return Err(CorruptColumn("callback")),
+            },
+            callback_of: optional_id(self.callback_of, "callback_of")?,
+            callback_task_id: optional_id(self.callback_task_id, "callback_task_id")?,
+            ends: count(self.ends, "ends")?,
         })
     }
 }
@@ -128,6 +148,13 @@ impl AttemptRow {
 pub fn task_id(bytes: Vec<u8>, column: &'static str) -> Result<TaskId, CorruptColumn> {
     let bytes: [u8; 16] = bytes.try_into().map_err(|_| CorruptColumn(column))?;
     Ok(TaskId::from_bytes(bytes))
+}
+
+fn optional_id(
+    bytes: Option<Vec<u8>>,
+    column: &'static str,
+) -> Result<Option<TaskId>, CorruptColumn> {
+    bytes.map(|b| task_id(b, column)).transpose()
 }
 
 fn count(v: i64, column: &'static str) -> Result<u32, CorruptColumn> {

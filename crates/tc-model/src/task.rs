@@ -183,6 +183,15 @@ pub struct Task {
     /// The trace its calls belong to (`None` for tasks stored before
     /// traces were kept).
     pub trace: Option<crate::TraceContext>,
+    /// Where to POST its view when it ends, and on which ends.
+    pub callback: Option<crate::callback::Callback>,
+    /// The task this one is the callback of.
+    pub callback_of: Option<TaskId>,
+    /// The callback made at its latest end, once made.
+    pub callback_task_id: Option<TaskId>,
+    /// How many times it reached a terminal state (a retry by hand lets it
+    /// end again): the n of its n-th callback's key.
+    pub ends: u32,
 }
 
 impl Task {
@@ -215,6 +224,10 @@ impl Task {
             lease_until: None,
             attempts: Vec::new(),
             trace: new.trace().cloned(),
+            callback: new.callback().cloned(),
+            callback_of: new.callback_of(),
+            callback_task_id: None,
+            ends: 0,
         }
     }
 
@@ -314,6 +327,10 @@ mod tests {
             lease_until: None,
             attempts: Vec::new(),
             trace: None,
+            callback: None,
+            callback_of: None,
+            callback_task_id: None,
+            ends: 0,
         };
         assert!(task.can_retry());
         task.attempt = 2;

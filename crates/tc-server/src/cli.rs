@@ -224,6 +224,14 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=1_073_741_824))]
     pub(crate) max_body_bytes: u64,
 
+    /// The most bytes of a task's result that its callback's body (the
+    /// task's view, POSTed to its `callback_url`) carries; a longer result
+    /// is cut on a character boundary and the body says
+    /// `result_truncated: true`.
+    #[arg(long, env = "TC_CALLBACK_RESULT_BYTES", default_value_t = tc_model::callback::DEFAULT_RESULT_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(0..=1_073_741_824))]
+    pub(crate) callback_result_bytes: u64,
+
     /// The largest body of a batch submit (`POST /tasks/batch`), in bytes;
     /// each task in it is still held to --max-body-bytes.
     #[arg(long, env = "TC_MAX_BATCH_BODY_BYTES", default_value_t = 16 * 1024 * 1024,
@@ -450,6 +458,7 @@ mod tests {
         assert_eq!((a.sync, a.log_format), (SyncMode::Full, LogFormat::Json));
         assert_eq!(a.pg_pool_size, 16);
         assert_eq!(a.max_body_bytes, 1024 * 1024);
+        assert_eq!(a.callback_result_bytes, 65536);
         assert_eq!(a.downstream_ca_file, None);
     }
 

@@ -87,6 +87,12 @@ pub(crate) struct Settings {
     pub(crate) otlp: Option<crate::telemetry::OtlpConfig>,
 }
 
+/// `--callback-result-bytes`: a store setting on either adapter, since the
+/// store builds a callback in the transaction that ends its task.
+fn callback_result_bytes(args: &ServeArgs) -> usize {
+    usize::try_from(args.callback_result_bytes).unwrap_or(usize::MAX)
+}
+
 impl Settings {
     pub(crate) fn from_args(args: &ServeArgs) -> Settings {
         let lease = args.lease();
@@ -99,6 +105,7 @@ impl Settings {
                     SyncMode::Full => Synchronous::Full,
                     SyncMode::Normal => Synchronous::Normal,
                 },
+                callback_result_bytes: callback_result_bytes(args),
                 ..StoreConfig::default()
             },
             worker: WorkerConfig {
@@ -148,6 +155,7 @@ impl Settings {
             },
             postgres: PgConfig {
                 pool_size: args.pg_pool_size as usize,
+                callback_result_bytes: callback_result_bytes(args),
                 ..PgConfig::default()
             },
             otlp: args

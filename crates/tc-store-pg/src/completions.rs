@@ -20,6 +20,7 @@ use tc_model::{State, TaskId, Timestamp, transit};
 
 use crate::error::db;
 use crate::rows::parse_state;
+use crate::write_ops;
 
 /// One completion asked for.
 pub(crate) struct Asked {
@@ -72,12 +73,17 @@ pub(crate) fn written(outcome: &Completion, now_ms: i64) -> Written {
 }
 
 /// The statement: one row of `unnest` per completion. A retry keeps the
-/// finish time and the result; the others close the task.
+/// finish time and the result; the others close the task and count its
+/// end (`ended`, 1 for a terminal state). `$10` picks the rows it may change: false, those whose completion
+/// makes no callback (every retry, every task without a `callback_url`),
+/// on a connection in autocommit; true, the ends that make one, in a
+/// transaction that then inserts the callbacks ([`crate::write_ops::ended`]).
 const COMPLETE_MANY: &str = "\
 WITH i AS (
     SELECT * FROM unnest($1::bytea[], $2::int[], $3::text[], $4::int[], $5::bytea[],
-                         $6::text[], $7::text[], $8::bigint[], $9::bigint[])
-        AS i(id, attempt, state, http_status, result, content_type, error, delay_ms, now_ms)
+                         $6::text[], $7::text[], $8::bigint[], $9::bigint[], $11::int[])
+        AS i(id, attempt, state, http_status, result, content_type, error, delay_ms, now_ms,
+             ended)
 ), done AS (
     UPDATE tasks t SET state = i.state,
         http_status = coalesce(i.http_status, t.http_status),
@@ -90,25 +96,27 @@ WITH i AS (
         updated_at = tc_now_ms(i.now_ms),
         lease_until = NULL,
         next_run_at = CASE WHEN i.state = 'pending' THEN tc_now_ms(i.now_ms) + i.delay_ms
-                           ELSE NULL END
+                           ELSE NULL END,
+        ends = t.ends + i.ended
     FROM i
     WHERE t.id = i.id AND t.state = 'running' AND t.attempt = i.attempt
-    RETURNING t.id
+      AND (i.ended = 1 AND t.callback_url IS NOT NULL) = $10
+    RETURNING t.id, t.pos
 ), closed AS (
     UPDATE attempts a SET finished_at = tc_now_ms(i.now_ms), http_status = i.http_status,
         error = i.error, duration_ms = greatest(tc_now_ms(i.now_ms) - a.started_at, 0)
     FROM i JOIN done d ON d.id = i.id
     WHERE a.task_id = i.id AND a.n = i.attempt AND a.finished_at IS NULL
 )
-SELECT id FROM done";
+SELECT id, pos FROM done";
 
-/// Applies every completion of `asked` in one statement (ids must be
-/// distinct: the batcher splits repeats into later statements) and answers
-/// each in order: applied, lost (with the state now) or not found.
-pub(crate) async fn complete_many<C: GenericClient + ?Sized>(
+/// The completions of `asked` that `COMPLETE_MANY` applied with `$10 =
+/// callbacks`, by task id, with the task's position.
+async fn apply<C: GenericClient + ?Sized>(
     client: &C,
     asked: &[&Asked],
-) -> Result<Vec<Result<Guarded, StoreError>>, StoreError> {
+    callbacks: bool,
+) -> Result<HashMap<Vec<u8>, i64>, StoreError> {
     let effects: Vec<Written> = asked
         .iter()
         .map(|a| written(&a.outcome, a.now_ms))
@@ -125,26 +133,64 @@ pub(crate) async fn complete_many<C: GenericClient + ?Sized>(
     let errors: Vec<Option<&str>> = effects.iter().map(|w| w.error.as_deref()).collect();
     let delays: Vec<Option<i64>> = effects.iter().map(|w| w.delay_ms).collect();
     let nows: Vec<Option<i64>> = asked.iter().map(|a| a.now).collect();
+    // An end (a terminal state) is counted: tc-model's reading of the state.
+    let ended: Vec<i32> = effects
+        .iter()
+        .map(|w| i32::from(w.state.is_terminal()))
+        .collect();
     let stmt = client.prepare_cached(COMPLETE_MANY).await.map_err(db)?;
     let rows = client
         .query(
             &stmt,
             &[
                 &ids, &attempts, &states, &statuses, &results, &types, &errors, &delays, &nows,
+                &callbacks, &ended,
             ],
         )
         .await
         .map_err(db)?;
-    let mut applied = HashSet::with_capacity(rows.len());
+    let mut applied = HashMap::with_capacity(rows.len());
     for row in rows {
         let id: Vec<u8> = row.try_get(0).map_err(db)?;
-        applied.insert(id);
+        applied.insert(id, row.try_get::<_, i64>(1).map_err(db)?);
     }
+    Ok(applied)
+}
+
+/// Applies every completion of `asked` (ids must be distinct: the batcher
+/// splits repeats into later statements) and answers each in order:
+/// applied, lost (with the state now) or not found. One statement in
+/// autocommit for the completions that make no callback; those it left
+/// (ends that make a callback, or lost ones) go through one transaction
+/// that applies the ends making a callback and inserts their callbacks
+/// (`callback_bytes` of a result at most), so a parent never ends without
+/// its callback.
+pub(crate) async fn complete_many(
+    client: &mut deadpool_postgres::Object,
+    asked: &[&Asked],
+    callback_bytes: usize,
+) -> Result<Vec<Result<Guarded, StoreError>>, StoreError> {
+    let mut applied = apply(&*client, asked, false).await?;
+    let rest: Vec<&Asked> = asked
+        .iter()
+        .copied()
+        .filter(|a| !applied.contains_key(a.id.as_bytes().as_slice()))
+        .collect();
+    // When the second round fails, those of the first stay answered as
+    // applied (they are committed) and only the rest hear of the failure.
+    let mut second_failed = None;
+    if !rest.is_empty() {
+        match ends_with_callbacks(client, &rest, callback_bytes).await {
+            Ok(ended) => applied.extend(ended),
+            Err(e) => second_failed = Some(e),
+        }
+    }
+    let ids: Vec<&[u8]> = asked.iter().map(|a| a.id.as_bytes().as_slice()).collect();
     // The others moved on (or never were): read the state they are in now.
     let missed: Vec<&[u8]> = ids
         .iter()
         .copied()
-        .filter(|id| !applied.contains(*id))
+        .filter(|id| !applied.contains_key(*id))
         .collect();
     let mut now_in: HashMap<Vec<u8>, State> = HashMap::new();
     if !missed.is_empty() {
@@ -158,12 +204,15 @@ pub(crate) async fn complete_many<C: GenericClient + ?Sized>(
             now_in.insert(id, parse_state(&state)?);
         }
     }
-    Ok(ids
+    Ok(asked
         .iter()
-        .zip(&effects)
-        .map(|(id, w)| {
-            if applied.contains(*id) {
-                Ok(Guarded::Applied(transit(State::Running, w.state)?))
+        .zip(&ids)
+        .map(|(a, id)| {
+            if applied.contains_key(*id) {
+                let to = written(&a.outcome, a.now_ms).state;
+                Ok(Guarded::Applied(transit(State::Running, to)?))
+            } else if let Some(e) = &second_failed {
+                Err(e.clone())
             } else {
                 now_in
                     .get(*id)
@@ -174,6 +223,36 @@ pub(crate) async fn complete_many<C: GenericClient + ?Sized>(
         .collect())
 }
 
+/// The second round of [`complete_many`]: in one transaction that takes
+/// the insert marker first, the completions of `rest` that end a task
+/// asking for a callback, then their callbacks. Those applied, by id.
+async fn ends_with_callbacks(
+    client: &mut deadpool_postgres::Object,
+    rest: &[&Asked],
+    callback_bytes: usize,
+) -> Result<HashMap<Vec<u8>, i64>, StoreError> {
+    let tx = client.transaction().await.map_err(db)?;
+    write_ops::mark_inserting(&tx).await?;
+    let ended = apply(&tx, rest, true).await?;
+    if !ended.is_empty() {
+        let positions: Vec<i64> = ended.values().copied().collect();
+        // The callbacks' ids take the latest caller's now; in database
+        // mode the rows' times are the statement's own.
+        let now_ms = rest.iter().map(|a| a.now_ms).max().unwrap_or(0);
+        let now = rest.iter().find_map(|a| a.now);
+        write_ops::ended(
+            &tx,
+            &positions,
+            Timestamp::from_millis(now_ms),
+            now,
+            callback_bytes,
+        )
+        .await?;
+    }
+    tx.commit().await.map_err(db)?;
+    Ok(ended)
+}
+
 /// One flush of the completion batcher: [`complete_many`] on a pooled
 /// connection, a task asked twice going into a later statement (one
 /// statement would update it once).
@@ -181,8 +260,9 @@ pub(crate) async fn flush(
     pool: Pool,
     states_changed: Arc<AtomicBool>,
     asked: Vec<Asked>,
+    callback_bytes: usize,
 ) -> Result<Vec<Result<Guarded, StoreError>>, StoreError> {
-    let client = pool.get().await.map_err(crate::error::pool)?;
+    let mut client = pool.get().await.map_err(crate::error::pool)?;
     let mut answers: Vec<Option<Result<Guarded, StoreError>>> =
         asked.iter().map(|_| None).collect();
     let mut rest: Vec<usize> = (0..asked.len()).collect();
@@ -192,7 +272,7 @@ pub(crate) async fn flush(
             rest.into_iter().partition(|&i| seen.insert(asked[i].id));
         rest = later;
         let round: Vec<&Asked> = now.iter().map(|&i| &asked[i]).collect();
-        let got = complete_many(&client, &round).await?;
+        let got = complete_many(&mut client, &round, callback_bytes).await?;
         states_changed.store(true, Ordering::Relaxed);
         for (i, answer) in now.into_iter().zip(got) {
             answers[i] = Some(answer);

@@ -34,6 +34,10 @@ pub struct PgConfig {
     /// connection; missed notifications are covered by the worker's
     /// heartbeat and poll.
     pub listen_retry: Duration,
+    /// The most bytes of a task's result its callback's body carries
+    /// (tc-server's `--callback-result-bytes`): the store builds the
+    /// callback in the transaction that ends the task.
+    pub callback_result_bytes: usize,
 }
 
 impl Default for PgConfig {
@@ -44,6 +48,7 @@ impl Default for PgConfig {
             wait_timeout: Duration::from_secs(5),
             schema: None,
             listen_retry: Duration::from_millis(500),
+            callback_result_bytes: tc_model::callback::DEFAULT_RESULT_BYTES,
         }
     }
 }

@@ -444,6 +444,20 @@ CREATE TRIGGER tasks_mark_due_update AFTER UPDATE ON tasks
 ";
 
 /// One migration step.
+/// Step 11 → 12: callbacks (issue 28). A task's `callback_url` and
+/// `callback_on` (`tc_model::callback::CallbackOn::to_stored`, both NULL
+/// for none); a callback task's `callback_of` (its parent's id); the
+/// callback made at a task's latest end (`callback_task_id`) and how many
+/// times it ended (`ends`, the n of the n-th callback's key). Nullable
+/// columns and a constant default: no row is rewritten, no backfill.
+const V12_CALLBACKS: &str = "
+ALTER TABLE tasks ADD COLUMN callback_url text;
+ALTER TABLE tasks ADD COLUMN callback_on text;
+ALTER TABLE tasks ADD COLUMN callback_of bytea;
+ALTER TABLE tasks ADD COLUMN callback_task_id bytea;
+ALTER TABLE tasks ADD COLUMN ends integer NOT NULL DEFAULT 0;
+";
+
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
     /// grow with the number of tasks while it holds a lock that readers or
@@ -494,6 +508,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V9_COUNT_DELTAS),
     step(V10_TRACE_CONTEXT),
     step(V11_PENDING_DESTINATIONS),
+    step(V12_CALLBACKS),
 ];
 
 /// The version this build writes and reads.

@@ -59,6 +59,8 @@ pub struct PgStore {
     // count fold.
     _stop: watch::Sender<bool>,
     target: String,
+    /// `PgConfig::callback_result_bytes`, for the writes that end tasks.
+    callback_bytes: usize,
 }
 
 impl PgStore {
@@ -160,8 +162,14 @@ impl PgStore {
         ));
         let completer = {
             let (pool, states_changed) = (pool.clone(), Arc::clone(&states_changed));
+            let callback_bytes = config.callback_result_bytes;
             Batcher::start(COMPLETIONS, move |asked| {
-                completions::flush(pool.clone(), Arc::clone(&states_changed), asked)
+                completions::flush(
+                    pool.clone(),
+                    Arc::clone(&states_changed),
+                    asked,
+                    callback_bytes,
+                )
             })
         };
         let submitter = {
@@ -184,6 +192,7 @@ impl PgStore {
             completer,
             _stop: stop,
             target,
+            callback_bytes: config.callback_result_bytes,
         })
     }
 
@@ -370,9 +379,11 @@ impl TaskStore for PgStore {
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        let stamp = self.stamp(now);
+        let stamp = (now, self.stamp(now));
         let canceled = self
-            .write(async |tx| write_ops::cancel(tx, &id, stamp, &self.channels.cancel).await)
+            .write(async |tx| {
+                write_ops::cancel(tx, &id, stamp, &self.channels.cancel, self.callback_bytes).await
+            })
             .await?;
         self.states_changed();
         if canceled.was_running {
@@ -461,15 +472,21 @@ impl TaskStore for PgStore {
         let mut outcome = BulkOutcome::default();
         let mut after = 0;
         loop {
-            let stamp = self.stamp(now);
+            let stamp = (now, self.stamp(now));
             let (covered, applied) = self
                 .write(async |tx| {
                     let covered =
                         write_ops::bulk_covered(tx, &filter, &snapshot, after, chunk).await?;
                     let positions: Vec<i64> = covered.iter().map(|&(pos, _)| pos).collect();
-                    let applied =
-                        write_ops::bulk_apply(tx, action, &positions, stamp, &self.channels.cancel)
-                            .await?;
+                    let applied = write_ops::bulk_apply(
+                        tx,
+                        action,
+                        &positions,
+                        stamp,
+                        &self.channels.cancel,
+                        self.callback_bytes,
+                    )
+                    .await?;
                     Ok((covered, applied))
                 })
                 .await?;
@@ -498,7 +515,10 @@ impl TaskStore for PgStore {
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let moved = write_ops::recover_expired(&self.client().await?, self.stamp(now)).await?;
+        let stamp = (now, self.stamp(now));
+        let moved = self
+            .write(async |tx| write_ops::recover_expired(tx, stamp, self.callback_bytes).await)
+            .await?;
         if moved > 0 {
             self.states_changed();
         }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
+use tc_model::callback;
 use tc_model::claim::ClaimWalk;
 use tc_model::destination::{ClaimGate, DestinationSettings, FairShare};
 use tc_model::store::{BulkAction, Guarded, LeaseLost, StoreError, Submitted, TaskFilter};
@@ -84,6 +85,26 @@ pub(crate) async fn submit_batch<C: GenericClient>(
     now_ms: tc_model::Timestamp,
     now: Option<i64>,
 ) -> Result<Vec<Inserted>, StoreError> {
+    let ids: Vec<TaskId> = tasks.iter().map(|_| new_id(now_ms)).collect();
+    insert_batch(client, tasks, &ids, now).await
+}
+
+/// A new task id: as in `submit`, the id's time is the node's own now, its
+/// random bits from fastrand (tc-model reads no entropy of its own).
+fn new_id(now_ms: tc_model::Timestamp) -> TaskId {
+    let mut random = [0; 10];
+    fastrand::fill(&mut random);
+    TaskId::new(now_ms, random)
+}
+
+/// [`submit_batch`] with the id each task gets if it is new (`ids[i]` for
+/// `tasks[i]`).
+async fn insert_batch<C: GenericClient>(
+    client: &C,
+    tasks: &[NewTask],
+    ids: &[TaskId],
+    now: Option<i64>,
+) -> Result<Vec<Inserted>, StoreError> {
     if tasks.len() >= 65_536 {
         return Err(StoreError::Unavailable(
             "a batch holds at most 65535 tasks".into(),
@@ -94,18 +115,20 @@ pub(crate) async fn submit_batch<C: GenericClient>(
             "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
                                 timeout_ns, attempt, created_at, updated_at, next_run_at, \
                                 schedule_at, schedule_delay_ms, destination, method, headers, \
-                                trace_context) \
+                                trace_context, callback_url, callback_on, callback_of) \
              SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
                     r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
                     greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
                         + coalesce(r.delay_ms, 0), \
                     r.schedule_at, r.delay_ms, r.destination, r.method, r.headers, \
-                    r.trace_context \
+                    r.trace_context, r.callback_url, r.callback_on, r.callback_of \
              FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
                          $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
-                         $12::text[], $13::text[], $14::text[]) \
+                         $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
+                         $17::bytea[]) \
                   AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
-                       delay_ms, destination, method, headers, trace_context) \
+                       delay_ms, destination, method, headers, trace_context, callback_url, \
+                       callback_on, callback_of) \
              ORDER BY r.key, r.within \
              ON CONFLICT (idempotency_key) DO NOTHING \
              RETURNING ",
@@ -135,7 +158,7 @@ pub(crate) async fn submit_batch<C: GenericClient>(
     for _ in 0..2 {
         let mut created: HashMap<String, Task> = HashMap::new();
         for chunk in order.chunks(BATCH_CHUNK) {
-            let columns = BatchColumns::of(tasks, chunk, now_ms)?;
+            let columns = BatchColumns::of(tasks, ids, chunk)?;
             let rows = client
                 .query(
                     &insert,
@@ -154,6 +177,9 @@ pub(crate) async fn submit_batch<C: GenericClient>(
                         &columns.methods,
                         &columns.headers,
                         &columns.trace_contexts,
+                        &columns.callback_urls,
+                        &columns.callback_ons,
+                        &columns.callback_ofs,
                     ],
                 )
                 .await
@@ -228,13 +254,16 @@ struct BatchColumns<'a> {
     methods: Vec<&'static str>,
     headers: Vec<Option<String>>,
     trace_contexts: Vec<Option<String>>,
+    callback_urls: Vec<Option<&'a str>>,
+    callback_ons: Vec<Option<String>>,
+    callback_ofs: Vec<Option<Vec<u8>>>,
 }
 
 impl<'a> BatchColumns<'a> {
     fn of(
         tasks: &'a [NewTask],
+        ids: &[TaskId],
         chunk: &[usize],
-        now_ms: tc_model::Timestamp,
     ) -> Result<BatchColumns<'a>, StoreError> {
         let mut columns = BatchColumns {
             within: Vec::with_capacity(chunk.len()),
@@ -250,18 +279,18 @@ impl<'a> BatchColumns<'a> {
             methods: Vec::with_capacity(chunk.len()),
             headers: Vec::with_capacity(chunk.len()),
             trace_contexts: Vec::with_capacity(chunk.len()),
+            callback_urls: Vec::with_capacity(chunk.len()),
+            callback_ons: Vec::with_capacity(chunk.len()),
+            callback_ofs: Vec::with_capacity(chunk.len()),
         };
         for &i in chunk {
             let task = &tasks[i];
-            // As in `submit`: the id's time is the node's own now, its
-            // random bits from fastrand.
-            let mut random = [0; 10];
-            fastrand::fill(&mut random);
             let (schedule_at, delay_ms) = task.schedule().to_parts();
+            let id = ids
+                .get(i)
+                .ok_or_else(|| StoreError::Unavailable("a batch item has no id".into()))?;
             columns.within.push(i64::try_from(i).unwrap_or(i64::MAX));
-            columns
-                .ids
-                .push(TaskId::new(now_ms, random).as_bytes().to_vec());
+            columns.ids.push(id.as_bytes().to_vec());
             columns.keys.push(task.idempotency_key());
             columns.urls.push(task.url());
             columns.bodies.push(task.body());
@@ -280,9 +309,95 @@ impl<'a> BatchColumns<'a> {
             columns
                 .trace_contexts
                 .push(task.trace().map(tc_model::TraceContext::to_stored));
+            columns
+                .callback_urls
+                .push(task.callback().map(tc_model::callback::Callback::url));
+            columns
+                .callback_ons
+                .push(task.callback().map(|c| c.on().to_stored()));
+            columns
+                .callback_ofs
+                .push(task.callback_of().map(|id| id.as_bytes().to_vec()));
         }
         Ok(columns)
     }
+}
+
+/// What the ends of the tasks at `positions` create, after the write that
+/// ended them (and counted their ends), in the same transaction (which
+/// took the insert marker first, [`mark_inserting`]): each
+/// one's callback, when tc-model's rule ([`callback::task_for`]) makes one,
+/// inserted as a batch submit would, and its parent pointed at it. A key
+/// already taken (a client's task with that key) is the callback: the
+/// parent names that task. `now_ms` is the caller's now (the ids' time).
+pub(crate) async fn ended<C: GenericClient>(
+    client: &C,
+    positions: &[i64],
+    now_ms: tc_model::Timestamp,
+    now: Option<i64>,
+    callback_bytes: usize,
+) -> Result<(), StoreError> {
+    if positions.is_empty() {
+        return Ok(());
+    }
+    let stmt = client
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE pos = ANY($1) ORDER BY pos"
+        ))
+        .await
+        .map_err(db)?;
+    let mut parents: Vec<(i64, Task)> = Vec::with_capacity(positions.len());
+    for row in client.query(&stmt, &[&positions]).await.map_err(db)? {
+        let stored = rows::task_from_row(&row)?;
+        parents.push((stored.pos, stored.task));
+    }
+    let mut tasks: Vec<Task> = parents.iter().map(|(_, t)| t.clone()).collect();
+    read_ops::fill_attempts(client, &mut tasks).await?;
+    let (mut made_for, mut news, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+    for ((pos, _), parent) in parents.iter().zip(&tasks) {
+        let id = new_id(now_ms);
+        if let Some(new) = callback::task_for(parent, id, callback_bytes) {
+            made_for.push(*pos);
+            news.push(new);
+            ids.push(id);
+        }
+    }
+    if news.is_empty() {
+        return Ok(());
+    }
+    let inserted = insert_batch(client, &news, &ids, now).await?;
+    let made: Vec<Vec<u8>> = inserted
+        .iter()
+        .map(|i| match i {
+            Inserted::Created(task) | Inserted::Existing(task) => task.id.as_bytes().to_vec(),
+        })
+        .collect();
+    let point = client
+        .prepare_cached(
+            "UPDATE tasks t SET callback_task_id = u.callback \
+             FROM unnest($1::bigint[], $2::bytea[]) AS u(pos, callback) WHERE t.pos = u.pos",
+        )
+        .await
+        .map_err(db)?;
+    client
+        .execute(&point, &[&made_for, &made])
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+/// Takes the insert marker (`tc_task_pos`, schema step 8) for a
+/// transaction that may insert callbacks after it wrote other rows: it must
+/// say so before its first write, so that a listing waits for it.
+pub(crate) async fn mark_inserting<C: GenericClient>(client: &C) -> Result<(), StoreError> {
+    let stmt = client
+        .prepare_cached("SELECT tc_task_pos(0)")
+        .await
+        .map_err(db)?;
+    client.query_one(&stmt, &[]).await.map_err(db)?;
+    Ok(())
 }
 
 /// What the claim answers, before its due time is put on the caller's
@@ -417,7 +532,8 @@ pub(crate) async fn claim_of(
              t.max_attempts, t.timeout_ns, t.http_status, t.result, t.result_content_type, \
              t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
-             t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context \
+             t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context, \
+             t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends \
              ), opened AS ( \
                  INSERT INTO attempts (task_id, n, started_at) \
                  SELECT id, attempt, started_at FROM claimed \
@@ -575,9 +691,27 @@ pub(crate) struct Canceled {
 pub(crate) async fn cancel(
     tx: &Transaction<'_>,
     id: &TaskId,
-    now: Option<i64>,
+    (now_ms, now): (tc_model::Timestamp, Option<i64>),
     channel: &str,
+    callback_bytes: usize,
 ) -> Result<Canceled, StoreError> {
+    // A task's callback is fixed at its submit: read before any lock, so
+    // that a cancel that will insert one says so before its first write.
+    let asks = tx
+        .prepare_cached("SELECT callback_url IS NOT NULL FROM tasks WHERE id = $1")
+        .await
+        .map_err(db)?;
+    let asks_callback = tx
+        .query_opt(&asks, &[&id.as_bytes().as_slice()])
+        .await
+        .map_err(db)?
+        .map(|row| row.try_get::<_, bool>(0))
+        .transpose()
+        .map_err(db)?
+        .unwrap_or(false);
+    if asks_callback {
+        mark_inserting(tx).await?;
+    }
     let head = lock_head(tx, id).await?;
     if head.state.is_terminal() {
         return Ok(Canceled {
@@ -590,6 +724,7 @@ pub(crate) async fn cancel(
         .prepare_cached(
             "UPDATE tasks SET state = 'canceled', finished_at = tc_now_ms($1), \
                               updated_at = tc_now_ms($1), lease_until = NULL, next_run_at = NULL, \
+                              ends = ends + 1, \
                               error = CASE WHEN state = 'running' THEN $3 ELSE error END \
              WHERE pos = $2",
         )
@@ -608,6 +743,9 @@ pub(crate) async fn cancel(
         tx.execute(&notify, &[&channel, &id.to_string()])
             .await
             .map_err(db)?;
+    }
+    if asks_callback {
+        ended(tx, &[head.pos], now_ms, now, callback_bytes).await?;
     }
     Ok(Canceled {
         task: load_pos(tx, head.pos).await?,
@@ -725,46 +863,78 @@ pub(crate) async fn release(
 }
 
 /// Running tasks whose lease ended before now → pending, or → failed when no
-/// attempt is left, with their open tries closed; one statement. Rows locked
+/// attempt is left, with their open tries closed; one statement, then the
+/// callbacks of those that failed (in the same transaction). Rows locked
 /// by a write in progress (a completion racing the recovery) are skipped:
 /// that write decides them.
 pub(crate) async fn recover_expired(
-    client: &Client,
-    now: Option<i64>,
+    tx: &Transaction<'_>,
+    (now_ms, now): (tc_model::Timestamp, Option<i64>),
+    callback_bytes: usize,
 ) -> Result<usize, StoreError> {
     transit(State::Running, State::Pending)?;
     transit(State::Running, State::Failed)?;
-    let stmt = client
+    // A recovery that fails a task asking for a callback inserts one: it
+    // says so before its first write. One it did not foresee (its lease ran
+    // out since) is left for the next round.
+    let foresee = tx
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM tasks \
+                            WHERE state = 'running' AND lease_until < tc_now_ms($1) \
+                              AND attempt >= max_attempts + attempts_before_retry \
+                              AND callback_url IS NOT NULL)",
+        )
+        .await
+        .map_err(db)?;
+    let inserts: bool = tx
+        .query_one(&foresee, &[&now])
+        .await
+        .map_err(db)?
+        .try_get(0)
+        .map_err(db)?;
+    if inserts {
+        mark_inserting(tx).await?;
+    }
+    let stmt = tx
         .prepare_cached(
             "WITH expired AS ( \
                  SELECT pos, attempt < max_attempts + attempts_before_retry AS again FROM tasks \
                  WHERE state = 'running' AND lease_until < tc_now_ms($1) \
+                   AND ($3 OR callback_url IS NULL \
+                        OR attempt < max_attempts + attempts_before_retry) \
                  FOR UPDATE SKIP LOCKED \
              ), moved AS ( \
                  UPDATE tasks t SET \
                      state = CASE WHEN e.again THEN 'pending' ELSE 'failed' END, \
                      next_run_at = CASE WHEN e.again THEN tc_now_ms($1) END, \
                      finished_at = CASE WHEN e.again THEN NULL ELSE tc_now_ms($1) END, \
-                     lease_until = NULL, error = $2, updated_at = tc_now_ms($1) \
+                     lease_until = NULL, error = $2, updated_at = tc_now_ms($1), \
+                     ends = t.ends + CASE WHEN e.again THEN 0 ELSE 1 END \
                  FROM expired e WHERE t.pos = e.pos \
-                 RETURNING t.id, t.attempt \
+                 RETURNING t.id, t.attempt, t.pos, \
+                           NOT e.again AND t.callback_url IS NOT NULL AS asks_callback \
              ), closed AS ( \
                  UPDATE attempts a SET finished_at = tc_now_ms($1), error = $2, \
                                        duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
                  FROM moved m \
                  WHERE a.task_id = m.id AND a.n = m.attempt AND a.finished_at IS NULL \
              ) \
-             SELECT count(*) FROM moved",
+             SELECT pos, asks_callback FROM moved",
         )
         .await
         .map_err(db)?;
-    let moved: i64 = client
-        .query_one(&stmt, &[&now, &INTERRUPTED])
+    let moved = tx
+        .query(&stmt, &[&now, &INTERRUPTED, &inserts])
         .await
-        .map_err(db)?
-        .try_get(0)
         .map_err(db)?;
-    Ok(usize::try_from(moved).unwrap_or(0))
+    let mut failed_with_callback = Vec::new();
+    for row in &moved {
+        if row.try_get::<_, bool>(1).map_err(db)? {
+            failed_with_callback.push(row.try_get::<_, i64>(0).map_err(db)?);
+        }
+    }
+    ended(tx, &failed_with_callback, now_ms, now, callback_bytes).await?;
+    Ok(moved.len())
 }
 
 /// Closes the open history row of try `n`.
@@ -884,8 +1054,9 @@ pub(crate) async fn bulk_apply(
     tx: &Transaction<'_>,
     action: BulkAction,
     positions: &[i64],
-    now: Option<i64>,
+    (now_ms, now): (tc_model::Timestamp, Option<i64>),
     channel: &str,
+    callback_bytes: usize,
 ) -> Result<BulkApplied, StoreError> {
     let from: Vec<State> = State::ALL
         .into_iter()
@@ -925,6 +1096,23 @@ pub(crate) async fn bulk_apply(
             for state in &from {
                 transit(*state, State::Canceled)?;
             }
+            // Callbacks are fixed at submit: known before the first write.
+            let asks = tx
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM tasks \
+                                    WHERE pos = ANY($1) AND callback_url IS NOT NULL)",
+                )
+                .await
+                .map_err(db)?;
+            let any_callback: bool = tx
+                .query_one(&asks, &[&positions])
+                .await
+                .map_err(db)?
+                .try_get(0)
+                .map_err(db)?;
+            if any_callback {
+                mark_inserting(tx).await?;
+            }
             let stmt = tx
                 .prepare_cached(
                     "WITH locked AS ( \
@@ -933,11 +1121,12 @@ pub(crate) async fn bulk_apply(
                      ), moved AS ( \
                          UPDATE tasks t SET state = 'canceled', finished_at = tc_now_ms($1), \
                                             updated_at = tc_now_ms($1), lease_until = NULL, \
-                                            next_run_at = NULL, \
+                                            next_run_at = NULL, ends = t.ends + 1, \
                                             error = CASE WHEN l.was = 'running' THEN $4 \
                                                          ELSE t.error END \
                          FROM locked l WHERE t.pos = l.pos \
-                         RETURNING t.id, l.was, l.attempt \
+                         RETURNING t.id, l.was, l.attempt, t.pos, \
+                                   t.callback_url IS NOT NULL AS asks_callback \
                      ), closed AS ( \
                          UPDATE attempts a SET finished_at = tc_now_ms($1), error = $4, \
                                                duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
@@ -945,7 +1134,7 @@ pub(crate) async fn bulk_apply(
                          WHERE m.was = 'running' AND a.task_id = m.id AND a.n = m.attempt \
                            AND a.finished_at IS NULL \
                      ) \
-                     SELECT id, was = 'running' FROM moved",
+                     SELECT id, was = 'running', pos, asks_callback FROM moved",
                 )
                 .await
                 .map_err(db)?;
@@ -954,11 +1143,16 @@ pub(crate) async fn bulk_apply(
                 .await
                 .map_err(db)?;
             let mut canceled_running = Vec::new();
+            let mut with_callback = Vec::new();
             for row in &rows {
                 if row.try_get::<_, bool>(1).map_err(db)? {
                     canceled_running.push(rows::parse_id(row.try_get(0).map_err(db)?)?);
                 }
+                if row.try_get::<_, bool>(3).map_err(db)? {
+                    with_callback.push(row.try_get::<_, i64>(2).map_err(db)?);
+                }
             }
+            ended(tx, &with_callback, now_ms, now, callback_bytes).await?;
             if !canceled_running.is_empty() {
                 let notify = tx
                     .prepare_cached("SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id")

@@ -32,6 +32,10 @@ pub struct StoreConfig {
     /// writer at once; a write that would pass it waits for room. With the
     /// count bound (`4 × max_batch` commands) this caps the queue's memory.
     pub max_queued_bytes: usize,
+    /// The most bytes of a task's result its callback's body carries
+    /// (tc-server's `--callback-result-bytes`): the store builds the
+    /// callback in the transaction that ends the task.
+    pub callback_result_bytes: usize,
 }
 
 impl Default for StoreConfig {
@@ -42,6 +46,7 @@ impl Default for StoreConfig {
             max_batch: 256,
             readers: 4,
             max_queued_bytes: 64 << 20,
+            callback_result_bytes: tc_model::callback::DEFAULT_RESULT_BYTES,
         }
     }
 }

@@ -15,7 +15,8 @@ macro_rules! columns_after_body {
         "idempotency_key, attempt, max_attempts, timeout_ns, \
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
-         schedule_at, schedule_delay_ms, destination, method, headers, trace_context"
+         schedule_at, schedule_delay_ms, destination, method, headers, trace_context, \
+         callback_url, callback_on, callback_of, callback_task_id, ends"
     };
 }
 
@@ -85,6 +86,11 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
         method: row.get(23).map_err(db)?,
         headers: row.get(24).map_err(db)?,
         trace_context: row.get(25).map_err(db)?,
+        callback_url: row.get(26).map_err(db)?,
+        callback_on: row.get(27).map_err(db)?,
+        callback_of: row.get(28).map_err(db)?,
+        callback_task_id: row.get(29).map_err(db)?,
+        ends: row.get(30).map_err(db)?,
     }
     .into_task()
     .map_err(corrupt)?;

@@ -314,6 +314,20 @@ fn fill_destination_tasks(tx: &Connection) -> rusqlite::Result<usize> {
     )
 }
 
+/// Step 12 → 13: callbacks (issue 28). A task's `callback_url` and
+/// `callback_on` (`tc_model::callback::CallbackOn::to_stored`, both NULL
+/// for none); a callback task's `callback_of` (its parent's id); the
+/// callback made at a task's latest end (`callback_task_id`) and how many
+/// times it ended (`ends`, the n of the n-th callback's key). Nullable
+/// columns and a constant default: no row is rewritten.
+const V13_CALLBACKS: &str = "
+ALTER TABLE tasks ADD COLUMN callback_url TEXT;
+ALTER TABLE tasks ADD COLUMN callback_on TEXT;
+ALTER TABLE tasks ADD COLUMN callback_of BLOB CHECK (length(callback_of) = 16);
+ALTER TABLE tasks ADD COLUMN callback_task_id BLOB CHECK (length(callback_task_id) = 16);
+ALTER TABLE tasks ADD COLUMN ends INTEGER NOT NULL DEFAULT 0 CHECK (ends >= 0);
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -328,6 +342,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V10_OUTBOUND,
     V11_TRACE_CONTEXT,
     V12_DESTINATION_TASKS,
+    V13_CALLBACKS,
 ];
 
 /// The `user_version` this build writes and reads.

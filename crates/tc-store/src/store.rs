@@ -38,6 +38,8 @@ pub struct SqliteStore {
     max_queued_bytes: usize,
     writer: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
+    /// `StoreConfig::callback_result_bytes`, for the writes that end tasks.
+    callback_bytes: usize,
 }
 
 impl SqliteStore {
@@ -83,6 +85,7 @@ impl SqliteStore {
             max_queued_bytes,
             writer: Some(writer),
             readers: Arc::new(Readers::new(target, config.busy_timeout, config.readers)),
+            callback_bytes: config.callback_result_bytes,
         })
     }
 
@@ -276,14 +279,16 @@ impl TaskStore for SqliteStore {
         let bytes = effect.result.as_ref().map_or(0, |(result, _)| result.len());
         // Its first write is the guarded UPDATE (all or nothing); after it,
         // only SQLite itself can fail (see Undo::WholeBatch).
+        let callback_bytes = self.callback_bytes;
         self.write_sized(bytes, Undo::WholeBatch, move |conn| {
-            write_ops::complete(conn, &id, attempt, &effect)
+            write_ops::complete(conn, &id, attempt, &effect, callback_bytes)
         })
         .await
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        self.write(move |conn| write_ops::cancel(conn, &id, now))
+        let callback_bytes = self.callback_bytes;
+        self.write(move |conn| write_ops::cancel(conn, &id, now, callback_bytes))
             .await
     }
 
@@ -298,7 +303,8 @@ impl TaskStore for SqliteStore {
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.write(move |conn| write_ops::recover_expired(conn, now))
+        let callback_bytes = self.callback_bytes;
+        self.write(move |conn| write_ops::recover_expired(conn, now, callback_bytes))
             .await
     }
 
@@ -354,6 +360,7 @@ impl TaskStore for SqliteStore {
         let horizon = self.readers.run(|conn| read_ops::last_seq(conn)).await?;
         let mut outcome = BulkOutcome::default();
         let mut after = 0;
+        let callback_bytes = self.callback_bytes;
         loop {
             let filter = filter.clone();
             // One command per chunk: the writer is held for at most
@@ -367,6 +374,7 @@ impl TaskStore for SqliteStore {
                         after,
                         horizon,
                         now,
+                        callback_bytes,
                     )
                 })
                 .await?;

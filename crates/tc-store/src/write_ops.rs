@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use tc_model::callback::{self, Callback};
 use tc_model::claim::{Claim, ClaimWalk};
 use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, FairShare};
@@ -38,11 +39,24 @@ pub(crate) fn submit(
     new: &NewTask,
     now: Timestamp,
 ) -> Result<Submitted, StoreError> {
-    // The id's time is the submit's own `now`; its random bits come from the
-    // writer thread's generator (tc-model reads no entropy of its own).
+    submit_as(conn, new_id(now), new, now)
+}
+
+/// A new task id at `now`: its random bits come from the writer thread's
+/// generator (tc-model reads no entropy of its own).
+fn new_id(now: Timestamp) -> TaskId {
     let mut random = [0; 10];
     fastrand::fill(&mut random);
-    let id = TaskId::new(now, random);
+    TaskId::new(now, random)
+}
+
+/// [`submit`] with the id the task gets if it is new.
+fn submit_as(
+    conn: &Connection,
+    id: TaskId,
+    new: &NewTask,
+    now: Timestamp,
+) -> Result<Submitted, StoreError> {
     let schedule = new.schedule();
     let first_run = schedule.first_run(now);
     let (schedule_at, schedule_delay_ms) = schedule.to_parts();
@@ -53,10 +67,11 @@ pub(crate) fn submit(
             "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
-                            trace_context) \
+                            trace_context, callback_url, callback_on, callback_of) \
          VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
                      (SELECT n FROM seq_floor)) + 1, \
-                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+                 ?16, ?17, ?18) \
          ON CONFLICT (idempotency_key) DO NOTHING",
         )
         .map_err(db)?
@@ -76,6 +91,9 @@ pub(crate) fn submit(
             new.method().as_str(),
             new.headers().to_stored(),
             new.trace().map(TraceContext::to_stored),
+            new.callback().map(Callback::url),
+            new.callback().map(|c| c.on().to_stored()),
+            new.callback_of().map(|id| *id.as_bytes()),
         ])
         .map_err(db)?;
     if inserted == 1 {
@@ -266,6 +284,7 @@ pub(crate) fn complete(
     id: &TaskId,
     attempt: u32,
     effect: &CompletionEffect,
+    callback_bytes: usize,
 ) -> Result<Guarded, StoreError> {
     // The guard is the UPDATE's own WHERE (running, with this attempt): one
     // probe of the id index instead of a SELECT then an UPDATE by seq. Only
@@ -278,30 +297,41 @@ pub(crate) fn complete(
         None => (false, None, None),
     };
     let to = effect.state;
-    let changed = guarded_update(
-        conn,
-        "UPDATE tasks SET state = ?4, http_status = coalesce(?5, http_status), \
-                          result = CASE WHEN ?6 THEN ?7 ELSE result END, \
-                          result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
-                          error = ?9, finished_at = coalesce(?10, finished_at), \
-                          next_run_at = ?11, updated_at = ?12, lease_until = NULL \
-         WHERE id = ?1 AND state = ?2 AND attempt = ?3",
-        params![
-            id.as_bytes(),
-            State::Running.as_str(),
-            attempt,
-            to.as_str(),
-            effect.http_status,
-            writes_result,
-            result,
-            content_type,
-            effect.error,
-            effect.finished_at.map(Timestamp::as_millis),
-            effect.next_run_at.map(Timestamp::as_millis),
-            effect.updated_at.as_millis()
-        ],
-    )?;
-    if changed {
+    // RETURNING whether the task asked for a callback: only then is it read
+    // back at its end. An end is counted (`ends`) in the same UPDATE.
+    let changed: Option<(i64, bool)> = conn
+        .prepare_cached(
+            "UPDATE tasks SET state = ?4, http_status = coalesce(?5, http_status), \
+                              result = CASE WHEN ?6 THEN ?7 ELSE result END, \
+                              result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
+                              error = ?9, finished_at = coalesce(?10, finished_at), \
+                              next_run_at = ?11, updated_at = ?12, lease_until = NULL, \
+                              ends = ends + ?13 \
+             WHERE id = ?1 AND state = ?2 AND attempt = ?3 \
+             RETURNING seq, callback_url IS NOT NULL",
+        )
+        .map_err(db)?
+        .query_row(
+            params![
+                id.as_bytes(),
+                State::Running.as_str(),
+                attempt,
+                to.as_str(),
+                effect.http_status,
+                writes_result,
+                result,
+                content_type,
+                effect.error,
+                effect.finished_at.map(Timestamp::as_millis),
+                effect.next_run_at.map(Timestamp::as_millis),
+                effect.updated_at.as_millis(),
+                i64::from(to.is_terminal())
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()
+        .map_err(db)?;
+    if let Some((seq, asks_callback)) = changed {
         close_attempt(
             conn,
             id,
@@ -310,8 +340,9 @@ pub(crate) fn complete(
             effect.http_status,
             effect.error.as_deref(),
         )?;
-    }
-    if changed {
+        if asks_callback && to.is_terminal() {
+            ended(conn, seq, effect.updated_at, callback_bytes)?;
+        }
         return Ok(Guarded::Applied(to));
     }
     match guard(conn, id, attempt)? {
@@ -324,23 +355,43 @@ pub(crate) fn complete(
     }
 }
 
-/// Runs an UPDATE whose WHERE is its guard (it names one row by its unique
-/// id): whether it changed that row.
-fn guarded_update(
+/// What a task's end creates, after the write that ended the task at
+/// `seq` (and counted the end): its callback, when tc-model's rule
+/// ([`callback::task_for`]) makes one, inserted in the same transaction,
+/// and the parent pointed at it. A key already taken (a client's task with
+/// that key) is the callback: the parent names that task.
+fn ended(
     conn: &Connection,
-    sql: &str,
-    params: &[&dyn rusqlite::ToSql],
-) -> Result<bool, StoreError> {
-    let changed = conn
-        .prepare_cached(sql)
-        .map_err(db)?
-        .execute(params)
-        .map_err(db)?;
-    Ok(changed == 1)
+    seq: i64,
+    now: Timestamp,
+    callback_bytes: usize,
+) -> Result<(), StoreError> {
+    let parent = load_seq(conn, seq)?;
+    let callback_id = new_id(now);
+    let Some(new) = callback::task_for(&parent, callback_id, callback_bytes) else {
+        return Ok(());
+    };
+    let made = match submit_as(conn, callback_id, &new, now) {
+        Ok(submitted) => submitted.task.id,
+        Err(StoreError::IdempotencyConflict) => rows::load_by_key(conn, new.idempotency_key())?
+            .map(|stored| stored.task.id)
+            .ok_or_else(|| StoreError::Unavailable("a callback's key vanished".to_owned()))?,
+        Err(e) => return Err(e),
+    };
+    write_one(
+        conn,
+        "UPDATE tasks SET callback_task_id = ?2 WHERE seq = ?1",
+        params![seq, made.as_bytes()],
+    )
 }
 
 /// Pending or running → canceled; a terminal task is returned unchanged.
-pub(crate) fn cancel(conn: &Connection, id: &TaskId, now: Timestamp) -> Result<Task, StoreError> {
+pub(crate) fn cancel(
+    conn: &Connection,
+    id: &TaskId,
+    now: Timestamp,
+    callback_bytes: usize,
+) -> Result<Task, StoreError> {
     let Some(Stored { seq, task }) = rows::load(conn, id)? else {
         return Err(StoreError::NotFound);
     };
@@ -352,7 +403,7 @@ pub(crate) fn cancel(conn: &Connection, id: &TaskId, now: Timestamp) -> Result<T
     write_one(
         conn,
         "UPDATE tasks SET state = ?4, finished_at = ?5, updated_at = ?5, lease_until = NULL, \
-                          next_run_at = NULL, \
+                          next_run_at = NULL, ends = ends + 1, \
                           error = CASE WHEN state = 'running' THEN ?6 ELSE error END \
          WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
         params![
@@ -366,6 +417,9 @@ pub(crate) fn cancel(conn: &Connection, id: &TaskId, now: Timestamp) -> Result<T
     )?;
     if task.state == State::Running {
         close_attempt(conn, id, task.attempt, now, None, Some(CANCELED))?;
+    }
+    if task.callback.is_some() {
+        ended(conn, seq, now, callback_bytes)?;
     }
     load_seq(conn, seq)
 }
@@ -517,6 +571,7 @@ pub(crate) fn bulk_chunk(
     after: i64,
     horizon: i64,
     now: Timestamp,
+    callback_bytes: usize,
 ) -> Result<BulkChunk, StoreError> {
     let sql = format!(
         "SELECT seq, id, state FROM {table} \
@@ -551,7 +606,7 @@ pub(crate) fn bulk_chunk(
                 retry(conn, &id, now, now)?;
             }
             BulkAction::Cancel => {
-                cancel(conn, &id, now)?;
+                cancel(conn, &id, now, callback_bytes)?;
                 if state == State::Running {
                     chunk.canceled_running.push(id);
                 }
@@ -599,7 +654,11 @@ pub(crate) fn release(
 
 /// Running tasks whose lease ended before `now` → pending, or → failed when
 /// no attempt is left. Returns how many moved.
-pub(crate) fn recover_expired(conn: &Connection, now: Timestamp) -> Result<usize, StoreError> {
+pub(crate) fn recover_expired(
+    conn: &Connection,
+    now: Timestamp,
+    callback_bytes: usize,
+) -> Result<usize, StoreError> {
     let expired: Vec<(i64, Vec<u8>, String, u32, u32)> = conn
         .prepare_cached(EXPIRED)
         .map_err(db)?
@@ -631,7 +690,8 @@ pub(crate) fn recover_expired(conn: &Connection, now: Timestamp) -> Result<usize
         write_one(
             conn,
             "UPDATE tasks SET state = ?4, next_run_at = ?5, finished_at = ?6, \
-                              lease_until = NULL, error = ?7, updated_at = ?8 \
+                              lease_until = NULL, error = ?7, updated_at = ?8, \
+                              ends = ends + (?4 <> 'pending') \
              WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
             params![
                 seq,
@@ -645,6 +705,9 @@ pub(crate) fn recover_expired(conn: &Connection, now: Timestamp) -> Result<usize
             ],
         )?;
         close_attempt(conn, &parse_id(id)?, attempt, now, None, Some(INTERRUPTED))?;
+        if to.is_terminal() {
+            ended(conn, seq, now, callback_bytes)?;
+        }
     }
     Ok(moved)
 }

@@ -29,9 +29,19 @@ const INTERRUPTED: &str = "interrupted";
 const CANCELED: &str = "canceled";
 
 /// An in-memory [`TaskStore`]: the model the SQL adapters are checked against.
-#[derive(Default)]
 pub struct MemoryStore {
     state: Mutex<Tables>,
+    /// The most result bytes a callback body carries.
+    callback_result_bytes: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            state: Mutex::default(),
+            callback_result_bytes: tc_model::callback::DEFAULT_RESULT_BYTES,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -51,6 +61,15 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> MemoryStore {
         MemoryStore::default()
+    }
+
+    /// An empty store whose callback bodies carry at most `bytes` of a
+    /// result (the server's `--callback-result-bytes`).
+    pub fn with_callback_result_bytes(bytes: usize) -> MemoryStore {
+        MemoryStore {
+            callback_result_bytes: bytes,
+            ..MemoryStore::default()
+        }
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {
@@ -101,6 +120,42 @@ impl Tables {
         }
     }
 
+    /// Stores `new` as a new task with `id` at the next position.
+    fn insert(&mut self, id: TaskId, new: &NewTask, now: Timestamp) -> Task {
+        self.last_seq += 1;
+        let seq = self.last_seq;
+        let task = Task::submitted(id, new, now);
+        self.by_id.insert(id, seq);
+        self.by_key.insert(task.idempotency_key.clone(), seq);
+        self.tasks.insert(seq, task.clone());
+        task
+    }
+
+    /// What the task at `seq`, just made terminal, does at its end
+    /// (tc-model's [`tc_model::callback::on_end`]): the end counted and its
+    /// callback, if any, stored with it. A key already taken is the
+    /// callback already made: the parent names that task.
+    fn ended(&mut self, seq: i64, now: Timestamp, result_bytes: usize) -> Result<(), StoreError> {
+        // An id is drawn only for a task that may get a callback, so that
+        // the ids of the others stay as they were.
+        let callback_id = if self.task_mut(seq)?.callback.is_some() {
+            self.next_id(now)
+        } else {
+            TaskId::from_bytes([0; 16])
+        };
+        let Some(callback) =
+            tc_model::callback::on_end(self.task_mut(seq)?, callback_id, result_bytes)
+        else {
+            return Ok(());
+        };
+        let id = match self.by_key.get(callback.idempotency_key()) {
+            Some(taken) => self.tasks[taken].id,
+            None => self.insert(callback_id, &callback, now).id,
+        };
+        self.task_mut(seq)?.callback_task_id = Some(id);
+        Ok(())
+    }
+
     fn next_id(&mut self, now: Timestamp) -> TaskId {
         // splitmix64: a few lines, no dependency, good enough for test ids.
         self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -146,13 +201,8 @@ impl TaskStore for MemoryStore {
                 Err(StoreError::IdempotencyConflict)
             };
         }
-        t.last_seq += 1;
-        let seq = t.last_seq;
         let id = t.next_id(now);
-        let task = Task::submitted(id, &new, now);
-        t.by_id.insert(id, seq);
-        t.by_key.insert(task.idempotency_key.clone(), seq);
-        t.tasks.insert(seq, task.clone());
+        let task = t.insert(id, &new, now);
         Ok(Submitted {
             task,
             created: true,
@@ -369,7 +419,11 @@ impl TaskStore for MemoryStore {
         // The guard passed: the task runs with this attempt, and the rule
         // of what the completion does is tc-model's.
         CompletionEffect::of(outcome, now).apply_to(task, attempt);
-        Ok(Guarded::Applied(task.state))
+        let state = task.state;
+        if state.is_terminal() {
+            t.ended(seq, now, self.callback_result_bytes)?;
+        }
+        Ok(Guarded::Applied(state))
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
@@ -390,7 +444,8 @@ impl TaskStore for MemoryStore {
             let attempt = task.attempt;
             close_attempt(task, attempt, now, None, Some(CANCELED));
         }
-        Ok(task.clone())
+        t.ended(seq, now, self.callback_result_bytes)?;
+        Ok(t.task_mut(seq)?.clone())
     }
 
     async fn release(
@@ -418,12 +473,16 @@ impl TaskStore for MemoryStore {
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
         let mut t = self.tables();
-        let mut moved = 0;
-        for task in t.tasks.values_mut() {
-            let expired = task.state == State::Running && task.lease_until.is_some_and(|l| l < now);
-            if !expired {
-                continue;
-            }
+        let expired: Vec<i64> = t
+            .tasks
+            .iter()
+            .filter(|(_, task)| {
+                task.state == State::Running && task.lease_until.is_some_and(|l| l < now)
+            })
+            .map(|(seq, _)| *seq)
+            .collect();
+        for &seq in &expired {
+            let task = t.task_mut(seq)?;
             if task.can_retry() {
                 task.state = transit(task.state, State::Pending)?;
                 task.next_run_at = Some(now);
@@ -438,9 +497,11 @@ impl TaskStore for MemoryStore {
             task.updated_at = now;
             let attempt = task.attempt;
             close_attempt(task, attempt, now, None, Some(INTERRUPTED));
-            moved += 1;
+            if task.state.is_terminal() {
+                t.ended(seq, now, self.callback_result_bytes)?;
+            }
         }
-        Ok(moved)
+        Ok(expired.len())
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {

@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`; `check` holds what they
+//! `listing` (and bulk), `retention`, `outbound`, `callback`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -118,6 +118,10 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         destinations_keep_their_headers_and_signing_secrets,
         tasks_keep_their_trace_context,
         a_due_task_is_claimed_past_thousands_of_waiting_destinations,
+        a_callback_is_created_with_the_terminal_transition,
+        a_callback_is_made_once_per_end_with_the_n_th_end_s_key,
+        a_cancel_makes_a_callback_only_when_asked,
+        callback_fields_round_trip,
     ]
 }
 
@@ -198,6 +202,8 @@ fn panic_message(join: tokio::task::JoinError) -> String {
 // The scenarios by topic. `check` comes first: its macros reach the others.
 #[macro_use]
 mod check;
+// Callbacks (issue 28).
+mod callback;
 mod claims;
 mod completion;
 mod destinations;
@@ -210,6 +216,7 @@ mod submit;
 // A task's trace context (issue 27).
 mod trace;
 
+pub use callback::*;
 pub use claims::*;
 pub use completion::*;
 pub use destinations::*;

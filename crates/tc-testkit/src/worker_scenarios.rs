@@ -30,12 +30,14 @@ macro_rules! ensure {
     };
 }
 
+mod callback;
 mod destinations;
 mod due_walk;
 mod faults;
 mod outbound;
 mod trace;
 
+use callback::a_callback_delivers_the_parent_s_view;
 use destinations::{
     breaker_opens_holds_without_attempts_probes_and_closes,
     default_slots_are_shared_fairly_between_hosts, destination_cap_holds_while_other_hosts_run,
@@ -258,6 +260,7 @@ macro_rules! worker_scenarios {
             outbound_calls_carry_headers_and_signatures_on_every_try,
             trace_context_reaches_every_try,
             a_due_task_runs_past_thousands_of_waiting_destinations,
+            a_callback_delivers_the_parent_s_view,
         }
     };
 }

@@ -2,7 +2,7 @@
 //! values whose validity depends on this run rather than on the document,
 //! narrowed to what this run's server takes, and kept short.
 //!
-//! - A task's `url` is only accepted under the server's allow-list, which
+//! - A task's `url` (and `callback_url`) is only accepted under the server's allow-list, which
 //!   here is the loopback sink's origin: the fuzz copy's pattern is the
 //!   document's own path and query pattern behind that origin, and the
 //!   examples' origin (`http://127.0.0.1:9000`) becomes the sink's. So every
@@ -55,10 +55,13 @@ pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value
         serde_norway::from_str(yaml).map_err(|e| format!("docs/openapi.yaml: {e}"))?;
     let submit = "/components/schemas/SubmitRequest/properties";
 
-    let url_pattern = string_at(&doc, &format!("{submit}/url/pattern"))?;
-    let path_and_query = split_once_exactly(url_pattern, URL_PORT_END)?.1;
-    let narrowed = format!("^{}{path_and_query}", regex_escape(origin));
-    *pointer_mut(&mut doc, &format!("{submit}/url/pattern"))? = Value::String(narrowed);
+    // A callback's url is held to the same allow-list as the task's.
+    for field in ["url", "callback_url"] {
+        let url_pattern = string_at(&doc, &format!("{submit}/{field}/pattern"))?;
+        let path_and_query = split_once_exactly(url_pattern, URL_PORT_END)?.1;
+        let narrowed = format!("^{}{path_and_query}", regex_escape(origin));
+        *pointer_mut(&mut doc, &format!("{submit}/{field}/pattern"))? = Value::String(narrowed);
+    }
 
     let time = string_at(&doc, "/components/schemas/UtcTime/pattern")?;
     let (before, after) = split_once_exactly(time, YEARS)?;
@@ -228,6 +231,9 @@ mod tests {
                 "{rule}"
             );
         }
+        // A callback's url is narrowed as the task's is.
+        let callback = "/components/schemas/SubmitRequest/properties/callback_url/pattern";
+        assert_eq!(copy.pointer(callback).unwrap().as_str(), Some(pattern));
         let run_at = copy
             .pointer("/components/schemas/SubmitRequest/properties/run_at/pattern")
             .unwrap();
@@ -246,7 +252,7 @@ mod tests {
         assert_eq!(original.pointer(wait).unwrap(), 60000);
         assert_eq!(copy.pointer(wait).unwrap(), MAX_WAIT_MS);
         let mut restored = copy.clone();
-        for field in ["url", "run_at"] {
+        for field in ["url", "callback_url", "run_at"] {
             let pointer = format!("/components/schemas/SubmitRequest/properties/{field}");
             *restored.pointer_mut(&pointer).unwrap() = original.pointer(&pointer).unwrap().clone();
         }

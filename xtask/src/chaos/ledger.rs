@@ -183,6 +183,9 @@ impl Kind {
 struct Acked {
     key: String,
     kind: Kind,
+    /// It asked for a callback on every end (`callback_url` on the
+    /// downstream, `callback_on` all three states).
+    callback: bool,
     /// A cancel of it was sent (it may have been cut by a kill).
     cancel_sent: bool,
     /// The state a cancel of it answered with, if one was answered.
@@ -246,12 +249,19 @@ async fn client(
         let sent = match known.into_iter().next() {
             None => {
                 let kind = KINDS[rng.usize(..KINDS.len())];
+                let callback = rng.bool();
                 let key = format!("{prefix}-{n}-{}", kind.name());
                 let path = format!("/{key}");
                 script.plan(&path, kind.steps());
-                submit(&mut conn, &endpoint, &downstream, &key, kind, &ledger)
-                    .await
-                    .map(drop)
+                submit(
+                    &mut conn,
+                    &endpoint,
+                    &downstream,
+                    (&key, kind, callback),
+                    &ledger,
+                )
+                .await
+                .map(drop)
             }
             Some((id, task)) if rng.bool() => {
                 // The same submit again: it must answer the same task.
@@ -259,8 +269,7 @@ async fn client(
                     &mut conn,
                     &endpoint,
                     &downstream,
-                    &task.key,
-                    task.kind,
+                    (&task.key, task.kind, task.callback),
                     &ledger,
                 )
                 .await
@@ -295,10 +304,19 @@ async fn client(
     Ok(())
 }
 
-fn task_body(downstream: &str, key: &str, kind: Kind) -> String {
+/// A task's submit body; with `callback`, its callback goes to
+/// `/{key}-callback` (answered 200) on every end.
+fn task_body(downstream: &str, key: &str, kind: Kind, callback: bool) -> String {
     let timeout = if kind == Kind::Hang { 200 } else { 5000 };
+    let callback = if callback {
+        format!(
+            r#","callback_url":"{downstream}/{key}-callback","callback_on":["success","failed","canceled"]"#
+        )
+    } else {
+        String::new()
+    };
     format!(
-        r#"{{"url":"{downstream}/{key}","json":{{"key":"{key}"}},"idempotency_key":"{key}","timeout_ms":{timeout}}}"#
+        r#"{{"url":"{downstream}/{key}","json":{{"key":"{key}"}},"idempotency_key":"{key}","timeout_ms":{timeout}{callback}}}"#
     )
 }
 
@@ -306,11 +324,10 @@ async fn submit(
     conn: &mut Conn,
     endpoint: &Endpoint,
     downstream: &str,
-    key: &str,
-    kind: Kind,
+    (key, kind, callback): (&str, Kind, bool),
     ledger: &Mutex<Ledger>,
 ) -> Result<String, Failed> {
-    let body = task_body(downstream, key, kind);
+    let body = task_body(downstream, key, kind, callback);
     let request = endpoint
         .request(Method::POST, "/tasks", Some(body.into()))
         .map_err(Failed::Violation)?;
@@ -330,6 +347,7 @@ async fn submit(
     ledger.tasks.entry(id.clone()).or_insert(Acked {
         key: key.to_owned(),
         kind,
+        callback,
         cancel_sent: false,
         canceled_as: None,
     });
@@ -400,6 +418,48 @@ async fn drain(conn: &mut Conn, endpoint: &Endpoint) -> Result<(), String> {
     }
 }
 
+/// Checks that the terminal task `id` (its view `task`), which asked for a
+/// callback on every end, has exactly one callback task for its one end
+/// (no retry by hand in a chaos run): `callback:{id}`, its `callback_of`
+/// the task, named by the task's `callback_task_id`; none for a 2nd end.
+async fn one_callback(
+    conn: &mut Conn,
+    endpoint: &Endpoint,
+    id: &str,
+    task: &serde_json::Value,
+) -> Result<(), String> {
+    let page = get_json(
+        conn,
+        endpoint,
+        &format!("/tasks?idempotency_key=callback:{id}"),
+    )
+    .await?;
+    let found = page["tasks"].as_array().map_or(&[][..], Vec::as_slice);
+    let [callback] = found else {
+        return Err(format!(
+            "task {id} ended {} with {} callback tasks, want 1",
+            task["state"],
+            found.len()
+        ));
+    };
+    if callback["callback_of"].as_str() != Some(id) || task["callback_task_id"] != callback["id"] {
+        return Err(format!(
+            "task {id}'s callback {} is not linked both ways (callback_of {}, callback_task_id {})",
+            callback["id"], callback["callback_of"], task["callback_task_id"]
+        ));
+    }
+    let second = get_json(
+        conn,
+        endpoint,
+        &format!("/tasks?idempotency_key=callback:{id}:2"),
+    )
+    .await?;
+    if second["tasks"].as_array().is_some_and(|t| !t.is_empty()) {
+        return Err(format!("task {id} ended once but has a second callback"));
+    }
+    Ok(())
+}
+
 /// Checks every acknowledged task and every downstream call; returns a
 /// summary, or every violation found.
 async fn check(
@@ -411,6 +471,7 @@ async fn check(
     let mut violations = Vec::new();
     let mut ended: HashMap<String, u64> = HashMap::new();
     let mut interrupted = 0u64;
+    let mut callbacks = 0u64;
     for (id, acked) in &ledger.tasks {
         let task = match get_json(conn, endpoint, &format!("/tasks/{id}")).await {
             Ok(task) => task,
@@ -437,6 +498,12 @@ async fn check(
             None if acked.cancel_sent => as_its_kind_says || state == "canceled",
             None => as_its_kind_says,
         };
+        if acked.callback {
+            callbacks += 1;
+            if let Err(e) = one_callback(conn, endpoint, id, &task).await {
+                violations.push(e);
+            }
+        }
         if !fits {
             if acked.canceled_as.is_none()
                 && state == "failed"
@@ -502,7 +569,7 @@ async fn check(
         let mut states: Vec<_> = ended.into_iter().collect();
         states.sort();
         Ok(format!(
-            "chaos: every acknowledged task present and terminal {states:?}; {interrupted} failed as interrupted after kills took all {MAX_ATTEMPTS} attempts; {redeliveries} calls beyond the first per task (retries and redeliveries), every one with its task's Idempotency-Key; {foreign} calls of tasks this run never had (another process on the machine) ignored"
+            "chaos: every acknowledged task present and terminal {states:?}; {interrupted} failed as interrupted after kills took all {MAX_ATTEMPTS} attempts; {redeliveries} calls beyond the first per task (retries and redeliveries), every one with its task's Idempotency-Key; {callbacks} tasks with a callback, each with exactly one callback task for its one end; {foreign} calls of tasks this run never had (another process on the machine) ignored"
         ))
     } else {
         let shown: Vec<_> = violations.iter().take(20).cloned().collect();

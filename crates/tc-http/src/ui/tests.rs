@@ -286,6 +286,50 @@ async fn a_task_page_shows_its_trace_id() {
 }
 
 #[tokio::test]
+async fn a_task_page_links_its_callback_and_its_parent() {
+    let f = fixture(None);
+    let with_callback = NewTask::new(
+        "http://127.0.0.1:9/hook".into(),
+        b"{}".to_vec(),
+        "parent".into(),
+        1,
+        Duration::from_secs(1),
+        &Limits::default(),
+    )
+    .unwrap()
+    .with_callback(
+        tc_model::callback::Callback::new(
+            "http://127.0.0.1:9/done".into(),
+            tc_model::callback::CallbackOn::parse(["canceled"]).unwrap(),
+        )
+        .unwrap(),
+    );
+    let parent = f.store.submit(with_callback, NOW).await.unwrap().task.id;
+    let canceled = f.store.cancel(parent, NOW).await.unwrap();
+    let callback = canceled.callback_task_id.unwrap();
+    let page = f
+        .call("GET", &format!("/ui/tasks/{parent}"), &[], "")
+        .await
+        .body;
+    assert!(
+        page.contains("http://127.0.0.1:9/done on canceled"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("<a href=\"/ui/tasks/{callback}\">{callback}</a>")),
+        "{page}"
+    );
+    let page = f
+        .call("GET", &format!("/ui/tasks/{callback}"), &[], "")
+        .await
+        .body;
+    assert!(
+        page.contains(&format!("<a href=\"/ui/tasks/{parent}\">{parent}</a>")),
+        "{page}"
+    );
+}
+
+#[tokio::test]
 async fn every_ui_answer_carries_the_csp_and_nosniff() {
     for token in [None, Some("s3cret")] {
         let f = fixture(token);

@@ -1087,6 +1087,10 @@ const VIEW_FIELDS: &[&str] = &[
     "finished_at",
     "run_at",
     "duration_ms",
+    "callback_url",
+    "callback_on",
+    "callback_of",
+    "callback_task_id",
     "attempts",
 ];
 
@@ -1142,6 +1146,10 @@ async fn task_views_have_exactly_the_documented_fields() {
         "finished_at": null,
         "run_at": null,
         "duration_ms": null,
+        "callback_url": null,
+        "callback_on": null,
+        "callback_of": null,
+        "callback_task_id": null,
         "attempts": [],
     });
     assert_eq!(pending, expected);

@@ -314,6 +314,24 @@ fn fields() -> Vec<Field> {
                     Value::Object((0..32).map(|i| (format!("x-{i}"), json!("v"))).collect()),
                 ],
             ),
+            field(place, "callback_url")
+                .fill(|n| format!("http://h/{}", "a".repeat(n - 9)))
+                .samples(
+                    Accepted,
+                    &strings(&["http://127.0.0.1:9/done", "https://API.example.com/cb?x=1"]),
+                )
+                .samples(
+                    Refused,
+                    &strings(&[
+                        "",
+                        "ftp://h/x",
+                        "/relative",
+                        "http://user@h/",
+                        "http://h/../x",
+                    ]),
+                ),
+            // A state given twice, an unknown one: rows of dto.rs's tests.
+            field(place, "callback_on").item(|i| json!(["success", "failed", "canceled"][i % 3])),
             field(place, "timeout_ms"),
             field(place, "delay_ms"),
             field(place, "run_at")

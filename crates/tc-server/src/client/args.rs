@@ -124,6 +124,18 @@ pub(crate) struct SubmitArgs {
     #[arg(long)]
     pub(crate) delay_ms: Option<u64>,
 
+    /// When the task ends, POST its view (as `task get --json` shows it)
+    /// to this URL, as a callback task of its own.
+    #[arg(long, value_name = "URL")]
+    pub(crate) callback_url: Option<String>,
+
+    /// The ends that make a callback: success, failed, canceled (comma
+    /// separated or repeated; the server's default, success and failed, if
+    /// left out).
+    #[arg(long, value_name = "STATE", value_delimiter = ',',
+          value_parser = ["success", "failed", "canceled"])]
+    pub(crate) callback_on: Vec<String>,
+
     /// Wait until the task is finished and print how it ended.
     #[arg(long)]
     pub(crate) wait: bool,

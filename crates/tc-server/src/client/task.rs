@@ -97,6 +97,16 @@ fn submit_body(args: &SubmitArgs, key: &str) -> Result<String, ClientError> {
         let headers = super::destination::headers_object(&args.headers)?;
         let _ = write!(body, ",\"headers\":{headers}");
     }
+    if let Some(url) = &args.callback_url {
+        let _ = write!(body, ",\"callback_url\":{}", Value::from(url.as_str()));
+    }
+    if !args.callback_on.is_empty() {
+        let _ = write!(
+            body,
+            ",\"callback_on\":{}",
+            Value::from(args.callback_on.clone())
+        );
+    }
     let numbers = [
         ("max_attempts", args.max_attempts.map(u64::from)),
         ("timeout_ms", args.timeout_ms),
@@ -448,6 +458,8 @@ mod tests {
             max_attempts: None,
             timeout_ms: None,
             delay_ms: None,
+            callback_url: None,
+            callback_on: Vec::new(),
             wait: false,
         }
     }
@@ -495,6 +507,22 @@ mod tests {
             submit_body(&args, "k"),
             Err(ClientError::Usage(m)) if m.contains("x-tenant")
         ));
+    }
+
+    #[test]
+    fn the_submit_body_carries_the_callback() {
+        let mut args = submit_args("{}");
+        args.callback_url = Some("http://127.0.0.1:9000/done".into());
+        args.callback_on = vec!["failed".into(), "canceled".into()];
+        let body: Value = serde_json::from_str(&submit_body(&args, "k").unwrap()).unwrap();
+        assert_eq!(body["callback_url"], "http://127.0.0.1:9000/done");
+        assert_eq!(
+            body["callback_on"],
+            serde_json::json!(["failed", "canceled"])
+        );
+        args.callback_on.clear();
+        let body: Value = serde_json::from_str(&submit_body(&args, "k").unwrap()).unwrap();
+        assert!(body.get("callback_on").is_none(), "the server's default");
     }
 
     #[test]

@@ -273,6 +273,69 @@ async fn a_version_9_schema_is_upgraded_in_place() {
     db.cleanup().await.unwrap();
 }
 
+/// A schema of version 11 (before callbacks) with a running task is
+/// upgraded in place: the old task asks for no callback, ends without one
+/// and counts its end; a new task with a callback gets it when canceled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_11_schema_is_upgraded_in_place() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(11).await.unwrap();
+    db.execute(&format!(
+        "SET search_path TO {schema};
+         INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns,
+                            created_at, updated_at, next_run_at, destination, method)
+         VALUES ('\\x0190f3a2000070008000000000000002', 'old', 'pending',
+                 'http://127.0.0.1:9/old', '\\x7b7d', 3, 1000000000, 0, 0, 0, '127.0.0.1:9',
+                 'POST');"
+    ))
+    .await
+    .unwrap();
+
+    let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let id = "0190f3a2-0000-7000-8000-000000000002".parse().unwrap();
+    let old = store.get(id).await.unwrap();
+    assert_eq!(
+        (
+            &old.callback,
+            old.callback_of,
+            old.callback_task_id,
+            old.ends
+        ),
+        (&None, None, None, 0)
+    );
+    let canceled = store.cancel(id, Timestamp::default()).await.unwrap();
+    assert_eq!((canceled.ends, canceled.callback_task_id), (1, None));
+    let new = tc_model::NewTask::new(
+        "http://127.0.0.1:9/new".into(),
+        b"{}".to_vec(),
+        "new".into(),
+        1,
+        std::time::Duration::from_secs(1),
+        &tc_model::Limits::default(),
+    )
+    .unwrap()
+    .with_callback(
+        tc_model::callback::Callback::new(
+            "http://127.0.0.1:9/done".into(),
+            tc_model::callback::CallbackOn::parse(["canceled"]).unwrap(),
+        )
+        .unwrap(),
+    );
+    let created = store.submit(new, Timestamp::default()).await.unwrap().task;
+    let canceled = store
+        .cancel(created.id, Timestamp::default())
+        .await
+        .unwrap();
+    let callback = store
+        .get(canceled.callback_task_id.expect("a callback"))
+        .await
+        .unwrap();
+    assert_eq!(callback.callback_of, Some(created.id));
+    assert_eq!(callback.idempotency_key, format!("callback:{}", created.id));
+    drop(store);
+    db.cleanup().await.unwrap();
+}
+
 /// A node whose clock is an hour off neither steals a live lease nor stamps
 /// its own time: in database mode every time is the database's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod callbacks;
 mod contention;
 mod contract;
 mod database;

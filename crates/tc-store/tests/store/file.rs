@@ -198,6 +198,17 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(old.attempts[0].duration_ms, Some(100));
     // Tasks from before methods and headers are POSTs with none.
     assert_eq!((old.method, old.headers.len()), (tc_model::Method::Post, 0));
+    // Tasks from before callbacks (step 13) ask for none and never ended
+    // as far as callbacks count.
+    assert_eq!(
+        (
+            old.callback,
+            old.callback_of,
+            old.callback_task_id,
+            old.ends
+        ),
+        (None, None, None, 0)
+    );
     // Step 11 counted the old file's pending task for its destination, and
     // the claim's walk finds it through its due time.
     let before = store.destination("127.0.0.1:9".into()).await.unwrap();

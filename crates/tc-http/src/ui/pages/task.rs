@@ -112,6 +112,17 @@ fn details(task: &Task, now: Timestamp) -> Markup {
                     @if let Some(trace) = &task.trace {
                         dt { "trace id" } dd.mono { (trace.trace_id_hex()) }
                     }
+                    @if let Some(callback) = &task.callback {
+                        dt { "callback" } dd.mono.break #task-callback {
+                            (callback.url()) " on " (callback.on().names().join(", "))
+                        }
+                    }
+                    @if let Some(id) = task.callback_task_id {
+                        dt { "callback task" } dd.mono #task-callback-task { a href={ "/ui/tasks/" (id) } { (id) } }
+                    }
+                    @if let Some(id) = task.callback_of {
+                        dt { "callback of" } dd.mono #task-callback-of { a href={ "/ui/tasks/" (id) } { (id) } }
+                    }
                     dt { "tries" } dd {
                         (tries_this_round) " of " (task.max_attempts)
                         @if task.attempts_before_retry > 0 { " this round (" (task.attempt) " in all, retried by hand)" }
