@@ -260,7 +260,8 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(app: &App<S, C>, bytes: &[u8]
         // them, so every waiter reads its task again.
         app.waiters().wake_all();
     }
-    if request.action == BulkAction::Retry && outcome.applied > 0 {
+    // A retry makes tasks due; a cancel may make callback tasks, due now.
+    if request.action != BulkAction::Delete && outcome.applied > 0 {
         app.control().task_submitted();
     }
     tracing::info!(

@@ -195,6 +195,10 @@ impl<S: TaskStore> WorkerControl<S> {
             if task.state == State::Canceled {
                 shared.interrupt_for_cancel(id);
                 let _ = shared.changes.send((id, State::Canceled));
+                if task.callback_task_id.is_some() {
+                    // The cancel made a callback task, due now.
+                    shared.wake.notify_one();
+                }
             }
             Ok(task)
         });
