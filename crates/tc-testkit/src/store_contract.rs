@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`; `check` holds what they
+//! `listing` (and bulk), `retention`, `outbound`, `schedules`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -118,6 +118,8 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         destinations_keep_their_headers_and_signing_secrets,
         tasks_keep_their_trace_context,
         a_due_task_is_claimed_past_thousands_of_waiting_destinations,
+        schedules_are_kept_field_by_field,
+        a_firing_record_never_moves_backwards,
     ]
 }
 
@@ -206,6 +208,8 @@ mod outbound;
 // How a claim walks the destinations with due tasks (issue 22).
 mod due_walk;
 mod retention;
+// Schedules: tasks on a cron (issue 28).
+mod schedules;
 mod submit;
 // A task's trace context (issue 27).
 mod trace;
@@ -217,5 +221,6 @@ pub use due_walk::*;
 pub use listing::*;
 pub use outbound::*;
 pub use retention::*;
+pub use schedules::*;
 pub use submit::*;
 pub use trace::*;

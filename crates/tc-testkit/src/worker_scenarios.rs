@@ -1522,4 +1522,36 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     ) -> impl Future<Output = Result<Destination, StoreError>> + Send {
         self.inner.update_destination(name, update, now)
     }
+    async fn create_schedule(
+        &self,
+        spec: tc_model::recurring::ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.inner.create_schedule(spec, now).await
+    }
+    async fn update_schedule(
+        &self,
+        name: String,
+        change: tc_model::recurring::ScheduleChange,
+        now: Timestamp,
+    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.inner.update_schedule(name, change, now).await
+    }
+    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
+        self.inner.delete_schedule(name).await
+    }
+    async fn schedules(&self) -> Result<Vec<tc_model::recurring::Recurring>, StoreError> {
+        self.inner.schedules().await
+    }
+    async fn schedule(&self, name: String) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.inner.schedule(name).await
+    }
+    async fn record_firing(
+        &self,
+        name: String,
+        at: Timestamp,
+        task: TaskId,
+    ) -> Result<bool, StoreError> {
+        self.inner.record_firing(name, at, task).await
+    }
 }
