@@ -76,10 +76,17 @@ pub fn check_name(name: &str) -> Result<(), ScheduleError> {
 }
 
 /// A parsed cron pattern with its text as given.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CronPattern {
     text: String,
     cron: Cron,
+}
+
+impl std::fmt::Debug for CronPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // croner's own Debug prints every bit of every field.
+        f.debug_tuple("CronPattern").field(&self.text).finish()
+    }
 }
 
 impl PartialEq for CronPattern {
@@ -365,30 +372,19 @@ pub struct TaskTemplate(NewTask);
 pub struct CorruptTemplate;
 
 impl TaskTemplate {
-    /// The template of `task` (its idempotency key is dropped; its trace
-    /// too: each firing is a trace of its own).
+    /// The template of `task` (its idempotency key becomes a
+    /// placeholder; its trace is dropped: each firing is a trace of its own).
     pub fn of(task: NewTask) -> TaskTemplate {
-        TaskTemplate(task)
+        match task.clone().rekeyed(TEMPLATE_KEY.to_owned()) {
+            Ok(t) => TaskTemplate(t),
+            // The placeholder is a valid key.
+            Err(_) => TaskTemplate(task),
+        }
     }
 
     /// The submission of one firing, keyed `key`.
     pub fn task(&self, key: String) -> Result<NewTask, ValidationError> {
-        let t = &self.0;
-        NewTask::new(
-            t.url().to_owned(),
-            t.body().to_vec(),
-            key,
-            t.max_attempts(),
-            t.timeout(),
-            // The template passed the body limit in force when it was
-            // made; a firing is not refused for a later, lower one.
-            &crate::Limits {
-                max_body_bytes: usize::MAX,
-            },
-        )
-        .and_then(|n| n.with_schedule(t.schedule()))
-        .and_then(|n| n.with_method(t.method()))
-        .map(|n| n.with_headers(t.headers().clone()))
+        self.0.clone().rekeyed(key)
     }
 
     /// The submission (its key is a placeholder).

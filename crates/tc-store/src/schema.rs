@@ -314,6 +314,25 @@ fn fill_destination_tasks(tx: &Connection) -> rusqlite::Result<usize> {
     )
 }
 
+/// Step 12 → 13: schedules (issue 28): one row per schedule, its task
+/// template in tc-model's text form, its firing record (`last_run_at`
+/// only moves forward). A small table read whole by every firing loop.
+const V13_SCHEDULES: &str = "
+CREATE TABLE schedules (
+    name         TEXT    PRIMARY KEY,
+    cron         TEXT    NOT NULL,
+    timezone     TEXT    NOT NULL,
+    task         TEXT    NOT NULL,
+    paused       INTEGER NOT NULL CHECK (paused IN (0, 1)),
+    overlap      TEXT    NOT NULL CHECK (overlap IN ('allow', 'skip')),
+    catch_up     TEXT    NOT NULL CHECK (catch_up IN ('none', 'latest')),
+    last_run_at  INTEGER,
+    last_task_id BLOB    CHECK (last_task_id IS NULL OR length(last_task_id) = 16),
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -328,6 +347,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V10_OUTBOUND,
     V11_TRACE_CONTEXT,
     V12_DESTINATION_TASKS,
+    V13_SCHEDULES,
 ];
 
 /// The `user_version` this build writes and reads.
