@@ -1,6 +1,7 @@
 //! Destinations on PostgreSQL: the settings table, the claim's walk over
-//! the destinations with due tasks (schema step 11), and the counts the API
-//! shows (from the count totals and deltas of step 9).
+//! the destinations with due tasks (schema step 11; the claim itself is
+//! write_ops.rs's `claim`, as on SQLite), and the counts the API shows
+//! (from the count totals and deltas of step 9).
 //!
 //! A cap (`max_in_flight`) holds across nodes: a claim that may take tasks
 //! of a capped destination first locks that destination's settings row
@@ -9,20 +10,18 @@
 //! committed by then.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Transaction};
-use tc_model::claim::{ClaimWalk, Rotation};
+use tc_model::claim::Rotation;
 use tc_model::destination::{
-    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
+    DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate,
 };
 use tc_model::signing::SigningSecrets;
 use tc_model::store::StoreError;
-use tc_model::{Headers, Task, Timestamp};
+use tc_model::{Headers, Timestamp};
 use tokio_postgres::Row;
 
 use crate::error::db;
-use crate::ops;
 
 const SETTINGS_COLUMNS: &str =
     "destination, max_in_flight, rate_per_s, burst, paused, headers, signing_secrets";
@@ -47,7 +46,7 @@ fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreEr
     ))
 }
 
-async fn settings_where(
+pub(crate) async fn settings_where(
     client: &impl GenericClient,
     condition: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
@@ -84,7 +83,10 @@ const WALK_PAGE: i64 = 64;
 /// (schema step 11), unless another claim is folding now; then marks ready
 /// the destinations whose earliest due time came, skipping rows another
 /// claim holds.
-async fn fold_and_promote(tx: &Transaction<'_>, now: Option<i64>) -> Result<(), StoreError> {
+pub(crate) async fn fold_and_promote(
+    tx: &Transaction<'_>,
+    now: Option<i64>,
+) -> Result<(), StoreError> {
     let fold = tx
         .prepare_cached(
             "WITH ours AS ( \
@@ -150,7 +152,7 @@ async fn ready_after(tx: &Transaction<'_>, after: Option<&str>) -> Result<Vec<St
 
 /// Walks the ready destinations in rotation order after `after`
 /// (wrapping around), calling `visit` on each until it says enough.
-async fn walk_ready(
+pub(crate) async fn walk_ready(
     tx: &Transaction<'_>,
     after: Option<&str>,
     mut visit: impl FnMut(&str) -> bool,
@@ -170,7 +172,7 @@ async fn walk_ready(
 /// come leaves the ready set. Then answers the earliest due time of a
 /// destination not ready (or of a mark not folded yet) and the store's
 /// clock, for [`tc_model::claim::Claim::resume_after`].
-async fn settle(
+pub(crate) async fn settle(
     tx: &Transaction<'_>,
     names: &[String],
     now: Option<i64>,
@@ -210,106 +212,6 @@ async fn settle(
         .map_err(db)?;
     let row = tx.query_one(&stmt, &[&now]).await.map_err(db)?;
     Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?))
-}
-
-/// What the claim answers, before its due time is put on the caller's
-/// clock.
-pub(crate) struct Claimed {
-    pub(crate) tasks: Vec<Task>,
-    pub(crate) cursor: Option<String>,
-    /// The earliest due time not yet come, and the store's clock when read.
-    pub(crate) resume_after: (Option<i64>, i64),
-}
-
-/// The claim: see the port's `claim`.
-pub(crate) async fn claim(
-    tx: &Transaction<'_>,
-    n: usize,
-    now: Option<i64>,
-    lease: Duration,
-    gate: &ClaimGate,
-) -> Result<Claimed, StoreError> {
-    let limits: HashMap<String, DestinationSettings> =
-        settings_where(tx, "paused OR max_in_flight IS NOT NULL", &[])
-            .await?
-            .into_iter()
-            .collect();
-    fold_and_promote(tx, now).await?;
-    // A capped destination's room is known only once its row is locked
-    // (below): the walk meets it without counting it towards enough.
-    let is_capped = |name: &str| {
-        limits
-            .get(name)
-            .is_some_and(|s| !s.paused && s.max_in_flight.is_some())
-            && gate.allowance(name) != Some(0)
-    };
-    let mut walk = ClaimWalk::new(n, gate);
-    walk_ready(tx, gate.after.as_deref(), |name| {
-        if is_capped(name) {
-            walk.visit_unsure(name);
-            false
-        } else {
-            walk.visit(name, gate.claim_allowance(name, limits.get(name), 0))
-        }
-    })
-    .await?;
-    let (candidates, cursor) = walk.finish();
-    let capped: Vec<&str> = candidates
-        .iter()
-        .map(|(name, _)| name.as_str())
-        .filter(|name| is_capped(name))
-        .collect();
-    let mut running: HashMap<String, u64> = HashMap::new();
-    if !capped.is_empty() {
-        let lock = tx
-            .prepare_cached(
-                "SELECT destination FROM destinations WHERE destination = ANY($1) \
-                 ORDER BY destination FOR UPDATE",
-            )
-            .await
-            .map_err(db)?;
-        tx.query(&lock, &[&capped]).await.map_err(db)?;
-        let count = tx
-            .prepare_cached(
-                "SELECT destination, count(*) FROM tasks \
-                 WHERE state = 'running' AND destination = ANY($1) GROUP BY destination",
-            )
-            .await
-            .map_err(db)?;
-        for row in tx.query(&count, &[&capped]).await.map_err(db)? {
-            let busy: i64 = row.try_get(1).map_err(db)?;
-            running.insert(row.try_get(0).map_err(db)?, busy.unsigned_abs());
-        }
-    }
-    let candidates = candidates
-        .into_iter()
-        .map(|(name, allowed)| {
-            if is_capped(&name) {
-                let busy = running.get(&name).copied().unwrap_or(0);
-                let allowed = gate.claim_allowance(&name, limits.get(&name), busy);
-                (name, allowed)
-            } else {
-                (name, allowed)
-            }
-        })
-        .collect();
-    let mut plan = FairShare::new(n, candidates, &gate.in_flight);
-    let mut claimed = Vec::with_capacity(n);
-    let mut asked: Vec<String> = Vec::new();
-    while let Some((destination, want)) = plan.next_take() {
-        let got = ops::claim_of(tx, &destination, want, now, lease).await?;
-        plan.taken(got.len());
-        claimed.extend(got);
-        asked.push(destination);
-    }
-    asked.sort_unstable();
-    asked.dedup();
-    let resume_after = settle(tx, &asked, now).await?;
-    Ok(Claimed {
-        tasks: claimed,
-        cursor,
-        resume_after,
-    })
 }
 
 /// The pending and running counts of `names`: their folded totals plus

@@ -1,6 +1,6 @@
 //! Group commit of single submits: concurrent `submit` calls queued behind
 //! a statement in flight become one multi-row insert
-//! ([`crate::ops::submit_batch`]: `INSERT … ON CONFLICT DO NOTHING
+//! ([`crate::write_ops::submit_batch`]: `INSERT … ON CONFLICT DO NOTHING
 //! RETURNING`, keys in a stable order), each caller answered as a single
 //! submit would be: created, the same work found under its key, or an
 //! idempotency conflict.
@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use crate::batcher::Shape;
 use crate::config::PgClock;
-use crate::ops;
+use crate::write_ops;
 
 /// Submits in flight at once, and the most in one statement (within one
 /// chunk of a batch, so one statement).
@@ -52,8 +52,8 @@ impl Submitter {
         };
         let tasks: Vec<NewTask> = asked.into_iter().map(|(task, _)| task).collect();
         let client = self.pool.get().await.map_err(crate::error::pool)?;
-        let inserted = ops::submit_batch(&client, &tasks, now, stamp).await?;
-        let (answers, created) = ops::answers(&tasks, inserted);
+        let inserted = write_ops::submit_batch(&client, &tasks, now, stamp).await?;
+        let (answers, created) = write_ops::answers(&tasks, inserted);
         if created {
             self.states_changed.store(true, Ordering::Relaxed);
             self.submitted.notify_one();

@@ -31,13 +31,14 @@ mod error;
 mod filter;
 mod group_submit;
 mod notify;
-mod ops;
+mod read_ops;
 mod rows;
 mod schema;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;
+mod write_ops;
 
 pub use config::{PgClock, PgConfig};
 pub use error::OpenError;

@@ -23,11 +23,11 @@ use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
 use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
-use crate::ops;
 use crate::{counts, destinations, schema};
+use crate::{read_ops, write_ops};
 
 /// The longest a listing waits for older inserts of tasks to end before it
-/// answers a page that stops short (see `ops::list`).
+/// answers a page that stops short (see `read_ops::list`).
 const LIST_HOLD: Duration = Duration::from_secs(2);
 
 /// Completions in flight at once, and the most in one statement.
@@ -222,6 +222,33 @@ impl PgStore {
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool)
     }
+
+    /// Runs `body` in one read-write transaction on a pooled connection and
+    /// commits it: what every write of the port shares (begin, the
+    /// statements, commit, the error mapping), written once.
+    async fn write<T>(
+        &self,
+        body: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let out = body(&tx).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(out)
+    }
+
+    /// Runs `body` in one read-only snapshot and ends it: every read of
+    /// one answer sees one moment.
+    async fn read<T>(
+        &self,
+        body: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.client().await?;
+        let tx = read_snapshot(&mut client).await?;
+        let out = body(&tx).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(out)
+    }
 }
 
 impl TaskStore for PgStore {
@@ -234,19 +261,16 @@ impl TaskStore for PgStore {
         tasks: Vec<NewTask>,
         now: Timestamp,
     ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
-        let mut client = self.client().await?;
         let stamp = self.stamp(now);
         // One chunk is one statement, atomic by itself; more are one
         // transaction.
-        let inserted = if tasks.len() <= ops::BATCH_CHUNK {
-            ops::submit_batch(&client, &tasks, now, stamp).await?
+        let inserted = if tasks.len() <= write_ops::BATCH_CHUNK {
+            write_ops::submit_batch(&self.client().await?, &tasks, now, stamp).await?
         } else {
-            let tx = client.transaction().await.map_err(db)?;
-            let inserted = ops::submit_batch(&tx, &tasks, now, stamp).await?;
-            tx.commit().await.map_err(db)?;
-            inserted
+            self.write(async |tx| write_ops::submit_batch(tx, &tasks, now, stamp).await)
+                .await?
         };
-        let (results, created) = ops::answers(&tasks, inserted);
+        let (results, created) = write_ops::answers(&tasks, inserted);
         if created {
             self.states_changed();
             self.submitted.notify_one();
@@ -255,21 +279,16 @@ impl TaskStore for PgStore {
     }
 
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
-        let mut client = self.client().await?;
-        let tx = read_snapshot(&mut client).await?;
-        let task = ops::get(&tx, &id).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(task)
+        self.read(async |tx| read_ops::get(tx, &id).await).await
     }
 
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
-        let mut client = self.client().await?;
         let mut pause = Duration::from_millis(1);
         let mut waited = Duration::ZERO;
         loop {
-            let tx = read_snapshot(&mut client).await?;
-            let (page, held_back) = ops::list(&tx, &query).await?;
-            tx.commit().await.map_err(db)?;
+            let (page, held_back) = self
+                .read(async |tx| read_ops::list(tx, &query).await)
+                .await?;
             // Rows held back wait for older transactions inserting tasks in
             // this schema to end: usually milliseconds. Past LIST_HOLD the
             // page is answered as it is; its cursor continues exactly where
@@ -297,10 +316,10 @@ impl TaskStore for PgStore {
         if n == 0 {
             return Ok(Claim::default());
         }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
-        let claimed = destinations::claim(&tx, n, self.stamp(now), lease, &gate).await?;
-        tx.commit().await.map_err(db)?;
+        let stamp = self.stamp(now);
+        let claimed = self
+            .write(async |tx| write_ops::claim(tx, n, stamp, lease, &gate).await)
+            .await?;
         if !claimed.tasks.is_empty() {
             self.states_changed();
         }
@@ -329,7 +348,7 @@ impl TaskStore for PgStore {
         if running.is_empty() {
             return Ok(Vec::new());
         }
-        ops::heartbeat(&self.client().await?, &running, self.stamp(now), lease).await
+        write_ops::heartbeat(&self.client().await?, &running, self.stamp(now), lease).await
     }
 
     async fn complete(
@@ -351,10 +370,10 @@ impl TaskStore for PgStore {
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
-        let canceled = ops::cancel(&tx, &id, self.stamp(now), &self.channels.cancel).await?;
-        tx.commit().await.map_err(db)?;
+        let stamp = self.stamp(now);
+        let canceled = self
+            .write(async |tx| write_ops::cancel(tx, &id, stamp, &self.channels.cancel).await)
+            .await?;
         self.states_changed();
         if canceled.was_running {
             tracing::debug!(task_id = %id, "store_cancel_announced");
@@ -368,10 +387,10 @@ impl TaskStore for PgStore {
         attempt: u32,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
-        let released = ops::release(&tx, &id, attempt, self.stamp(now)).await?;
-        tx.commit().await.map_err(db)?;
+        let stamp = self.stamp(now);
+        let released = self
+            .write(async |tx| write_ops::release(tx, &id, attempt, stamp).await)
+            .await?;
         self.states_changed();
         Ok(released)
     }
@@ -383,12 +402,12 @@ impl TaskStore for PgStore {
         now: Timestamp,
         limit: usize,
     ) -> Result<usize, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
         let older_than_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let deleted = ops::prune(&tx, state, older_than_ms, self.stamp(now), limit).await?;
-        tx.commit().await.map_err(db)?;
+        let stamp = self.stamp(now);
+        let deleted = self
+            .write(async |tx| write_ops::prune(tx, state, older_than_ms, stamp, limit).await)
+            .await?;
         if deleted > 0 {
             self.states_changed();
         }
@@ -396,10 +415,8 @@ impl TaskStore for PgStore {
     }
 
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
-        ops::delete(&tx, &id).await?;
-        tx.commit().await.map_err(db)?;
+        self.write(async |tx| write_ops::delete(tx, &id).await)
+            .await?;
         self.states_changed();
         Ok(())
     }
@@ -410,11 +427,11 @@ impl TaskStore for PgStore {
         run_at: Timestamp,
         now: Timestamp,
     ) -> Result<Task, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
         let delay = run_at.as_millis().saturating_sub(now.as_millis());
-        let task = ops::retry(&tx, &id, delay, self.stamp(now)).await?;
-        tx.commit().await.map_err(db)?;
+        let stamp = self.stamp(now);
+        let task = self
+            .write(async |tx| write_ops::retry(tx, &id, delay, stamp).await)
+            .await?;
         self.states_changed();
         // Pending again: idle workers on every node may claim it.
         self.submitted.notify_one();
@@ -428,38 +445,38 @@ impl TaskStore for PgStore {
         dry_run: bool,
         now: Timestamp,
     ) -> Result<BulkOutcome, StoreError> {
-        let mut client = self.client().await?;
         if dry_run {
-            let tx = read_snapshot(&mut client).await?;
             let sample = i64::try_from(BULK_SAMPLE).unwrap_or(i64::MAX);
-            let (matched, sample) = ops::bulk_count(&tx, &filter, sample).await?;
-            tx.commit().await.map_err(db)?;
+            let (matched, sample) = self
+                .read(async |tx| read_ops::bulk_count(tx, &filter, sample).await)
+                .await?;
             return Ok(BulkOutcome {
                 matched,
                 sample,
                 ..BulkOutcome::default()
             });
         }
-        let snapshot = ops::bulk_snapshot(&client).await?;
+        let snapshot = write_ops::bulk_snapshot(&self.client().await?).await?;
         let chunk = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
         let mut outcome = BulkOutcome::default();
         let mut after = 0;
         loop {
-            let tx = client.transaction().await.map_err(db)?;
-            let covered = ops::bulk_covered(&tx, &filter, &snapshot, after, chunk).await?;
-            let positions: Vec<i64> = covered.iter().map(|&(pos, _)| pos).collect();
-            let ops::BulkApplied {
+            let stamp = self.stamp(now);
+            let (covered, applied) = self
+                .write(async |tx| {
+                    let covered =
+                        write_ops::bulk_covered(tx, &filter, &snapshot, after, chunk).await?;
+                    let positions: Vec<i64> = covered.iter().map(|&(pos, _)| pos).collect();
+                    let applied =
+                        write_ops::bulk_apply(tx, action, &positions, stamp, &self.channels.cancel)
+                            .await?;
+                    Ok((covered, applied))
+                })
+                .await?;
+            let write_ops::BulkApplied {
                 applied,
                 canceled_running,
-            } = ops::bulk_apply(
-                &tx,
-                action,
-                &positions,
-                self.stamp(now),
-                &self.channels.cancel,
-            )
-            .await?;
-            tx.commit().await.map_err(db)?;
+            } = applied;
             if applied > 0 {
                 self.states_changed();
             }
@@ -481,7 +498,7 @@ impl TaskStore for PgStore {
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let moved = ops::recover_expired(&self.client().await?, self.stamp(now)).await?;
+        let moved = write_ops::recover_expired(&self.client().await?, self.stamp(now)).await?;
         if moved > 0 {
             self.states_changed();
         }
@@ -506,10 +523,9 @@ impl TaskStore for PgStore {
         update: DestinationUpdate,
         now: Timestamp,
     ) -> Result<Destination, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db)?;
-        let updated = destinations::update(&tx, name, &update, now).await?;
-        tx.commit().await.map_err(db)?;
+        let updated = self
+            .write(async |tx| destinations::update(tx, name, &update, now).await)
+            .await?;
         // A resumed or widened destination's due tasks are claimable now:
         // idle nodes that sleep until their next due time must look.
         self.submitted.notify_one();
@@ -517,11 +533,11 @@ impl TaskStore for PgStore {
     }
 
     async fn health(&self) -> Result<(), StoreError> {
-        ops::health(&self.client().await?).await
+        read_ops::health(&self.client().await?).await
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        let (due, store_now) = ops::next_due(&self.client().await?).await?;
+        let (due, store_now) = read_ops::next_due(&self.client().await?).await?;
         Ok(due.map(|due| match self.clock {
             PgClock::Caller => Timestamp::from_millis(due),
             // The port's next_due has no caller clock to speak in; the

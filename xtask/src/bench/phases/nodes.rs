@@ -3,6 +3,11 @@
 //! on SQLite, with the CPU each run cost per task, split into the nodes'
 //! and PostgreSQL's.
 //!
+//! One node of each store also queues a backlog in batch submits of 1000
+//! (random UUIDv4 keys) while its destination is paused, then resumes it:
+//! the batch submit rate and the drain rate (issue 25), the same way on
+//! SQLite and PostgreSQL.
+//!
 //! On this machine every node, PostgreSQL and the load generator share the
 //! same cores, so more nodes cannot add CPU; the CPU per task says what a
 //! core per node would give (`1 / (cpu per task)` tasks/s per core).
@@ -11,6 +16,7 @@ use std::process::Command;
 
 use tc_store_pg::testing::TestDatabase;
 
+use super::one_node::{BATCH, post};
 use super::*;
 
 /// One run: a store, a number of nodes.
@@ -25,6 +31,16 @@ struct Measured {
     e2e_rate: f64,
     node_cpu_ms_per_task: f64,
     postgres_cpu_ms_per_task: f64,
+    /// One node only: the batch submit and drain rates.
+    queue: Option<Queued>,
+}
+
+/// A backlog queued in batches while its destination was paused, then
+/// drained.
+struct Queued {
+    batch_rate: f64,
+    drain_rate: f64,
+    tasks: u64,
 }
 
 impl Bench {
@@ -51,6 +67,7 @@ impl Bench {
             },
         ];
         let mut sqlite = None;
+        let mut sqlite_queue = None;
         for run in runs {
             let measured = self.nodes_run(&db, &run).await;
             db.cleanup().await?;
@@ -88,6 +105,33 @@ impl Bench {
                     cpu, m.node_cpu_ms_per_task, m.postgres_cpu_ms_per_task
                 )),
             );
+            if let Some(q) = &m.queue {
+                let (sqlite_batch, sqlite_drain) =
+                    *sqlite_queue.get_or_insert((q.batch_rate, q.drain_rate));
+                self.push(
+                    Figure::new(
+                        &format!("{key}_batch"),
+                        &format!("7 batch-of-{BATCH} tasks/s, {label} node"),
+                        q.batch_rate,
+                        "/s",
+                    )
+                    .beside(sqlite_batch, "sqlite × 1")
+                    .note("random UUIDv4 keys, 8 connections, destination paused".to_owned()),
+                );
+                self.push(
+                    Figure::new(
+                        &format!("{key}_drain"),
+                        &format!(
+                            "7 drain of {} queued tasks/s, {label} node",
+                            thousands(q.tasks)
+                        ),
+                        q.drain_rate,
+                        "/s",
+                    )
+                    .beside(sqlite_drain, "sqlite × 1")
+                    .note("the batches above, then the destination resumed".to_owned()),
+                );
+            }
             self.detail(
                 &key,
                 json!({
@@ -97,6 +141,9 @@ impl Bench {
                     "e2e_rate": m.e2e_rate,
                     "node_cpu_ms_per_task": m.node_cpu_ms_per_task,
                     "postgres_cpu_ms_per_task": m.postgres_cpu_ms_per_task,
+                    "batch_rate": m.queue.as_ref().map(|q| q.batch_rate),
+                    "drain_rate": m.queue.as_ref().map(|q| q.drain_rate),
+                    "drain_tasks": m.queue.as_ref().map(|q| q.tasks),
                 }),
             );
         }
@@ -173,15 +220,60 @@ impl Bench {
         let node_ticks = nodes_cpu_ticks(&nodes)?.saturating_sub(node_before);
         // A backend that ended meanwhile takes its ticks with it: saturate.
         let pg_ticks = postgres_cpu_ticks().saturating_sub(pg_before);
+        let queue = match nodes.as_slice() {
+            [node] => Some(self.queue_and_drain(node, &down, n).await?),
+            _ => None,
+        };
         for node in nodes {
             node.stop();
         }
         let ms_per_tick = 1000.0 / CLOCK_TICKS_PER_S;
         Ok(Measured {
+            queue,
             submit_rate: stats::rate(n, submit_elapsed),
             e2e_rate: stats::rate(n, e2e_elapsed),
             node_cpu_ms_per_task: node_ticks as f64 * ms_per_tick / n as f64,
             postgres_cpu_ms_per_task: pg_ticks as f64 * ms_per_tick / n as f64,
+        })
+    }
+}
+
+impl Bench {
+    /// Queues `n` tasks (batches of [`BATCH`]) behind the downstream's paused
+    /// destination on a node that has run `done` tasks to the end, then
+    /// resumes it and waits until all are terminal.
+    async fn queue_and_drain(
+        &self,
+        node: &ServerProcess,
+        down: &HttpDownstream,
+        done: u64,
+    ) -> Result<Queued, String> {
+        let endpoint = Endpoint::new(node.addr);
+        let destination = down.destination();
+        post(&endpoint, &format!("/destinations/{destination}/pause")).await?;
+        let started = Instant::now();
+        let queued = self
+            .batches(
+                &endpoint,
+                &down.url(),
+                done.div_ceil(BATCH),
+                self.plan.patience,
+            )
+            .await?;
+        let batch_elapsed = started.elapsed();
+        let tasks = queued.ok * BATCH;
+        if tasks == 0 {
+            return Err(format!("no batch was accepted: {}", queued.problems()));
+        }
+        let started = Instant::now();
+        post(&endpoint, &format!("/destinations/{destination}/resume")).await?;
+        let (_, drained) = self
+            .wait_terminal(&endpoint, done + tasks, started + self.plan.patience)
+            .await?;
+        Ok(Queued {
+            batch_rate: stats::rate(tasks, batch_elapsed),
+            drain_rate: stats::rate(tasks, drained - started),
+            tasks,
         })
     }
 }

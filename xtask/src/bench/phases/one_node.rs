@@ -21,7 +21,7 @@ use crate::harness::procfs::{self, ThreadCpu};
 /// 15 bytes of a thread name, and this one fits.
 const WRITER_THREAD: &str = "tc-store-writer";
 /// Tasks per batch submit (the API's largest batch).
-const BATCH: u64 = 1000;
+pub(super) const BATCH: u64 = 1000;
 /// Connections of the batch loads, as the issue's `wrk -c8`.
 const BATCH_CONNECTIONS: usize = 8;
 
@@ -149,7 +149,7 @@ fn random_key_batches(url: String) -> MakeRequest {
 }
 
 /// `POST path` with no body, expecting 2xx.
-async fn post(endpoint: &Endpoint, path: &str) -> Result<(), String> {
+pub(super) async fn post(endpoint: &Endpoint, path: &str) -> Result<(), String> {
     let mut conn = Conn::open(endpoint.addr).await?;
     let reply = conn
         .send(endpoint.request(Method::POST, path, None)?)
@@ -383,7 +383,7 @@ impl Bench {
 
     /// `count` batch submits of [`BATCH`] random-key tasks over
     /// [`BATCH_CONNECTIONS`] connections, bounded by `bound`.
-    async fn batches(
+    pub(super) async fn batches(
         &self,
         endpoint: &Endpoint,
         url: &str,

@@ -1,6 +1,7 @@
-//! The store operations as SQL. Every write is one transaction (or one
-//! statement, which PostgreSQL runs as one), and answers only after COMMIT
-//! returned.
+//! The store's writes as SQL, in the rooms SQLite's adapter uses: submit,
+//! claim, heartbeat, cancel, retry, release, recovery, delete, prune and
+//! bulk. Every write is one transaction (or one statement, which
+//! PostgreSQL runs as one), and answers only after COMMIT returned.
 //!
 //! Times: `$1` of every statement that stamps a time is the caller's `now`
 //! in [`crate::PgClock::Caller`] mode and NULL in database mode, read
@@ -12,17 +13,16 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
-use tc_model::store::{
-    BulkAction, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, Submitted, TaskFilter,
-    results_within,
-};
+use tc_model::claim::ClaimWalk;
+use tc_model::destination::{ClaimGate, DestinationSettings, FairShare};
+use tc_model::store::{BulkAction, Guarded, LeaseLost, StoreError, Submitted, TaskFilter};
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
+use crate::destinations::{fold_and_promote, settings_where, settle, walk_ready};
 use crate::error::db;
 use crate::filter::FilterSql;
-use crate::rows::{
-    self, ATTEMPT_COLUMNS, Stored, listed_columns, millis, nanos, parse_state, task_columns,
-};
+use crate::read_ops;
+use crate::rows::{self, millis, nanos, parse_state, task_columns};
 
 const CANCELED: &str = "canceled";
 const INTERRUPTED: &str = "interrupted";
@@ -188,7 +188,7 @@ pub(crate) async fn submit_batch<C: GenericClient>(
                 .iter()
                 .map(|row| rows::task_from_row(row).map(|s| s.task))
                 .collect::<Result<_, _>>()?;
-            fill_attempts(client, &mut existing).await?;
+            read_ops::fill_attempts(client, &mut existing).await?;
             found = existing
                 .into_iter()
                 .map(|t| (t.idempotency_key.clone(), t))
@@ -283,6 +283,106 @@ impl<'a> BatchColumns<'a> {
         }
         Ok(columns)
     }
+}
+
+/// What the claim answers, before its due time is put on the caller's
+/// clock.
+pub(crate) struct Claimed {
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) cursor: Option<String>,
+    /// The earliest due time not yet come, and the store's clock when read.
+    pub(crate) resume_after: (Option<i64>, i64),
+}
+
+/// The claim: see the port's `claim`.
+pub(crate) async fn claim(
+    tx: &Transaction<'_>,
+    n: usize,
+    now: Option<i64>,
+    lease: Duration,
+    gate: &ClaimGate,
+) -> Result<Claimed, StoreError> {
+    let limits: HashMap<String, DestinationSettings> =
+        settings_where(tx, "paused OR max_in_flight IS NOT NULL", &[])
+            .await?
+            .into_iter()
+            .collect();
+    fold_and_promote(tx, now).await?;
+    // A capped destination's room is known only once its row is locked
+    // (below): the walk meets it without counting it towards enough.
+    let is_capped = |name: &str| {
+        limits
+            .get(name)
+            .is_some_and(|s| !s.paused && s.max_in_flight.is_some())
+            && gate.allowance(name) != Some(0)
+    };
+    let mut walk = ClaimWalk::new(n, gate);
+    walk_ready(tx, gate.after.as_deref(), |name| {
+        if is_capped(name) {
+            walk.visit_unsure(name);
+            false
+        } else {
+            walk.visit(name, gate.claim_allowance(name, limits.get(name), 0))
+        }
+    })
+    .await?;
+    let (candidates, cursor) = walk.finish();
+    let capped: Vec<&str> = candidates
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| is_capped(name))
+        .collect();
+    let mut running: HashMap<String, u64> = HashMap::new();
+    if !capped.is_empty() {
+        let lock = tx
+            .prepare_cached(
+                "SELECT destination FROM destinations WHERE destination = ANY($1) \
+                 ORDER BY destination FOR UPDATE",
+            )
+            .await
+            .map_err(db)?;
+        tx.query(&lock, &[&capped]).await.map_err(db)?;
+        let count = tx
+            .prepare_cached(
+                "SELECT destination, count(*) FROM tasks \
+                 WHERE state = 'running' AND destination = ANY($1) GROUP BY destination",
+            )
+            .await
+            .map_err(db)?;
+        for row in tx.query(&count, &[&capped]).await.map_err(db)? {
+            let busy: i64 = row.try_get(1).map_err(db)?;
+            running.insert(row.try_get(0).map_err(db)?, busy.unsigned_abs());
+        }
+    }
+    let candidates = candidates
+        .into_iter()
+        .map(|(name, allowed)| {
+            if is_capped(&name) {
+                let busy = running.get(&name).copied().unwrap_or(0);
+                let allowed = gate.claim_allowance(&name, limits.get(&name), busy);
+                (name, allowed)
+            } else {
+                (name, allowed)
+            }
+        })
+        .collect();
+    let mut plan = FairShare::new(n, candidates, &gate.in_flight);
+    let mut claimed = Vec::with_capacity(n);
+    let mut asked: Vec<String> = Vec::new();
+    while let Some((destination, want)) = plan.next_take() {
+        let got = claim_of(tx, &destination, want, now, lease).await?;
+        plan.taken(got.len());
+        claimed.extend(got);
+        asked.push(destination);
+    }
+    asked.sort_unstable();
+    asked.dedup();
+    let resume_after = settle(tx, &asked, now).await?;
+    Ok(Claimed {
+        tasks: claimed,
+        cursor,
+        resume_after,
+    })
 }
 
 /// Moves up to `n` due pending tasks of `destination`, oldest due first,
@@ -707,172 +807,11 @@ async fn load_pos(tx: &Transaction<'_>, pos: i64) -> Result<Task, StoreError> {
         .await
         .map_err(db)?
         .ok_or_else(|| StoreError::Unavailable(format!("task at pos {pos} vanished")))?;
-    let mut task = rows::task_from_row(&row)?.task;
-    task.attempts = attempts_of(tx, &task.id).await?;
-    Ok(task)
-}
-
-/// Every try of the task, oldest first.
-async fn attempts_of(
-    tx: &Transaction<'_>,
-    id: &TaskId,
-) -> Result<Vec<tc_model::AttemptRecord>, StoreError> {
-    let stmt = tx
-        .prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE task_id = $1 ORDER BY seq"
-        ))
-        .await
-        .map_err(db)?;
-    tx.query(&stmt, &[&id.as_bytes().as_slice()])
-        .await
-        .map_err(db)?
-        .iter()
-        .map(|row| rows::attempt_from_row(row).map(|(_, a)| a))
-        .collect()
-}
-
-/// Fills the attempt history of every task, in one query.
-async fn fill_attempts<C: GenericClient>(tx: &C, tasks: &mut [Task]) -> Result<(), StoreError> {
-    if tasks.is_empty() {
-        return Ok(());
-    }
-    let stmt = tx
-        .prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE task_id = ANY($1) ORDER BY seq"
-        ))
-        .await
-        .map_err(db)?;
-    let ids: Vec<&[u8]> = tasks.iter().map(|t| t.id.as_bytes().as_slice()).collect();
-    let found = tx.query(&stmt, &[&ids]).await.map_err(db)?;
-    let mut by_task: HashMap<TaskId, usize> = HashMap::with_capacity(tasks.len());
-    for (i, task) in tasks.iter_mut().enumerate() {
-        task.attempts.clear();
-        by_task.insert(task.id, i);
-    }
-    for row in &found {
-        let (id, attempt) = rows::attempt_from_row(row)?;
-        if let Some(&i) = by_task.get(&id) {
-            tasks[i].attempts.push(attempt);
-        }
-    }
-    Ok(())
-}
-
-/// The task with its history, or [`StoreError::NotFound`], from one snapshot.
-pub(crate) async fn get(tx: &Transaction<'_>, id: &TaskId) -> Result<Task, StoreError> {
-    let stmt = tx
-        .prepare_cached(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id = $1"
-        ))
-        .await
-        .map_err(db)?;
-    let row = tx
-        .query_opt(&stmt, &[&id.as_bytes().as_slice()])
-        .await
-        .map_err(db)?
-        .ok_or(StoreError::NotFound)?;
-    let mut task = [rows::task_from_row(&row)?.task];
-    fill_attempts(tx, &mut task).await?;
+    let task = rows::task_from_row(&row)?.task;
+    let mut task = [task];
+    read_ops::fill_attempts(tx, &mut task).await?;
     let [task] = task;
     Ok(task)
-}
-
-/// A page in position (creation) order after the cursor, from one snapshot.
-///
-/// Positions are inserting transaction ids, and a transaction with a lower id
-/// may commit after one with a higher id. So the page ends before the first
-/// row at or above `tc_list_horizon()` (schema step 8): the lowest position
-/// a transaction that may still add tasks holds, that is one inserting
-/// tasks in this schema right now (or one that ended after the snapshot);
-/// transactions that insert no task, in this database or another, are
-/// passed over. No row can appear below the horizon later, behind a cursor
-/// already handed out. A row above it is only held back until those
-/// inserts end (milliseconds); the page then says another one follows, and
-/// the second value says rows were held.
-pub(crate) async fn list(
-    tx: &Transaction<'_>,
-    query: &ListQuery,
-) -> Result<(Page, bool), StoreError> {
-    let after = query.after.map_or(0, Cursor::position);
-    let filter = FilterSql::new(&query.filter, 3);
-    // Along the driving index, at most scan_rows rows: whether the rest of
-    // the filter holds, and the result's size (octet_length reads a toasted
-    // value's header, not its bytes), so that the page is budgeted before
-    // any result is read.
-    let scan = i64::try_from(query.scan_rows()).unwrap_or(i64::MAX);
-    let stmt = tx
-        .prepare_cached(&format!(
-            // The horizon is an uncorrelated subquery: computed once, after
-            // the snapshot was taken (it reads pg_locks).
-            "SELECT pos, ({rest}), coalesce(octet_length(result), 0)::bigint, \
-             (SELECT tc_list_horizon()) \
-             FROM tasks WHERE {driving} AND pos > $1 ORDER BY pos LIMIT $2",
-            rest = filter.rest,
-            driving = filter.driving,
-        ))
-        .await
-        .map_err(db)?;
-    let scanned_rows = tx
-        .query(&stmt, &filter.params(&[&after, &scan]))
-        .await
-        .map_err(db)?;
-    let mut matched: Vec<(i64, usize)> = Vec::new();
-    let mut held_back = false;
-    let mut scanned = 0i64;
-    let mut last_scanned = after;
-    for row in &scanned_rows {
-        let pos: i64 = row.try_get(0).map_err(db)?;
-        let horizon: i64 = row.try_get(3).map_err(db)?;
-        if pos >= horizon {
-            held_back = true;
-            break;
-        }
-        scanned += 1;
-        last_scanned = pos;
-        if row.try_get::<_, bool>(1).map_err(db)? {
-            let len: i64 = row.try_get(2).map_err(db)?;
-            matched.push((pos, usize::try_from(len).unwrap_or(usize::MAX)));
-            if matched.len() > query.limit {
-                break;
-            }
-        }
-    }
-    let candidates = &matched[..matched.len().min(query.limit)];
-    let lens: Vec<usize> = candidates.iter().map(|&(_, len)| len).collect();
-    let take = results_within(&lens, query.max_result_bytes);
-    let mut found: Vec<Stored> = Vec::with_capacity(take);
-    if let Some(&(last, _)) = candidates[..take].last() {
-        let stmt = tx
-            .prepare_cached(&format!(
-                "SELECT {columns} FROM tasks \
-                 WHERE {driving} AND {rest} AND pos > $1 AND pos <= $2 ORDER BY pos",
-                columns = listed_columns!(),
-                driving = filter.driving,
-                rest = filter.rest,
-            ))
-            .await
-            .map_err(db)?;
-        for row in &tx
-            .query(&stmt, &filter.params(&[&after, &last]))
-            .await
-            .map_err(db)?
-        {
-            found.push(rows::task_from_row(row)?);
-        }
-    }
-    let next = if held_back || matched.len() > take {
-        // With every row held back nothing is on the page; the next one
-        // starts where this one did.
-        Some(Cursor::from_position(found.last().map_or(after, |s| s.pos)))
-    } else {
-        // A scan that used its whole bound goes on after its last row.
-        (scanned == scan).then(|| Cursor::from_position(last_scanned))
-    };
-    let mut tasks: Vec<Task> = found.into_iter().map(|s| s.task).collect();
-    fill_attempts(tx, &mut tasks).await?;
-    Ok((Page { tasks, next }, held_back))
 }
 
 /// A bulk action's horizon: the snapshot of the transactions that had
@@ -1050,67 +989,4 @@ pub(crate) async fn bulk_apply(
             })
         }
     }
-}
-
-/// A dry run: how many tasks the filter covers, and the first `sample`.
-pub(crate) async fn bulk_count(
-    tx: &Transaction<'_>,
-    filter: &TaskFilter,
-    sample: i64,
-) -> Result<(u64, Vec<TaskId>), StoreError> {
-    let counted = FilterSql::new(filter, 1);
-    let count = tx
-        .prepare_cached(&format!(
-            "SELECT count(*) FROM tasks WHERE {driving} AND {rest}",
-            driving = counted.driving,
-            rest = counted.rest,
-        ))
-        .await
-        .map_err(db)?;
-    let matched: i64 = tx
-        .query_one(&count, &counted.params(&[]))
-        .await
-        .map_err(db)?
-        .try_get(0)
-        .map_err(db)?;
-    let filter = FilterSql::new(filter, 2);
-    let first = tx
-        .prepare_cached(&format!(
-            "SELECT id FROM tasks WHERE {driving} AND {rest} ORDER BY pos LIMIT $1",
-            driving = filter.driving,
-            rest = filter.rest,
-        ))
-        .await
-        .map_err(db)?;
-    let mut ids = Vec::new();
-    for row in tx
-        .query(&first, &filter.params(&[&sample]))
-        .await
-        .map_err(db)?
-    {
-        let id: Vec<u8> = row.try_get(0).map_err(db)?;
-        ids.push(rows::parse_id(id)?);
-    }
-    Ok((u64::try_from(matched).unwrap_or(0), ids))
-}
-
-/// A round trip through a pooled connection.
-pub(crate) async fn health(client: &Client) -> Result<(), StoreError> {
-    let stmt = client.prepare_cached("SELECT 1").await.map_err(db)?;
-    client.query_one(&stmt, &[]).await.map_err(db)?;
-    Ok(())
-}
-
-/// The earliest due time of a pending task, and the store's now beside it
-/// (NULL in caller mode), from one statement.
-pub(crate) async fn next_due(client: &Client) -> Result<(Option<i64>, i64), StoreError> {
-    let stmt = client
-        .prepare_cached(
-            "SELECT (SELECT min(next_run_at) FROM tasks WHERE state = 'pending'), \
-                    tc_now_ms(NULL)",
-        )
-        .await
-        .map_err(db)?;
-    let row = client.query_one(&stmt, &[]).await.map_err(db)?;
-    Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?))
 }
