@@ -443,6 +443,25 @@ CREATE TRIGGER tasks_mark_due_update AFTER UPDATE ON tasks
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_mark_due();
 ";
 
+/// Step 11 → 12: schedules (issue 28): one row per schedule, its task
+/// template in tc-model's text form, its firing record (`last_run_at`
+/// only moves forward). A new, small table: no backfill.
+const V12_SCHEDULES: &str = "
+CREATE TABLE schedules (
+    name         text    PRIMARY KEY,
+    cron         text    NOT NULL,
+    timezone     text    NOT NULL,
+    task         text    NOT NULL,
+    paused       boolean NOT NULL,
+    overlap      text    NOT NULL CHECK (overlap IN ('allow', 'skip')),
+    catch_up     text    NOT NULL CHECK (catch_up IN ('none', 'latest')),
+    last_run_at  bigint,
+    last_task_id bytea   CHECK (last_task_id IS NULL OR length(last_task_id) = 16),
+    created_at   bigint  NOT NULL,
+    updated_at   bigint  NOT NULL
+);
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -494,6 +513,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V9_COUNT_DELTAS),
     step(V10_TRACE_CONTEXT),
     step(V11_PENDING_DESTINATIONS),
+    step(V12_SCHEDULES),
 ];
 
 /// The version this build writes and reads.
