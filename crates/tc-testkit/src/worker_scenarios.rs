@@ -139,6 +139,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             settings_interval: Duration::from_millis(50),
             signing_secrets: Default::default(),
             tracer: None,
+            schedules_interval: Duration::from_secs(30),
         }
     }
 
