@@ -235,7 +235,12 @@ impl Recurrence {
     /// should the pattern name it too); a repeated wall time fires at its
     /// first occurrence only. `None` when the pattern never fires again.
     pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
-        let local = to_utc(after)?.with_timezone(&self.zone.0).naive_local();
+        // croner keeps a start's fraction of a second in what it answers:
+        // search from the whole second (the answer is still after `after`).
+        let local = to_utc(after)?
+            .with_timezone(&self.zone.0)
+            .naive_local()
+            .with_nanosecond(0)?;
         let mut wall = local;
         for _ in 0..SEARCH_STEPS {
             wall = self.cron.next_wall(wall)?;
@@ -648,6 +653,13 @@ mod tests {
             "UTC",
             "2026-01-01T00:10:00Z",
             &["2026-01-01T01:00:00Z", "2026-01-01T02:00:00Z"],
+        );
+        // From within a second: whole fire times still.
+        check_next(
+            "0 * * * *",
+            "UTC",
+            "2026-01-01T00:59:59.500Z",
+            &["2026-01-01T01:00:00Z"],
         );
         // Strictly after: a fire time itself is not next.
         check_next(
