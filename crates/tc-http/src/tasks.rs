@@ -135,7 +135,7 @@ pub(crate) async fn batch<S: TaskStore, C: Control>(
 /// A prefix matches the normalised url at a path-segment boundary (see
 /// [`tc_model::is_under_prefix`]), never as mere text: `https://b.test/hooks`
 /// admits `/hooks/1`, not `/hooksx`.
-fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
+pub(crate) fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
     if prefixes.is_empty() || prefixes.iter().any(|p| tc_model::is_under_prefix(url, p)) {
         Ok(())
     } else {

@@ -39,6 +39,7 @@ impl Control for StillControl {
         self.changes.subscribe()
     }
     fn destinations_changed(&self) {}
+    fn schedules_changed(&self) {}
     fn destination_state(&self, destination: &str) -> crate::DestinationRuntime {
         let open = self
             .open_breakers
