@@ -1040,7 +1040,8 @@ async fn routes_that_read_a_body_document_its_errors() {
         let path = route
             .path
             .replace("{id}", &id)
-            .replace("{destination}", "api.example.com:443");
+            .replace("{destination}", "api.example.com:443")
+            .replace("{name}", "nightly");
         let operation = &doc["paths"][route.path][route.method.to_lowercase()];
         let documents = |status: &str| operation["responses"].get(status).is_some();
         let big = vec![b' '; 65];
