@@ -336,7 +336,7 @@ async fn dispatch<S: TaskStore, C: Control>(
             let bytes = json_body(parts, body).await?;
             let now = app.control().now();
             let change = schedules::parse_spec(&bytes, app.config(), now, Some(&name))
-                .map(tc_model::recurring::ScheduleChange::Replace);
+                .map(|spec| tc_model::recurring::ScheduleChange::Replace(Box::new(spec)));
             schedules::change(app, name, change).await
         }
         Endpoint::DeleteSchedule => {

@@ -474,7 +474,7 @@ pub struct ScheduleSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScheduleChange {
     /// Every field anew (the name stays); its firing record stays.
-    Replace(ScheduleSpec),
+    Replace(Box<ScheduleSpec>),
     /// Pause (`true`) or resume (`false`).
     Paused(bool),
 }
@@ -511,7 +511,7 @@ impl Recurring {
     /// `change` applied at `now`.
     pub fn changed(mut self, change: ScheduleChange, now: Timestamp) -> Recurring {
         match change {
-            ScheduleChange::Replace(spec) => self.spec = spec,
+            ScheduleChange::Replace(spec) => self.spec = *spec,
             ScheduleChange::Paused(paused) => self.spec.paused = paused,
         }
         self.updated_at = now;

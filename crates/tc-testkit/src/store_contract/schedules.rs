@@ -104,7 +104,7 @@ pub async fn schedules_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdic
     let changed = store
         .update_schedule(
             "nightly".into(),
-            ScheduleChange::Replace(replacement.clone()),
+            ScheduleChange::Replace(Box::new(replacement.clone())),
             at(20),
         )
         .await
