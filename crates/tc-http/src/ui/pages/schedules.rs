@@ -40,7 +40,7 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
             p.hint { "No schedules. Create one with " code { "POST /schedules" } " or "
                 code { "tc-server schedule create" } "." }
         } @else {
-            table.schedules {
+            table.list.schedules {
                 thead { tr {
                     th { "Name" } th { "Cron" } th { "Time zone" } th { "State" }
                     th { "Next runs" } th { "Last run" } th { "Last task" }
@@ -51,7 +51,7 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
                             td { (s.spec.name) }
                             td { code { (s.spec.when.cron.as_str()) } }
                             td { (s.spec.when.zone.name()) }
-                            td { @if s.spec.paused { span.badge.paused { "paused" } } @else { "active" } }
+                            td { @if s.spec.paused { span.badge { "paused" } } @else { "active" } }
                             td {
                                 @for (i, t) in s.next_runs(now).into_iter().take(NEXT_SHOWN).enumerate() {
                                     @if i > 0 { br; }
