@@ -4,10 +4,15 @@
 //!   database crate, not even transitively.
 //! - tc-retry depends on no workspace crate: other projects reuse it.
 //! - No adapter depends on another adapter.
+//! - tc-trace (the OpenTelemetry glue tc-http and tc-worker share) depends
+//!   on no workspace crate but tc-model.
 //!
 //! And, from `cargo tree` (features resolved as when the crate is built
 //! alone, dev-dependencies left out):
-//! - tc-worker links no HTTP client, TLS or SQLite crate.
+//! - tc-worker links no HTTP client, TLS or SQLite crate, and no
+//!   OpenTelemetry SDK or exporter.
+//! - tc-trace links no runtime, network or database crate, and no
+//!   OpenTelemetry SDK or exporter: the API alone.
 //! - A release tc-server contains no test machinery: no test-support crate,
 //!   no test or bench feature.
 //!
@@ -34,14 +39,19 @@ const FORBIDDEN_IN_DOMAIN: &[&str] = &[
     "rusqlite",
     "libsqlite3-sys",
     "mio",
+    // tc-model keeps the W3C trace context's rules; the OpenTelemetry glue
+    // is tc-trace's.
+    "opentelemetry",
 ];
 /// Crates that must stand alone in the workspace.
 const STANDALONE: &[&str] = &["tc-retry"];
 /// Adapters: they depend on ports, never on each other.
 const ADAPTERS: &[&str] = &["tc-store", "tc-store-pg", "tc-downstream", "tc-http"];
+/// Shared glue crates, with the only workspace crates each may depend on.
+const GLUE: &[(&str, &[&str])] = &[("tc-trace", &["tc-model"])];
 
 /// Crates whose normal dependencies, built alone, must not contain these.
-const LEAN: &[(&str, &[&str])] = &[("tc-worker", LEAN_WORKER)];
+const LEAN: &[(&str, &[&str])] = &[("tc-worker", LEAN_WORKER), ("tc-trace", LEAN_TRACE)];
 /// What the worker must not link: it knows the ports, never an adapter's
 /// client, TLS or database.
 const LEAN_WORKER: &[&str] = &[
@@ -52,6 +62,19 @@ const LEAN_WORKER: &[&str] = &[
     "tokio-rustls",
     "rusqlite",
     "libsqlite3-sys",
+    "opentelemetry_sdk",
+    "opentelemetry-otlp",
+];
+/// What the OpenTelemetry glue must not link: the API is all it needs; the
+/// SDK, the exporter and the runtime are tc-server's.
+const LEAN_TRACE: &[&str] = &[
+    "tokio",
+    "hyper",
+    "hyper-util",
+    "rusqlite",
+    "libsqlite3-sys",
+    "opentelemetry_sdk",
+    "opentelemetry-otlp",
 ];
 /// The product: what ships, built alone in release.
 const PRODUCT: &str = "tc-server";
@@ -140,6 +163,15 @@ pub(crate) fn check_rules(graph: &Graph, workspace: &BTreeSet<String>) -> Vec<St
         for dep in graph.get(adapter).into_iter().flatten() {
             if ADAPTERS.contains(&dep.as_str()) {
                 violations.push(format!("adapter {adapter} depends on adapter {dep}"));
+            }
+        }
+    }
+    for (glue, allowed) in GLUE {
+        for dep in graph.get(*glue).into_iter().flatten() {
+            if workspace.contains(dep) && !allowed.contains(&dep.as_str()) {
+                violations.push(format!(
+                    "glue crate {glue} depends on {dep}; it may depend on {allowed:?} only"
+                ));
             }
         }
     }
@@ -354,11 +386,12 @@ mod tests {
                 ("tc-retry", &["fastrand"]),
                 ("tc-store", &["tc-model", "rusqlite"]),
                 ("tc-downstream", &["hyper", "tokio"]),
-                ("tc-http", &["tc-model", "tc-worker", "hyper"]),
+                ("tc-http", &["tc-model", "tc-trace", "hyper"]),
                 (
                     "tc-worker",
-                    &["tc-model", "tc-retry", "tc-downstream", "tokio"],
+                    &["tc-model", "tc-retry", "tc-trace", "tc-downstream", "tokio"],
                 ),
+                ("tc-trace", &["tc-model", "opentelemetry"]),
                 (
                     "tc-server",
                     &["tc-store", "tc-http", "tc-worker", "tc-downstream"],
@@ -382,6 +415,18 @@ mod tests {
         check(
             &[("tc-retry", &["tc-model"]), ("tc-model", &[])],
             &["tc-retry must be reusable alone"],
+        );
+        check(
+            &[("tc-model", &["opentelemetry"])],
+            &["tc-model is a domain crate but depends on opentelemetry"],
+        );
+        check(
+            &[
+                ("tc-trace", &["tc-model", "tc-worker"]),
+                ("tc-model", &[]),
+                ("tc-worker", &[]),
+            ],
+            &["glue crate tc-trace depends on tc-worker"],
         );
         check(
             &[
@@ -424,32 +469,57 @@ mod tests {
             .collect()
     }
 
+    /// Each row: a lean crate, what it must not link, its tree, and the
+    /// violations.
     #[test]
-    fn a_worker_linking_a_client_tls_or_sqlite_is_caught() {
-        let clean = tree(&[
+    fn a_lean_crate_linking_what_it_must_not_is_caught() {
+        let check =
+            |krate: &str, forbidden: &[&str], packages: &[(&str, &[&str])], expected: &[&str]| {
+                assert_eq!(check_lean(krate, forbidden, &tree(packages)), expected);
+            };
+        let worker_clean: &[(&str, &[&str])] = &[
             ("tc-worker", &[]),
             ("tokio", &["rt"]),
             ("tc-downstream", &[]),
-        ]);
-        let forbidden = LEAN_WORKER;
-        assert_eq!(
-            check_lean("tc-worker", forbidden, &clean),
-            Vec::<String>::new()
-        );
-        let dirty = tree(&[
-            ("tc-worker", &[]),
-            ("tc-downstream", &["hyper-client"]),
-            ("hyper", &["client"]),
-            ("rustls", &[]),
-            ("libsqlite3-sys", &["bundled"]),
-        ]);
-        assert_eq!(
-            check_lean("tc-worker", forbidden, &dirty),
-            [
+            ("opentelemetry", &["trace"]),
+        ];
+        check("tc-worker", LEAN_WORKER, worker_clean, &[]);
+        check(
+            "tc-worker",
+            LEAN_WORKER,
+            &[
+                ("tc-worker", &[]),
+                ("tc-downstream", &["hyper-client"]),
+                ("hyper", &["client"]),
+                ("rustls", &[]),
+                ("libsqlite3-sys", &["bundled"]),
+                ("opentelemetry_sdk", &["trace"]),
+            ],
+            &[
                 "tc-worker links hyper in its normal dependencies",
                 "tc-worker links rustls in its normal dependencies",
                 "tc-worker links libsqlite3-sys in its normal dependencies",
-            ]
+                "tc-worker links opentelemetry_sdk in its normal dependencies",
+            ],
+        );
+        let trace_clean: &[(&str, &[&str])] = &[
+            ("tc-trace", &[]),
+            ("tc-model", &[]),
+            ("opentelemetry", &["trace"]),
+        ];
+        check("tc-trace", LEAN_TRACE, trace_clean, &[]);
+        check(
+            "tc-trace",
+            LEAN_TRACE,
+            &[
+                ("tc-trace", &[]),
+                ("opentelemetry_sdk", &["trace"]),
+                ("tokio", &["rt"]),
+            ],
+            &[
+                "tc-trace links tokio in its normal dependencies",
+                "tc-trace links opentelemetry_sdk in its normal dependencies",
+            ],
         );
     }
 

@@ -8,24 +8,19 @@
 //! A submitted task is stored in the request's trace: the server span when
 //! there is one, else the caller's context, else a new trace.
 
-use std::sync::Arc;
-
 use http::request::Parts;
-use opentelemetry::global::{BoxedSpan, BoxedTracer};
-use opentelemetry::trace::{
-    Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
-    TraceId, TraceState,
-};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{SpanBuilder, SpanKind};
 use tc_model::TraceContext;
+use tc_trace::ChildSpan;
 
 /// The tracer the API makes its server spans with.
-pub type SpanTracer = Arc<BoxedTracer>;
+pub use tc_trace::SpanTracer;
 
 /// One request's trace: its server span, if spans are made, and the context
 /// a task it submits is stored with.
 pub(crate) struct RequestTrace {
-    span: Option<BoxedSpan>,
+    span: Option<ChildSpan>,
 }
 
 /// The context tasks submitted by a request belong to, kept in the
@@ -43,19 +38,15 @@ impl RequestTrace {
             parts.extensions.insert(TaskTrace(incoming));
             return RequestTrace { span: None };
         };
-        let parent = match &incoming {
-            Some(context) => Context::new().with_remote_span_context(remote(context)),
-            None => Context::new(),
-        };
-        let span = SpanBuilder::from_name(parts.method.as_str().to_owned())
+        let builder = SpanBuilder::from_name(parts.method.as_str().to_owned())
             .with_kind(SpanKind::Server)
             .with_attributes([
                 KeyValue::new("http.request.method", parts.method.as_str().to_owned()),
                 KeyValue::new("url.path", parts.uri.path().to_owned()),
                 KeyValue::new("url.scheme", "http"),
-            ])
-            .start_with_context(tracer.as_ref(), &parent);
-        let own = own_context(incoming.as_ref(), span.span_context());
+            ]);
+        let span = ChildSpan::start(tracer, builder, incoming.as_ref());
+        let own = span.context().cloned();
         parts.extensions.insert(TaskTrace(own.or(incoming)));
         RequestTrace { span: Some(span) }
     }
@@ -70,15 +61,8 @@ impl RequestTrace {
             span.update_name(format!("{method} {route}"));
             span.set_attribute(KeyValue::new("http.route", route));
         }
-        span.set_attribute(KeyValue::new(
-            "http.response.status_code",
-            i64::from(status),
-        ));
-        if status >= 500 {
-            span.set_attribute(KeyValue::new("error.type", status.to_string()));
-            span.set_status(Status::error(status.to_string()));
-        }
-        span.end();
+        let error_type = (status >= 500).then(|| status.to_string());
+        span.end(Some(status), error_type.as_deref());
     }
 }
 
@@ -120,40 +104,6 @@ fn incoming(parts: &Parts) -> Option<TraceContext> {
         .collect();
     let state = (!states.is_empty()).then(|| states.join(","));
     TraceContext::from_headers(Some(parent), state.as_deref())
-}
-
-fn remote(context: &TraceContext) -> SpanContext {
-    let state = context
-        .state()
-        .and_then(|s| s.parse::<TraceState>().ok())
-        .unwrap_or_default();
-    SpanContext::new(
-        TraceId::from_bytes(context.trace_id()),
-        SpanId::from_bytes(context.parent_id()),
-        TraceFlags::new(context.flags()),
-        true,
-        state,
-    )
-}
-
-/// The server span's context with the caller's `tracestate`.
-fn own_context(incoming: Option<&TraceContext>, span: &SpanContext) -> Option<TraceContext> {
-    if !span.is_valid() {
-        return None;
-    }
-    let base = match incoming {
-        Some(context) => context.clone(),
-        None => TraceContext::from_headers(
-            Some(&format!(
-                "00-{}-{}-{:02x}",
-                span.trace_id(),
-                span.span_id(),
-                span.trace_flags().to_u8()
-            )),
-            None,
-        )?,
-    };
-    base.with_parent(span.span_id().to_bytes(), span.is_sampled())
 }
 
 #[cfg(test)]

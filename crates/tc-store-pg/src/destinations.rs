@@ -103,9 +103,6 @@ pub(crate) async fn fold_and_promote(
         )
         .await
         .map_err(db)?;
-    tx.execute(&fold, &[&FOLD_MARKS_KEY, &FOLD_MARKS_LIMIT])
-        .await
-        .map_err(db)?;
     let promote = tx
         .prepare_cached(
             "UPDATE pending_destinations SET ready = true \
@@ -116,7 +113,14 @@ pub(crate) async fn fold_and_promote(
         )
         .await
         .map_err(db)?;
-    tx.execute(&promote, &[&now]).await.map_err(db)?;
+    // Sent together, run in order: the promotion sees what the fold wrote.
+    let (fold_params, promote_params) =
+        ([&FOLD_MARKS_KEY as _, &FOLD_MARKS_LIMIT as _], [&now as _]);
+    tokio::try_join!(
+        tx.execute(&fold, &fold_params),
+        tx.execute(&promote, &promote_params),
+    )
+    .map_err(db)?;
     Ok(())
 }
 
@@ -177,31 +181,28 @@ pub(crate) async fn settle(
     names: &[String],
     now: Option<i64>,
 ) -> Result<(Option<i64>, i64), StoreError> {
-    if !names.is_empty() {
-        let stmt = tx
-            .prepare_cached(
-                "WITH held AS ( \
-                     SELECT destination FROM pending_destinations \
-                     WHERE destination = ANY($1) ORDER BY destination FOR UPDATE SKIP LOCKED \
-                 ), due AS ( \
-                     SELECT h.destination, \
-                            (SELECT t.next_run_at FROM tasks t \
-                             WHERE t.state = 'pending' AND t.destination = h.destination \
-                             ORDER BY t.next_run_at LIMIT 1) AS at \
-                     FROM held h \
-                 ), gone AS ( \
-                     DELETE FROM pending_destinations p USING due \
-                     WHERE p.destination = due.destination AND due.at IS NULL \
-                 ) \
-                 UPDATE pending_destinations p \
-                 SET next_due = due.at, ready = p.ready AND due.at <= tc_now_ms($2) \
-                 FROM due WHERE p.destination = due.destination AND due.at IS NOT NULL",
-            )
-            .await
-            .map_err(db)?;
-        tx.execute(&stmt, &[&names, &now]).await.map_err(db)?;
-    }
-    let stmt = tx
+    let reset = tx
+        .prepare_cached(
+            "WITH held AS ( \
+                 SELECT destination FROM pending_destinations \
+                 WHERE destination = ANY($1) ORDER BY destination FOR UPDATE SKIP LOCKED \
+             ), due AS ( \
+                 SELECT h.destination, \
+                        (SELECT t.next_run_at FROM tasks t \
+                         WHERE t.state = 'pending' AND t.destination = h.destination \
+                         ORDER BY t.next_run_at LIMIT 1) AS at \
+                 FROM held h \
+             ), gone AS ( \
+                 DELETE FROM pending_destinations p USING due \
+                 WHERE p.destination = due.destination AND due.at IS NULL \
+             ) \
+             UPDATE pending_destinations p \
+             SET next_due = due.at, ready = p.ready AND due.at <= tc_now_ms($2) \
+             FROM due WHERE p.destination = due.destination AND due.at IS NOT NULL",
+        )
+        .await
+        .map_err(db)?;
+    let earliest = tx
         .prepare_cached(
             "SELECT least( \
                  (SELECT min(next_due) FROM pending_destinations WHERE NOT ready), \
@@ -210,7 +211,15 @@ pub(crate) async fn settle(
         )
         .await
         .map_err(db)?;
-    let row = tx.query_one(&stmt, &[&now]).await.map_err(db)?;
+    // Sent together, run in order: the earliest due time sees the reset.
+    let reset = async {
+        if names.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(&reset, &[&names, &now]).await
+    };
+    let now_param: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&now];
+    let (_, row) = tokio::try_join!(reset, tx.query_one(&earliest, &now_param)).map_err(db)?;
     Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?))
 }
 

@@ -59,11 +59,10 @@ pub(crate) async fn run_attempt<S: TaskStore, D: Downstream>(
     _permit: OwnedSemaphorePermit,
 ) {
     let (task_id, attempt) = (task.id, task.attempt);
-    let destination = task.destination.clone();
     let mut guard = PanicGuard::new(&ctx, &task);
     let state = run(&ctx, task, &cancel, &interrupt, &mut guard).await;
     guard.disarm();
-    if ctx.shared.end_attempt(&destination, task_id, attempt) {
+    if ctx.shared.end_attempt(task_id, attempt) {
         ctx.shared.wake.notify_one();
     }
     if let Some(state) = state {
@@ -88,7 +87,6 @@ struct PanicGuard<S: TaskStore, D> {
     ctx: Arc<AttemptContext<S, D>>,
     task_id: tc_model::TaskId,
     attempt: u32,
-    destination: String,
     last_attempt: bool,
     calling: bool,
     armed: bool,
@@ -100,7 +98,6 @@ impl<S: TaskStore, D> PanicGuard<S, D> {
             ctx: Arc::clone(ctx),
             task_id: task.id,
             attempt: task.attempt,
-            destination: task.destination.clone(),
             last_attempt: !task.can_retry(),
             calling: false,
             armed: true,
@@ -134,10 +131,9 @@ impl<S: TaskStore, D> Drop for PanicGuard<S, D> {
         }
         let shared = Arc::clone(&self.ctx.shared);
         let (task_id, attempt) = (self.task_id, self.attempt);
-        let destination = std::mem::take(&mut self.destination);
         let runtime = tokio::runtime::Handle::try_current();
         if shared.is_aborted() || runtime.is_err() {
-            shared.end_attempt(&destination, task_id, attempt);
+            shared.end_attempt(task_id, attempt);
             return;
         }
         tracing::error!(task_id = %task_id, attempt, "task_panicked");
@@ -162,7 +158,7 @@ impl<S: TaskStore, D> Drop for PanicGuard<S, D> {
                 let never = CancellationToken::new();
                 let written =
                     write_outcome(&shared, task_id, attempt, completion, now, &never, &never).await;
-                shared.end_attempt(&destination, task_id, attempt);
+                shared.end_attempt(task_id, attempt);
                 let state = match written {
                     Ok(Guarded::Applied(state)) => state,
                     Ok(Guarded::Lost(state)) => state,

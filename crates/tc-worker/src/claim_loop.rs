@@ -88,9 +88,9 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
             resume_after,
             cursor,
         } = claim;
-        self.ctx.shared.flow.claimed(&tasks, cursor, now);
+        self.ctx.shared.flow.walked(cursor);
         let got = tasks.len();
-        self.start(tasks, &mut held);
+        self.start(tasks, now, &mut held);
         drop(held);
         if got == wanted {
             // The pool, not the store, was the limit: go straight back for
@@ -152,7 +152,7 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
     /// A failing store must not be hammered: wait, longer each time, without
     /// waking for submits (they fail alike).
     async fn claim_failed(&mut self, e: &StoreError) -> Next {
-        self.ctx.shared.finish_claim(&[]);
+        self.ctx.shared.claim_failed();
         let wait = self
             .claim_backoff
             .map_or(self.config.poll_interval, |w| w * 2)
@@ -171,13 +171,12 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
         }
     }
 
-    /// Registers the claimed tasks and starts an attempt for each, one
-    /// permit each; a task canceled while the claim was on its way ends
+    /// Registers the tasks claimed at `now` and starts an attempt for each,
+    /// one permit each; a task canceled while the claim was on its way ends
     /// here, never called.
-    fn start(&mut self, tasks: Vec<Task>, held: &mut Vec<OwnedSemaphorePermit>) {
+    fn start(&mut self, tasks: Vec<Task>, now: Timestamp, held: &mut Vec<OwnedSemaphorePermit>) {
         let shared = &self.ctx.shared;
-        let ids: Vec<_> = tasks.iter().map(|t| (t.id, t.attempt)).collect();
-        let tokens = shared.finish_claim(&ids);
+        let tokens = shared.register(&tasks, now);
         for (task, token) in tasks.into_iter().zip(tokens) {
             let Some(permit) = held.pop() else { break };
             match token {
@@ -193,7 +192,7 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
                 None => {
                     tracing::info!(task_id = %task.id, "task_skip_canceled");
                     self.ctx.metrics.count("canceled");
-                    shared.end_attempt(&task.destination, task.id, task.attempt);
+                    shared.end_attempt(task.id, task.attempt);
                     shared.attempt_ended(AttemptEnded {
                         task_id: task.id,
                         attempt: task.attempt,

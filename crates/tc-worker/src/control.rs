@@ -1,7 +1,8 @@
 //! What the claim loop, the attempts and the HTTP layer share: the claimed
-//! tasks, the wake-ups, and [`WorkerControl`], the handle the API holds.
+//! attempts (one [`Registry`] record each, entered and left together with
+//! the destination's flow), the wake-ups, and [`WorkerControl`], the handle
+//! the API holds.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -13,22 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Clock;
 use crate::flow::{DestinationState, Flow};
 use crate::outbound::Outbound;
-
-/// What the worker knows about the tasks it has claimed.
-#[derive(Default)]
-pub(crate) struct Claims {
-    /// Claimed tasks, each with its attempt and the token that cancels it.
-    /// The attempt tells a newer claim of the same task (after a lost lease)
-    /// from the one that is ending.
-    running: HashMap<TaskId, (u32, CancellationToken)>,
-    /// Set while a claim is on its way to the store: a cancel that lands then
-    /// cannot find the task in `running` yet, so it is remembered here.
-    claim_in_flight: bool,
-    canceled_during_claim: HashSet<TaskId>,
-    /// Attempts stopped because the task is no longer theirs (canceled or
-    /// recovered elsewhere, or claimed again), with the state the store had.
-    taken_away: HashMap<(TaskId, u32), State>,
-}
+use crate::registry::Registry;
 
 /// How one attempt ended, as [`WorkerControl::subscribe`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +42,8 @@ pub(crate) struct Shared<S> {
     pub(crate) schedules_changed: Notify,
     /// The destinations' headers and secrets, what each try sends.
     pub(crate) outbound: Outbound,
-    claims: Mutex<Claims>,
+    /// The attempts claimed here and not yet ended.
+    registry: Mutex<Registry>,
     events: broadcast::Sender<AttemptEnded>,
     /// Every state a task reaches through this worker: attempt endings and
     /// cancels. What waiting HTTP requests listen to.
@@ -78,7 +65,7 @@ impl<S> Shared<S> {
             settings_changed: Notify::new(),
             schedules_changed: Notify::new(),
             outbound,
-            claims: Mutex::new(Claims::default()),
+            registry: Mutex::new(Registry::default()),
             events,
             changes,
             aborted: AtomicBool::new(false),
@@ -91,68 +78,53 @@ impl<S> Shared<S> {
         let _ = self.events.send(event);
     }
 
-    fn claims(&self) -> std::sync::MutexGuard<'_, Claims> {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         // The lock guards plain inserts and removes; a panic while holding it
-        // leaves the maps consistent, so a poisoned lock is still usable.
-        self.claims.lock().unwrap_or_else(PoisonError::into_inner)
+        // leaves the map consistent, so a poisoned lock is still usable.
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Marks the start of a claim: cancels from now on are remembered.
     pub(crate) fn begin_claim(&self) {
-        self.claims().claim_in_flight = true;
+        self.registry().begin_claim();
     }
 
-    /// Registers the claimed tasks and ends the claim. Returns, for each task,
-    /// its cancel token, or `None` when it was canceled while being claimed.
-    pub(crate) fn finish_claim(&self, claimed: &[(TaskId, u32)]) -> Vec<Option<CancellationToken>> {
-        let mut claims = self.claims();
-        let tokens = claimed
-            .iter()
-            .map(|(id, attempt)| {
-                if claims.canceled_during_claim.contains(id) {
-                    None
-                } else {
-                    let token = CancellationToken::new();
-                    if let Some((older_attempt, older)) =
-                        claims.running.insert(*id, (*attempt, token.clone()))
-                    {
-                        // This worker still ran an older attempt whose lease
-                        // was lost: its answer can no longer be written, so
-                        // stop it rather than call twice at once.
-                        claims
-                            .taken_away
-                            .insert((*id, older_attempt), State::Running);
-                        older.cancel();
-                    }
-                    Some(token)
-                }
-            })
-            .collect();
-        claims.claim_in_flight = false;
-        claims.canceled_during_claim.clear();
+    /// A claim failed: nothing to register.
+    pub(crate) fn claim_failed(&self) {
+        self.registry().end_claim();
+    }
+
+    /// Registers the attempts a claim made at `now` and ends the claim: the
+    /// one place an attempt enters, in the registry and in its
+    /// destination's flow together. Returns, for each task, its cancel
+    /// token, or `None` when it was canceled while being claimed (its
+    /// attempt must still end through [`Self::end_attempt`]).
+    pub(crate) fn register(
+        &self,
+        tasks: &[Task],
+        now: Timestamp,
+    ) -> Vec<Option<CancellationToken>> {
+        self.flow.started(tasks, now);
+        let mut registry = self.registry();
+        let tokens = tasks.iter().map(|task| registry.insert(task)).collect();
+        registry.end_claim();
         tokens
     }
 
-    /// Forgets an attempt of `destination` that has ended, however it ended
-    /// (and only that attempt: a newer claim of the same task keeps its
-    /// entry): the one exit every attempt takes, which clears both the
-    /// claims and the destination's flow. Returns whether the claim loop
-    /// should look again now (see [`Flow::ended`]).
-    pub(crate) fn end_attempt(&self, destination: &str, id: TaskId, attempt: u32) -> bool {
-        {
-            let mut claims = self.claims();
-            if claims.running.get(&id).is_some_and(|(n, _)| *n == attempt) {
-                claims.running.remove(&id);
-            }
-            claims.taken_away.remove(&(id, attempt));
-        }
-        self.flow.ended(destination, (id, attempt))
+    /// Forgets an attempt that has ended, however it ended (and only that
+    /// attempt: a newer claim of the same task keeps its record): the one
+    /// exit every attempt takes, which removes its record and tells its
+    /// destination's flow. Returns whether the claim loop should look again
+    /// now (see [`Flow::ended`]).
+    pub(crate) fn end_attempt(&self, id: TaskId, attempt: u32) -> bool {
+        let ended = self.registry().remove((id, attempt));
+        ended.is_some_and(|ended| self.flow.ended(&ended.destination, (id, attempt)))
     }
 
     /// The store's state of a task whose `attempt` was stopped here because
     /// the task is no longer this attempt's; `None` if it was not.
     pub(crate) fn taken_away(&self, id: TaskId, attempt: u32) -> Option<State> {
-        self.claims().taken_away.get(&(id, attempt)).copied()
+        self.registry().taken_away((id, attempt))
     }
 
     /// Marks the worker as dropped without shutdown.
@@ -167,39 +139,20 @@ impl<S> Shared<S> {
 
     /// The attempts running here.
     pub(crate) fn running(&self) -> Vec<(TaskId, u32)> {
-        self.claims()
-            .running
-            .iter()
-            .map(|(id, (n, _))| (*id, *n))
-            .collect()
+        self.registry().running()
     }
 
     /// Drops the call of `attempt` of `id` if it still runs here: the store
     /// says the task has moved on (canceled elsewhere, recovered, claimed
     /// again), so its answer could not be written anyway. Whether it ran.
     pub(crate) fn stop_attempt(&self, id: TaskId, attempt: u32, now_in: State) -> bool {
-        let mut claims = self.claims();
-        if let Some((n, token)) = claims.running.get(&id)
-            && *n == attempt
-        {
-            let token = token.clone();
-            claims.taken_away.insert((id, attempt), now_in);
-            token.cancel();
-            true
-        } else {
-            false
-        }
+        self.registry().stop((id, attempt), now_in)
     }
 
     /// Interrupts the attempt of `id` if it runs here, or makes sure a claim in
     /// progress will not start it.
     fn interrupt_for_cancel(&self, id: TaskId) {
-        let mut claims = self.claims();
-        if let Some((_, token)) = claims.running.get(&id) {
-            token.cancel();
-        } else if claims.claim_in_flight {
-            claims.canceled_during_claim.insert(id);
-        }
+        self.registry().interrupt_for_cancel(id);
     }
 }
 
@@ -300,6 +253,6 @@ impl<S: TaskStore> WorkerControl<S> {
 
     /// How many claimed tasks this worker is running now.
     pub fn in_flight(&self) -> usize {
-        self.shared.claims().running.len()
+        self.shared.registry().in_flight()
     }
 }

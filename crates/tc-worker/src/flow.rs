@@ -343,14 +343,13 @@ impl Flow {
         earliest
     }
 
-    /// Counts the tasks a claim took (their tokens, a half-open probe) and
-    /// keeps where the claim's walk stopped: the next one starts after it.
-    pub(crate) fn claimed(&self, tasks: &[Task], walked_to: Option<String>, now: Timestamp) {
+    /// Counts the attempts a claim started (their tokens, a half-open
+    /// probe, their calls in flight). Only the registry's insert calls it
+    /// (`Shared::register`), as only its removal calls [`Flow::ended`].
+    pub(crate) fn started(&self, tasks: &[Task], now: Timestamp) {
         let mut guard = self.lock();
         let FlowState {
-            settings,
-            dests,
-            cursor,
+            settings, dests, ..
         } = &mut *guard;
         for task in tasks {
             let s = settings.get(&task.destination);
@@ -369,8 +368,12 @@ impl Flow {
             self.metrics
                 .set_in_flight(&task.destination, dest.in_flight);
         }
+    }
+
+    /// Keeps where a claim's walk stopped: the next one starts after it.
+    pub(crate) fn walked(&self, walked_to: Option<String>) {
         if walked_to.is_some() {
-            *cursor = walked_to;
+            self.lock().cursor = walked_to;
         }
     }
 
@@ -456,8 +459,9 @@ impl Flow {
         self.metrics.set_breaker_open(destination, true);
     }
 
-    /// An attempt of `destination` ended, however it ended. A probe that
-    /// ended without an answer lets the next one through. Returns whether
+    /// An attempt of `destination` ended, however it ended (called by the
+    /// registry's removal, `Shared::end_attempt`, only). A probe that ended
+    /// without an answer lets the next one through. Returns whether
     /// the claim loop should look again now (a slot under a cap, or a
     /// probe, was freed).
     pub(crate) fn ended(&self, destination: &str, task: (TaskId, u32)) -> bool {
@@ -599,7 +603,7 @@ mod tests {
             .map(|i| task(&format!("h{i}.example"), 1))
             .collect();
         for chunk in tasks.chunks(64) {
-            flow.claimed(chunk, None, at(1));
+            flow.started(chunk, at(1));
         }
         assert_eq!(kept(&flow), 40_000, "in flight, each is kept");
         assert_eq!(flow.gate(at(2)).in_flight.len(), 40_000);
@@ -630,7 +634,7 @@ mod tests {
         let flow = flow();
         let check = |host: &str, verdict: Verdict, backoff: Option<Duration>, kept_now: bool| {
             let t = task(host, 7);
-            flow.claimed(std::slice::from_ref(&t), None, at(0));
+            flow.started(std::slice::from_ref(&t), at(0));
             let id = (t.id, t.attempt);
             flow.answered(
                 Answer {
@@ -684,7 +688,7 @@ mod tests {
     fn attempt(flow: &Flow, host: &str, n: u32, ms: i64, verdict: Verdict, backoff: Option<u64>) {
         let t = task(host, n);
         flow.gate(at(ms));
-        flow.claimed(std::slice::from_ref(&t), None, at(ms));
+        flow.started(std::slice::from_ref(&t), at(ms));
         let id = (t.id, t.attempt);
         flow.answered(
             Answer {

@@ -28,6 +28,7 @@ mod flow;
 mod metrics;
 mod outbound;
 mod pruner;
+mod registry;
 mod scheduler;
 mod trace;
 

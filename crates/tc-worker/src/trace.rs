@@ -8,25 +8,19 @@
 //! Also the ids a task's log lines carry: `trace_id`, and `span_id` inside
 //! a span.
 
-use std::sync::Arc;
-
-use opentelemetry::global::{BoxedSpan, BoxedTracer};
-use opentelemetry::trace::{
-    Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
-    TraceId, TraceState,
-};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{SpanBuilder, SpanKind};
 use tc_model::{Task, TraceContext};
+use tc_trace::ChildSpan;
 
 /// The tracer the worker makes its spans with (the server's, exporting
 /// over OTLP); `None` in [`crate::WorkerConfig`]: no spans.
-pub type SpanTracer = Arc<BoxedTracer>;
+pub use tc_trace::SpanTracer;
 
 /// One try's span, if spans are made, and its context as the call's
 /// `traceparent` names it.
 pub(crate) struct AttemptSpan {
-    span: Option<BoxedSpan>,
-    own: Option<TraceContext>,
+    span: Option<ChildSpan>,
     trace_id: Option<String>,
     span_id: Option<String>,
 }
@@ -39,32 +33,24 @@ impl AttemptSpan {
         let Some(tracer) = tracer else {
             return AttemptSpan {
                 span: None,
-                own: None,
                 trace_id: stored.map(TraceContext::trace_id_hex),
                 span_id: None,
             };
         };
-        let parent = match stored {
-            Some(stored) => Context::new().with_remote_span_context(remote(stored)),
-            None => Context::new(),
-        };
-        let span = SpanBuilder::from_name(task.method.as_str())
+        let builder = SpanBuilder::from_name(task.method.as_str())
             .with_kind(SpanKind::Client)
-            .with_attributes(attributes(task))
-            .start_with_context(tracer.as_ref(), &parent);
-        let context = span.span_context().clone();
-        let own = own_context(stored, &context);
+            .with_attributes(attributes(task));
+        let span = ChildSpan::start(tracer, builder, stored);
         AttemptSpan {
-            trace_id: own.as_ref().or(stored).map(TraceContext::trace_id_hex),
-            span_id: own.as_ref().map(|_| context.span_id().to_string()),
+            trace_id: span.context().or(stored).map(TraceContext::trace_id_hex),
+            span_id: span.span_id_hex(),
             span: Some(span),
-            own,
         }
     }
 
     /// The context the call's `traceparent` carries when the try has a span.
     pub(crate) fn context(&self) -> Option<&TraceContext> {
-        self.own.as_ref()
+        self.span.as_ref().and_then(ChildSpan::context)
     }
 
     /// The task's trace id, for its log lines.
@@ -79,22 +65,11 @@ impl AttemptSpan {
 
     /// The call was answered with `status`; `error_type` names a failure
     /// (the status as text for 4xx and 5xx, the outcome's reason when there
-    /// was no answer).
+    /// was no answer). Ends the span.
     pub(crate) fn answered(&mut self, status: Option<u16>, error_type: Option<&str>) {
-        let Some(span) = self.span.as_mut() else {
-            return;
-        };
-        if let Some(status) = status {
-            span.set_attribute(KeyValue::new(
-                "http.response.status_code",
-                i64::from(status),
-            ));
+        if let Some(span) = self.span.take() {
+            span.end(status, error_type);
         }
-        if let Some(error_type) = error_type {
-            span.set_attribute(KeyValue::new("error.type", error_type.to_owned()));
-            span.set_status(Status::error(error_type.to_owned()));
-        }
-        span.end();
     }
 
     /// The call was abandoned: `error_type` says why (`canceled`, or
@@ -102,42 +77,6 @@ impl AttemptSpan {
     pub(crate) fn abandoned(&mut self, error_type: &'static str) {
         self.answered(None, Some(error_type));
     }
-}
-
-/// The stored context as the remote parent of the try's span.
-fn remote(stored: &TraceContext) -> SpanContext {
-    let state = stored
-        .state()
-        .and_then(|s| s.parse::<TraceState>().ok())
-        .unwrap_or_default();
-    SpanContext::new(
-        TraceId::from_bytes(stored.trace_id()),
-        SpanId::from_bytes(stored.parent_id()),
-        TraceFlags::new(stored.flags()),
-        true,
-        state,
-    )
-}
-
-/// The try's own context: the span's ids, the caller's `tracestate`.
-fn own_context(stored: Option<&TraceContext>, span: &SpanContext) -> Option<TraceContext> {
-    if !span.is_valid() {
-        return None;
-    }
-    let base = match stored {
-        Some(stored) => stored.clone(),
-        // A task stored without a context: the span began a trace.
-        None => TraceContext::from_headers(
-            Some(&format!(
-                "00-{}-{}-{:02x}",
-                span.trace_id(),
-                span.span_id(),
-                span.trace_flags().to_u8()
-            )),
-            None,
-        )?,
-    };
-    base.with_parent(span.span_id().to_bytes(), span.is_sampled())
 }
 
 /// The HTTP client attributes (url without its query) and taskcenter's own.
