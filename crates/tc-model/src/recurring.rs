@@ -132,6 +132,17 @@ impl CronPattern {
         if text.len() > 256 {
             return Err(ScheduleError::Cron("must be at most 256 bytes".into()));
         }
+        // croner reads an empty list item as matching nothing: a minute
+        // field of nothing sends its search, minute by minute, to the year
+        // 5000 (about a minute of CPU) before it says "never".
+        if text
+            .split_whitespace()
+            .any(|field| field.split(',').any(str::is_empty))
+        {
+            return Err(ScheduleError::Cron(format!(
+                "an empty item in a list: {text:?}"
+            )));
+        }
         let cron = CronParser::builder()
             .seconds(seconds)
             .year(Year::Disallowed)
@@ -631,6 +642,29 @@ mod tests {
         check_parse("*/0 * * * *", Err(""));
         check_parse("a b c d e", Err(""));
         check_parse("@reboot", Err(""));
+        // Malformed numbers, ranges and steps are refused, never a panic.
+        for odd in [
+            "99999999999999999999 * * * *",
+            "*/99999999999 * * * *",
+            "1-99999999999 * * * *",
+            "- * * * *",
+            ", * * * *",
+            "/ * * * *",
+            "*/ * * * *",
+            "1- * * * *",
+            "5/0 * * * *",
+            "0-59/0 * * * *",
+            "59-0 * * * *",
+            "* * * * MON-",
+            "* * * * #",
+            "* * * * 1#9",
+            "\u{0} * * * *",
+            "@",
+        ] {
+            check_parse(odd, Err(""));
+        }
+        check_parse(", * * * *", Err("an empty item"));
+        check_parse("1,,2 * * * *", Err("an empty item"));
         assert!(CronPattern::parse_with_seconds("* * * * * *").is_ok());
         assert!(CronPattern::parse_with_seconds("* * * * *").is_err());
         assert!(CronPattern::from_stored("*/2 * * * * *").is_ok());
