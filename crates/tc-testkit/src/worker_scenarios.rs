@@ -34,6 +34,8 @@ mod destinations;
 mod due_walk;
 mod faults;
 mod outbound;
+// Schedules: a firing per fire time on every store (issue 28).
+mod schedules;
 mod trace;
 
 use destinations::{
@@ -49,6 +51,7 @@ use faults::{
     panic_in_attempt_ends_it,
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
+use schedules::a_schedule_fires_one_task_per_time_and_records_it;
 use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
@@ -259,6 +262,7 @@ macro_rules! worker_scenarios {
             outbound_calls_carry_headers_and_signatures_on_every_try,
             trace_context_reaches_every_try,
             a_due_task_runs_past_thousands_of_waiting_destinations,
+            a_schedule_fires_one_task_per_time_and_records_it,
         }
     };
 }
