@@ -27,10 +27,6 @@ pub const MAX_NAME_BYTES: usize = 128;
 /// How many upcoming times a schedule's view shows.
 pub const NEXT_RUNS: usize = 5;
 
-/// The most schedules a store keeps: the firing loop reads them all on
-/// every wake.
-pub const SCHEDULES_LIMIT: usize = 1000;
-
 /// Why a schedule's field is refused; the message starts with the field's
 /// name as the API spells it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

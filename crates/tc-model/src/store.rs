@@ -725,8 +725,8 @@ pub trait TaskStore: Send + Sync + 'static {
     /// [`StoreError::NotFound`].
     fn delete_schedule(&self, name: String) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Every schedule in name order, at most
-    /// [`SCHEDULES_LIMIT`](crate::recurring::SCHEDULES_LIMIT).
+    /// Every schedule, in name order: the firing loop reads them all (a
+    /// schedule left out would never fire), so there is no page.
     fn schedules(&self) -> impl Future<Output = Result<Vec<Recurring>, StoreError>> + Send;
 
     /// The schedule `name`, or [`StoreError::NotFound`].

@@ -6,8 +6,8 @@
 
 use deadpool_postgres::GenericClient;
 use tc_model::recurring::{
-    CatchUp, CronPattern, Overlap, Recurrence, Recurring, SCHEDULES_LIMIT, ScheduleChange,
-    ScheduleSpec, TaskTemplate, Zone,
+    CatchUp, CronPattern, Overlap, Recurrence, Recurring, ScheduleChange, ScheduleSpec,
+    TaskTemplate, Zone,
 };
 use tc_model::store::StoreError;
 use tc_model::{TaskId, Timestamp};
@@ -55,14 +55,11 @@ fn schedule_of(row: &Row) -> Result<Recurring, StoreError> {
 /// Every schedule, in name order.
 pub(crate) async fn all(client: &impl GenericClient) -> Result<Vec<Recurring>, StoreError> {
     let stmt = client
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM schedules ORDER BY name LIMIT $1"
-        ))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules ORDER BY name"))
         .await
         .map_err(db)?;
-    let limit = i64::try_from(SCHEDULES_LIMIT).unwrap_or(i64::MAX);
     client
-        .query(&stmt, &[&limit])
+        .query(&stmt, &[])
         .await
         .map_err(db)?
         .iter()

@@ -4,8 +4,8 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use tc_model::recurring::{
-    CatchUp, CronPattern, Overlap, Recurrence, Recurring, SCHEDULES_LIMIT, ScheduleChange,
-    ScheduleSpec, TaskTemplate, Zone,
+    CatchUp, CronPattern, Overlap, Recurrence, Recurring, ScheduleChange, ScheduleSpec,
+    TaskTemplate, Zone,
 };
 use tc_model::store::StoreError;
 use tc_model::{TaskId, Timestamp};
@@ -80,12 +80,10 @@ fn schedule_of(r: RawRow) -> Result<Recurring, StoreError> {
 /// Every schedule, in name order.
 pub(crate) fn all(conn: &Connection) -> Result<Vec<Recurring>, StoreError> {
     let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM schedules ORDER BY name LIMIT ?1"
-        ))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules ORDER BY name"))
         .map_err(db)?;
     let rows = stmt
-        .query_map([i64::try_from(SCHEDULES_LIMIT).unwrap_or(i64::MAX)], raw)
+        .query_map([], raw)
         .map_err(db)?
         .collect::<rusqlite::Result<Vec<_>>>()
         .map_err(db)?;

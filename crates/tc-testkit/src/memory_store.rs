@@ -16,7 +16,7 @@ use tc_model::destination::{
     ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
     rotation,
 };
-use tc_model::recurring::{Recurring, SCHEDULES_LIMIT, ScheduleChange, ScheduleSpec};
+use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
     BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page,
     StateCounts, StoreError, Submitted, TaskFilter, TaskStore, results_within,
@@ -666,11 +666,7 @@ impl TaskStore for MemoryStore {
 
     async fn schedules(&self) -> Result<Vec<Recurring>, StoreError> {
         let t = self.tables();
-        Ok(t.schedules
-            .values()
-            .take(SCHEDULES_LIMIT)
-            .cloned()
-            .collect())
+        Ok(t.schedules.values().cloned().collect())
     }
 
     async fn schedule(&self, name: String) -> Result<Recurring, StoreError> {
