@@ -642,3 +642,46 @@ async fn malformed_requests_never_get_a_5xx() {
     check_raw(b"POST /tasks HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 3\r\nconnection: close\r\n\r\n\xff\xfe\xfd").await;
     assert_eq!(s.api.get("/healthz").await.status, 200, "still serving");
 }
+
+/// A schedule fires on the real server at its next minute, with the
+/// firing's key, and survives a restart with its firing record. Takes up
+/// to a minute: fire times are whole minutes.
+#[tokio::test]
+async fn a_schedule_fires_at_its_minute_and_survives_a_restart() {
+    let mut s = support::start().await;
+    let created = s
+        .api
+        .post_json(
+            "/schedules",
+            &json!({"name": "tick", "cron": "* * * * *", "task": {"url": s.down.url("/ok")}}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    let first = created.json()["next_runs"][0]
+        .as_str()
+        .unwrap()
+        .replace(".000Z", "Z");
+    let api = s.api.clone();
+    let fired = support::poll(
+        "the first firing",
+        Duration::from_secs(75),
+        Duration::from_millis(250),
+        async || {
+            let view = api.get("/schedules/tick").await.json();
+            match view["last_task_id"].as_str() {
+                Some(id) => Ok((id.to_owned(), view)),
+                None => Err(view.to_string()),
+            }
+        },
+    )
+    .await;
+    let (id, view) = fired;
+    let task = s.api.wait_terminal(&id).await;
+    assert_eq!(task["idempotency_key"], format!("schedule:tick:{first}"));
+    assert_eq!(task["state"], "success");
+    s.server.kill9().await;
+    s.restart().await;
+    let kept = s.api.get("/schedules/tick").await.json();
+    assert_eq!(kept["last_task_id"], view["last_task_id"]);
+    assert_eq!(kept["last_run_at"], view["last_run_at"]);
+}

@@ -1,4 +1,4 @@
-//! The command-line client (`tc-server task …`, `tc-server destination …`),
+//! The command-line client (`tc-server task …`, `destination …`, `schedule …`),
 //! run as its own process against a real server and a loopback downstream.
 
 use serde_json::{Value, json};
@@ -981,4 +981,95 @@ async fn headers_and_signing_secrets_from_the_command_line() {
     assert!(received.body.is_empty());
     assert_eq!(received.header("authorization"), None);
     assert_eq!(received.header("webhook-signature"), None);
+}
+
+#[tokio::test]
+async fn schedules_are_created_listed_paused_triggered_and_deleted() {
+    let s = support::start().await;
+    let c = cli(&s);
+    let task = json!({"url": s.down.url("/ok"), "json": {"report": "nightly"}}).to_string();
+    let run = c
+        .run(&[
+            "schedule",
+            "create",
+            "nightly",
+            "--cron",
+            "30 2 * * MON-FRI",
+            "--timezone",
+            "Europe/Berlin",
+            "--task",
+            &task,
+            "--overlap",
+            "skip",
+        ])
+        .await;
+    run.expect(0);
+    assert_eq!(run.field("name"), "nightly", "{}", run.out());
+    assert_eq!(run.field("overlap"), "skip", "{}", run.out());
+    let api_view = s.api.get("/schedules/nightly").await.json();
+    assert_eq!(api_view["timezone"], "Europe/Berlin");
+    assert_eq!(api_view["next_runs"].as_array().map(Vec::len), Some(5));
+
+    let run = c.run(&["schedule", "list", "--json"]).await;
+    run.expect(0);
+    assert_eq!(run.json_lines(), vec![api_view.clone()]);
+    let run = c.run(&["schedule", "list"]).await;
+    run.expect(0);
+    assert!(run.out().starts_with("NAME  "), "{}", run.out());
+    let run = c.run(&["schedule", "get", "nightly", "--json"]).await;
+    run.expect(0);
+    assert_eq!(run.json(), api_view);
+
+    let run = c.run(&["schedule", "pause", "nightly"]).await;
+    run.expect(0);
+    assert_eq!(run.field("paused"), "true", "{}", run.out());
+    let run = c.run(&["schedule", "resume", "nightly", "--json"]).await;
+    run.expect(0);
+    assert_eq!(run.json()["paused"], false);
+
+    // A trigger submits now; the task runs like any other.
+    let run = c.run(&["schedule", "trigger", "nightly", "--json"]).await;
+    run.expect(0);
+    let fired = run.json();
+    let key = fired["idempotency_key"].as_str().unwrap();
+    assert!(key.starts_with("schedule:nightly:manual:"), "{key}");
+    let id = fired["id"].as_str().unwrap().to_owned();
+    assert_eq!(s.api.wait_terminal(&id).await["state"], "success");
+    let view = s.api.get("/schedules/nightly").await.json();
+    assert_eq!(view["last_task_id"], fired["id"]);
+
+    let run = c.run(&["schedule", "delete", "nightly"]).await;
+    run.expect(0);
+    assert_eq!(s.api.get("/schedules/nightly").await.status, 404);
+    assert_eq!(s.api.get(&format!("/tasks/{id}")).await.status, 200);
+
+    check(
+        &c,
+        &[
+            // The server's own checks: exit 1 with its message.
+            case(
+                &[
+                    "schedule",
+                    "create",
+                    "bad",
+                    "--cron",
+                    "61 * * * *",
+                    "--task",
+                    &task,
+                ],
+                1,
+                "",
+                "cron",
+            ),
+            case(&["schedule", "get", "nightly"], 1, "", "404 not_found"),
+            // No --cron: usage.
+            case(
+                &["schedule", "create", "x", "--task", &task],
+                2,
+                "",
+                "--cron",
+            ),
+        ],
+    )
+    .await;
 }

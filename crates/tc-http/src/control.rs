@@ -36,6 +36,10 @@ pub trait Control: Send + Sync + 'static {
     /// read them again now.
     fn destinations_changed(&self);
 
+    /// A schedule was created, changed or deleted: the worker's firing
+    /// loop should read the schedules again now.
+    fn schedules_changed(&self);
+
     /// What the worker knows of a destination beyond the store: its
     /// breaker, its Retry-After backoff, its last answer.
     fn destination_state(&self, destination: &str) -> DestinationRuntime;

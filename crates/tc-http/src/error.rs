@@ -32,6 +32,8 @@ pub(crate) enum ApiError {
     TaskNotTerminal(String),
     /// 409: only a failed or canceled task can be retried.
     TaskNotRetryable(String),
+    /// 409: a schedule of that name exists.
+    ScheduleExists(String),
     /// 403: `POST /admin/backup` on a server without an API token.
     BackupNeedsToken(String),
     /// 409: the backup's target file already exists.
@@ -66,6 +68,7 @@ impl ApiError {
             ApiError::IdempotencyConflict(_)
             | ApiError::TaskNotTerminal(_)
             | ApiError::TaskNotRetryable(_)
+            | ApiError::ScheduleExists(_)
             | ApiError::BackupTargetExists(_)
             | ApiError::BackupInProgress(_)
             | ApiError::BackupUnsupported(_) => StatusCode::CONFLICT,
@@ -91,6 +94,7 @@ impl ApiError {
             ApiError::IdempotencyConflict(_) => "idempotency_conflict",
             ApiError::TaskNotTerminal(_) => "task_not_terminal",
             ApiError::TaskNotRetryable(_) => "task_not_retryable",
+            ApiError::ScheduleExists(_) => "schedule_exists",
             ApiError::BackupNeedsToken(_) => "backup_needs_token",
             ApiError::BackupTargetExists(_) => "backup_target_exists",
             ApiError::BackupInProgress(_) => "backup_in_progress",
@@ -116,6 +120,7 @@ impl ApiError {
             | ApiError::IdempotencyConflict(m)
             | ApiError::TaskNotTerminal(m)
             | ApiError::TaskNotRetryable(m)
+            | ApiError::ScheduleExists(m)
             | ApiError::BackupNeedsToken(m)
             | ApiError::BackupTargetExists(m)
             | ApiError::BackupInProgress(m)
@@ -223,6 +228,7 @@ impl ApiError {
             ApiError::BackupTargetExists("x".into()),
             ApiError::BackupInProgress("x".into()),
             ApiError::BackupUnsupported("x".into()),
+            ApiError::ScheduleExists("x".into()),
             ApiError::Internal("x".into()),
             ApiError::Unavailable("x".into()),
         ]
@@ -245,6 +251,9 @@ impl From<StoreError> for ApiError {
             StoreError::NotRetryable(state) => ApiError::TaskNotRetryable(format!(
                 "task is {state}: only failed or canceled tasks can be retried"
             )),
+            StoreError::Exists => {
+                ApiError::ScheduleExists("name: a schedule of that name exists".into())
+            }
             StoreError::IllegalTransition(t) => {
                 tracing::error!(transition = %t, "store_illegal_transition");
                 ApiError::Internal(format!("illegal transition {t}"))
@@ -288,9 +297,10 @@ mod tests {
                 ApiError::BackupTargetExists(_) => 17,
                 ApiError::BackupInProgress(_) => 18,
                 ApiError::BackupUnsupported(_) => 19,
+                ApiError::ScheduleExists(_) => 20,
             })
             .collect();
-        assert_eq!(numbers, (0..=19).collect());
+        assert_eq!(numbers, (0..=20).collect());
     }
 
     #[test]
@@ -324,6 +334,7 @@ mod tests {
         let cases = [
             (StoreError::NotFound, 404, "not_found"),
             (StoreError::IdempotencyConflict, 409, "idempotency_conflict"),
+            (StoreError::Exists, 409, "schedule_exists"),
             (
                 StoreError::NotTerminal(tc_model::State::Running),
                 409,

@@ -50,6 +50,7 @@ mod outbound;
 mod query;
 mod reply;
 mod router;
+mod schedules;
 mod server;
 mod site;
 mod tasks;

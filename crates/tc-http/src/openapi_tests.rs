@@ -397,6 +397,51 @@ fn the_submit_schema_has_the_fields_the_parser_accepts() {
     );
 }
 
+/// A schedule's view has exactly the Schedule schema's fields (all
+/// required), its task the ScheduleTaskView's; a schedule's task takes
+/// the submit's fields but the key.
+#[test]
+fn the_schedule_schemas_have_the_fields_the_code_reads_and_shows() {
+    let doc = document();
+    let now = Timestamp::from_millis(1_767_323_045_678);
+    let body = br#"{"name":"n","cron":"@daily","timezone":"Europe/Berlin","paused":true,
+        "overlap":"skip","catch_up":"latest","task":{"url":"http://h/x","json":{"a":1},
+        "method":"PUT","headers":{"x-a":"b"},"max_attempts":2,"timeout_ms":5,"delay_ms":7,
+        "callback_url":"http://h/cb","callback_on":["failed"]}}"#;
+    let spec = crate::schedules::parse_spec(body, &HttpConfig::default(), now, None).unwrap();
+    let mut schedule = tc_model::recurring::Recurring::new(spec, now);
+    schedule.last_run_at = Some(now);
+    schedule.last_task_id = Some(TaskId::new(now, [1; 10]));
+    let json_body = serde_json::value::RawValue::from_string(r#"{"a":1}"#.into()).ok();
+    let view = serde_json::to_value(crate::schedules::ScheduleView::new(
+        &schedule, &json_body, now,
+    ))
+    .unwrap();
+    assert_eq!(schema_fields(&doc, "Schedule"), keys(&view));
+    assert_eq!(required(&doc, "Schedule"), keys(&view));
+    let task_fields = schema_fields(&doc, "ScheduleTaskView");
+    let shown = keys(&view["task"]);
+    // `delay_ms` or `run_at`, never both.
+    let mut expected = shown.clone();
+    expected.insert("run_at".to_owned());
+    assert_eq!(task_fields, expected);
+    assert!(required(&doc, "ScheduleTaskView").is_subset(&shown));
+
+    let mut submit = schema_fields(&doc, "SubmitRequest");
+    submit.remove("idempotency_key");
+    assert_eq!(schema_fields(&doc, "ScheduleTask"), submit);
+    let request = schema_fields(&doc, "ScheduleRequest");
+    assert_eq!(schema_fields(&doc, "ScheduleReplacement"), request);
+    assert_eq!(
+        request,
+        [
+            "name", "cron", "timezone", "task", "paused", "overlap", "catch_up"
+        ]
+        .map(str::to_owned)
+        .into()
+    );
+}
+
 /// The operations a link from `from` (its 2xx answers) leads to, by
 /// operationId, and the parameters each link fills.
 fn links_from(doc: &Value, from: &Value) -> BTreeMap<String, BTreeSet<String>> {

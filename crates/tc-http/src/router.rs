@@ -1,7 +1,7 @@
 //! The edge of the API: the route table, and [`handle`], which answers one
 //! request: the host rule, the dashboard or a route, its credential, its
 //! path parameter and its body, read here once, then the resource's handler
-//! (tasks.rs, destinations.rs, admin.rs) over plain values.
+//! (tasks.rs, destinations.rs, schedules.rs, admin.rs) over plain values.
 //!
 //! A new route is a row of [`ROUTES`], an [`Endpoint`], and its arm in
 //! `dispatch`; docs/openapi.yaml describes it (the OpenAPI test checks the
@@ -26,6 +26,7 @@ use crate::destinations;
 use crate::error::ApiError;
 use crate::metrics::UNMATCHED;
 use crate::reply::{Answer, json};
+use crate::schedules;
 use crate::tasks;
 
 /// One route the API serves: what the router matches and the OpenAPI document
@@ -57,6 +58,14 @@ enum Endpoint {
     UpdateDestination,
     PauseDestination,
     ResumeDestination,
+    CreateSchedule,
+    Schedules,
+    Schedule,
+    ReplaceSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    ResumeSchedule,
+    TriggerSchedule,
     Health,
     Metrics,
     Backup,
@@ -102,6 +111,18 @@ pub const ROUTES: &[Route] = &[
         "POST",
         "/destinations/{destination}/resume",
         Endpoint::ResumeDestination,
+    ),
+    route("POST", "/schedules", Endpoint::CreateSchedule),
+    route("GET", "/schedules", Endpoint::Schedules),
+    route("GET", "/schedules/{name}", Endpoint::Schedule),
+    route("PUT", "/schedules/{name}", Endpoint::ReplaceSchedule),
+    route("DELETE", "/schedules/{name}", Endpoint::DeleteSchedule),
+    route("POST", "/schedules/{name}/pause", Endpoint::PauseSchedule),
+    route("POST", "/schedules/{name}/resume", Endpoint::ResumeSchedule),
+    route(
+        "POST",
+        "/schedules/{name}/trigger",
+        Endpoint::TriggerSchedule,
     ),
     route("GET", "/healthz", Endpoint::Health),
     route("GET", "/metrics", Endpoint::Metrics),
@@ -306,6 +327,29 @@ async fn dispatch<S: TaskStore, C: Control>(
             };
             let view = destinations::update(app.store(), app.control(), name, update).await?;
             json(StatusCode::OK, &view)
+        }
+        Endpoint::CreateSchedule => schedules::create(app, &json_body(parts, body).await?).await,
+        Endpoint::Schedules => schedules::list(app).await,
+        Endpoint::Schedule => schedules::get(app, schedules::schedule_name(segment)?).await,
+        Endpoint::ReplaceSchedule => {
+            let name = schedules::schedule_name(segment)?;
+            let bytes = json_body(parts, body).await?;
+            let now = app.control().now();
+            let change = schedules::parse_spec(&bytes, app.config(), now, Some(&name))
+                .map(|spec| tc_model::recurring::ScheduleChange::Replace(Box::new(spec)));
+            schedules::change(app, name, change).await
+        }
+        Endpoint::DeleteSchedule => {
+            schedules::delete(app, schedules::schedule_name(segment)?).await
+        }
+        Endpoint::PauseSchedule | Endpoint::ResumeSchedule => {
+            let name = schedules::schedule_name(segment)?;
+            let paused = endpoint == Endpoint::PauseSchedule;
+            let change = Ok(tc_model::recurring::ScheduleChange::Paused(paused));
+            schedules::change(app, name, change).await
+        }
+        Endpoint::TriggerSchedule => {
+            schedules::trigger(app, schedules::schedule_name(segment)?).await
         }
         Endpoint::Health => crate::admin::health(app).await,
         Endpoint::Metrics => crate::admin::metrics(app).await,

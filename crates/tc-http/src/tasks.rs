@@ -141,7 +141,10 @@ fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
 
 /// Both urls a task calls, its own and its callback's, under the
 /// allow-list; a refusal names the field.
-fn check_urls_allowed(task: &tc_model::NewTask, prefixes: &[String]) -> Result<(), ApiError> {
+pub(crate) fn check_urls_allowed(
+    task: &tc_model::NewTask,
+    prefixes: &[String],
+) -> Result<(), ApiError> {
     check_url_allowed(task.url(), prefixes)?;
     match task.callback() {
         Some(callback) => check_allowed("callback_url", callback.url(), prefixes),

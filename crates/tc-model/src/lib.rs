@@ -12,6 +12,7 @@ pub mod destination;
 pub mod headers;
 mod method;
 mod new_task;
+pub mod recurring;
 pub mod signing;
 mod state;
 pub mod store;

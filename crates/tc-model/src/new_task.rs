@@ -278,6 +278,15 @@ impl NewTask {
         self
     }
 
+    /// The same submission under another key (checked), outside any trace:
+    /// a schedule's firing of its template.
+    pub(crate) fn rekeyed(mut self, key: String) -> Result<NewTask, ValidationError> {
+        check_key(&key)?;
+        self.idempotency_key = key;
+        self.trace = None;
+        Ok(self)
+    }
+
     /// The trace the task belongs to, if it was given one.
     pub fn trace(&self) -> Option<&crate::TraceContext> {
         self.trace.as_ref()

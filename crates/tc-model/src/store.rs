@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
+use crate::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use crate::{IllegalTransition, NewTask, State, Task, TaskId, Timestamp};
 
 /// What went wrong in a store operation, in terms a caller can act on.
@@ -33,6 +34,9 @@ pub enum StoreError {
     /// given state.
     #[error("task is {0}: only failed or canceled tasks can be retried")]
     NotRetryable(State),
+    /// A schedule of that name exists already.
+    #[error("a schedule of that name exists")]
+    Exists,
     /// The backend cannot serve now (busy, disk full, I/O); the message is the
     /// backend's own.
     #[error("store unavailable: {0}")]
@@ -698,101 +702,45 @@ pub trait TaskStore: Send + Sync + 'static {
         update: DestinationUpdate,
         now: Timestamp,
     ) -> impl Future<Output = Result<Destination, StoreError>> + Send;
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// Stores a new schedule (never fired, created and updated at `now`),
+    /// or [`StoreError::Exists`] when its name is taken.
+    fn create_schedule(
+        &self,
+        spec: ScheduleSpec,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Recurring, StoreError>> + Send;
 
-    /// Each row: a filter and its terms as `column op :name`, the driving
-    /// one marked `*`: every given field once, the driving index's term as
-    /// `TaskFilter::driving` chooses it.
-    #[test]
-    fn filter_terms_name_each_given_field_once() {
-        let check = |filter: TaskFilter, expected: &[&str]| {
-            let driving = filter.driving();
-            let terms: Vec<String> = filter
-                .terms()
-                .iter()
-                .map(|t| {
-                    let mark = if t.drives(driving) { "*" } else { "" };
-                    format!("{mark}{} {} :{}", t.column, t.op, t.name)
-                })
-                .collect();
-            assert_eq!(terms, expected, "{filter:?}");
-        };
-        check(TaskFilter::default(), &[]);
-        check(TaskFilter::state(Some(State::Failed)), &["*state = :state"]);
-        check(
-            TaskFilter {
-                state: Some(State::Failed),
-                destination: Some("a.example:443".to_owned()),
-                error: Some("timeout".to_owned()),
-                ..TaskFilter::default()
-            },
-            &[
-                "state = :state",
-                "destination = :destination",
-                "*error = :error",
-            ],
-        );
-        check(
-            TaskFilter {
-                idempotency_key: Some("k".to_owned()),
-                created_after: Some(Timestamp::from_millis(1)),
-                created_before: Some(Timestamp::from_millis(2)),
-                ..TaskFilter::default()
-            },
-            &[
-                "*idempotency_key = :key",
-                "created_at >= :created_after",
-                "created_at < :created_before",
-            ],
-        );
-        check(
-            TaskFilter {
-                created_after: Some(Timestamp::from_millis(1)),
-                ..TaskFilter::default()
-            },
-            &["created_at >= :created_after"],
-        );
-    }
+    /// Applies `change` to the schedule `name` ([`Recurring::changed`]:
+    /// its firing record stays, `updated_at` becomes `now`), or
+    /// [`StoreError::NotFound`].
+    fn update_schedule(
+        &self,
+        name: String,
+        change: ScheduleChange,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Recurring, StoreError>> + Send;
 
-    #[test]
-    fn cursors_round_trip_and_refuse_garbage() {
-        let c = Cursor::from_position(42);
-        assert_eq!(c.to_string().parse::<Cursor>(), Ok(c));
-        for bad in ["", "-1", "x", "01", "+1", "1.0", "99999999999999999999"] {
-            assert!(bad.parse::<Cursor>().is_err(), "{bad:?}");
-        }
-    }
+    /// Deletes the schedule `name` (its tasks stay), or
+    /// [`StoreError::NotFound`].
+    fn delete_schedule(&self, name: String) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    #[test]
-    fn a_page_keeps_the_results_that_fit_and_always_one() {
-        let check = |lens: &[usize], budget: Option<usize>, fits: usize| {
-            assert_eq!(results_within(lens, budget), fits, "{lens:?} in {budget:?}");
-        };
-        check(&[], Some(10), 0);
-        check(&[0, 0, 0], Some(0), 3);
-        check(&[4, 6, 1], Some(10), 2);
-        check(&[4, 6], Some(10), 2);
-        check(&[11, 1], Some(10), 1);
-        check(&[5, 0, 5, 1], Some(10), 3);
-        check(&[usize::MAX, usize::MAX], Some(10), 1);
-        check(&[100, 100], None, 2);
-    }
+    /// Every schedule, in name order: the firing loop reads them all (a
+    /// schedule left out would never fire), so there is no page.
+    fn schedules(&self) -> impl Future<Output = Result<Vec<Recurring>, StoreError>> + Send;
 
-    #[test]
-    fn state_counts_hold_each_state() {
-        let mut counts = StateCounts::default();
-        for (i, s) in State::ALL.into_iter().enumerate() {
-            counts.set(s, i as u64 * 10);
-        }
-        let got: Vec<_> = counts.iter().collect();
-        assert_eq!(got.len(), 5);
-        for (i, (s, n)) in got.into_iter().enumerate() {
-            assert_eq!(s, State::ALL[i]);
-            assert_eq!(n, i as u64 * 10);
-        }
-    }
+    /// The schedule `name`, or [`StoreError::NotFound`].
+    fn schedule(&self, name: String) -> impl Future<Output = Result<Recurring, StoreError>> + Send;
+
+    /// Records a firing of `name` at `at` that submitted `task`: a guarded
+    /// write that applies only when `at` is later than the schedule's
+    /// `last_run_at` (or it has none), so the record never moves backwards
+    /// whatever order nodes write in. Answers whether it applied (`false`
+    /// too when the schedule is gone).
+    fn record_firing(
+        &self,
+        name: String,
+        at: Timestamp,
+        task: TaskId,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }

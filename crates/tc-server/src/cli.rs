@@ -41,6 +41,9 @@ pub(crate) enum Command {
     /// Client: list destinations, change their settings, pause and resume
     /// them on a running server.
     Destination(crate::client::args::DestinationArgs),
+    /// Client: create, list, show, pause, resume, trigger and delete
+    /// schedules (tasks on a cron) on a running server.
+    Schedule(crate::client::args::ScheduleArgs),
     /// Copy the SQLite database (--db) to a new file (--to), consistently,
     /// while a server may be running on it; `tc-server --db FILE` starts on
     /// the copy. PostgreSQL: use its own tools (pg_dump, base backups).

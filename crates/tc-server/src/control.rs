@@ -33,6 +33,10 @@ impl<S: TaskStore> tc_http::Control for WorkerPort<S> {
         self.0.destinations_changed();
     }
 
+    fn schedules_changed(&self) {
+        self.0.schedules_changed();
+    }
+
     fn destination_state(&self, destination: &str) -> tc_http::DestinationRuntime {
         let state = self.0.destination_state(destination);
         tc_http::DestinationRuntime {

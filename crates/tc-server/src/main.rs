@@ -32,6 +32,7 @@ fn main() -> ExitCode {
     match &cli.command {
         Some(Command::Task(args)) => client::run_task(args),
         Some(Command::Destination(args)) => client::run_destination(args),
+        Some(Command::Schedule(args)) => client::run_schedule(args),
         Some(Command::Demo) => run_demo(),
         Some(Command::Backup(args)) => backup::run(args),
         Some(Command::Serve(_)) | None => run_server(cli.serve_args()),

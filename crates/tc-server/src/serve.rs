@@ -128,6 +128,9 @@ impl Settings {
                 signing_secrets: args.signing_secrets().unwrap_or_default(),
                 // Set by `run` once the exporter is up (`--otlp-endpoint`).
                 tracer: None,
+                // Schedules made on other nodes are seen within this; a
+                // change through this node wakes its loop at once.
+                schedules_interval: Duration::from_secs(30),
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),

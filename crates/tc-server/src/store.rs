@@ -222,6 +222,39 @@ impl TaskStore for AnyStore {
     ) -> Result<Destination, StoreError> {
         either!(self, s => s.update_destination(name, update, now))
     }
+
+    async fn create_schedule(
+        &self,
+        spec: tc_model::recurring::ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+        either!(self, s => s.create_schedule(spec, now))
+    }
+    async fn update_schedule(
+        &self,
+        name: String,
+        change: tc_model::recurring::ScheduleChange,
+        now: Timestamp,
+    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+        either!(self, s => s.update_schedule(name, change, now))
+    }
+    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
+        either!(self, s => s.delete_schedule(name))
+    }
+    async fn schedules(&self) -> Result<Vec<tc_model::recurring::Recurring>, StoreError> {
+        either!(self, s => s.schedules())
+    }
+    async fn schedule(&self, name: String) -> Result<tc_model::recurring::Recurring, StoreError> {
+        either!(self, s => s.schedule(name))
+    }
+    async fn record_firing(
+        &self,
+        name: String,
+        at: Timestamp,
+        task: TaskId,
+    ) -> Result<bool, StoreError> {
+        either!(self, s => s.record_firing(name, at, task))
+    }
 }
 
 #[cfg(test)]

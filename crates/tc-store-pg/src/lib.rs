@@ -33,6 +33,7 @@ mod group_submit;
 mod notify;
 mod read_ops;
 mod rows;
+mod schedules;
 mod schema;
 mod store;
 #[cfg(feature = "testing")]

@@ -443,7 +443,6 @@ CREATE TRIGGER tasks_mark_due_update AFTER UPDATE ON tasks
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_mark_due();
 ";
 
-/// One migration step.
 /// Step 11 → 12: callbacks (issue 28). A task's `callback_url` and
 /// `callback_on` (`tc_model::callback::CallbackOn::to_stored`, both NULL
 /// for none); a callback task's `callback_of` (its parent's id); the
@@ -458,6 +457,26 @@ ALTER TABLE tasks ADD COLUMN callback_task_id bytea;
 ALTER TABLE tasks ADD COLUMN ends integer NOT NULL DEFAULT 0;
 ";
 
+/// Step 12 → 13: schedules (issue 28): one row per schedule, its task
+/// template in tc-model's text form, its firing record (`last_run_at`
+/// only moves forward). A new, small table: no backfill.
+const V13_SCHEDULES: &str = "
+CREATE TABLE schedules (
+    name         text    PRIMARY KEY,
+    cron         text    NOT NULL,
+    timezone     text    NOT NULL,
+    task         text    NOT NULL,
+    paused       boolean NOT NULL,
+    overlap      text    NOT NULL CHECK (overlap IN ('allow', 'skip')),
+    catch_up     text    NOT NULL CHECK (catch_up IN ('none', 'latest')),
+    last_run_at  bigint,
+    last_task_id bytea   CHECK (last_task_id IS NULL OR length(last_task_id) = 16),
+    created_at   bigint  NOT NULL,
+    updated_at   bigint  NOT NULL
+);
+";
+
+/// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
     /// grow with the number of tasks while it holds a lock that readers or
@@ -509,6 +528,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V10_TRACE_CONTEXT),
     step(V11_PENDING_DESTINATIONS),
     step(V12_CALLBACKS),
+    step(V13_SCHEDULES),
 ];
 
 /// The version this build writes and reads.

@@ -9,6 +9,7 @@ use crate::tls::Tls;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
+use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
     Page, StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
@@ -24,7 +25,7 @@ use crate::error::{OpenError, db, describe, pool};
 use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
 use crate::{counts, destinations, schema};
-use crate::{read_ops, write_ops};
+use crate::{read_ops, schedules, write_ops};
 
 /// The longest a listing waits for older inserts of tasks to end before it
 /// answers a page that stops short (see `read_ops::list`).
@@ -550,6 +551,45 @@ impl TaskStore for PgStore {
         // idle nodes that sleep until their next due time must look.
         self.submitted.notify_one();
         Ok(updated)
+    }
+
+    async fn create_schedule(
+        &self,
+        spec: ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<Recurring, StoreError> {
+        schedules::create(&self.client().await?, spec, now).await
+    }
+
+    async fn update_schedule(
+        &self,
+        name: String,
+        change: ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Recurring, StoreError> {
+        self.write(async |tx| schedules::update(tx, &name, change, now).await)
+            .await
+    }
+
+    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
+        schedules::delete(&self.client().await?, &name).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<Recurring>, StoreError> {
+        schedules::all(&self.client().await?).await
+    }
+
+    async fn schedule(&self, name: String) -> Result<Recurring, StoreError> {
+        schedules::one(&self.client().await?, &name, false).await
+    }
+
+    async fn record_firing(
+        &self,
+        name: String,
+        at: Timestamp,
+        task: TaskId,
+    ) -> Result<bool, StoreError> {
+        schedules::record_firing(&self.client().await?, &name, at, task).await
     }
 
     async fn health(&self) -> Result<(), StoreError> {

@@ -25,6 +25,7 @@ mod filter;
 mod read_ops;
 mod read_pool;
 mod rows;
+mod schedules;
 mod schema;
 mod store;
 mod write_ops;

@@ -328,6 +328,25 @@ ALTER TABLE tasks ADD COLUMN callback_task_id BLOB CHECK (length(callback_task_i
 ALTER TABLE tasks ADD COLUMN ends INTEGER NOT NULL DEFAULT 0 CHECK (ends >= 0);
 ";
 
+/// Step 13 → 14: schedules (issue 28): one row per schedule, its task
+/// template in tc-model's text form, its firing record (`last_run_at`
+/// only moves forward). A small table read whole by every firing loop.
+const V14_SCHEDULES: &str = "
+CREATE TABLE schedules (
+    name         TEXT    PRIMARY KEY,
+    cron         TEXT    NOT NULL,
+    timezone     TEXT    NOT NULL,
+    task         TEXT    NOT NULL,
+    paused       INTEGER NOT NULL CHECK (paused IN (0, 1)),
+    overlap      TEXT    NOT NULL CHECK (overlap IN ('allow', 'skip')),
+    catch_up     TEXT    NOT NULL CHECK (catch_up IN ('none', 'latest')),
+    last_run_at  INTEGER,
+    last_task_id BLOB    CHECK (last_task_id IS NULL OR length(last_task_id) = 16),
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -343,6 +362,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V11_TRACE_CONTEXT,
     V12_DESTINATION_TASKS,
     V13_CALLBACKS,
+    V14_SCHEDULES,
 ];
 
 /// The `user_version` this build writes and reads.

@@ -10,6 +10,7 @@ use rusqlite::Connection;
 use tc_model::claim::Claim;
 use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
+use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
     Page, StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
@@ -22,7 +23,7 @@ use crate::filter::FilterSql;
 use crate::read_pool::Readers;
 use crate::schema::{self, OpenError, Target};
 use crate::writer::Undo;
-use crate::{destinations, read_ops, write_ops, writer};
+use crate::{destinations, read_ops, schedules, write_ops, writer};
 
 /// The SQLite adapter behind [`TaskStore`].
 ///
@@ -419,6 +420,49 @@ impl TaskStore for SqliteStore {
         now: Timestamp,
     ) -> Result<Destination, StoreError> {
         self.write(move |conn| destinations::update(conn, &name, &update, now))
+            .await
+    }
+
+    async fn create_schedule(
+        &self,
+        spec: ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<Recurring, StoreError> {
+        self.write(move |conn| schedules::create(conn, spec, now))
+            .await
+    }
+
+    async fn update_schedule(
+        &self,
+        name: String,
+        change: ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Recurring, StoreError> {
+        self.write(move |conn| schedules::update(conn, &name, change, now))
+            .await
+    }
+
+    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
+        self.write(move |conn| schedules::delete(conn, &name)).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<Recurring>, StoreError> {
+        self.readers.run(|conn| schedules::all(conn)).await
+    }
+
+    async fn schedule(&self, name: String) -> Result<Recurring, StoreError> {
+        self.readers
+            .run(move |conn| schedules::one(conn, &name))
+            .await
+    }
+
+    async fn record_firing(
+        &self,
+        name: String,
+        at: Timestamp,
+        task: TaskId,
+    ) -> Result<bool, StoreError> {
+        self.write(move |conn| schedules::record_firing(conn, &name, at, task))
             .await
     }
 

@@ -16,6 +16,7 @@ use tc_model::destination::{
     ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
     rotation,
 };
+use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
     BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page,
     StateCounts, StoreError, Submitted, TaskFilter, TaskStore, results_within,
@@ -52,6 +53,8 @@ struct Tables {
     by_key: HashMap<String, i64>,
     /// Destination settings by name (`host:port`).
     destinations: BTreeMap<String, DestinationSettings>,
+    /// Schedules by name.
+    schedules: BTreeMap<String, Recurring>,
     last_seq: i64,
     /// Feeds the ids' random bits: deterministic, so a test's ids repeat.
     rng: u64,
@@ -684,6 +687,69 @@ impl TaskStore for MemoryStore {
         // not: it was named by an operator, so it is listed.
         t.destinations.insert(name.clone(), settings);
         Ok(t.destination_of(&name))
+    }
+
+    async fn create_schedule(
+        &self,
+        spec: ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<Recurring, StoreError> {
+        let mut t = self.tables();
+        if t.schedules.contains_key(&spec.name) {
+            return Err(StoreError::Exists);
+        }
+        let schedule = Recurring::new(spec, now);
+        t.schedules
+            .insert(schedule.spec.name.clone(), schedule.clone());
+        Ok(schedule)
+    }
+
+    async fn update_schedule(
+        &self,
+        name: String,
+        change: ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Recurring, StoreError> {
+        let mut t = self.tables();
+        let old = t.schedules.remove(&name).ok_or(StoreError::NotFound)?;
+        let new = old.changed(change, now);
+        t.schedules.insert(name, new.clone());
+        Ok(new)
+    }
+
+    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
+        let mut t = self.tables();
+        t.schedules
+            .remove(&name)
+            .map(drop)
+            .ok_or(StoreError::NotFound)
+    }
+
+    async fn schedules(&self) -> Result<Vec<Recurring>, StoreError> {
+        let t = self.tables();
+        Ok(t.schedules.values().cloned().collect())
+    }
+
+    async fn schedule(&self, name: String) -> Result<Recurring, StoreError> {
+        let t = self.tables();
+        t.schedules.get(&name).cloned().ok_or(StoreError::NotFound)
+    }
+
+    async fn record_firing(
+        &self,
+        name: String,
+        at: Timestamp,
+        task: TaskId,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.tables();
+        match t.schedules.get_mut(&name) {
+            Some(s) if s.last_run_at.is_none_or(|last| last < at) => {
+                s.last_run_at = Some(at);
+                s.last_task_id = Some(task);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn health(&self) -> Result<(), StoreError> {

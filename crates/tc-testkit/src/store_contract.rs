@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`, `callback`; `check` holds what they
+//! `listing` (and bulk), `retention`, `outbound`, `callback`, `schedules`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -122,6 +122,8 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_callback_is_made_once_per_end_with_the_n_th_end_s_key,
         a_cancel_makes_a_callback_only_when_asked,
         callback_fields_round_trip,
+        schedules_are_kept_field_by_field,
+        a_firing_record_never_moves_backwards,
     ]
 }
 
@@ -212,6 +214,8 @@ mod outbound;
 // How a claim walks the destinations with due tasks (issue 22).
 mod due_walk;
 mod retention;
+// Schedules: tasks on a cron (issue 28).
+mod schedules;
 mod submit;
 // A task's trace context (issue 27).
 mod trace;
@@ -224,5 +228,6 @@ pub use due_walk::*;
 pub use listing::*;
 pub use outbound::*;
 pub use retention::*;
+pub use schedules::*;
 pub use submit::*;
 pub use trace::*;

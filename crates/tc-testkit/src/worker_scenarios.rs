@@ -35,6 +35,8 @@ mod destinations;
 mod due_walk;
 mod faults;
 mod outbound;
+// Schedules: a firing per fire time on every store (issue 28).
+mod schedules;
 mod trace;
 
 use callback::a_callback_delivers_the_parent_s_view;
@@ -51,6 +53,7 @@ use faults::{
     panic_in_attempt_ends_it,
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
+use schedules::a_schedule_fires_one_task_per_time_and_records_it;
 use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
@@ -141,6 +144,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             settings_interval: Duration::from_millis(50),
             signing_secrets: Default::default(),
             tracer: None,
+            schedules_interval: Duration::from_secs(30),
         }
     }
 
@@ -261,6 +265,7 @@ macro_rules! worker_scenarios {
             trace_context_reaches_every_try,
             a_due_task_runs_past_thousands_of_waiting_destinations,
             a_callback_delivers_the_parent_s_view,
+            a_schedule_fires_one_task_per_time_and_records_it,
         }
     };
 }
@@ -1524,5 +1529,37 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         now: Timestamp,
     ) -> impl Future<Output = Result<Destination, StoreError>> + Send {
         self.inner.update_destination(name, update, now)
+    }
+    async fn create_schedule(
+        &self,
+        spec: tc_model::recurring::ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.inner.create_schedule(spec, now).await
+    }
+    async fn update_schedule(
+        &self,
+        name: String,
+        change: tc_model::recurring::ScheduleChange,
+        now: Timestamp,
+    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.inner.update_schedule(name, change, now).await
+    }
+    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
+        self.inner.delete_schedule(name).await
+    }
+    async fn schedules(&self) -> Result<Vec<tc_model::recurring::Recurring>, StoreError> {
+        self.inner.schedules().await
+    }
+    async fn schedule(&self, name: String) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.inner.schedule(name).await
+    }
+    async fn record_firing(
+        &self,
+        name: String,
+        at: Timestamp,
+        task: TaskId,
+    ) -> Result<bool, StoreError> {
+        self.inner.record_firing(name, at, task).await
     }
 }

@@ -429,7 +429,11 @@ async fn finish<S: TaskStore, D>(
         Ok(Guarded::Applied(State::Pending)) => Some(retried(ctx, &report, &planned)),
         Ok(Guarded::Applied(state)) => {
             log_done(&report, state, planned.reason.as_deref());
-            if task.callback.as_ref().is_some_and(|c| c.on().includes(state)) {
+            if task
+                .callback
+                .as_ref()
+                .is_some_and(|c| c.on().includes(state))
+            {
                 // This end made a callback task, due now: claim it without
                 // waiting for the next poll.
                 ctx.shared.wake.notify_one();

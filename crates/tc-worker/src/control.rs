@@ -37,6 +37,9 @@ pub(crate) struct Shared<S> {
     pub(crate) flow: Flow,
     /// Destination settings changed: read them again now.
     pub(crate) settings_changed: Notify,
+    /// A schedule was created, changed or deleted through this process:
+    /// the firing loop reads them again now.
+    pub(crate) schedules_changed: Notify,
     /// The destinations' headers and secrets, what each try sends.
     pub(crate) outbound: Outbound,
     /// The attempts claimed here and not yet ended.
@@ -60,6 +63,7 @@ impl<S> Shared<S> {
             wake: Notify::new(),
             flow,
             settings_changed: Notify::new(),
+            schedules_changed: Notify::new(),
             outbound,
             registry: Mutex::new(Registry::default()),
             events,
@@ -169,6 +173,12 @@ impl<S: TaskStore> WorkerControl<S> {
     /// Wakes the claim loop now: a task was submitted.
     pub fn task_submitted(&self) {
         self.shared.wake.notify_one();
+    }
+
+    /// Wakes the schedules' firing loop: a schedule was created, changed
+    /// or deleted.
+    pub fn schedules_changed(&self) {
+        self.shared.schedules_changed.notify_one();
     }
 
     /// The worker's clock: the time to stamp on anything written for it.

@@ -11,6 +11,8 @@
 //!   drops an in-flight call's future, which closes its connection.
 //! - **Leases**: claimed tasks are heartbeated while they run; expired leases
 //!   (a crashed worker) are recovered at start and periodically.
+//! - **Schedules**: a second loop fires the schedules on their cron
+//!   (scheduler.rs), woken by [`WorkerControl::schedules_changed`].
 //! - **Shutdown** ([`Worker::shutdown`]): stop claiming, let calls finish
 //!   within a grace period, put the rest back to pending without using up an
 //!   attempt.
@@ -27,6 +29,7 @@ mod metrics;
 mod outbound;
 mod pruner;
 mod registry;
+mod scheduler;
 mod trace;
 
 use std::sync::{Arc, Mutex};
@@ -81,6 +84,10 @@ pub struct WorkerConfig {
     /// no spans, and each call's `traceparent` names the task's stored
     /// parent.
     pub tracer: Option<SpanTracer>,
+    /// The longest the schedules' firing loop sleeps before it reads the
+    /// schedules again (a change through this process wakes it at once;
+    /// one made on another node is seen within this).
+    pub schedules_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -97,6 +104,7 @@ impl Default for WorkerConfig {
             settings_interval: Duration::from_secs(1),
             signing_secrets: tc_model::signing::SigningSecrets::default(),
             tracer: None,
+            schedules_interval: Duration::from_secs(30),
         }
     }
 }
@@ -150,6 +158,11 @@ impl<S: TaskStore> Worker<S> {
         });
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
+        tasks.spawn(crate::scheduler::schedule_loop(
+            Arc::clone(&shared),
+            config.clone(),
+            stop.clone(),
+        ));
         tasks.spawn(claim_loop(ctx, config, stop.clone()));
         Worker {
             control: WorkerControl { shared },

@@ -15,6 +15,9 @@
 //!   state that operation needs ([`super::seed`]), so the examples phase
 //!   reaches every operation's 2xx; the other phases still draw ids at
 //!   random and follow the document's links.
+//! - A schedule name names a schedule of this run's server: each operation on
+//!   a schedule gets a seeded one as its `{name}`'s example (the delete its
+//!   own), as task ids do.
 //! - `GET /tasks/{id}?wait_ms=` may hold a request 60 s on a pending task:
 //!   the fuzz copy waits at most [`MAX_WAIT_MS`], so a run's length does
 //!   not depend on how many generated waits meet a pending task.
@@ -113,6 +116,39 @@ pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value
     if seeded != 5 {
         return Err(format!(
             "docs/openapi.yaml: expected 5 operations on a task id, found {seeded}"
+        ));
+    }
+
+    // Each operation on a schedule names a schedule the harness made.
+    let schedule_name = doc
+        .pointer("/components/parameters/ScheduleName")
+        .cloned()
+        .ok_or("docs/openapi.yaml has no ScheduleName parameter")?;
+    let mut named = 0;
+    for operation in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+        .flat_map(|i| i.as_object_mut().into_iter().flat_map(|i| i.values_mut()))
+    {
+        let Some(name) = operation["operationId"]
+            .as_str()
+            .and_then(super::seed::schedule_for_operation)
+        else {
+            continue;
+        };
+        let mut parameter = schedule_name.clone();
+        parameter["example"] = Value::String(name.to_owned());
+        for p in operation["parameters"].as_array_mut().into_iter().flatten() {
+            if p["$ref"] == "#/components/parameters/ScheduleName" {
+                *p = parameter.clone();
+                named += 1;
+            }
+        }
+    }
+    if named != 6 {
+        return Err(format!(
+            "docs/openapi.yaml: expected 6 operations on a schedule name, found {named}"
         ));
     }
 
@@ -270,6 +306,22 @@ mod tests {
             assert_eq!(parameter["example"], id, "{pointer}");
             assert_eq!(parameter["name"], "id");
             *parameter = serde_json::json!({"$ref": "#/components/parameters/TaskId"});
+        }
+        // Each operation on a schedule has a seeded schedule as its name's
+        // example, the delete its own.
+        for (path, method, name) in [
+            ("/schedules~1{name}", "get", "seed-schedule"),
+            ("/schedules~1{name}", "put", "seed-schedule"),
+            ("/schedules~1{name}", "delete", "seed-schedule-delete"),
+            ("/schedules~1{name}~1pause", "post", "seed-schedule"),
+            ("/schedules~1{name}~1resume", "post", "seed-schedule"),
+            ("/schedules~1{name}~1trigger", "post", "seed-schedule"),
+        ] {
+            let pointer = format!("/paths/~1{}/{method}/parameters/0", &path[1..]);
+            let parameter = restored.pointer_mut(&pointer).unwrap();
+            assert_eq!(parameter["example"], name, "{pointer}");
+            assert_eq!(parameter["name"], "name");
+            *parameter = serde_json::json!({"$ref": "#/components/parameters/ScheduleName"});
         }
         rewrite_origin(&mut restored, "http://127.0.0.1:4567", EXAMPLE_ORIGIN);
         restored["paths"]["/admin/backup"] = original["paths"]["/admin/backup"].clone();

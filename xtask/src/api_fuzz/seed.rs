@@ -4,6 +4,8 @@
 //! Their ids become the examples of the fuzz document's `{id}` parameters
 //! ([`super::document`]), so every operation on a task reaches its 2xx in
 //! the examples phase, whatever the stateful phase's links happen to follow.
+//! Two schedules likewise: one every operation on a schedule uses, one the
+//! delete deletes.
 
 use std::net::SocketAddr;
 
@@ -24,6 +26,22 @@ pub(crate) struct Seeds {
     pub(crate) finished: String,
     /// Due in a day: canceled.
     pub(crate) pending: String,
+}
+
+/// The seeded schedule every operation on a schedule but the delete uses
+/// (paused, yearly: it never fires by itself during a run).
+pub(crate) const SCHEDULE: &str = "seed-schedule";
+/// The seeded schedule the delete's example deletes.
+pub(crate) const SCHEDULE_TO_DELETE: &str = "seed-schedule-delete";
+
+/// The seeded schedule the examples of `operation_id` use.
+pub(crate) fn schedule_for_operation(operation_id: &str) -> Option<&'static str> {
+    match operation_id {
+        "deleteSchedule" => Some(SCHEDULE_TO_DELETE),
+        "getSchedule" | "replaceSchedule" | "pauseSchedule" | "resumeSchedule"
+        | "triggerSchedule" => Some(SCHEDULE),
+        _ => None,
+    }
 }
 
 impl Seeds {
@@ -65,6 +83,12 @@ pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<
     let pending = client
         .submit(&url, "seed-pending", r#","delay_ms":86400000"#)
         .await?;
+    for name in [SCHEDULE, SCHEDULE_TO_DELETE] {
+        let body = format!(
+            r#"{{"name":"{name}","cron":"@yearly","paused":true,"task":{{"url":"{url}"}}}}"#
+        );
+        client.send(Method::POST, "/schedules", Some(body)).await?;
+    }
     for (id, state) in [
         (&succeeded, "success"),
         (&finished, "success"),

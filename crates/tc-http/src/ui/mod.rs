@@ -228,6 +228,8 @@ where
         "/overview" if fragment => pages::overview::fragment(app).await,
         "/tasks" => pages::tasks::render(app, &ctx, query, fragment).await,
         "/bulk" if !fragment => pages::bulk::page(&ctx, query),
+        "/schedules" if fragment => pages::schedules::fragment(app).await,
+        "/schedules" => pages::schedules::page(app, &ctx).await,
         _ => match page.strip_prefix("/tasks/") {
             Some(id) if !id.is_empty() && !id.contains('/') => {
                 pages::task::render(app, &ctx, id, fragment).await

@@ -39,6 +39,7 @@ impl Control for StillControl {
         self.changes.subscribe()
     }
     fn destinations_changed(&self) {}
+    fn schedules_changed(&self) {}
     fn destination_state(&self, destination: &str) -> crate::DestinationRuntime {
         let open = self
             .open_breakers
@@ -849,4 +850,42 @@ async fn method_headers_and_signing_show_without_any_secret() {
             assert!(!body.contains(secret), "{secret} shown: {body}");
         }
     }
+}
+
+#[tokio::test]
+async fn the_schedules_page_lists_next_runs_and_the_last_task_escaped() {
+    let f = fixture(None);
+    let empty = f.call("GET", "/ui/schedules", &[], "").await;
+    assert_eq!(empty.status, 200);
+    assert!(empty.body.contains("No schedules"), "{}", empty.body);
+    let body = r#"{"name":"nightly","cron":"30 2 * * *","timezone":"Europe/Berlin",
+        "task":{"url":"http://127.0.0.1:9/x","headers":{"authorization":"Bearer s3cr3t"}}}"#;
+    let created = f
+        .call(
+            "POST",
+            "/schedules",
+            &[("content-type", "application/json")],
+            body,
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let fired = f.call("POST", "/schedules/nightly/trigger", &[], "").await;
+    assert_eq!(fired.status, 200, "{}", fired.body);
+    let task: serde_json::Value = serde_json::from_str(&fired.body).unwrap();
+    let page = f.call("GET", "/ui/schedules", &[], "").await;
+    assert_eq!(page.status, 200);
+    for expected in [
+        "nightly",
+        "30 2 * * *",
+        "Europe/Berlin",
+        "data-live=\"/ui/fragment/schedules\"",
+        &format!("/ui/tasks/{}", task["id"].as_str().unwrap()),
+    ] {
+        assert!(page.body.contains(expected), "{expected}: {}", page.body);
+    }
+    assert!(!page.body.contains("s3cr3t"));
+    let fragment = f.call("GET", "/ui/fragment/schedules", &[], "").await;
+    assert_eq!(fragment.status, 200);
+    assert!(fragment.body.contains("<time"), "{}", fragment.body);
+    assert!(!fragment.body.contains("<html"));
 }

@@ -1648,6 +1648,7 @@ impl tc_http::Control for NoControl {
         tokio::sync::broadcast::channel(1).1
     }
     fn destinations_changed(&self) {}
+    fn schedules_changed(&self) {}
     fn destination_state(&self, _: &str) -> tc_http::DestinationRuntime {
         tc_http::DestinationRuntime::default()
     }

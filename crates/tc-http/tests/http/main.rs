@@ -8,6 +8,7 @@
 mod browsers;
 mod contract;
 mod props;
+mod schedules;
 mod socket;
 mod spec_bounds;
 mod support;

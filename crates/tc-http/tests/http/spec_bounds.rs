@@ -49,6 +49,10 @@ enum Place {
     GetQuery,
     /// The `{destination}` of `POST /destinations/{destination}/pause`.
     DestinationPath,
+    /// A property of `POST /schedules`'s body.
+    Schedule,
+    /// A property of `POST /schedules`'s `task`.
+    ScheduleTask,
 }
 
 impl Place {
@@ -68,6 +72,8 @@ impl Place {
             Place::ListQuery => "/paths/~1tasks/get/parameters",
             Place::GetQuery => "/paths/~1tasks~1{id}/get/parameters",
             Place::DestinationPath => "/paths/~1destinations~1{destination}~1pause/post/parameters",
+            Place::Schedule => "/components/schemas/ScheduleRequest",
+            Place::ScheduleTask => "/components/schemas/ScheduleTask",
         }
     }
 
@@ -82,6 +88,7 @@ impl Place {
     fn prefix(self, name: &str) -> String {
         match self {
             Place::BulkFilter => format!("filter.{name}"),
+            Place::ScheduleTask => format!("task.{name}"),
             _ => name.to_owned(),
         }
     }
@@ -235,7 +242,7 @@ fn times(expect: Expect) -> Vec<Value> {
 /// Every field of every request the document constrains.
 fn fields() -> Vec<Field> {
     let mut rows = Vec::new();
-    for place in [Place::Submit, Place::BatchTask] {
+    for place in [Place::Submit, Place::BatchTask, Place::ScheduleTask] {
         rows.extend([
             field(place, "url")
                 .fill(|n| format!("http://h/{}", "a".repeat(n - 9)))
@@ -371,7 +378,44 @@ fn fields() -> Vec<Field> {
             .samples(Accepted, &destinations(Accepted))
             .samples(Refused, &destinations(Refused)),
         field(Place::GetQuery, "wait_ms"),
+        field(Place::Schedule, "name")
+            .fill(|n| "n".repeat(n))
+            .samples(Accepted, &strings(&["nightly-report_v2.1", "A"]))
+            .samples(Refused, &strings(&["a b", "a/b", "naïve", "a:b"])),
+        field(Place::Schedule, "cron")
+            // Extra spaces between fields are insignificant.
+            .fill(|n| format!("0{} 0 * * *", " ".repeat(n - 9)))
+            .samples(
+                Accepted,
+                &strings(&[
+                    "*/15 9-17 * * MON-FRI",
+                    "0 0 1 JAN,JUL *",
+                    "@hourly",
+                    "@monthly",
+                ]),
+            )
+            .samples(
+                RefusedAsDescribed("Five fields"),
+                &strings(&["* * * *", "* * * * * *", "60 * * * *", "whenever"]),
+            )
+            .samples(RefusedAsDescribed("never fires"), &strings(&["0 0 30 2 *"])),
+        field(Place::Schedule, "timezone")
+            .samples(
+                Accepted,
+                &strings(&["UTC", "Europe/Berlin", "America/New_York"]),
+            )
+            .samples(
+                RefusedAsDescribed("IANA"),
+                &strings(&["Mars/Olympus", "", "+01:00"]),
+            ),
+        field(Place::Schedule, "task").samples(Accepted, &[json!({"url": "http://h/x"})]),
+        field(Place::Schedule, "paused"),
+        field(Place::Schedule, "overlap"),
+        field(Place::Schedule, "catch_up"),
     ]);
+    // A schedule's task has every field of a submit but the key, which
+    // each firing sets.
+    rows.retain(|r| !(r.place == Place::ScheduleTask && r.name == "idempotency_key"));
     for place in [Place::BulkFilter, Place::ListQuery] {
         rows.extend([
             field(place, "state"),
@@ -598,6 +642,14 @@ async fn send(place: Place, fields: Map<String, Value>) -> Outcome {
             h.call("GET", &format!("{path}?{}", query.join("&")), &[], b"")
                 .await
         }
+        Place::Schedule => post("/schedules".into(), body_with(schedule_base())).await,
+        Place::ScheduleTask => {
+            let mut task = Map::new();
+            task.insert("url".into(), json!("http://127.0.0.1:9/hook"));
+            let mut base = schedule_base();
+            base.insert("task".into(), body_with(task));
+            post("/schedules".into(), Value::Object(base)).await
+        }
         Place::DestinationPath => {
             let name = text_of(&fields["destination"]);
             let path = format!("/destinations/{}/pause", encode(&name));
@@ -632,6 +684,14 @@ async fn canceled_task(h: &Harness) -> String {
         .await;
     assert_eq!(canceled.json()["state"], "canceled");
     id
+}
+
+fn schedule_base() -> Map<String, Value> {
+    let mut base = Map::new();
+    base.insert("name".into(), json!("nightly"));
+    base.insert("cron".into(), json!("@hourly"));
+    base.insert("task".into(), json!({"url": "http://127.0.0.1:9/hook"}));
+    base
 }
 
 fn submit_base() -> Map<String, Value> {
@@ -1058,7 +1118,8 @@ async fn routes_that_read_a_body_document_its_errors() {
         let path = route
             .path
             .replace("{id}", &id)
-            .replace("{destination}", "api.example.com:443");
+            .replace("{destination}", "api.example.com:443")
+            .replace("{name}", "nightly");
         let operation = &doc["paths"][route.path][route.method.to_lowercase()];
         let documents = |status: &str| operation["responses"].get(status).is_some();
         let big = vec![b' '; 65];

@@ -144,6 +144,44 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.update_destination(name, update, now).await
     }
+    async fn create_schedule(
+        &self,
+        spec: tc_model::recurring::ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.check()?;
+        self.inner.create_schedule(spec, now).await
+    }
+    async fn update_schedule(
+        &self,
+        name: String,
+        change: tc_model::recurring::ScheduleChange,
+        now: Timestamp,
+    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.check()?;
+        self.inner.update_schedule(name, change, now).await
+    }
+    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.delete_schedule(name).await
+    }
+    async fn schedules(&self) -> Result<Vec<tc_model::recurring::Recurring>, StoreError> {
+        self.check()?;
+        self.inner.schedules().await
+    }
+    async fn schedule(&self, name: String) -> Result<tc_model::recurring::Recurring, StoreError> {
+        self.check()?;
+        self.inner.schedule(name).await
+    }
+    async fn record_firing(
+        &self,
+        name: String,
+        at: Timestamp,
+        task: TaskId,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.record_firing(name, at, task).await
+    }
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
         self.check()?;
         self.inner.delete(id).await
@@ -216,6 +254,9 @@ impl Control for FakeControl {
     }
 
     fn destinations_changed(&self) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+    }
+    fn schedules_changed(&self) {
         self.wakes.fetch_add(1, Ordering::SeqCst);
     }
 

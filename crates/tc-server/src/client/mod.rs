@@ -1,5 +1,5 @@
-//! The command-line client: `tc-server task …` and `tc-server destination …`
-//! talk to a running server over its HTTP API.
+//! The command-line client: `tc-server task …`, `tc-server destination …`
+//! and `tc-server schedule …` talk to a running server over its HTTP API.
 //!
 //! Exit codes: 0 ok, 1 the API refused (its error code and message on
 //! stderr), 2 usage, 3 server unreachable.
@@ -10,13 +10,16 @@ mod error;
 mod format;
 mod http;
 mod output;
+mod schedule;
 mod task;
 mod view;
 mod watch;
 
 use std::process::ExitCode;
 
-use self::args::{DestinationArgs, DestinationCommand, TaskArgs, TaskCommand};
+use self::args::{
+    DestinationArgs, DestinationCommand, ScheduleArgs, ScheduleCommand, TaskArgs, TaskCommand,
+};
 use self::error::ClientError;
 use self::http::Api;
 use self::output::Out;
@@ -29,6 +32,33 @@ pub(crate) fn run_task(args: &TaskArgs) -> ExitCode {
 /// Runs `tc-server destination …`.
 pub(crate) fn run_destination(args: &DestinationArgs) -> ExitCode {
     finish(block_on(destination_command(args)))
+}
+
+/// Runs `tc-server schedule …`.
+pub(crate) fn run_schedule(args: &ScheduleArgs) -> ExitCode {
+    finish(block_on(schedule_command(args)))
+}
+
+async fn schedule_command(args: &ScheduleArgs) -> Result<(), ClientError> {
+    let api = Api::new(&args.connection)?;
+    let json = |leaf: args::Output| args.output.json || leaf.json;
+    match &args.command {
+        ScheduleCommand::Create(a) => schedule::create(&api, &Out::new(json(a.output)), a).await,
+        ScheduleCommand::List(a) => schedule::list(&api, &Out::new(json(a.output))).await,
+        ScheduleCommand::Get(a) => schedule::get(&api, &Out::new(json(a.output)), &a.name).await,
+        ScheduleCommand::Pause(a) => {
+            schedule::act(&api, &Out::new(json(a.output)), &a.name, "pause").await
+        }
+        ScheduleCommand::Resume(a) => {
+            schedule::act(&api, &Out::new(json(a.output)), &a.name, "resume").await
+        }
+        ScheduleCommand::Trigger(a) => {
+            schedule::trigger(&api, &Out::new(json(a.output)), &a.name).await
+        }
+        ScheduleCommand::Delete(a) => {
+            schedule::delete(&api, &Out::new(json(a.output)), &a.name).await
+        }
+    }
 }
 
 /// A client command makes one request at a time: one thread is enough.

@@ -123,7 +123,7 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,due_marks,pending_destinations,schedules,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -214,7 +214,7 @@ async fn a_version_6_schema_is_upgraded_in_place() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,due_marks,pending_destinations,schedules,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -262,11 +262,42 @@ async fn a_version_9_schema_is_upgraded_in_place() {
     .with_trace(context.clone());
     let created = store.submit(new, Timestamp::default()).await.unwrap().task;
     assert_eq!(store.get(created.id).await.unwrap().trace, Some(context));
+    // The upgraded schema takes schedules (step 12), kept across a reopen
+    // with their firing record.
+    let spec = tc_model::recurring::ScheduleSpec {
+        name: "nightly".into(),
+        when: tc_model::recurring::Recurrence {
+            cron: tc_model::recurring::CronPattern::parse("30 2 * * *").unwrap(),
+            zone: tc_model::recurring::Zone::parse("America/New_York").unwrap(),
+        },
+        task: tc_model::recurring::TaskTemplate::of(new_task("template")),
+        paused: true,
+        overlap: tc_model::recurring::Overlap::Skip,
+        catch_up: tc_model::recurring::CatchUp::Latest,
+    };
+    let made = store
+        .create_schedule(spec, Timestamp::from_millis(5))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .record_firing("nightly".into(), Timestamp::from_millis(9), created.id)
+            .await
+            .unwrap()
+    );
+    drop(store);
+    let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let kept = store.schedule("nightly".into()).await.unwrap();
+    assert_eq!(kept.spec, made.spec);
+    assert_eq!(
+        (kept.last_run_at, kept.last_task_id),
+        (Some(Timestamp::from_millis(9)), Some(created.id))
+    );
     drop(store);
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "attempts,destinations,due_marks,pending_destinations,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
+            "attempts,destinations,due_marks,pending_destinations,schedules,task_count_deltas,task_count_totals,taskcenter_schema,tasks,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );

@@ -15,6 +15,7 @@ mod database;
 mod grouped;
 mod idle;
 mod listing;
+mod schedules;
 mod support;
 mod tls;
 mod upgrade;

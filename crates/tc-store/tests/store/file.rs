@@ -318,6 +318,36 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         .unwrap()
         .task;
     assert_eq!(store.get(traced.id).await.unwrap().trace, Some(context));
+    // An old file takes schedules (step 13), and keeps them across a reopen
+    // with their firing record.
+    let spec = tc_model::recurring::ScheduleSpec {
+        name: "nightly".into(),
+        when: tc_model::recurring::Recurrence {
+            cron: tc_model::recurring::CronPattern::parse("30 2 * * *").unwrap(),
+            zone: tc_model::recurring::Zone::parse("Europe/Berlin").unwrap(),
+        },
+        task: tc_model::recurring::TaskTemplate::of(task("template")),
+        paused: false,
+        overlap: tc_model::recurring::Overlap::Skip,
+        catch_up: tc_model::recurring::CatchUp::Latest,
+    };
+    let created = store.create_schedule(spec, t(80)).await.unwrap();
+    assert!(
+        store
+            .record_firing("nightly".into(), t(90), traced.id)
+            .await
+            .unwrap()
+    );
+    store.close().await;
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    let kept = store.schedule("nightly".into()).await.unwrap();
+    assert_eq!(kept.spec, created.spec);
+    assert_eq!(
+        (kept.last_run_at, kept.last_task_id),
+        (Some(t(90)), Some(traced.id))
+    );
     store.close().await;
 }
 

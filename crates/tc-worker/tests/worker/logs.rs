@@ -31,8 +31,8 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
-/// Runs `scenario` with a JSON subscriber and returns every event it logged.
-async fn events_of(scenario: &str) -> Vec<Value> {
+/// Runs `work` with a JSON subscriber and returns every event it logged.
+async fn events_during(work: impl std::future::Future<Output = ()>) -> Vec<Value> {
     // tracing decides once per event site whether anyone wants its events,
     // when a thread first reaches it; while one dispatcher is registered it
     // asks only that thread's. The scenarios of this binary run on other
@@ -46,23 +46,31 @@ async fn events_of(scenario: &str) -> Vec<Value> {
         .with_writer(captured.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let store = Arc::new(MemoryStore::new());
-    let script = Script::new();
-    let rig = Rig::new(
-        store,
-        Arc::new(FakeDownstream::new(Arc::clone(&script))),
-        script,
-        "http://downstream.test",
-    )
-    .with_other_host("http://other.test")
-    .on_paused_clock();
-    run(scenario, &rig).await.unwrap();
+    work.await;
     let bytes = captured.0.lock().unwrap().clone();
     String::from_utf8(bytes)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// Runs `scenario` with a JSON subscriber and returns every event it logged.
+async fn events_of(scenario: &str) -> Vec<Value> {
+    events_during(async {
+        let store = Arc::new(MemoryStore::new());
+        let script = Script::new();
+        let rig = Rig::new(
+            store,
+            Arc::new(FakeDownstream::new(Arc::clone(&script))),
+            script,
+            "http://downstream.test",
+        )
+        .with_other_host("http://other.test")
+        .on_paused_clock();
+        run(scenario, &rig).await.unwrap();
+    })
+    .await
 }
 
 /// Checks that the first event named `name` has every field in `fields`,
@@ -227,4 +235,73 @@ async fn a_task_s_log_lines_carry_its_trace_id() {
         // No tracer: no span, so no span id.
         assert!(event.get("span_id").is_none(), "{name}: {event}");
     }
+}
+
+/// A schedule's firing and a skip (`overlap: skip`, the first task still
+/// pending) log what fired, when, and which task.
+#[tokio::test(start_paused = true)]
+async fn schedule_firings_and_skips_carry_their_fields() {
+    use std::time::Duration;
+    use tc_model::recurring::{
+        CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
+    };
+    use tc_model::store::TaskStore;
+
+    let events = events_during(async {
+        let store = Arc::new(MemoryStore::new());
+        // 2026-01-01T00:00:30Z.
+        let clock =
+            tc_worker::Clock::starting_at(tc_model::Timestamp::from_millis(1_767_225_630_000));
+        let task = tc_model::NewTask::new(
+            "http://downstream.test/tick".into(),
+            b"{}".to_vec(),
+            "template".into(),
+            3,
+            Duration::from_secs(5),
+            &tc_model::Limits::default(),
+        )
+        .and_then(|t| t.with_schedule(tc_model::Schedule::After(Duration::from_secs(600))))
+        .unwrap();
+        let spec = ScheduleSpec {
+            name: "tick".into(),
+            when: Recurrence {
+                cron: CronPattern::parse("* * * * *").unwrap(),
+                zone: Zone::UTC,
+            },
+            task: TaskTemplate::of(task),
+            paused: false,
+            overlap: Overlap::Skip,
+            catch_up: CatchUp::None,
+        };
+        store.create_schedule(spec, clock.now()).await.unwrap();
+        let worker = tc_worker::Worker::spawn(
+            Arc::clone(&store),
+            Arc::new(FakeDownstream::new(Script::new())),
+            tc_worker::WorkerConfig::default(),
+            clock,
+            tc_worker::WorkerMetrics::default(),
+        );
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        worker.shutdown().await.unwrap();
+    })
+    .await;
+    let fired = check(
+        &events,
+        "schedule_fired",
+        &["schedule", "fire_time", "task_id", "created"],
+    );
+    assert_eq!(
+        (fired["schedule"].as_str(), fired["fire_time"].as_str()),
+        (Some("tick"), Some("2026-01-01T00:01:00Z"))
+    );
+    let skipped = check(
+        &events,
+        "schedule_skipped",
+        &["schedule", "fire_time", "previous_task_id", "state"],
+    );
+    assert_eq!(
+        (skipped["fire_time"].as_str(), skipped["state"].as_str()),
+        (Some("2026-01-01T00:02:00Z"), Some("pending"))
+    );
+    assert_eq!(skipped["previous_task_id"], fired["task_id"]);
 }

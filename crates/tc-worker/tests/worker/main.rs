@@ -6,3 +6,4 @@
 
 mod logs;
 mod scenarios;
+mod schedules;

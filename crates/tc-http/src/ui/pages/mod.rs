@@ -5,6 +5,7 @@ pub(crate) mod bulk;
 pub(crate) mod destinations;
 pub(crate) mod login;
 pub(crate) mod overview;
+pub(crate) mod schedules;
 pub(crate) mod task;
 pub(crate) mod tasks;
 
@@ -79,6 +80,7 @@ pub(crate) enum Nav {
     Overview,
     Tasks,
     Bulk,
+    Schedules,
     None,
 }
 
@@ -109,6 +111,7 @@ pub(crate) fn layout(ctx: &Ctx, title: &str, nav: Nav, body: Markup) -> Markup {
                         (tab(Nav::Overview, "/ui/", "Overview"))
                         (tab(Nav::Tasks, "/ui/tasks", "Tasks"))
                         (tab(Nav::Bulk, "/ui/bulk", "Bulk actions"))
+                        (tab(Nav::Schedules, "/ui/schedules", "Schedules"))
                     }
                     span.spacer {}
                     span #live-status.live-status title="Refreshes every 2 s" {}

@@ -1,0 +1,217 @@
+//! `tc-server schedule …`: create, list, get, pause, resume, trigger,
+//! delete.
+
+use std::time::Duration;
+
+use http::Method;
+use serde_json::{Map, Value};
+
+use super::args::CreateScheduleArgs;
+use super::error::ClientError;
+use super::format::{Cell, Table};
+use super::http::{Api, escape};
+use super::output::{Out, note};
+use super::view::{self, field, text};
+
+fn path(name: &str) -> String {
+    format!("/schedules/{}", escape(name))
+}
+
+/// `schedule create`.
+pub(crate) async fn create(
+    api: &Api,
+    out: &Out,
+    args: &CreateScheduleArgs,
+) -> Result<(), ClientError> {
+    let answer = api
+        .json(Method::POST, "/schedules", Some(create_body(args)?))
+        .await?;
+    show(out, &answer)
+}
+
+/// `POST /schedules`'s body: the flags given; the task as written.
+fn create_body(args: &CreateScheduleArgs) -> Result<String, ClientError> {
+    let task: Value = serde_json::from_str(args.task.0.get())
+        .map_err(|e| ClientError::Usage(format!("--task: not valid JSON: {e}")))?;
+    let mut body = Map::new();
+    body.insert("name".into(), args.name.clone().into());
+    body.insert("cron".into(), args.cron.clone().into());
+    if let Some(zone) = &args.timezone {
+        body.insert("timezone".into(), zone.clone().into());
+    }
+    body.insert("task".into(), task);
+    if args.paused {
+        body.insert("paused".into(), true.into());
+    }
+    if let Some(overlap) = &args.overlap {
+        body.insert("overlap".into(), overlap.clone().into());
+    }
+    if let Some(catch_up) = &args.catch_up {
+        body.insert("catch_up".into(), catch_up.clone().into());
+    }
+    // The task's `json` is re-encoded here; the server reads it as a
+    // JSON value, digits kept (serde_json's arbitrary precision).
+    Ok(Value::Object(body).to_string())
+}
+
+/// `schedule list`.
+pub(crate) async fn list(api: &Api, out: &Out) -> Result<(), ClientError> {
+    let answer = api.json(Method::GET, "/schedules", None).await?;
+    let schedules = field(&answer, "schedules").as_array().ok_or_else(|| {
+        ClientError::Protocol(format!("a schedule list without schedules: {answer}"))
+    })?;
+    if out.json {
+        for s in schedules {
+            out.json_line(s)?;
+        }
+        return Ok(());
+    }
+    if schedules.is_empty() {
+        note("no schedules");
+        return Ok(());
+    }
+    let rows: Vec<Vec<Cell>> = schedules.iter().map(row).collect();
+    out.text(
+        &Table::new(&[
+            "NAME",
+            "CRON",
+            "TIMEZONE",
+            "PAUSED",
+            "NEXT RUN (UTC)",
+            "LAST RUN (UTC)",
+            "LAST TASK",
+        ])
+        .render(&rows, out.colour),
+    )
+}
+
+fn row(s: &Value) -> Vec<Cell> {
+    vec![
+        Cell::new(&text(field(s, "name"))),
+        Cell::new(&text(field(s, "cron"))),
+        Cell::new(&text(field(s, "timezone"))),
+        Cell::new(if field(s, "paused").as_bool() == Some(true) {
+            "paused"
+        } else {
+            "no"
+        }),
+        Cell::new(&text(&field(s, "next_runs")[0])),
+        Cell::new(&text(field(s, "last_run_at"))),
+        Cell::new(&text(field(s, "last_task_id"))),
+    ]
+}
+
+/// `schedule get`.
+pub(crate) async fn get(api: &Api, out: &Out, name: &str) -> Result<(), ClientError> {
+    let answer = api.json(Method::GET, &path(name), None).await?;
+    show(out, &answer)
+}
+
+/// `schedule pause` and `schedule resume`.
+pub(crate) async fn act(api: &Api, out: &Out, name: &str, action: &str) -> Result<(), ClientError> {
+    let answer = api
+        .json(Method::POST, &format!("{}/{action}", path(name)), None)
+        .await?;
+    show(out, &answer)
+}
+
+/// `schedule trigger`: the task it submitted.
+pub(crate) async fn trigger(api: &Api, out: &Out, name: &str) -> Result<(), ClientError> {
+    let task = api
+        .json(Method::POST, &format!("{}/trigger", path(name)), None)
+        .await?;
+    if out.json {
+        return out.json_line(&task);
+    }
+    out.text(&Table::plain().render(&view::task_fields(&task, out.now), out.colour))
+}
+
+/// `schedule delete`.
+pub(crate) async fn delete(api: &Api, out: &Out, name: &str) -> Result<(), ClientError> {
+    api.send(Method::DELETE, &path(name), None, Duration::ZERO)
+        .await?;
+    if out.json {
+        return Ok(());
+    }
+    out.text(&format!(
+        "schedule {} deleted (its tasks stay)\n",
+        super::format::sanitize(name)
+    ))
+}
+
+fn show(out: &Out, s: &Value) -> Result<(), ClientError> {
+    if out.json {
+        return out.json_line(s);
+    }
+    let line = |label: &str, value: String| vec![Cell::new(label), Cell::new(&value)];
+    let task = field(s, "task");
+    let next: Vec<String> = field(s, "next_runs")
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(text)
+        .collect();
+    let rows = vec![
+        line("name", text(field(s, "name"))),
+        line("cron", text(field(s, "cron"))),
+        line("timezone", text(field(s, "timezone"))),
+        line("paused", text(field(s, "paused"))),
+        line("overlap", text(field(s, "overlap"))),
+        line("catch up", text(field(s, "catch_up"))),
+        line(
+            "task",
+            format!(
+                "{} {}",
+                text(field(task, "method")),
+                text(field(task, "url"))
+            ),
+        ),
+        line("next runs", next.join(", ")),
+        line("last run", text(field(s, "last_run_at"))),
+        line("last task", text(field(s, "last_task_id"))),
+    ];
+    out.text(&Table::plain().render(&rows, out.colour))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::args::Payload;
+
+    #[test]
+    fn a_create_sends_the_flags_given_and_the_task_as_json() {
+        let args = |timezone: Option<&str>, paused: bool| CreateScheduleArgs {
+            name: "nightly".into(),
+            cron: "30 2 * * *".into(),
+            timezone: timezone.map(str::to_owned),
+            task: Payload(
+                serde_json::value::RawValue::from_string(
+                    r#"{"url":"http://h/x","json":{"n":1.50}}"#.into(),
+                )
+                .unwrap(),
+            ),
+            paused,
+            overlap: None,
+            catch_up: Some("latest".into()),
+            output: Default::default(),
+        };
+        let body: Value = serde_json::from_str(&create_body(&args(None, false)).unwrap()).unwrap();
+        // The task's digits as written (1.50, not 1.5).
+        let want: Value = serde_json::from_str(
+            r#"{"name": "nightly", "cron": "30 2 * * *", "catch_up": "latest",
+                "task": {"url": "http://h/x", "json": {"n": 1.50}}}"#,
+        )
+        .unwrap();
+        assert_eq!(body, want);
+        let body: Value =
+            serde_json::from_str(&create_body(&args(Some("Europe/Berlin"), true)).unwrap())
+                .unwrap();
+        assert_eq!(
+            (&body["timezone"], &body["paused"]),
+            (
+                &serde_json::json!("Europe/Berlin"),
+                &serde_json::json!(true)
+            )
+        );
+    }
+}

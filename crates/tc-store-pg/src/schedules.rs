@@ -1,0 +1,184 @@
+//! Schedules on PostgreSQL (issue 28): the `schedules` table of schema
+//! step 12, one row per schedule, its task template as tc-model's text
+//! form. Every node's firing loop reads them all; the firing record is a
+//! guarded UPDATE (`last_run_at` only moves forward), so nodes that fire
+//! the same time in any order leave the latest record.
+
+use deadpool_postgres::GenericClient;
+use tc_model::recurring::{
+    CatchUp, CronPattern, Overlap, Recurrence, Recurring, ScheduleChange, ScheduleSpec,
+    TaskTemplate, Zone,
+};
+use tc_model::store::StoreError;
+use tc_model::{TaskId, Timestamp};
+use tokio_postgres::Row;
+
+use crate::error::db;
+
+const COLUMNS: &str = "name, cron, timezone, task, paused, overlap, catch_up, \
+     last_run_at, last_task_id, created_at, updated_at";
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("corrupt row in schedules: bad {what}"))
+}
+
+fn schedule_of(row: &Row) -> Result<Recurring, StoreError> {
+    let text = |i: usize| row.try_get::<_, String>(i).map_err(db);
+    let last_task_id = match row.try_get::<_, Option<Vec<u8>>>(8).map_err(db)? {
+        None => None,
+        Some(bytes) => Some(TaskId::from_bytes(
+            <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| corrupt("last_task_id"))?,
+        )),
+    };
+    Ok(Recurring {
+        spec: ScheduleSpec {
+            name: text(0)?,
+            when: Recurrence {
+                cron: CronPattern::from_stored(&text(1)?).map_err(|_| corrupt("cron"))?,
+                zone: Zone::parse(&text(2)?).map_err(|_| corrupt("timezone"))?,
+            },
+            task: TaskTemplate::from_stored(&text(3)?).map_err(|_| corrupt("task"))?,
+            paused: row.try_get(4).map_err(db)?,
+            overlap: Overlap::parse(&text(5)?).map_err(|_| corrupt("overlap"))?,
+            catch_up: CatchUp::parse(&text(6)?).map_err(|_| corrupt("catch_up"))?,
+        },
+        last_run_at: row
+            .try_get::<_, Option<i64>>(7)
+            .map_err(db)?
+            .map(Timestamp::from_millis),
+        last_task_id,
+        created_at: Timestamp::from_millis(row.try_get(9).map_err(db)?),
+        updated_at: Timestamp::from_millis(row.try_get(10).map_err(db)?),
+    })
+}
+
+/// Every schedule, in name order.
+pub(crate) async fn all(client: &impl GenericClient) -> Result<Vec<Recurring>, StoreError> {
+    let stmt = client
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules ORDER BY name"))
+        .await
+        .map_err(db)?;
+    client
+        .query(&stmt, &[])
+        .await
+        .map_err(db)?
+        .iter()
+        .map(schedule_of)
+        .collect()
+}
+
+/// The schedule `name` (locked when `lock`), or not found.
+pub(crate) async fn one(
+    client: &impl GenericClient,
+    name: &str,
+    lock: bool,
+) -> Result<Recurring, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM schedules WHERE name = $1{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let stmt = client.prepare_cached(&sql).await.map_err(db)?;
+    match client.query_opt(&stmt, &[&name]).await.map_err(db)? {
+        Some(row) => schedule_of(&row),
+        None => Err(StoreError::NotFound),
+    }
+}
+
+/// Writes every column of `s`: an insert that does nothing on a taken name
+/// (the primary key decides races between nodes), or an update.
+async fn write(client: &impl GenericClient, s: &Recurring, insert: bool) -> Result<(), StoreError> {
+    let sql = if insert {
+        "INSERT INTO schedules (name, cron, timezone, task, paused, overlap, catch_up, \
+                                last_run_at, last_task_id, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (name) DO NOTHING"
+    } else {
+        "UPDATE schedules SET cron = $2, timezone = $3, task = $4, paused = $5, overlap = $6, \
+             catch_up = $7, last_run_at = $8, last_task_id = $9, created_at = $10, \
+             updated_at = $11 WHERE name = $1"
+    };
+    let stmt = client.prepare_cached(sql).await.map_err(db)?;
+    let last_task_id = s.last_task_id.map(|id| id.as_bytes().to_vec());
+    let changed = client
+        .execute(
+            &stmt,
+            &[
+                &s.spec.name,
+                &s.spec.when.cron.as_str(),
+                &s.spec.when.zone.name(),
+                &s.spec.task.to_stored(),
+                &s.spec.paused,
+                &s.spec.overlap.as_str(),
+                &s.spec.catch_up.as_str(),
+                &s.last_run_at.map(Timestamp::as_millis),
+                &last_task_id,
+                &s.created_at.as_millis(),
+                &s.updated_at.as_millis(),
+            ],
+        )
+        .await
+        .map_err(db)?;
+    match (changed, insert) {
+        (1, _) => Ok(()),
+        (_, true) => Err(StoreError::Exists),
+        (_, false) => Err(StoreError::NotFound),
+    }
+}
+
+/// A new schedule, or [`StoreError::Exists`].
+pub(crate) async fn create(
+    client: &impl GenericClient,
+    spec: ScheduleSpec,
+    now: Timestamp,
+) -> Result<Recurring, StoreError> {
+    let schedule = Recurring::new(spec, now);
+    write(client, &schedule, true).await?;
+    Ok(schedule)
+}
+
+/// A change to `name`: its row locked, changed, written, in the caller's
+/// transaction.
+pub(crate) async fn update(
+    client: &impl GenericClient,
+    name: &str,
+    change: ScheduleChange,
+    now: Timestamp,
+) -> Result<Recurring, StoreError> {
+    let schedule = one(client, name, true).await?.changed(change, now);
+    write(client, &schedule, false).await?;
+    Ok(schedule)
+}
+
+/// Deletes `name`, or not found.
+pub(crate) async fn delete(client: &impl GenericClient, name: &str) -> Result<(), StoreError> {
+    let stmt = client
+        .prepare_cached("DELETE FROM schedules WHERE name = $1")
+        .await
+        .map_err(db)?;
+    match client.execute(&stmt, &[&name]).await.map_err(db)? {
+        1 => Ok(()),
+        _ => Err(StoreError::NotFound),
+    }
+}
+
+/// The guarded firing record: applies only to a later fire time (checked
+/// by PostgreSQL on the newest row version when two nodes race).
+pub(crate) async fn record_firing(
+    client: &impl GenericClient,
+    name: &str,
+    at: Timestamp,
+    task: TaskId,
+) -> Result<bool, StoreError> {
+    let stmt = client
+        .prepare_cached(
+            "UPDATE schedules SET last_run_at = $2, last_task_id = $3 \
+             WHERE name = $1 AND (last_run_at IS NULL OR last_run_at < $2)",
+        )
+        .await
+        .map_err(db)?;
+    let id = task.as_bytes().to_vec();
+    let n = client
+        .execute(&stmt, &[&name, &at.as_millis(), &id])
+        .await
+        .map_err(db)?;
+    Ok(n == 1)
+}

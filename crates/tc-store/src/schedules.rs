@@ -1,0 +1,197 @@
+//! Schedules on SQLite (issue 28): the `schedules` table of schema step
+//! 13, one row per schedule, its task template as tc-model's text form.
+//! Synchronous functions on a connection, like the other operations.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use tc_model::recurring::{
+    CatchUp, CronPattern, Overlap, Recurrence, Recurring, ScheduleChange, ScheduleSpec,
+    TaskTemplate, Zone,
+};
+use tc_model::store::StoreError;
+use tc_model::{TaskId, Timestamp};
+
+use crate::rows::db;
+
+const COLUMNS: &str = "name, cron, timezone, task, paused, overlap, catch_up, \
+     last_run_at, last_task_id, created_at, updated_at";
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("corrupt row in schedules: bad {what}"))
+}
+
+/// A row as read, before its text is parsed (outside rusqlite's closure,
+/// so that a corrupt row is a [`StoreError`]).
+struct RawRow {
+    name: String,
+    cron: String,
+    timezone: String,
+    task: String,
+    paused: i64,
+    overlap: String,
+    catch_up: String,
+    last_run_at: Option<i64>,
+    last_task_id: Option<Vec<u8>>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
+    Ok(RawRow {
+        name: row.get(0)?,
+        cron: row.get(1)?,
+        timezone: row.get(2)?,
+        task: row.get(3)?,
+        paused: row.get(4)?,
+        overlap: row.get(5)?,
+        catch_up: row.get(6)?,
+        last_run_at: row.get(7)?,
+        last_task_id: row.get(8)?,
+        created_at: row.get(9)?,
+        updated_at: row.get(10)?,
+    })
+}
+
+fn schedule_of(r: RawRow) -> Result<Recurring, StoreError> {
+    let last_task_id = match r.last_task_id {
+        None => None,
+        Some(bytes) => Some(TaskId::from_bytes(
+            <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| corrupt("last_task_id"))?,
+        )),
+    };
+    Ok(Recurring {
+        spec: ScheduleSpec {
+            when: Recurrence {
+                cron: CronPattern::from_stored(&r.cron).map_err(|_| corrupt("cron"))?,
+                zone: Zone::parse(&r.timezone).map_err(|_| corrupt("timezone"))?,
+            },
+            task: TaskTemplate::from_stored(&r.task).map_err(|_| corrupt("task"))?,
+            paused: r.paused != 0,
+            overlap: Overlap::parse(&r.overlap).map_err(|_| corrupt("overlap"))?,
+            catch_up: CatchUp::parse(&r.catch_up).map_err(|_| corrupt("catch_up"))?,
+            name: r.name,
+        },
+        last_run_at: r.last_run_at.map(Timestamp::from_millis),
+        last_task_id,
+        created_at: Timestamp::from_millis(r.created_at),
+        updated_at: Timestamp::from_millis(r.updated_at),
+    })
+}
+
+/// Every schedule, in name order.
+pub(crate) fn all(conn: &Connection) -> Result<Vec<Recurring>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules ORDER BY name"))
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], raw)
+        .map_err(db)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(db)?;
+    rows.into_iter().map(schedule_of).collect()
+}
+
+/// The schedule `name`, if there is one.
+fn find(conn: &Connection, name: &str) -> Result<Option<Recurring>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE name = ?1"))
+        .map_err(db)?
+        .query_row([name], raw)
+        .optional()
+        .map_err(db)?
+        .map(schedule_of)
+        .transpose()
+}
+
+/// The schedule `name`, or not found.
+pub(crate) fn one(conn: &Connection, name: &str) -> Result<Recurring, StoreError> {
+    find(conn, name)?.ok_or(StoreError::NotFound)
+}
+
+/// Writes every column of `s`, inserting or replacing its row.
+fn write(conn: &Connection, s: &Recurring, insert: bool) -> Result<(), StoreError> {
+    let sql = if insert {
+        "INSERT INTO schedules (name, cron, timezone, task, paused, overlap, catch_up, \
+                                last_run_at, last_task_id, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (name) DO NOTHING"
+    } else {
+        "UPDATE schedules SET cron = ?2, timezone = ?3, task = ?4, paused = ?5, overlap = ?6, \
+             catch_up = ?7, last_run_at = ?8, last_task_id = ?9, created_at = ?10, \
+             updated_at = ?11 WHERE name = ?1"
+    };
+    let changed = conn
+        .prepare_cached(sql)
+        .map_err(db)?
+        .execute(params![
+            s.spec.name,
+            s.spec.when.cron.as_str(),
+            s.spec.when.zone.name(),
+            s.spec.task.to_stored(),
+            i64::from(s.spec.paused),
+            s.spec.overlap.as_str(),
+            s.spec.catch_up.as_str(),
+            s.last_run_at.map(Timestamp::as_millis),
+            s.last_task_id.map(|id| id.as_bytes().to_vec()),
+            s.created_at.as_millis(),
+            s.updated_at.as_millis(),
+        ])
+        .map_err(db)?;
+    match (changed, insert) {
+        (1, _) => Ok(()),
+        (_, true) => Err(StoreError::Exists),
+        (_, false) => Err(StoreError::NotFound),
+    }
+}
+
+/// A new schedule, or [`StoreError::Exists`].
+pub(crate) fn create(
+    conn: &Connection,
+    spec: ScheduleSpec,
+    now: Timestamp,
+) -> Result<Recurring, StoreError> {
+    let schedule = Recurring::new(spec, now);
+    write(conn, &schedule, true)?;
+    Ok(schedule)
+}
+
+/// A change to `name` (read and written in the writer's one transaction).
+pub(crate) fn update(
+    conn: &Connection,
+    name: &str,
+    change: ScheduleChange,
+    now: Timestamp,
+) -> Result<Recurring, StoreError> {
+    let schedule = one(conn, name)?.changed(change, now);
+    write(conn, &schedule, false)?;
+    Ok(schedule)
+}
+
+/// Deletes `name`, or not found.
+pub(crate) fn delete(conn: &Connection, name: &str) -> Result<(), StoreError> {
+    let n = conn
+        .prepare_cached("DELETE FROM schedules WHERE name = ?1")
+        .map_err(db)?
+        .execute([name])
+        .map_err(db)?;
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::NotFound)
+    }
+}
+
+/// The guarded firing record: applies only to a later fire time.
+pub(crate) fn record_firing(
+    conn: &Connection,
+    name: &str,
+    at: Timestamp,
+    task: TaskId,
+) -> Result<bool, StoreError> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE schedules SET last_run_at = ?2, last_task_id = ?3 \
+             WHERE name = ?1 AND (last_run_at IS NULL OR last_run_at < ?2)",
+        )
+        .map_err(db)?
+        .execute(params![name, at.as_millis(), task.as_bytes().to_vec()])
+        .map_err(db)?;
+    Ok(n == 1)
+}
