@@ -41,7 +41,7 @@ pub(crate) enum Command {
     /// Client: list destinations, change their settings, pause and resume
     /// them on a running server.
     Destination(crate::client::args::DestinationArgs),
-    /// Client: create, list, show, pause, resume, trigger and delete
+    /// Client: create, list, get, pause, resume, trigger and delete
     /// schedules (tasks on a cron) on a running server.
     Schedule(crate::client::args::ScheduleArgs),
     /// Copy the SQLite database (--db) to a new file (--to), consistently,
