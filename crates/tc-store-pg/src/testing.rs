@@ -139,6 +139,27 @@ impl TestDatabase {
         done
     }
 
+    /// Runs a query on the test database outside any store and answers the
+    /// first column of its first row as an integer (`None` for no row or
+    /// NULL), for a bench's readings of the server's statistics.
+    pub async fn query_i64(&self, sql: &str) -> Result<Option<i64>, String> {
+        let (client, connection) = connect(&self.url).await?;
+        let driver = tokio::spawn(connection);
+        let answer = client
+            .query_opt(sql, &[])
+            .await
+            .map_err(|e| crate::error::describe(&e))
+            .and_then(|row| match row {
+                Some(row) => row
+                    .try_get::<_, Option<i64>>(0)
+                    .map_err(|e| crate::error::describe(&e)),
+                None => Ok(None),
+            });
+        drop(client);
+        let _ = driver.await;
+        answer
+    }
+
     /// Drops every schema this database handed out.
     pub async fn cleanup(&self) -> Result<(), String> {
         let schemas =

@@ -33,6 +33,9 @@ struct Measured {
     postgres_cpu_ms_per_task: f64,
     /// One node only: the batch submit and drain rates.
     queue: Option<Queued>,
+    /// PostgreSQL only: statements (or transactions) of the database per
+    /// task over the end-to-end run, the bench's `/metrics` polls included.
+    statements: Option<(f64, Counted)>,
 }
 
 /// A backlog queued in batches while its destination was paused, then
@@ -101,8 +104,15 @@ impl Bench {
                 .beside(sqlite_e2e, "sqlite × 1")
                 .note(format!(
                     "CPU per task {:.2} ms (nodes {:.2} + PostgreSQL {:.2}): ~{per_core:.0} \
-                     tasks/s per core",
-                    cpu, m.node_cpu_ms_per_task, m.postgres_cpu_ms_per_task
+                     tasks/s per core{}",
+                    cpu,
+                    m.node_cpu_ms_per_task,
+                    m.postgres_cpu_ms_per_task,
+                    m.statements
+                        .map_or(String::new(), |(per_task, counted)| format!(
+                            "; {per_task:.2} {} per task",
+                            counted.as_str()
+                        ))
                 )),
             );
             if let Some(q) = &m.queue {
@@ -144,6 +154,8 @@ impl Bench {
                     "batch_rate": m.queue.as_ref().map(|q| q.batch_rate),
                     "drain_rate": m.queue.as_ref().map(|q| q.drain_rate),
                     "drain_tasks": m.queue.as_ref().map(|q| q.tasks),
+                    "statements_per_task": m.statements.map(|(n, _)| n),
+                    "statements_counted": m.statements.map(|(_, c)| c.as_str()),
                 }),
             );
         }
@@ -180,6 +192,10 @@ impl Bench {
         }
         let node_before = nodes_cpu_ticks(&nodes)?;
         let pg_before = postgres_cpu_ticks();
+        let statements_before = match run.store {
+            "postgres" => statements_so_far(db).await,
+            _ => None,
+        };
         let started = Instant::now();
         let mut submits = Vec::new();
         for (i, node) in nodes.iter().enumerate() {
@@ -220,6 +236,13 @@ impl Bench {
         let node_ticks = nodes_cpu_ticks(&nodes)?.saturating_sub(node_before);
         // A backend that ended meanwhile takes its ticks with it: saturate.
         let pg_ticks = postgres_cpu_ticks().saturating_sub(pg_before);
+        let statements = match statements_before {
+            Some((before, counted)) => statements_so_far(db)
+                .await
+                .filter(|&(_, now_counted)| now_counted == counted)
+                .map(|(after, _)| (after.saturating_sub(before) as f64 / n as f64, counted)),
+            None => None,
+        };
         let queue = match nodes.as_slice() {
             [node] => Some(self.queue_and_drain(node, &down, n).await?),
             _ => None,
@@ -230,6 +253,7 @@ impl Bench {
         let ms_per_tick = 1000.0 / CLOCK_TICKS_PER_S;
         Ok(Measured {
             queue,
+            statements,
             submit_rate: stats::rate(n, submit_elapsed),
             e2e_rate: stats::rate(n, e2e_elapsed),
             node_cpu_ms_per_task: node_ticks as f64 * ms_per_tick / n as f64,
@@ -276,6 +300,52 @@ impl Bench {
             tasks,
         })
     }
+}
+
+/// What [`statements_so_far`] counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// Top-level statements of this database (`pg_stat_statements`).
+    Statements,
+    /// Transactions of this database (`pg_stat_database`; updated by each
+    /// backend at most once a second, so a reading right after a run can
+    /// miss the last second's).
+    Transactions,
+}
+
+impl Counted {
+    fn as_str(self) -> &'static str {
+        match self {
+            Counted::Statements => "statements",
+            Counted::Transactions => "transactions",
+        }
+    }
+}
+
+/// How many statements this database has run so far, where the server
+/// counts them (`pg_stat_statements`, when loaded and created in it), else
+/// how many transactions it has committed or rolled back.
+async fn statements_so_far(db: &TestDatabase) -> Option<(i64, Counted)> {
+    let statements = db
+        .query_i64(
+            "SELECT sum(calls)::bigint FROM pg_stat_statements \
+             WHERE toplevel AND dbid = (SELECT oid FROM pg_database \
+                                        WHERE datname = current_database())",
+        )
+        .await;
+    if let Ok(Some(n)) = statements {
+        return Some((n, Counted::Statements));
+    }
+    let transactions = db
+        .query_i64(
+            "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database \
+             WHERE datname = current_database()",
+        )
+        .await;
+    transactions
+        .ok()
+        .flatten()
+        .map(|n| (n, Counted::Transactions))
 }
 
 /// `sysconf(_SC_CLK_TCK)` on Linux, which /proc reports times in.
