@@ -29,6 +29,8 @@ mod schema;
 mod store;
 mod write_ops;
 mod writer;
+#[cfg(feature = "raw")]
+pub mod writer_cost;
 
 pub use config::{StoreConfig, Synchronous};
 pub use schema::OpenError;
