@@ -167,25 +167,30 @@ fn claim_one(
 ) -> Result<Task, StoreError> {
     let from = parse_state(state)?;
     let to = transit(from, State::Running)?;
-    // RETURNING the whole row: the claimed task without reading it again.
+    // No RETURNING: SQLite collects RETURNING rows in an ephemeral table,
+    // built and torn down for every statement; reading the row back by seq
+    // costs less (callgrind, see docs/performance.md, issue 26).
+    write_one(
+        conn,
+        "UPDATE tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
+                          lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
+         WHERE seq = ?1 AND state = ?2",
+        params![
+            seq,
+            from.as_str(),
+            to.as_str(),
+            now.as_millis(),
+            lease_until.as_millis()
+        ],
+    )?;
     let claimed = conn
         .prepare_cached(concat!(
-            "UPDATE tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
-                              lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
-             WHERE seq = ?1 AND state = ?2 RETURNING ",
-            rows::task_columns!()
+            "SELECT ",
+            rows::task_columns!(),
+            " FROM tasks WHERE seq = ?1"
         ))
         .map_err(db)?
-        .query_row(
-            params![
-                seq,
-                from.as_str(),
-                to.as_str(),
-                now.as_millis(),
-                lease_until.as_millis()
-            ],
-            |row| Ok(rows::task_from_row(row)),
-        )
+        .query_row([seq], |row| Ok(rows::task_from_row(row)))
         .map_err(db)??
         .task;
     conn.prepare_cached("INSERT INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)")
@@ -286,9 +291,6 @@ pub(crate) fn complete(
     effect: &CompletionEffect,
     callback_bytes: usize,
 ) -> Result<Guarded, StoreError> {
-    // The guard is the UPDATE's own WHERE (running, with this attempt): one
-    // probe of the id index instead of a SELECT then an UPDATE by seq. Only
-    // when it changes nothing is the row read, for the `Lost` answer.
     // What the completion writes is tc-model's rule; this binds it. A
     // field the effect leaves alone is kept by the SQL: a missing status by
     // coalesce, a result not written (?7 false), finished_at by coalesce.
@@ -297,62 +299,66 @@ pub(crate) fn complete(
         None => (false, None, None),
     };
     let to = effect.state;
-    // RETURNING whether the task asked for a callback: only then is it read
-    // back at its end. An end is counted (`ends`) in the same UPDATE.
-    let changed: Option<(i64, bool)> = conn
+    // The guard first (one probe of the id index, reading whether the task
+    // asked for a callback: only then is it read back at its end), then
+    // the UPDATE by seq. Not an UPDATE … RETURNING: SQLite collects
+    // RETURNING rows in an ephemeral table built for every statement,
+    // which cost more than this read (callgrind, docs/performance.md,
+    // issue 26). An end is counted (`ends`) in the same UPDATE.
+    let head: Option<(i64, String, u32, bool)> = conn
         .prepare_cached(
-            "UPDATE tasks SET state = ?4, http_status = coalesce(?5, http_status), \
-                              result = CASE WHEN ?6 THEN ?7 ELSE result END, \
-                              result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
-                              error = ?9, finished_at = coalesce(?10, finished_at), \
-                              next_run_at = ?11, updated_at = ?12, lease_until = NULL, \
-                              ends = ends + ?13 \
-             WHERE id = ?1 AND state = ?2 AND attempt = ?3 \
-             RETURNING seq, callback_url IS NOT NULL",
+            "SELECT seq, state, attempt, callback_url IS NOT NULL FROM tasks WHERE id = ?1",
         )
         .map_err(db)?
-        .query_row(
-            params![
-                id.as_bytes(),
-                State::Running.as_str(),
-                attempt,
-                to.as_str(),
-                effect.http_status,
-                writes_result,
-                result,
-                content_type,
-                effect.error,
-                effect.finished_at.map(Timestamp::as_millis),
-                effect.next_run_at.map(Timestamp::as_millis),
-                effect.updated_at.as_millis(),
-                i64::from(to.is_terminal())
-            ],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
+        .query_row([id.as_bytes()], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
         .optional()
         .map_err(db)?;
-    if let Some((seq, asks_callback)) = changed {
-        close_attempt(
-            conn,
-            id,
+    let Some((seq, state, current, asks_callback)) = head else {
+        return Err(StoreError::NotFound);
+    };
+    let state = parse_state(&state)?;
+    if state != State::Running || current != attempt {
+        return Ok(Guarded::Lost(state));
+    }
+    write_one(
+        conn,
+        "UPDATE tasks SET state = ?4, http_status = coalesce(?5, http_status), \
+                          result = CASE WHEN ?6 THEN ?7 ELSE result END, \
+                          result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
+                          error = ?9, finished_at = coalesce(?10, finished_at), \
+                          next_run_at = ?11, updated_at = ?12, lease_until = NULL, \
+                          ends = ends + ?13 \
+         WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+        params![
+            seq,
+            State::Running.as_str(),
             attempt,
-            effect.updated_at,
+            to.as_str(),
             effect.http_status,
-            effect.error.as_deref(),
-        )?;
-        if asks_callback && to.is_terminal() {
-            ended(conn, seq, effect.updated_at, callback_bytes)?;
-        }
-        return Ok(Guarded::Applied(to));
+            writes_result,
+            result,
+            content_type,
+            effect.error,
+            effect.finished_at.map(Timestamp::as_millis),
+            effect.next_run_at.map(Timestamp::as_millis),
+            effect.updated_at.as_millis(),
+            i64::from(to.is_terminal())
+        ],
+    )?;
+    close_attempt(
+        conn,
+        id,
+        attempt,
+        effect.updated_at,
+        effect.http_status,
+        effect.error.as_deref(),
+    )?;
+    if asks_callback && to.is_terminal() {
+        ended(conn, seq, effect.updated_at, callback_bytes)?;
     }
-    match guard(conn, id, attempt)? {
-        Err(lost) => Ok(lost),
-        // Running with this attempt, yet the guarded UPDATE missed it: the
-        // single writer rules that out; reported rather than ignored.
-        Ok(_) => Err(StoreError::Unavailable(
-            "guarded update changed no row of a running task".to_owned(),
-        )),
-    }
+    Ok(Guarded::Applied(to))
 }
 
 /// What a task's end creates, after the write that ended the task at
