@@ -328,6 +328,121 @@ ALTER TABLE tasks ADD COLUMN callback_task_id BLOB CHECK (length(callback_task_i
 ALTER TABLE tasks ADD COLUMN ends INTEGER NOT NULL DEFAULT 0 CHECK (ends >= 0);
 ";
 
+/// Step 13 → 14 (issue 26, the writer's CPU per task): the two hot
+/// triggers of step 12 again, with the same effect, written so that the
+/// statements that fire them need no statement journal. SQLite gives a
+/// statement a journal (a copy of every page it touches, undone if it
+/// aborts halfway) when it may abort after writing; an upsert's DO UPDATE
+/// always may (SQLite codes it with ABORT whatever the outer statement
+/// says), and so does any call of a function such as `min()`. Here a
+/// missing row is inserted with defaults (`ON CONFLICT DO NOTHING`, which
+/// never aborts), then counted by a plain UPDATE; the earliest due time is
+/// a CASE. The hot writes (submit, claim, complete) run `OR FAIL`, which
+/// the trigger bodies inherit, so they abort nowhere and journal nothing
+/// (see `write_ops`). Measured with the writer_cost harness under
+/// callgrind: docs/performance.md, issue 26.
+const V14_TRIGGERS_WITHOUT_UPSERT: &str = "
+DROP TRIGGER destination_tasks_insert;
+CREATE TRIGGER destination_tasks_insert AFTER INSERT ON tasks
+WHEN NEW.state IN ('pending', 'running') BEGIN
+    INSERT INTO destination_tasks (destination) VALUES (NEW.destination)
+    ON CONFLICT DO NOTHING;
+    UPDATE destination_tasks
+    SET pending = pending + (NEW.state = 'pending'),
+        running = running + (NEW.state = 'running'),
+        next_due = CASE WHEN NEW.state <> 'pending' OR NEW.next_run_at IS NULL THEN next_due
+                        WHEN next_due IS NULL OR NEW.next_run_at < next_due THEN NEW.next_run_at
+                        ELSE next_due END
+    WHERE destination = NEW.destination;
+END;
+
+DROP TRIGGER destination_tasks_update;
+CREATE TRIGGER destination_tasks_update AFTER UPDATE OF state, next_run_at ON tasks
+WHEN OLD.state IN ('pending', 'running') OR NEW.state IN ('pending', 'running') BEGIN
+    UPDATE destination_tasks
+    SET pending = pending - (OLD.state = 'pending'), running = running - (OLD.state = 'running'),
+        ready = ready AND NOT (OLD.state = 'pending' AND OLD.next_run_at <= next_due)
+    WHERE destination = OLD.destination AND OLD.state IN ('pending', 'running');
+    INSERT INTO destination_tasks (destination)
+    SELECT NEW.destination WHERE NEW.state IN ('pending', 'running')
+    ON CONFLICT DO NOTHING;
+    UPDATE destination_tasks
+    SET pending = pending + (NEW.state = 'pending'), running = running + (NEW.state = 'running')
+    WHERE destination = NEW.destination AND NEW.state IN ('pending', 'running');
+    UPDATE destination_tasks
+    SET next_due = (SELECT next_run_at FROM tasks
+                    WHERE state = 'pending' AND destination = OLD.destination
+                    ORDER BY next_run_at LIMIT 1)
+    WHERE destination = OLD.destination AND OLD.state = 'pending' AND OLD.next_run_at <= next_due;
+    UPDATE destination_tasks
+    SET next_due = iif(next_due IS NULL OR NEW.next_run_at < next_due, NEW.next_run_at, next_due)
+    WHERE destination = NEW.destination AND NEW.state = 'pending'
+      AND NOT (OLD.state = 'pending' AND OLD.next_run_at <= next_due);
+    DELETE FROM destination_tasks
+    WHERE destination = OLD.destination AND pending = 0 AND running = 0;
+END;
+";
+
+/// The step whose SQL is [`V14_TRIGGERS_WITHOUT_UPSERT`]; after it,
+/// [`checks_without_in_lists`] rewrites two CHECK constraints of `tasks`.
+const CHECKS_STEP: i64 = 14;
+
+/// The CHECK constraints of `tasks` that name a list of more than two
+/// values, and the same rules without the list. SQLite evaluates `x IN
+/// (a, b, c, …)` by building an ephemeral index of the list, once for
+/// every statement run that checks the column: on every submit (both
+/// columns), claim and completion (the state). An OR of equalities is the
+/// same rule, evaluated in registers.
+const IN_LIST_CHECKS: [(&str, &str); 2] = [
+    (
+        "state IN ('pending', 'running', 'success', 'failed', 'canceled')",
+        "state = 'pending' OR state = 'running' OR state = 'success' \
+         OR state = 'failed' OR state = 'canceled'",
+    ),
+    (
+        "method IN ('GET', 'POST', 'PUT', 'PATCH', 'DELETE')",
+        "method = 'GET' OR method = 'POST' OR method = 'PUT' OR method = 'PATCH' \
+         OR method = 'DELETE'",
+    ),
+];
+
+/// Rewrites [`IN_LIST_CHECKS`] in the stored definition of `tasks`, in the
+/// migration's transaction: SQLite's own procedure for a change of
+/// constraints that leaves the stored rows as they are (`writable_schema`,
+/// then a new `schema_version`; "Making Other Kinds Of Table Schema
+/// Changes" in its ALTER TABLE documentation). Every stored row satisfied
+/// the old rule and so satisfies the new, which is the same rule. Rebuilding
+/// the table instead would copy every row of a large file. Refuses (and the
+/// migration rolls back) if a definition is not the one the earlier steps
+/// wrote.
+fn checks_without_in_lists(tx: &Connection) -> rusqlite::Result<()> {
+    let version: i64 = tx.pragma_query_value(None, "schema_version", |row| row.get(0))?;
+    let sql: String = tx.query_row(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'tasks'",
+        [],
+        |row| row.get(0),
+    )?;
+    let mut rewritten = sql.clone();
+    for (old, new) in IN_LIST_CHECKS {
+        if rewritten.matches(old).count() != 1 {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
+                Some(format!("the tasks table has no single CHECK ({old})")),
+            ));
+        }
+        rewritten = rewritten.replace(old, new);
+    }
+    tx.pragma_update(None, "writable_schema", "ON")?;
+    tx.execute(
+        "UPDATE sqlite_schema SET sql = ?1 WHERE type = 'table' AND name = 'tasks'",
+        [&rewritten],
+    )?;
+    tx.pragma_update(None, "schema_version", version + 1)?;
+    // RESET: off again, and the connection reads the schema anew.
+    tx.pragma_update(None, "writable_schema", "RESET")?;
+    Ok(())
+}
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -343,6 +458,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V11_TRACE_CONTEXT,
     V12_DESTINATION_TASKS,
     V13_CALLBACKS,
+    V14_TRIGGERS_WITHOUT_UPSERT,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -623,6 +739,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
     }
     if from > 0 && from < DESTINATION_TASKS_STEP {
         fill_destination_tasks(&tx).map_err(fail)?;
+    }
+    if from < CHECKS_STEP {
+        checks_without_in_lists(&tx).map_err(fail)?;
     }
     tx.pragma_update(None, "user_version", CURRENT_VERSION)
         .map_err(fail)?;

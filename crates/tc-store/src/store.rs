@@ -189,8 +189,9 @@ impl Drop for SqliteStore {
 impl TaskStore for SqliteStore {
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         let bytes = task.body().len() + task.url().len() + task.idempotency_key().len();
-        // A submit reads, then writes one row in one statement.
-        self.write_sized(bytes, Undo::SelfContained, move |conn| {
+        // One statement (`OR FAIL`, no statement journal: it refuses before
+        // writing, or only SQLite itself fails; see Undo::WholeBatch).
+        self.write_sized(bytes, Undo::WholeBatch, move |conn| {
             write_ops::submit(conn, &task, now)
         })
         .await
@@ -208,12 +209,19 @@ impl TaskStore for SqliteStore {
         // One command: the items share the batch's transaction and commit,
         // and no item is split from the others by a concurrent write.
         // Each item is its own submit and answers for itself: an item
-        // that fails has written nothing, and the others stand.
-        self.write_sized(bytes, Undo::SelfContained, move |conn| {
-            Ok(tasks
-                .iter()
-                .map(|task| write_ops::submit(conn, task, now))
-                .collect())
+        // refused (a key conflict) has written nothing, and the others
+        // stand. An item the store failed under fails the command: its
+        // statement has no statement journal (see write_ops::submit), so
+        // the batch is rolled back (Undo::WholeBatch).
+        self.write_sized(bytes, Undo::WholeBatch, move |conn| {
+            let mut answers = Vec::with_capacity(tasks.len());
+            for task in &tasks {
+                match write_ops::submit(conn, task, now) {
+                    Err(e @ StoreError::Unavailable(_)) => return Err(e),
+                    answer => answers.push(answer),
+                }
+            }
+            Ok(answers)
         })
         .await
     }

@@ -64,12 +64,13 @@ fn submit_as(
         .prepare_cached(
             // seq above every seq ever handed out, deleted ones included (see
             // schema step 6): a listing cursor must never see a position reused.
-            "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
+            "INSERT OR FAIL INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
                             trace_context, callback_url, callback_on, callback_of) \
-         VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
-                     (SELECT n FROM seq_floor)) + 1, \
+         VALUES (CASE WHEN coalesce((SELECT max(seq) FROM tasks), 0) > (SELECT n FROM seq_floor) \
+                      THEN coalesce((SELECT max(seq) FROM tasks), 0) \
+                      ELSE (SELECT n FROM seq_floor) END + 1, \
                  ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
                  ?16, ?17, ?18) \
          ON CONFLICT (idempotency_key) DO NOTHING",
@@ -172,7 +173,7 @@ fn claim_one(
     // costs less (callgrind, see docs/performance.md, issue 26).
     write_one(
         conn,
-        "UPDATE tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
+        "UPDATE OR FAIL tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
                           lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
          WHERE seq = ?1 AND state = ?2",
         params![
@@ -193,14 +194,16 @@ fn claim_one(
         .query_row([seq], |row| Ok(rows::task_from_row(row)))
         .map_err(db)??
         .task;
-    conn.prepare_cached("INSERT INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)")
-        .map_err(db)?
-        .execute(params![
-            claimed.id.as_bytes(),
-            claimed.attempt,
-            now.as_millis()
-        ])
-        .map_err(db)?;
+    conn.prepare_cached(
+        "INSERT OR FAIL INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)",
+    )
+    .map_err(db)?
+    .execute(params![
+        claimed.id.as_bytes(),
+        claimed.attempt,
+        now.as_millis()
+    ])
+    .map_err(db)?;
     Ok(claimed)
 }
 
@@ -324,7 +327,7 @@ pub(crate) fn complete(
     }
     write_one(
         conn,
-        "UPDATE tasks SET state = ?4, http_status = coalesce(?5, http_status), \
+        "UPDATE OR FAIL tasks SET state = ?4, http_status = coalesce(?5, http_status), \
                           result = CASE WHEN ?6 THEN ?7 ELSE result END, \
                           result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
                           error = ?9, finished_at = coalesce(?10, finished_at), \
@@ -782,8 +785,8 @@ fn close_attempt(
     error: Option<&str>,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "UPDATE attempts SET finished_at = ?3, http_status = ?4, error = ?5, \
-                             duration_ms = max(?3 - started_at, 0) \
+        "UPDATE OR FAIL attempts SET finished_at = ?3, http_status = ?4, error = ?5, \
+                             duration_ms = CASE WHEN ?3 > started_at THEN ?3 - started_at ELSE 0 END \
          WHERE task_id = ?1 AND n = ?2 AND finished_at IS NULL",
     )
     .map_err(db)?

@@ -69,7 +69,7 @@ pub fn run(conn: &mut Connection, n: u64, start: Timestamp) -> Result<(), String
             let new = task(k)?;
             let (reply, rx) = oneshot::channel::<Result<Submitted, StoreError>>();
             let op = move |conn: &Connection| write_ops::submit(conn, &new, start);
-            batch.push(writer::command(op, Undo::SelfContained, reply, None));
+            batch.push(writer::command(op, Undo::WholeBatch, reply, None));
             replies.push(rx);
         }
         writer_batch(conn, &mut batch);
