@@ -191,8 +191,10 @@ impl TaskStore for SqliteStore {
         let bytes = task.body().len() + task.url().len() + task.idempotency_key().len();
         // One statement (`OR FAIL`, no statement journal: it refuses before
         // writing, or only SQLite itself fails; see Undo::WholeBatch).
+        // The row's derived columns are made here, off the writer thread.
+        let row = write_ops::SubmitRow::of(&task);
         self.write_sized(bytes, Undo::WholeBatch, move |conn| {
-            write_ops::submit(conn, &task, now)
+            write_ops::submit_prepared(conn, &row, &task, now)
         })
         .await
     }
@@ -213,10 +215,11 @@ impl TaskStore for SqliteStore {
         // stand. An item the store failed under fails the command: its
         // statement has no statement journal (see write_ops::submit), so
         // the batch is rolled back (Undo::WholeBatch).
+        let rows: Vec<write_ops::SubmitRow> = tasks.iter().map(write_ops::SubmitRow::of).collect();
         self.write_sized(bytes, Undo::WholeBatch, move |conn| {
             let mut answers = Vec::with_capacity(tasks.len());
-            for task in &tasks {
-                match write_ops::submit(conn, task, now) {
+            for (task, row) in tasks.iter().zip(&rows) {
+                match write_ops::submit_prepared(conn, row, task, now) {
                     Err(e @ StoreError::Unavailable(_)) => return Err(e),
                     answer => answers.push(answer),
                 }

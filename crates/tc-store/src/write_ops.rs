@@ -39,7 +39,40 @@ pub(crate) fn submit(
     new: &NewTask,
     now: Timestamp,
 ) -> Result<Submitted, StoreError> {
-    submit_as(conn, new_id(now), new, now)
+    submit_prepared(conn, &SubmitRow::of(new), new, now)
+}
+
+/// The columns of a new task's row that are derived from it (parsing its
+/// url, encoding JSON): made by the caller before the command is queued,
+/// so that the writer thread only binds them.
+pub(crate) struct SubmitRow {
+    destination: String,
+    headers: Option<String>,
+    trace: Option<String>,
+    callback_on: Option<String>,
+}
+
+impl SubmitRow {
+    /// The derived columns of `new`.
+    pub(crate) fn of(new: &NewTask) -> SubmitRow {
+        SubmitRow {
+            destination: tc_model::destination_of(new.url()),
+            headers: new.headers().to_stored(),
+            trace: new.trace().map(TraceContext::to_stored),
+            callback_on: new.callback().map(|c| c.on().to_stored()),
+        }
+    }
+}
+
+/// [`submit`] with the derived columns made beforehand (`row` is
+/// [`SubmitRow::of`] `new`).
+pub(crate) fn submit_prepared(
+    conn: &Connection,
+    row: &SubmitRow,
+    new: &NewTask,
+    now: Timestamp,
+) -> Result<Submitted, StoreError> {
+    submit_as(conn, new_id(now), row, new, now)
 }
 
 /// A new task id at `now`: its random bits come from the writer thread's
@@ -54,6 +87,7 @@ fn new_id(now: Timestamp) -> TaskId {
 fn submit_as(
     conn: &Connection,
     id: TaskId,
+    row: &SubmitRow,
     new: &NewTask,
     now: Timestamp,
 ) -> Result<Submitted, StoreError> {
@@ -88,12 +122,12 @@ fn submit_as(
             first_run.as_millis(),
             schedule_at,
             schedule_delay_ms,
-            tc_model::destination_of(new.url()),
+            row.destination,
             new.method().as_str(),
-            new.headers().to_stored(),
-            new.trace().map(TraceContext::to_stored),
+            row.headers,
+            row.trace,
             new.callback().map(Callback::url),
-            new.callback().map(|c| c.on().to_stored()),
+            row.callback_on,
             new.callback_of().map(|id| *id.as_bytes()),
         ])
         .map_err(db)?;
@@ -380,7 +414,7 @@ fn ended(
     let Some(new) = callback::task_for(&parent, callback_id, callback_bytes) else {
         return Ok(());
     };
-    let made = match submit_as(conn, callback_id, &new, now) {
+    let made = match submit_as(conn, callback_id, &SubmitRow::of(&new), &new, now) {
         Ok(submitted) => submitted.task.id,
         Err(StoreError::IdempotencyConflict) => rows::load_by_key(conn, new.idempotency_key())?
             .map(|stored| stored.task.id)

@@ -67,8 +67,10 @@ pub fn run(conn: &mut Connection, n: u64, start: Timestamp) -> Result<(), String
         let mut replies = Vec::with_capacity(BATCH);
         for k in i..end {
             let new = task(k)?;
+            // As SqliteStore::submit: the derived columns off the writer.
+            let row = write_ops::SubmitRow::of(&new);
             let (reply, rx) = oneshot::channel::<Result<Submitted, StoreError>>();
-            let op = move |conn: &Connection| write_ops::submit(conn, &new, start);
+            let op = move |conn: &Connection| write_ops::submit_prepared(conn, &row, &new, start);
             batch.push(writer::command(op, Undo::WholeBatch, reply, None));
             replies.push(rx);
         }
