@@ -193,10 +193,14 @@ impl TaskStore for SqliteStore {
         // writing, or only SQLite itself fails; see Undo::WholeBatch).
         // The row's derived columns are made here, off the writer thread.
         let row = write_ops::SubmitRow::of(&task);
-        self.write_sized(bytes, Undo::WholeBatch, move |conn| {
-            write_ops::submit_prepared(conn, &row, &task, now)
-        })
-        .await
+        // The task goes back with the answer: the reply is built, and the
+        // payload freed, off the writer thread too.
+        let (made, task) = self
+            .write_sized(bytes, Undo::WholeBatch, move |conn| {
+                write_ops::submit_prepared(conn, &row, &task, now).map(|made| (made, task))
+            })
+            .await?;
+        Ok(made.into_submitted(&task, now))
     }
 
     async fn submit_many(
@@ -224,9 +228,16 @@ impl TaskStore for SqliteStore {
                     answer => answers.push(answer),
                 }
             }
-            Ok(answers)
+            Ok((answers, tasks))
         })
         .await
+        .map(|(answers, tasks)| {
+            answers
+                .into_iter()
+                .zip(&tasks)
+                .map(|(answer, task)| answer.map(|made| made.into_submitted(task, now)))
+                .collect()
+        })
     }
 
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {

@@ -39,7 +39,33 @@ pub(crate) fn submit(
     new: &NewTask,
     now: Timestamp,
 ) -> Result<Submitted, StoreError> {
-    submit_prepared(conn, &SubmitRow::of(new), new, now)
+    submit_prepared(conn, &SubmitRow::of(new), new, now).map(|made| made.into_submitted(new, now))
+}
+
+/// What a submit found: a new task (its id; the caller builds the task
+/// from what it submitted, off the writer thread), or the one that already
+/// had the key.
+pub(crate) enum Made {
+    /// Inserted with this id.
+    Created(TaskId),
+    /// The key's task, with the same work.
+    Known(Task),
+}
+
+impl Made {
+    /// The port's answer, `new` being what was submitted at `now`.
+    pub(crate) fn into_submitted(self, new: &NewTask, now: Timestamp) -> Submitted {
+        match self {
+            Made::Created(id) => Submitted {
+                task: Task::submitted(id, new, now),
+                created: true,
+            },
+            Made::Known(task) => Submitted {
+                task,
+                created: false,
+            },
+        }
+    }
 }
 
 /// The columns of a new task's row that are derived from it (parsing its
@@ -65,13 +91,13 @@ impl SubmitRow {
 }
 
 /// [`submit`] with the derived columns made beforehand (`row` is
-/// [`SubmitRow::of`] `new`).
+/// [`SubmitRow::of`] `new`), answering [`Made`].
 pub(crate) fn submit_prepared(
     conn: &Connection,
     row: &SubmitRow,
     new: &NewTask,
     now: Timestamp,
-) -> Result<Submitted, StoreError> {
+) -> Result<Made, StoreError> {
     submit_as(conn, new_id(now), row, new, now)
 }
 
@@ -90,7 +116,7 @@ fn submit_as(
     row: &SubmitRow,
     new: &NewTask,
     now: Timestamp,
-) -> Result<Submitted, StoreError> {
+) -> Result<Made, StoreError> {
     let schedule = new.schedule();
     let first_run = schedule.first_run(now);
     let (schedule_at, schedule_delay_ms) = schedule.to_parts();
@@ -132,18 +158,12 @@ fn submit_as(
         ])
         .map_err(db)?;
     if inserted == 1 {
-        return Ok(Submitted {
-            task: Task::submitted(id, new, now),
-            created: true,
-        });
+        return Ok(Made::Created(id));
     }
     // The key is taken: the insert's own probe of the key's unique index
     // found it, so a new key (the common case) costs no lookup of its own.
     match rows::load_by_key(conn, new.idempotency_key())? {
-        Some(Stored { task, .. }) if new.same_work_as(&task) => Ok(Submitted {
-            task,
-            created: false,
-        }),
+        Some(Stored { task, .. }) if new.same_work_as(&task) => Ok(Made::Known(task)),
         Some(_) => Err(StoreError::IdempotencyConflict),
         None => Err(StoreError::Unavailable(
             "the idempotency key conflicted, but no task has it".to_owned(),
@@ -415,7 +435,8 @@ fn ended(
         return Ok(());
     };
     let made = match submit_as(conn, callback_id, &SubmitRow::of(&new), &new, now) {
-        Ok(submitted) => submitted.task.id,
+        Ok(Made::Created(id)) => id,
+        Ok(Made::Known(task)) => task.id,
         Err(StoreError::IdempotencyConflict) => rows::load_by_key(conn, new.idempotency_key())?
             .map(|stored| stored.task.id)
             .ok_or_else(|| StoreError::Unavailable("a callback's key vanished".to_owned()))?,

@@ -12,11 +12,11 @@ use rusqlite::Connection;
 use tc_model::claim::Claim;
 use tc_model::completion::CompletionEffect;
 use tc_model::destination::ClaimGate;
-use tc_model::store::{Completion, Guarded, StoreError, Submitted};
+use tc_model::store::{Completion, Guarded, StoreError};
 use tc_model::{Limits, NewTask, Timestamp};
 use tokio::sync::oneshot;
 
-use crate::write_ops;
+use crate::write_ops::{self, Made};
 use crate::writer::{self, Command, Undo};
 
 /// Commands per batch: the worker's default concurrency, and what the
@@ -69,14 +69,18 @@ pub fn run(conn: &mut Connection, n: u64, start: Timestamp) -> Result<(), String
             let new = task(k)?;
             // As SqliteStore::submit: the derived columns off the writer.
             let row = write_ops::SubmitRow::of(&new);
-            let (reply, rx) = oneshot::channel::<Result<Submitted, StoreError>>();
-            let op = move |conn: &Connection| write_ops::submit_prepared(conn, &row, &new, start);
+            let (reply, rx) = oneshot::channel::<Result<(Made, NewTask), StoreError>>();
+            // As SqliteStore::submit: the task goes back with the answer.
+            let op = move |conn: &Connection| {
+                write_ops::submit_prepared(conn, &row, &new, start).map(|made| (made, new))
+            };
             batch.push(writer::command(op, Undo::WholeBatch, reply, None));
             replies.push(rx);
         }
         writer_batch(conn, &mut batch);
         for rx in replies {
-            answer(rx)?;
+            let (made, new) = answer(rx)?;
+            made.into_submitted(&new, start);
         }
         i = end;
     }
