@@ -49,7 +49,7 @@ pub(crate) enum Made {
     /// Inserted with this id.
     Created(TaskId),
     /// The key's task, with the same work.
-    Known(Task),
+    Known(Box<Task>),
 }
 
 impl Made {
@@ -61,7 +61,7 @@ impl Made {
                 created: true,
             },
             Made::Known(task) => Submitted {
-                task,
+                task: *task,
                 created: false,
             },
         }
@@ -163,7 +163,7 @@ fn submit_as(
     // The key is taken: the insert's own probe of the key's unique index
     // found it, so a new key (the common case) costs no lookup of its own.
     match rows::load_by_key(conn, new.idempotency_key())? {
-        Some(Stored { task, .. }) if new.same_work_as(&task) => Ok(Made::Known(task)),
+        Some(Stored { task, .. }) if new.same_work_as(&task) => Ok(Made::Known(Box::new(task))),
         Some(_) => Err(StoreError::IdempotencyConflict),
         None => Err(StoreError::Unavailable(
             "the idempotency key conflicted, but no task has it".to_owned(),
