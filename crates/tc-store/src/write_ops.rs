@@ -34,6 +34,8 @@ pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts +
      WHERE state = 'running' AND lease_until < ?1";
 
 /// Registers a task, or returns the one that already has its key and payload.
+/// (The store itself uses [`submit_prepared`]; this is for tests and `raw`.)
+#[cfg(any(test, feature = "raw"))]
 pub(crate) fn submit(
     conn: &Connection,
     new: &NewTask,
