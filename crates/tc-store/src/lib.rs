@@ -16,7 +16,9 @@
 //!
 //! With the `raw` feature (xtask's store benchmark only), the schema and the
 //! submit operation are also reachable synchronously in `raw`, to measure the
-//! store against plain rusqlite on the very same statements.
+//! store against plain rusqlite on the very same statements, and
+//! [`writer_cost`] runs the writer's work for N tasks for an instruction
+//! counter (the `writer_cost` example; docs/performance.md, issue 26).
 
 pub mod backup;
 mod config;

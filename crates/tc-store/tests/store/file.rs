@@ -303,6 +303,34 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     );
     // Tasks from before trace contexts have none; new ones keep theirs.
     assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
+    // Step 14 rewrote the tasks CHECKs without IN lists: the same rules,
+    // still enforced on the upgraded file.
+    let tasks_sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'tasks'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(!tasks_sql.contains(" IN ("), "{tasks_sql}");
+    for (column, bad) in [("state", "done"), ("method", "TRACE")] {
+        let refused = conn.execute(
+            &format!("UPDATE tasks SET {column} = ?1 WHERE idempotency_key = 'old-done'"),
+            [bad],
+        );
+        assert!(refused.is_err(), "{column} = {bad} accepted");
+    }
+    let triggers: Vec<String> = conn
+        .prepare("SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name LIKE 'destination_tasks_%'")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(triggers.len(), 3);
+    for sql in &triggers {
+        assert!(!sql.contains("DO UPDATE") && !sql.contains("min("), "{sql}");
+    }
     drop(conn);
     let store = SqliteStore::open(&path, StoreConfig::default())
         .await
