@@ -313,6 +313,10 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         )
         .unwrap();
     assert!(!tasks_sql.contains(" IN ("), "{tasks_sql}");
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
     for (column, bad) in [("state", "done"), ("method", "TRACE")] {
         let refused = conn.execute(
             &format!("UPDATE tasks SET {column} = ?1 WHERE idempotency_key = 'old-done'"),
