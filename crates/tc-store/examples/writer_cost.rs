@@ -36,6 +36,9 @@ fn main() -> ExitCode {
     let outcome = tc_store::raw::open(&path, &config)
         .map_err(|e| e.to_string())
         .and_then(|mut conn| {
+            if let Ok(sql) = std::env::var("WC_EXPERIMENT") {
+                conn.execute_batch(&sql).map_err(|e| e.to_string())?;
+            }
             tc_store::writer_cost::run(&mut conn, n, Timestamp::from_millis(1_700_000_000_000))
         });
     match outcome {

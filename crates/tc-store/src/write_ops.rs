@@ -33,6 +33,35 @@ pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts +
      FROM tasks INDEXED BY tasks_leased \
      WHERE state = 'running' AND lease_until < ?1";
 
+/// Whether deletes raised the seq floor (schema step 6) above the table's
+/// last seq: only then must a submit name its seq.
+const SEQ_FLOOR_ABOVE: &str =
+    "SELECT (SELECT n FROM seq_floor) > coalesce((SELECT max(seq) FROM tasks), 0)";
+
+/// The submit's INSERT with `$seq` as the seq column's value.
+macro_rules! submit_sql {
+    ($seq:literal) => {
+        concat!(
+            "INSERT OR FAIL INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
+                            timeout_ns, attempt, created_at, updated_at, next_run_at, \
+                            schedule_at, schedule_delay_ms, destination, method, headers, \
+                            trace_context, callback_url, callback_on, callback_of) \
+             VALUES (",
+            $seq,
+            ", ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+                     ?16, ?17, ?18) \
+             ON CONFLICT (idempotency_key) DO NOTHING"
+        )
+    };
+}
+
+/// A submit taking SQLite's next rowid (the last seq + 1) as its seq.
+const SUBMIT_NEXT_ROWID: &str = submit_sql!("NULL");
+
+/// A submit taking the seq above the floor, when deletes raised it above
+/// the last seq.
+const SUBMIT_ABOVE_FLOOR: &str = submit_sql!("(SELECT n FROM seq_floor) + 1");
+
 /// Registers a task, or returns the one that already has its key and payload.
 /// (The store itself uses [`submit_prepared`]; this is for tests and `raw`.)
 #[cfg(any(test, feature = "raw"))]
@@ -122,21 +151,23 @@ fn submit_as(
     let schedule = new.schedule();
     let first_run = schedule.first_run(now);
     let (schedule_at, schedule_delay_ms) = schedule.to_parts();
+    // seq above every seq ever handed out, deleted ones included (see
+    // schema step 6): a listing cursor must never see a position reused.
+    // Unless deletes raised the floor above the table's last seq, SQLite's
+    // own next rowid (last + 1) is that: the seq column is left NULL. An
+    // explicit seq would make SQLite check it is an integer with an abort,
+    // and so give the statement a statement journal (issue 26).
+    let floor_above: bool = conn
+        .prepare_cached(SEQ_FLOOR_ABOVE)
+        .map_err(db)?
+        .query_row([], |row| row.get(0))
+        .map_err(db)?;
     let inserted = conn
-        .prepare_cached(
-            // seq above every seq ever handed out, deleted ones included (see
-            // schema step 6): a listing cursor must never see a position reused.
-            "INSERT OR FAIL INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
-                            timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                            schedule_at, schedule_delay_ms, destination, method, headers, \
-                            trace_context, callback_url, callback_on, callback_of) \
-         VALUES (CASE WHEN coalesce((SELECT max(seq) FROM tasks), 0) > (SELECT n FROM seq_floor) \
-                      THEN coalesce((SELECT max(seq) FROM tasks), 0) \
-                      ELSE (SELECT n FROM seq_floor) END + 1, \
-                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                 ?16, ?17, ?18) \
-         ON CONFLICT (idempotency_key) DO NOTHING",
-        )
+        .prepare_cached(if floor_above {
+            SUBMIT_ABOVE_FLOOR
+        } else {
+            SUBMIT_NEXT_ROWID
+        })
         .map_err(db)?
         .execute(params![
             id.as_bytes(),
@@ -862,4 +893,70 @@ fn load_seq(conn: &Connection, seq: i64) -> Result<Task, StoreError> {
     rows::load_seq(conn, seq)?
         .map(|stored| stored.task)
         .ok_or_else(|| StoreError::Unavailable(format!("task at seq {seq} vanished")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tc_model::{Limits, NewTask, Timestamp};
+
+    use super::*;
+    use crate::config::StoreConfig;
+    use crate::schema::{Target, open_writer};
+
+    fn task(key: &str) -> NewTask {
+        NewTask::new(
+            "http://127.0.0.1:9/".into(),
+            b"{}".to_vec(),
+            key.into(),
+            3,
+            Duration::from_secs(1),
+            &Limits::default(),
+        )
+        .unwrap()
+    }
+
+    /// A submit takes SQLite's next rowid unless deletes raised the floor
+    /// above the last seq; either way no seq is handed out twice.
+    #[test]
+    fn a_submit_never_takes_a_deleted_task_s_seq() {
+        let conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let seq_of = |key: &str| -> i64 {
+            conn.query_row(
+                "SELECT seq FROM tasks WHERE idempotency_key = ?1",
+                [key],
+                |row| row.get(0),
+            )
+            .unwrap()
+        };
+        let submit = |key: &str| {
+            super::submit(&conn, &task(key), Timestamp::from_millis(1)).unwrap();
+            seq_of(key)
+        };
+        let check = |key: &str, want: i64| assert_eq!(submit(key), want, "{key}");
+        check("a", 1);
+        check("b", 2);
+        check("c", 3);
+        // The last two tasks end and are deleted: the floor is now 3.
+        for key in ["b", "c"] {
+            conn.execute(
+                "UPDATE tasks SET state = 'success' WHERE idempotency_key = ?1",
+                [key],
+            )
+            .unwrap();
+            let id = parse_id(
+                conn.query_row(
+                    "SELECT id FROM tasks WHERE idempotency_key = ?1",
+                    [key],
+                    |row| row.get(0),
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            delete(&conn, &id).unwrap();
+        }
+        check("d", 4);
+        check("e", 5);
+    }
 }
