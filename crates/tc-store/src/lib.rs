@@ -2,9 +2,10 @@
 //! [`tc_model::store::TaskStore`].
 //!
 //! - One writer thread owns the write connection and commits whatever writes
-//!   have queued in one `BEGIN IMMEDIATE` transaction, one savepoint per
-//!   write, answering callers only after COMMIT returned (group commit: many
-//!   submits share one fsync).
+//!   have queued in one `BEGIN IMMEDIATE` transaction (a savepoint for a
+//!   write of several statements; the hot writes refuse before writing and
+//!   need none), answering callers only after COMMIT returned (group
+//!   commit: many submits share one fsync).
 //! - Reads run on their own connections in tokio's blocking pool; with WAL
 //!   they never wait behind a write batch.
 //! - The layout is one list of migration steps (`PRAGMA user_version`); an

@@ -2,10 +2,10 @@
 //! whatever commands have queued in one transaction (group commit).
 //!
 //! SQLite lets one connection write at a time, and a durable commit costs an
-//! fsync whatever it holds, so many callers' writes share one commit. Each
-//! command runs in its own savepoint: a command that fails (a conflict, a
-//! refused transition) is rolled back alone and the rest of the batch still
-//! commits. A caller hears back only after COMMIT returned; if COMMIT fails,
+//! fsync whatever it holds, so many callers' writes share one commit. A
+//! command that is refused (a conflict, a refused transition) is rolled
+//! back alone, by its own savepoint or because it refuses before writing
+//! ([`Undo`]), and the rest of the batch still commits. A caller hears back only after COMMIT returned; if COMMIT fails,
 //! every command of the batch is told the store is unavailable.
 
 use std::thread::JoinHandle;
