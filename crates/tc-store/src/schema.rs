@@ -647,8 +647,9 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
         .map_err(fail("set cache_size"))?;
     migrate(&mut conn, &path)?;
     make_vacuum_incremental(&conn, &path).map_err(fail("switch auto_vacuum to incremental"))?;
-    // A command runs in a savepoint (a submit in its one all-or-nothing
-    // statement instead: writer::Undo), and SQLite keeps the old image of
+    // A command of several statements runs in a savepoint (the hot writes
+    // run without one and without statement journals: writer::Undo, schema
+    // step 14), and SQLite keeps the old image of
     // each page a savepoint or statement changes in a statement journal, a
     // temporary file by default: one pwrite per page per command. A profile of batch
     // submits had the writer thread at 95% of the process, most of it in
