@@ -383,77 +383,6 @@ WHEN OLD.state IN ('pending', 'running') OR NEW.state IN ('pending', 'running') 
 END;
 ";
 
-/// The step whose SQL is [`V14_TRIGGERS_WITHOUT_UPSERT`]; after it,
-/// [`rewrite_task_checks`] rewrites the CHECK constraints of `tasks`.
-const CHECKS_STEP: i64 = 14;
-
-/// CHECK constraints of `tasks` as the earlier steps wrote them, and what
-/// step 14 makes of them.
-///
-/// - `state` and `method` name a list of more than two values. SQLite
-///   evaluates `x IN (a, b, c, …)` by building an ephemeral index of the
-///   list, once for every statement run that checks the column: on every
-///   submit (both columns), claim and completion (the state). An OR of
-///   equalities is the same rule, evaluated in registers.
-/// - The three `length(…) = 16` checks go: a function call makes SQLite
-///   give every insert a statement journal (a copy of each page it
-///   touches), 39k of a task's 307k instructions on the writer (issue 26).
-///   The columns are written only from `TaskId`s, 16 bytes by type, and
-///   read back through `TaskId` parsing, which refuses another length.
-const REWRITTEN_CHECKS: [(&str, &str); 5] = [
-    (
-        "state IN ('pending', 'running', 'success', 'failed', 'canceled')",
-        "state = 'pending' OR state = 'running' OR state = 'success' \
-         OR state = 'failed' OR state = 'canceled'",
-    ),
-    (
-        "method IN ('GET', 'POST', 'PUT', 'PATCH', 'DELETE')",
-        "method = 'GET' OR method = 'POST' OR method = 'PUT' OR method = 'PATCH' \
-         OR method = 'DELETE'",
-    ),
-    (" CHECK (length(id) = 16)", ""),
-    (" CHECK (length(callback_of) = 16)", ""),
-    (" CHECK (length(callback_task_id) = 16)", ""),
-];
-
-/// Rewrites [`REWRITTEN_CHECKS`] in the stored definition of `tasks`, in the
-/// migration's transaction: SQLite's own procedure for a change of
-/// constraints that leaves the stored rows as they are (`writable_schema`,
-/// then a new `schema_version`; "Making Other Kinds Of Table Schema
-/// Changes" in its ALTER TABLE documentation, which names removing CHECK
-/// constraints among them). Every stored row satisfied the old rules and so
-/// satisfies the new ones, the same rules or fewer. Rebuilding
-/// the table instead would copy every row of a large file. Refuses (and the
-/// migration rolls back) if a definition is not the one the earlier steps
-/// wrote.
-fn rewrite_task_checks(tx: &Connection) -> rusqlite::Result<()> {
-    let version: i64 = tx.pragma_query_value(None, "schema_version", |row| row.get(0))?;
-    let sql: String = tx.query_row(
-        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'tasks'",
-        [],
-        |row| row.get(0),
-    )?;
-    let mut rewritten = sql.clone();
-    for (old, new) in REWRITTEN_CHECKS {
-        if rewritten.matches(old).count() != 1 {
-            return Err(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
-                Some(format!("the tasks table has not exactly one {old:?}")),
-            ));
-        }
-        rewritten = rewritten.replace(old, new);
-    }
-    tx.pragma_update(None, "writable_schema", "ON")?;
-    tx.execute(
-        "UPDATE sqlite_schema SET sql = ?1 WHERE type = 'table' AND name = 'tasks'",
-        [&rewritten],
-    )?;
-    tx.pragma_update(None, "schema_version", version + 1)?;
-    // RESET: off again, and the connection reads the schema anew.
-    tx.pragma_update(None, "writable_schema", "RESET")?;
-    Ok(())
-}
-
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -751,9 +680,6 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
     }
     if from > 0 && from < DESTINATION_TASKS_STEP {
         fill_destination_tasks(&tx).map_err(fail)?;
-    }
-    if from < CHECKS_STEP {
-        rewrite_task_checks(&tx).map_err(fail)?;
     }
     tx.pragma_update(None, "user_version", CURRENT_VERSION)
         .map_err(fail)?;
