@@ -2,9 +2,10 @@
 //! [`tc_model::store::TaskStore`].
 //!
 //! - One writer thread owns the write connection and commits whatever writes
-//!   have queued in one `BEGIN IMMEDIATE` transaction, one savepoint per
-//!   write, answering callers only after COMMIT returned (group commit: many
-//!   submits share one fsync).
+//!   have queued in one `BEGIN IMMEDIATE` transaction (a savepoint for a
+//!   write of several statements; the hot writes refuse before writing and
+//!   need none), answering callers only after COMMIT returned (group
+//!   commit: many submits share one fsync).
 //! - Reads run on their own connections in tokio's blocking pool; with WAL
 //!   they never wait behind a write batch.
 //! - The layout is one list of migration steps (`PRAGMA user_version`); an
@@ -16,7 +17,9 @@
 //!
 //! With the `raw` feature (xtask's store benchmark only), the schema and the
 //! submit operation are also reachable synchronously in `raw`, to measure the
-//! store against plain rusqlite on the very same statements.
+//! store against plain rusqlite on the very same statements, and
+//! [`writer_cost`] runs the writer's work for N tasks for an instruction
+//! counter (the `writer_cost` example; docs/performance.md, issue 26).
 
 pub mod backup;
 mod config;
@@ -30,6 +33,8 @@ mod schema;
 mod store;
 mod write_ops;
 mod writer;
+#[cfg(feature = "raw")]
+pub mod writer_cost;
 
 pub use config::{StoreConfig, Synchronous};
 pub use schema::OpenError;

@@ -347,6 +347,61 @@ CREATE TABLE schedules (
 ) STRICT, WITHOUT ROWID;
 ";
 
+/// Step 14 → 15 (issue 26, the writer's CPU per task): the two hot
+/// triggers of step 12 again, with the same effect, written so that the
+/// statements that fire them need no statement journal. SQLite gives a
+/// statement a journal (a copy of every page it touches, undone if it
+/// aborts halfway) when it may abort after writing; an upsert's DO UPDATE
+/// always may (SQLite codes it with ABORT whatever the outer statement
+/// says), and so does any call of a function such as `min()`. Here a
+/// missing row is inserted with defaults (`ON CONFLICT DO NOTHING`, which
+/// never aborts), then counted by a plain UPDATE; the earliest due time is
+/// a CASE. The hot writes (submit, claim, complete) run `OR FAIL`, which
+/// the trigger bodies inherit, so they abort nowhere and journal nothing
+/// (see `write_ops`). Measured with the writer_cost harness under
+/// callgrind: docs/performance.md, issue 26.
+const V15_TRIGGERS_WITHOUT_UPSERT: &str = "
+DROP TRIGGER destination_tasks_insert;
+CREATE TRIGGER destination_tasks_insert AFTER INSERT ON tasks
+WHEN NEW.state IN ('pending', 'running') BEGIN
+    INSERT INTO destination_tasks (destination) VALUES (NEW.destination)
+    ON CONFLICT DO NOTHING;
+    UPDATE destination_tasks
+    SET pending = pending + (NEW.state = 'pending'),
+        running = running + (NEW.state = 'running'),
+        next_due = CASE WHEN NEW.state <> 'pending' OR NEW.next_run_at IS NULL THEN next_due
+                        WHEN next_due IS NULL OR NEW.next_run_at < next_due THEN NEW.next_run_at
+                        ELSE next_due END
+    WHERE destination = NEW.destination;
+END;
+
+DROP TRIGGER destination_tasks_update;
+CREATE TRIGGER destination_tasks_update AFTER UPDATE OF state, next_run_at ON tasks
+WHEN OLD.state IN ('pending', 'running') OR NEW.state IN ('pending', 'running') BEGIN
+    UPDATE destination_tasks
+    SET pending = pending - (OLD.state = 'pending'), running = running - (OLD.state = 'running'),
+        ready = ready AND NOT (OLD.state = 'pending' AND OLD.next_run_at <= next_due)
+    WHERE destination = OLD.destination AND OLD.state IN ('pending', 'running');
+    INSERT INTO destination_tasks (destination)
+    SELECT NEW.destination WHERE NEW.state IN ('pending', 'running')
+    ON CONFLICT DO NOTHING;
+    UPDATE destination_tasks
+    SET pending = pending + (NEW.state = 'pending'), running = running + (NEW.state = 'running')
+    WHERE destination = NEW.destination AND NEW.state IN ('pending', 'running');
+    UPDATE destination_tasks
+    SET next_due = (SELECT next_run_at FROM tasks
+                    WHERE state = 'pending' AND destination = OLD.destination
+                    ORDER BY next_run_at LIMIT 1)
+    WHERE destination = OLD.destination AND OLD.state = 'pending' AND OLD.next_run_at <= next_due;
+    UPDATE destination_tasks
+    SET next_due = iif(next_due IS NULL OR NEW.next_run_at < next_due, NEW.next_run_at, next_due)
+    WHERE destination = NEW.destination AND NEW.state = 'pending'
+      AND NOT (OLD.state = 'pending' AND OLD.next_run_at <= next_due);
+    DELETE FROM destination_tasks
+    WHERE destination = OLD.destination AND pending = 0 AND running = 0;
+END;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -363,6 +418,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V12_DESTINATION_TASKS,
     V13_CALLBACKS,
     V14_SCHEDULES,
+    V15_TRIGGERS_WITHOUT_UPSERT,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -540,8 +596,9 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
         .map_err(fail("set cache_size"))?;
     migrate(&mut conn, &path)?;
     make_vacuum_incremental(&conn, &path).map_err(fail("switch auto_vacuum to incremental"))?;
-    // A command runs in a savepoint (a submit in its one all-or-nothing
-    // statement instead: writer::Undo), and SQLite keeps the old image of
+    // A command of several statements runs in a savepoint (the hot writes
+    // run without one, claims and completions without statement journals
+    // too: writer::Undo, schema step 15), and SQLite keeps the old image of
     // each page a savepoint or statement changes in a statement journal, a
     // temporary file by default: one pwrite per page per command. A profile of batch
     // submits had the writer thread at 95% of the process, most of it in

@@ -190,11 +190,18 @@ impl Drop for SqliteStore {
 impl TaskStore for SqliteStore {
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         let bytes = task.body().len() + task.url().len() + task.idempotency_key().len();
-        // A submit reads, then writes one row in one statement.
-        self.write_sized(bytes, Undo::SelfContained, move |conn| {
-            write_ops::submit(conn, &task, now)
-        })
-        .await
+        // One statement (`OR FAIL`, no statement journal: it refuses before
+        // writing, or only SQLite itself fails; see Undo::WholeBatch).
+        // The row's derived columns are made here, off the writer thread.
+        let row = write_ops::SubmitRow::of(&task);
+        // The task goes back with the answer: the reply is built, and the
+        // payload freed, off the writer thread too.
+        let (made, task) = self
+            .write_sized(bytes, Undo::WholeBatch, move |conn| {
+                write_ops::submit_prepared(conn, &row, &task, now).map(|made| (made, task))
+            })
+            .await?;
+        Ok(made.into_submitted(&task, now))
     }
 
     async fn submit_many(
@@ -209,14 +216,29 @@ impl TaskStore for SqliteStore {
         // One command: the items share the batch's transaction and commit,
         // and no item is split from the others by a concurrent write.
         // Each item is its own submit and answers for itself: an item
-        // that fails has written nothing, and the others stand.
-        self.write_sized(bytes, Undo::SelfContained, move |conn| {
-            Ok(tasks
-                .iter()
-                .map(|task| write_ops::submit(conn, task, now))
-                .collect())
+        // refused (a key conflict) has written nothing, and the others
+        // stand. An item the store failed under fails the command: its
+        // statement has no statement journal (see write_ops::submit), so
+        // the batch is rolled back (Undo::WholeBatch).
+        let rows: Vec<write_ops::SubmitRow> = tasks.iter().map(write_ops::SubmitRow::of).collect();
+        self.write_sized(bytes, Undo::WholeBatch, move |conn| {
+            let mut answers = Vec::with_capacity(tasks.len());
+            for (task, row) in tasks.iter().zip(&rows) {
+                match write_ops::submit_prepared(conn, row, task, now) {
+                    Err(e @ StoreError::Unavailable(_)) => return Err(e),
+                    answer => answers.push(answer),
+                }
+            }
+            Ok((answers, tasks))
         })
         .await
+        .map(|(answers, tasks)| {
+            answers
+                .into_iter()
+                .zip(&tasks)
+                .map(|(answer, task)| answer.map(|made| made.into_submitted(task, now)))
+                .collect()
+        })
     }
 
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {

@@ -33,13 +33,103 @@ pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts +
      FROM tasks INDEXED BY tasks_leased \
      WHERE state = 'running' AND lease_until < ?1";
 
+/// Whether deletes raised the seq floor (schema step 6) above the table's
+/// last seq: only then must a submit name its seq.
+const SEQ_FLOOR_ABOVE: &str =
+    "SELECT (SELECT n FROM seq_floor) > coalesce((SELECT max(seq) FROM tasks), 0)";
+
+/// The submit's INSERT with `$seq` as the seq column's value.
+macro_rules! submit_sql {
+    ($seq:literal) => {
+        concat!(
+            "INSERT OR FAIL INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
+                            timeout_ns, attempt, created_at, updated_at, next_run_at, \
+                            schedule_at, schedule_delay_ms, destination, method, headers, \
+                            trace_context, callback_url, callback_on, callback_of) \
+             VALUES (",
+            $seq,
+            ", ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+                     ?16, ?17, ?18) \
+             ON CONFLICT (idempotency_key) DO NOTHING"
+        )
+    };
+}
+
+/// A submit taking SQLite's next rowid (the last seq + 1) as its seq.
+const SUBMIT_NEXT_ROWID: &str = submit_sql!("NULL");
+
+/// A submit taking the seq above the floor, when deletes raised it above
+/// the last seq.
+const SUBMIT_ABOVE_FLOOR: &str = submit_sql!("(SELECT n FROM seq_floor) + 1");
+
 /// Registers a task, or returns the one that already has its key and payload.
+/// (The store itself uses [`submit_prepared`]; this is for tests and `raw`.)
+#[cfg(any(test, feature = "raw"))]
 pub(crate) fn submit(
     conn: &Connection,
     new: &NewTask,
     now: Timestamp,
 ) -> Result<Submitted, StoreError> {
-    submit_as(conn, new_id(now), new, now)
+    submit_prepared(conn, &SubmitRow::of(new), new, now).map(|made| made.into_submitted(new, now))
+}
+
+/// What a submit found: a new task (its id; the caller builds the task
+/// from what it submitted, off the writer thread), or the one that already
+/// had the key.
+pub(crate) enum Made {
+    /// Inserted with this id.
+    Created(TaskId),
+    /// The key's task, with the same work.
+    Known(Box<Task>),
+}
+
+impl Made {
+    /// The port's answer, `new` being what was submitted at `now`.
+    pub(crate) fn into_submitted(self, new: &NewTask, now: Timestamp) -> Submitted {
+        match self {
+            Made::Created(id) => Submitted {
+                task: Task::submitted(id, new, now),
+                created: true,
+            },
+            Made::Known(task) => Submitted {
+                task: *task,
+                created: false,
+            },
+        }
+    }
+}
+
+/// The columns of a new task's row that are derived from it (parsing its
+/// url, encoding JSON): made by the caller before the command is queued,
+/// so that the writer thread only binds them.
+pub(crate) struct SubmitRow {
+    destination: String,
+    headers: Option<String>,
+    trace: Option<String>,
+    callback_on: Option<String>,
+}
+
+impl SubmitRow {
+    /// The derived columns of `new`.
+    pub(crate) fn of(new: &NewTask) -> SubmitRow {
+        SubmitRow {
+            destination: tc_model::destination_of(new.url()),
+            headers: new.headers().to_stored(),
+            trace: new.trace().map(TraceContext::to_stored),
+            callback_on: new.callback().map(|c| c.on().to_stored()),
+        }
+    }
+}
+
+/// [`submit`] with the derived columns made beforehand (`row` is
+/// [`SubmitRow::of`] `new`), answering [`Made`].
+pub(crate) fn submit_prepared(
+    conn: &Connection,
+    row: &SubmitRow,
+    new: &NewTask,
+    now: Timestamp,
+) -> Result<Made, StoreError> {
+    submit_as(conn, new_id(now), row, new, now)
 }
 
 /// A new task id at `now`: its random bits come from the writer thread's
@@ -54,26 +144,30 @@ fn new_id(now: Timestamp) -> TaskId {
 fn submit_as(
     conn: &Connection,
     id: TaskId,
+    row: &SubmitRow,
     new: &NewTask,
     now: Timestamp,
-) -> Result<Submitted, StoreError> {
+) -> Result<Made, StoreError> {
     let schedule = new.schedule();
     let first_run = schedule.first_run(now);
     let (schedule_at, schedule_delay_ms) = schedule.to_parts();
+    // seq above every seq ever handed out, deleted ones included (see
+    // schema step 6): a listing cursor must never see a position reused.
+    // Unless deletes raised the floor above the table's last seq, SQLite's
+    // own next rowid (last + 1) is that: the seq column is left NULL. An
+    // explicit seq would make SQLite check it is an integer with an abort,
+    // and so give the statement a statement journal (issue 26).
+    let floor_above: bool = conn
+        .prepare_cached(SEQ_FLOOR_ABOVE)
+        .map_err(db)?
+        .query_row([], |row| row.get(0))
+        .map_err(db)?;
     let inserted = conn
-        .prepare_cached(
-            // seq above every seq ever handed out, deleted ones included (see
-            // schema step 6): a listing cursor must never see a position reused.
-            "INSERT INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
-                            timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                            schedule_at, schedule_delay_ms, destination, method, headers, \
-                            trace_context, callback_url, callback_on, callback_of) \
-         VALUES (max(coalesce((SELECT max(seq) FROM tasks), 0), \
-                     (SELECT n FROM seq_floor)) + 1, \
-                 ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                 ?16, ?17, ?18) \
-         ON CONFLICT (idempotency_key) DO NOTHING",
-        )
+        .prepare_cached(if floor_above {
+            SUBMIT_ABOVE_FLOOR
+        } else {
+            SUBMIT_NEXT_ROWID
+        })
         .map_err(db)?
         .execute(params![
             id.as_bytes(),
@@ -87,28 +181,22 @@ fn submit_as(
             first_run.as_millis(),
             schedule_at,
             schedule_delay_ms,
-            tc_model::destination_of(new.url()),
+            row.destination,
             new.method().as_str(),
-            new.headers().to_stored(),
-            new.trace().map(TraceContext::to_stored),
+            row.headers,
+            row.trace,
             new.callback().map(Callback::url),
-            new.callback().map(|c| c.on().to_stored()),
+            row.callback_on,
             new.callback_of().map(|id| *id.as_bytes()),
         ])
         .map_err(db)?;
     if inserted == 1 {
-        return Ok(Submitted {
-            task: Task::submitted(id, new, now),
-            created: true,
-        });
+        return Ok(Made::Created(id));
     }
     // The key is taken: the insert's own probe of the key's unique index
     // found it, so a new key (the common case) costs no lookup of its own.
     match rows::load_by_key(conn, new.idempotency_key())? {
-        Some(Stored { task, .. }) if new.same_work_as(&task) => Ok(Submitted {
-            task,
-            created: false,
-        }),
+        Some(Stored { task, .. }) if new.same_work_as(&task) => Ok(Made::Known(Box::new(task))),
         Some(_) => Err(StoreError::IdempotencyConflict),
         None => Err(StoreError::Unavailable(
             "the idempotency key conflicted, but no task has it".to_owned(),
@@ -167,35 +255,42 @@ fn claim_one(
 ) -> Result<Task, StoreError> {
     let from = parse_state(state)?;
     let to = transit(from, State::Running)?;
-    // RETURNING the whole row: the claimed task without reading it again.
+    // No RETURNING: SQLite collects RETURNING rows in an ephemeral table,
+    // built and torn down for every statement; reading the row back by seq
+    // costs less (callgrind, see docs/performance.md, issue 26).
+    write_one(
+        conn,
+        "UPDATE OR FAIL tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
+                          lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
+         WHERE seq = ?1 AND state = ?2",
+        params![
+            seq,
+            from.as_str(),
+            to.as_str(),
+            now.as_millis(),
+            lease_until.as_millis()
+        ],
+    )?;
     let claimed = conn
         .prepare_cached(concat!(
-            "UPDATE tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
-                              lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
-             WHERE seq = ?1 AND state = ?2 RETURNING ",
-            rows::task_columns!()
+            "SELECT ",
+            rows::task_columns!(),
+            " FROM tasks WHERE seq = ?1"
         ))
         .map_err(db)?
-        .query_row(
-            params![
-                seq,
-                from.as_str(),
-                to.as_str(),
-                now.as_millis(),
-                lease_until.as_millis()
-            ],
-            |row| Ok(rows::task_from_row(row)),
-        )
+        .query_row([seq], |row| Ok(rows::task_from_row(row)))
         .map_err(db)??
         .task;
-    conn.prepare_cached("INSERT INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)")
-        .map_err(db)?
-        .execute(params![
-            claimed.id.as_bytes(),
-            claimed.attempt,
-            now.as_millis()
-        ])
-        .map_err(db)?;
+    conn.prepare_cached(
+        "INSERT OR FAIL INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)",
+    )
+    .map_err(db)?
+    .execute(params![
+        claimed.id.as_bytes(),
+        claimed.attempt,
+        now.as_millis()
+    ])
+    .map_err(db)?;
     Ok(claimed)
 }
 
@@ -286,9 +381,6 @@ pub(crate) fn complete(
     effect: &CompletionEffect,
     callback_bytes: usize,
 ) -> Result<Guarded, StoreError> {
-    // The guard is the UPDATE's own WHERE (running, with this attempt): one
-    // probe of the id index instead of a SELECT then an UPDATE by seq. Only
-    // when it changes nothing is the row read, for the `Lost` answer.
     // What the completion writes is tc-model's rule; this binds it. A
     // field the effect leaves alone is kept by the SQL: a missing status by
     // coalesce, a result not written (?7 false), finished_at by coalesce.
@@ -297,62 +389,66 @@ pub(crate) fn complete(
         None => (false, None, None),
     };
     let to = effect.state;
-    // RETURNING whether the task asked for a callback: only then is it read
-    // back at its end. An end is counted (`ends`) in the same UPDATE.
-    let changed: Option<(i64, bool)> = conn
+    // The guard first (one probe of the id index, reading whether the task
+    // asked for a callback: only then is it read back at its end), then
+    // the UPDATE by seq. Not an UPDATE … RETURNING: SQLite collects
+    // RETURNING rows in an ephemeral table built for every statement,
+    // which cost more than this read (callgrind, docs/performance.md,
+    // issue 26). An end is counted (`ends`) in the same UPDATE.
+    let head: Option<(i64, String, u32, bool)> = conn
         .prepare_cached(
-            "UPDATE tasks SET state = ?4, http_status = coalesce(?5, http_status), \
-                              result = CASE WHEN ?6 THEN ?7 ELSE result END, \
-                              result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
-                              error = ?9, finished_at = coalesce(?10, finished_at), \
-                              next_run_at = ?11, updated_at = ?12, lease_until = NULL, \
-                              ends = ends + ?13 \
-             WHERE id = ?1 AND state = ?2 AND attempt = ?3 \
-             RETURNING seq, callback_url IS NOT NULL",
+            "SELECT seq, state, attempt, callback_url IS NOT NULL FROM tasks WHERE id = ?1",
         )
         .map_err(db)?
-        .query_row(
-            params![
-                id.as_bytes(),
-                State::Running.as_str(),
-                attempt,
-                to.as_str(),
-                effect.http_status,
-                writes_result,
-                result,
-                content_type,
-                effect.error,
-                effect.finished_at.map(Timestamp::as_millis),
-                effect.next_run_at.map(Timestamp::as_millis),
-                effect.updated_at.as_millis(),
-                i64::from(to.is_terminal())
-            ],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
+        .query_row([id.as_bytes()], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
         .optional()
         .map_err(db)?;
-    if let Some((seq, asks_callback)) = changed {
-        close_attempt(
-            conn,
-            id,
+    let Some((seq, state, current, asks_callback)) = head else {
+        return Err(StoreError::NotFound);
+    };
+    let state = parse_state(&state)?;
+    if state != State::Running || current != attempt {
+        return Ok(Guarded::Lost(state));
+    }
+    write_one(
+        conn,
+        "UPDATE OR FAIL tasks SET state = ?4, http_status = coalesce(?5, http_status), \
+                          result = CASE WHEN ?6 THEN ?7 ELSE result END, \
+                          result_content_type = CASE WHEN ?6 THEN ?8 ELSE result_content_type END, \
+                          error = ?9, finished_at = coalesce(?10, finished_at), \
+                          next_run_at = ?11, updated_at = ?12, lease_until = NULL, \
+                          ends = ends + ?13 \
+         WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+        params![
+            seq,
+            State::Running.as_str(),
             attempt,
-            effect.updated_at,
+            to.as_str(),
             effect.http_status,
-            effect.error.as_deref(),
-        )?;
-        if asks_callback && to.is_terminal() {
-            ended(conn, seq, effect.updated_at, callback_bytes)?;
-        }
-        return Ok(Guarded::Applied(to));
+            writes_result,
+            result,
+            content_type,
+            effect.error,
+            effect.finished_at.map(Timestamp::as_millis),
+            effect.next_run_at.map(Timestamp::as_millis),
+            effect.updated_at.as_millis(),
+            i64::from(to.is_terminal())
+        ],
+    )?;
+    close_attempt(
+        conn,
+        id,
+        attempt,
+        effect.updated_at,
+        effect.http_status,
+        effect.error.as_deref(),
+    )?;
+    if asks_callback && to.is_terminal() {
+        ended(conn, seq, effect.updated_at, callback_bytes)?;
     }
-    match guard(conn, id, attempt)? {
-        Err(lost) => Ok(lost),
-        // Running with this attempt, yet the guarded UPDATE missed it: the
-        // single writer rules that out; reported rather than ignored.
-        Ok(_) => Err(StoreError::Unavailable(
-            "guarded update changed no row of a running task".to_owned(),
-        )),
-    }
+    Ok(Guarded::Applied(to))
 }
 
 /// What a task's end creates, after the write that ended the task at
@@ -371,8 +467,9 @@ fn ended(
     let Some(new) = callback::task_for(&parent, callback_id, callback_bytes) else {
         return Ok(());
     };
-    let made = match submit_as(conn, callback_id, &new, now) {
-        Ok(submitted) => submitted.task.id,
+    let made = match submit_as(conn, callback_id, &SubmitRow::of(&new), &new, now) {
+        Ok(Made::Created(id)) => id,
+        Ok(Made::Known(task)) => task.id,
         Err(StoreError::IdempotencyConflict) => rows::load_by_key(conn, new.idempotency_key())?
             .map(|stored| stored.task.id)
             .ok_or_else(|| StoreError::Unavailable("a callback's key vanished".to_owned()))?,
@@ -776,8 +873,8 @@ fn close_attempt(
     error: Option<&str>,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "UPDATE attempts SET finished_at = ?3, http_status = ?4, error = ?5, \
-                             duration_ms = max(?3 - started_at, 0) \
+        "UPDATE OR FAIL attempts SET finished_at = ?3, http_status = ?4, error = ?5, \
+                             duration_ms = CASE WHEN ?3 > started_at THEN ?3 - started_at ELSE 0 END \
          WHERE task_id = ?1 AND n = ?2 AND finished_at IS NULL",
     )
     .map_err(db)?
@@ -796,4 +893,70 @@ fn load_seq(conn: &Connection, seq: i64) -> Result<Task, StoreError> {
     rows::load_seq(conn, seq)?
         .map(|stored| stored.task)
         .ok_or_else(|| StoreError::Unavailable(format!("task at seq {seq} vanished")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tc_model::{Limits, NewTask, Timestamp};
+
+    use super::*;
+    use crate::config::StoreConfig;
+    use crate::schema::{Target, open_writer};
+
+    fn task(key: &str) -> NewTask {
+        NewTask::new(
+            "http://127.0.0.1:9/".into(),
+            b"{}".to_vec(),
+            key.into(),
+            3,
+            Duration::from_secs(1),
+            &Limits::default(),
+        )
+        .unwrap()
+    }
+
+    /// A submit takes SQLite's next rowid unless deletes raised the floor
+    /// above the last seq; either way no seq is handed out twice.
+    #[test]
+    fn a_submit_never_takes_a_deleted_task_s_seq() {
+        let conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let seq_of = |key: &str| -> i64 {
+            conn.query_row(
+                "SELECT seq FROM tasks WHERE idempotency_key = ?1",
+                [key],
+                |row| row.get(0),
+            )
+            .unwrap()
+        };
+        let submit = |key: &str| {
+            super::submit(&conn, &task(key), Timestamp::from_millis(1)).unwrap();
+            seq_of(key)
+        };
+        let check = |key: &str, want: i64| assert_eq!(submit(key), want, "{key}");
+        check("a", 1);
+        check("b", 2);
+        check("c", 3);
+        // The last two tasks end and are deleted: the floor is now 3.
+        for key in ["b", "c"] {
+            conn.execute(
+                "UPDATE tasks SET state = 'success' WHERE idempotency_key = ?1",
+                [key],
+            )
+            .unwrap();
+            let id = parse_id(
+                conn.query_row(
+                    "SELECT id FROM tasks WHERE idempotency_key = ?1",
+                    [key],
+                    |row| row.get(0),
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            delete(&conn, &id).unwrap();
+        }
+        check("d", 4);
+        check("e", 5);
+    }
 }

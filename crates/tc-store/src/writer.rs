@@ -2,10 +2,10 @@
 //! whatever commands have queued in one transaction (group commit).
 //!
 //! SQLite lets one connection write at a time, and a durable commit costs an
-//! fsync whatever it holds, so many callers' writes share one commit. Each
-//! command runs in its own savepoint: a command that fails (a conflict, a
-//! refused transition) is rolled back alone and the rest of the batch still
-//! commits. A caller hears back only after COMMIT returned; if COMMIT fails,
+//! fsync whatever it holds, so many callers' writes share one commit. A
+//! command that is refused (a conflict, a refused transition) is rolled
+//! back alone, by its own savepoint or because it refuses before writing
+//! ([`Undo`]), and the rest of the batch still commits. A caller hears back only after COMMIT returned; if COMMIT fails,
 //! every command of the batch is told the store is unavailable.
 
 use std::thread::JoinHandle;
@@ -19,13 +19,26 @@ pub(crate) type Command = Box<dyn Job>;
 
 /// A write and the caller waiting for its result.
 pub(crate) trait Job: Send {
-    /// Runs the write; `true` if it succeeded and its savepoint should stay.
-    fn run(&mut self, conn: &Connection) -> bool;
+    /// Runs the write and says how it went.
+    fn run(&mut self, conn: &Connection) -> Ran;
     /// How a failure of this write is undone.
     fn undo(&self) -> Undo;
     /// Tells the caller, once the batch's fate is known: the write's own
     /// result if the batch committed, otherwise `failed`.
     fn reply(self: Box<Self>, failed: Option<&StoreError>);
+}
+
+/// How a command's run went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ran {
+    /// It succeeded: its writes stay.
+    Done,
+    /// It was refused by a rule (not found, a conflict, a refused
+    /// transition): an answer for its caller, not trouble with the store.
+    Refused,
+    /// The store failed under it (`StoreError::Unavailable`: I/O, a full
+    /// disk, a corrupt row).
+    Broken,
 }
 
 /// How the writer undoes a command that fails, without failing its batch.
@@ -34,17 +47,14 @@ pub(crate) enum Undo {
     /// The command runs in a savepoint of its own, rolled back if it fails:
     /// for commands of several writing statements.
     Savepoint,
-    /// The command fails without leaving a partial write: its only writing
-    /// statements are each all-or-nothing (SQLite's statement journal) and
-    /// an error stops it before any of them or reports that one alone. A
-    /// savepoint would cost a journal copy of every page it changes.
-    SelfContained,
     /// No savepoint: the command's only failures after its first write are
     /// SQLite's own (I/O, a full disk, a corrupt row), when the batch is
     /// lost anyway. If it fails after writing (SQLite's change counter
-    /// moved), the whole batch is rolled back and every caller told the
-    /// store is unavailable; if it fails before, nothing is undone and the
-    /// batch goes on. A profile of end-to-end load had a fifth of the
+    /// moved) or the store failed under it ([`Ran::Broken`]: a statement
+    /// without a statement journal may have stopped halfway without
+    /// counting its changes), the whole batch is rolled back and every
+    /// caller told the store is unavailable; if it is refused before
+    /// writing, nothing is undone and the batch goes on. A profile of end-to-end load had a fifth of the
     /// writer thread in the savepoints' page copies and allocations.
     WholeBatch,
 }
@@ -64,14 +74,18 @@ where
     T: Send,
     F: FnOnce(&Connection) -> Result<T, StoreError> + Send,
 {
-    fn run(&mut self, conn: &Connection) -> bool {
+    fn run(&mut self, conn: &Connection) -> Ran {
         let Some(op) = self.op.take() else {
-            return false;
+            return Ran::Broken;
         };
         let result = op(conn);
-        let ok = result.is_ok();
+        let ran = match &result {
+            Ok(_) => Ran::Done,
+            Err(StoreError::Unavailable(_)) => Ran::Broken,
+            Err(_) => Ran::Refused,
+        };
         self.result = Some(result);
-        ok
+        ran
     }
 
     fn undo(&self) -> Undo {
@@ -154,12 +168,10 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch.iter_mut() {
         match job.undo() {
-            Undo::SelfContained => {
-                job.run(&tx);
-            }
             Undo::WholeBatch => {
                 let before = tx.total_changes();
-                if !job.run(&tx) && tx.total_changes() != before {
+                let ran = job.run(&tx);
+                if ran == Ran::Broken || (ran == Ran::Refused && tx.total_changes() != before) {
                     return Err(rusqlite::Error::SqliteFailure(
                         rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
                         Some("a command failed after writing; its batch is rolled back".to_owned()),
@@ -170,7 +182,7 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
                 // Cached statements rather than rusqlite's Savepoint, which
                 // builds and parses the SQL text anew for every command.
                 tx.prepare_cached("SAVEPOINT command")?.execute([])?;
-                if !job.run(&tx) {
+                if job.run(&tx) != Ran::Done {
                     tx.prepare_cached("ROLLBACK TO command")?.execute([])?;
                 }
                 tx.prepare_cached("RELEASE command")?.execute([])?;
@@ -221,7 +233,7 @@ mod tests {
         let op = move |conn: &Connection| {
             write_ops::submit(conn, &task(key, body), Timestamp::default())
         };
-        (command(op, Undo::SelfContained, reply, None), answer)
+        (command(op, Undo::WholeBatch, reply, None), answer)
     }
 
     fn count(conn: &Connection) -> i64 {
@@ -317,13 +329,13 @@ mod tests {
                 return Err(StoreError::NotFound);
             }
             write_ops::submit(conn, &task(key, b"1"), Timestamp::default())?;
-            Err(StoreError::Unavailable("failed after its write".into()))
+            Err(StoreError::NotFound)
         };
         (command(op, Undo::WholeBatch, reply, None), answer)
     }
 
     #[test]
-    fn a_whole_batch_command_failing_before_writing_fails_alone() {
+    fn a_whole_batch_command_refused_before_writing_fails_alone() {
         let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
         let (first, first_answer) = submit("a", b"1");
         let (failing, failing_answer) = whole_batch("x", false);
@@ -362,6 +374,32 @@ mod tests {
         let (next, next_answer) = submit("a", b"1");
         commit_batch(&mut conn, &mut vec![next]);
         assert!(next_answer.blocking_recv().unwrap().unwrap().created);
+    }
+
+    #[test]
+    fn a_whole_batch_command_the_store_failed_under_rolls_the_batch_back() {
+        // No change counted, yet a statement without a statement journal
+        // may have stopped halfway: the batch is not trusted.
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let (first, first_answer) = submit("a", b"1");
+        let (reply, broken_answer) = oneshot::channel::<Result<(), StoreError>>();
+        let broken = command(
+            |_: &Connection| Err(StoreError::Unavailable("disk I/O error".into())),
+            Undo::WholeBatch,
+            reply,
+            None,
+        );
+        commit_batch(&mut conn, &mut vec![first, broken]);
+        for answer in [
+            first_answer.blocking_recv().unwrap().map(|_| ()),
+            broken_answer.blocking_recv().unwrap(),
+        ] {
+            assert!(
+                matches!(answer, Err(StoreError::Unavailable(_))),
+                "{answer:?}"
+            );
+        }
+        assert_eq!(count(&conn), 0);
     }
 
     #[test]

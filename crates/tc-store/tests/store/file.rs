@@ -303,6 +303,29 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     );
     // Tasks from before trace contexts have none; new ones keep theirs.
     assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
+    // The CHECKs of tasks are enforced on the upgraded file.
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    for (column, bad) in [("state", "done"), ("method", "TRACE")] {
+        let refused = conn.execute(
+            &format!("UPDATE tasks SET {column} = ?1 WHERE idempotency_key = 'old-done'"),
+            [bad],
+        );
+        assert!(refused.is_err(), "{column} = {bad} accepted");
+    }
+    let triggers: Vec<String> = conn
+        .prepare("SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name LIKE 'destination_tasks_%'")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(triggers.len(), 3);
+    for sql in &triggers {
+        assert!(!sql.contains("DO UPDATE") && !sql.contains("min("), "{sql}");
+    }
     drop(conn);
     let store = SqliteStore::open(&path, StoreConfig::default())
         .await
