@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,26 @@ fn parse(line: &str) -> (usize, TaskId) {
     (i.parse().unwrap(), id.parse().unwrap())
 }
 
+/// Runs this test binary's `test_name` alone as a child with `env` set to
+/// `path` (the child's side of a crash test) and answers it with its stderr,
+/// where a child acknowledges, written directly: libtest's own lines go to
+/// stdout.
+pub(crate) fn spawn_child(
+    test_name: &str,
+    env: &str,
+    path: &std::path::Path,
+) -> (Child, BufReader<ChildStderr>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stderr.take().unwrap());
+    (child, out)
+}
+
 #[test]
 fn sigkill_mid_stream_loses_no_acknowledged_submit() {
     if let Some(path) = std::env::var_os(CHILD_ENV) {
@@ -43,16 +63,7 @@ fn sigkill_mid_stream_loses_no_acknowledged_submit() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.db");
-    // The child acknowledges on stderr, written directly: libtest's own
-    // lines go to stdout.
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, &path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stderr.take().unwrap());
+    let (mut child, mut out) = spawn_child(TEST_NAME, CHILD_ENV, &path);
     let mut acknowledged = Vec::new();
     let mut line = String::new();
     while acknowledged.len() < BEFORE_KILL {

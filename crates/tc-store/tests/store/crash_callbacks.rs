@@ -6,9 +6,8 @@
 //! [`CHILD_ENV`] set, as in crash.rs. And a callback insert that fails
 //! (refused by a trigger of the test) takes its parent's end with it.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,14 +41,7 @@ fn sigkill_while_ending_tasks_leaves_one_callback_per_end() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("callbacks.db");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, &path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stderr.take().unwrap());
+    let (mut child, mut out) = crate::crash::spawn_child(TEST_NAME, CHILD_ENV, &path);
     let mut ended: Vec<TaskId> = Vec::new();
     let mut line = String::new();
     while ended.len() < BEFORE_KILL {
