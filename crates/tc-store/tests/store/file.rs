@@ -303,7 +303,19 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     );
     // Tasks from before trace contexts have none; new ones keep theirs.
     assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
-    // The CHECKs of tasks are enforced on the upgraded file.
+    // Step 14 rewrote the tasks CHECKs without IN lists: the same rules,
+    // still enforced on the upgraded file.
+    let tasks_sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'tasks'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(
+        !tasks_sql.contains(" IN (") && !tasks_sql.contains("length("),
+        "{tasks_sql}"
+    );
     let check: String = conn
         .query_row("PRAGMA integrity_check", [], |row| row.get(0))
         .unwrap();
