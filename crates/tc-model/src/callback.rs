@@ -9,136 +9,17 @@
 //! their terminal UPDATE, read the parent back, call [`task_for`] and insert
 //! what it returns, all in the transaction that ended the parent.
 
-use std::fmt;
+pub(crate) mod asked;
 
-use crate::new_task::{Schedule, ValidationError, check_url};
+pub use asked::{Callback, CallbackOn};
+
+use crate::Schedule;
 use crate::view::TaskView;
-use crate::{Headers, Method, NewTask, State, Task, TaskId};
+use crate::{Headers, Method, NewTask, Task, TaskId};
 
 /// The most bytes of the parent's result a callback body carries by
 /// default (`--callback-result-bytes`).
 pub const DEFAULT_RESULT_BYTES: usize = 64 * 1024;
-
-/// The terminal states a callback is made for: a non-empty subset of
-/// success, failed and canceled (success and failed by default).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CallbackOn {
-    success: bool,
-    failed: bool,
-    canceled: bool,
-}
-
-impl Default for CallbackOn {
-    fn default() -> Self {
-        CallbackOn {
-            success: true,
-            failed: true,
-            canceled: false,
-        }
-    }
-}
-
-impl fmt::Debug for CallbackOn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.names()).finish()
-    }
-}
-
-impl CallbackOn {
-    /// The states a callback can be asked for, as the API spells them.
-    pub const NAMES: [&'static str; 3] = ["success", "failed", "canceled"];
-
-    /// The set of `names`: each one of [`CallbackOn::NAMES`], none twice,
-    /// at least one. A refusal names `callback_on`.
-    pub fn parse<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<CallbackOn, String> {
-        let mut on = CallbackOn {
-            success: false,
-            failed: false,
-            canceled: false,
-        };
-        let mut any = false;
-        for name in names {
-            let slot = match name {
-                "success" => &mut on.success,
-                "failed" => &mut on.failed,
-                "canceled" => &mut on.canceled,
-                other => {
-                    return Err(format!(
-                        "must hold only \"success\", \"failed\" or \"canceled\", got {other:?}"
-                    ));
-                }
-            };
-            if *slot {
-                return Err(format!("{name:?} is given twice"));
-            }
-            *slot = true;
-            any = true;
-        }
-        if !any {
-            return Err("must name at least one state".to_owned());
-        }
-        Ok(on)
-    }
-
-    /// Whether a task that ends in `state` gets a callback.
-    pub fn includes(self, state: State) -> bool {
-        match state {
-            State::Success => self.success,
-            State::Failed => self.failed,
-            State::Canceled => self.canceled,
-            State::Pending | State::Running => false,
-        }
-    }
-
-    /// The states, in the order of [`CallbackOn::NAMES`].
-    pub fn names(self) -> Vec<&'static str> {
-        [self.success, self.failed, self.canceled]
-            .into_iter()
-            .zip(CallbackOn::NAMES)
-            .filter_map(|(on, name)| on.then_some(name))
-            .collect()
-    }
-
-    /// The text the stores keep: the names joined by `,`.
-    pub fn to_stored(self) -> String {
-        self.names().join(",")
-    }
-
-    /// The set [`CallbackOn::to_stored`] wrote; `None` for any other text.
-    pub fn from_stored(text: &str) -> Option<CallbackOn> {
-        CallbackOn::parse(text.split(',')).ok()
-    }
-}
-
-/// A task's callback: where to POST its view, and on which ends. One that
-/// exists has a valid url (the same rules as a task's).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Callback {
-    url: String,
-    on: CallbackOn,
-}
-
-impl Callback {
-    /// A callback to `url` on `on`; the url is checked as a task's is, the
-    /// refusal naming `callback_url`.
-    pub fn new(url: String, on: CallbackOn) -> Result<Callback, ValidationError> {
-        check_url(&url).map_err(|e| match e {
-            ValidationError::Url(message) => ValidationError::CallbackUrl(message),
-            other => other,
-        })?;
-        Ok(Callback { url, on })
-    }
-
-    /// Where the callback POSTs.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The ends it is made for.
-    pub fn on(&self) -> CallbackOn {
-        self.on
-    }
-}
 
 /// The idempotency key of the callback for `parent`'s `end`-th end:
 /// `callback:{id}` for the first, `callback:{id}:{n}` for the n-th after.
@@ -162,7 +43,7 @@ pub fn key(parent: TaskId, end: u32) -> String {
 /// the parent's trace.
 pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Option<NewTask> {
     let callback = parent.callback.as_ref()?;
-    if !parent.state.is_terminal() || !callback.on.includes(parent.state) {
+    if !parent.state.is_terminal() || !callback.on().includes(parent.state) {
         return None;
     }
     let shown = Task {
@@ -177,7 +58,7 @@ pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Opti
     // and timeout are the parent's (valid), and a body the server writes is
     // not held to the submit limit.
     Some(NewTask {
-        url: callback.url.clone(),
+        url: callback.url().to_owned(),
         body,
         idempotency_key: key(parent.id, parent.ends),
         max_attempts: parent.max_attempts,
@@ -204,7 +85,7 @@ pub fn on_end(task: &mut Task, callback_id: TaskId, result_bytes: usize) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Limits, Timestamp};
+    use crate::{Limits, State, Timestamp};
     use std::time::Duration;
 
     #[test]

@@ -20,12 +20,14 @@ pub mod stored;
 mod task;
 pub mod trace;
 mod url;
+mod validation;
 pub mod view;
 
 pub use headers::Headers;
 pub use method::{Method, UnknownMethod};
-pub use new_task::{Limits, NewTask, Schedule, ValidationError};
+pub use new_task::{NewTask, Schedule};
 pub use state::{IllegalTransition, State, UnknownState, retry_by_hand, transit};
 pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};
 pub use trace::TraceContext;
 pub use url::{destination_of, is_under_prefix, origin_and_path};
+pub use validation::{Limits, ValidationError};
