@@ -1,5 +1,5 @@
 //! Schedules on PostgreSQL (issue 28): the `schedules` table of schema
-//! step 12, one row per schedule, its task template as tc-model's text
+//! step 13, one row per schedule, its task template as tc-model's text
 //! form. Every node's firing loop reads them all; the firing record is a
 //! guarded UPDATE (`last_run_at` only moves forward), so nodes that fire
 //! the same time in any order leave the latest record.

@@ -262,7 +262,7 @@ async fn a_version_9_schema_is_upgraded_in_place() {
     .with_trace(context.clone());
     let created = store.submit(new, Timestamp::default()).await.unwrap().task;
     assert_eq!(store.get(created.id).await.unwrap().trace, Some(context));
-    // The upgraded schema takes schedules (step 12), kept across a reopen
+    // The upgraded schema takes schedules (step 13), kept across a reopen
     // with their firing record.
     let spec = tc_model::recurring::ScheduleSpec {
         name: "nightly".into(),

@@ -353,7 +353,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         .unwrap()
         .task;
     assert_eq!(store.get(traced.id).await.unwrap().trace, Some(context));
-    // An old file takes schedules (step 13), and keeps them across a reopen
+    // An old file takes schedules (step 14), and keeps them across a reopen
     // with their firing record.
     let spec = tc_model::recurring::ScheduleSpec {
         name: "nightly".into(),
