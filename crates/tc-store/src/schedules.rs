@@ -1,5 +1,5 @@
 //! Schedules on SQLite (issue 28): the `schedules` table of schema step
-//! 13, one row per schedule, its task template as tc-model's text form.
+//! 14, one row per schedule, its task template as tc-model's text form.
 //! Synchronous functions on a connection, like the other operations.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
