@@ -280,11 +280,17 @@ fn parse_task(
         ApiError::InvalidRequest(m) => ApiError::InvalidRequest(format!("task.{m}")),
         other => other,
     })?;
-    crate::tasks::check_urls_allowed(&task, &config.allow_url_prefixes).map_err(|e| match e {
+    check_task_urls(&task, &config.allow_url_prefixes)?;
+    Ok(TaskTemplate::of(task))
+}
+
+/// A schedule's task under the allow-list as a submit's is (both its urls),
+/// a refusal naming `task.<field>`.
+fn check_task_urls(task: &tc_model::NewTask, prefixes: &[String]) -> Result<(), ApiError> {
+    crate::tasks::check_urls_allowed(task, prefixes).map_err(|e| match e {
         ApiError::UrlNotAllowed(m) => ApiError::UrlNotAllowed(format!("task.{m}")),
         other => other,
-    })?;
-    Ok(TaskTemplate::of(task))
+    })
 }
 
 /// `POST /schedules`.
@@ -377,12 +383,7 @@ pub(crate) async fn trigger<S: TaskStore, C: Control>(app: &App<S, C>, name: Str
         .task
         .task(trigger_key(&name, now))
         .map_err(|e| ApiError::Internal(format!("the schedule's task: {e}")))?;
-    crate::tasks::check_urls_allowed(&task, &app.config().allow_url_prefixes).map_err(
-        |e| match e {
-            ApiError::UrlNotAllowed(m) => ApiError::UrlNotAllowed(format!("task.{m}")),
-            other => other,
-        },
-    )?;
+    check_task_urls(&task, &app.config().allow_url_prefixes)?;
     let submitted = app.store().submit(task, now).await?;
     app.store()
         .record_firing(name.clone(), now, submitted.task.id)
