@@ -254,6 +254,10 @@ impl From<StoreError> for ApiError {
             StoreError::Exists => {
                 ApiError::ScheduleExists("name: a schedule of that name exists".into())
             }
+            // Tenants (issue 29): the HTTP helper gives these their own codes.
+            StoreError::NotEmpty | StoreError::QuotaExceeded { .. } => {
+                ApiError::Internal(e.to_string())
+            }
             StoreError::IllegalTransition(t) => {
                 tracing::error!(transition = %t, "store_illegal_transition");
                 ApiError::Internal(format!("illegal transition {t}"))

@@ -336,6 +336,7 @@ fn sample_task() -> Task {
         callback_of: None,
         callback_task_id: Some(TaskId::new(Timestamp::from_millis(1), [0xdd; 10])),
         ends: 1,
+        tenant: Some("acme".into()),
     }
 }
 

@@ -179,6 +179,7 @@ impl FilterFields {
             created_after: time("created_after", self.created_after)?,
             created_before: time("created_before", self.created_before)?,
             idempotency_key: text("idempotency_key", self.idempotency_key)?,
+            tenant: None,
         })
     }
 }

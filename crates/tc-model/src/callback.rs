@@ -40,7 +40,7 @@ pub fn key(parent: TaskId, end: u32) -> String {
 /// to `result_bytes` on a character boundary and `result_truncated`; the
 /// key is [`key`]; the tries and their timeout are the parent's; it is a
 /// POST with no headers of its own (its destination's apply) and carries
-/// the parent's trace.
+/// the parent's trace, and belongs to the parent's tenant.
 pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Option<NewTask> {
     let callback = parent.callback.as_ref()?;
     if !parent.state.is_terminal() || !callback.on().includes(parent.state) {
@@ -69,6 +69,10 @@ pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Opti
         trace: parent.trace.clone(),
         callback: None,
         callback_of: Some(parent.id),
+        // The parent's tenant's, its key unique there; never refused for
+        // the tenant's quota: the end it reports has happened.
+        tenant: parent.tenant.clone(),
+        pending_limit: None,
     })
 }
 

@@ -180,6 +180,9 @@ pub struct ClaimGate {
     /// database every node shares its own slots, as it keeps its own rates,
     /// backoffs and breakers.
     pub in_flight: BTreeMap<String, usize>,
+    /// The share between tenants inside each destination's, when tenants
+    /// exist; `None`: the claim is tenant-blind ([`crate::tenant::TenantGate`]).
+    pub tenants: Option<crate::tenant::TenantGate>,
 }
 
 impl ClaimGate {
@@ -276,6 +279,9 @@ pub struct FairShare {
 #[derive(Debug)]
 struct Player {
     name: String,
+    /// Its weight: the slots go so that load / weight stays level (1 for
+    /// every destination; a tenant's own, see [`crate::tenant`]).
+    weight: u32,
     /// What it may still take (`None`: no bound).
     allowed: Option<usize>,
     /// Its calls in flight on this node, with what this claim gave it.
@@ -294,11 +300,28 @@ impl FairShare {
         candidates: Vec<(String, Option<usize>)>,
         in_flight: &BTreeMap<String, usize>,
     ) -> FairShare {
+        let weighed = candidates
+            .into_iter()
+            .map(|(name, allowed)| (name, allowed, 1))
+            .collect();
+        FairShare::weighted(n, weighed, in_flight)
+    }
+
+    /// [`FairShare::new`] with a weight for each candidate (0 is taken as
+    /// 1): each slot goes to the candidate in play whose load divided by its
+    /// weight is lowest, so that loads settle in proportion to the weights
+    /// (weighted max-min fairness; with every weight 1, the plain share).
+    pub fn weighted(
+        n: usize,
+        candidates: Vec<(String, Option<usize>, u32)>,
+        in_flight: &BTreeMap<String, usize>,
+    ) -> FairShare {
         let players = candidates
             .into_iter()
-            .map(|(name, allowed)| Player {
+            .map(|(name, allowed, weight)| Player {
                 load: in_flight.get(&name).copied().unwrap_or(0),
                 out: allowed == Some(0),
+                weight: weight.max(1),
                 name,
                 allowed,
             })
@@ -341,26 +364,26 @@ impl FairShare {
     }
 
     /// One round of water-filling: the slots left, one by one, each to the
-    /// player in play with the lowest load (its slots this round counted),
-    /// the first in rotation order among equals. Returns each player's
-    /// slots, in rotation order, leaving out those given none.
+    /// player in play with the lowest load per weight (its slots this round
+    /// counted), the first in rotation order among equals. Returns each
+    /// player's slots, in rotation order, leaving out those given none.
     fn fill(&self) -> Vec<(usize, usize)> {
         use std::cmp::Reverse;
         let mut given = vec![0usize; self.players.len()];
-        let mut lowest: std::collections::BinaryHeap<Reverse<(usize, usize)>> = self
+        let mut lowest: std::collections::BinaryHeap<Reverse<(Level, usize)>> = self
             .players
             .iter()
             .enumerate()
             .filter(|(_, p)| !p.out)
-            .map(|(i, p)| Reverse((p.load, i)))
+            .map(|(i, p)| Reverse((Level::new(p.load, p.weight), i)))
             .collect();
         for _ in 0..self.remaining {
-            let Some(Reverse((load, i))) = lowest.pop() else {
+            let Some(Reverse((level, i))) = lowest.pop() else {
                 break;
             };
             given[i] += 1;
             if self.players[i].allowed.is_none_or(|a| given[i] < a) {
-                lowest.push(Reverse((load.saturating_add(1), i)));
+                lowest.push(Reverse((level.plus_one(), i)));
             }
         }
         given
@@ -368,6 +391,51 @@ impl FairShare {
             .enumerate()
             .filter(|(_, slots)| *slots > 0)
             .collect()
+    }
+}
+
+/// A player's load per weight, compared exactly (cross-multiplied, no
+/// floating point), so that equal levels tie and fall to rotation order.
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    load: usize,
+    weight: u32,
+}
+
+impl Level {
+    fn new(load: usize, weight: u32) -> Level {
+        Level {
+            load,
+            weight: weight.max(1),
+        }
+    }
+
+    fn plus_one(self) -> Level {
+        Level::new(self.load.saturating_add(1), self.weight)
+    }
+
+    fn scaled(self, other: Level) -> u128 {
+        self.load as u128 * u128::from(other.weight)
+    }
+}
+
+impl PartialEq for Level {
+    fn eq(&self, other: &Level) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Level {}
+
+impl PartialOrd for Level {
+    fn partial_cmp(&self, other: &Level) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Level {
+    fn cmp(&self, other: &Level) -> std::cmp::Ordering {
+        self.scaled(*other).cmp(&other.scaled(*self))
     }
 }
 

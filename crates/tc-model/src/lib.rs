@@ -18,6 +18,7 @@ mod state;
 pub mod store;
 pub mod stored;
 mod task;
+pub mod tenant;
 pub mod trace;
 mod url;
 mod validation;

@@ -90,6 +90,13 @@ pub struct NewTask {
     pub(crate) callback: Option<Callback>,
     /// The task this one is the callback of (set by the server only).
     pub(crate) callback_of: Option<crate::TaskId>,
+    /// The tenant it belongs to ([`crate::tenant`]); `None`: the admin's.
+    /// Part of its identity: the idempotency key is unique per tenant.
+    pub(crate) tenant: Option<String>,
+    /// The submitting tenant's `max_pending` at submit time: the store
+    /// refuses the submit ([`crate::store::StoreError::QuotaExceeded`]) when
+    /// the tenant has that many tasks not yet terminal. Not stored.
+    pub(crate) pending_limit: Option<u64>,
 }
 
 impl NewTask {
@@ -131,7 +138,27 @@ impl NewTask {
             trace: None,
             callback: None,
             callback_of: None,
+            tenant: None,
+            pending_limit: None,
         })
+    }
+
+    /// The same submission for `tenant` (none by default), under its
+    /// pending limit at submit time.
+    pub fn with_tenant(mut self, tenant: Option<String>, pending_limit: Option<u64>) -> NewTask {
+        self.tenant = tenant;
+        self.pending_limit = pending_limit;
+        self
+    }
+
+    /// The tenant it belongs to.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
+    /// The pending limit the store enforces on this submit.
+    pub fn pending_limit(&self) -> Option<u64> {
+        self.pending_limit
     }
 
     /// The same submission with a callback (none by default): part of the

@@ -13,6 +13,8 @@ use std::time::Duration;
 use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use crate::recurring::{Recurring, ScheduleChange, ScheduleSpec};
+use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
+use crate::tenant::{Tenant, TenantDetail, TenantUpdate};
 use crate::{IllegalTransition, NewTask, State, Task, TaskId, Timestamp};
 
 /// What went wrong in a store operation, in terms a caller can act on.
@@ -34,9 +36,19 @@ pub enum StoreError {
     /// given state.
     #[error("task is {0}: only failed or canceled tasks can be retried")]
     NotRetryable(State),
-    /// A schedule of that name exists already.
-    #[error("a schedule of that name exists")]
+    /// A schedule or a tenant of that name exists already.
+    #[error("one of that name exists")]
     Exists,
+    /// A tenant that still has tasks cannot be deleted.
+    #[error("the tenant still has tasks")]
+    NotEmpty,
+    /// The submitting tenant has its `max_pending` tasks not yet terminal
+    /// ([`crate::NewTask::pending_limit`]): nothing was written.
+    #[error("max_pending: the tenant has {limit} tasks not yet finished, its limit")]
+    QuotaExceeded {
+        /// The limit that was reached.
+        limit: u64,
+    },
     /// The backend cannot serve now (busy, disk full, I/O); the message is the
     /// backend's own.
     #[error("store unavailable: {0}")]
@@ -162,8 +174,11 @@ pub struct TaskFilter {
     pub created_after: Option<Timestamp>,
     /// Only tasks created before this time.
     pub created_before: Option<Timestamp>,
-    /// Only the task with this idempotency key.
+    /// Only the tasks with this idempotency key (one per tenant at most).
     pub idempotency_key: Option<String>,
+    /// Only the tasks of this tenant ([`crate::tenant::Scope::narrow`]
+    /// sets it for a tenant's requests).
+    pub tenant: Option<String>,
 }
 
 /// The index a filtered scan walks, in position order; the filter's other
@@ -178,6 +193,8 @@ pub enum Driving {
     Error,
     /// Tasks for this destination.
     Destination,
+    /// Tasks of this tenant.
+    Tenant,
     /// Tasks in this state.
     State,
     /// Every task (the created range alone is a scan).
@@ -210,6 +227,10 @@ impl TaskFilter {
                 .idempotency_key
                 .as_ref()
                 .is_none_or(|k| *k == task.idempotency_key)
+            && self
+                .tenant
+                .as_ref()
+                .is_none_or(|t| Some(t) == task.tenant.as_ref())
     }
 
     /// Whether `task` is reached by the [`TaskFilter::driving`] index.
@@ -218,14 +239,16 @@ impl TaskFilter {
             Driving::IdempotencyKey => self.idempotency_key.as_ref() == Some(&task.idempotency_key),
             Driving::Error => self.error.is_some() && self.error == task.error,
             Driving::Destination => self.destination.as_ref() == Some(&task.destination),
+            Driving::Tenant => self.tenant.is_some() && self.tenant == task.tenant,
             Driving::State => self.state == Some(task.state),
             Driving::All => true,
         }
     }
 
-    /// The most selective index the filter can use: a key names one task;
-    /// an error reason is rarer than a destination, a destination rarer
-    /// than a state.
+    /// The most selective index the filter can use: a key names one task
+    /// (one per tenant); an error reason is rarer than a destination, a
+    /// destination rarer than a tenant's tasks, a tenant's tasks than a
+    /// state.
     pub fn driving(&self) -> Driving {
         if self.idempotency_key.is_some() {
             Driving::IdempotencyKey
@@ -233,6 +256,8 @@ impl TaskFilter {
             Driving::Error
         } else if self.destination.is_some() {
             Driving::Destination
+        } else if self.tenant.is_some() {
+            Driving::Tenant
         } else if self.state.is_some() {
             Driving::State
         } else {
@@ -248,6 +273,7 @@ impl TaskFilter {
             || (self.destination.is_some() && driving != Driving::Destination)
             || (self.error.is_some() && driving != Driving::Error)
             || (self.idempotency_key.is_some() && driving != Driving::IdempotencyKey)
+            || (self.tenant.is_some() && driving != Driving::Tenant)
             || self.created_after.is_some()
             || self.created_before.is_some()
     }
@@ -280,6 +306,10 @@ impl TaskFilter {
         }
         if let Some(key) = &self.idempotency_key {
             terms.push(text(Driving::IdempotencyKey, "idempotency_key", "key", key));
+        }
+        if let Some(tenant) = &self.tenant {
+            // Stored as `''` for none: a named tenant is never `''`.
+            terms.push(text(Driving::Tenant, "tenant", "tenant", tenant));
         }
         let range = |op, name, at: Timestamp| FilterTerm {
             field: Driving::All,
@@ -743,4 +773,69 @@ pub trait TaskStore: Send + Sync + 'static {
         at: Timestamp,
         task: TaskId,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Stores a new tenant `name` with the defaults and `settings` applied
+    /// (validated by the caller), or [`StoreError::Exists`].
+    fn create_tenant(
+        &self,
+        name: String,
+        settings: TenantUpdate,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
+
+    /// Applies `update` to the tenant `name`, or [`StoreError::NotFound`].
+    fn update_tenant(
+        &self,
+        name: String,
+        update: TenantUpdate,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
+
+    /// Deletes the tenant `name` with its keys; [`StoreError::NotEmpty`]
+    /// while any task (terminal or not) is its, [`StoreError::NotFound`]
+    /// when there is no such tenant.
+    fn delete_tenant(&self, name: String) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Every tenant, in name order, with its counts and keys (the metrics
+    /// and the worker's weights read them all).
+    fn tenants(&self) -> impl Future<Output = Result<Vec<TenantDetail>, StoreError>> + Send;
+
+    /// The tenant `name` with its counts and keys, or
+    /// [`StoreError::NotFound`].
+    fn tenant(&self, name: String)
+    -> impl Future<Output = Result<TenantDetail, StoreError>> + Send;
+
+    /// Stores a new key of `tenant` (its hash only), or
+    /// [`StoreError::NotFound`] when there is no such tenant.
+    fn create_api_key(
+        &self,
+        tenant: String,
+        id: String,
+        hash: KeyHash,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<ApiKey, StoreError>> + Send;
+
+    /// Deletes the key `id` of `tenant`: it stops working at once, on every
+    /// node (nothing caches it). [`StoreError::NotFound`] when `tenant` has
+    /// no such key.
+    fn revoke_api_key(
+        &self,
+        tenant: String,
+        id: String,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The live key whose hash is `hash`, with its tenant as stored now
+    /// (its settings current on every node), or `None`.
+    fn api_key(
+        &self,
+        hash: KeyHash,
+    ) -> impl Future<Output = Result<Option<KeyOwner>, StoreError>> + Send;
+
+    /// Records that the key `id` was used at `at` (a write callers make
+    /// at most once a minute per key); never moves `last_used_at` backwards.
+    fn touch_api_key(
+        &self,
+        id: String,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

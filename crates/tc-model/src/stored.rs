@@ -53,6 +53,8 @@ pub struct TaskRow {
     pub callback_of: Option<Vec<u8>>,
     pub callback_task_id: Option<Vec<u8>>,
     pub ends: i64,
+    /// `''` for none ([`crate::tenant::stored_tenant`]).
+    pub tenant: String,
 }
 
 impl TaskRow {
@@ -106,6 +108,7 @@ impl TaskRow {
             callback_of: optional_id(self.callback_of, "callback_of")?,
             callback_task_id: optional_id(self.callback_task_id, "callback_task_id")?,
             ends: count(self.ends, "ends")?,
+            tenant: crate::tenant::tenant_from_stored(self.tenant),
         })
     }
 }

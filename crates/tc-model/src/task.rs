@@ -192,6 +192,8 @@ pub struct Task {
     /// How many times it reached a terminal state (a retry by hand lets it
     /// end again): the n of its n-th callback's key.
     pub ends: u32,
+    /// The tenant it belongs to ([`crate::tenant`]); `None`: the admin's.
+    pub tenant: Option<String>,
 }
 
 impl Task {
@@ -228,6 +230,7 @@ impl Task {
             callback_of: new.callback_of(),
             callback_task_id: None,
             ends: 0,
+            tenant: new.tenant().map(str::to_owned),
         }
     }
 
@@ -331,6 +334,7 @@ mod tests {
             callback_of: None,
             callback_task_id: None,
             ends: 0,
+            tenant: None,
         };
         assert!(task.can_retry());
         task.attempt = 2;

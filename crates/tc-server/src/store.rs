@@ -255,6 +255,52 @@ impl TaskStore for AnyStore {
     ) -> Result<bool, StoreError> {
         either!(self, s => s.record_firing(name, at, task))
     }
+    async fn create_tenant(
+        &self,
+        name: String,
+        settings: tc_model::tenant::TenantUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::tenant::Tenant, StoreError> {
+        either!(self, s => s.create_tenant(name, settings, now))
+    }
+    async fn update_tenant(
+        &self,
+        name: String,
+        update: tc_model::tenant::TenantUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::tenant::Tenant, StoreError> {
+        either!(self, s => s.update_tenant(name, update, now))
+    }
+    async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
+        either!(self, s => s.delete_tenant(name))
+    }
+    async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
+        either!(self, s => s.tenants())
+    }
+    async fn tenant(&self, name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
+        either!(self, s => s.tenant(name))
+    }
+    async fn create_api_key(
+        &self,
+        tenant: String,
+        id: String,
+        hash: tc_model::tenant::key::KeyHash,
+        now: Timestamp,
+    ) -> Result<tc_model::tenant::key::ApiKey, StoreError> {
+        either!(self, s => s.create_api_key(tenant, id, hash, now))
+    }
+    async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
+        either!(self, s => s.revoke_api_key(tenant, id))
+    }
+    async fn api_key(
+        &self,
+        hash: tc_model::tenant::key::KeyHash,
+    ) -> Result<Option<tc_model::tenant::key::KeyOwner>, StoreError> {
+        either!(self, s => s.api_key(hash))
+    }
+    async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
+        either!(self, s => s.touch_api_key(id, at))
+    }
 }
 
 #[cfg(test)]

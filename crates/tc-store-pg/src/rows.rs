@@ -95,6 +95,7 @@ pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
         callback_of: row.try_get(28).map_err(db)?,
         callback_task_id: row.try_get(29).map_err(db)?,
         ends: wide(30)?,
+        tenant: String::new(), // tenants: the column is not stored yet
     }
     .into_task()
     .map_err(corrupt)?;

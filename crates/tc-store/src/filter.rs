@@ -46,6 +46,7 @@ impl FilterSql {
             Driving::Error => "tasks INDEXED BY tasks_by_error",
             Driving::Destination => "tasks INDEXED BY tasks_by_destination",
             Driving::State => "tasks INDEXED BY tasks_by_state",
+            Driving::Tenant => "tasks", // tenants: no index yet
         };
         let rest = if rest.is_empty() {
             "1".to_owned()

@@ -91,6 +91,7 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
         callback_of: row.get(28).map_err(db)?,
         callback_task_id: row.get(29).map_err(db)?,
         ends: row.get(30).map_err(db)?,
+        tenant: String::new(), // tenants: the column is not stored yet
     }
     .into_task()
     .map_err(corrupt)?;

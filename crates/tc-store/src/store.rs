@@ -512,6 +512,54 @@ impl TaskStore for SqliteStore {
             other => other,
         }
     }
+
+    // Tenants (issue 29): not built on this adapter yet.
+    async fn create_tenant(
+        &self,
+        _name: String,
+        _settings: tc_model::tenant::TenantUpdate,
+        _now: Timestamp,
+    ) -> Result<tc_model::tenant::Tenant, StoreError> {
+        Err(StoreError::Unavailable("tenants: not built yet".into()))
+    }
+    async fn update_tenant(
+        &self,
+        _name: String,
+        _update: tc_model::tenant::TenantUpdate,
+        _now: Timestamp,
+    ) -> Result<tc_model::tenant::Tenant, StoreError> {
+        Err(StoreError::Unavailable("tenants: not built yet".into()))
+    }
+    async fn delete_tenant(&self, _name: String) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("tenants: not built yet".into()))
+    }
+    async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn tenant(&self, _name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
+        Err(StoreError::NotFound)
+    }
+    async fn create_api_key(
+        &self,
+        _tenant: String,
+        _id: String,
+        _hash: tc_model::tenant::key::KeyHash,
+        _now: Timestamp,
+    ) -> Result<tc_model::tenant::key::ApiKey, StoreError> {
+        Err(StoreError::Unavailable("tenants: not built yet".into()))
+    }
+    async fn revoke_api_key(&self, _tenant: String, _id: String) -> Result<(), StoreError> {
+        Err(StoreError::NotFound)
+    }
+    async fn api_key(
+        &self,
+        _hash: tc_model::tenant::key::KeyHash,
+    ) -> Result<Option<tc_model::tenant::key::KeyOwner>, StoreError> {
+        Ok(None)
+    }
+    async fn touch_api_key(&self, _id: String, _at: Timestamp) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

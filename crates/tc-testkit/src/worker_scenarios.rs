@@ -1562,4 +1562,51 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     ) -> Result<bool, StoreError> {
         self.inner.record_firing(name, at, task).await
     }
+
+    async fn create_tenant(
+        &self,
+        name: String,
+        settings: tc_model::tenant::TenantUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::tenant::Tenant, StoreError> {
+        self.inner.create_tenant(name, settings, now).await
+    }
+    async fn update_tenant(
+        &self,
+        name: String,
+        update: tc_model::tenant::TenantUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::tenant::Tenant, StoreError> {
+        self.inner.update_tenant(name, update, now).await
+    }
+    async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
+        self.inner.delete_tenant(name).await
+    }
+    async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
+        self.inner.tenants().await
+    }
+    async fn tenant(&self, name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
+        self.inner.tenant(name).await
+    }
+    async fn create_api_key(
+        &self,
+        tenant: String,
+        id: String,
+        hash: tc_model::tenant::key::KeyHash,
+        now: Timestamp,
+    ) -> Result<tc_model::tenant::key::ApiKey, StoreError> {
+        self.inner.create_api_key(tenant, id, hash, now).await
+    }
+    async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
+        self.inner.revoke_api_key(tenant, id).await
+    }
+    async fn api_key(
+        &self,
+        hash: tc_model::tenant::key::KeyHash,
+    ) -> Result<Option<tc_model::tenant::key::KeyOwner>, StoreError> {
+        self.inner.api_key(hash).await
+    }
+    async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
+        self.inner.touch_api_key(id, at).await
+    }
 }
