@@ -37,6 +37,8 @@ mod faults;
 mod outbound;
 // Schedules: a firing per fire time on every store (issue 28).
 mod schedules;
+// Tenants: the weighted share of the slots (issue 29).
+mod tenants;
 mod trace;
 
 use callback::a_callback_delivers_the_parent_s_view;
@@ -54,6 +56,7 @@ use faults::{
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
 use schedules::a_schedule_fires_one_task_per_time_and_records_it;
+use tenants::tenants_share_a_destination_by_weight;
 use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
@@ -266,6 +269,7 @@ macro_rules! worker_scenarios {
             a_due_task_runs_past_thousands_of_waiting_destinations,
             a_callback_delivers_the_parent_s_view,
             a_schedule_fires_one_task_per_time_and_records_it,
+            tenants_share_a_destination_by_weight,
         }
     };
 }

@@ -39,7 +39,8 @@ pub(crate) async fn start<S: TaskStore>(
     background
 }
 
-/// Reads the destination settings into the worker's flow control.
+/// Reads the destination settings into the worker's flow control, and
+/// the tenants' weights into their share.
 pub(crate) async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
     let read = shared.outbound.read_begins();
     match shared.store.destination_settings().await {
@@ -48,6 +49,12 @@ pub(crate) async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
             shared.flow.set_settings(settings, shared.clock.now());
         }
         Err(e) => tracing::error!(error = %e, "destination_settings_failed"),
+    }
+    // The tenants' weights, at the same pace: a new tenant or weight is
+    // shared by from the next read (or at once, when told of a change).
+    match shared.store.tenants().await {
+        Ok(tenants) => shared.tenants.set_tenants(&tenants),
+        Err(e) => tracing::error!(error = %e, "tenants_read_failed"),
     }
 }
 

@@ -138,7 +138,8 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
         }
         shared.begin_claim();
         let now = shared.clock.now();
-        let gate = shared.flow.gate(now);
+        let mut gate = shared.flow.gate(now);
+        gate.tenants = shared.tenants.gate();
         let claim = shared
             .store
             .claim(wanted, now, self.config.lease, gate)

@@ -15,6 +15,7 @@ use crate::Clock;
 use crate::flow::{DestinationState, Flow};
 use crate::outbound::Outbound;
 use crate::registry::Registry;
+use crate::tenant_share::TenantShare;
 
 /// How one attempt ended, as [`WorkerControl::subscribe`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,8 @@ pub(crate) struct Shared<S> {
     pub(crate) wake: Notify,
     /// Per-destination holds of this worker.
     pub(crate) flow: Flow,
+    /// The tenants' weights and this node's calls in flight by tenant.
+    pub(crate) tenants: TenantShare,
     /// Destination settings changed: read them again now.
     pub(crate) settings_changed: Notify,
     /// A schedule was created, changed or deleted through this process:
@@ -62,6 +65,7 @@ impl<S> Shared<S> {
             clock,
             wake: Notify::new(),
             flow,
+            tenants: TenantShare::default(),
             settings_changed: Notify::new(),
             schedules_changed: Notify::new(),
             outbound,
@@ -105,6 +109,7 @@ impl<S> Shared<S> {
         now: Timestamp,
     ) -> Vec<Option<CancellationToken>> {
         self.flow.started(tasks, now);
+        self.tenants.started(tasks);
         let mut registry = self.registry();
         let tokens = tasks.iter().map(|task| registry.insert(task)).collect();
         registry.end_claim();
@@ -118,7 +123,10 @@ impl<S> Shared<S> {
     /// now (see [`Flow::ended`]).
     pub(crate) fn end_attempt(&self, id: TaskId, attempt: u32) -> bool {
         let ended = self.registry().remove((id, attempt));
-        ended.is_some_and(|ended| self.flow.ended(&ended.destination, (id, attempt)))
+        ended.is_some_and(|ended| {
+            self.tenants.ended(&ended.tenant);
+            self.flow.ended(&ended.destination, (id, attempt))
+        })
     }
 
     /// The store's state of a task whose `attempt` was stopped here because

@@ -30,6 +30,7 @@ mod outbound;
 mod pruner;
 mod registry;
 mod scheduler;
+mod tenant_share;
 mod trace;
 
 use std::sync::{Arc, Mutex};

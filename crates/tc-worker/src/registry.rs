@@ -1,7 +1,7 @@
 //! The one registry of the attempts this worker has claimed and not yet
 //! ended: one record per attempt, holding what every part of the worker
 //! needs of it (its destination, for the flow's calls in flight and
-//! half-open probe; its cancel token; whether it was taken away). A record
+//! half-open probe; its tenant, for the tenants' share; its cancel token; whether it was taken away). A record
 //! is inserted in one place ([`Registry::insert`], when a claim is
 //! registered) and removed in one place ([`Registry::remove`], the end of
 //! the attempt, however it ended); `Shared` tells the flow at both, so no
@@ -20,6 +20,8 @@ pub(crate) type AttemptKey = (TaskId, u32);
 pub(crate) struct Attempt {
     /// Its task's destination.
     pub(crate) destination: String,
+    /// Its task's tenant as stored (`""`: none), for the tenants' share.
+    pub(crate) tenant: String,
     /// Cancels its call.
     token: CancellationToken,
     /// Whether it is the attempt of its task that runs here: not when it was
@@ -82,6 +84,7 @@ impl Registry {
             key,
             Attempt {
                 destination: task.destination.clone(),
+                tenant: tc_model::tenant::stored_tenant(task.tenant.as_deref()).to_owned(),
                 token: token.clone(),
                 current: !canceled,
                 taken_away: None,

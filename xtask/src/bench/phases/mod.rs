@@ -13,6 +13,7 @@ mod operations;
 mod scale;
 mod slow_downstream;
 mod submit;
+mod tenants;
 mod waiters;
 
 use std::collections::BTreeMap;
@@ -154,6 +155,7 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         bench.phase(10, "idle waiters", Bench::idle_waiters).await;
         bench.phase(11, "backup", Bench::backup).await;
         bench.phase(12, "one node", Bench::one_node).await;
+        bench.phase(13, "tenants", Bench::tenants).await;
     });
     drop(runtime);
 
