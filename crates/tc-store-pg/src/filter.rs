@@ -1,7 +1,7 @@
 //! A [`TaskFilter`] as SQL: the term of its driving index and the check of
 //! its other fields, with numbered parameters after the caller's own.
 
-use tc_model::store::{TaskFilter, TermValue};
+use tc_model::store::{Driving, TaskFilter, TermValue};
 use tokio_postgres::types::ToSql;
 
 /// A filter turned into SQL text and its parameter values.
@@ -22,7 +22,13 @@ impl FilterSql {
         let mut rest = Vec::new();
         let mut values: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
         for term in filter.terms() {
-            let sql = format!("{} {} ${}", term.column, term.op, first + values.len());
+            let mut sql = format!("{} {} ${}", term.column, term.op, first + values.len());
+            if term.field == Driving::Tenant {
+                // Never true of a task without one (stored `''`), and it
+                // lets the planner use the partial index `tasks_by_tenant`
+                // (`WHERE tenant <> ''`) whatever the parameter's value.
+                sql = format!("({sql} AND tenant <> '')");
+            }
             let drives = term.drives(driving_field);
             values.push(match term.value {
                 TermValue::Text(text) => Box::new(text),
