@@ -62,3 +62,48 @@ impl FilterSql {
         params
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(filter: TaskFilter, driving: &str, rest: &str) {
+        let sql = FilterSql::new(&filter, 3);
+        assert_eq!(
+            (sql.driving.as_str(), sql.rest.as_str()),
+            (driving, rest),
+            "{filter:?}"
+        );
+    }
+
+    #[test]
+    fn a_tenant_term_names_the_partial_index_s_predicate() {
+        let tenant = || Some("acme".to_owned());
+        check(
+            TaskFilter {
+                tenant: tenant(),
+                ..TaskFilter::default()
+            },
+            "(tenant = $3 AND tenant <> '')",
+            "true",
+        );
+        check(
+            TaskFilter {
+                tenant: tenant(),
+                state: Some(tc_model::State::Pending),
+                ..TaskFilter::default()
+            },
+            "(tenant = $4 AND tenant <> '')",
+            "state = $3",
+        );
+        check(
+            TaskFilter {
+                tenant: tenant(),
+                destination: Some("h:80".into()),
+                ..TaskFilter::default()
+            },
+            "destination = $3",
+            "(tenant = $4 AND tenant <> '')",
+        );
+    }
+}
