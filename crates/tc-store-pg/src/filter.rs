@@ -1,7 +1,7 @@
 //! A [`TaskFilter`] as SQL: the term of its driving index and the check of
 //! its other fields, with numbered parameters after the caller's own.
 
-use tc_model::store::{TaskFilter, TermValue};
+use tc_model::store::{Driving, TaskFilter, TermValue};
 use tokio_postgres::types::ToSql;
 
 /// A filter turned into SQL text and its parameter values.
@@ -22,7 +22,13 @@ impl FilterSql {
         let mut rest = Vec::new();
         let mut values: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
         for term in filter.terms() {
-            let sql = format!("{} {} ${}", term.column, term.op, first + values.len());
+            let mut sql = format!("{} {} ${}", term.column, term.op, first + values.len());
+            if term.field == Driving::Tenant {
+                // Never true of a task without one (stored `''`), and it
+                // lets the planner use the partial index `tasks_by_tenant`
+                // (`WHERE tenant <> ''`) whatever the parameter's value.
+                sql = format!("({sql} AND tenant <> '')");
+            }
             let drives = term.drives(driving_field);
             values.push(match term.value {
                 TermValue::Text(text) => Box::new(text),
@@ -54,5 +60,50 @@ impl FilterSql {
         let mut params = own.to_vec();
         params.extend(self.values.iter().map(|v| &**v as &(dyn ToSql + Sync)));
         params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(filter: TaskFilter, driving: &str, rest: &str) {
+        let sql = FilterSql::new(&filter, 3);
+        assert_eq!(
+            (sql.driving.as_str(), sql.rest.as_str()),
+            (driving, rest),
+            "{filter:?}"
+        );
+    }
+
+    #[test]
+    fn a_tenant_term_names_the_partial_index_s_predicate() {
+        let tenant = || Some("acme".to_owned());
+        check(
+            TaskFilter {
+                tenant: tenant(),
+                ..TaskFilter::default()
+            },
+            "(tenant = $3 AND tenant <> '')",
+            "true",
+        );
+        check(
+            TaskFilter {
+                tenant: tenant(),
+                state: Some(tc_model::State::Pending),
+                ..TaskFilter::default()
+            },
+            "(tenant = $4 AND tenant <> '')",
+            "state = $3",
+        );
+        check(
+            TaskFilter {
+                tenant: tenant(),
+                destination: Some("h:80".into()),
+                ..TaskFilter::default()
+            },
+            "destination = $3",
+            "(tenant = $4 AND tenant <> '')",
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! a statement in flight become one multi-row insert
 //! ([`crate::write_ops::submit_batch`]: `INSERT … ON CONFLICT DO NOTHING
 //! RETURNING`, keys in a stable order), each caller answered as a single
-//! submit would be: created, the same work found under its key, or an
-//! idempotency conflict.
+//! submit would be: created, the same work found under its key, an
+//! idempotency conflict, or refused for its tenant's `max_pending`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,8 +51,17 @@ impl Submitter {
             PgClock::Database => None,
         };
         let tasks: Vec<NewTask> = asked.into_iter().map(|(task, _)| task).collect();
-        let client = self.pool.get().await.map_err(crate::error::pool)?;
-        let inserted = write_ops::submit_batch(&client, &tasks, now, stamp).await?;
+        let mut client = self.pool.get().await.map_err(crate::error::pool)?;
+        // A pending limit's lock holds until the transaction ends: such a
+        // flush is one; the others stay one statement.
+        let inserted = if write_ops::takes_quota(&tasks) {
+            let tx = client.transaction().await.map_err(crate::error::db)?;
+            let inserted = write_ops::submit_batch(&tx, &tasks, now, stamp).await?;
+            tx.commit().await.map_err(crate::error::db)?;
+            inserted
+        } else {
+            write_ops::submit_batch(&client, &tasks, now, stamp).await?
+        };
         let (answers, created) = write_ops::answers(&tasks, inserted);
         if created {
             self.states_changed.store(true, Ordering::Relaxed);

@@ -36,6 +36,7 @@ mod rows;
 mod schedules;
 mod schema;
 mod store;
+mod tenants;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;

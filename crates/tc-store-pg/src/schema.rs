@@ -476,6 +476,52 @@ CREATE TABLE schedules (
 );
 ";
 
+/// Step 13 → 14: tenants (issue 29).
+///
+/// - `tasks.tenant`: the tenant a task belongs to, `''` for none
+///   (`tc_model::tenant::stored_tenant`), a constant default: no row is
+///   rewritten. The idempotency key becomes unique per tenant: the unique
+///   index on `(idempotency_key, tenant)` replaces the key's own (every
+///   submit names it in `ON CONFLICT`). Nodes of the previous version name
+///   the key alone there and fail their submits (503, retried by clients)
+///   from this step until they are upgraded; their other writes go on.
+/// - Partial indexes `WHERE tenant <> ''`, so tasks without a tenant cost
+///   nothing more: a tenant's tasks in position order (the `tenant` filter's
+///   driving index, and the check before a tenant is deleted), its
+///   unfinished ones (the `max_pending` count, its counts), and its pending
+///   ones by destination in due order (the claim's share between tenants;
+///   tasks without a tenant are found through `tasks_due_by_destination`).
+/// - `tenants` (settings as `tc_model::tenant::TenantSettings`) and
+///   `api_keys` (only each key's SHA-256, unique; a tenant's keys go with
+///   it). Small new tables.
+const V14_TENANTS: &str = "
+ALTER TABLE tasks ADD COLUMN tenant text NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX tasks_by_key_in_tenant ON tasks (idempotency_key, tenant);
+ALTER TABLE tasks DROP CONSTRAINT tasks_idempotency_key_key;
+CREATE INDEX tasks_by_tenant ON tasks (tenant, pos) WHERE tenant <> '';
+CREATE INDEX tasks_unfinished_by_tenant ON tasks (tenant, state)
+    WHERE tenant <> '' AND state IN ('pending', 'running');
+CREATE INDEX tasks_due_by_tenant ON tasks (destination, tenant, next_run_at, pos)
+    WHERE state = 'pending' AND tenant <> '';
+CREATE TABLE tenants (
+    name              text    PRIMARY KEY,
+    weight            integer NOT NULL CHECK (weight BETWEEN 1 AND 1000),
+    max_pending       bigint  CHECK (max_pending >= 1),
+    submit_rate_per_s double precision CHECK (submit_rate_per_s > 0),
+    submit_burst      integer CHECK (submit_burst >= 1),
+    created_at        bigint  NOT NULL,
+    updated_at        bigint  NOT NULL
+);
+CREATE TABLE api_keys (
+    id           text   PRIMARY KEY,
+    tenant       text   NOT NULL REFERENCES tenants (name) ON DELETE CASCADE,
+    hash         bytea  NOT NULL UNIQUE CHECK (length(hash) = 32),
+    created_at   bigint NOT NULL,
+    last_used_at bigint
+);
+CREATE INDEX api_keys_by_tenant ON api_keys (tenant, created_at, id);
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -529,6 +575,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V11_PENDING_DESTINATIONS),
     step(V12_CALLBACKS),
     step(V13_SCHEDULES),
+    step(V14_TENANTS),
 ];
 
 /// The version this build writes and reads.

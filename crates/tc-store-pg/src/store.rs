@@ -14,6 +14,8 @@ use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
     Page, StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
 };
+use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
+use tc_model::tenant::{Tenant, TenantDetail, TenantUpdate};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_postgres::config::Host;
@@ -25,7 +27,7 @@ use crate::error::{OpenError, db, describe, pool};
 use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
 use crate::{counts, destinations, schema};
-use crate::{read_ops, schedules, write_ops};
+use crate::{read_ops, schedules, tenants, write_ops};
 
 /// The longest a listing waits for older inserts of tasks to end before it
 /// answers a page that stops short (see `read_ops::list`).
@@ -273,8 +275,9 @@ impl TaskStore for PgStore {
     ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
         let stamp = self.stamp(now);
         // One chunk is one statement, atomic by itself; more are one
-        // transaction.
-        let inserted = if tasks.len() <= write_ops::BATCH_CHUNK {
+        // transaction, and so is a batch with a pending limit (its quota
+        // locks hold until the transaction ends).
+        let inserted = if tasks.len() <= write_ops::BATCH_CHUNK && !write_ops::takes_quota(&tasks) {
             write_ops::submit_batch(&self.client().await?, &tasks, now, stamp).await?
         } else {
             self.write(async |tx| write_ops::submit_batch(tx, &tasks, now, stamp).await)
@@ -609,52 +612,62 @@ impl TaskStore for PgStore {
         }))
     }
 
-    // Tenants (issue 29): not built on this adapter yet.
     async fn create_tenant(
         &self,
-        _name: String,
-        _settings: tc_model::tenant::TenantUpdate,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::Tenant, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        name: String,
+        settings: TenantUpdate,
+        now: Timestamp,
+    ) -> Result<Tenant, StoreError> {
+        tenants::create(&self.client().await?, &name, &settings, now).await
     }
+
     async fn update_tenant(
         &self,
-        _name: String,
-        _update: tc_model::tenant::TenantUpdate,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::Tenant, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        name: String,
+        update: TenantUpdate,
+        now: Timestamp,
+    ) -> Result<Tenant, StoreError> {
+        self.write(async |tx| tenants::update(tx, &name, &update, now).await)
+            .await
     }
-    async fn delete_tenant(&self, _name: String) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+
+    async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
+        self.write(async |tx| tenants::delete(tx, &name).await)
+            .await
     }
-    async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
-        Ok(Vec::new())
+
+    async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
+        self.read(async |tx| tenants::details(tx, None).await).await
     }
-    async fn tenant(&self, _name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
-        Err(StoreError::NotFound)
+
+    async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
+        self.read(async |tx| tenants::details(tx, Some(&name)).await)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or(StoreError::NotFound)
     }
+
     async fn create_api_key(
         &self,
-        _tenant: String,
-        _id: String,
-        _hash: tc_model::tenant::key::KeyHash,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::key::ApiKey, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        tenant: String,
+        id: String,
+        hash: KeyHash,
+        now: Timestamp,
+    ) -> Result<ApiKey, StoreError> {
+        tenants::create_key(&self.client().await?, &tenant, &id, &hash, now).await
     }
-    async fn revoke_api_key(&self, _tenant: String, _id: String) -> Result<(), StoreError> {
-        Err(StoreError::NotFound)
+
+    async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
+        tenants::revoke_key(&self.client().await?, &tenant, &id).await
     }
-    async fn api_key(
-        &self,
-        _hash: tc_model::tenant::key::KeyHash,
-    ) -> Result<Option<tc_model::tenant::key::KeyOwner>, StoreError> {
-        Ok(None)
+
+    async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {
+        tenants::key_owner(&self.client().await?, &hash).await
     }
-    async fn touch_api_key(&self, _id: String, _at: Timestamp) -> Result<(), StoreError> {
-        Ok(())
+
+    async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
+        tenants::touch_key(&self.client().await?, &id, at).await
     }
 }
 

@@ -9,7 +9,7 @@
 //! retry's due time) arrive as delays from its `now`, so in database mode
 //! they are added to the database's clock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
@@ -17,6 +17,7 @@ use tc_model::callback;
 use tc_model::claim::ClaimWalk;
 use tc_model::destination::{ClaimGate, DestinationSettings, FairShare};
 use tc_model::store::{BulkAction, Guarded, LeaseLost, StoreError, Submitted, TaskFilter};
+use tc_model::tenant::TenantGate;
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
 use crate::destinations::{fold_and_promote, settings_where, settle, walk_ready};
@@ -34,6 +35,9 @@ pub(crate) enum Inserted {
     Created(Task),
     /// The key was taken by this task (payload not yet compared).
     Existing(Task),
+    /// Refused: its tenant has this many tasks not yet terminal, its
+    /// `max_pending` ([`admit`]).
+    OverQuota(u64),
 }
 
 /// Each submit's answer from what its insert found, in order: the task it
@@ -60,6 +64,7 @@ pub(crate) fn answers(
                 created: false,
             }),
             Inserted::Existing(_) => Err(StoreError::IdempotencyConflict),
+            Inserted::OverQuota(limit) => Err(StoreError::QuotaExceeded { limit }),
         })
         .collect();
     (answers, created)
@@ -78,7 +83,8 @@ pub(crate) const BATCH_CHUNK: usize = 1000;
 /// Positions follow the items' order within the transaction (`$2`), so a
 /// listing shows them as submitted. Then one read for every key that was
 /// taken. All of it in `client`'s transaction, or one statement when one
-/// chunk holds the batch.
+/// chunk holds the batch and none of its items carries a pending limit
+/// ([`takes_quota`]: then `client` must be a transaction, see [`admit`]).
 pub(crate) async fn submit_batch<C: GenericClient>(
     client: &C,
     tasks: &[NewTask],
@@ -86,7 +92,143 @@ pub(crate) async fn submit_batch<C: GenericClient>(
     now: Option<i64>,
 ) -> Result<Vec<Inserted>, StoreError> {
     let ids: Vec<TaskId> = tasks.iter().map(|_| new_id(now_ms)).collect();
-    insert_batch(client, tasks, &ids, now).await
+    let refused = admit(client, tasks).await?;
+    insert_batch(client, tasks, &ids, &refused, now).await
+}
+
+/// Whether a batch carries a pending limit: then its submit takes the
+/// tenants' quota locks, which hold until its transaction ends, so it must
+/// run in one.
+pub(crate) fn takes_quota(tasks: &[NewTask]) -> bool {
+    tasks
+        .iter()
+        .any(|t| t.tenant().is_some() && t.pending_limit().is_some())
+}
+
+/// The advisory lock's first key for a tenant's quota ("TCtn"); the
+/// second is the schema and tenant name hashed (a collision only makes two
+/// tenants' limited submits take turns).
+const QUOTA_LOCK_KEY: i32 = 0x5443_746E;
+
+/// The `max_pending` check of a batch, before its insert: for each item,
+/// `Some(limit)` when it is refused. Only items of a tenant that carry a
+/// limit are checked (an item without a tenant has no quota); nothing is
+/// read for a batch without one. The tenants' locks are taken in name
+/// order, each before its count, and held until the transaction ends, so
+/// two submits of one tenant count one after the other on every node:
+/// the limit holds under concurrency. A count stops at the limit
+/// (`LIMIT`), so its cost is bounded by it. An item whose key its tenant
+/// already holds (stored, or made by an earlier item) is answered by that
+/// task, never refused; every new item counts for the later ones.
+async fn admit<C: GenericClient>(
+    client: &C,
+    tasks: &[NewTask],
+) -> Result<Vec<Option<u64>>, StoreError> {
+    let mut refused = vec![None; tasks.len()];
+    // Each limited tenant with the largest limit its items carry (counting
+    // up to it tells every smaller limit too).
+    let mut limits: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for task in tasks {
+        if let (Some(tenant), Some(limit)) = (task.tenant(), task.pending_limit()) {
+            let max = limits.entry(tenant).or_insert(0);
+            *max = (*max).max(limit);
+        }
+    }
+    if limits.is_empty() {
+        return Ok(refused);
+    }
+    let names: Vec<&str> = limits.keys().copied().collect();
+    let caps: Vec<i64> = limits
+        .values()
+        .map(|&m| i64::try_from(m).unwrap_or(i64::MAX))
+        .collect();
+    let lock = client
+        .prepare_cached(
+            "SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || name)) \
+             FROM unnest($2::text[]) WITH ORDINALITY AS u(name, n) ORDER BY n",
+        )
+        .await
+        .map_err(db)?;
+    client
+        .execute(&lock, &[&QUOTA_LOCK_KEY, &names])
+        .await
+        .map_err(db)?;
+    // Read after the locks (a statement of its own: its snapshot then
+    // holds every submit that took them before).
+    let count = client
+        .prepare_cached(
+            "SELECT u.name, (SELECT count(*) FROM ( \
+                 SELECT 1 FROM tasks t \
+                 WHERE t.tenant = u.name AND t.tenant <> '' \
+                   AND t.state IN ('pending', 'running') LIMIT u.cap) AS s) \
+             FROM unnest($1::text[], $2::bigint[]) AS u(name, cap)",
+        )
+        .await
+        .map_err(db)?;
+    let held = client
+        .prepare_cached(
+            "SELECT idempotency_key, tenant FROM tasks \
+             WHERE (idempotency_key, tenant) IN ( \
+                 SELECT u.key, u.tenant FROM unnest($1::text[], $2::text[]) AS u(key, tenant))",
+        )
+        .await
+        .map_err(db)?;
+    let (keys, tenants): (Vec<&str>, Vec<&str>) = tasks
+        .iter()
+        .filter_map(|t| {
+            t.tenant()
+                .filter(|tenant| limits.contains_key(tenant))
+                .map(|tenant| (t.idempotency_key(), tenant))
+        })
+        .unzip();
+    let (counted, held) = tokio::try_join!(
+        async { client.query(&count, &[&names, &caps]).await.map_err(db) },
+        async { client.query(&held, &[&keys, &tenants]).await.map_err(db) },
+    )?;
+    let mut pending: HashMap<String, u64> = HashMap::with_capacity(counted.len());
+    for row in &counted {
+        let n: i64 = row.try_get(1).map_err(db)?;
+        pending.insert(row.try_get(0).map_err(db)?, n.unsigned_abs());
+    }
+    let mut taken: std::collections::HashSet<(String, String)> = held
+        .iter()
+        .map(|row| Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?)))
+        .collect::<Result<_, StoreError>>()?;
+    for (i, task) in tasks.iter().enumerate() {
+        let Some(tenant) = task.tenant().filter(|t| limits.contains_key(t)) else {
+            continue;
+        };
+        let ident = (task.idempotency_key().to_owned(), tenant.to_owned());
+        if taken.contains(&ident) {
+            continue;
+        }
+        let count = pending.entry(tenant.to_owned()).or_insert(0);
+        if let Some(limit) = task.pending_limit()
+            && *count >= limit
+        {
+            refused[i] = Some(limit);
+            continue;
+        }
+        *count += 1;
+        taken.insert(ident);
+    }
+    Ok(refused)
+}
+
+/// A task's identity for its key: the key and its tenant as stored.
+fn ident(task: &NewTask) -> (&str, &str) {
+    (
+        task.idempotency_key(),
+        tc_model::tenant::stored_tenant(task.tenant()),
+    )
+}
+
+/// A stored task's identity for its key ([`ident`]).
+fn stored_ident(task: &Task) -> (String, String) {
+    (
+        task.idempotency_key.clone(),
+        tc_model::tenant::stored_tenant(task.tenant.as_deref()).to_owned(),
+    )
 }
 
 /// A new task id: as in `submit`, the id's time is the node's own now, its
@@ -98,11 +240,13 @@ fn new_id(now_ms: tc_model::Timestamp) -> TaskId {
 }
 
 /// [`submit_batch`] with the id each task gets if it is new (`ids[i]` for
-/// `tasks[i]`).
+/// `tasks[i]`), leaving out the items [`admit`] refused (`refused[i]`;
+/// empty: none).
 async fn insert_batch<C: GenericClient>(
     client: &C,
     tasks: &[NewTask],
     ids: &[TaskId],
+    refused: &[Option<u64>],
     now: Option<i64>,
 ) -> Result<Vec<Inserted>, StoreError> {
     if tasks.len() >= 65_536 {
@@ -115,22 +259,22 @@ async fn insert_batch<C: GenericClient>(
             "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
                                 timeout_ns, attempt, created_at, updated_at, next_run_at, \
                                 schedule_at, schedule_delay_ms, destination, method, headers, \
-                                trace_context, callback_url, callback_on, callback_of) \
+                                trace_context, callback_url, callback_on, callback_of, tenant) \
              SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
                     r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
                     greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
                         + coalesce(r.delay_ms, 0), \
                     r.schedule_at, r.delay_ms, r.destination, r.method, r.headers, \
-                    r.trace_context, r.callback_url, r.callback_on, r.callback_of \
+                    r.trace_context, r.callback_url, r.callback_on, r.callback_of, r.tenant \
              FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
                          $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
                          $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
-                         $17::bytea[]) \
+                         $17::bytea[], $18::text[]) \
                   AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
                        delay_ms, destination, method, headers, trace_context, callback_url, \
-                       callback_on, callback_of) \
-             ORDER BY r.key, r.within \
-             ON CONFLICT (idempotency_key) DO NOTHING \
+                       callback_on, callback_of, tenant) \
+             ORDER BY r.key, r.tenant, r.within \
+             ON CONFLICT (idempotency_key, tenant) DO NOTHING \
              RETURNING ",
             task_columns!()
         ))
@@ -140,23 +284,22 @@ async fn insert_batch<C: GenericClient>(
         .prepare_cached(concat!(
             "SELECT ",
             task_columns!(),
-            " FROM tasks WHERE idempotency_key = ANY($1)"
+            " FROM tasks WHERE (idempotency_key, tenant) IN ( \
+                 SELECT u.key, u.tenant FROM unnest($1::text[], $2::text[]) AS u(key, tenant))"
         ))
         .await
         .map_err(db)?;
-    // The items by key (then by their place), as the statements lock them.
-    let mut order: Vec<usize> = (0..tasks.len()).collect();
-    order.sort_by(|&a, &b| {
-        tasks[a]
-            .idempotency_key()
-            .cmp(tasks[b].idempotency_key())
-            .then(a.cmp(&b))
-    });
-    let mut answers: Vec<Option<Inserted>> = (0..tasks.len()).map(|_| None).collect();
+    // The items by key and tenant (then by their place), as the statements
+    // lock them; refused ones are answered already.
+    let mut answers: Vec<Option<Inserted>> = (0..tasks.len())
+        .map(|i| refused.get(i).copied().flatten().map(Inserted::OverQuota))
+        .collect();
+    let mut order: Vec<usize> = (0..tasks.len()).filter(|&i| answers[i].is_none()).collect();
+    order.sort_by(|&a, &b| ident(&tasks[a]).cmp(&ident(&tasks[b])).then(a.cmp(&b)));
     // Two rounds: a key found taken whose task then vanished (deleted in
     // between) is inserted once more rather than reported as an error.
     for _ in 0..2 {
-        let mut created: HashMap<String, Task> = HashMap::new();
+        let mut created: HashMap<(String, String), Task> = HashMap::new();
         for chunk in order.chunks(BATCH_CHUNK) {
             let columns = BatchColumns::of(tasks, ids, chunk)?;
             let rows = client
@@ -180,35 +323,37 @@ async fn insert_batch<C: GenericClient>(
                         &columns.callback_urls,
                         &columns.callback_ons,
                         &columns.callback_ofs,
+                        &columns.tenants,
                     ],
                 )
                 .await
                 .map_err(db)?;
             for row in &rows {
                 let task = rows::task_from_row(row)?.task;
-                created.insert(task.idempotency_key.clone(), task);
+                created.insert(stored_ident(&task), task);
             }
         }
         // The first item of each created key made it (the rows went in by
         // key, then place); the later ones find it.
-        let mut made: HashMap<&str, Task> = HashMap::new();
-        let mut taken: Vec<&str> = Vec::new();
+        let mut made: HashMap<(&str, &str), Task> = HashMap::new();
+        let mut taken: Vec<(&str, &str)> = Vec::new();
         for &i in &order {
-            let key = tasks[i].idempotency_key();
-            if let Some(task) = created.remove(key) {
-                made.insert(key, task.clone());
+            let (key, tenant) = ident(&tasks[i]);
+            if let Some(task) = created.remove(&(key.to_owned(), tenant.to_owned())) {
+                made.insert((key, tenant), task.clone());
                 answers[i] = Some(Inserted::Created(task));
-            } else if let Some(task) = made.get(key) {
+            } else if let Some(task) = made.get(&(key, tenant)) {
                 answers[i] = Some(Inserted::Existing(task.clone()));
             } else {
-                taken.push(key);
+                taken.push((key, tenant));
             }
         }
         taken.dedup();
-        let mut found: HashMap<String, Task> = HashMap::new();
+        let mut found: HashMap<(String, String), Task> = HashMap::new();
         if !taken.is_empty() {
+            let (keys, tenants): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
             let mut existing: Vec<Task> = client
-                .query(&by_keys, &[&taken])
+                .query(&by_keys, &[&keys, &tenants])
                 .await
                 .map_err(db)?
                 .iter()
@@ -217,13 +362,14 @@ async fn insert_batch<C: GenericClient>(
             read_ops::fill_attempts(client, &mut existing).await?;
             found = existing
                 .into_iter()
-                .map(|t| (t.idempotency_key.clone(), t))
+                .map(|t| (stored_ident(&t), t))
                 .collect();
         }
         let mut missing = Vec::new();
         for &i in &order {
             if answers[i].is_none() {
-                match found.get(tasks[i].idempotency_key()) {
+                let (key, tenant) = ident(&tasks[i]);
+                match found.get(&(key.to_owned(), tenant.to_owned())) {
                     Some(task) => answers[i] = Some(Inserted::Existing(task.clone())),
                     None => missing.push(i),
                 }
@@ -257,6 +403,7 @@ struct BatchColumns<'a> {
     callback_urls: Vec<Option<&'a str>>,
     callback_ons: Vec<Option<String>>,
     callback_ofs: Vec<Option<Vec<u8>>>,
+    tenants: Vec<&'a str>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -282,6 +429,7 @@ impl<'a> BatchColumns<'a> {
             callback_urls: Vec::with_capacity(chunk.len()),
             callback_ons: Vec::with_capacity(chunk.len()),
             callback_ofs: Vec::with_capacity(chunk.len()),
+            tenants: Vec::with_capacity(chunk.len()),
         };
         for &i in chunk {
             let task = &tasks[i];
@@ -318,6 +466,9 @@ impl<'a> BatchColumns<'a> {
             columns
                 .callback_ofs
                 .push(task.callback_of().map(|id| id.as_bytes().to_vec()));
+            columns
+                .tenants
+                .push(tc_model::tenant::stored_tenant(task.tenant()));
         }
         Ok(columns)
     }
@@ -367,13 +518,17 @@ pub(crate) async fn ended<C: GenericClient>(
     if news.is_empty() {
         return Ok(());
     }
-    let inserted = insert_batch(client, &news, &ids, now).await?;
+    // Callbacks carry no pending limit: the end they report has happened.
+    let inserted = insert_batch(client, &news, &ids, &[], now).await?;
     let made: Vec<Vec<u8>> = inserted
         .iter()
         .map(|i| match i {
-            Inserted::Created(task) | Inserted::Existing(task) => task.id.as_bytes().to_vec(),
+            Inserted::Created(task) | Inserted::Existing(task) => Ok(task.id.as_bytes().to_vec()),
+            Inserted::OverQuota(_) => Err(StoreError::Unavailable(
+                "a callback was refused for its tenant's quota".into(),
+            )),
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     let point = client
         .prepare_cached(
             "UPDATE tasks t SET callback_task_id = u.callback \
@@ -487,8 +642,18 @@ pub(crate) async fn claim(
     let mut plan = FairShare::new(n, candidates, &gate.in_flight);
     let mut claimed = Vec::with_capacity(n);
     let mut asked: Vec<String> = Vec::new();
+    // The node's calls in flight by tenant, with this claim's takes added.
+    let mut load = gate
+        .tenants
+        .as_ref()
+        .map(|tenants| tenants.in_flight.clone());
     while let Some((destination, want)) = plan.next_take() {
-        let got = claim_of(tx, &destination, want, now, lease).await?;
+        let got = match (&gate.tenants, &mut load) {
+            (Some(tenants), Some(load)) => {
+                claim_shared(tx, &destination, want, now, lease, tenants, load).await?
+            }
+            _ => claim_of(tx, &destination, want, now, lease).await?,
+        };
         plan.taken(got.len());
         claimed.extend(got);
         asked.push(destination);
@@ -503,22 +668,17 @@ pub(crate) async fn claim(
     })
 }
 
-/// Moves up to `n` due pending tasks of `destination`, oldest due first,
-/// to running. Rows another claimer has locked are skipped, not waited for.
-pub(crate) async fn claim_of(
-    tx: &Transaction<'_>,
-    destination: &str,
-    n: usize,
-    now: Option<i64>,
-    lease: Duration,
-) -> Result<Vec<Task>, StoreError> {
-    transit(State::Pending, State::Running)?;
-    let stmt = tx
-        .prepare_cached(concat!(
+/// The claim's statement: takes up to `$2` due pending tasks of the
+/// destination `$4` that also pass `$tenant` (a test of the tenant column,
+/// or nothing), oldest due first, and opens their tries.
+macro_rules! claim_sql {
+    ($tenant:literal) => {
+        concat!(
             "WITH due AS ( \
                  SELECT pos, next_run_at FROM tasks \
-                 WHERE state = 'pending' AND destination = $4 \
-                   AND next_run_at <= tc_now_ms($1) \
+                 WHERE state = 'pending' AND destination = $4 ",
+            $tenant,
+            " AND next_run_at <= tc_now_ms($1) \
                  ORDER BY next_run_at, pos LIMIT $2 \
                  FOR UPDATE SKIP LOCKED \
              ), claimed AS ( \
@@ -533,7 +693,8 @@ pub(crate) async fn claim_of(
              t.error, t.created_at, t.updated_at, t.started_at, t.finished_at, \
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
              t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context, \
-             t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends \
+             t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
+             t.tenant \
              ), opened AS ( \
                  INSERT INTO attempts (task_id, n, started_at) \
                  SELECT id, attempt, started_at FROM claimed \
@@ -541,19 +702,142 @@ pub(crate) async fn claim_of(
              SELECT ",
             task_columns!(),
             ", was_due FROM claimed ORDER BY was_due, pos"
-        ))
-        .await
-        .map_err(db)?;
+        )
+    };
+}
+
+/// Moves up to `n` due pending tasks of `destination`, oldest due first,
+/// to running. Rows another claimer has locked are skipped, not waited for.
+pub(crate) async fn claim_of(
+    tx: &Transaction<'_>,
+    destination: &str,
+    n: usize,
+    now: Option<i64>,
+    lease: Duration,
+) -> Result<Vec<Task>, StoreError> {
+    transit(State::Pending, State::Running)?;
+    let stmt = tx.prepare_cached(claim_sql!("")).await.map_err(db)?;
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = tx
         .query(&stmt, &[&now, &limit, &millis(lease), &destination])
         .await
         .map_err(db)?;
-    // Without their histories: the port's claim carries none.
+    claimed_tasks(&found)
+}
+
+/// The claimed tasks of a claim statement's rows, without their histories
+/// (the port's claim carries none).
+fn claimed_tasks(found: &[tokio_postgres::Row]) -> Result<Vec<Task>, StoreError> {
     found
         .iter()
         .map(|row| rows::task_from_row(row).map(|s| s.task))
         .collect()
+}
+
+/// [`claim_of`] when tenants share the claim: `want` slots of
+/// `destination` split among the tenants with due tasks there by
+/// [`TenantGate::plan`], each tenant's due tasks oldest first; `load` is
+/// the node's calls in flight by tenant, with every take of this claim
+/// added (here too).
+async fn claim_shared(
+    tx: &Transaction<'_>,
+    destination: &str,
+    want: usize,
+    now: Option<i64>,
+    lease: Duration,
+    gate: &TenantGate,
+    load: &mut BTreeMap<String, usize>,
+) -> Result<Vec<Task>, StoreError> {
+    let due = due_tenants(tx, destination, now).await?;
+    if due.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut plan = gate.plan(want, due, load);
+    let mut got = Vec::with_capacity(want);
+    while let Some((tenant, n)) = plan.next_take() {
+        let taken = claim_of_tenant(tx, destination, &tenant, n, now, lease).await?;
+        plan.taken(taken.len());
+        *load.entry(tenant).or_default() += taken.len();
+        got.extend(taken);
+    }
+    Ok(got)
+}
+
+/// The tenants with due tasks on `destination`, as stored (`''`,
+/// [`tc_model::tenant::NO_TENANT`], for tasks without one): the named
+/// ones by a skip scan of `tasks_due_by_tenant` (one index seek per
+/// tenant, however deep its backlog), tasks without a tenant by
+/// `tasks_due_by_destination`.
+async fn due_tenants(
+    tx: &Transaction<'_>,
+    destination: &str,
+    now: Option<i64>,
+) -> Result<Vec<String>, StoreError> {
+    let stmt = tx
+        .prepare_cached(
+            "WITH RECURSIVE named AS ( \
+                 (SELECT tenant FROM tasks \
+                  WHERE state = 'pending' AND tenant <> '' AND destination = $2 \
+                    AND next_run_at <= tc_now_ms($1) \
+                  ORDER BY tenant LIMIT 1) \
+                 UNION ALL \
+                 SELECT (SELECT t.tenant FROM tasks t \
+                         WHERE t.state = 'pending' AND t.tenant <> '' AND t.destination = $2 \
+                           AND t.tenant > named.tenant AND t.next_run_at <= tc_now_ms($1) \
+                         ORDER BY t.tenant LIMIT 1) \
+                 FROM named WHERE named.tenant IS NOT NULL \
+             ) \
+             SELECT tenant FROM named WHERE tenant IS NOT NULL \
+             UNION ALL \
+             SELECT '' WHERE EXISTS ( \
+                 SELECT 1 FROM tasks \
+                 WHERE state = 'pending' AND destination = $2 AND tenant = '' \
+                   AND next_run_at <= tc_now_ms($1))",
+        )
+        .await
+        .map_err(db)?;
+    tx.query(&stmt, &[&now, &destination])
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|row| row.try_get(0).map_err(db))
+        .collect()
+}
+
+/// [`claim_of`] for one tenant's tasks (`''`: those without a tenant).
+async fn claim_of_tenant(
+    tx: &Transaction<'_>,
+    destination: &str,
+    tenant: &str,
+    n: usize,
+    now: Option<i64>,
+    lease: Duration,
+) -> Result<Vec<Task>, StoreError> {
+    transit(State::Pending, State::Running)?;
+    let limit = i64::try_from(n).unwrap_or(i64::MAX);
+    let found = if tenant.is_empty() {
+        let stmt = tx
+            .prepare_cached(claim_sql!("AND tenant = ''"))
+            .await
+            .map_err(db)?;
+        tx.query(&stmt, &[&now, &limit, &millis(lease), &destination])
+            .await
+            .map_err(db)?
+    } else {
+        // `tenant <> ''` written out: the partial index's predicate, for
+        // the planner (the parameter's value is not known to a generic plan).
+        let stmt = tx
+            .prepare_cached(claim_sql!("AND tenant = $5 AND tenant <> ''"))
+            .await
+            .map_err(db)?;
+        tx.query(
+            &stmt,
+            &[&now, &limit, &millis(lease), &destination, &tenant],
+        )
+        .await
+        .map_err(db)?
+    };
+    claimed_tasks(&found)
 }
 
 /// Extends the lease of each `(id, attempt)` still running with that very

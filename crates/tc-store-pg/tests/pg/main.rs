@@ -17,6 +17,7 @@ mod idle;
 mod listing;
 mod schedules;
 mod support;
+mod tenants;
 mod tls;
 mod upgrade;
 mod workers;
