@@ -99,6 +99,14 @@ impl Endpoint {
     }
 }
 
+impl Route {
+    /// Whether only the admin credential may call it: a tenant's key gets
+    /// 403 `forbidden` (the routes that manage the server).
+    pub fn admin_only(&self) -> bool {
+        self.needs_token && !self.endpoint.tenant_may_call()
+    }
+}
+
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> Route {
     // Every /tasks route is behind the token; health and metrics stay open
     // for probes and scrapers.

@@ -41,7 +41,7 @@ impl<'a> KeyView<'a> {
 /// A tenant as the API shows it: its settings, its task counts and its
 /// keys.
 #[derive(Debug, Serialize)]
-struct TenantView<'a> {
+pub(crate) struct TenantView<'a> {
     name: &'a str,
     weight: u32,
     max_pending: Option<u64>,
@@ -57,7 +57,7 @@ struct TenantView<'a> {
 }
 
 impl<'a> TenantView<'a> {
-    fn new(d: &'a TenantDetail) -> Self {
+    pub(crate) fn new(d: &'a TenantDetail) -> Self {
         let s = &d.tenant.settings;
         TenantView {
             name: &d.tenant.name,
@@ -82,7 +82,7 @@ struct TenantList<'a> {
 
 /// The one answer that shows a key.
 #[derive(Debug, Serialize)]
-struct NewKeyView<'a> {
+pub(crate) struct NewKeyView<'a> {
     id: &'a str,
     key: &'a str,
     created_at: String,
@@ -119,7 +119,7 @@ fn store_error(name: &str, e: StoreError) -> ApiError {
 }
 
 /// The settings fields of a tenant body.
-const SETTINGS: &str = "weight, max_pending, submit_rate_per_s, submit_burst";
+pub(crate) const SETTINGS: &str = "weight, max_pending, submit_rate_per_s, submit_burst";
 
 /// A JSON object's members, or 400.
 fn object(bytes: &[u8]) -> Result<BTreeMap<String, Value>, ApiError> {
