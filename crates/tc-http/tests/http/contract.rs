@@ -1075,6 +1075,7 @@ const VIEW_FIELDS: &[&str] = &[
     "headers",
     "destination",
     "idempotency_key",
+    "tenant",
     "trace_id",
     "attempt",
     "max_attempts",
