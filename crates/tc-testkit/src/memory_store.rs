@@ -21,6 +21,10 @@ use tc_model::store::{
     BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page,
     StateCounts, StoreError, Submitted, TaskFilter, TaskStore, results_within,
 };
+use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
+use tc_model::tenant::{
+    NO_TENANT, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
+};
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
 
 /// The error a try carries when it was cut short by a release or an expired
@@ -50,7 +54,13 @@ struct Tables {
     /// Every task by its position, the listing order (like SQLite's `seq`).
     tasks: BTreeMap<i64, Task>,
     by_id: HashMap<TaskId, i64>,
-    by_key: HashMap<String, i64>,
+    /// Tasks by (stored tenant, idempotency key): a key is unique per
+    /// tenant ([`NO_TENANT`] for the admin's tasks).
+    by_key: HashMap<(String, String), i64>,
+    /// Tenants by name.
+    tenants: BTreeMap<String, Tenant>,
+    /// API keys, oldest first (in the order they were made).
+    keys: Vec<StoredKey>,
     /// Destination settings by name (`host:port`).
     destinations: BTreeMap<String, DestinationSettings>,
     /// Schedules by name.
@@ -58,6 +68,19 @@ struct Tables {
     last_seq: i64,
     /// Feeds the ids' random bits: deterministic, so a test's ids repeat.
     rng: u64,
+}
+
+/// A stored API key: its public part and what finds it.
+#[derive(Clone)]
+struct StoredKey {
+    tenant: String,
+    hash: KeyHash,
+    key: ApiKey,
+}
+
+/// The `by_key` entry of a task of `tenant` with `key`.
+fn key_of(tenant: Option<&str>, key: &str) -> (String, String) {
+    (stored_tenant(tenant).to_owned(), key.to_owned())
 }
 
 impl MemoryStore {
@@ -129,7 +152,8 @@ impl Tables {
         let seq = self.last_seq;
         let task = Task::submitted(id, new, now);
         self.by_id.insert(id, seq);
-        self.by_key.insert(task.idempotency_key.clone(), seq);
+        self.by_key
+            .insert(key_of(task.tenant.as_deref(), &task.idempotency_key), seq);
         self.tasks.insert(seq, task.clone());
         task
     }
@@ -151,12 +175,62 @@ impl Tables {
         else {
             return Ok(());
         };
-        let id = match self.by_key.get(callback.idempotency_key()) {
+        let id = match self
+            .by_key
+            .get(&key_of(callback.tenant(), callback.idempotency_key()))
+        {
             Some(taken) => self.tasks[taken].id,
             None => self.insert(callback_id, &callback, now).id,
         };
         self.task_mut(seq)?.callback_task_id = Some(id);
         Ok(())
+    }
+
+    /// How many of `tenant`'s tasks are pending or running.
+    fn open_tasks_of(&self, tenant: &str) -> u64 {
+        self.tasks
+            .values()
+            .filter(|t| t.tenant.as_deref() == Some(tenant) && !t.state.is_terminal())
+            .count() as u64
+    }
+
+    /// A tenant with its counts and keys.
+    fn detail(&self, tenant: &Tenant) -> TenantDetail {
+        let (mut pending, mut running) = (0, 0);
+        for task in self
+            .tasks
+            .values()
+            .filter(|t| t.tenant.as_deref() == Some(tenant.name.as_str()))
+        {
+            match task.state {
+                State::Pending => pending += 1,
+                State::Running => running += 1,
+                _ => {}
+            }
+        }
+        let mut keys: Vec<ApiKey> = self
+            .keys
+            .iter()
+            .filter(|k| k.tenant == tenant.name)
+            .map(|k| k.key.clone())
+            .collect();
+        // Made in order; a stable sort keeps that order among equal times.
+        keys.sort_by_key(|k| k.created_at);
+        TenantDetail {
+            tenant: tenant.clone(),
+            pending,
+            running,
+            keys,
+        }
+    }
+
+    /// Removes the task at `seq` with its key.
+    fn remove(&mut self, seq: i64) {
+        if let Some(task) = self.tasks.remove(&seq) {
+            self.by_id.remove(&task.id);
+            self.by_key
+                .remove(&key_of(task.tenant.as_deref(), &task.idempotency_key));
+        }
     }
 
     fn next_id(&mut self, now: Timestamp) -> TaskId {
@@ -193,7 +267,7 @@ fn close_attempt(
 impl TaskStore for MemoryStore {
     async fn submit(&self, new: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         let mut t = self.tables();
-        if let Some(seq) = t.by_key.get(new.idempotency_key()) {
+        if let Some(seq) = t.by_key.get(&key_of(new.tenant(), new.idempotency_key())) {
             let task = &t.tasks[seq];
             return if new.same_work_as(task) {
                 Ok(Submitted {
@@ -203,6 +277,13 @@ impl TaskStore for MemoryStore {
             } else {
                 Err(StoreError::IdempotencyConflict)
             };
+        }
+        // The quota after the key: a resubmit of an existing task answers
+        // it even when the tenant is full.
+        if let (Some(limit), Some(tenant)) = (new.pending_limit(), new.tenant())
+            && t.open_tasks_of(tenant) >= limit
+        {
+            return Err(StoreError::QuotaExceeded { limit });
         }
         let id = t.next_id(now);
         let task = t.insert(id, &new, now);
@@ -296,11 +377,13 @@ impl TaskStore for MemoryStore {
         // Each destination's due tasks, oldest due first, and its running
         // tasks; the earliest task not due yet.
         let mut due: BTreeMap<String, Vec<(Timestamp, i64)>> = BTreeMap::new();
+        let mut tenant_of: HashMap<i64, &str> = HashMap::new();
         let mut running: HashMap<&str, u64> = HashMap::new();
         let mut resume_after: Option<Timestamp> = None;
         for (seq, task) in &t.tasks {
             match (task.state, task.next_run_at) {
                 (State::Pending, Some(at)) if at <= now => {
+                    tenant_of.insert(*seq, stored_tenant(task.tenant.as_deref()));
                     due.entry(task.destination.clone())
                         .or_default()
                         .push((at, *seq));
@@ -333,13 +416,65 @@ impl TaskStore for MemoryStore {
         let mut plan = FairShare::new(n, candidates, &gate.in_flight);
         let mut picked = Vec::new();
         let mut used: HashMap<String, usize> = HashMap::new();
+        // With tenants: each destination's due tasks by tenant (oldest due
+        // first), what the claim has taken of each, and the node's load by
+        // tenant with this claim's takes added.
+        let mut by_tenant: BTreeMap<&str, BTreeMap<&str, Vec<i64>>> = BTreeMap::new();
+        if gate.tenants.is_some() {
+            for (dest, tasks) in &due {
+                let tenants = by_tenant.entry(dest.as_str()).or_default();
+                for (_, seq) in tasks {
+                    let tenant = tenant_of.get(seq).copied().unwrap_or(NO_TENANT);
+                    tenants.entry(tenant).or_default().push(*seq);
+                }
+            }
+        }
+        let mut tenant_used: HashMap<(String, String), usize> = HashMap::new();
+        let mut load = gate
+            .tenants
+            .as_ref()
+            .map(|tg| tg.in_flight.clone())
+            .unwrap_or_default();
         while let Some((dest, want)) = plan.next_take() {
-            let from = used.get(&dest).copied().unwrap_or(0);
-            let tasks = due.get(&dest).map_or(&[][..], |v| &v[from.min(v.len())..]);
-            let take = want.min(tasks.len());
-            picked.extend(tasks[..take].iter().map(|(_, seq)| *seq));
-            *used.entry(dest).or_default() += take;
-            plan.taken(take);
+            let Some(tg) = &gate.tenants else {
+                let from = used.get(&dest).copied().unwrap_or(0);
+                let tasks = due.get(&dest).map_or(&[][..], |v| &v[from.min(v.len())..]);
+                let take = want.min(tasks.len());
+                picked.extend(tasks[..take].iter().map(|(_, seq)| *seq));
+                *used.entry(dest).or_default() += take;
+                plan.taken(take);
+                continue;
+            };
+            // The destination's take shared between its tenants with due
+            // tasks left, in name order.
+            let empty = BTreeMap::new();
+            let tenants = by_tenant.get(dest.as_str()).unwrap_or(&empty);
+            let left = |tenant: &str, used: &HashMap<(String, String), usize>| {
+                let from = used
+                    .get(&(dest.clone(), tenant.to_owned()))
+                    .copied()
+                    .unwrap_or(0);
+                tenants
+                    .get(tenant)
+                    .map_or(&[][..], |v| &v[from.min(v.len())..])
+            };
+            let due_tenants: Vec<String> = tenants
+                .keys()
+                .filter(|tenant| !left(tenant, &tenant_used).is_empty())
+                .map(|tenant| (*tenant).to_owned())
+                .collect();
+            let mut share = tg.plan(want, due_tenants, &load);
+            let mut total = 0;
+            while let Some((tenant, wanted)) = share.next_take() {
+                let tasks = left(&tenant, &tenant_used);
+                let take = wanted.min(tasks.len());
+                picked.extend(&tasks[..take]);
+                share.taken(take);
+                total += take;
+                *load.entry(tenant.clone()).or_default() += take;
+                *tenant_used.entry((dest.clone(), tenant)).or_default() += take;
+            }
+            plan.taken(total);
         }
         let mut claimed = Vec::with_capacity(picked.len());
         for seq in picked {
@@ -540,11 +675,8 @@ impl TaskStore for MemoryStore {
             .map(|(seq, _)| *seq)
             .take(limit)
             .collect();
-        for seq in &doomed {
-            if let Some(task) = t.tasks.remove(seq) {
-                t.by_id.remove(&task.id);
-                t.by_key.remove(&task.idempotency_key);
-            }
+        for &seq in &doomed {
+            t.remove(seq);
         }
         Ok(doomed.len())
     }
@@ -556,10 +688,7 @@ impl TaskStore for MemoryStore {
         if !state.is_terminal() {
             return Err(StoreError::NotTerminal(state));
         }
-        if let Some(task) = t.tasks.remove(&seq) {
-            t.by_id.remove(&task.id);
-            t.by_key.remove(&task.idempotency_key);
-        }
+        t.remove(seq);
         Ok(())
     }
 
@@ -758,51 +887,127 @@ impl TaskStore for MemoryStore {
         Ok(())
     }
 
-    // Tenants (issue 29): not built on this adapter yet.
     async fn create_tenant(
         &self,
-        _name: String,
-        _settings: tc_model::tenant::TenantUpdate,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::Tenant, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        name: String,
+        settings: TenantUpdate,
+        now: Timestamp,
+    ) -> Result<Tenant, StoreError> {
+        let mut t = self.tables();
+        if t.tenants.contains_key(&name) {
+            return Err(StoreError::Exists);
+        }
+        let tenant = Tenant {
+            name: name.clone(),
+            settings: settings.apply(&TenantSettings::default()),
+            created_at: now,
+            updated_at: now,
+        };
+        t.tenants.insert(name, tenant.clone());
+        Ok(tenant)
     }
+
     async fn update_tenant(
         &self,
-        _name: String,
-        _update: tc_model::tenant::TenantUpdate,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::Tenant, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        name: String,
+        update: TenantUpdate,
+        now: Timestamp,
+    ) -> Result<Tenant, StoreError> {
+        let mut t = self.tables();
+        let tenant = t.tenants.get_mut(&name).ok_or(StoreError::NotFound)?;
+        tenant.settings = update.apply(&tenant.settings);
+        tenant.updated_at = now;
+        Ok(tenant.clone())
     }
-    async fn delete_tenant(&self, _name: String) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+
+    async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
+        let mut t = self.tables();
+        if !t.tenants.contains_key(&name) {
+            return Err(StoreError::NotFound);
+        }
+        if t.tasks
+            .values()
+            .any(|task| task.tenant.as_deref() == Some(name.as_str()))
+        {
+            return Err(StoreError::NotEmpty);
+        }
+        t.tenants.remove(&name);
+        t.keys.retain(|k| k.tenant != name);
+        Ok(())
     }
-    async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
-        Ok(Vec::new())
+
+    async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
+        let t = self.tables();
+        Ok(t.tenants.values().map(|tenant| t.detail(tenant)).collect())
     }
-    async fn tenant(&self, _name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
-        Err(StoreError::NotFound)
+
+    async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
+        let t = self.tables();
+        let tenant = t.tenants.get(&name).ok_or(StoreError::NotFound)?;
+        Ok(t.detail(tenant))
     }
+
     async fn create_api_key(
         &self,
-        _tenant: String,
-        _id: String,
-        _hash: tc_model::tenant::key::KeyHash,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::key::ApiKey, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        tenant: String,
+        id: String,
+        hash: KeyHash,
+        now: Timestamp,
+    ) -> Result<ApiKey, StoreError> {
+        let mut t = self.tables();
+        if !t.tenants.contains_key(&tenant) {
+            return Err(StoreError::NotFound);
+        }
+        if t.keys.iter().any(|k| k.key.id == id || k.hash == hash) {
+            // Ids and hashes are random; a repeat is the caller's bug, and
+            // a SQL adapter's unique index would refuse it too.
+            return Err(StoreError::Exists);
+        }
+        let key = ApiKey {
+            id,
+            created_at: now,
+            last_used_at: None,
+        };
+        t.keys.push(StoredKey {
+            tenant,
+            hash,
+            key: key.clone(),
+        });
+        Ok(key)
     }
-    async fn revoke_api_key(&self, _tenant: String, _id: String) -> Result<(), StoreError> {
-        Err(StoreError::NotFound)
+
+    async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
+        let mut t = self.tables();
+        let at = t
+            .keys
+            .iter()
+            .position(|k| k.tenant == tenant && k.key.id == id)
+            .ok_or(StoreError::NotFound)?;
+        t.keys.remove(at);
+        Ok(())
     }
-    async fn api_key(
-        &self,
-        _hash: tc_model::tenant::key::KeyHash,
-    ) -> Result<Option<tc_model::tenant::key::KeyOwner>, StoreError> {
-        Ok(None)
+
+    async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {
+        let t = self.tables();
+        let Some(key) = t.keys.iter().find(|k| k.hash == hash) else {
+            return Ok(None);
+        };
+        let tenant =
+            t.tenants.get(&key.tenant).cloned().ok_or_else(|| {
+                StoreError::Unavailable(format!("key {} has no tenant", key.key.id))
+            })?;
+        Ok(Some(KeyOwner {
+            key_id: key.key.id.clone(),
+            hash: key.hash,
+            tenant,
+        }))
     }
-    async fn touch_api_key(&self, _id: String, _at: Timestamp) -> Result<(), StoreError> {
+
+    async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
+        let mut t = self.tables();
+        if let Some(key) = t.keys.iter_mut().find(|k| k.key.id == id) {
+            key.key.last_used_at = Some(key.key.last_used_at.map_or(at, |last| last.max(at)));
+        }
         Ok(())
     }
 }

@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`, `callback`, `schedules`; `check` holds what they
+//! `listing` (and bulk), `retention`, `outbound`, `callback`, `schedules`, `tenants`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -124,6 +124,14 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         callback_fields_round_trip,
         schedules_are_kept_field_by_field,
         a_firing_record_never_moves_backwards,
+        tenants_are_kept_field_by_field,
+        a_tenant_with_tasks_cannot_be_deleted,
+        idempotency_keys_are_per_tenant,
+        every_read_and_write_path_sees_the_tenant,
+        a_submit_past_max_pending_is_refused_and_an_existing_key_still_answers,
+        api_keys_are_found_by_hash_until_revoked,
+        a_callback_belongs_to_its_parent_s_tenant,
+        the_claim_shares_a_destination_between_tenants_by_weight,
     ]
 }
 
@@ -217,6 +225,8 @@ mod retention;
 // Schedules: tasks on a cron (issue 28).
 mod schedules;
 mod submit;
+// Tenants (issue 29).
+mod tenants;
 // A task's trace context (issue 27).
 mod trace;
 
@@ -230,4 +240,5 @@ pub use outbound::*;
 pub use retention::*;
 pub use schedules::*;
 pub use submit::*;
+pub use tenants::*;
 pub use trace::*;
