@@ -1135,6 +1135,7 @@ async fn task_views_have_exactly_the_documented_fields() {
         "headers": {},
         "destination": "127.0.0.1:9",
         "idempotency_key": "pending",
+        "tenant": null,
         "trace_id": trace_id,
         "attempt": 0,
         "max_attempts": 1,
