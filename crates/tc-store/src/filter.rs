@@ -27,7 +27,12 @@ impl FilterSql {
         let mut values = Vec::new();
         let mut driving_term = "1".to_owned();
         for term in filter.terms() {
-            let sql = format!("{} {} :{}", term.column, term.op, term.name);
+            let mut sql = format!("{} {} :{}", term.column, term.op, term.name);
+            if term.field == Driving::Tenant {
+                // A named tenant is never '' (none, as stored): said, so
+                // that SQLite may use the partial `tasks_by_tenant`.
+                sql = format!("({sql} AND tenant <> '')");
+            }
             if term.drives(driving) {
                 driving_term = sql;
             } else {
@@ -39,14 +44,16 @@ impl FilterSql {
             };
             values.push((format!(":{}", term.name), value));
         }
-        // Each index ends in seq (the rowid), so the walk needs no sort. The
-        // key's unique index is left unpinned: an equality on it always wins.
+        // Each index ends in seq (the rowid), so the walk needs no sort,
+        // but the key's: (key, tenant) holds one task per tenant at most,
+        // a handful to sort.
         let table = match driving {
-            Driving::IdempotencyKey | Driving::All => "tasks",
+            Driving::All => "tasks",
+            Driving::IdempotencyKey => "tasks INDEXED BY tasks_by_key",
             Driving::Error => "tasks INDEXED BY tasks_by_error",
             Driving::Destination => "tasks INDEXED BY tasks_by_destination",
             Driving::State => "tasks INDEXED BY tasks_by_state",
-            Driving::Tenant => "tasks", // tenants: no index yet
+            Driving::Tenant => "tasks INDEXED BY tasks_by_tenant",
         };
         let rest = if rest.is_empty() {
             "1".to_owned()

@@ -31,6 +31,7 @@ mod rows;
 mod schedules;
 mod schema;
 mod store;
+mod tenants;
 mod write_ops;
 mod writer;
 #[cfg(feature = "raw")]

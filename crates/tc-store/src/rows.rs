@@ -16,7 +16,7 @@ macro_rules! columns_after_body {
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
          schedule_at, schedule_delay_ms, destination, method, headers, trace_context, \
-         callback_url, callback_on, callback_of, callback_task_id, ends"
+         callback_url, callback_on, callback_of, callback_task_id, ends, tenant"
     };
 }
 
@@ -91,7 +91,7 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
         callback_of: row.get(28).map_err(db)?,
         callback_task_id: row.get(29).map_err(db)?,
         ends: row.get(30).map_err(db)?,
-        tenant: String::new(), // tenants: the column is not stored yet
+        tenant: row.get(31).map_err(db)?,
     }
     .into_task()
     .map_err(corrupt)?;
@@ -106,20 +106,25 @@ pub(crate) fn load(conn: &Connection, id: &TaskId) -> Result<Option<Stored>, Sto
     load_where(
         conn,
         concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?1"),
-        id.as_bytes(),
+        [id.as_bytes()],
     )
 }
 
-/// The task with this idempotency key and its history, if there is one.
-pub(crate) fn load_by_key(conn: &Connection, key: &str) -> Result<Option<Stored>, StoreError> {
+/// The task of `tenant` (as stored: `''` for none) with this idempotency
+/// key and its history, if there is one (the key is unique per tenant).
+pub(crate) fn load_by_key(
+    conn: &Connection,
+    key: &str,
+    tenant: &str,
+) -> Result<Option<Stored>, StoreError> {
     load_where(
         conn,
         concat!(
             "SELECT ",
             task_columns!(),
-            " FROM tasks WHERE idempotency_key = ?1"
+            " FROM tasks WHERE idempotency_key = ?1 AND tenant = ?2"
         ),
-        key,
+        (key, tenant),
     )
 }
 
@@ -128,19 +133,19 @@ pub(crate) fn load_seq(conn: &Connection, seq: i64) -> Result<Option<Stored>, St
     load_where(
         conn,
         concat!("SELECT ", task_columns!(), " FROM tasks WHERE seq = ?1"),
-        seq,
+        [seq],
     )
 }
 
 fn load_where(
     conn: &Connection,
     sql: &str,
-    key: impl rusqlite::ToSql,
+    key: impl rusqlite::Params,
 ) -> Result<Option<Stored>, StoreError> {
     let found = conn
         .prepare_cached(sql)
         .map_err(db)?
-        .query_row([key], |row| Ok(task_from_row(row)))
+        .query_row(key, |row| Ok(task_from_row(row)))
         .optional()
         .map_err(db)?
         .transpose()?;

@@ -473,6 +473,118 @@ fn rewrite_task_checks(tx: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Step 15 → 16: tenants (issue 29).
+///
+/// - `tasks.tenant`: the task's tenant, `''` for none (`tc_model::tenant::
+///   stored_tenant`). A constant default: no row is rewritten, and every
+///   task written before reads back with no tenant.
+/// - The idempotency key is unique per tenant: `tasks_by_key` on (key,
+///   tenant) replaces the key's own UNIQUE (dropped by
+///   [`drop_key_uniqueness`] after the steps); a lookup by the key alone
+///   (the listing's key filter) reads its prefix.
+/// - The other task indexes are partial, `WHERE tenant <> ''`, so that a
+///   task without a tenant (every task of a server without tenants) costs
+///   no index write more than before: `tasks_by_tenant` (a tenant's
+///   listing in seq order, and whether it has any task), `tasks_open_by_
+///   tenant` (its pending and running tasks, counted for `max_pending` and
+///   its detail with a seek per state), `tasks_due_by_tenant` (a tenant's
+///   due tasks in one destination, in due order, for the claim's share
+///   between tenants).
+/// - `tenants` and `api_keys`: small tables; a key is found by the
+///   SHA-256 of its text (`hash`, unique), never by the secret.
+const V16_TENANTS: &str = "
+ALTER TABLE tasks ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX tasks_by_key ON tasks (idempotency_key, tenant);
+CREATE INDEX tasks_by_tenant ON tasks (tenant, seq) WHERE tenant <> '';
+CREATE INDEX tasks_open_by_tenant ON tasks (tenant, state) WHERE tenant <> '';
+CREATE INDEX tasks_due_by_tenant ON tasks (destination, tenant, next_run_at, seq)
+    WHERE state = 'pending' AND tenant <> '';
+
+CREATE TABLE tenants (
+    name              TEXT    PRIMARY KEY,
+    weight            INTEGER NOT NULL CHECK (weight >= 1),
+    max_pending       INTEGER CHECK (max_pending >= 1),
+    submit_rate_per_s REAL,
+    submit_burst      INTEGER CHECK (submit_burst >= 1),
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE api_keys (
+    seq          INTEGER PRIMARY KEY,
+    id           TEXT    NOT NULL UNIQUE,
+    tenant       TEXT    NOT NULL REFERENCES tenants (name),
+    hash         BLOB    NOT NULL UNIQUE,
+    created_at   INTEGER NOT NULL,
+    last_used_at INTEGER
+) STRICT;
+CREATE INDEX api_keys_by_tenant ON api_keys (tenant, seq);
+";
+
+/// The step whose SQL is [`V16_TENANTS`]; after it, [`drop_key_uniqueness`]
+/// drops the key's old UNIQUE.
+const TENANTS_STEP: i64 = 16;
+
+/// The idempotency key's column as step 1 wrote it, and without its UNIQUE.
+const KEY_COLUMN: (&str, &str) = (
+    "idempotency_key     TEXT    NOT NULL UNIQUE,",
+    "idempotency_key     TEXT    NOT NULL,",
+);
+
+/// Drops the UNIQUE of `tasks.idempotency_key` (a constraint of the table,
+/// whose index SQLite made and names `sqlite_autoindex_tasks_N`; no DROP
+/// INDEX reaches it), in the migration's transaction, without copying the
+/// table: through `writable_schema` (see [`rewrite_task_checks`]), the
+/// column's definition loses its UNIQUE and its automatic index becomes a
+/// plain unique index of the same column, the same b-tree SQLite built (an
+/// automatic index of one column and `CREATE UNIQUE INDEX` on it are stored
+/// alike); then an ordinary DROP INDEX frees its pages. Refuses (and the
+/// migration rolls back) if the definition or the index are not those step
+/// 1 made.
+fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
+    let refuse = |what: String| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
+            Some(what),
+        )
+    };
+    let automatic: Vec<String> = tx
+        .prepare(
+            "SELECT il.name FROM pragma_index_list('tasks') AS il              WHERE il.origin = 'u'                AND (SELECT group_concat(ii.name) FROM pragma_index_info(il.name) AS ii)                    = 'idempotency_key'",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let [automatic] = automatic.as_slice() else {
+        return Err(refuse(format!(
+            "the key's UNIQUE has not exactly one index: {automatic:?}"
+        )));
+    };
+    let version: i64 = tx.pragma_query_value(None, "schema_version", |row| row.get(0))?;
+    let sql: String = tx.query_row(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'tasks'",
+        [],
+        |row| row.get(0),
+    )?;
+    let (old, new) = KEY_COLUMN;
+    if sql.matches(old).count() != 1 {
+        return Err(refuse(format!(
+            "the tasks table has not exactly one {old:?}"
+        )));
+    }
+    tx.pragma_update(None, "writable_schema", "ON")?;
+    tx.execute(
+        "UPDATE sqlite_schema SET sql = ?1 WHERE type = 'table' AND name = 'tasks'",
+        [sql.replace(old, new)],
+    )?;
+    tx.execute(
+        "UPDATE sqlite_schema SET name = 'tasks_key_before_tenants',              sql = 'CREATE UNIQUE INDEX tasks_key_before_tenants ON tasks (idempotency_key)'          WHERE type = 'index' AND name = ?1",
+        [automatic],
+    )?;
+    tx.pragma_update(None, "schema_version", version + 1)?;
+    tx.pragma_update(None, "writable_schema", "RESET")?;
+    tx.execute_batch("DROP INDEX tasks_key_before_tenants")
+}
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -490,6 +602,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V13_CALLBACKS,
     V14_SCHEDULES,
     V15_TRIGGERS_WITHOUT_UPSERT,
+    V16_TENANTS,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -775,6 +888,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
     if from < CHECKS_STEP {
         rewrite_task_checks(&tx).map_err(fail)?;
     }
+    if from < TENANTS_STEP {
+        drop_key_uniqueness(&tx).map_err(fail)?;
+    }
     tx.pragma_update(None, "user_version", CURRENT_VERSION)
         .map_err(fail)?;
     tx.commit().map_err(fail)?;
@@ -926,6 +1042,89 @@ mod tests {
         }
     }
 
+    /// A file a build at step 15 wrote, with tasks, upgraded to step 16:
+    /// its tasks read back with no tenant, the key's old UNIQUE is gone (its
+    /// index dropped, the file intact) and a key is unique per tenant.
+    #[test]
+    fn step_16_gives_old_tasks_no_tenant_and_makes_keys_unique_per_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("step15.db");
+        {
+            // What a step-15 build left: its steps, its CHECK rewrite.
+            let conn = Connection::open(&path).unwrap();
+            for step in &MIGRATIONS[..15] {
+                conn.execute_batch(step).unwrap();
+            }
+            rewrite_task_checks(&conn).unwrap();
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.pragma_update(None, "user_version", 15).unwrap();
+            for (i, key) in ["old-a", "old-b"].into_iter().enumerate() {
+                conn.execute(
+                    "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
+                                        timeout_ns, created_at, updated_at, next_run_at, \
+                                        destination) \
+                     VALUES (?1, ?2, 'pending', 'http://h:80/', x'7B7D', 1, 1000, 5, 5, 5, 'h:80')",
+                    rusqlite::params![[i as u8 + 1; 16], key],
+                )
+                .unwrap();
+            }
+        }
+        let conn = open_writer(&Target::File(path.clone()), &StoreConfig::default()).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, CURRENT_VERSION);
+        let old = crate::rows::load_by_key(&conn, "old-a", "")
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.task.tenant, None);
+        assert_eq!(old.task.state, State::Pending);
+        let key_indexes: Vec<(String, bool)> = conn
+            .prepare(
+                "SELECT il.name, il.\"unique\" FROM pragma_index_list('tasks') AS il \
+                 WHERE (SELECT group_concat(ii.name) FROM pragma_index_info(il.name) AS ii) \
+                       LIKE 'idempotency_key%' ORDER BY il.name",
+            )
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(key_indexes, [("tasks_by_key".to_owned(), true)]);
+        // (tenant, key, whether the insert is taken)
+        let cases = [
+            ("", "old-a", false),
+            ("t", "old-a", true),
+            ("u", "old-a", true),
+            ("t", "old-a", false),
+            ("t", "new", true),
+        ];
+        for (i, (tenant, key, taken)) in cases.into_iter().enumerate() {
+            let inserted = conn.execute(
+                "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
+                                    timeout_ns, created_at, updated_at, destination, tenant) \
+                 VALUES (?1, ?2, 'canceled', 'http://h:80/', x'', 1, 1, 5, 5, 'h:80', ?3)",
+                rusqlite::params![[i as u8 + 10; 16], key, tenant],
+            );
+            assert_eq!(inserted.is_ok(), taken, "{tenant:?} {key:?}: {inserted:?}");
+        }
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        // A connection opened after the rewrite reads the same schema.
+        let other = Connection::open(&path).unwrap();
+        let stored: i64 = other
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name LIKE 'sqlite_autoindex_tasks_%'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(stored, 1, "only the id's automatic index is left");
+    }
+
     #[test]
     fn hot_queries_read_their_index_without_sorting() {
         let conn = fresh();
@@ -944,6 +1143,13 @@ mod tests {
             (crate::read_ops::NEXT_DUE, "tasks_due"),
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
+            (crate::write_ops::OPEN_TASKS_OF, "tasks_open_by_tenant"),
+            (crate::tenants::NEXT_TENANT, "tasks_due_by_tenant"),
+            (crate::tenants::DUE_OF_TENANT, "tasks_due_by_tenant"),
+            (
+                crate::tenants::DUE_WITHOUT_TENANT,
+                "tasks_due_by_destination",
+            ),
         ];
         let filtered = |edit: fn(&mut TaskFilter)| {
             let mut filter = TaskFilter::default();
@@ -971,8 +1177,11 @@ mod tests {
                 "tasks_by_destination",
             ),
             (
-                filtered(|f| f.idempotency_key = Some("k".into())),
-                "idempotency_key",
+                filtered(|f| {
+                    f.tenant = Some("t".into());
+                    f.state = Some(State::Pending);
+                }),
+                "tasks_by_tenant",
             ),
             (
                 filtered(|f| f.created_after = Some(tc_model::Timestamp::from_millis(1))),
@@ -985,6 +1194,13 @@ mod tests {
             assert!(plan.contains(index), "{sql}\n  plan: {plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql} sorts\n  plan: {plan}");
         }
+        // A key names one task per tenant at most: its few rows are sorted.
+        let by_key = filtered(|f| f.idempotency_key = Some("k".into()));
+        let plan = plan(&conn, &by_key);
+        assert!(
+            plan.contains("tasks_by_key (idempotency_key=?)"),
+            "{by_key}\n  plan: {plan}"
+        );
     }
 
     #[test]

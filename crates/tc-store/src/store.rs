@@ -15,6 +15,8 @@ use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
     Page, StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
 };
+use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
+use tc_model::tenant::{Tenant, TenantDetail, TenantUpdate};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -23,7 +25,7 @@ use crate::filter::FilterSql;
 use crate::read_pool::Readers;
 use crate::schema::{self, OpenError, Target};
 use crate::writer::Undo;
-use crate::{destinations, read_ops, schedules, write_ops, writer};
+use crate::{destinations, read_ops, schedules, tenants, write_ops, writer};
 
 /// The SQLite adapter behind [`TaskStore`].
 ///
@@ -513,52 +515,65 @@ impl TaskStore for SqliteStore {
         }
     }
 
-    // Tenants (issue 29): not built on this adapter yet.
     async fn create_tenant(
         &self,
-        _name: String,
-        _settings: tc_model::tenant::TenantUpdate,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::Tenant, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        name: String,
+        settings: TenantUpdate,
+        now: Timestamp,
+    ) -> Result<Tenant, StoreError> {
+        self.write(move |conn| tenants::create(conn, &name, &settings, now))
+            .await
     }
+
     async fn update_tenant(
         &self,
-        _name: String,
-        _update: tc_model::tenant::TenantUpdate,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::Tenant, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        name: String,
+        update: TenantUpdate,
+        now: Timestamp,
+    ) -> Result<Tenant, StoreError> {
+        self.write(move |conn| tenants::update(conn, &name, &update, now))
+            .await
     }
-    async fn delete_tenant(&self, _name: String) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+
+    async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
+        self.write(move |conn| tenants::delete(conn, &name)).await
     }
-    async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
-        Ok(Vec::new())
+
+    async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
+        self.readers.run(tenants::all).await
     }
-    async fn tenant(&self, _name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
-        Err(StoreError::NotFound)
+
+    async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
+        self.readers
+            .run(move |conn| tenants::one(conn, &name))
+            .await
     }
+
     async fn create_api_key(
         &self,
-        _tenant: String,
-        _id: String,
-        _hash: tc_model::tenant::key::KeyHash,
-        _now: Timestamp,
-    ) -> Result<tc_model::tenant::key::ApiKey, StoreError> {
-        Err(StoreError::Unavailable("tenants: not built yet".into()))
+        tenant: String,
+        id: String,
+        hash: KeyHash,
+        now: Timestamp,
+    ) -> Result<ApiKey, StoreError> {
+        self.write(move |conn| tenants::create_key(conn, &tenant, &id, &hash, now))
+            .await
     }
-    async fn revoke_api_key(&self, _tenant: String, _id: String) -> Result<(), StoreError> {
-        Err(StoreError::NotFound)
+
+    async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
+        self.write(move |conn| tenants::revoke_key(conn, &tenant, &id))
+            .await
     }
-    async fn api_key(
-        &self,
-        _hash: tc_model::tenant::key::KeyHash,
-    ) -> Result<Option<tc_model::tenant::key::KeyOwner>, StoreError> {
-        Ok(None)
+
+    async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {
+        self.readers
+            .run(move |conn| tenants::key_owner(conn, &hash))
+            .await
     }
-    async fn touch_api_key(&self, _id: String, _at: Timestamp) -> Result<(), StoreError> {
-        Ok(())
+
+    async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
+        self.write(move |conn| tenants::touch_key(conn, &id, at))
+            .await
     }
 }
 

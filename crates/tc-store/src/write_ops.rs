@@ -45,12 +45,12 @@ macro_rules! submit_sql {
             "INSERT OR FAIL INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
-                            trace_context, callback_url, callback_on, callback_of) \
+                            trace_context, callback_url, callback_on, callback_of, tenant) \
              VALUES (",
             $seq,
             ", ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                     ?16, ?17, ?18) \
-             ON CONFLICT (idempotency_key) DO NOTHING"
+                     ?16, ?17, ?18, ?19) \
+             ON CONFLICT (idempotency_key, tenant) DO NOTHING"
         )
     };
 }
@@ -148,6 +148,20 @@ fn submit_as(
     new: &NewTask,
     now: Timestamp,
 ) -> Result<Made, StoreError> {
+    let tenant = tc_model::tenant::stored_tenant(new.tenant());
+    // A tenant's submit under its `max_pending`: the key first (a task it
+    // has already answers, full or not), then the count, bounded by the
+    // limit. The single writer runs both and the insert with nothing in
+    // between, so the count is exact. A submit without a limit (every
+    // task without a tenant) goes straight to the insert.
+    if let Some(limit) = new.pending_limit().filter(|_| !tenant.is_empty()) {
+        if let Some(known) = known_task(conn, new, tenant)? {
+            return Ok(known);
+        }
+        if open_tasks_of(conn, tenant, limit)? >= limit {
+            return Err(StoreError::QuotaExceeded { limit });
+        }
+    }
     let schedule = new.schedule();
     let first_run = schedule.first_run(now);
     let (schedule_at, schedule_delay_ms) = schedule.to_parts();
@@ -188,6 +202,7 @@ fn submit_as(
             new.callback().map(Callback::url),
             row.callback_on,
             new.callback_of().map(|id| *id.as_bytes()),
+            tenant,
         ])
         .map_err(db)?;
     if inserted == 1 {
@@ -195,13 +210,38 @@ fn submit_as(
     }
     // The key is taken: the insert's own probe of the key's unique index
     // found it, so a new key (the common case) costs no lookup of its own.
-    match rows::load_by_key(conn, new.idempotency_key())? {
-        Some(Stored { task, .. }) if new.same_work_as(&task) => Ok(Made::Known(Box::new(task))),
+    known_task(conn, new, tenant)?.ok_or_else(|| {
+        StoreError::Unavailable("the idempotency key conflicted, but no task has it".to_owned())
+    })
+}
+
+/// The task of `tenant` (as stored) that has `new`'s key: known when it
+/// has the same work, else a conflict; `None` when the key is free.
+fn known_task(conn: &Connection, new: &NewTask, tenant: &str) -> Result<Option<Made>, StoreError> {
+    match rows::load_by_key(conn, new.idempotency_key(), tenant)? {
+        Some(Stored { task, .. }) if new.same_work_as(&task) => {
+            Ok(Some(Made::Known(Box::new(task))))
+        }
         Some(_) => Err(StoreError::IdempotencyConflict),
-        None => Err(StoreError::Unavailable(
-            "the idempotency key conflicted, but no task has it".to_owned(),
-        )),
+        None => Ok(None),
     }
+}
+
+/// How many of `tenant`'s tasks are pending or running, counted up to
+/// `limit` at most: the cost is bounded by the limit however many the
+/// tenant has (one seek per state in `tasks_open_by_tenant`).
+pub(crate) const OPEN_TASKS_OF: &str = "SELECT count(*) FROM (\
+     SELECT 1 FROM tasks INDEXED BY tasks_open_by_tenant \
+     WHERE tenant = ?1 AND tenant <> '' AND state IN ('pending', 'running') LIMIT ?2)";
+
+fn open_tasks_of(conn: &Connection, tenant: &str, limit: u64) -> Result<u64, StoreError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let open: i64 = conn
+        .prepare_cached(OPEN_TASKS_OF)
+        .map_err(db)?
+        .query_row(params![tenant, limit], |row| row.get(0))
+        .map_err(db)?;
+    Ok(u64::try_from(open).unwrap_or(0))
 }
 
 /// Moves up to `n` due pending tasks to running, sharing them fairly over
@@ -231,12 +271,36 @@ pub(crate) fn claim(
     let mut plan = FairShare::new(n, candidates, &gate.in_flight);
     let lease_until = now.saturating_add(lease);
     let mut claimed = Vec::with_capacity(n);
+    // With tenants, the node's calls in flight by tenant, this claim's
+    // takes added as they are made (every destination's share reads it).
+    let mut load = gate
+        .tenants
+        .as_ref()
+        .map(|tenants| tenants.in_flight.clone())
+        .unwrap_or_default();
     while let Some((destination, want)) = plan.next_take() {
-        let due = destinations::due_of(conn, &destination, now, want)?;
-        plan.taken(due.len());
-        for (seq, state) in due {
-            claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
-        }
+        let Some(tenants) = &gate.tenants else {
+            // Tenant-blind (no tenant defined): the destination's oldest.
+            let due = destinations::due_of(conn, &destination, now, want)?;
+            plan.taken(due.len());
+            for (seq, state) in due {
+                claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
+            }
+            continue;
+        };
+        let took = crate::tenants::take_shared(
+            conn,
+            tenants,
+            &destination,
+            want,
+            now,
+            &mut load,
+            |seq, state| {
+                claimed.push(claim_one(conn, seq, state, now, lease_until)?);
+                Ok(())
+            },
+        )?;
+        plan.taken(took);
     }
     Ok(Claim {
         tasks: claimed,
@@ -470,9 +534,13 @@ fn ended(
     let made = match submit_as(conn, callback_id, &SubmitRow::of(&new), &new, now) {
         Ok(Made::Created(id)) => id,
         Ok(Made::Known(task)) => task.id,
-        Err(StoreError::IdempotencyConflict) => rows::load_by_key(conn, new.idempotency_key())?
-            .map(|stored| stored.task.id)
-            .ok_or_else(|| StoreError::Unavailable("a callback's key vanished".to_owned()))?,
+        Err(StoreError::IdempotencyConflict) => rows::load_by_key(
+            conn,
+            new.idempotency_key(),
+            tc_model::tenant::stored_tenant(new.tenant()),
+        )?
+        .map(|stored| stored.task.id)
+        .ok_or_else(|| StoreError::Unavailable("a callback's key vanished".to_owned()))?,
         Err(e) => return Err(e),
     };
     write_one(

@@ -209,6 +209,8 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         ),
         (None, None, None, 0)
     );
+    // Tasks from before tenants (step 16) are nobody's: the admin's.
+    assert_eq!(old.tenant, None);
     // Step 11 counted the old file's pending task for its destination, and
     // the claim's walk finds it through its due time.
     let before = store.destination("127.0.0.1:9".into()).await.unwrap();
@@ -290,15 +292,20 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(
         indexes,
         [
+            "api_keys_by_tenant",
             "attempts_by_task",
             "destination_tasks_ready",
             "destination_tasks_waiting",
             "tasks_by_destination",
             "tasks_by_error",
+            "tasks_by_key",
             "tasks_by_state",
+            "tasks_by_tenant",
             "tasks_due",
             "tasks_due_by_destination",
-            "tasks_leased"
+            "tasks_due_by_tenant",
+            "tasks_leased",
+            "tasks_open_by_tenant"
         ]
     );
     // Tasks from before trace contexts have none; new ones keep theirs.

@@ -1,0 +1,430 @@
+//! Tenants on SQLite (issue 29): the `tenants` and `api_keys` tables of
+//! schema step 16, and the claim's share of one destination's take between
+//! its tenants. Synchronous functions on a connection, like the other
+//! operations.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use tc_model::Timestamp;
+use tc_model::store::StoreError;
+use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
+use tc_model::tenant::{NO_TENANT, Tenant, TenantDetail, TenantGate, TenantSettings, TenantUpdate};
+
+use crate::rows::db;
+
+const COLUMNS: &str =
+    "name, weight, max_pending, submit_rate_per_s, submit_burst, created_at, updated_at";
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("corrupt row in tenants: bad {what}"))
+}
+
+/// A row as read, before its numbers are checked (outside rusqlite's
+/// closure, so that a corrupt row is a [`StoreError`]).
+struct RawRow {
+    name: String,
+    weight: i64,
+    max_pending: Option<i64>,
+    submit_rate_per_s: Option<f64>,
+    submit_burst: Option<i64>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
+    Ok(RawRow {
+        name: row.get(0)?,
+        weight: row.get(1)?,
+        max_pending: row.get(2)?,
+        submit_rate_per_s: row.get(3)?,
+        submit_burst: row.get(4)?,
+        created_at: row.get(5)?,
+        updated_at: row.get(6)?,
+    })
+}
+
+fn tenant_of(r: RawRow) -> Result<Tenant, StoreError> {
+    Ok(Tenant {
+        name: r.name,
+        settings: TenantSettings {
+            weight: u32::try_from(r.weight).map_err(|_| corrupt("weight"))?,
+            max_pending: r
+                .max_pending
+                .map(u64::try_from)
+                .transpose()
+                .map_err(|_| corrupt("max_pending"))?,
+            submit_rate_per_s: r.submit_rate_per_s,
+            submit_burst: r
+                .submit_burst
+                .map(u32::try_from)
+                .transpose()
+                .map_err(|_| corrupt("submit_burst"))?,
+        },
+        created_at: Timestamp::from_millis(r.created_at),
+        updated_at: Timestamp::from_millis(r.updated_at),
+    })
+}
+
+fn load(conn: &Connection, name: &str) -> Result<Option<Tenant>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM tenants WHERE name = ?1"))
+        .map_err(db)?
+        .query_row([name], raw)
+        .optional()
+        .map_err(db)?
+        .map(tenant_of)
+        .transpose()
+}
+
+/// A stored count or limit as SQLite's integer.
+fn int(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
+/// Writes `tenant`'s settings and times (insert or replace of its row).
+fn write(conn: &Connection, tenant: &Tenant, or: &str) -> Result<usize, StoreError> {
+    let s = &tenant.settings;
+    conn.prepare_cached(&format!(
+        "INSERT {or} INTO tenants ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    ))
+    .map_err(db)?
+    .execute(params![
+        tenant.name,
+        s.weight,
+        s.max_pending.map(int),
+        s.submit_rate_per_s,
+        s.submit_burst,
+        tenant.created_at.as_millis(),
+        tenant.updated_at.as_millis(),
+    ])
+    .map_err(db)
+}
+
+/// A new tenant with the defaults and `settings` applied, or
+/// [`StoreError::Exists`].
+pub(crate) fn create(
+    conn: &Connection,
+    name: &str,
+    settings: &TenantUpdate,
+    now: Timestamp,
+) -> Result<Tenant, StoreError> {
+    let tenant = Tenant {
+        name: name.to_owned(),
+        settings: settings.apply(&TenantSettings::default()),
+        created_at: now,
+        updated_at: now,
+    };
+    // OR IGNORE: a taken name writes nothing and is told by the count.
+    match write(conn, &tenant, "OR IGNORE")? {
+        0 => Err(StoreError::Exists),
+        _ => Ok(tenant),
+    }
+}
+
+/// `update` applied to the tenant `name`, or [`StoreError::NotFound`].
+pub(crate) fn update(
+    conn: &Connection,
+    name: &str,
+    update: &TenantUpdate,
+    now: Timestamp,
+) -> Result<Tenant, StoreError> {
+    let old = load(conn, name)?.ok_or(StoreError::NotFound)?;
+    let new = Tenant {
+        settings: update.apply(&old.settings),
+        updated_at: now,
+        ..old
+    };
+    write(conn, &new, "OR REPLACE")?;
+    Ok(new)
+}
+
+/// Deletes the tenant `name` and its keys, unless a task is its.
+pub(crate) fn delete(conn: &Connection, name: &str) -> Result<(), StoreError> {
+    if load(conn, name)?.is_none() {
+        return Err(StoreError::NotFound);
+    }
+    let has_tasks: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM tasks INDEXED BY tasks_by_tenant \
+                            WHERE tenant = ?1 AND tenant <> '')",
+        )
+        .map_err(db)?
+        .query_row([name], |row| row.get(0))
+        .map_err(db)?;
+    if has_tasks {
+        return Err(StoreError::NotEmpty);
+    }
+    conn.prepare_cached("DELETE FROM api_keys WHERE tenant = ?1")
+        .map_err(db)?
+        .execute([name])
+        .map_err(db)?;
+    conn.prepare_cached("DELETE FROM tenants WHERE name = ?1")
+        .map_err(db)?
+        .execute([name])
+        .map_err(db)?;
+    Ok(())
+}
+
+/// A tenant's tasks in `state` (`'pending'` or `'running'`), by a seek in
+/// `tasks_open_by_tenant`.
+const COUNT_IN_STATE: &str = "SELECT count(*) FROM tasks INDEXED BY tasks_open_by_tenant \
+     WHERE tenant = ?1 AND tenant <> '' AND state = ?2";
+
+fn detail(conn: &Connection, tenant: Tenant) -> Result<TenantDetail, StoreError> {
+    let mut count = conn.prepare_cached(COUNT_IN_STATE).map_err(db)?;
+    let mut in_state = |state: &str| -> Result<u64, StoreError> {
+        let n: i64 = count
+            .query_row(params![tenant.name, state], |row| row.get(0))
+            .map_err(db)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    };
+    let pending = in_state("pending")?;
+    let running = in_state("running")?;
+    let keys = conn
+        .prepare_cached(
+            "SELECT id, created_at, last_used_at FROM api_keys WHERE tenant = ?1 \
+             ORDER BY created_at, seq",
+        )
+        .map_err(db)?
+        .query_map([&tenant.name], |row| {
+            Ok(ApiKey {
+                id: row.get(0)?,
+                created_at: Timestamp::from_millis(row.get(1)?),
+                last_used_at: row.get::<_, Option<i64>>(2)?.map(Timestamp::from_millis),
+            })
+        })
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    Ok(TenantDetail {
+        tenant,
+        pending,
+        running,
+        keys,
+    })
+}
+
+/// Every tenant in name order, with its counts and keys.
+pub(crate) fn all(conn: &mut Connection) -> Result<Vec<TenantDetail>, StoreError> {
+    // One snapshot for the list and every count.
+    let tx = conn.transaction().map_err(db)?;
+    let tenants: Vec<RawRow> = tx
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM tenants ORDER BY name"))
+        .map_err(db)?
+        .query_map([], raw)
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    let details = tenants
+        .into_iter()
+        .map(|r| detail(&tx, tenant_of(r)?))
+        .collect();
+    tx.finish().map_err(db)?;
+    details
+}
+
+/// The tenant `name` with its counts and keys, or [`StoreError::NotFound`].
+pub(crate) fn one(conn: &mut Connection, name: &str) -> Result<TenantDetail, StoreError> {
+    let tx = conn.transaction().map_err(db)?;
+    let found = load(&tx, name)?.ok_or(StoreError::NotFound)?;
+    let detail = detail(&tx, found);
+    tx.finish().map_err(db)?;
+    detail
+}
+
+/// Stores a new key of `tenant`: [`StoreError::NotFound`] without such a
+/// tenant, [`StoreError::Exists`] when the id or the hash is taken (both
+/// are random: a caller's bug).
+pub(crate) fn create_key(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+    hash: &KeyHash,
+    now: Timestamp,
+) -> Result<ApiKey, StoreError> {
+    if load(conn, tenant)?.is_none() {
+        return Err(StoreError::NotFound);
+    }
+    let made = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO api_keys (id, tenant, hash, created_at) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .map_err(db)?
+        .execute(params![id, tenant, hash.0.as_slice(), now.as_millis()])
+        .map_err(db)?;
+    if made == 0 {
+        return Err(StoreError::Exists);
+    }
+    Ok(ApiKey {
+        id: id.to_owned(),
+        created_at: now,
+        last_used_at: None,
+    })
+}
+
+/// Deletes the key `id` of `tenant`, or [`StoreError::NotFound`].
+pub(crate) fn revoke_key(conn: &Connection, tenant: &str, id: &str) -> Result<(), StoreError> {
+    let gone = conn
+        .prepare_cached("DELETE FROM api_keys WHERE tenant = ?1 AND id = ?2")
+        .map_err(db)?
+        .execute([tenant, id])
+        .map_err(db)?;
+    if gone == 0 {
+        Err(StoreError::NotFound)
+    } else {
+        Ok(())
+    }
+}
+
+/// The key whose hash is `hash`, with its tenant as stored now.
+pub(crate) fn key_owner(
+    conn: &mut Connection,
+    hash: &KeyHash,
+) -> Result<Option<KeyOwner>, StoreError> {
+    let tx = conn.transaction().map_err(db)?;
+    let found: Option<(String, Vec<u8>, String)> = tx
+        .prepare_cached("SELECT id, hash, tenant FROM api_keys WHERE hash = ?1")
+        .map_err(db)?
+        .query_row([hash.0.as_slice()], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()
+        .map_err(db)?;
+    let Some((key_id, stored, tenant)) = found else {
+        tx.finish().map_err(db)?;
+        return Ok(None);
+    };
+    let stored = KeyHash(
+        <[u8; 32]>::try_from(stored.as_slice())
+            .map_err(|_| StoreError::Unavailable("corrupt row in api_keys: bad hash".into()))?,
+    );
+    let tenant = load(&tx, &tenant)?
+        .ok_or_else(|| StoreError::Unavailable(format!("key {key_id} has no tenant")))?;
+    tx.finish().map_err(db)?;
+    Ok(Some(KeyOwner {
+        key_id,
+        hash: stored,
+        tenant,
+    }))
+}
+
+/// Records a use of the key `id` at `at`: a guarded UPDATE that never moves
+/// `last_used_at` backwards (nodes write in any order).
+pub(crate) fn touch_key(conn: &Connection, id: &str, at: Timestamp) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE api_keys SET last_used_at = ?2 \
+         WHERE id = ?1 AND (last_used_at IS NULL OR last_used_at < ?2)",
+    )
+    .map_err(db)?
+    .execute(params![id, at.as_millis()])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// The first tenant after `after` (in name order) with a pending task in
+/// a destination, and whether its earliest is due: one seek in
+/// `tasks_due_by_tenant`, whose entries run by tenant then due time.
+pub(crate) const NEXT_TENANT: &str = "SELECT tenant, next_run_at <= ?3 \
+     FROM tasks INDEXED BY tasks_due_by_tenant \
+     WHERE state = 'pending' AND tenant <> '' AND destination = ?1 AND tenant > ?2 \
+     ORDER BY tenant, next_run_at LIMIT 1";
+
+/// A named tenant's due tasks in a destination, oldest due first.
+pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_tenant \
+     WHERE state = 'pending' AND tenant <> '' AND destination = ?1 AND tenant = ?2 \
+       AND next_run_at <= ?3 \
+     ORDER BY next_run_at, seq LIMIT ?4";
+
+/// The due tasks without a tenant in a destination, oldest due first: the
+/// destination's due order with the tenants' tasks skipped (no index of
+/// their own, so that a server without tenants keeps its cost; a walk past
+/// the tenants' due tasks ahead of them).
+pub(crate) const DUE_WITHOUT_TENANT: &str = "SELECT seq, state \
+     FROM tasks INDEXED BY tasks_due_by_destination \
+     WHERE state = 'pending' AND destination = ?1 AND next_run_at <= ?2 AND tenant = '' \
+     ORDER BY next_run_at, seq LIMIT ?3";
+
+fn due_of(
+    conn: &Connection,
+    destination: &str,
+    tenant: &str,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<(i64, String)>, StoreError> {
+    let limit = int(limit);
+    let read = |row: &Row<'_>| Ok((row.get(0)?, row.get(1)?));
+    if tenant == NO_TENANT {
+        conn.prepare_cached(DUE_WITHOUT_TENANT)
+            .map_err(db)?
+            .query_map(params![destination, now.as_millis(), limit], read)
+            .map_err(db)?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(db)
+    } else {
+        conn.prepare_cached(DUE_OF_TENANT)
+            .map_err(db)?
+            .query_map(params![destination, tenant, now.as_millis(), limit], read)
+            .map_err(db)?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(db)
+    }
+}
+
+/// The tenants with due tasks in `destination`, in name order
+/// ([`NO_TENANT`], first, for the tasks without one).
+fn due_tenants(
+    conn: &Connection,
+    destination: &str,
+    now: Timestamp,
+) -> Result<Vec<String>, StoreError> {
+    let mut due = Vec::new();
+    if !due_of(conn, destination, NO_TENANT, now, 1)?.is_empty() {
+        due.push(NO_TENANT.to_owned());
+    }
+    let mut next = conn.prepare_cached(NEXT_TENANT).map_err(db)?;
+    let mut after = String::new();
+    loop {
+        let found: Option<(String, bool)> = next
+            .query_row(params![destination, after, now.as_millis()], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+            .map_err(db)?;
+        let Some((tenant, is_due)) = found else {
+            return Ok(due);
+        };
+        if is_due {
+            due.push(tenant.clone());
+        }
+        after = tenant;
+    }
+}
+
+/// One destination's take of up to `want` due tasks shared between its
+/// tenants by `gate` ([`TenantGate::plan`]), each tenant's oldest due
+/// first; `load` is the node's calls in flight by tenant with this claim's
+/// takes so far, and gets this take's added. `claim_one` claims the task at
+/// a seq (in the state read) and keeps it. Answers how many were taken.
+pub(crate) fn take_shared(
+    conn: &Connection,
+    gate: &TenantGate,
+    destination: &str,
+    want: usize,
+    now: Timestamp,
+    load: &mut BTreeMap<String, usize>,
+    mut claim_one: impl FnMut(i64, &str) -> Result<(), StoreError>,
+) -> Result<usize, StoreError> {
+    let due = due_tenants(conn, destination, now)?;
+    let mut share = gate.plan(want, due, load);
+    let mut took = 0;
+    while let Some((tenant, wanted)) = share.next_take() {
+        let tasks = due_of(conn, destination, &tenant, now, wanted)?;
+        share.taken(tasks.len());
+        took += tasks.len();
+        *load.entry(tenant).or_default() += tasks.len();
+        for (seq, state) in tasks {
+            claim_one(seq, &state)?;
+        }
+    }
+    Ok(took)
+}
