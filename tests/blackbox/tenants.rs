@@ -93,11 +93,11 @@ async fn two_tenants_and_the_admin() {
     assert_eq!(result.status, 200);
 
     // Listings: each its own; the admin everything, or one tenant's.
-    assert_eq!(ids(&a.list_all("").await), [a_id.clone()]);
-    assert_eq!(ids(&a.list_all("tenant=team-b").await), [a_id.clone()]);
-    assert_eq!(ids(&b.list_all("").await), [b_id.clone()]);
+    assert_eq!(ids(&a.list_all("").await), [a_id.as_str()]);
+    assert_eq!(ids(&a.list_all("tenant=team-b").await), [a_id.as_str()]);
+    assert_eq!(ids(&b.list_all("").await), [b_id.as_str()]);
     assert_eq!(admin.list_all("").await.len(), 3);
-    assert_eq!(ids(&admin.list_all("tenant=team-b").await), [b_id.clone()]);
+    assert_eq!(ids(&admin.list_all("tenant=team-b").await), [b_id.as_str()]);
     let bad = admin.get("/tasks?tenant=Team%20B").await;
     assert_eq!(
         (bad.status, bad.error_code()),

@@ -259,11 +259,11 @@ async fn a_tenant_s_key_reaches_only_its_own_tasks() {
     };
     assert_eq!(
         ids(call(&h, &a, "GET", "/tasks", &Value::Null).await),
-        [id.clone()]
+        [id.as_str()]
     );
     assert_eq!(
         ids(call(&h, &a, "GET", "/tasks?tenant=b", &Value::Null).await),
-        [id.clone()]
+        [id.as_str()]
     );
     assert_eq!(
         ids(call(&h, ADMIN, "GET", "/tasks", &Value::Null).await).len(),
@@ -271,7 +271,7 @@ async fn a_tenant_s_key_reaches_only_its_own_tasks() {
     );
     assert_eq!(
         ids(call(&h, ADMIN, "GET", "/tasks?tenant=a", &Value::Null).await),
-        [id.clone()]
+        [id.as_str()]
     );
     let bad = call(&h, ADMIN, "GET", "/tasks?tenant=A%20B", &Value::Null).await;
     check_refusal(&bad, 400, "invalid_request", "tenant: ");
