@@ -1126,6 +1126,12 @@ async fn tenants_and_their_keys_are_managed_and_a_key_is_a_token() {
         .await;
     run.expect(0);
     assert_eq!(run.json()["tenant"], "acme");
+    // The admin's filter by tenant.
+    let run = admin
+        .run(&["task", "list", "--tenant", "acme", "--json"])
+        .await;
+    run.expect(0);
+    assert_eq!(run.json_lines().len(), 1, "{}", run.out());
     check(
         &tenant,
         &[

@@ -229,6 +229,10 @@ pub(crate) struct FilterArgs {
     /// The task with this idempotency key.
     #[arg(long)]
     pub(crate) key: Option<String>,
+    /// The tasks of this tenant (the admin token's filter; a tenant's key
+    /// covers its own tasks whatever this says).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) tenant: Option<String>,
 }
 
 impl FilterArgs {
@@ -241,6 +245,7 @@ impl FilterArgs {
             ("created_after", self.created_after.as_deref()),
             ("created_before", self.created_before.as_deref()),
             ("idempotency_key", self.key.as_deref()),
+            ("tenant", self.tenant.as_deref()),
         ];
         fields
             .into_iter()
