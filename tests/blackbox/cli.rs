@@ -1073,3 +1073,93 @@ async fn schedules_are_created_listed_paused_triggered_and_deleted() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn tenants_and_their_keys_are_managed_and_a_key_is_a_token() {
+    let s = support::start_with(|c, _| {
+        c.flag("--api-token", "s3cret");
+    })
+    .await;
+    let admin = cli(&s).env("TC_API_TOKEN", "s3cret");
+    let run = admin
+        .run(&[
+            "tenant",
+            "create",
+            "acme",
+            "--weight",
+            "3",
+            "--max-pending",
+            "10",
+            "--submit-rate-per-s",
+            "2.5",
+        ])
+        .await;
+    run.expect(0);
+    assert_eq!(run.field("name"), "acme", "{}", run.out());
+    assert_eq!(run.field("weight"), "3", "{}", run.out());
+    let run = admin
+        .run(&["tenant", "set", "acme", "--max-pending", "none", "--json"])
+        .await;
+    run.expect(0);
+    assert_eq!(run.json()["max_pending"], Value::Null);
+    assert_eq!(run.json()["submit_rate_per_s"], 2.5);
+
+    // The key alone on stdout, its id on stderr.
+    let run = admin.run(&["tenant", "key", "create", "acme"]).await;
+    run.expect(0);
+    let key = run.out().trim().to_owned();
+    assert!(key.starts_with("tck_") && !key.contains('\n'), "{key}");
+    assert!(run.stderr.contains("key_"), "{}", run.stderr);
+    let listed = admin.run(&["tenant", "get", "acme", "--json"]).await;
+    listed.expect(0);
+    let key_id = listed.json()["keys"][0]["id"].as_str().unwrap().to_owned();
+    assert!(!listed.out().contains(&key), "a key is never shown again");
+    let run = admin.run(&["tenant", "list"]).await;
+    run.expect(0);
+    assert!(run.out().starts_with("NAME  "), "{}", run.out());
+
+    // The key as --token: its own tasks, not the admin's routes.
+    let url = s.down.url("/ok");
+    let tenant = cli(&s).env("TC_API_TOKEN", &key);
+    let run = tenant
+        .run(&["task", "--json", "submit", "--url", &url, "--json", "{}"])
+        .await;
+    run.expect(0);
+    assert_eq!(run.json()["tenant"], "acme");
+    // The admin's filter by tenant.
+    let run = admin
+        .run(&["task", "list", "--tenant", "acme", "--json"])
+        .await;
+    run.expect(0);
+    assert_eq!(run.json_lines().len(), 1, "{}", run.out());
+    check(
+        &tenant,
+        &[
+            case(&["task", "list"], 0, "", ""),
+            case(&["destination", "list"], 1, "", "403 forbidden"),
+            case(&["tenant", "list"], 1, "", "403 forbidden"),
+        ],
+    )
+    .await;
+    check(
+        &admin,
+        &[
+            case(&["tenant", "create", "acme"], 1, "", "409 tenant_exists"),
+            case(&["tenant", "create", "Bad"], 1, "", "name"),
+            case(&["tenant", "set", "acme"], 2, "", "--weight"),
+            case(&["tenant", "delete", "acme"], 1, "", "409 tenant_not_empty"),
+            case(
+                &["tenant", "key", "revoke", "acme", &key_id],
+                0,
+                "revoked",
+                "",
+            ),
+        ],
+    )
+    .await;
+    check(
+        &tenant,
+        &[case(&["task", "list"], 1, "", "401 unauthorized")],
+    )
+    .await;
+}

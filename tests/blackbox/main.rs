@@ -24,6 +24,9 @@
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
+//! - `tenants`: two tenants and the admin (issue 29): each key reaches
+//!   only its tenant's tasks, the admin's routes are 403 for a key, quotas
+//!   429, a revoked key 401 at once, tenants kept across a restart.
 //! - `traces`: W3C trace context from the submit to every try, and the
 //!   spans a loopback OTLP collector receives (issue 27).
 
@@ -47,4 +50,5 @@ mod nodes;
 mod operations;
 mod outbound;
 mod support;
+mod tenants;
 mod traces;

@@ -86,6 +86,12 @@ pub(crate) async fn health<S: TaskStore, C: Control>(app: &App<S, C>) -> Answer 
 pub(crate) async fn metrics<S: TaskStore, C: Control>(app: &App<S, C>) -> Answer {
     let counts = app.store().count_by_state().await?;
     app.metrics().set_task_counts(&counts);
+    // The task counts are the scrape's point; the tenants' gauges are
+    // left as they were when the store cannot list tenants now.
+    match app.store().tenants().await {
+        Ok(tenants) => app.metrics().set_tenants(&tenants),
+        Err(e) => tracing::warn!(error = %e, "metrics_tenants_unread"),
+    }
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, app.registry())
         .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;

@@ -31,6 +31,10 @@ pub struct App<S, C> {
     tracer: Option<crate::trace::SpanTracer>,
     /// What `POST /admin/backup` copies through, if anything.
     backups: Option<Arc<dyn crate::backup::Backups>>,
+    /// When this node last recorded each tenant key's use.
+    key_use: crate::auth::KeyUse,
+    /// This node's submit buckets, by tenant.
+    buckets: crate::quota::SubmitBuckets,
 }
 
 impl<S: TaskStore, C: Control> App<S, C> {
@@ -56,6 +60,8 @@ impl<S: TaskStore, C: Control> App<S, C> {
             ui: crate::ui::Ui::default(),
             tracer: None,
             backups: None,
+            key_use: crate::auth::KeyUse::default(),
+            buckets: crate::quota::SubmitBuckets::default(),
         }
     }
 
@@ -135,6 +141,16 @@ impl<S: TaskStore, C: Control> App<S, C> {
     /// What `POST /admin/backup` copies through, if anything.
     pub(crate) fn backups(&self) -> Option<&dyn crate::backup::Backups> {
         self.backups.as_deref()
+    }
+
+    /// When this node last recorded each tenant key's use.
+    pub(crate) fn key_use(&self) -> &crate::auth::KeyUse {
+        &self.key_use
+    }
+
+    /// This node's submit buckets, by tenant.
+    pub(crate) fn buckets(&self) -> &crate::quota::SubmitBuckets {
+        &self.buckets
     }
 
     /// The tracer of the requests' server spans, when exporting.

@@ -1,33 +1,152 @@
-//! Who may call a route: the bearer token of the `/tasks` and
-//! `/destinations` routes, or the dashboard's session standing in for it.
+//! Who is calling, and what it may reach: the request's [`Scope`]. The
+//! admin credential (`--api-token`, or the dashboard session it opened)
+//! sees everything, as before tenants; a tenant's key (`tck_...`, or a
+//! dashboard session opened with one) only its own tasks. A key is hashed
+//! and looked up in the store on every request, with no cache, so a
+//! revoked key stops working at once on every node.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use http::request::Parts;
 use subtle::ConstantTimeEq;
+use tc_model::Timestamp;
+use tc_model::store::TaskStore;
+use tc_model::tenant::key::{KeyHash, is_key};
+use tc_model::tenant::{Scope, TenantSettings};
 
+use crate::app::App;
+use crate::control::Control;
 use crate::error::ApiError;
-use crate::ui::auth::Sessions;
 
-/// Checks a route's credential: with a configured `token` and a route that
-/// `needs_token`, the request must carry the token, or a dashboard session
-/// (with its CSRF token for writes).
-pub(crate) fn check_token(
-    token: Option<&str>,
-    sessions: &Sessions,
+/// The caller of one request: its scope and, for a tenant, the tenant's
+/// settings as stored now (its quotas).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Caller {
+    pub(crate) scope: Scope,
+    pub(crate) settings: TenantSettings,
+}
+
+impl Caller {
+    /// The admin credential (or none where the server has none).
+    pub(crate) fn admin() -> Caller {
+        Caller {
+            scope: Scope::Admin,
+            settings: TenantSettings::default(),
+        }
+    }
+}
+
+/// Resolves a request's caller. A route that does not `need_token`
+/// (health, metrics) is the admin's for anyone. Otherwise: a bearer
+/// credential shaped like a key is looked up as one; the admin token or
+/// the dashboard's session otherwise, as before tenants (no token
+/// configured: the admin, as before).
+pub(crate) async fn caller<S: TaskStore, C: Control>(
+    app: &App<S, C>,
     parts: &Parts,
     needs_token: bool,
-) -> Result<(), ApiError> {
-    match token {
-        Some(token)
-            if needs_token
-                && !authorized(&parts.headers, token)
-                && !sessions.authorizes(&parts.method, &parts.headers) =>
-        {
-            Err(ApiError::Unauthorized)
-        }
-        _ => Ok(()),
+) -> Result<Caller, ApiError> {
+    if !needs_token {
+        return Ok(Caller::admin());
     }
+    let token = app.config().api_token.as_deref();
+    if let Some(given) = bearer(&parts.headers).filter(|g| is_key(g)) {
+        if let Some(caller) = tenant_caller(app, KeyHash::of(given)).await? {
+            return Ok(caller);
+        }
+        // An admin token that happens to look like a key still works.
+        return match token {
+            Some(token) if authorized(&parts.headers, token) => Ok(Caller::admin()),
+            _ => Err(ApiError::Unauthorized),
+        };
+    }
+    let Some(token) = token else {
+        return Ok(Caller::admin());
+    };
+    if authorized(&parts.headers, token) {
+        return Ok(Caller::admin());
+    }
+    match app.ui().sessions.authorizes(&parts.method, &parts.headers) {
+        Some(session) => match session.key {
+            None => Ok(Caller::admin()),
+            Some(hash) => tenant_caller(app, hash)
+                .await?
+                .ok_or(ApiError::Unauthorized),
+        },
+        None => Err(ApiError::Unauthorized),
+    }
+}
+
+/// The tenant whose live key hashes to `hash`, with its settings now; `None`
+/// for no such key (never made, or revoked). Records the key's use.
+pub(crate) async fn tenant_caller<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    hash: KeyHash,
+) -> Result<Option<Caller>, ApiError> {
+    let Some(owner) = app.store().api_key(hash).await? else {
+        return Ok(None);
+    };
+    // The store found it by hash; compared again in constant time so that
+    // no adapter's index lookup is the only check.
+    if !owner.hash.matches(&hash) {
+        return Ok(None);
+    }
+    let now = app.control().now();
+    if app.key_use().due(&owner.key_id, now) {
+        // A failed record costs only the `last_used_at` shown, never the
+        // request.
+        if let Err(e) = app.store().touch_api_key(owner.key_id.clone(), now).await {
+            tracing::warn!(key_id = %owner.key_id, error = %e, "api_key_touch_failed");
+        }
+    }
+    Ok(Some(Caller {
+        scope: Scope::Tenant(owner.tenant.name),
+        settings: owner.tenant.settings,
+    }))
+}
+
+/// How often a key's `last_used_at` is written, per key per node.
+pub(crate) const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// The most keys remembered as touched; past it, those not due are
+/// forgotten (their next use writes once more, nothing worse).
+const MAX_TOUCHED: usize = 10_000;
+
+/// When this node last recorded each key's use.
+#[derive(Debug, Default)]
+pub(crate) struct KeyUse {
+    touched: Mutex<HashMap<String, Timestamp>>,
+}
+
+impl KeyUse {
+    /// Whether the use of `key_id` at `now` is to be recorded (at most once
+    /// a [`TOUCH_EVERY`]); if so, it counts as recorded from now.
+    pub(crate) fn due(&self, key_id: &str, now: Timestamp) -> bool {
+        let mut touched = self.touched.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = |at: &Timestamp| now.duration_since(*at) < TOUCH_EVERY;
+        if touched.get(key_id).is_some_and(fresh) {
+            return false;
+        }
+        if touched.len() >= MAX_TOUCHED {
+            touched.retain(|_, at| fresh(at));
+        }
+        touched.insert(key_id.to_owned(), now);
+        true
+    }
+}
+
+/// The credential of `Authorization: Bearer <credential>`, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.as_bytes();
+    let (scheme, given) = value.split_at_checked(7)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return None;
+    }
+    std::str::from_utf8(given).ok()
 }
 
 /// Whether the request carries `Authorization: Bearer <token>` with exactly
@@ -61,6 +180,29 @@ mod tests {
             headers.insert(AUTHORIZATION, HeaderValue::from_bytes(h).unwrap());
         }
         assert_eq!(authorized(&headers, "s3cret"), expected, "{header:?}");
+    }
+
+    #[test]
+    fn a_key_s_use_is_recorded_once_a_minute() {
+        let uses = KeyUse::default();
+        let at = |s: i64| Timestamp::from_millis(s * 1000);
+        let check =
+            |key: &str, s: i64, due: bool| assert_eq!(uses.due(key, at(s)), due, "{key} {s}");
+        check("a", 0, true);
+        check("a", 59, false);
+        check("b", 59, true);
+        check("a", 60, true);
+        check("a", 119, false);
+    }
+
+    #[test]
+    fn bearer_credentials() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(bearer(&headers), None);
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer tck_abc"));
+        assert_eq!(bearer(&headers), Some("tck_abc"));
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("Basic tck_abc"));
+        assert_eq!(bearer(&headers), None);
     }
 
     #[test]

@@ -50,6 +50,16 @@ pub(crate) enum ApiError {
     MisdirectedRequest(String),
     /// 429: this client has as many requests waiting for tasks as it may.
     TooManyWaiters(String),
+    /// 403: a tenant's key on a route only the admin credential may call.
+    Forbidden(String),
+    /// 409: a tenant of that name exists.
+    TenantExists(String),
+    /// 409: a tenant that still has tasks cannot be deleted.
+    TenantNotEmpty(String),
+    /// 429: a tenant's submit past its `max_pending` or its submit rate;
+    /// the message starts with the limit's name, `retry_after` is the
+    /// `Retry-After` in seconds.
+    QuotaExceeded { message: String, retry_after: u64 },
     /// 500: a broken invariant; never caused by the request's content.
     Internal(String),
     /// 503: the store cannot serve now; the message is the store's reason.
@@ -72,7 +82,9 @@ impl ApiError {
             | ApiError::BackupTargetExists(_)
             | ApiError::BackupInProgress(_)
             | ApiError::BackupUnsupported(_) => StatusCode::CONFLICT,
-            ApiError::BackupNeedsToken(_) => StatusCode::FORBIDDEN,
+            ApiError::BackupNeedsToken(_) | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::TenantExists(_) | ApiError::TenantNotEmpty(_) => StatusCode::CONFLICT,
+            ApiError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MisdirectedRequest(_) => StatusCode::MISDIRECTED_REQUEST,
@@ -103,6 +115,10 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::MisdirectedRequest(_) => "misdirected_request",
             ApiError::TooManyWaiters(_) => "too_many_waiters",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::TenantExists(_) => "tenant_exists",
+            ApiError::TenantNotEmpty(_) => "tenant_not_empty",
+            ApiError::QuotaExceeded { .. } => "quota_exceeded",
             ApiError::Internal(_) => "internal",
             ApiError::Unavailable(_) => "unavailable",
         }
@@ -125,6 +141,10 @@ impl ApiError {
             | ApiError::BackupTargetExists(m)
             | ApiError::BackupInProgress(m)
             | ApiError::BackupUnsupported(m)
+            | ApiError::Forbidden(m)
+            | ApiError::TenantExists(m)
+            | ApiError::TenantNotEmpty(m)
+            | ApiError::QuotaExceeded { message: m, .. }
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Internal(m)
             | ApiError::Unavailable(m) => m.clone(),
@@ -182,6 +202,9 @@ impl ApiError {
             ApiError::Unavailable(_) | ApiError::TooManyWaiters(_) => {
                 headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
             }
+            ApiError::QuotaExceeded { retry_after, .. } => {
+                headers.insert(RETRY_AFTER, HeaderValue::from(*retry_after));
+            }
             _ => {}
         }
         response
@@ -229,6 +252,13 @@ impl ApiError {
             ApiError::BackupInProgress("x".into()),
             ApiError::BackupUnsupported("x".into()),
             ApiError::ScheduleExists("x".into()),
+            ApiError::Forbidden("x".into()),
+            ApiError::TenantExists("x".into()),
+            ApiError::TenantNotEmpty("x".into()),
+            ApiError::QuotaExceeded {
+                message: "x".into(),
+                retry_after: 1,
+            },
             ApiError::Internal("x".into()),
             ApiError::Unavailable("x".into()),
         ]
@@ -254,10 +284,18 @@ impl From<StoreError> for ApiError {
             StoreError::Exists => {
                 ApiError::ScheduleExists("name: a schedule of that name exists".into())
             }
-            // Tenants (issue 29): the HTTP helper gives these their own codes.
-            StoreError::NotEmpty | StoreError::QuotaExceeded { .. } => {
-                ApiError::Internal(e.to_string())
-            }
+            StoreError::NotEmpty => ApiError::TenantNotEmpty(
+                "the tenant still has tasks: delete them first (POST /tasks/bulk \
+                 with action delete and tenant=<name>)"
+                    .into(),
+            ),
+            // The store's message starts with the limit's name.
+            StoreError::QuotaExceeded { .. } => ApiError::QuotaExceeded {
+                message: e.to_string(),
+                retry_after: tc_model::tenant::quota::retry_after_secs(
+                    tc_model::tenant::quota::PENDING_RETRY_AFTER,
+                ),
+            },
             StoreError::IllegalTransition(t) => {
                 tracing::error!(transition = %t, "store_illegal_transition");
                 ApiError::Internal(format!("illegal transition {t}"))
@@ -302,9 +340,13 @@ mod tests {
                 ApiError::BackupInProgress(_) => 18,
                 ApiError::BackupUnsupported(_) => 19,
                 ApiError::ScheduleExists(_) => 20,
+                ApiError::Forbidden(_) => 21,
+                ApiError::TenantExists(_) => 22,
+                ApiError::TenantNotEmpty(_) => 23,
+                ApiError::QuotaExceeded { .. } => 24,
             })
             .collect();
-        assert_eq!(numbers, (0..=20).collect());
+        assert_eq!(numbers, (0..=24).collect());
     }
 
     #[test]
@@ -354,12 +396,21 @@ mod tests {
                 503,
                 "unavailable",
             ),
+            (StoreError::NotEmpty, 409, "tenant_not_empty"),
+            (
+                StoreError::QuotaExceeded { limit: 3 },
+                429,
+                "quota_exceeded",
+            ),
         ];
         for (store_error, status, code) in cases {
             let e = ApiError::from(store_error);
             assert_eq!(e.status().as_u16(), status);
             assert_eq!(e.code(), code);
         }
+        let quota = ApiError::from(StoreError::QuotaExceeded { limit: 3 });
+        assert!(quota.message().starts_with("max_pending: "), "{quota:?}");
+        assert_eq!(quota.into_response().headers()[RETRY_AFTER], "1");
         let e = ApiError::from(StoreError::Unavailable("disk I/O error".into()));
         assert!(e.message().contains("disk I/O error"), "keeps the reason");
     }

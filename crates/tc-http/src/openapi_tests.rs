@@ -231,7 +231,23 @@ fn refusals_before_routing_are_documented_where_they_apply() {
         );
         let forbidden = reference(op, "403");
         if route.method == "GET" {
-            assert_eq!(forbidden, None, "{what}: a read is never cross_origin");
+            // A read is never cross_origin; a tenant's key is refused the
+            // admin's reads.
+            let expected = route
+                .admin_only()
+                .then_some("#/components/responses/AdminOnly");
+            assert_eq!(forbidden.as_deref(), expected, "{what}");
+        } else if route.admin_only() {
+            assert!(
+                matches!(
+                    forbidden.as_deref(),
+                    Some(
+                        "#/components/responses/Forbidden"
+                            | "#/components/responses/BackupForbidden"
+                    )
+                ),
+                "{what}: {forbidden:?} must name `forbidden`"
+            );
         } else {
             assert!(
                 matches!(
@@ -245,18 +261,24 @@ fn refusals_before_routing_are_documented_where_they_apply() {
                 "{what}: {forbidden:?}"
             );
         }
-        let waits = (route.method, route.path) == ("GET", "/tasks/{id}");
-        assert_eq!(
-            reference(op, "429").as_deref(),
-            waits.then_some("#/components/responses/TooManyWaiters"),
-            "{what}"
-        );
+        let too_many = match (route.method, route.path) {
+            ("GET", "/tasks/{id}") => Some("#/components/responses/TooManyWaiters"),
+            // A batch answers a quota per item, inside its 200.
+            ("POST", "/tasks") => Some("#/components/responses/QuotaExceeded"),
+            _ => None,
+        };
+        assert_eq!(reference(op, "429").as_deref(), too_many, "{what}");
     }
     // The shared 403 names both codes.
     let forbidden = doc["components"]["responses"]["Forbidden"]["description"]
         .as_str()
         .unwrap();
     assert!(forbidden.contains("`url_not_allowed`") && forbidden.contains("`cross_origin`"));
+    assert!(forbidden.contains("`forbidden`"));
+    let backup = doc["components"]["responses"]["BackupForbidden"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(backup.contains("`forbidden`"));
 }
 
 /// The property names of a component schema, and whether all are required.
@@ -480,7 +502,11 @@ fn links_carry_real_ids_to_every_operation_that_takes_one() {
             .map(|(_, op)| op["operationId"].as_str().unwrap().to_owned())
             .collect()
     };
-    let task_ops = takes("id");
+    // `{id}` is a task's id under /tasks (a key's under /tenants).
+    let task_ops: BTreeSet<String> = takes("id")
+        .into_iter()
+        .filter(|id| !id.contains("Tenant"))
+        .collect();
     assert_eq!(task_ops.len(), 5, "{task_ops:?}");
     for producer in ["submitTask", "submitBatch"] {
         let links = links_from(&doc, by_id[producer]);
@@ -569,5 +595,44 @@ fn the_destination_schemas_have_the_fields_the_code_reads_and_shows() {
         schema_fields(&doc, "DestinationSettings"),
         accepted,
         "{message}"
+    );
+}
+
+/// A tenant's view has exactly the Tenant schema's fields (all required),
+/// its keys the TenantKey's; the bodies take the settings the parser reads.
+#[test]
+fn the_tenant_schemas_have_the_fields_the_code_reads_and_shows() {
+    let doc = document();
+    let now = Timestamp::from_millis(1_767_323_045_678);
+    let detail = tc_model::tenant::TenantDetail {
+        tenant: tc_model::tenant::Tenant {
+            name: "acme".into(),
+            settings: tc_model::tenant::TenantSettings::default(),
+            created_at: now,
+            updated_at: now,
+        },
+        pending: 1,
+        running: 2,
+        keys: vec![tc_model::tenant::key::ApiKey {
+            id: "key_0011223344556677".into(),
+            created_at: now,
+            last_used_at: None,
+        }],
+    };
+    let view = serde_json::to_value(crate::tenants::TenantView::new(&detail)).unwrap();
+    assert_eq!(schema_fields(&doc, "Tenant"), keys(&view));
+    assert_eq!(required(&doc, "Tenant"), keys(&view));
+    assert_eq!(schema_fields(&doc, "TenantKey"), keys(&view["keys"][0]));
+    assert_eq!(required(&doc, "TenantKey"), keys(&view["keys"][0]));
+    let settings: BTreeSet<String> = crate::tenants::SETTINGS
+        .split(", ")
+        .map(str::to_owned)
+        .chain(["name".to_owned()])
+        .collect();
+    assert_eq!(schema_fields(&doc, "TenantRequest"), settings);
+    assert_eq!(schema_fields(&doc, "TenantUpdate"), settings);
+    assert_eq!(
+        schema_fields(&doc, "NewTenantKey"),
+        ["id", "key", "created_at"].map(str::to_owned).into()
     );
 }

@@ -98,13 +98,14 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
 }
 
 /// The filter fields `GET /tasks` and `POST /tasks/bulk` take.
-pub(crate) const FILTER_FIELDS: [&str; 6] = [
+pub(crate) const FILTER_FIELDS: [&str; 7] = [
     "state",
     "destination",
     "error",
     "created_after",
     "created_before",
     "idempotency_key",
+    "tenant",
 ];
 
 /// The longest error reason or idempotency key a filter takes, in
@@ -121,6 +122,9 @@ pub(crate) struct FilterFields {
     created_after: Option<String>,
     created_before: Option<String>,
     idempotency_key: Option<String>,
+    /// The admin's filter by tenant; a tenant's own requests are narrowed
+    /// to it whatever this says ([`tc_model::tenant::Scope::narrow`]).
+    tenant: Option<String>,
 }
 
 impl FilterFields {
@@ -134,6 +138,7 @@ impl FilterFields {
             "created_after" => &mut self.created_after,
             "created_before" => &mut self.created_before,
             "idempotency_key" => &mut self.idempotency_key,
+            "tenant" => &mut self.tenant,
             _ => return None,
         })
     }
@@ -179,7 +184,14 @@ impl FilterFields {
             created_after: time("created_after", self.created_after)?,
             created_before: time("created_before", self.created_before)?,
             idempotency_key: text("idempotency_key", self.idempotency_key)?,
-            tenant: None,
+            tenant: match self.tenant {
+                None => None,
+                Some(t) => {
+                    tc_model::tenant::check_name(&t)
+                        .map_err(|e| invalid(format!("tenant: {}; got {t:?}", e.message)))?;
+                    Some(t)
+                }
+            },
         })
     }
 }

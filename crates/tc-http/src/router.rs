@@ -19,7 +19,7 @@ use tc_model::TaskId;
 use tc_model::store::TaskStore;
 
 use crate::app::App;
-use crate::auth::check_token;
+use crate::auth::Caller;
 use crate::body::{AnyBody, BodyLimits, RequestBody, any_body};
 use crate::control::Control;
 use crate::destinations;
@@ -28,6 +28,7 @@ use crate::metrics::UNMATCHED;
 use crate::reply::{Answer, json};
 use crate::schedules;
 use crate::tasks;
+use crate::tenants;
 
 /// One route the API serves: what the router matches and the OpenAPI document
 /// must describe.
@@ -66,9 +67,44 @@ enum Endpoint {
     PauseSchedule,
     ResumeSchedule,
     TriggerSchedule,
+    CreateTenant,
+    Tenants,
+    Tenant,
+    UpdateTenant,
+    DeleteTenant,
+    CreateKey,
+    RevokeKey,
     Health,
     Metrics,
     Backup,
+}
+
+impl Endpoint {
+    /// Whether a tenant's key may call it: the task routes only. Every
+    /// other route manages the server (destinations, schedules, tenants,
+    /// backups): the admin's.
+    fn tenant_may_call(self) -> bool {
+        matches!(
+            self,
+            Endpoint::Submit
+                | Endpoint::Batch
+                | Endpoint::Bulk
+                | Endpoint::List
+                | Endpoint::Get
+                | Endpoint::Result
+                | Endpoint::Cancel
+                | Endpoint::Retry
+                | Endpoint::Delete
+        )
+    }
+}
+
+impl Route {
+    /// Whether only the admin credential may call it: a tenant's key gets
+    /// 403 `forbidden` (the routes that manage the server).
+    pub fn admin_only(&self) -> bool {
+        self.needs_token && !self.endpoint.tenant_may_call()
+    }
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> Route {
@@ -124,21 +160,36 @@ pub const ROUTES: &[Route] = &[
         "/schedules/{name}/trigger",
         Endpoint::TriggerSchedule,
     ),
+    route("POST", "/tenants", Endpoint::CreateTenant),
+    route("GET", "/tenants", Endpoint::Tenants),
+    route("GET", "/tenants/{name}", Endpoint::Tenant),
+    route("PUT", "/tenants/{name}", Endpoint::UpdateTenant),
+    route("DELETE", "/tenants/{name}", Endpoint::DeleteTenant),
+    route("POST", "/tenants/{name}/keys", Endpoint::CreateKey),
+    route("DELETE", "/tenants/{name}/keys/{id}", Endpoint::RevokeKey),
     route("GET", "/healthz", Endpoint::Health),
     route("GET", "/metrics", Endpoint::Metrics),
     route("POST", "/admin/backup", Endpoint::Backup),
 ];
 
-/// Whether `path` fits `template`; returns the `{id}` segment if it has one.
-fn match_template<'p>(template: &str, path: &'p str) -> Option<Option<&'p str>> {
-    let mut id = None;
+/// A matched path's parameters: the last `{...}` segment, and the one
+/// before it when the template has two (`/tenants/{name}/keys/{id}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Params<'p> {
+    parent: Option<&'p str>,
+    last: Option<&'p str>,
+}
+
+/// Whether `path` fits `template`; returns its parameter segments.
+fn match_template<'p>(template: &str, path: &'p str) -> Option<Params<'p>> {
+    let mut params = Params::default();
     let mut want = template.split('/');
     let mut got = path.split('/');
     loop {
         match (want.next(), got.next()) {
-            (None, None) => return Some(id),
+            (None, None) => return Some(params),
             (Some(w), Some(segment)) if w.starts_with('{') && !segment.is_empty() => {
-                id = Some(segment);
+                params.parent = params.last.replace(segment);
             }
             (Some(w), Some(g)) if w == g => {}
             _ => return None,
@@ -147,7 +198,7 @@ fn match_template<'p>(template: &str, path: &'p str) -> Option<Option<&'p str>> 
 }
 
 enum Matched<'p> {
-    Found(&'static Route, Option<&'p str>),
+    Found(&'static Route, Params<'p>),
     WrongMethod { allow: String, needs_token: bool },
     NotFound,
 }
@@ -246,9 +297,7 @@ async fn route_request<S: TaskStore, C: Control>(
             Ok(crate::ui::route(&app.dashboard(), parts, body).await),
         );
     }
-    let token = app.config().api_token.as_deref();
-    let sessions = &app.ui().sessions;
-    let (route, id) = match find(&parts.method, path) {
+    let (route, params) = match find(&parts.method, path) {
         Matched::NotFound => {
             return (
                 UNMATCHED,
@@ -258,20 +307,30 @@ async fn route_request<S: TaskStore, C: Control>(
         Matched::WrongMethod { allow, needs_token } => {
             // Unauthenticated clients learn nothing about /tasks, not even
             // which methods it has.
-            let answer = match check_token(token, sessions, parts, needs_token) {
+            let answer = match crate::auth::caller(app, parts, needs_token).await {
                 Err(e) => Err(e),
-                Ok(()) => Err(ApiError::MethodNotAllowed { allow }),
+                Ok(_) => Err(ApiError::MethodNotAllowed { allow }),
             };
             return (UNMATCHED, answer);
         }
-        Matched::Found(route, id) => (route, id),
+        Matched::Found(route, params) => (route, params),
     };
-    if let Err(e) = check_token(token, sessions, parts, route.needs_token) {
-        return (route.path, Err(e));
+    let caller = match crate::auth::caller(app, parts, route.needs_token).await {
+        Ok(caller) => caller,
+        Err(e) => return (route.path, Err(e)),
+    };
+    if !caller.scope.is_admin() && !route.endpoint.tenant_may_call() {
+        return (
+            route.path,
+            Err(ApiError::Forbidden(format!(
+                "{} {} is for the admin credential, not a tenant's key",
+                route.method, route.path
+            ))),
+        );
     }
     (
         route.path,
-        dispatch(app, route.endpoint, id, parts, body).await,
+        dispatch(app, &caller, route.endpoint, params, parts, body).await,
     )
 }
 
@@ -279,31 +338,34 @@ async fn route_request<S: TaskStore, C: Control>(
 /// them (the parameter, the Content-Type, then the body), and its handler.
 async fn dispatch<S: TaskStore, C: Control>(
     app: &App<S, C>,
+    caller: &Caller,
     endpoint: Endpoint,
-    segment: Option<&str>,
+    params: Params<'_>,
     parts: &Parts,
     body: &mut RequestBody<AnyBody>,
 ) -> Answer {
+    let segment = params.last;
+    let scope = &caller.scope;
     match endpoint {
         // A refused body counts as a refused submit: read inside its count.
         Endpoint::Submit => {
             let trace = crate::trace::task_context(parts);
-            tasks::submit(app, json_body(parts, body).await, trace).await
+            tasks::submit(app, caller, json_body(parts, body).await, trace).await
         }
         Endpoint::Batch => {
             let trace = crate::trace::task_context(parts);
-            tasks::batch(app, &json_body(parts, body).await?, trace).await
+            tasks::batch(app, caller, &json_body(parts, body).await?, trace).await
         }
-        Endpoint::Bulk => tasks::bulk(app, &json_body(parts, body).await?).await,
-        Endpoint::List => tasks::list(app, parts).await,
-        Endpoint::Get => tasks::get(app, task_id(segment)?, parts).await,
-        Endpoint::Result => tasks::result(app, task_id(segment)?).await,
-        Endpoint::Cancel => tasks::cancel(app, task_id(segment)?).await,
+        Endpoint::Bulk => tasks::bulk(app, scope, &json_body(parts, body).await?).await,
+        Endpoint::List => tasks::list(app, scope, parts).await,
+        Endpoint::Get => tasks::get(app, scope, task_id(segment)?, parts).await,
+        Endpoint::Result => tasks::result(app, scope, task_id(segment)?).await,
+        Endpoint::Cancel => tasks::cancel(app, scope, task_id(segment)?).await,
         Endpoint::Retry => {
             let id = task_id(segment)?;
-            tasks::retry(app, id, &optional_json_body(parts, body).await?).await
+            tasks::retry(app, scope, id, &optional_json_body(parts, body).await?).await
         }
-        Endpoint::Delete => tasks::delete(app, task_id(segment)?).await,
+        Endpoint::Delete => tasks::delete(app, scope, task_id(segment)?).await,
         Endpoint::Destinations => {
             let list = destinations::list_of(app.store(), app.control()).await?;
             json(StatusCode::OK, &list)
@@ -350,6 +412,22 @@ async fn dispatch<S: TaskStore, C: Control>(
         }
         Endpoint::TriggerSchedule => {
             schedules::trigger(app, schedules::schedule_name(segment)?).await
+        }
+        Endpoint::CreateTenant => tenants::create(app, &json_body(parts, body).await?).await,
+        Endpoint::Tenants => tenants::list(app).await,
+        Endpoint::Tenant => tenants::get(app, tenants::tenant_name(segment)?).await,
+        Endpoint::UpdateTenant => {
+            let name = tenants::tenant_name(segment)?;
+            tenants::update(app, name, &json_body(parts, body).await?).await
+        }
+        Endpoint::DeleteTenant => tenants::delete(app, tenants::tenant_name(segment)?).await,
+        Endpoint::CreateKey => {
+            let name = tenants::tenant_name(segment)?;
+            tenants::create_key(app, name, &optional_json_body(parts, body).await?).await
+        }
+        Endpoint::RevokeKey => {
+            let name = tenants::tenant_name(params.parent)?;
+            tenants::revoke_key(app, name, segment.unwrap_or_default()).await
         }
         Endpoint::Health => crate::admin::health(app).await,
         Endpoint::Metrics => crate::admin::metrics(app).await,
@@ -413,23 +491,34 @@ mod tests {
 
     #[test]
     fn templates_match_whole_segments() {
-        let cases: &[(&str, &str, Option<Option<&str>>)] = &[
-            ("/tasks", "/tasks", Some(None)),
+        type Expected<'a> = Option<(Option<&'a str>, Option<&'a str>)>;
+        let cases: &[(&str, &str, Expected)] = &[
+            ("/tasks", "/tasks", Some((None, None))),
             ("/tasks", "/tasks/", None),
             ("/tasks", "/task", None),
             ("/tasks", "/tasksx", None),
-            ("/tasks/{id}", "/tasks/abc", Some(Some("abc"))),
+            ("/tasks/{id}", "/tasks/abc", Some((None, Some("abc")))),
             ("/tasks/{id}", "/tasks/", None),
             ("/tasks/{id}", "/tasks/abc/", None),
-            ("/tasks/{id}/cancel", "/tasks/abc/cancel", Some(Some("abc"))),
+            (
+                "/tasks/{id}/cancel",
+                "/tasks/abc/cancel",
+                Some((None, Some("abc"))),
+            ),
             ("/tasks/{id}/cancel", "/tasks/abc/result", None),
             ("/tasks/{id}/cancel", "/tasks//cancel", None),
-            ("/healthz", "/healthz", Some(None)),
+            (
+                "/tenants/{name}/keys/{id}",
+                "/tenants/a/keys/k",
+                Some((Some("a"), Some("k"))),
+            ),
+            ("/tenants/{name}/keys/{id}", "/tenants/a/keys/", None),
+            ("/healthz", "/healthz", Some((None, None))),
             ("/healthz", "//healthz", None),
         ];
         for &(template, path, expected) in cases {
             assert_eq!(
-                match_template(template, path),
+                match_template(template, path).map(|p| (p.parent, p.last)),
                 expected,
                 "{template} {path}"
             );
@@ -458,14 +547,24 @@ mod tests {
         assert!(matches!(find(&Method::GET, "/nope"), Matched::NotFound));
         assert!(matches!(
             find(&Method::GET, "/tasks/x"),
-            Matched::Found(_, Some("x"))
+            Matched::Found(
+                _,
+                Params {
+                    last: Some("x"),
+                    ..
+                }
+            )
         ));
     }
 
     #[test]
     fn every_route_is_reachable_and_unique() {
         for r in ROUTES {
-            let path = r.path.replace("{id}", "some-id");
+            let path = r
+                .path
+                .replace("{id}", "some-id")
+                .replace("{name}", "n")
+                .replace("{destination}", "d:1");
             let method = Method::from_bytes(r.method.as_bytes()).unwrap();
             match find(&method, &path) {
                 Matched::Found(found, _) => assert_eq!(found, r),

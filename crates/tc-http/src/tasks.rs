@@ -1,16 +1,23 @@
 //! The task resource: submit (alone and in batches), read, wait, list,
 //! cancel, retry, delete and bulk actions. Each handler takes what the
-//! router parsed and read (an id, the body's bytes) and answers.
+//! router parsed and read (an id, the body's bytes) and the caller's
+//! [`Scope`], and answers. A tenant's key reaches only its own tasks:
+//! another's id answers 404 as an unknown one does, listings and bulk
+//! actions are narrowed to its tasks, and its submits carry its tenant
+//! under its quotas.
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, LOCATION};
 use http::request::Parts;
 use http::{Response, StatusCode};
 use http_body_util::Full;
-use tc_model::store::{BulkAction, ListQuery, Page, TaskStore};
-use tc_model::{TaskId, TraceContext};
+use tc_model::store::{BulkAction, ListQuery, Page, StoreError, TaskStore};
+use tc_model::tenant::Scope;
+use tc_model::tenant::quota::QuotaLimit;
+use tc_model::{Task, TaskId, TraceContext};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::control::Control;
 use crate::dto::{CancelView, TaskView, parse_submit};
 use crate::error::ApiError;
@@ -22,11 +29,12 @@ use crate::reply::{Answer, json};
 /// `body` is what the router read (or why it could not).
 pub(crate) async fn submit<S: TaskStore, C: Control>(
     app: &App<S, C>,
+    caller: &Caller,
     body: Result<Bytes, ApiError>,
     trace: TraceContext,
 ) -> Answer {
     let answer = match body {
-        Ok(bytes) => try_submit(app, &bytes, trace).await,
+        Ok(bytes) => try_submit(app, caller, &bytes, trace).await,
         Err(e) => Err(e),
     };
     let created = answer.as_ref().map(|(_, created)| *created);
@@ -37,6 +45,7 @@ pub(crate) async fn submit<S: TaskStore, C: Control>(
 /// The response and whether it created a task.
 async fn try_submit<S: TaskStore, C: Control>(
     app: &App<S, C>,
+    caller: &Caller,
     bytes: &[u8],
     trace: TraceContext,
 ) -> Result<(Response<Full<Bytes>>, bool), ApiError> {
@@ -44,7 +53,13 @@ async fn try_submit<S: TaskStore, C: Control>(
     let control = app.control();
     let new = parse_submit(bytes, config, control.now())?.with_trace(trace);
     check_urls_allowed(&new, &config.allow_url_prefixes)?;
-    let submitted = app.store().submit(new, control.now()).await?;
+    take_submit_token(app, caller)?;
+    let new = for_caller(new, caller);
+    let submitted = app
+        .store()
+        .submit(new, control.now())
+        .await
+        .map_err(|e| quota_refusal(app, caller, e))?;
     let task = &submitted.task;
     if submitted.created {
         control.task_submitted();
@@ -69,6 +84,7 @@ async fn try_submit<S: TaskStore, C: Control>(
 /// Every item is stored in the request's one trace.
 pub(crate) async fn batch<S: TaskStore, C: Control>(
     app: &App<S, C>,
+    caller: &Caller,
     bytes: &[u8],
     trace: TraceContext,
 ) -> Answer {
@@ -81,7 +97,9 @@ pub(crate) async fn batch<S: TaskStore, C: Control>(
     for item in &items {
         let task = parse_submit(item.get().as_bytes(), config, now).and_then(|task| {
             check_urls_allowed(&task, &config.allow_url_prefixes)?;
-            Ok(task.with_trace(trace.clone()))
+            // Item by item: those past the rate answer 429, the rest go on.
+            take_submit_token(app, caller)?;
+            Ok(for_caller(task.with_trace(trace.clone()), caller))
         });
         parsed.push(task.map(|task| {
             valid.push(task);
@@ -98,7 +116,7 @@ pub(crate) async fn batch<S: TaskStore, C: Control>(
     for item in parsed {
         let outcome = item.and_then(|i| match stored.get(i) {
             Some(Ok(submitted)) => Ok(submitted),
-            Some(Err(e)) => Err(ApiError::from(e.clone())),
+            Some(Err(e)) => Err(quota_refusal(app, caller, e.clone())),
             None => Err(ApiError::Internal(
                 "a batch item has no store answer".into(),
             )),
@@ -130,6 +148,70 @@ pub(crate) async fn batch<S: TaskStore, C: Control>(
     }
     tracing::info!(tasks = results.len(), created, "tasks_submitted");
     json(StatusCode::OK, &crate::dto::BatchView { results })
+}
+
+/// `new` as the caller's: its tenant, under the tenant's pending limit.
+fn for_caller(new: tc_model::NewTask, caller: &Caller) -> tc_model::NewTask {
+    match caller.scope.tenant() {
+        Some(tenant) => new.with_tenant(Some(tenant.to_owned()), caller.settings.max_pending),
+        None => new,
+    }
+}
+
+/// One submit's token from the caller's bucket on this node (the admin
+/// has no rate).
+fn take_submit_token<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    caller: &Caller,
+) -> Result<(), ApiError> {
+    let Some(tenant) = caller.scope.tenant() else {
+        return Ok(());
+    };
+    app.buckets()
+        .take(tenant, app.control().now(), &caller.settings)
+        .inspect_err(|_| app.metrics().quota_rejected(tenant, QuotaLimit::SubmitRate))
+}
+
+/// A store error of the caller's submit, counted when it is the tenant's
+/// `max_pending`.
+fn quota_refusal<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    caller: &Caller,
+    e: StoreError,
+) -> ApiError {
+    if let (StoreError::QuotaExceeded { .. }, Some(tenant)) = (&e, caller.scope.tenant()) {
+        app.metrics().quota_rejected(tenant, QuotaLimit::MaxPending);
+    }
+    ApiError::from(e)
+}
+
+/// The task `id` if `scope` sees it; another tenant's task is as unknown
+/// as a task that never was.
+pub(crate) async fn visible<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    scope: &Scope,
+    id: TaskId,
+) -> Result<Task, ApiError> {
+    let task = app.store().get(id).await?;
+    if scope.sees(&task) {
+        Ok(task)
+    } else {
+        Err(ApiError::from(StoreError::NotFound))
+    }
+}
+
+/// For a tenant's request, that `id` is its task before acting on it by
+/// id (a task's tenant never changes, so the check holds for the act).
+/// The admin's path is as before: no extra read.
+async fn check_owner<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    scope: &Scope,
+    id: TaskId,
+) -> Result<(), ApiError> {
+    if scope.is_admin() {
+        return Ok(());
+    }
+    visible(app, scope, id).await.map(drop)
 }
 
 /// A prefix matches the normalised url at a path-segment boundary (see
@@ -168,11 +250,12 @@ fn check_allowed(field: &str, url: &str, prefixes: &[String]) -> Result<(), ApiE
 /// sleeps until its own task changes, then reads it again.
 pub(crate) async fn get<S: TaskStore, C: Control>(
     app: &App<S, C>,
+    scope: &Scope,
     id: TaskId,
     parts: &Parts,
 ) -> Answer {
     let wait = crate::query::parse_wait(parts.uri.query())?;
-    let task = app.store().get(id).await?;
+    let task = visible(app, scope, id).await?;
     if wait.is_zero() || task.state.is_terminal() {
         return json(StatusCode::OK, &TaskView::new(&task));
     }
@@ -192,8 +275,12 @@ pub(crate) async fn get<S: TaskStore, C: Control>(
     json(StatusCode::OK, &TaskView::new(&task))
 }
 
-pub(crate) async fn result<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId) -> Answer {
-    let task = app.store().get(id).await?;
+pub(crate) async fn result<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    scope: &Scope,
+    id: TaskId,
+) -> Answer {
+    let task = visible(app, scope, id).await?;
     let Some(bytes) = task.result else {
         return Err(ApiError::NotFound(format!(
             "task has no result (state {})",
@@ -223,7 +310,12 @@ pub(crate) async fn result<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId
     Ok(response)
 }
 
-pub(crate) async fn cancel<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId) -> Answer {
+pub(crate) async fn cancel<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    scope: &Scope,
+    id: TaskId,
+) -> Answer {
+    check_owner(app, scope, id).await?;
     let task = app.control().cancel(id).await?;
     json(StatusCode::OK, &CancelView::new(task.id, task.state))
 }
@@ -232,10 +324,12 @@ pub(crate) async fn cancel<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId
 /// optional delay, with a fresh budget of tries.
 pub(crate) async fn retry<S: TaskStore, C: Control>(
     app: &App<S, C>,
+    scope: &Scope,
     id: TaskId,
     bytes: &[u8],
 ) -> Answer {
     let delay = crate::dto::parse_retry(bytes)?;
+    check_owner(app, scope, id).await?;
     let now = app.control().now();
     let task = app
         .store()
@@ -248,8 +342,13 @@ pub(crate) async fn retry<S: TaskStore, C: Control>(
 
 /// `POST /tasks/bulk`: retry, cancel or delete every task a filter covers
 /// (the tasks that existed when the call started), or count them.
-pub(crate) async fn bulk<S: TaskStore, C: Control>(app: &App<S, C>, bytes: &[u8]) -> Answer {
-    let request = crate::dto::parse_bulk(bytes)?;
+pub(crate) async fn bulk<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    scope: &Scope,
+    bytes: &[u8],
+) -> Answer {
+    let mut request = crate::dto::parse_bulk(bytes)?;
+    request.filter = scope.narrow(request.filter);
     let now = app.control().now();
     let outcome = app
         .store()
@@ -278,7 +377,12 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(app: &App<S, C>, bytes: &[u8]
 }
 
 /// `DELETE /tasks/{id}`: a finished task, its history and result are gone.
-pub(crate) async fn delete<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId) -> Answer {
+pub(crate) async fn delete<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    scope: &Scope,
+    id: TaskId,
+) -> Answer {
+    check_owner(app, scope, id).await?;
     app.store().delete(id).await?;
     tracing::info!(task_id = %id, "task_deleted");
     let mut response = Response::new(Full::new(Bytes::new()));
@@ -291,11 +395,16 @@ pub(crate) async fn delete<S: TaskStore, C: Control>(app: &App<S, C>, id: TaskId
 /// gigabyte, built in memory.
 const PAGE_RESULT_BUDGET: usize = 8 * 1024 * 1024;
 
-pub(crate) async fn list<S: TaskStore, C: Control>(app: &App<S, C>, parts: &Parts) -> Answer {
-    let query = ListQuery {
+pub(crate) async fn list<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    scope: &Scope,
+    parts: &Parts,
+) -> Answer {
+    let mut query = ListQuery {
         max_result_bytes: Some(PAGE_RESULT_BUDGET),
         ..parse_list_query(parts.uri.query())?
     };
+    query.filter = scope.narrow(std::mem::take(&mut query.filter));
     let page = app.store().list(query).await?;
     let bytes = encode_page(page)?;
     let mut response = Response::new(Full::new(Bytes::from(bytes)));

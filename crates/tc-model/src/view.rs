@@ -21,6 +21,9 @@ pub struct TaskView<'a> {
     headers: HeadersView<'a>,
     destination: &'a str,
     idempotency_key: &'a str,
+    /// The tenant it belongs to (null: submitted with the admin credential,
+    /// or before tenants existed).
+    tenant: Option<&'a str>,
     /// The W3C trace id its calls carry (null for tasks stored before
     /// traces were kept).
     trace_id: Option<String>,
@@ -67,6 +70,7 @@ impl<'a> TaskView<'a> {
             headers: HeadersView::new(&task.headers),
             destination: &task.destination,
             idempotency_key: &task.idempotency_key,
+            tenant: task.tenant.as_deref(),
             trace_id: task.trace.as_ref().map(crate::TraceContext::trace_id_hex),
             attempt: task.attempt,
             max_attempts: task.max_attempts,

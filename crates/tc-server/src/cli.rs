@@ -44,6 +44,9 @@ pub(crate) enum Command {
     /// Client: create, list, get, pause, resume, trigger and delete
     /// schedules (tasks on a cron) on a running server.
     Schedule(crate::client::args::ScheduleArgs),
+    /// Client: create, list, get, change and delete tenants, and make and
+    /// revoke their API keys, on a running server (the admin token).
+    Tenant(crate::client::args::TenantArgs),
     /// Copy the SQLite database (--db) to a new file (--to), consistently,
     /// while a server may be running on it; `tc-server --db FILE` starts on
     /// the copy. PostgreSQL: use its own tools (pg_dump, base backups).

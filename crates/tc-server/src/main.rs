@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Some(Command::Task(args)) => client::run_task(args),
         Some(Command::Destination(args)) => client::run_destination(args),
         Some(Command::Schedule(args)) => client::run_schedule(args),
+        Some(Command::Tenant(args)) => client::run_tenant(args),
         Some(Command::Demo) => run_demo(),
         Some(Command::Backup(args)) => backup::run(args),
         Some(Command::Serve(_)) | None => run_server(cli.serve_args()),

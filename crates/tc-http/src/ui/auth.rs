@@ -2,6 +2,9 @@
 //! becomes a random session id in an HttpOnly, SameSite=Strict cookie; each
 //! session has its own CSRF token, which the pages carry in a meta tag and
 //! the JavaScript sends back as `X-CSRF-Token` on every state change.
+//! A tenant's key logs in too: its session keeps the key's hash (never the
+//! key) and is looked up again on every request, so a revoked key's
+//! session ends with it.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -9,6 +12,7 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use http::header::COOKIE;
 use subtle::ConstantTimeEq;
+use tc_model::tenant::key::KeyHash;
 
 /// The session cookie's name.
 pub(crate) const COOKIE_NAME: &str = "tc_session";
@@ -32,6 +36,9 @@ pub(crate) struct Session {
     pub(crate) id: String,
     /// The CSRF token: 32 other random bytes, hex.
     pub(crate) csrf: String,
+    /// The hash of the tenant key it logged in with; `None`: the admin
+    /// token.
+    pub(crate) key: Option<KeyHash>,
     created: Instant,
 }
 
@@ -65,11 +72,13 @@ pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> 
 }
 
 impl Sessions {
-    /// A new session (after a correct token).
-    pub(crate) fn create(&self) -> Result<Session, NoEntropy> {
+    /// A new session (after a correct token, or a live tenant key whose
+    /// hash is `key`).
+    pub(crate) fn create(&self, key: Option<KeyHash>) -> Result<Session, NoEntropy> {
         let session = Session {
             id: random_hex()?,
             csrf: random_hex()?,
+            key,
             created: Instant::now(),
         };
         let mut sessions = self.lock();
@@ -101,22 +110,21 @@ impl Sessions {
         self.lock().retain(|s| !token_matches(id, &s.id));
     }
 
-    /// Whether the request carries a live session cookie and, unless it is
-    /// a read (GET or HEAD), that session's CSRF token in `X-CSRF-Token`:
-    /// what lets the dashboard's JavaScript call the JSON API without the
-    /// bearer token. A cross-site page cannot read the token, and
-    /// SameSite=Strict keeps the cookie off its requests anyway.
-    pub(crate) fn authorizes(&self, method: &http::Method, headers: &HeaderMap) -> bool {
-        let Some(session) = self.find(headers) else {
-            return false;
-        };
+    /// The session, when the request carries a live session cookie and,
+    /// unless it is a read (GET or HEAD), that session's CSRF token in
+    /// `X-CSRF-Token`: what lets the dashboard's JavaScript call the JSON
+    /// API without the bearer token. A cross-site page cannot read the
+    /// token, and SameSite=Strict keeps the cookie off its requests anyway.
+    pub(crate) fn authorizes(&self, method: &http::Method, headers: &HeaderMap) -> Option<Session> {
+        let session = self.find(headers)?;
         if matches!(*method, http::Method::GET | http::Method::HEAD) {
-            return true;
+            return Some(session);
         }
         headers
             .get(CSRF_HEADER)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|given| token_matches(given, &session.csrf))
+            .then_some(session)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Session>> {
@@ -170,15 +178,15 @@ mod tests {
     #[test]
     fn a_session_cookie_authorizes_reads_and_with_its_csrf_token_writes() {
         let sessions = Sessions::default();
-        let s = sessions.create().unwrap();
-        let other = sessions.create().unwrap();
+        let s = sessions.create(None).unwrap();
+        let other = sessions.create(None).unwrap();
         assert_ne!(s.id, other.id);
         assert_ne!(s.id, s.csrf);
         assert_eq!(s.id.len(), 64);
         let cookie = format!("a=b; {COOKIE_NAME}={}", s.id);
         let check = |pairs: &[(&str, &str)], method: Method, expected: bool| {
             assert_eq!(
-                sessions.authorizes(&method, &headers(pairs)),
+                sessions.authorizes(&method, &headers(pairs)).is_some(),
                 expected,
                 "{method} {pairs:?}"
             );
@@ -229,7 +237,7 @@ mod tests {
 
     #[test]
     fn the_cookie_is_http_only_strict_and_for_the_whole_origin() {
-        let s = Sessions::default().create().unwrap();
+        let s = Sessions::default().create(None).unwrap();
         for secure in [false, true] {
             let set = set_cookie(&s, secure);
             for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
@@ -246,9 +254,9 @@ mod tests {
     #[test]
     fn sessions_are_bounded() {
         let sessions = Sessions::default();
-        let first = sessions.create().unwrap();
+        let first = sessions.create(None).unwrap();
         for _ in 0..MAX_SESSIONS {
-            sessions.create().unwrap();
+            sessions.create(None).unwrap();
         }
         assert_eq!(sessions.lock().len(), MAX_SESSIONS);
         let h = headers(&[("cookie", &format!("{COOKIE_NAME}={}", first.id))]);

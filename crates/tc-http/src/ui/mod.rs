@@ -10,6 +10,9 @@
 //! - `/ui/fragment/...` the live part of each page, which the script
 //!   fetches every 2 s and swaps in;
 //! - `/ui/login` (`GET` the form, `POST` the token), `POST /ui/logout`;
+//!   the token is the admin's or a tenant's key: a tenant's session sees
+//!   its own tasks (the task list, task pages, bulk actions) and none of
+//!   the admin's pages (overview, schedules), as its key would;
 //! - `/ui/assets/app.css`, `/ui/assets/app.js`.
 
 pub(crate) mod activity;
@@ -29,6 +32,7 @@ use http::{Method, Response, StatusCode};
 use http_body_util::Full;
 use maud::Markup;
 use tc_model::store::TaskStore;
+use tc_model::tenant::Scope;
 
 use prometheus_client::registry::Registry;
 
@@ -135,6 +139,9 @@ pub(crate) struct Ctx {
     pub(crate) csrf: Option<String>,
     /// Whether a token protects the dashboard (then a logout is offered).
     pub(crate) auth: bool,
+    /// What the session may see: the admin everything, a tenant its own
+    /// tasks.
+    pub(crate) scope: tc_model::tenant::Scope,
 }
 
 type Html = Response<Full<Bytes>>;
@@ -200,14 +207,24 @@ where
             _ => method_not_allowed("GET, POST"),
         };
     }
-    if token.is_some() && session.is_none() {
+    // A tenant's session is worth what its key is now: revoked, it ends.
+    let scope = match session.as_ref().and_then(|s| s.key) {
+        None => Some(Scope::Admin),
+        Some(hash) => match tenant_of(app, hash).await {
+            Ok(tenant) => tenant.map(Scope::Tenant),
+            Err(e) => return html(e.status(), pages::login::page(Some(&e.message()))),
+        },
+    };
+    let scope = match scope {
+        Some(scope) if token.is_none() || session.is_some() => scope,
         // Nothing but the login page without a session: fragments answer
         // 401 too, and the script then reloads into this page.
-        return html(StatusCode::UNAUTHORIZED, pages::login::page(None));
-    }
+        _ => return html(StatusCode::UNAUTHORIZED, pages::login::page(None)),
+    };
     let ctx = Ctx {
         csrf: session.as_ref().map(|s| s.csrf.clone()),
         auth: token.is_some(),
+        scope,
     };
     if path == "/ui/logout" {
         if *method != Method::POST {
@@ -223,6 +240,21 @@ where
         Some(rest) => (true, rest),
         None => (false, path.strip_prefix("/ui").unwrap_or(path)),
     };
+    let admin_page = matches!(page, "/" | "/overview" | "/schedules");
+    if admin_page && !ctx.scope.is_admin() {
+        // A tenant's home is its task list; the server's pages are the
+        // admin's.
+        if page == "/" && !fragment {
+            return redirect("/ui/tasks", None);
+        }
+        let e = crate::error::ApiError::Forbidden("this page is for the admin token".into());
+        let rendered = if fragment {
+            pages::Rendered::error_fragment(&e)
+        } else {
+            pages::Rendered::error(&ctx, &e, false)
+        };
+        return html(rendered.status, rendered.markup);
+    }
     let rendered = match page {
         "/" if !fragment => pages::overview::page(app, &ctx).await,
         "/overview" if fragment => pages::overview::fragment(app).await,
@@ -278,19 +310,40 @@ where
             return html(e.status(), pages::login::page(Some(&e.message())));
         }
     };
-    let Some(given) = given.filter(|g| auth::token_matches(g, token)) else {
-        throttle.failed(client.addr);
-        tracing::info!("ui_login_refused");
-        return html(
-            StatusCode::UNAUTHORIZED,
-            pages::login::page(Some("That token is not right.")),
-        );
+    // A tenant's key logs in as its tenant; the session keeps its hash.
+    let key = match &given {
+        Some(g) if tc_model::tenant::key::is_key(g) => {
+            let hash = tc_model::tenant::key::KeyHash::of(g);
+            match tenant_of(app, hash).await {
+                Ok(Some(_)) => Some(Some(hash)),
+                Ok(None) => None,
+                Err(e) => return html(e.status(), pages::login::page(Some(&e.message()))),
+            }
+        }
+        _ => None,
+    };
+    let key = match key {
+        Some(key) => key,
+        None if given
+            .as_deref()
+            .is_some_and(|g| auth::token_matches(g, token)) =>
+        {
+            None
+        }
+        None => {
+            throttle.failed(client.addr);
+            tracing::info!("ui_login_refused");
+            return html(
+                StatusCode::UNAUTHORIZED,
+                pages::login::page(Some("That token is not right.")),
+            );
+        }
     };
     drop(given);
     throttle.succeeded(client.addr);
-    match app.ui().sessions.create() {
+    match app.ui().sessions.create(key) {
         Ok(session) => {
-            tracing::info!("ui_login");
+            tracing::info!(tenant_key = key.is_some(), "ui_login");
             redirect("/ui/", Some(auth::set_cookie(&session, client.https)))
         }
         Err(e) => {
@@ -301,6 +354,21 @@ where
             )
         }
     }
+}
+
+/// The tenant whose live key hashes to `hash`, if any.
+async fn tenant_of<S, C>(
+    app: &Source<'_, S, C>,
+    hash: tc_model::tenant::key::KeyHash,
+) -> Result<Option<String>, crate::error::ApiError>
+where
+    S: TaskStore,
+    C: Control,
+{
+    let owner = app.store().api_key(hash).await?;
+    Ok(owner
+        .filter(|o| o.hash.matches(&hash))
+        .map(|o| o.tenant.name))
 }
 
 /// `POST /ui/logout` with the form's `csrf` field.

@@ -889,3 +889,100 @@ async fn the_schedules_page_lists_next_runs_and_the_last_task_escaped() {
     assert!(fragment.body.contains("<time"), "{}", fragment.body);
     assert!(!fragment.body.contains("<html"));
 }
+
+/// A tenant's key logs in too: its session sees its own tasks and none of
+/// the admin's pages, acts through the API as its key would, and ends when
+/// the key is revoked.
+#[tokio::test]
+async fn a_tenant_key_s_session_sees_only_its_tenant() {
+    use tc_model::tenant::TenantUpdate;
+    use tc_model::tenant::key::KeyHash;
+
+    let f = fixture(Some("s3cret"));
+    let key = format!("tck_{}", "k".repeat(43));
+    f.store
+        .create_tenant("acme".into(), TenantUpdate::default(), NOW)
+        .await
+        .unwrap();
+    f.store
+        .create_api_key("acme".into(), "key_01".into(), KeyHash::of(&key), NOW)
+        .await
+        .unwrap();
+    let admins = f.pending("http://127.0.0.1:9/admin", "admin-task").await;
+    let new = NewTask::new(
+        "http://127.0.0.1:9/acme".into(),
+        b"{}".to_vec(),
+        "acme-task".into(),
+        1,
+        Duration::from_secs(1),
+        &Limits::default(),
+    )
+    .unwrap()
+    .with_tenant(Some("acme".into()), None);
+    let own = f.store.submit(new, NOW).await.unwrap().task.id;
+
+    let wrong = f
+        .call(
+            "POST",
+            "/ui/login",
+            &[("content-type", "application/x-www-form-urlencoded")],
+            &format!("token=tck_{}", "x".repeat(43)),
+        )
+        .await;
+    assert_eq!(wrong.status, 401, "an unknown key is a wrong token");
+    let login = f
+        .call(
+            "POST",
+            "/ui/login",
+            &[("content-type", "application/x-www-form-urlencoded")],
+            &format!("token={key}"),
+        )
+        .await;
+    assert_eq!(login.status, 303, "{}", login.body);
+    let set = login.headers["set-cookie"].to_str().unwrap();
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let get = |path: String| {
+        let cookie = cookie.clone();
+        let f = &f;
+        async move { f.call("GET", &path, &[("cookie", &cookie)], "").await }
+    };
+
+    let home = get("/ui/".into()).await;
+    assert_eq!(home.status, 303);
+    assert_eq!(home.headers["location"], "/ui/tasks");
+    let list = get("/ui/tasks".into()).await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(list.body.contains(&own.to_string()), "its task is listed");
+    assert!(!list.body.contains(&admins.to_string()), "{}", list.body);
+    assert!(!list.body.contains(&key), "the key is never shown");
+    assert!(!list.body.contains("/ui/schedules"), "no admin tab");
+    let cases = [
+        (format!("/ui/tasks/{own}"), 200),
+        (format!("/ui/tasks/{admins}"), 404),
+        (format!("/ui/fragment/tasks/{admins}"), 404),
+        // A search by another's id finds nothing, as for an unknown id.
+        (format!("/ui/tasks?q={admins}"), 404),
+        ("/ui/schedules".into(), 403),
+        ("/ui/fragment/overview".into(), 403),
+        (format!("/tasks/{admins}"), 404),
+        (format!("/tasks/{own}"), 200),
+        ("/destinations".into(), 403),
+    ];
+    for (path, status) in cases {
+        let reply = get(path.clone()).await;
+        assert_eq!(reply.status, status, "{path}: {}", reply.body);
+    }
+    let searched = get(format!("/ui/fragment/tasks?q={admins}")).await;
+    assert!(
+        !searched.body.contains(&format!("/ui/tasks/{admins}")),
+        "{}",
+        searched.body
+    );
+
+    f.store
+        .revoke_api_key("acme".into(), "key_01".into())
+        .await
+        .unwrap();
+    assert_eq!(get("/ui/tasks".into()).await.status, 401);
+    assert_eq!(get(format!("/tasks/{own}")).await.status, 401);
+}

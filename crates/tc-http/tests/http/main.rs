@@ -12,3 +12,4 @@ mod schedules;
 mod socket;
 mod spec_bounds;
 mod support;
+mod tenants;

@@ -430,6 +430,12 @@ fn fields() -> Vec<Field> {
                 .samples(Accepted, &times(Accepted))
                 .samples(Refused, &times(Refused)),
             field(place, "idempotency_key").fill(|n| "é".repeat(n)),
+            field(place, "tenant")
+                .samples(Accepted, &strings(&["a", "0", "team-1_x", &"a".repeat(63)]))
+                .samples(
+                    Refused,
+                    &strings(&["", "-a", "_a", "A", "a b", "a.b", &"a".repeat(64)]),
+                ),
         ]);
     }
     rows.extend([

@@ -1,5 +1,6 @@
-//! The command-line client: `tc-server task …`, `tc-server destination …`
-//! and `tc-server schedule …` talk to a running server over its HTTP API.
+//! The command-line client: `tc-server task …`, `tc-server destination …`,
+//! `tc-server schedule …` and `tc-server tenant …` talk to a running server
+//! over its HTTP API.
 //!
 //! Exit codes: 0 ok, 1 the API refused (its error code and message on
 //! stderr), 2 usage, 3 server unreachable.
@@ -12,6 +13,7 @@ mod http;
 mod output;
 mod schedule;
 mod task;
+mod tenant;
 mod view;
 mod watch;
 
@@ -19,6 +21,7 @@ use std::process::ExitCode;
 
 use self::args::{
     DestinationArgs, DestinationCommand, ScheduleArgs, ScheduleCommand, TaskArgs, TaskCommand,
+    TenantArgs, TenantCommand, TenantKeyCommand,
 };
 use self::error::ClientError;
 use self::http::Api;
@@ -58,6 +61,29 @@ async fn schedule_command(args: &ScheduleArgs) -> Result<(), ClientError> {
         ScheduleCommand::Delete(a) => {
             schedule::delete(&api, &Out::new(json(a.output)), &a.name).await
         }
+    }
+}
+
+/// Runs `tc-server tenant …`.
+pub(crate) fn run_tenant(args: &TenantArgs) -> ExitCode {
+    finish(block_on(tenant_command(args)))
+}
+
+async fn tenant_command(args: &TenantArgs) -> Result<(), ClientError> {
+    let api = Api::new(&args.connection)?;
+    let out = |leaf: args::Output| Out::new(args.output.json || leaf.json);
+    match &args.command {
+        TenantCommand::Create(a) => tenant::create(&api, &out(a.output), a).await,
+        TenantCommand::List(a) => tenant::list(&api, &out(a.output)).await,
+        TenantCommand::Get(a) => tenant::get(&api, &out(a.output), &a.name).await,
+        TenantCommand::Set(a) => tenant::set(&api, &out(a.output), a).await,
+        TenantCommand::Delete(a) => tenant::delete(&api, &out(a.output), &a.name).await,
+        TenantCommand::Key(k) => match &k.command {
+            TenantKeyCommand::Create(a) => tenant::create_key(&api, &out(a.output), &a.name).await,
+            TenantKeyCommand::Revoke(a) => {
+                tenant::revoke_key(&api, &out(a.output), &a.name, &a.id).await
+            }
+        },
     }
 }
 

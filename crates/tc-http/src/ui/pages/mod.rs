@@ -108,12 +108,19 @@ pub(crate) fn layout(ctx: &Ctx, title: &str, nav: Nav, body: Markup) -> Markup {
                 header.top {
                     a.brand href="/ui/" { "taskcenter" }
                     nav {
-                        (tab(Nav::Overview, "/ui/", "Overview"))
+                        @if ctx.scope.is_admin() {
+                            (tab(Nav::Overview, "/ui/", "Overview"))
+                        }
                         (tab(Nav::Tasks, "/ui/tasks", "Tasks"))
                         (tab(Nav::Bulk, "/ui/bulk", "Bulk actions"))
-                        (tab(Nav::Schedules, "/ui/schedules", "Schedules"))
+                        @if ctx.scope.is_admin() {
+                            (tab(Nav::Schedules, "/ui/schedules", "Schedules"))
+                        }
                     }
                     span.spacer {}
+                    @if let Some(tenant) = ctx.scope.tenant() {
+                        span.tenant title="Logged in with this tenant's key" { "tenant " (tenant) }
+                    }
                     span #live-status.live-status title="Refreshes every 2 s" {}
                     @if ctx.auth {
                         form.logout method="post" action="/ui/logout" {

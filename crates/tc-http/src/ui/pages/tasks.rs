@@ -103,7 +103,7 @@ pub(crate) async fn render<S: TaskStore, C: Control>(
     fragment: bool,
 ) -> Rendered {
     let asked = Asked::from_query(query);
-    let live = results(app, &asked).await;
+    let live = results(app, &ctx.scope, &asked).await;
     if fragment {
         return live;
     }
@@ -164,10 +164,14 @@ pub(crate) fn filter_form(asked: &Asked, action: &str, search: bool) -> Markup {
     }
 }
 
-async fn results<S: TaskStore, C: Control>(app: &Source<'_, S, C>, asked: &Asked) -> Rendered {
+async fn results<S: TaskStore, C: Control>(
+    app: &Source<'_, S, C>,
+    scope: &tc_model::tenant::Scope,
+    asked: &Asked,
+) -> Rendered {
     let now = app.control().now();
     let mut filter = match asked.filter() {
-        Ok(f) => f,
+        Ok(f) => scope.narrow(f),
         Err(e) => return Rendered::error_fragment(&e),
     };
     let limit = match asked.get("limit").map(str::parse::<usize>) {
@@ -194,6 +198,9 @@ async fn results<S: TaskStore, C: Control>(app: &Source<'_, S, C>, asked: &Asked
         Search::None => {}
         Search::Id(id) => {
             return match app.store().get(*id).await {
+                Ok(task) if !scope.sees(&task) => {
+                    Rendered::error_fragment(&ApiError::from(tc_model::store::StoreError::NotFound))
+                }
                 Ok(task) => Rendered::ok(table(
                     &[task],
                     now,
