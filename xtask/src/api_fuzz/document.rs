@@ -17,7 +17,8 @@
 //!   random and follow the document's links.
 //! - A schedule name names a schedule of this run's server: each operation on
 //!   a schedule gets a seeded one as its `{name}`'s example (the delete its
-//!   own), as task ids do.
+//!   own), as task ids do; so does each operation on a tenant, and the
+//!   key's revoke gets a seeded key's id.
 //! - `GET /tasks/{id}?wait_ms=` may hold a request 60 s on a pending task:
 //!   the fuzz copy waits at most [`MAX_WAIT_MS`], so a run's length does
 //!   not depend on how many generated waits meet a pending task.
@@ -119,38 +120,17 @@ pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value
         ));
     }
 
-    // Each operation on a schedule names a schedule the harness made.
-    let schedule_name = doc
-        .pointer("/components/parameters/ScheduleName")
-        .cloned()
-        .ok_or("docs/openapi.yaml has no ScheduleName parameter")?;
-    let mut named = 0;
-    for operation in doc["paths"]
-        .as_object_mut()
-        .into_iter()
-        .flat_map(|p| p.values_mut())
-        .flat_map(|i| i.as_object_mut().into_iter().flat_map(|i| i.values_mut()))
-    {
-        let Some(name) = operation["operationId"]
-            .as_str()
-            .and_then(super::seed::schedule_for_operation)
-        else {
-            continue;
-        };
-        let mut parameter = schedule_name.clone();
-        parameter["example"] = Value::String(name.to_owned());
-        for p in operation["parameters"].as_array_mut().into_iter().flatten() {
-            if p["$ref"] == "#/components/parameters/ScheduleName" {
-                *p = parameter.clone();
-                named += 1;
-            }
-        }
-    }
-    if named != 6 {
-        return Err(format!(
-            "docs/openapi.yaml: expected 6 operations on a schedule name, found {named}"
-        ));
-    }
+    // Each operation on a schedule names a schedule the harness made; each
+    // on a tenant a seeded tenant, and the key's revoke a seeded key.
+    seed_parameter(&mut doc, "ScheduleName", 6, |o| {
+        super::seed::schedule_for_operation(o).map(str::to_owned)
+    })?;
+    seed_parameter(&mut doc, "TenantNamePath", 5, |o| {
+        super::seed::tenant_for_operation(o).map(str::to_owned)
+    })?;
+    seed_parameter(&mut doc, "KeyId", 1, |o| {
+        (o == "revokeTenantKey").then(|| seeds.key_id.clone())
+    })?;
 
     let paths = doc["paths"]
         .as_object_mut()
@@ -166,6 +146,48 @@ pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value
         ));
     }
     Ok(doc)
+}
+
+/// Gives each operation that `example_for` names the example it answers as
+/// the one of its path parameter `#/components/parameters/{parameter}`;
+/// `expected` such parameters must be found (a document that moved them is
+/// refused rather than fuzzed without its seeds).
+fn seed_parameter(
+    doc: &mut Value,
+    parameter: &str,
+    expected: usize,
+    example_for: impl Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    let reference = format!("#/components/parameters/{parameter}");
+    let declared = doc
+        .pointer(&format!("/components/parameters/{parameter}"))
+        .cloned()
+        .ok_or_else(|| format!("docs/openapi.yaml has no {parameter} parameter"))?;
+    let mut named = 0;
+    for operation in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+        .flat_map(|i| i.as_object_mut().into_iter().flat_map(|i| i.values_mut()))
+    {
+        let Some(example) = operation["operationId"].as_str().and_then(&example_for) else {
+            continue;
+        };
+        let mut seeded = declared.clone();
+        seeded["example"] = Value::String(example);
+        for p in operation["parameters"].as_array_mut().into_iter().flatten() {
+            if p["$ref"] == reference.as_str() {
+                *p = seeded.clone();
+                named += 1;
+            }
+        }
+    }
+    if named != expected {
+        return Err(format!(
+            "docs/openapi.yaml: expected {expected} operations on {parameter}, found {named}"
+        ));
+    }
+    Ok(())
 }
 
 fn string_at<'a>(doc: &'a Value, pointer: &str) -> Result<&'a str, String> {
@@ -228,6 +250,7 @@ mod tests {
             failed: "f".into(),
             finished: "d".into(),
             pending: "p".into(),
+            key_id: "key_0011223344556677".into(),
         }
     }
 
@@ -322,6 +345,63 @@ mod tests {
             assert_eq!(parameter["example"], name, "{pointer}");
             assert_eq!(parameter["name"], "name");
             *parameter = serde_json::json!({"$ref": "#/components/parameters/ScheduleName"});
+        }
+        // Each operation on a tenant likewise, and the key's revoke its key.
+        for (path, method, index, name, param, example) in [
+            (
+                "/tenants~1{name}",
+                "get",
+                0,
+                "name",
+                "TenantNamePath",
+                "seed-tenant",
+            ),
+            (
+                "/tenants~1{name}",
+                "put",
+                0,
+                "name",
+                "TenantNamePath",
+                "seed-tenant",
+            ),
+            (
+                "/tenants~1{name}",
+                "delete",
+                0,
+                "name",
+                "TenantNamePath",
+                "seed-tenant-delete",
+            ),
+            (
+                "/tenants~1{name}~1keys",
+                "post",
+                0,
+                "name",
+                "TenantNamePath",
+                "seed-tenant",
+            ),
+            (
+                "/tenants~1{name}~1keys~1{id}",
+                "delete",
+                0,
+                "name",
+                "TenantNamePath",
+                "seed-tenant",
+            ),
+            (
+                "/tenants~1{name}~1keys~1{id}",
+                "delete",
+                1,
+                "id",
+                "KeyId",
+                "key_0011223344556677",
+            ),
+        ] {
+            let pointer = format!("/paths/~1{}/{method}/parameters/{index}", &path[1..]);
+            let parameter = restored.pointer_mut(&pointer).unwrap();
+            assert_eq!(parameter["example"], example, "{pointer}");
+            assert_eq!(parameter["name"], name);
+            *parameter = serde_json::json!({"$ref": format!("#/components/parameters/{param}")});
         }
         rewrite_origin(&mut restored, "http://127.0.0.1:4567", EXAMPLE_ORIGIN);
         restored["paths"]["/admin/backup"] = original["paths"]["/admin/backup"].clone();

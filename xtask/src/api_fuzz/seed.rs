@@ -5,7 +5,8 @@
 //! ([`super::document`]), so every operation on a task reaches its 2xx in
 //! the examples phase, whatever the stateful phase's links happen to follow.
 //! Two schedules likewise: one every operation on a schedule uses, one the
-//! delete deletes.
+//! delete deletes; two tenants the same way, and a key of the first for
+//! the revoke.
 
 use std::net::SocketAddr;
 
@@ -26,6 +27,8 @@ pub(crate) struct Seeds {
     pub(crate) finished: String,
     /// Due in a day: canceled.
     pub(crate) pending: String,
+    /// A key of [`TENANT`]: revoked.
+    pub(crate) key_id: String,
 }
 
 /// The seeded schedule every operation on a schedule but the delete uses
@@ -40,6 +43,20 @@ pub(crate) fn schedule_for_operation(operation_id: &str) -> Option<&'static str>
         "deleteSchedule" => Some(SCHEDULE_TO_DELETE),
         "getSchedule" | "replaceSchedule" | "pauseSchedule" | "resumeSchedule"
         | "triggerSchedule" => Some(SCHEDULE),
+        _ => None,
+    }
+}
+
+/// The seeded tenant every operation on a tenant but the delete uses.
+pub(crate) const TENANT: &str = "seed-tenant";
+/// The seeded tenant (without tasks) the delete's example deletes.
+pub(crate) const TENANT_TO_DELETE: &str = "seed-tenant-delete";
+
+/// The seeded tenant the examples of `operation_id` use.
+pub(crate) fn tenant_for_operation(operation_id: &str) -> Option<&'static str> {
+    match operation_id {
+        "deleteTenant" => Some(TENANT_TO_DELETE),
+        "getTenant" | "updateTenant" | "createTenantKey" | "revokeTenantKey" => Some(TENANT),
         _ => None,
     }
 }
@@ -89,6 +106,17 @@ pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<
         );
         client.send(Method::POST, "/schedules", Some(body)).await?;
     }
+    for name in [TENANT, TENANT_TO_DELETE] {
+        let body = format!(r#"{{"name":"{name}"}}"#);
+        client.send(Method::POST, "/tenants", Some(body)).await?;
+    }
+    let made = client
+        .send(Method::POST, &format!("/tenants/{TENANT}/keys"), None)
+        .await?;
+    let key_id = made["id"]
+        .as_str()
+        .ok_or_else(|| format!("POST /tenants/{TENANT}/keys: no id in {made}"))?
+        .to_owned();
     for (id, state) in [
         (&succeeded, "success"),
         (&finished, "success"),
@@ -104,6 +132,7 @@ pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<
         failed,
         finished,
         pending,
+        key_id,
     })
 }
 
