@@ -335,14 +335,25 @@ pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY 
        AND next_run_at <= ?3 \
      ORDER BY next_run_at, seq LIMIT ?4";
 
-/// The due tasks without a tenant in a destination, oldest due first: the
-/// destination's due order with the tenants' tasks skipped (no index of
-/// their own, so that a server without tenants keeps its cost; a walk past
-/// the tenants' due tasks ahead of them).
-pub(crate) const DUE_WITHOUT_TENANT: &str = "SELECT seq, state \
-     FROM tasks INDEXED BY tasks_due_by_destination \
-     WHERE state = 'pending' AND destination = ?1 AND next_run_at <= ?2 AND tenant = '' \
-     ORDER BY next_run_at, seq LIMIT ?3";
+/// The due tasks without a tenant in a destination, oldest due first,
+/// among the destination's first `?4` due tasks: its due order with the
+/// tenants' tasks skipped. They have no index of their own, so that a
+/// server without tenants (every task without one) keeps its write cost;
+/// the walk past the tenants' tasks ahead of them is bounded
+/// ([`UNTENANTED_SCAN`]), so a claim never walks a tenant's whole backlog.
+pub(crate) const DUE_WITHOUT_TENANT: &str = "SELECT seq, state FROM (\
+     SELECT seq, state, tenant FROM tasks INDEXED BY tasks_due_by_destination \
+     WHERE state = 'pending' AND destination = ?1 AND next_run_at <= ?2 \
+     ORDER BY next_run_at, seq LIMIT ?4) \
+     WHERE tenant = '' LIMIT ?3";
+
+/// How many of a destination's due tasks beyond those it wants a claim
+/// walks for the tasks without a tenant. Those further back than this
+/// behind the tenants' due tasks are not seen by this claim: they come
+/// within reach as the tasks ahead of them are claimed (the tenants' share
+/// takes them oldest first), a delay bounded by the tenants' due backlog,
+/// for a claim whose cost stays bounded.
+pub(crate) const UNTENANTED_SCAN: usize = 512;
 
 fn due_of(
     conn: &Connection,
@@ -356,7 +367,15 @@ fn due_of(
     if tenant == NO_TENANT {
         conn.prepare_cached(DUE_WITHOUT_TENANT)
             .map_err(db)?
-            .query_map(params![destination, now.as_millis(), limit], read)
+            .query_map(
+                params![
+                    destination,
+                    now.as_millis(),
+                    limit,
+                    limit.saturating_add(int(UNTENANTED_SCAN))
+                ],
+                read,
+            )
             .map_err(db)?
             .collect::<rusqlite::Result<_>>()
             .map_err(db)
