@@ -81,23 +81,32 @@ fn int(n: impl TryInto<i64>) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
 }
 
-/// Writes `tenant`'s settings and times (insert or replace of its row).
-fn write(conn: &Connection, tenant: &Tenant, or: &str) -> Result<usize, StoreError> {
+/// Inserts `tenant`'s row (`OR IGNORE`: a taken name writes nothing) or
+/// updates it (`UPDATE`): every column but the name; answers the rows
+/// written.
+fn write(conn: &Connection, tenant: &Tenant, insert: bool) -> Result<usize, StoreError> {
     let s = &tenant.settings;
-    conn.prepare_cached(&format!(
-        "INSERT {or} INTO tenants ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
-    ))
-    .map_err(db)?
-    .execute(params![
-        tenant.name,
-        s.weight,
-        s.max_pending.map(int),
-        s.submit_rate_per_s,
-        s.submit_burst,
-        tenant.created_at.as_millis(),
-        tenant.updated_at.as_millis(),
-    ])
-    .map_err(db)
+    let sql = if insert {
+        "INSERT OR IGNORE INTO tenants (name, weight, max_pending, submit_rate_per_s, \
+                                        submit_burst, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    } else {
+        "UPDATE tenants SET weight = ?2, max_pending = ?3, submit_rate_per_s = ?4, \
+                            submit_burst = ?5, created_at = ?6, updated_at = ?7 \
+         WHERE name = ?1"
+    };
+    conn.prepare_cached(sql)
+        .map_err(db)?
+        .execute(params![
+            tenant.name,
+            s.weight,
+            s.max_pending.map(int),
+            s.submit_rate_per_s,
+            s.submit_burst,
+            tenant.created_at.as_millis(),
+            tenant.updated_at.as_millis(),
+        ])
+        .map_err(db)
 }
 
 /// A new tenant with the defaults and `settings` applied, or
@@ -114,8 +123,8 @@ pub(crate) fn create(
         created_at: now,
         updated_at: now,
     };
-    // OR IGNORE: a taken name writes nothing and is told by the count.
-    match write(conn, &tenant, "OR IGNORE")? {
+    // A taken name writes nothing and is told by the count.
+    match write(conn, &tenant, true)? {
         0 => Err(StoreError::Exists),
         _ => Ok(tenant),
     }
@@ -134,7 +143,7 @@ pub(crate) fn update(
         updated_at: now,
         ..old
     };
-    write(conn, &new, "OR REPLACE")?;
+    write(conn, &new, false)?;
     Ok(new)
 }
 
