@@ -81,23 +81,32 @@ fn int(n: impl TryInto<i64>) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
 }
 
-/// Writes `tenant`'s settings and times (insert or replace of its row).
-fn write(conn: &Connection, tenant: &Tenant, or: &str) -> Result<usize, StoreError> {
+/// Inserts `tenant`'s row (`OR IGNORE`: a taken name writes nothing) or
+/// updates it (`UPDATE`): every column but the name; answers the rows
+/// written.
+fn write(conn: &Connection, tenant: &Tenant, insert: bool) -> Result<usize, StoreError> {
     let s = &tenant.settings;
-    conn.prepare_cached(&format!(
-        "INSERT {or} INTO tenants ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
-    ))
-    .map_err(db)?
-    .execute(params![
-        tenant.name,
-        s.weight,
-        s.max_pending.map(int),
-        s.submit_rate_per_s,
-        s.submit_burst,
-        tenant.created_at.as_millis(),
-        tenant.updated_at.as_millis(),
-    ])
-    .map_err(db)
+    let sql = if insert {
+        "INSERT OR IGNORE INTO tenants (name, weight, max_pending, submit_rate_per_s, \
+                                        submit_burst, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    } else {
+        "UPDATE tenants SET weight = ?2, max_pending = ?3, submit_rate_per_s = ?4, \
+                            submit_burst = ?5, created_at = ?6, updated_at = ?7 \
+         WHERE name = ?1"
+    };
+    conn.prepare_cached(sql)
+        .map_err(db)?
+        .execute(params![
+            tenant.name,
+            s.weight,
+            s.max_pending.map(int),
+            s.submit_rate_per_s,
+            s.submit_burst,
+            tenant.created_at.as_millis(),
+            tenant.updated_at.as_millis(),
+        ])
+        .map_err(db)
 }
 
 /// A new tenant with the defaults and `settings` applied, or
@@ -114,8 +123,8 @@ pub(crate) fn create(
         created_at: now,
         updated_at: now,
     };
-    // OR IGNORE: a taken name writes nothing and is told by the count.
-    match write(conn, &tenant, "OR IGNORE")? {
+    // A taken name writes nothing and is told by the count.
+    match write(conn, &tenant, true)? {
         0 => Err(StoreError::Exists),
         _ => Ok(tenant),
     }
@@ -134,7 +143,7 @@ pub(crate) fn update(
         updated_at: now,
         ..old
     };
-    write(conn, &new, "OR REPLACE")?;
+    write(conn, &new, false)?;
     Ok(new)
 }
 
@@ -335,14 +344,25 @@ pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY 
        AND next_run_at <= ?3 \
      ORDER BY next_run_at, seq LIMIT ?4";
 
-/// The due tasks without a tenant in a destination, oldest due first: the
-/// destination's due order with the tenants' tasks skipped (no index of
-/// their own, so that a server without tenants keeps its cost; a walk past
-/// the tenants' due tasks ahead of them).
-pub(crate) const DUE_WITHOUT_TENANT: &str = "SELECT seq, state \
-     FROM tasks INDEXED BY tasks_due_by_destination \
-     WHERE state = 'pending' AND destination = ?1 AND next_run_at <= ?2 AND tenant = '' \
-     ORDER BY next_run_at, seq LIMIT ?3";
+/// The due tasks without a tenant in a destination, oldest due first,
+/// among the destination's first `?4` due tasks: its due order with the
+/// tenants' tasks skipped. They have no index of their own, so that a
+/// server without tenants (every task without one) keeps its write cost;
+/// the walk past the tenants' tasks ahead of them is bounded
+/// ([`UNTENANTED_SCAN`]), so a claim never walks a tenant's whole backlog.
+pub(crate) const DUE_WITHOUT_TENANT: &str = "SELECT seq, state FROM (\
+     SELECT seq, state, tenant FROM tasks INDEXED BY tasks_due_by_destination \
+     WHERE state = 'pending' AND destination = ?1 AND next_run_at <= ?2 \
+     ORDER BY next_run_at, seq LIMIT ?4) \
+     WHERE tenant = '' LIMIT ?3";
+
+/// How many of a destination's due tasks beyond those it wants a claim
+/// walks for the tasks without a tenant. Those further back than this
+/// behind the tenants' due tasks are not seen by this claim: they come
+/// within reach as the tasks ahead of them are claimed (the tenants' share
+/// takes them oldest first), a delay bounded by the tenants' due backlog,
+/// for a claim whose cost stays bounded.
+pub(crate) const UNTENANTED_SCAN: usize = 512;
 
 fn due_of(
     conn: &Connection,
@@ -356,7 +376,15 @@ fn due_of(
     if tenant == NO_TENANT {
         conn.prepare_cached(DUE_WITHOUT_TENANT)
             .map_err(db)?
-            .query_map(params![destination, now.as_millis(), limit], read)
+            .query_map(
+                params![
+                    destination,
+                    now.as_millis(),
+                    limit,
+                    limit.saturating_add(int(UNTENANTED_SCAN))
+                ],
+                read,
+            )
             .map_err(db)?
             .collect::<rusqlite::Result<_>>()
             .map_err(db)
