@@ -187,7 +187,8 @@ pub struct TaskFilter {
 /// a bounded scan reaches ([`ListQuery::max_scan`]) are the same everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Driving {
-    /// The idempotency key's unique index: at most one row.
+    /// The idempotency key's unique index (key, tenant): at most one row
+    /// per tenant.
     IdempotencyKey,
     /// Tasks with this error reason.
     Error,

@@ -550,7 +550,10 @@ fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
     };
     let automatic: Vec<String> = tx
         .prepare(
-            "SELECT il.name FROM pragma_index_list('tasks') AS il              WHERE il.origin = 'u'                AND (SELECT group_concat(ii.name) FROM pragma_index_info(il.name) AS ii)                    = 'idempotency_key'",
+            "SELECT il.name FROM pragma_index_list('tasks') AS il \
+             WHERE il.origin = 'u' \
+               AND (SELECT group_concat(ii.name) FROM pragma_index_info(il.name) AS ii) \
+                   = 'idempotency_key'",
         )?
         .query_map([], |row| row.get(0))?
         .collect::<rusqlite::Result<_>>()?;
@@ -577,7 +580,9 @@ fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
         [sql.replace(old, new)],
     )?;
     tx.execute(
-        "UPDATE sqlite_schema SET name = 'tasks_key_before_tenants',              sql = 'CREATE UNIQUE INDEX tasks_key_before_tenants ON tasks (idempotency_key)'          WHERE type = 'index' AND name = ?1",
+        "UPDATE sqlite_schema SET name = 'tasks_key_before_tenants', \
+             sql = 'CREATE UNIQUE INDEX tasks_key_before_tenants ON tasks (idempotency_key)' \
+         WHERE type = 'index' AND name = ?1",
         [automatic],
     )?;
     tx.pragma_update(None, "schema_version", version + 1)?;
