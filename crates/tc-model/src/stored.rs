@@ -17,6 +17,44 @@ use crate::{AttemptRecord, Headers, Schedule, Task, TaskId, Timestamp, TraceCont
 #[error("corrupt row: bad {0}")]
 pub struct CorruptColumn(pub &'static str);
 
+/// The columns of a tenant row (issue 29), in their stored types; each
+/// field is the column of the same name.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Default)]
+pub struct TenantRow {
+    pub name: String,
+    pub weight: i64,
+    pub max_pending: Option<i64>,
+    pub submit_rate_per_s: Option<f64>,
+    pub submit_burst: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl TenantRow {
+    /// The tenant this row holds.
+    pub fn into_tenant(self) -> Result<crate::tenant::Tenant, CorruptColumn> {
+        let number = |value: i64, column| u32::try_from(value).map_err(|_| CorruptColumn(column));
+        Ok(crate::tenant::Tenant {
+            name: self.name,
+            settings: crate::tenant::TenantSettings {
+                weight: number(self.weight, "weight")?,
+                max_pending: self
+                    .max_pending
+                    .map(|m| u64::try_from(m).map_err(|_| CorruptColumn("max_pending")))
+                    .transpose()?,
+                submit_rate_per_s: self.submit_rate_per_s,
+                submit_burst: self
+                    .submit_burst
+                    .map(|b| number(b, "submit_burst"))
+                    .transpose()?,
+            },
+            created_at: Timestamp::from_millis(self.created_at),
+            updated_at: Timestamp::from_millis(self.updated_at),
+        })
+    }
+}
+
 /// The columns of a task row, in their stored types; each field is the
 /// column of the same name. Integers are `i64` whatever width the store uses
 /// for them.
@@ -172,6 +210,56 @@ fn status(v: Option<i64>) -> Result<Option<u16>, CorruptColumn> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each row: a tenant row broken in one column, and the column named.
+    #[test]
+    fn a_bad_tenant_column_is_named() {
+        let good = || TenantRow {
+            name: "acme".into(),
+            weight: 3,
+            max_pending: Some(10),
+            submit_rate_per_s: Some(2.5),
+            submit_burst: Some(4),
+            created_at: 1,
+            updated_at: 2,
+        };
+        let tenant = good().into_tenant().unwrap();
+        assert_eq!(tenant.settings.weight, 3);
+        assert_eq!(tenant.settings.max_pending, Some(10));
+        assert_eq!(tenant.settings.submit_burst, Some(4));
+        assert_eq!(tenant.updated_at, Timestamp::from_millis(2));
+        let check = |broken: TenantRow, column: &'static str| {
+            assert_eq!(broken.into_tenant().err(), Some(CorruptColumn(column)));
+        };
+        check(
+            TenantRow {
+                weight: -1,
+                ..good()
+            },
+            "weight",
+        );
+        check(
+            TenantRow {
+                weight: i64::from(u32::MAX) + 1,
+                ..good()
+            },
+            "weight",
+        );
+        check(
+            TenantRow {
+                max_pending: Some(-5),
+                ..good()
+            },
+            "max_pending",
+        );
+        check(
+            TenantRow {
+                submit_burst: Some(-1),
+                ..good()
+            },
+            "submit_burst",
+        );
+    }
     use crate::State;
 
     fn good() -> TaskRow {

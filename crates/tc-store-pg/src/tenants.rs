@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use deadpool_postgres::{GenericClient, Transaction};
 use tc_model::Timestamp;
 use tc_model::store::StoreError;
+use tc_model::stored::{CorruptColumn, TenantRow};
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::{Tenant, TenantDetail, TenantSettings, TenantUpdate};
 use tokio_postgres::Row;
@@ -27,26 +28,22 @@ fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in tenants: bad {what}"))
 }
 
-/// A tenant from the [`COLUMNS`] of `row` starting at column `at`.
+/// A tenant from the [`COLUMNS`] of `row` starting at column `at`; tc-model's
+/// [`TenantRow`] checks the values.
 fn tenant_of(row: &Row, at: usize) -> Result<Tenant, StoreError> {
     let weight: i32 = row.try_get(at + 1).map_err(db)?;
-    let max_pending: Option<i64> = row.try_get(at + 2).map_err(db)?;
     let burst: Option<i32> = row.try_get(at + 4).map_err(db)?;
-    Ok(Tenant {
+    TenantRow {
         name: row.try_get(at).map_err(db)?,
-        settings: TenantSettings {
-            weight: u32::try_from(weight).map_err(|_| corrupt("weight"))?,
-            max_pending: max_pending
-                .map(|m| u64::try_from(m).map_err(|_| corrupt("max_pending")))
-                .transpose()?,
-            submit_rate_per_s: row.try_get(at + 3).map_err(db)?,
-            submit_burst: burst
-                .map(|b| u32::try_from(b).map_err(|_| corrupt("submit_burst")))
-                .transpose()?,
-        },
-        created_at: Timestamp::from_millis(row.try_get(at + 5).map_err(db)?),
-        updated_at: Timestamp::from_millis(row.try_get(at + 6).map_err(db)?),
-    })
+        weight: weight.into(),
+        max_pending: row.try_get(at + 2).map_err(db)?,
+        submit_rate_per_s: row.try_get(at + 3).map_err(db)?,
+        submit_burst: burst.map(i64::from),
+        created_at: row.try_get(at + 5).map_err(db)?,
+        updated_at: row.try_get(at + 6).map_err(db)?,
+    }
+    .into_tenant()
+    .map_err(|CorruptColumn(what)| corrupt(what))
 }
 
 /// The settings as the columns hold them (weight, max_pending, rate,

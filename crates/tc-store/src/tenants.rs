@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use tc_model::Timestamp;
 use tc_model::store::StoreError;
+use tc_model::stored::{CorruptColumn, TenantRow};
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::{NO_TENANT, Tenant, TenantDetail, TenantGate, TenantSettings, TenantUpdate};
 
@@ -20,20 +21,10 @@ fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in tenants: bad {what}"))
 }
 
-/// A row as read, before its numbers are checked (outside rusqlite's
-/// closure, so that a corrupt row is a [`StoreError`]).
-struct RawRow {
-    name: String,
-    weight: i64,
-    max_pending: Option<i64>,
-    submit_rate_per_s: Option<f64>,
-    submit_burst: Option<i64>,
-    created_at: i64,
-    updated_at: i64,
-}
-
-fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
-    Ok(RawRow {
+/// A row's columns as read; tc-model's [`TenantRow`] checks them (outside
+/// rusqlite's closure, so that a corrupt row is a [`StoreError`]).
+fn raw(row: &Row<'_>) -> rusqlite::Result<TenantRow> {
+    Ok(TenantRow {
         name: row.get(0)?,
         weight: row.get(1)?,
         max_pending: row.get(2)?,
@@ -44,26 +35,8 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
     })
 }
 
-fn tenant_of(r: RawRow) -> Result<Tenant, StoreError> {
-    Ok(Tenant {
-        name: r.name,
-        settings: TenantSettings {
-            weight: u32::try_from(r.weight).map_err(|_| corrupt("weight"))?,
-            max_pending: r
-                .max_pending
-                .map(u64::try_from)
-                .transpose()
-                .map_err(|_| corrupt("max_pending"))?,
-            submit_rate_per_s: r.submit_rate_per_s,
-            submit_burst: r
-                .submit_burst
-                .map(u32::try_from)
-                .transpose()
-                .map_err(|_| corrupt("submit_burst"))?,
-        },
-        created_at: Timestamp::from_millis(r.created_at),
-        updated_at: Timestamp::from_millis(r.updated_at),
-    })
+fn tenant_of(r: TenantRow) -> Result<Tenant, StoreError> {
+    r.into_tenant().map_err(|CorruptColumn(what)| corrupt(what))
 }
 
 fn load(conn: &Connection, name: &str) -> Result<Option<Tenant>, StoreError> {
@@ -217,7 +190,7 @@ fn detail(conn: &Connection, tenant: Tenant) -> Result<TenantDetail, StoreError>
 pub(crate) fn all(conn: &mut Connection) -> Result<Vec<TenantDetail>, StoreError> {
     // One snapshot for the list and every count.
     let tx = conn.transaction().map_err(db)?;
-    let tenants: Vec<RawRow> = tx
+    let tenants: Vec<TenantRow> = tx
         .prepare_cached(&format!("SELECT {COLUMNS} FROM tenants ORDER BY name"))
         .map_err(db)?
         .query_map([], raw)
