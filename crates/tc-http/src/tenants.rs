@@ -154,10 +154,7 @@ fn nullable<T>(
 
 /// The settings in `fields` (the others refused as unknown, naming
 /// them), checked: every refusal's message starts with its field.
-fn parse_update(
-    fields: &BTreeMap<String, Value>,
-    allowed_name: Option<&str>,
-) -> Result<TenantUpdate, ApiError> {
+fn parse_update(fields: &BTreeMap<String, Value>) -> Result<TenantUpdate, ApiError> {
     let invalid = ApiError::InvalidRequest;
     let mut update = TenantUpdate::default();
     for (field, value) in fields {
@@ -185,13 +182,11 @@ fn parse_update(
                     Ok(u32::try_from(b).unwrap_or(u32::MAX))
                 })?);
             }
-            "name" if allowed_name.is_some() => {
-                if value.as_str() != allowed_name {
-                    return Err(invalid(format!(
-                        "name: must be the path's name {:?} (a tenant is not renamed), got {value}",
-                        allowed_name.unwrap_or_default()
-                    )));
-                }
+            // The name is the path's and never changes: not a setting.
+            "name" => {
+                return Err(invalid(
+                    "name: not a setting (a tenant is named by its path, and not renamed)".into(),
+                ));
             }
             other => {
                 return Err(invalid(format!(
@@ -222,7 +217,7 @@ pub(crate) async fn create<S: TaskStore, C: Control>(app: &App<S, C>, bytes: &[u
         None => return Err(invalid("name: required".into())),
     };
     check_name(&name).map_err(|e| invalid(format!("name: {}", e.message)))?;
-    let update = parse_update(&fields, None)?;
+    let update = parse_update(&fields)?;
     let now = app.control().now();
     let tenant = app
         .store()
@@ -263,7 +258,7 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
     name: String,
     bytes: &[u8],
 ) -> Answer {
-    let update = parse_update(&object(bytes)?, Some(&name))?;
+    let update = parse_update(&object(bytes)?)?;
     let now = app.control().now();
     let Tenant { .. } = app
         .store()
@@ -362,7 +357,7 @@ mod tests {
             Value::Object(m) => m.into_iter().collect(),
             _ => unreachable!("bodies here are objects"),
         };
-        let got = parse_update(&fields, Some("a"));
+        let got = parse_update(&fields);
         match (got, refused) {
             (Ok(_), None) => {}
             (Err(ApiError::InvalidRequest(m)), Some(field)) => {
@@ -378,8 +373,7 @@ mod tests {
         check(json!({}), None);
         check(json!({"weight": 5, "max_pending": null}), None);
         check(json!({"submit_rate_per_s": 2.5, "submit_burst": 10}), None);
-        check(json!({"name": "a", "weight": 2}), None);
-        check(json!({"name": "b"}), Some("name"));
+        check(json!({"name": "a", "weight": 2}), Some("name"));
         check(json!({"weight": 0}), Some("weight"));
         check(json!({"weight": 1001}), Some("weight"));
         check(json!({"weight": 1.5}), Some("weight"));

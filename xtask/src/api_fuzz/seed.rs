@@ -47,7 +47,8 @@ pub(crate) fn schedule_for_operation(operation_id: &str) -> Option<&'static str>
     }
 }
 
-/// The seeded tenant every operation on a tenant but the delete uses.
+/// The seeded tenant every operation on a tenant but the delete uses; it
+/// has a task, so a delete of it is refused.
 pub(crate) const TENANT: &str = "seed-tenant";
 /// The seeded tenant (without tasks) the delete's example deletes.
 pub(crate) const TENANT_TO_DELETE: &str = "seed-tenant-delete";
@@ -113,10 +114,20 @@ pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<
     let made = client
         .send(Method::POST, &format!("/tenants/{TENANT}/keys"), None)
         .await?;
-    let key_id = made["id"]
-        .as_str()
-        .ok_or_else(|| format!("POST /tenants/{TENANT}/keys: no id in {made}"))?
-        .to_owned();
+    let field = |name: &str| {
+        made[name]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("POST /tenants/{TENANT}/keys: no {name} in {made}"))
+    };
+    let key_id = field("id")?;
+    // A task of the tenant, submitted with its key: the tenant is never
+    // empty, so no delete of it (the examples try every name they know)
+    // takes the key away before the revoke's example runs.
+    Client::open(addr, &field("key")?)
+        .await?
+        .submit(&url, "seed-tenant-task", r#","delay_ms":86400000"#)
+        .await?;
     for (id, state) in [
         (&succeeded, "success"),
         (&finished, "success"),
