@@ -3,50 +3,72 @@
 //! light tenant alone in the same run; and whether the heavy tenant still
 //! uses every slot the light one leaves.
 //!
-//! Two runs, each on a fresh server (`--api-token`, the run's concurrency)
-//! with tenants `a` and `b` (weight 1 each) and a key for each:
-//! - **alone**: `b` submits [`B_RATE`] tasks/s with its key for one window;
-//! - **beside**: `a`'s backlog is queued while the destination is paused,
-//!   the destination is resumed, and `b` submits at the same pace while `a`
-//!   has tasks pending (at most one window).
+//! Four runs, each on a fresh server (`--api-token`, the run's concurrency):
+//! - **alone**: tenant `b` submits [`B_RATE`] tasks/s with its key for one
+//!   window (the baseline);
+//! - **beside**: tenant `a`'s backlog is queued while the destination is
+//!   paused, the destination is resumed, and `b` submits at the same pace
+//!   while `a` has tasks pending (at most one window);
+//! - **blind**: the same without tenants (every task the admin's): the
+//!   claim takes the oldest due first, so `b`'s tasks queue behind the
+//!   backlog. What the share is compared with, not a target;
+//! - **a alone**: `a`'s backlog drained with no `b`: its drain rate, which
+//!   `a`'s rate beside `b` is held to (`b` needs a few slots; `a` must
+//!   keep every other).
 //!
 //! A task's end-to-end time is its view's `finished_at - created_at` (the
-//! server's clock, milliseconds). The figure is `b`'s p99 beside the
-//! backlog over its p99 alone (target ≤ 2×). While both run, the tenants'
-//! running counts are sampled every [`SAMPLE`]: `a`'s mean over the slots
-//! `b` left (concurrency − `b`'s mean) says whether `a` used them.
+//! server's clock, milliseconds). A drain's time is from the resume until
+//! the destination has nothing pending or in flight, polled every
+//! [`SAMPLE`].
 
 use super::*;
 
 /// The light tenant's submit pace.
 const B_RATE: u64 = 200;
-/// How often the running counts are sampled.
+/// How often the counts are polled.
 const SAMPLE: Duration = Duration::from_millis(20);
 /// The admin credential of the phase's servers.
 const ADMIN: &str = "bench-admin-token";
 
-/// What one run measured of `b` (and of `a`, beside).
+/// One run's shape.
+struct Shape {
+    name: &'static str,
+    /// Tenants `a` and `b` with a key each; otherwise every task is the
+    /// admin's.
+    tenants: bool,
+    /// `a`'s backlog (0: none).
+    backlog: u64,
+    /// Whether `b` submits.
+    b: bool,
+}
+
+/// What one run measured.
 struct TenantRun {
     b_tasks: u64,
     b_latency: Option<Summary>,
-    /// Mean running counts while `b` submitted.
-    a_running: f64,
-    b_running: f64,
-    a_backlog_left: u64,
+    /// From the resume until the backlog (and `b`'s tasks) were all done.
+    drain: Option<Duration>,
     warnings: String,
 }
 
 impl TenantRun {
-    fn json(&self) -> Value {
+    fn drain_rate(&self, backlog: u64) -> f64 {
+        self.drain.map_or(f64::NAN, |d| stats::rate(backlog, d))
+    }
+
+    fn json(&self, backlog: u64) -> Value {
         json!({
             "b_tasks": self.b_tasks,
             "b_p50_ms": self.b_latency.as_ref().map(|s| ms(s.p50)),
             "b_p99_ms": self.b_latency.as_ref().map(|s| ms(s.p99)),
-            "a_running_mean": self.a_running,
-            "b_running_mean": self.b_running,
-            "a_backlog_left_at_end": self.a_backlog_left,
+            "drain_s": self.drain.map(|d| d.as_secs_f64()),
+            "drain_per_second": self.drain.map(|_| self.drain_rate(backlog)),
             "warnings": self.warnings,
         })
+    }
+
+    fn p99(&self) -> f64 {
+        self.b_latency.as_ref().map_or(f64::NAN, |s| ms(s.p99))
     }
 }
 
@@ -54,45 +76,66 @@ impl Bench {
     pub(super) async fn tenants(&mut self) -> Result<(), String> {
         let plan = self.plan;
         let down = HttpDownstream::start(Duration::ZERO).await?;
-        let alone = self.tenant_run("tenants-alone", &down, 0).await?;
         let backlog = if plan.quick { 10_000 } else { 50_000 };
-        let beside = self.tenant_run("tenants-beside", &down, backlog).await?;
-        let p99 = |run: &TenantRun| run.b_latency.as_ref().map_or(f64::NAN, |s| ms(s.p99));
-        let concurrency = plan.connections as f64;
-        let left = (concurrency - beside.b_running).max(1.0);
+        let shape = |name, tenants, backlog, b| Shape {
+            name,
+            tenants,
+            backlog,
+            b,
+        };
+        let alone = self
+            .tenant_run(shape("tenants-alone", true, 0, true), &down)
+            .await?;
+        let beside = self
+            .tenant_run(shape("tenants-beside", true, backlog, true), &down)
+            .await?;
+        let blind = self
+            .tenant_run(shape("tenants-blind", false, backlog, true), &down)
+            .await?;
+        let a_alone = self
+            .tenant_run(shape("tenants-a-alone", true, backlog, false), &down)
+            .await?;
+        let thousand = thousands(backlog);
         self.push(
             Figure::new(
                 "tenant_b_p99",
                 &format!(
-                    "13 tenant b's end-to-end p99 at {B_RATE}/s beside a's {} backlog",
-                    thousands(backlog)
+                    "13 tenant b's end-to-end p99 at {B_RATE}/s beside a's {thousand} backlog"
                 ),
-                p99(&beside),
+                beside.p99(),
                 "ms",
             )
-            .beside(p99(&alone), "b alone")
+            .beside(alone.p99(), "b alone")
             .target(Target::RatioAtMost(2.0))
             .note(format!(
-                "{} of b's tasks beside the backlog ({} alone); a had {} pending at the end. {}{}",
+                "{} of b's tasks beside the backlog, {} alone; p50 {:.1} ms beside, {:.1} ms \
+                 alone. Without tenants (the claim oldest due first) b's p99 beside the same \
+                 backlog was {:.1} ms over {} tasks. {}{}",
                 beside.b_tasks,
                 alone.b_tasks,
-                beside.a_backlog_left,
-                alone.warnings,
-                beside.warnings
+                beside.b_latency.as_ref().map_or(f64::NAN, |s| ms(s.p50)),
+                alone.b_latency.as_ref().map_or(f64::NAN, |s| ms(s.p50)),
+                blind.p99(),
+                blind.b_tasks,
+                beside.warnings,
+                blind.warnings
             )),
         );
         self.push(
             Figure::new(
-                "tenant_a_slots",
-                "13 tenant a's mean running over the slots b left",
-                beside.a_running / left,
-                "×",
+                "tenant_a_drain",
+                &format!("13 tenant a's {thousand} backlog drained beside b"),
+                beside.drain_rate(backlog),
+                "/s",
             )
-            .target(Target::AtLeast(0.9))
+            .beside(a_alone.drain_rate(backlog), "a alone")
+            .target(Target::RatioAtLeast(0.9))
             .note(format!(
-                "a ran {:.1} on average, b {:.1}, of {concurrency} slots (sampled every {} ms)",
-                beside.a_running,
-                beside.b_running,
+                "b submitted {} tasks during a's drain of {:.2} s ({:.2} s alone); the \
+                 drain's end is polled every {} ms",
+                beside.b_tasks,
+                beside.drain.map_or(f64::NAN, |d| d.as_secs_f64()),
+                a_alone.drain.map_or(f64::NAN, |d| d.as_secs_f64()),
                 SAMPLE.as_millis()
             )),
         );
@@ -102,26 +145,21 @@ impl Bench {
                 "b_rate": B_RATE,
                 "backlog": backlog,
                 "concurrency": plan.connections,
-                "alone": alone.json(),
-                "beside": beside.json(),
+                "alone": alone.json(0),
+                "beside": beside.json(backlog),
+                "blind": blind.json(backlog),
+                "a_alone": a_alone.json(backlog),
             }),
         );
         Ok(())
     }
 
-    /// One run on a fresh server: `a`'s backlog of `backlog` tasks (none:
-    /// `b` alone), then `b` at [`B_RATE`] until the window ends or `a` has
-    /// nothing pending, then until `b`'s tasks are all finished.
-    async fn tenant_run(
-        &self,
-        name: &str,
-        down: &HttpDownstream,
-        backlog: u64,
-    ) -> Result<TenantRun, String> {
+    /// One run on a fresh server, as `shape` says.
+    async fn tenant_run(&self, shape: Shape, down: &HttpDownstream) -> Result<TenantRun, String> {
         let plan = self.plan;
         let concurrency = plan.connections.to_string();
         let tc = self.start_tc(
-            name,
+            shape.name,
             &[
                 "--concurrency",
                 &concurrency,
@@ -133,41 +171,45 @@ impl Bench {
         )?;
         let endpoint = Endpoint::new(tc.addr);
         let mut conn = Conn::open(endpoint.addr).await?;
-        let mut keys = Vec::new();
-        for tenant in ["a", "b"] {
-            let body = Bytes::from(format!(r#"{{"name":"{tenant}"}}"#));
-            send(
-                &mut conn,
-                &endpoint,
-                ADMIN,
-                Method::POST,
-                "/tenants",
-                Some(body),
-                StatusCode::CREATED,
-            )
-            .await?;
-            let path = format!("/tenants/{tenant}/keys");
-            let made = send(
-                &mut conn,
-                &endpoint,
-                ADMIN,
-                Method::POST,
-                &path,
-                None,
-                StatusCode::CREATED,
-            )
-            .await?;
-            keys.push(
-                made["key"]
-                    .as_str()
-                    .ok_or_else(|| format!("POST {path}: no key in {made}"))?
-                    .to_owned(),
-            );
-        }
-        let (a_key, b_key) = (keys[0].clone(), keys[1].clone());
+        let (a_key, b_key) = if shape.tenants {
+            let mut keys = Vec::new();
+            for tenant in ["a", "b"] {
+                let body = Bytes::from(format!(r#"{{"name":"{tenant}"}}"#));
+                send(
+                    &mut conn,
+                    &endpoint,
+                    ADMIN,
+                    Method::POST,
+                    "/tenants",
+                    Some(body),
+                    StatusCode::CREATED,
+                )
+                .await?;
+                let path = format!("/tenants/{tenant}/keys");
+                let made = send(
+                    &mut conn,
+                    &endpoint,
+                    ADMIN,
+                    Method::POST,
+                    &path,
+                    None,
+                    StatusCode::CREATED,
+                )
+                .await?;
+                keys.push(
+                    made["key"]
+                        .as_str()
+                        .ok_or_else(|| format!("POST {path}: no key in {made}"))?
+                        .to_owned(),
+                );
+            }
+            (keys[0].clone(), keys[1].clone())
+        } else {
+            (ADMIN.to_owned(), ADMIN.to_owned())
+        };
         let destination = down.destination();
         let dest_path = format!("/destinations/{destination}");
-        if backlog > 0 {
+        if shape.backlog > 0 {
             let pause = |paused: bool| Bytes::from(format!(r#"{{"paused":{paused}}}"#));
             send(
                 &mut conn,
@@ -180,8 +222,8 @@ impl Bench {
             )
             .await?;
             let mut queued = 0;
-            while queued < backlog {
-                let n = (backlog - queued).min(1000);
+            while queued < shape.backlog {
+                let n = (shape.backlog - queued).min(1000);
                 let tasks: Vec<String> = (queued..queued + n)
                     .map(|i| {
                         String::from_utf8_lossy(&load::submit_body(&down.url(), "a", i, ""))
@@ -201,7 +243,7 @@ impl Bench {
                 .await?;
                 queued += n;
             }
-            self.progress(&format!("  a's backlog of {backlog} queued"));
+            self.progress(&format!("  a's backlog of {} queued", shape.backlog));
             send(
                 &mut conn,
                 &endpoint,
@@ -213,69 +255,79 @@ impl Bench {
             )
             .await?;
         }
+        let started = Instant::now();
 
-        // b at its pace; the counts sampled on a second connection.
-        let mut sampler = Conn::open(endpoint.addr).await?;
+        // b at its pace (while a has tasks pending, when it has a backlog);
+        // the destination's counts polled on a second connection.
+        let mut poller = Conn::open(endpoint.addr).await?;
         let mut tick = tokio::time::interval(Duration::from_secs(1) / B_RATE as u32);
-        let mut sample = tokio::time::interval(SAMPLE);
-        let until = Instant::now() + plan.window;
-        let (mut b_tasks, mut samples, mut a_sum, mut b_sum) = (0u64, 0u64, 0u64, 0u64);
-        let mut a_pending = backlog;
-        while Instant::now() < until && (backlog == 0 || a_pending > 0) {
+        let mut poll = tokio::time::interval(SAMPLE);
+        let until = started + plan.window;
+        let mut b_tasks = 0u64;
+        let mut drain = None;
+        let bound = started + plan.patience;
+        loop {
+            let now = Instant::now();
+            let submitting = shape.b && now < until && (shape.backlog == 0 || drain.is_none());
+            if !submitting && (shape.backlog == 0 || drain.is_some()) {
+                break;
+            }
+            if now >= bound {
+                return Err(format!(
+                    "{}: the backlog was not drained within {:?}",
+                    shape.name, plan.patience
+                ));
+            }
             tokio::select! {
-                _ = tick.tick() => {
+                _ = tick.tick(), if submitting => {
                     let body = load::submit_body(&down.url(), "b", b_tasks, "");
                     send(&mut conn, &endpoint, &b_key, Method::POST, "/tasks", Some(body), StatusCode::CREATED).await?;
                     b_tasks += 1;
                 }
-                _ = sample.tick() => {
-                    let a = tenant_counts(&mut sampler, &endpoint, "a").await?;
-                    let b = tenant_counts(&mut sampler, &endpoint, "b").await?;
-                    a_pending = a.0;
-                    samples += 1;
-                    a_sum += a.1;
-                    b_sum += b.1;
+                _ = poll.tick(), if shape.backlog > 0 => {
+                    let (pending, in_flight) = destination_counts(&mut poller, &endpoint, &destination).await?;
+                    if pending + in_flight == 0 && drain.is_none() {
+                        drain = Some(started.elapsed());
+                    }
                 }
             }
         }
+        // b's last tasks finished (on a new connection: the poller may have
+        // sat idle past the server's keep-alive while only b submitted).
+        let mut poller = Conn::open(endpoint.addr).await?;
         let until = Instant::now() + plan.patience;
         loop {
-            let (pending, running) = tenant_counts(&mut sampler, &endpoint, "b").await?;
-            if pending + running == 0 {
+            let (pending, in_flight) =
+                destination_counts(&mut poller, &endpoint, &destination).await?;
+            if pending + in_flight == 0 {
                 break;
             }
             if Instant::now() >= until {
                 return Err(format!(
-                    "b: {pending} pending, {running} running after the run"
+                    "{pending} pending, {in_flight} in flight after the run"
                 ));
             }
             tokio::time::sleep(SAMPLE).await;
         }
-        let a_backlog_left = tenant_counts(&mut sampler, &endpoint, "a").await?.0;
-        let b_latency = stats::summarize(finished_times(&mut conn, &endpoint, &b_key).await?);
+        let b_latency = if shape.b {
+            stats::summarize(finished_times(&mut conn, &endpoint, &b_key, "b-").await?)
+        } else {
+            None
+        };
         let warnings = self.server_warnings(&tc);
         tc.stop();
-        let mean = |sum: u64| {
-            if samples == 0 {
-                0.0
-            } else {
-                sum as f64 / samples as f64
-            }
-        };
         let run = TenantRun {
             b_tasks,
             b_latency,
-            a_running: mean(a_sum),
-            b_running: mean(b_sum),
-            a_backlog_left,
+            drain,
             warnings,
         };
         self.progress(&format!(
-            "  {name}: b {} tasks, p99 {:.1} ms; a running {:.1}, b running {:.1} on average",
+            "  {}: b {} tasks, p99 {:.1} ms; drain {:.2} s",
+            shape.name,
             run.b_tasks,
-            run.b_latency.as_ref().map_or(f64::NAN, |s| ms(s.p99)),
-            run.a_running,
-            run.b_running
+            run.p99(),
+            run.drain.map_or(f64::NAN, |d| d.as_secs_f64())
         ));
         Ok(run)
     }
@@ -312,36 +364,43 @@ async fn send(
     serde_json::from_slice(&reply.body).map_err(|e| format!("{method} {path}: {e}"))
 }
 
-/// A tenant's `(pending, running)` from `GET /tenants/{name}`.
-async fn tenant_counts(
+/// A destination's `(pending, in_flight)` from `GET /destinations/{it}`
+/// (404 before it has tasks: none).
+async fn destination_counts(
     conn: &mut Conn,
     endpoint: &Endpoint,
-    tenant: &str,
+    destination: &str,
 ) -> Result<(u64, u64), String> {
-    let path = format!("/tenants/{tenant}");
-    let view = send(
-        conn,
-        endpoint,
-        ADMIN,
-        Method::GET,
-        &path,
-        None,
-        StatusCode::OK,
-    )
-    .await?;
+    let path = format!("/destinations/{destination}");
+    let mut request = endpoint.request(Method::GET, &path, None)?;
+    let bearer = HeaderValue::try_from(format!("Bearer {ADMIN}"))
+        .map_err(|e| format!("authorization header: {e}"))?;
+    request
+        .headers_mut()
+        .insert(http::header::AUTHORIZATION, bearer);
+    let reply = conn.send(request).await?;
+    match reply.status {
+        StatusCode::NOT_FOUND => return Ok((0, 0)),
+        StatusCode::OK => {}
+        status => return Err(format!("GET {path}: status {status}")),
+    }
+    let view: Value =
+        serde_json::from_slice(&reply.body).map_err(|e| format!("GET {path}: {e}"))?;
     let count = |field: &str| {
         view[field]
             .as_u64()
             .ok_or_else(|| format!("GET {path}: no {field} in {view}"))
     };
-    Ok((count("pending")?, count("running")?))
+    Ok((count("pending")?, count("in_flight")?))
 }
 
-/// Every task the key sees, as `finished_at - created_at`.
+/// Every task the credential `key` sees whose idempotency key starts with
+/// `prefix`, as `finished_at - created_at`.
 async fn finished_times(
     conn: &mut Conn,
     endpoint: &Endpoint,
     key: &str,
+    prefix: &str,
 ) -> Result<Vec<Duration>, String> {
     let mut times = Vec::new();
     let mut after: Option<String> = None;
@@ -361,7 +420,12 @@ async fn finished_times(
             StatusCode::OK,
         )
         .await?;
-        for task in page["tasks"].as_array().into_iter().flatten() {
+        let tasks = page["tasks"].as_array().into_iter().flatten();
+        for task in tasks.filter(|t| {
+            t["idempotency_key"]
+                .as_str()
+                .is_some_and(|k| k.starts_with(prefix))
+        }) {
             let at = |field: &str| {
                 task[field]
                     .as_str()
