@@ -32,7 +32,7 @@ pub struct App<S, C> {
     /// What `POST /admin/backup` copies through, if anything.
     backups: Option<Arc<dyn crate::backup::Backups>>,
     /// When this node last recorded each tenant key's use.
-    key_use: crate::auth::KeyUse,
+    key_use: crate::key_use::KeyUse,
     /// This node's submit buckets, by tenant.
     buckets: crate::quota::SubmitBuckets,
 }
@@ -60,7 +60,7 @@ impl<S: TaskStore, C: Control> App<S, C> {
             ui: crate::ui::Ui::default(),
             tracer: None,
             backups: None,
-            key_use: crate::auth::KeyUse::default(),
+            key_use: crate::key_use::KeyUse::default(),
             buckets: crate::quota::SubmitBuckets::default(),
         }
     }
@@ -144,7 +144,7 @@ impl<S: TaskStore, C: Control> App<S, C> {
     }
 
     /// When this node last recorded each tenant key's use.
-    pub(crate) fn key_use(&self) -> &crate::auth::KeyUse {
+    pub(crate) fn key_use(&self) -> &crate::key_use::KeyUse {
         &self.key_use
     }
 

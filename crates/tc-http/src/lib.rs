@@ -45,6 +45,7 @@ mod control;
 mod destinations;
 mod dto;
 mod error;
+mod key_use;
 mod metrics;
 mod outbound;
 mod query;

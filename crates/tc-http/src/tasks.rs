@@ -348,7 +348,7 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
     bytes: &[u8],
 ) -> Answer {
     let mut request = crate::dto::parse_bulk(bytes)?;
-    request.filter = scope.narrow(request.filter);
+    request.filter = request.filter.within(scope);
     let now = app.control().now();
     let outcome = app
         .store()
@@ -404,7 +404,7 @@ pub(crate) async fn list<S: TaskStore, C: Control>(
         max_result_bytes: Some(PAGE_RESULT_BUDGET),
         ..parse_list_query(parts.uri.query())?
     };
-    query.filter = scope.narrow(std::mem::take(&mut query.filter));
+    query.filter = std::mem::take(&mut query.filter).within(scope);
     let page = app.store().list(query).await?;
     let bytes = encode_page(page)?;
     let mut response = Response::new(Full::new(Bytes::from(bytes)));

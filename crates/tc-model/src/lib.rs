@@ -13,6 +13,8 @@ pub mod headers;
 mod method;
 mod new_task;
 pub mod recurring;
+pub mod setting;
+pub mod share;
 pub mod signing;
 mod state;
 pub mod store;

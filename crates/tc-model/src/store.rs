@@ -211,6 +211,15 @@ impl TaskFilter {
         }
     }
 
+    /// This filter narrowed to what `scope` sees: a tenant's listing and
+    /// bulk action cover its own tasks whatever `tenant=` it gave.
+    pub fn within(mut self, scope: &crate::tenant::Scope) -> TaskFilter {
+        if let crate::tenant::Scope::Tenant(name) = scope {
+            self.tenant = Some(name.clone());
+        }
+        self
+    }
+
     /// Whether `task` is covered.
     pub fn matches(&self, task: &Task) -> bool {
         self.state.is_none_or(|s| task.state == s)

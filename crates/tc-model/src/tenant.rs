@@ -13,8 +13,7 @@ pub mod quota;
 
 use std::collections::BTreeMap;
 
-use crate::destination::InvalidSetting;
-use crate::store::TaskFilter;
+use crate::setting::InvalidSetting;
 use crate::{Task, Timestamp};
 
 /// The longest tenant name, in bytes.
@@ -193,15 +192,6 @@ impl Scope {
         }
     }
 
-    /// `filter` narrowed to what this scope sees: a tenant's listing and
-    /// bulk action cover its own tasks whatever `tenant=` it gave.
-    pub fn narrow(&self, mut filter: TaskFilter) -> TaskFilter {
-        if let Scope::Tenant(name) = self {
-            filter.tenant = Some(name.clone());
-        }
-        filter
-    }
-
     /// The tenant new tasks submitted in this scope belong to.
     pub fn tenant(&self) -> Option<&str> {
         match self {
@@ -224,8 +214,8 @@ pub const NO_TENANT: &str = "";
 /// The claim's tenant share, given by the worker when tenants exist
 /// (`None` in [`crate::destination::ClaimGate::tenants`]: the claim is
 /// tenant-blind, exactly as before tenants). Inside each destination's
-/// share ([`crate::destination::FairShare`]) the slots go to the tenants
-/// with due tasks there by [`crate::destination::FairShare::weighted`]:
+/// share ([`crate::share::FairShare`]) the slots go to the tenants
+/// with due tasks there by [`crate::share::FairShare::weighted`]:
 /// each to the tenant whose calls in flight on this node per weight are
 /// fewest, counting what this claim already gave it. A tenant with a
 /// backlog cannot take another's share, and takes every slot the others
@@ -254,7 +244,7 @@ impl TenantGate {
         want: usize,
         due: Vec<String>,
         load: &BTreeMap<String, usize>,
-    ) -> crate::destination::FairShare {
+    ) -> crate::share::FairShare {
         let candidates = due
             .into_iter()
             .map(|tenant| {
@@ -262,7 +252,7 @@ impl TenantGate {
                 (tenant, None, weight)
             })
             .collect();
-        crate::destination::FairShare::weighted(want, candidates, load)
+        crate::share::FairShare::weighted(want, candidates, load)
     }
 }
 
@@ -480,11 +470,13 @@ mod tests {
         assert!(!Scope::Tenant("b".into()).sees(&task));
         task.tenant = None;
         assert!(!Scope::Tenant("a".into()).sees(&task));
-        let f = Scope::Tenant("a".into()).narrow(TaskFilter {
+        let f = crate::store::TaskFilter {
             tenant: Some("b".into()),
-            ..TaskFilter::default()
-        });
+            ..crate::store::TaskFilter::default()
+        }
+        .within(&Scope::Tenant("a".into()));
         assert_eq!(f.tenant.as_deref(), Some("a"));
-        assert_eq!(Scope::Admin.narrow(TaskFilter::default()).tenant, None);
+        let all = crate::store::TaskFilter::default().within(&Scope::Admin);
+        assert_eq!(all.tenant, None);
     }
 }

@@ -198,7 +198,7 @@ impl Bench {
             let share = b.cap.unwrap_or(plan.connections as u64);
             let until = Instant::now() + plan.patience;
             loop {
-                let (pending, in_flight) = counts_of(&mut conn, &endpoint, slow).await?;
+                let (pending, in_flight) = counts_of(&mut conn, &endpoint, slow, None).await?;
                 if in_flight >= share {
                     self.progress(&format!(
                         "  slow destination: {in_flight} in flight, {pending} pending"
@@ -237,11 +237,11 @@ impl Bench {
         let mut slow_pending = 0;
         let finished = loop {
             if let Some(slow) = &slow {
-                let (pending, in_flight) = counts_of(&mut conn, &endpoint, slow).await?;
+                let (pending, in_flight) = counts_of(&mut conn, &endpoint, slow, None).await?;
                 slow_in_flight_max = slow_in_flight_max.max(in_flight);
                 slow_pending = pending;
             }
-            let (pending, in_flight) = counts_of(&mut conn, &endpoint, &fast_name).await?;
+            let (pending, in_flight) = counts_of(&mut conn, &endpoint, &fast_name, None).await?;
             let finished = submitted.ok.saturating_sub(pending + in_flight);
             if finished >= submitted.ok || Instant::now() >= until {
                 break finished;
@@ -289,7 +289,7 @@ impl Bench {
         }
         let until = Instant::now() + self.plan.patience;
         loop {
-            let (pending, in_flight) = counts_of(conn, endpoint, &fast.destination()).await?;
+            let (pending, in_flight) = counts_of(conn, endpoint, &fast.destination(), None).await?;
             if pending + in_flight == 0 {
                 return Ok(());
             }
@@ -323,30 +323,4 @@ async fn put_cap(
         ));
     }
     Ok(())
-}
-
-/// A destination's `(pending, in_flight)` from `GET /destinations/{it}`;
-/// one without tasks yet (404) has none of either.
-async fn counts_of(
-    conn: &mut Conn,
-    endpoint: &Endpoint,
-    destination: &str,
-) -> Result<(u64, u64), String> {
-    let path = format!("/destinations/{destination}");
-    let reply = conn
-        .send(endpoint.request(Method::GET, &path, None)?)
-        .await?;
-    match reply.status {
-        StatusCode::NOT_FOUND => return Ok((0, 0)),
-        StatusCode::OK => {}
-        status => return Err(format!("GET {path}: status {status}")),
-    }
-    let view: Value =
-        serde_json::from_slice(&reply.body).map_err(|e| format!("GET {path}: {e}"))?;
-    let count = |field: &str| {
-        view[field]
-            .as_u64()
-            .ok_or_else(|| format!("GET {path}: no {field} in {view}"))
-    };
-    Ok((count("pending")?, count("in_flight")?))
 }

@@ -607,6 +607,40 @@ fn load_json(outcome: &LoadResult) -> Value {
     })
 }
 
+/// A destination's `(pending, in_flight)` from `GET /destinations/{it}`,
+/// with `token` as the bearer where the server has one; one without tasks
+/// yet (404) has none of either.
+async fn counts_of(
+    conn: &mut Conn,
+    endpoint: &Endpoint,
+    destination: &str,
+    token: Option<&str>,
+) -> Result<(u64, u64), String> {
+    let path = format!("/destinations/{destination}");
+    let mut request = endpoint.request(Method::GET, &path, None)?;
+    if let Some(token) = token {
+        let bearer = HeaderValue::try_from(format!("Bearer {token}"))
+            .map_err(|e| format!("authorization header: {e}"))?;
+        request
+            .headers_mut()
+            .insert(http::header::AUTHORIZATION, bearer);
+    }
+    let reply = conn.send(request).await?;
+    match reply.status {
+        StatusCode::NOT_FOUND => return Ok((0, 0)),
+        StatusCode::OK => {}
+        status => return Err(format!("GET {path}: status {status}")),
+    }
+    let view: Value =
+        serde_json::from_slice(&reply.body).map_err(|e| format!("GET {path}: {e}"))?;
+    let count = |field: &str| {
+        view[field]
+            .as_u64()
+            .ok_or_else(|| format!("GET {path}: no {field} in {view}"))
+    };
+    Ok((count("pending")?, count("in_flight")?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

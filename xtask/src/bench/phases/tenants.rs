@@ -285,7 +285,7 @@ impl Bench {
                     b_tasks += 1;
                 }
                 _ = poll.tick(), if shape.backlog > 0 => {
-                    let (pending, in_flight) = destination_counts(&mut poller, &endpoint, &destination).await?;
+                    let (pending, in_flight) = counts_of(&mut poller, &endpoint, &destination, Some(ADMIN)).await?;
                     if pending + in_flight == 0 && drain.is_none() {
                         drain = Some(started.elapsed());
                     }
@@ -298,7 +298,7 @@ impl Bench {
         let until = Instant::now() + plan.patience;
         loop {
             let (pending, in_flight) =
-                destination_counts(&mut poller, &endpoint, &destination).await?;
+                counts_of(&mut poller, &endpoint, &destination, Some(ADMIN)).await?;
             if pending + in_flight == 0 {
                 break;
             }
@@ -362,36 +362,6 @@ async fn send(
         return Ok(Value::Null);
     }
     serde_json::from_slice(&reply.body).map_err(|e| format!("{method} {path}: {e}"))
-}
-
-/// A destination's `(pending, in_flight)` from `GET /destinations/{it}`
-/// (404 before it has tasks: none).
-async fn destination_counts(
-    conn: &mut Conn,
-    endpoint: &Endpoint,
-    destination: &str,
-) -> Result<(u64, u64), String> {
-    let path = format!("/destinations/{destination}");
-    let mut request = endpoint.request(Method::GET, &path, None)?;
-    let bearer = HeaderValue::try_from(format!("Bearer {ADMIN}"))
-        .map_err(|e| format!("authorization header: {e}"))?;
-    request
-        .headers_mut()
-        .insert(http::header::AUTHORIZATION, bearer);
-    let reply = conn.send(request).await?;
-    match reply.status {
-        StatusCode::NOT_FOUND => return Ok((0, 0)),
-        StatusCode::OK => {}
-        status => return Err(format!("GET {path}: status {status}")),
-    }
-    let view: Value =
-        serde_json::from_slice(&reply.body).map_err(|e| format!("GET {path}: {e}"))?;
-    let count = |field: &str| {
-        view[field]
-            .as_u64()
-            .ok_or_else(|| format!("GET {path}: no {field} in {view}"))
-    };
-    Ok((count("pending")?, count("in_flight")?))
 }
 
 /// Every task the credential `key` sees whose idempotency key starts with

@@ -171,7 +171,7 @@ async fn results<S: TaskStore, C: Control>(
 ) -> Rendered {
     let now = app.control().now();
     let mut filter = match asked.filter() {
-        Ok(f) => scope.narrow(f),
+        Ok(f) => f.within(scope),
         Err(e) => return Rendered::error_fragment(&e),
     };
     let limit = match asked.get("limit").map(str::parse::<usize>) {
