@@ -6,8 +6,9 @@
 //! (fantoccini), and checks what a person would: the counts, the destinations
 //! with their in-flight calls, cap, breaker and holds, a filtered list,
 //! a task's attempts, a cancel in flight, a bulk retry with its dry-run count,
-//! a `<script>` result shown as text, and the token flow. Screenshots go to
-//! `<target>/ui/{overview,list,task,bulk}.png` (and `failure.png` when a check
+//! a `<script>` result shown as text, the token flow, and a tenant's key
+//! logging in to see only its tasks. Screenshots go to
+//! `<target>/ui/{overview,list,task,bulk,tenant}.png` (and `failure.png` when a check
 //! fails). Every wait polls a condition until a deadline.
 
 use std::net::SocketAddr;
@@ -152,15 +153,15 @@ fn downstream_script() -> Arc<Script> {
 struct Api {
     endpoint: Endpoint,
     conn: Conn,
-    token: Option<&'static str>,
+    token: Option<String>,
 }
 
 impl Api {
-    async fn new(addr: SocketAddr, token: Option<&'static str>) -> Result<Api, String> {
+    async fn new(addr: SocketAddr, token: Option<&str>) -> Result<Api, String> {
         Ok(Api {
             endpoint: Endpoint::new(addr),
             conn: Conn::open(addr).await?,
-            token,
+            token: token.map(str::to_owned),
         })
     }
 
@@ -172,7 +173,7 @@ impl Api {
     ) -> Result<(u16, Value), String> {
         let body = body.map(|b| Bytes::from(b.to_string()));
         let mut request = self.endpoint.request(method, path, body)?;
-        if let Some(token) = self.token {
+        if let Some(token) = &self.token {
             let value = http::HeaderValue::try_from(format!("Bearer {token}"))
                 .map_err(|e| format!("token header: {e}"))?;
             request
@@ -371,7 +372,7 @@ async fn ui_test(binary: &Path, shots: &Path) -> Result<(), String> {
     let _ = browser.close().await;
     outcome?;
     println!(
-        "ui-test: 9 checks passed, 0 failed; screenshots in {}",
+        "ui-test: 10 checks passed, 0 failed; screenshots in {}",
         shots.display()
     );
     Ok(())
@@ -752,6 +753,66 @@ async fn checks(
         format!("the deleted task answers {status}")
     })?;
     eprintln!("[ui-test] ok: the right token gets in; the page's buttons act with the session");
+
+    // 10. A tenant's key logs in too (issue 29) and its session sees only
+    // the tenant's tasks: not the admin's, not the overview.
+    let (status, _) = api
+        .call(Method::POST, "/tenants", Some(json!({"name": "acme"})))
+        .await?;
+    check(status == 201, || format!("POST /tenants answered {status}"))?;
+    let (status, made) = api.call(Method::POST, "/tenants/acme/keys", None).await?;
+    let key = made["key"]
+        .as_str()
+        .filter(|_| status == 201)
+        .ok_or(format!("POST /tenants/acme/keys answered {status} {made}"))?
+        .to_owned();
+    let admin_task = api.submit(down, "/ok", "admin-task", json!({})).await?;
+    let mut tenant = Api::new(server.addr, Some(&key)).await?;
+    let tenant_task = tenant.submit(down, "/ok", "acme-task", json!({})).await?;
+    for id in [&admin_task, &tenant_task] {
+        api.wait_task(id, "succeeded", |t| t["state"] == "success")
+            .await?;
+    }
+    browser
+        .delete_all_cookies()
+        .await
+        .map_err(|e| format!("deleting the admin's session: {e}"))?;
+    goto(browser, &format!("{base}/ui/tasks")).await?;
+    browser
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#login"))
+        .await
+        .map_err(|e| format!("the login page again: {e}"))?;
+    let field = browser
+        .find(Locator::Css("#token"))
+        .await
+        .map_err(|e| format!("the token field: {e}"))?;
+    field
+        .send_keys(&key)
+        .await
+        .map_err(|e| format!("typing the key: {e}"))?;
+    click(browser, "#login button[type=submit]").await?;
+    goto(browser, &format!("{base}/ui/tasks")).await?;
+    let listed = until("the tenant's task list", || async {
+        Ok(text_of(browser, "table")
+            .await?
+            .filter(|t| t.contains("acme-task")))
+    })
+    .await?;
+    check(!listed.contains("admin-task"), || {
+        format!("the tenant's session lists the admin's task: {listed:?}")
+    })?;
+    goto(browser, &format!("{base}/ui/tasks/{admin_task}")).await?;
+    let page = until("the admin's task page answered", || async {
+        text_of(browser, "body").await
+    })
+    .await?;
+    check(!page.contains("admin-task"), || {
+        format!("the tenant's session shows the admin's task: {page:?}")
+    })?;
+    screenshot(browser, shots, "tenant").await?;
+    eprintln!("[ui-test] ok: a tenant's key logs in and sees only its own tasks");
     drop(server);
     Ok(())
 }
