@@ -46,6 +46,9 @@ struct Shape {
 struct TenantRun {
     b_tasks: u64,
     b_latency: Option<Summary>,
+    /// b's time from submit to claim (`started_at - created_at`): how much
+    /// of its latency is the wait for a slot and a claim.
+    b_waited: Option<Summary>,
     /// From the resume until the backlog (and `b`'s tasks) were all done.
     drain: Option<Duration>,
     warnings: String,
@@ -61,6 +64,8 @@ impl TenantRun {
             "b_tasks": self.b_tasks,
             "b_p50_ms": self.b_latency.as_ref().map(|s| ms(s.p50)),
             "b_p99_ms": self.b_latency.as_ref().map(|s| ms(s.p99)),
+            "b_to_claim_p50_ms": self.b_waited.as_ref().map(|s| ms(s.p50)),
+            "b_to_claim_p99_ms": self.b_waited.as_ref().map(|s| ms(s.p99)),
             "drain_s": self.drain.map(|d| d.as_secs_f64()),
             "drain_per_second": self.drain.map(|_| self.drain_rate(backlog)),
             "warnings": self.warnings,
@@ -309,24 +314,30 @@ impl Bench {
             }
             tokio::time::sleep(SAMPLE).await;
         }
-        let b_latency = if shape.b {
-            stats::summarize(finished_times(&mut conn, &endpoint, &b_key, "b-").await?)
+        let (b_latency, b_waited) = if shape.b {
+            let times = finished_times(&mut conn, &endpoint, &b_key, "b-").await?;
+            (
+                stats::summarize(times.iter().map(|t| t.total).collect()),
+                stats::summarize(times.iter().map(|t| t.waited).collect()),
+            )
         } else {
-            None
+            (None, None)
         };
         let warnings = self.server_warnings(&tc);
         tc.stop();
         let run = TenantRun {
             b_tasks,
             b_latency,
+            b_waited,
             drain,
             warnings,
         };
         self.progress(&format!(
-            "  {}: b {} tasks, p99 {:.1} ms; drain {:.2} s",
+            "  {}: b {} tasks, p99 {:.1} ms (submit to claim p99 {:.1} ms); drain {:.2} s",
             shape.name,
             run.b_tasks,
             run.p99(),
+            run.b_waited.as_ref().map_or(f64::NAN, |s| ms(s.p99)),
             run.drain.map_or(f64::NAN, |d| d.as_secs_f64())
         ));
         Ok(run)
@@ -364,6 +375,14 @@ async fn send(
     serde_json::from_slice(&reply.body).map_err(|e| format!("{method} {path}: {e}"))
 }
 
+/// One finished task's times.
+struct Times {
+    /// From its submit until its (last) try was claimed.
+    waited: Duration,
+    /// From its submit until it finished.
+    total: Duration,
+}
+
 /// Every task the credential `key` sees whose idempotency key starts with
 /// `prefix`, as `finished_at - created_at`.
 async fn finished_times(
@@ -371,7 +390,7 @@ async fn finished_times(
     endpoint: &Endpoint,
     key: &str,
     prefix: &str,
-) -> Result<Vec<Duration>, String> {
+) -> Result<Vec<Times>, String> {
     let mut times = Vec::new();
     let mut after: Option<String> = None;
     // Bounded: 10,000 pages of 500 is far more than a run submits.
@@ -403,7 +422,11 @@ async fn finished_times(
                     .ok_or_else(|| format!("a task without {field}: {task}"))
             };
             let (created, finished) = (at("created_at")?, at("finished_at")?);
-            times.push(finished.duration_since(created).unwrap_or_default());
+            let started = at("started_at")?;
+            times.push(Times {
+                waited: started.duration_since(created).unwrap_or_default(),
+                total: finished.duration_since(created).unwrap_or_default(),
+            });
         }
         match page["next"].as_str() {
             Some(next) => after = Some(next.to_owned()),
