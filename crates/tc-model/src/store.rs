@@ -5,6 +5,7 @@
 //! Every method takes the current time from its caller, so that the worker's
 //! clock (paused in tests) is the one truth about "now".
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
@@ -806,9 +807,17 @@ pub trait TaskStore: Send + Sync + 'static {
     /// when there is no such tenant.
     fn delete_tenant(&self, name: String) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Every tenant, in name order, with its counts and keys (the metrics
-    /// and the worker's weights read them all).
+    /// Every tenant, in name order, with its counts and keys (the API's
+    /// list and the metrics read them all).
     fn tenants(&self) -> impl Future<Output = Result<Vec<TenantDetail>, StoreError>> + Send;
+
+    /// Every stored tenant's weight by name, and nothing else: the worker
+    /// reads it every second on every node, so it must not count tasks or
+    /// list keys as [`TaskStore::tenants`] does. Empty while no tenant is
+    /// stored.
+    fn tenant_weights(
+        &self,
+    ) -> impl Future<Output = Result<BTreeMap<String, u32>, StoreError>> + Send;
 
     /// The tenant `name` with its counts and keys, or
     /// [`StoreError::NotFound`].

@@ -1,6 +1,7 @@
 //! [`PgStore`]: the pool, the listener and the [`TaskStore`] methods, each
 //! handing its work to the operation modules.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -638,6 +639,10 @@ impl TaskStore for PgStore {
 
     async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
         self.read(async |tx| tenants::details(tx, None).await).await
+    }
+
+    async fn tenant_weights(&self) -> Result<BTreeMap<String, u32>, StoreError> {
+        tenants::weights(&self.client().await?).await
     }
 
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {

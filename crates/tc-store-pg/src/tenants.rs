@@ -4,7 +4,7 @@
 //! its tenant). Counts of a tenant's tasks read `tasks_unfinished_by_tenant`;
 //! a tenant is deleted only while `tasks_by_tenant` finds none of its tasks.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use deadpool_postgres::{GenericClient, Transaction};
 use tc_model::Timestamp;
@@ -245,6 +245,25 @@ pub(crate) async fn details(
                 running,
                 keys,
             })
+        })
+        .collect()
+}
+
+/// Every tenant's weight by name: one plain read of the `tenants` table, no
+/// count and no key (the worker reads it every second on every node).
+pub(crate) async fn weights(
+    client: &impl GenericClient,
+) -> Result<BTreeMap<String, u32>, StoreError> {
+    let statement = client
+        .prepare_cached("SELECT name, weight FROM tenants")
+        .await
+        .map_err(db)?;
+    let rows = client.query(&statement, &[]).await.map_err(db)?;
+    rows.iter()
+        .map(|row| {
+            let weight: i32 = row.try_get(1).map_err(db)?;
+            let weight = u32::try_from(weight).map_err(|_| corrupt("weight"))?;
+            Ok((row.try_get(0).map_err(db)?, weight))
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! [`SqliteStore`]: the writer thread, the read pool and the [`TaskStore`]
 //! methods, each handing its work to one of them.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -541,6 +542,10 @@ impl TaskStore for SqliteStore {
 
     async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
         self.readers.run(tenants::all).await
+    }
+
+    async fn tenant_weights(&self) -> Result<BTreeMap<String, u32>, StoreError> {
+        self.readers.run(tenants::weights).await
     }
 
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {

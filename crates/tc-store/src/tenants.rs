@@ -205,6 +205,21 @@ pub(crate) fn all(conn: &mut Connection) -> Result<Vec<TenantDetail>, StoreError
     details
 }
 
+/// Every tenant's weight by name: one read of the `tenants` table, no
+/// count and no key (the worker reads it every second).
+pub(crate) fn weights(conn: &mut Connection) -> Result<BTreeMap<String, u32>, StoreError> {
+    let rows: Vec<(String, i64)> = conn
+        .prepare_cached("SELECT name, weight FROM tenants")
+        .map_err(db)?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    rows.into_iter()
+        .map(|(name, weight)| Ok((name, u32::try_from(weight).map_err(|_| corrupt("weight"))?)))
+        .collect()
+}
+
 /// The tenant `name` with its counts and keys, or [`StoreError::NotFound`].
 pub(crate) fn one(conn: &mut Connection, name: &str) -> Result<TenantDetail, StoreError> {
     let tx = conn.transaction().map_err(db)?;

@@ -941,6 +941,14 @@ impl TaskStore for MemoryStore {
         Ok(t.tenants.values().map(|tenant| t.detail(tenant)).collect())
     }
 
+    async fn tenant_weights(&self) -> Result<BTreeMap<String, u32>, StoreError> {
+        let t = self.tables();
+        Ok(t.tenants
+            .values()
+            .map(|tenant| (tenant.name.clone(), tenant.settings.weight))
+            .collect())
+    }
+
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
         let t = self.tables();
         let tenant = t.tenants.get(&name).ok_or(StoreError::NotFound)?;

@@ -125,6 +125,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         schedules_are_kept_field_by_field,
         a_firing_record_never_moves_backwards,
         tenants_are_kept_field_by_field,
+        tenant_weights_are_each_tenant_s_weight,
         a_tenant_with_tasks_cannot_be_deleted,
         idempotency_keys_are_per_tenant,
         every_read_and_write_path_sees_the_tenant,

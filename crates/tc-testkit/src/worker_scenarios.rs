@@ -56,7 +56,7 @@ use faults::{
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
 use schedules::a_schedule_fires_one_task_per_time_and_records_it;
-use tenants::tenants_share_a_destination_by_weight;
+use tenants::{tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights};
 use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
@@ -270,6 +270,7 @@ macro_rules! worker_scenarios {
             a_callback_delivers_the_parent_s_view,
             a_schedule_fires_one_task_per_time_and_records_it,
             tenants_share_a_destination_by_weight,
+            the_worker_reads_only_the_tenants_weights,
         }
     };
 }
@@ -1258,8 +1259,9 @@ const SPIN_GUARD_CLAIMS: usize = 10_000;
 /// the worker: the window of "claimed, not yet called") or the next cancel
 /// (after its write, before its caller hears back) until released; and that
 /// fails on request, as a full disk or a busy database would: the next K
-/// completes, or every claim while claims are set to fail. It counts claims
-/// and lease recoveries so that scenarios can wait on them.
+/// completes, or every claim while claims are set to fail. It counts claims,
+/// lease recoveries and the tenants' reads so that scenarios can wait on
+/// them.
 pub struct GatedStore<S> {
     inner: Arc<S>,
     claim_armed: std::sync::atomic::AtomicBool,
@@ -1272,6 +1274,8 @@ pub struct GatedStore<S> {
     claims_fail: std::sync::atomic::AtomicBool,
     claims: std::sync::atomic::AtomicUsize,
     gets: std::sync::atomic::AtomicUsize,
+    tenant_details: std::sync::atomic::AtomicUsize,
+    weight_reads: tokio::sync::watch::Sender<usize>,
     recoveries: tokio::sync::watch::Sender<usize>,
 }
 
@@ -1290,6 +1294,8 @@ impl<S> GatedStore<S> {
             claims_fail: std::sync::atomic::AtomicBool::new(false),
             claims: std::sync::atomic::AtomicUsize::new(0),
             gets: std::sync::atomic::AtomicUsize::new(0),
+            tenant_details: std::sync::atomic::AtomicUsize::new(0),
+            weight_reads: tokio::sync::watch::Sender::new(0),
             recoveries: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -1297,6 +1303,21 @@ impl<S> GatedStore<S> {
     /// How many tasks were read through this store (`get`).
     pub fn gets(&self) -> usize {
         self.gets.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many times the tenants were read with their counts and keys
+    /// (`tenants`).
+    pub fn tenant_details(&self) -> usize {
+        self.tenant_details
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until the tenants' weights have been read `n` times in all
+    /// (`tenant_weights`).
+    pub async fn wait_weight_reads(&self, n: usize) {
+        let mut seen = self.weight_reads.subscribe();
+        // The sender lives in self, so the channel cannot close here.
+        let _ = seen.wait_for(|done| *done >= n).await;
     }
 
     /// Fails the next `k` completes with [`StoreError::Unavailable`].
@@ -1587,7 +1608,16 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         self.inner.delete_tenant(name).await
     }
     async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
+        self.tenant_details
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.tenants().await
+    }
+    async fn tenant_weights(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
+        let weights = self.inner.tenant_weights().await;
+        self.weight_reads.send_modify(|n| *n += 1);
+        weights
     }
     async fn tenant(&self, name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
         self.inner.tenant(name).await

@@ -52,8 +52,10 @@ pub(crate) async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
     }
     // The tenants' weights, at the same pace: a new tenant or weight is
     // shared by from the next read (or at once, when told of a change).
-    match shared.store.tenants().await {
-        Ok(tenants) => shared.tenants.set_tenants(&tenants),
+    // Only the weights: `tenants()` would also count every tenant's open
+    // tasks and list its keys, every second on every node.
+    match shared.store.tenant_weights().await {
+        Ok(weights) => shared.tenants.set_weights(weights),
         Err(e) => tracing::error!(error = %e, "tenants_read_failed"),
     }
 }

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tc_model::Task;
-use tc_model::tenant::{TenantDetail, TenantGate, stored_tenant};
+use tc_model::tenant::{TenantGate, stored_tenant};
 
 #[derive(Default)]
 struct State {
@@ -34,15 +34,10 @@ impl TenantShare {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes the stored tenants' weights as they are now.
-    pub(crate) fn set_tenants(&self, tenants: &[TenantDetail]) {
-        let weights = (!tenants.is_empty()).then(|| {
-            tenants
-                .iter()
-                .map(|t| (t.tenant.name.clone(), t.tenant.settings.weight))
-                .collect()
-        });
-        self.lock().weights = weights;
+    /// Takes the stored tenants' weights as they are now (by name; none
+    /// stored: no gate).
+    pub(crate) fn set_weights(&self, weights: BTreeMap<String, u32>) {
+        self.lock().weights = (!weights.is_empty()).then_some(weights);
     }
 
     /// Counts the attempts a claim started.
@@ -88,7 +83,6 @@ mod tests {
 
     use std::time::Duration;
 
-    use tc_model::tenant::{Tenant, TenantSettings};
     use tc_model::{Limits, NewTask, TaskId, Timestamp};
 
     fn task(tenant: Option<&str>, n: u8) -> Task {
@@ -106,21 +100,8 @@ mod tests {
         Task::submitted(TaskId::new(at, [n; 10]), &new, at)
     }
 
-    fn tenant(name: &str, weight: u32) -> TenantDetail {
-        TenantDetail {
-            tenant: Tenant {
-                name: name.into(),
-                settings: TenantSettings {
-                    weight,
-                    ..TenantSettings::default()
-                },
-                created_at: Timestamp::from_millis(0),
-                updated_at: Timestamp::from_millis(0),
-            },
-            pending: 0,
-            running: 0,
-            keys: Vec::new(),
-        }
+    fn weights(of: &[(&str, u32)]) -> BTreeMap<String, u32> {
+        of.iter().map(|(name, w)| ((*name).to_owned(), *w)).collect()
     }
 
     #[test]
@@ -128,15 +109,15 @@ mod tests {
         let share = TenantShare::default();
         share.started(&[task(None, 1)]);
         assert_eq!(share.gate(), None);
-        share.set_tenants(&[tenant("a", 3)]);
-        share.set_tenants(&[]);
+        share.set_weights(weights(&[("a", 3)]));
+        share.set_weights(BTreeMap::new());
         assert_eq!(share.gate(), None);
     }
 
     #[test]
     fn the_gate_carries_the_weights_and_the_calls_in_flight() {
         let share = TenantShare::default();
-        share.set_tenants(&[tenant("a", 3), tenant("b", 1)]);
+        share.set_weights(weights(&[("a", 3), ("b", 1)]));
         share.started(&[task(Some("a"), 1), task(Some("a"), 2), task(None, 3)]);
         share.ended("a");
         share.ended("");

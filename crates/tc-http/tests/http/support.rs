@@ -208,6 +208,12 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.tenants().await
     }
+    async fn tenant_weights(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
+        self.check()?;
+        self.inner.tenant_weights().await
+    }
     async fn tenant(&self, name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
         self.check()?;
         self.inner.tenant(name).await

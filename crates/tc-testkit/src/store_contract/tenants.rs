@@ -1,5 +1,5 @@
-//! Tenants (issue 29): tenants kept field by field, deleted only when they
-//! have no task, idempotency keys unique per tenant, the tenant seen by
+//! Tenants (issue 29): tenants kept field by field, their weights alone as
+//! the worker reads them, deleted only when they have no task, idempotency keys unique per tenant, the tenant seen by
 //! every read and write path, the `max_pending` quota, API keys found by
 //! hash until revoked, callbacks in their parent's tenant, and the claim's
 //! share of a destination between tenants by weight.
@@ -218,6 +218,71 @@ pub async fn tenants_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdict 
     );
     let reborn = tenant(&store, "alpha", TenantUpdate::default(), at(9)).await?;
     ensure_eq!(reborn.created_at, at(9), "a deleted tenant's name is free");
+    Ok(())
+}
+
+/// The worker's light read: each stored tenant's weight by name, as
+/// created and as updated (a tenant with tasks and keys is there with its
+/// weight alone); a deleted tenant is gone from it; none stored, it is
+/// empty.
+pub async fn tenant_weights_are_each_tenant_s_weight<S: TaskStore>(store: S) -> Verdict {
+    let weights = |of: &[(&str, u32)]| -> BTreeMap<String, u32> {
+        of.iter().map(|(name, w)| ((*name).to_owned(), *w)).collect()
+    };
+    ensure_eq!(
+        store.tenant_weights().await.step("tenant_weights")?,
+        BTreeMap::new(),
+        "a fresh store's weights"
+    );
+    let weighted = |weight: u32| TenantUpdate {
+        weight: Some(weight),
+        ..TenantUpdate::default()
+    };
+    tenant(&store, "beta", weighted(3), at(0)).await?;
+    tenant(&store, "alpha", TenantUpdate::default(), at(1)).await?;
+    tenant(&store, "gamma", weighted(1_000), at(2)).await?;
+    // Tasks and a key change nothing in the weights.
+    create(&store, task_of(Some("beta"), URL, "one", None), at(3)).await?;
+    store
+        .create_api_key("beta".into(), "key_w1".into(), KeyHash::of("tck_w1"), at(3))
+        .await
+        .step("create_api_key")?;
+    let default = TenantSettings::default().weight;
+    ensure_eq!(
+        store.tenant_weights().await.step("tenant_weights")?,
+        weights(&[("alpha", default), ("beta", 3), ("gamma", 1_000)]),
+        "the weights as created"
+    );
+    store
+        .update_tenant("alpha".into(), weighted(7), at(4))
+        .await
+        .step("update_tenant")?;
+    // An update that names no weight keeps it.
+    store
+        .update_tenant(
+            "beta".into(),
+            TenantUpdate {
+                max_pending: Some(Some(5)),
+                ..TenantUpdate::default()
+            },
+            at(4),
+        )
+        .await
+        .step("update_tenant")?;
+    ensure_eq!(
+        store.tenant_weights().await.step("tenant_weights")?,
+        weights(&[("alpha", 7), ("beta", 3), ("gamma", 1_000)]),
+        "the weights after the updates"
+    );
+    store
+        .delete_tenant("gamma".into())
+        .await
+        .step("delete_tenant")?;
+    ensure_eq!(
+        store.tenant_weights().await.step("tenant_weights")?,
+        weights(&[("alpha", 7), ("beta", 3)]),
+        "the weights after a delete"
+    );
     Ok(())
 }
 

@@ -1,7 +1,9 @@
 //! Tenants share the worker's slots by weight (issue 29): inside one
 //! destination, a tenant with a backlog takes every slot while no other
-//! tenant has due tasks, and cannot keep another's share once it has.
+//! tenant has due tasks, and cannot keep another's share once it has. The
+//! worker reads the weights alone, never the tenants' counts and keys.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tc_downstream::Downstream;
@@ -9,9 +11,9 @@ use tc_downstream::fake::{Reply, Step};
 use tc_model::store::TaskStore;
 use tc_model::tenant::TenantUpdate;
 use tc_model::{Limits, NewTask, TaskId};
-use tc_worker::WorkerConfig;
+use tc_worker::{Worker, WorkerConfig, WorkerMetrics};
 
-use super::{Rig, guard, stop};
+use super::{GatedStore, Rig, guard, stop};
 
 async fn create<S: TaskStore, D>(rig: &Rig<S, D>, name: &str, weight: u32) -> Result<(), String> {
     let settings = TenantUpdate {
@@ -110,4 +112,32 @@ pub(super) async fn tenants_share_a_destination_by_weight<S: TaskStore, D: Downs
         of("b")
     );
     stop(worker).await
+}
+
+/// The worker's settings reads (at start, every `settings_interval`, and
+/// when told of a change) read the tenants' weights alone: never
+/// `tenants()`, which counts every tenant's open tasks and lists its keys
+/// (a 50,000-task backlog counted every second on every node).
+pub(super) async fn the_worker_reads_only_the_tenants_weights<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    create(rig, "a", 2).await?;
+    submit_for(rig, "a", 0..3).await?;
+    let gated = Arc::new(GatedStore::new(Arc::clone(&rig.store)));
+    let worker = Worker::spawn(
+        Arc::clone(&gated),
+        Arc::clone(&rig.downstream),
+        rig.config(),
+        rig.clock.clone(),
+        WorkerMetrics::default(),
+    );
+    // The read at start, then two of the loop's.
+    guard("three reads of the weights", gated.wait_weight_reads(3)).await?;
+    stop(worker).await?;
+    let details = gated.tenant_details();
+    ensure!(
+        details == 0,
+        "the worker read the tenants with their counts and keys {details} times"
+    );
+    Ok(())
 }
