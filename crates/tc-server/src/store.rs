@@ -277,9 +277,7 @@ impl TaskStore for AnyStore {
     async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
         either!(self, s => s.tenants())
     }
-    async fn tenant_weights(
-        &self,
-    ) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
+    async fn tenant_weights(&self) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
         either!(self, s => s.tenant_weights())
     }
     async fn tenant(&self, name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {

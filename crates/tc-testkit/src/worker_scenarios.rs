@@ -1612,9 +1612,7 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.tenants().await
     }
-    async fn tenant_weights(
-        &self,
-    ) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
+    async fn tenant_weights(&self) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
         let weights = self.inner.tenant_weights().await;
         self.weight_reads.send_modify(|n| *n += 1);
         weights

@@ -101,7 +101,9 @@ mod tests {
     }
 
     fn weights(of: &[(&str, u32)]) -> BTreeMap<String, u32> {
-        of.iter().map(|(name, w)| ((*name).to_owned(), *w)).collect()
+        of.iter()
+            .map(|(name, w)| ((*name).to_owned(), *w))
+            .collect()
     }
 
     #[test]

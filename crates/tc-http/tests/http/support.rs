@@ -208,9 +208,7 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.tenants().await
     }
-    async fn tenant_weights(
-        &self,
-    ) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
+    async fn tenant_weights(&self) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
         self.check()?;
         self.inner.tenant_weights().await
     }

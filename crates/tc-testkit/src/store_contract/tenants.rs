@@ -227,7 +227,9 @@ pub async fn tenants_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdict 
 /// empty.
 pub async fn tenant_weights_are_each_tenant_s_weight<S: TaskStore>(store: S) -> Verdict {
     let weights = |of: &[(&str, u32)]| -> BTreeMap<String, u32> {
-        of.iter().map(|(name, w)| ((*name).to_owned(), *w)).collect()
+        of.iter()
+            .map(|(name, w)| ((*name).to_owned(), *w))
+            .collect()
     };
     ensure_eq!(
         store.tenant_weights().await.step("tenant_weights")?,
