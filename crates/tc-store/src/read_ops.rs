@@ -16,8 +16,16 @@ use crate::rows::{self, db, listed_columns, parse_state, task_from_row};
 pub(crate) const NEXT_DUE: &str =
     "SELECT min(next_run_at) FROM tasks INDEXED BY tasks_due WHERE state = 'pending'";
 
-/// Counts per state, from the counts table the triggers keep (schema step 3).
-pub(crate) const COUNT_BY_STATE: &str = "SELECT state, n FROM state_counts ORDER BY state";
+/// Counts per state, in one statement (one snapshot), from what the
+/// triggers keep: pending and running as the sums over `destination_tasks`
+/// (schema step 12), the finished states from `state_counts`, which holds
+/// only those since step 17. Both tables are small (a row per destination
+/// with open tasks, three rows), whatever the number of tasks. No ORDER BY:
+/// [`count_by_state`] sets each count by its state name.
+pub(crate) const COUNT_BY_STATE: &str = "\
+    SELECT 'pending', coalesce(sum(pending), 0) FROM destination_tasks \
+    UNION ALL SELECT 'running', coalesce(sum(running), 0) FROM destination_tasks \
+    UNION ALL SELECT state, n FROM state_counts";
 
 /// The task with its history, or [`StoreError::NotFound`].
 pub(crate) fn get(conn: &mut Connection, id: &TaskId) -> Result<Task, StoreError> {

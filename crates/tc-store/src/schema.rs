@@ -590,6 +590,56 @@ fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute_batch("DROP INDEX tasks_key_before_tenants")
 }
 
+/// Step 16 → 17 (issue 26, the writer's CPU per task): `state_counts`
+/// keeps only the finished states (success, failed, canceled); the pending
+/// and running totals are the sums of `destination_tasks` (step 12), which
+/// already counts them exactly per destination, in the same transaction as
+/// every insert, state change and delete (the claim depends on them), so
+/// `read_ops::COUNT_BY_STATE` reads both in one statement.
+///
+/// A task's life (submitted pending, claimed, completed) ran the three
+/// `state_counts` triggers of step 3, five statements in three trigger
+/// frames (about 22k of the writer's 278k instructions per task, measured
+/// with the writer_cost harness). Now a submit and a claim fire none of
+/// them (their WHEN is false), a completion runs one increment. The guards
+/// are ORs of equalities, not `IN (…)` lists of three constants, which
+/// SQLite evaluates by building an ephemeral index on every run (see
+/// [`REWRITTEN_CHECKS`]), and call no function (a function call gives the
+/// firing statement a statement journal; see
+/// [`V15_TRIGGERS_WITHOUT_UPSERT`]). A decrement's guard on `OLD.state`
+/// names no column of `state_counts`, so SQLite tests it once before the
+/// seek, and a change from pending or running seeks nothing. The pending
+/// and running rows are deleted, so that no stale figure is left to read:
+/// a row that no trigger keeps does not exist.
+const V17_TERMINAL_STATE_COUNTS: &str = "
+DELETE FROM state_counts WHERE state = 'pending' OR state = 'running';
+
+DROP TRIGGER state_counts_insert;
+CREATE TRIGGER state_counts_insert AFTER INSERT ON tasks
+WHEN NEW.state = 'success' OR NEW.state = 'failed' OR NEW.state = 'canceled' BEGIN
+    UPDATE state_counts SET n = n + 1 WHERE state = NEW.state;
+END;
+
+DROP TRIGGER state_counts_update;
+CREATE TRIGGER state_counts_update AFTER UPDATE OF state ON tasks
+WHEN OLD.state <> NEW.state
+ AND (OLD.state = 'success' OR OLD.state = 'failed' OR OLD.state = 'canceled'
+      OR NEW.state = 'success' OR NEW.state = 'failed' OR NEW.state = 'canceled') BEGIN
+    UPDATE state_counts SET n = n - 1
+    WHERE state = OLD.state
+      AND (OLD.state = 'success' OR OLD.state = 'failed' OR OLD.state = 'canceled');
+    UPDATE state_counts SET n = n + 1
+    WHERE state = NEW.state
+      AND (NEW.state = 'success' OR NEW.state = 'failed' OR NEW.state = 'canceled');
+END;
+
+DROP TRIGGER state_counts_delete;
+CREATE TRIGGER state_counts_delete AFTER DELETE ON tasks
+WHEN OLD.state = 'success' OR OLD.state = 'failed' OR OLD.state = 'canceled' BEGIN
+    UPDATE state_counts SET n = n - 1 WHERE state = OLD.state;
+END;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -608,6 +658,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V14_SCHEDULES,
     V15_TRIGGERS_WITHOUT_UPSERT,
     V16_TENANTS,
+    V17_TERMINAL_STATE_COUNTS,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -1295,58 +1346,199 @@ mod tests {
     }
 
     #[test]
-    fn counting_states_reads_the_counts_table_not_the_tasks() {
+    fn counting_states_reads_the_counts_tables_not_the_tasks() {
         let conn = fresh();
         let plan = plan(&conn, crate::read_ops::COUNT_BY_STATE);
-        assert!(!plan.contains("tasks"), "counting reads tasks: {plan}");
+        let reads_tasks = plan.contains("SEARCH tasks") || plan.contains("SCAN tasks");
+        assert!(!reads_tasks, "counting reads tasks: {plan}");
+        assert!(
+            plan.contains("state_counts") && plan.contains("destination_tasks"),
+            "{plan}"
+        );
     }
 
+    /// `read_ops::count_by_state` against `SELECT state, count(*) FROM
+    /// tasks GROUP BY state`, after `what`.
+    fn check_counts(conn: &Connection, what: &str) {
+        let kept = crate::read_ops::count_by_state(conn).unwrap();
+        let mut recount = tc_model::store::StateCounts::default();
+        let mut stmt = conn
+            .prepare("SELECT state, count(*) FROM tasks GROUP BY state")
+            .unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            let state = crate::rows::parse_state(&row.get::<_, String>(0).unwrap()).unwrap();
+            recount.set(state, u64::try_from(row.get::<_, i64>(1).unwrap()).unwrap());
+        }
+        assert_eq!(kept, recount, "after {what}");
+    }
+
+    /// A task in `state` at `destination`, as the store writes one (a
+    /// pending task has a due time, a running one a lease).
+    fn insert_in(key: &str, state: State, destination: &str) -> String {
+        let (due, lease) = match state {
+            State::Pending => ("5", "NULL"),
+            State::Running => ("NULL", "9"),
+            _ => ("NULL", "NULL"),
+        };
+        format!(
+            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
+                                created_at, updated_at, next_run_at, lease_until, destination) \
+             VALUES (randomblob(16), '{key}', '{state}', 'u', x'', 1, 1000000, 0, 0, \
+                     {due}, {lease}, '{destination}')",
+            state = state.as_str(),
+        )
+    }
+
+    /// The task `key` moved to `state`, with the due time and lease the
+    /// store gives a task in it.
+    fn move_to(key: &str, state: State) -> String {
+        let (due, lease) = match state {
+            State::Pending => ("7", "NULL"),
+            State::Running => ("NULL", "9"),
+            _ => ("NULL", "NULL"),
+        };
+        format!(
+            "UPDATE tasks SET state = '{state}', next_run_at = {due}, lease_until = {lease} \
+             WHERE idempotency_key = '{key}'",
+            state = state.as_str(),
+        )
+    }
+
+    /// The counts (finished states in `state_counts` since step 17, pending
+    /// and running from `destination_tasks`) equal a recount after inserts
+    /// in every state, every change from one state to another (and to the
+    /// same state), writes that leave the state alone, and deletes of one
+    /// task in every state and of many at once (retention, bulk).
     #[test]
     fn the_counts_follow_every_insert_state_change_and_delete() {
         let conn = fresh();
-        let counts = || -> Vec<(String, i64)> {
-            conn.prepare(crate::read_ops::COUNT_BY_STATE)
-                .unwrap()
-                .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-                .unwrap()
-                .map(Result::unwrap)
-                .filter(|(_, n)| *n != 0)
-                .collect()
-        };
-        let pair = |s: &str, n: i64| (s.to_owned(), n);
-        for key in ["a", "b", "c"] {
-            conn.execute(
-                "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
-                                    timeout_ns, created_at, updated_at) \
-                 VALUES (randomblob(16), ?1, 'pending', 'u', x'', 1, 1000000, 0, 0)",
-                [key],
-            )
-            .unwrap();
+        let mut steps: Vec<(String, String)> = Vec::new();
+        for state in State::ALL {
+            for destination in ["a:80", "b:80"] {
+                let key = format!("{}@{destination}", state.as_str());
+                steps.push((format!("insert {key}"), insert_in(&key, state, destination)));
+            }
         }
-        assert_eq!(counts(), [pair("pending", 3)]);
-        conn.execute(
-            "UPDATE tasks SET state = 'running' WHERE idempotency_key = 'a'",
-            [],
-        )
-        .unwrap();
-        // A write that leaves the state alone changes no count.
-        conn.execute(
-            "UPDATE tasks SET attempt = 1 WHERE idempotency_key = 'a'",
-            [],
-        )
-        .unwrap();
-        conn.execute(
-            "UPDATE tasks SET state = 'success' WHERE idempotency_key = 'b'",
-            [],
-        )
-        .unwrap();
-        assert_eq!(
-            counts(),
-            [pair("pending", 1), pair("running", 1), pair("success", 1)]
-        );
-        conn.execute("DELETE FROM tasks WHERE idempotency_key = 'b'", [])
+        for (i, from) in State::ALL.into_iter().enumerate() {
+            for to in State::ALL {
+                let key = format!("{}>{}", from.as_str(), to.as_str());
+                let destination = ["a:80", "b:80", ""][i % 3];
+                steps.push((format!("insert {key}"), insert_in(&key, from, destination)));
+                steps.push((format!("move {key}"), move_to(&key, to)));
+            }
+        }
+        steps.push((
+            "a write that leaves the state alone".into(),
+            "UPDATE tasks SET attempt = attempt + 1, updated_at = 1".into(),
+        ));
+        steps.push((
+            "a state set to itself by every row".into(),
+            "UPDATE tasks SET state = state".into(),
+        ));
+        for state in State::ALL {
+            let key = format!("{}@a:80", state.as_str());
+            steps.push((
+                format!("delete {key}"),
+                format!("DELETE FROM tasks WHERE idempotency_key = '{key}'"),
+            ));
+        }
+        for state in ["success", "failed", "canceled"] {
+            steps.push((
+                format!("a prune of {state}"),
+                format!("DELETE FROM tasks WHERE state = '{state}'"),
+            ));
+        }
+        steps.push(("a delete of the rest".into(), "DELETE FROM tasks".into()));
+        for (what, sql) in &steps {
+            conn.execute_batch(sql).unwrap();
+            check_counts(&conn, what);
+        }
+        // Nothing left, and no row stands for pending or running.
+        let rows: Vec<(String, i64)> = conn
+            .prepare("SELECT state, n FROM state_counts ORDER BY state")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let zero = |s: &str| (s.to_owned(), 0);
+        assert_eq!(rows, [zero("canceled"), zero("failed"), zero("success")]);
+    }
+
+    /// A file a build at step 16 wrote, with tasks in every state (their
+    /// counts kept by step 3's triggers, pending and running rows
+    /// included), upgraded to step 17: the counts read exact, the pending
+    /// and running rows of `state_counts` are gone, and they stay exact
+    /// through the new triggers.
+    #[test]
+    fn step_17_keeps_the_counts_of_an_old_file_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("step16.db");
+        {
+            // What a step-16 build left: its steps, its two rewrites.
+            let conn = Connection::open(&path).unwrap();
+            for step in &MIGRATIONS[..16] {
+                conn.execute_batch(step).unwrap();
+            }
+            rewrite_task_checks(&conn).unwrap();
+            drop_key_uniqueness(&conn).unwrap();
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.pragma_update(None, "user_version", 16).unwrap();
+            for (i, state) in State::ALL.into_iter().enumerate() {
+                for n in 0..=i {
+                    let key = format!("old-{}-{n}", state.as_str());
+                    let destination = ["a:80", "b:80"][n % 2];
+                    conn.execute_batch(&insert_in(&key, state, destination))
+                        .unwrap();
+                }
+            }
+            conn.execute_batch(&move_to("old-pending-0", State::Running))
+                .unwrap();
+            conn.execute_batch("DELETE FROM tasks WHERE idempotency_key = 'old-failed-1'")
+                .unwrap();
+            let running: i64 = conn
+                .query_row(
+                    "SELECT n FROM state_counts WHERE state = 'running'",
+                    [],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            assert_eq!(running, 3, "step 3's triggers counted running");
+        }
+        let conn = open_writer(&Target::File(path), &StoreConfig::default()).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
             .unwrap();
-        assert_eq!(counts(), [pair("pending", 1), pair("running", 1)]);
+        assert_eq!(version, CURRENT_VERSION);
+        check_counts(&conn, "the upgrade");
+        let kept: Vec<String> = conn
+            .prepare("SELECT state FROM state_counts ORDER BY state")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(kept, ["canceled", "failed", "success"]);
+        let steps = [
+            ("a claim", move_to("old-pending-1", State::Running)),
+            ("a completion", move_to("old-running-0", State::Success)),
+            ("a retry", move_to("old-failed-0", State::Pending)),
+            ("a cancel", move_to("old-pending-0", State::Canceled)),
+            (
+                "a delete",
+                "DELETE FROM tasks WHERE idempotency_key = 'old-canceled-3'".to_owned(),
+            ),
+            (
+                "a new task",
+                insert_in("new-pending", State::Pending, "c:80"),
+            ),
+        ];
+        for (what, sql) in &steps {
+            conn.execute_batch(sql).unwrap();
+            check_counts(&conn, what);
+        }
     }
 
     #[test]
