@@ -9,5 +9,7 @@ mod contract;
 mod crash;
 // A crash while tasks end makes no callback twice and loses none (issue 28).
 mod crash_callbacks;
+// The counts by state after every write path (schema step 17).
+mod counts;
 mod file;
 mod model;
