@@ -599,9 +599,10 @@ fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
 ///
 /// A task's life (submitted pending, claimed, completed) ran the three
 /// `state_counts` triggers of step 3, five statements in three trigger
-/// frames (about 22k of the writer's 278k instructions per task, measured
-/// with the writer_cost harness). Now a submit and a claim fire none of
-/// them (their WHEN is false), a completion runs one increment. The guards
+/// frames: the writer_cost harness ran at 278,115 instructions per task
+/// with them and 259,583 with none. Now a submit and a claim fire none of
+/// them (their WHEN is false), a completion runs one increment: 270,030
+/// (docs/performance.md, issue 26). The guards
 /// are ORs of equalities, not `IN (…)` lists of three constants, which
 /// SQLite evaluates by building an ephemeral index on every run (see
 /// [`REWRITTEN_CHECKS`]), and call no function (a function call gives the
