@@ -600,9 +600,12 @@ fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
 /// A task's life (submitted pending, claimed, completed) ran the three
 /// `state_counts` triggers of step 3, five statements in three trigger
 /// frames: the writer_cost harness ran at 278,115 instructions per task
-/// with them and 259,583 with none. Now a submit and a claim fire none of
-/// them (their WHEN is false), a completion runs one increment: 270,030
-/// (docs/performance.md, issue 26). The guards
+/// with them and 259,583 with none. Now a submit and a claim run none of
+/// their statements (the WHEN is false; SQLite still enters the trigger's
+/// frame to evaluate it), a completion runs one increment: 270,030
+/// (docs/performance.md, issue 26; folding these statements into the
+/// `destination_tasks` triggers instead, to save the frames, measured
+/// worse). The guards
 /// are ORs of equalities, not `IN (…)` lists of three constants, which
 /// SQLite evaluates by building an ephemeral index on every run (see
 /// [`REWRITTEN_CHECKS`]), and call no function (a function call gives the
