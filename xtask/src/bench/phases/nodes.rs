@@ -44,6 +44,10 @@ struct Queued {
     batch_rate: f64,
     drain_rate: f64,
     tasks: u64,
+    /// CPU per drained task, in ms: the node's and PostgreSQL's processes
+    /// (0 for PostgreSQL on SQLite) over the drain alone.
+    drain_node_cpu_ms: f64,
+    drain_postgres_cpu_ms: f64,
 }
 
 impl Bench {
@@ -139,7 +143,11 @@ impl Bench {
                         "/s",
                     )
                     .beside(sqlite_drain, "sqlite × 1")
-                    .note("the batches above, then the destination resumed".to_owned()),
+                    .note(format!(
+                        "the batches above, then the destination resumed; CPU per task {:.2} ms \
+                         in the node + {:.2} ms in PostgreSQL",
+                        q.drain_node_cpu_ms, q.drain_postgres_cpu_ms
+                    )),
                 );
             }
             self.detail(
@@ -154,6 +162,9 @@ impl Bench {
                     "batch_rate": m.queue.as_ref().map(|q| q.batch_rate),
                     "drain_rate": m.queue.as_ref().map(|q| q.drain_rate),
                     "drain_tasks": m.queue.as_ref().map(|q| q.tasks),
+                    "drain_node_cpu_ms_per_task": m.queue.as_ref().map(|q| q.drain_node_cpu_ms),
+                    "drain_postgres_cpu_ms_per_task":
+                        m.queue.as_ref().map(|q| q.drain_postgres_cpu_ms),
                     "statements_per_task": m.statements.map(|(n, _)| n),
                     "statements_counted": m.statements.map(|(_, c)| c.as_str()),
                 }),
@@ -289,15 +300,24 @@ impl Bench {
         if tasks == 0 {
             return Err(format!("no batch was accepted: {}", queued.problems()));
         }
+        let node_before = cpu_ticks(node.pid()).ok_or("the node has no /proc stat")?;
+        let pg_before = postgres_cpu_ticks();
         let started = Instant::now();
         post(&endpoint, &format!("/destinations/{destination}/resume")).await?;
         let (_, drained) = self
             .wait_terminal(&endpoint, done + tasks, started + self.plan.patience)
             .await?;
+        let node_ticks = cpu_ticks(node.pid())
+            .ok_or("the node has no /proc stat")?
+            .saturating_sub(node_before);
+        let pg_ticks = postgres_cpu_ticks().saturating_sub(pg_before);
+        let ms_per_task = |ticks: u64| ticks as f64 * 1000.0 / CLOCK_TICKS_PER_S / tasks as f64;
         Ok(Queued {
             batch_rate: stats::rate(tasks, batch_elapsed),
             drain_rate: stats::rate(tasks, drained - started),
             tasks,
+            drain_node_cpu_ms: ms_per_task(node_ticks),
+            drain_postgres_cpu_ms: ms_per_task(pg_ticks),
         })
     }
 }
