@@ -47,8 +47,12 @@ pub(crate) struct LoadResult {
     pub(crate) errors: u64,
     /// From the start to the last answer.
     pub(crate) elapsed: Duration,
-    /// The latency of every expected answer.
+    /// The latency of every expected answer (paced: from when it was due).
     pub(crate) latencies: Vec<Duration>,
+    /// Paced only: the same answers' time from when each request went out,
+    /// which leaves out a wait on the client's side (its connection still
+    /// busy with the answer before, or the load generator itself not run).
+    pub(crate) sent_latencies: Vec<Duration>,
     /// What went wrong first, if anything did.
     pub(crate) first_problem: Option<String>,
 }
@@ -73,6 +77,7 @@ impl LoadResult {
         self.bad_status += other.bad_status;
         self.errors += other.errors;
         self.latencies.extend(other.latencies);
+        self.sent_latencies.extend(other.sent_latencies);
         if self.first_problem.is_none() {
             self.first_problem = other.first_problem;
         }
@@ -101,6 +106,40 @@ pub(crate) async fn run(
     make: MakeRequest,
     expected: fn(StatusCode) -> bool,
 ) -> Result<LoadResult, String> {
+    run_with(endpoint, load, None, make, expected).await
+}
+
+/// Runs paced clients against `endpoint`: together they start `per_second`
+/// requests a second, spread evenly (each client one every
+/// `connections / per_second`, the clients offset from one another). A
+/// latency counts from the instant its request was due, not from when it
+/// went out, so a request held behind a slow answer on its connection is
+/// charged its wait (no coordinated omission). Below the server's rate,
+/// this is the latency a user meets, without the queue a closed loop
+/// builds at saturation.
+pub(crate) async fn run_paced(
+    endpoint: &Endpoint,
+    load: Load,
+    per_second: f64,
+    make: MakeRequest,
+    expected: fn(StatusCode) -> bool,
+) -> Result<LoadResult, String> {
+    if !(per_second.is_finite() && per_second > 0.0) {
+        return Err(format!(
+            "a paced load needs a positive rate, not {per_second}"
+        ));
+    }
+    let gap = Duration::from_secs_f64(load.connections.max(1) as f64 / per_second);
+    run_with(endpoint, load, Some(gap), make, expected).await
+}
+
+async fn run_with(
+    endpoint: &Endpoint,
+    load: Load,
+    gap: Option<Duration>,
+    make: MakeRequest,
+    expected: fn(StatusCode) -> bool,
+) -> Result<LoadResult, String> {
     let mut conns = Vec::with_capacity(load.connections);
     for _ in 0..load.connections {
         conns.push(Conn::open(endpoint.addr).await?);
@@ -109,8 +148,13 @@ pub(crate) async fn run(
     let start = Instant::now();
     let deadline = start + load.max_duration;
     let mut clients = JoinSet::new();
-    for conn in conns {
+    let connections = conns.len().max(1) as u32;
+    for (c, conn) in conns.into_iter().enumerate() {
         let client = Client {
+            pace: gap.map(|gap| Pace {
+                gap,
+                first: start + gap * u32::try_from(c).unwrap_or(u32::MAX) / connections,
+            }),
             endpoint: endpoint.clone(),
             next: Arc::clone(&next),
             max_requests: load.max_requests,
@@ -131,7 +175,16 @@ pub(crate) async fn run(
     Ok(total)
 }
 
+/// When a paced client's requests are due: `first`, then every `gap`.
+#[derive(Clone, Copy)]
+struct Pace {
+    gap: Duration,
+    first: Instant,
+}
+
 struct Client {
+    /// `None`: closed loop, each request as soon as the last is answered.
+    pace: Option<Pace>,
     endpoint: Endpoint,
     next: Arc<AtomicU64>,
     max_requests: u64,
@@ -149,7 +202,14 @@ impl Client {
         };
         let mut last = start;
         let mut reconnects = 0;
+        let mut due = self.pace.map(|p| p.first);
         while Instant::now() < self.deadline {
+            if let Some(at) = due {
+                if at >= self.deadline {
+                    break;
+                }
+                tokio::time::sleep_until(at).await;
+            }
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             if i >= self.max_requests {
                 break;
@@ -162,7 +222,12 @@ impl Client {
                     break;
                 }
             };
-            let sent = Instant::now();
+            // Paced, a request counts from when it was due.
+            let went_out = Instant::now();
+            let sent = due.unwrap_or(went_out);
+            if let (Some(at), Some(pace)) = (&mut due, self.pace) {
+                *at += pace.gap;
+            }
             let answer =
                 tokio::time::timeout_at(self.deadline + STRAGGLER_GRACE, conn.send(request)).await;
             let answered = Instant::now();
@@ -170,6 +235,9 @@ impl Client {
                 Ok(Ok(reply)) if (self.expected)(reply.status) => {
                     outcome.ok += 1;
                     outcome.latencies.push(answered - sent);
+                    if due.is_some() {
+                        outcome.sent_latencies.push(answered - went_out);
+                    }
                     last = answered;
                 }
                 Ok(Ok(reply)) => {

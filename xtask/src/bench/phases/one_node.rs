@@ -234,6 +234,38 @@ impl Bench {
         let latency = stats::summarize(pooled.latencies.clone())
             .ok_or_else(|| format!("no steady submit was answered 201: {}", pooled.problems()))?;
 
+        // The same server paced at half its steady rate: the latency a
+        // submit meets below saturation, where the closed loop's 64 clients
+        // no longer queue behind one another (at the steady rate R their
+        // mean wait is 64 / R by Little's law whatever the server does).
+        let paced_rate = steady_submit / 2.0;
+        let paced = load::run_paced(
+            &endpoint,
+            Load {
+                connections: plan.connections,
+                max_requests: plan.max_requests,
+                max_duration: plan.node_window,
+            },
+            paced_rate,
+            load::submits(url.clone(), format!("np-{run_id}"), ""),
+            load::created,
+        )
+        .await?;
+        self.report_load("  paced at half the steady rate: submits", &paced);
+        submitted += paced.ok;
+        self.wait_terminal(&endpoint, submitted, Instant::now() + plan.patience)
+            .await?;
+        let paced_latency = stats::summarize(paced.latencies.clone())
+            .ok_or_else(|| format!("no paced submit was answered 201: {}", paced.problems()))?;
+        let paced_sent = stats::summarize(paced.sent_latencies.clone())
+            .ok_or_else(|| format!("no paced submit was answered 201: {}", paced.problems()))?;
+        self.progress(&format!(
+            "  paced, from when each went out: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
+            ms(paced_sent.p50),
+            ms(paced_sent.p99),
+            ms(paced_sent.p999)
+        ));
+
         // Drain: a backlog queued behind a paused destination, then resumed.
         let destination = down.destination();
         post(&endpoint, &format!("/destinations/{destination}/pause")).await?;
@@ -347,11 +379,34 @@ impl Bench {
                 ms(latency.p50)
             )),
         );
+        self.push(
+            Figure::new(
+                "node_submit_p99_paced",
+                "12 submit p99 paced at half the steady rate",
+                ms(paced_latency.p99),
+                "ms",
+            )
+            .beside(ms(latency.p99), "at the steady rate")
+            .note(format!(
+                "{:.0} submits/s due evenly over {} connections, worker on, each counted from \
+                 when it was due; p50 {:.2} ms; from when each went out: p50 {:.2} ms, p99 \
+                 {:.2} ms. {}",
+                paced_rate,
+                plan.connections,
+                ms(paced_latency.p50),
+                ms(paced_sent.p50),
+                ms(paced_sent.p99),
+                paced.problems()
+            )),
+        );
         self.detail(
             "one_node",
             json!({
                 "server_cores": self.server_cores,
                 "cold": load_json(&cold),
+                "paced": load_json(&paced),
+                "paced_rate": paced_rate,
+                "paced_from_sent_p99_ms": ms(paced_sent.p99),
                 "steady": windows.iter().map(|w| json!({
                     "submits": load_json(&w.load),
                     "e2e_seconds": w.elapsed.as_secs_f64(),
