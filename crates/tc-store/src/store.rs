@@ -345,7 +345,21 @@ impl TaskStore for SqliteStore {
             now.as_millis()
                 .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX)),
         );
-        self.write(move |conn| write_ops::prune(conn, state, cutoff, limit))
+        // Found on a reader, so that a round with nothing to delete (and no
+        // free pages to give back) never holds the writer; deleted by the
+        // writer, the rule checked again.
+        let (seqs, reclaim) = self
+            .readers
+            .run(move |conn| {
+                let seqs = read_ops::prunable(conn, state, cutoff, limit)?;
+                let reclaim = read_ops::has_pages_to_reclaim(conn)?;
+                Ok((seqs, reclaim))
+            })
+            .await?;
+        if seqs.is_empty() && !reclaim {
+            return Ok(0);
+        }
+        self.write(move |conn| write_ops::prune(conn, state, cutoff, &seqs))
             .await
     }
 

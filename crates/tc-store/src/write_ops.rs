@@ -615,32 +615,34 @@ pub(crate) fn delete(conn: &Connection, id: &TaskId) -> Result<(), StoreError> {
     )
 }
 
-/// Deletes up to `limit` tasks in terminal `state` finished before `cutoff`,
-/// oldest first, with their attempts.
+/// Deletes the tasks at `seqs` (`read_ops::prunable`'s answer) that are still
+/// finished in `state` before `cutoff` (one may have been retried or
+/// deleted since it was read), with their attempts.
 pub(crate) fn prune(
     conn: &Connection,
     state: State,
     cutoff: Timestamp,
-    limit: usize,
+    seqs: &[i64],
 ) -> Result<usize, StoreError> {
-    if !state.is_terminal() || limit == 0 {
+    if !state.is_terminal() {
         return Ok(0);
     }
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     // The doomed rows once, into a temp table both deletes read: attempts
     // first (they reference the task), then the tasks.
     conn.prepare_cached("DELETE FROM temp.doomed")
         .map_err(db)?
         .execute([])
         .map_err(db)?;
-    conn.prepare_cached(
-        "INSERT INTO temp.doomed (seq, id) \
-         SELECT seq, id FROM tasks INDEXED BY tasks_by_state \
-         WHERE state = ?1 AND finished_at < ?2 ORDER BY seq LIMIT ?3",
-    )
-    .map_err(db)?
-    .execute(params![state.as_str(), cutoff.as_millis(), limit])
-    .map_err(db)?;
+    let mut doom = conn
+        .prepare_cached(
+            "INSERT INTO temp.doomed (seq, id) \
+             SELECT seq, id FROM tasks WHERE seq = ?1 AND state = ?2 AND finished_at < ?3",
+        )
+        .map_err(db)?;
+    for seq in seqs {
+        doom.execute(params![seq, state.as_str(), cutoff.as_millis()])
+            .map_err(db)?;
+    }
     conn.prepare_cached("DELETE FROM attempts WHERE task_id IN (SELECT id FROM temp.doomed)")
         .map_err(db)?
         .execute([])
