@@ -11,7 +11,7 @@ use http::request::Parts;
 use subtle::ConstantTimeEq;
 use tc_model::store::TaskStore;
 use tc_model::tenant::key::{KeyHash, is_key};
-use tc_model::tenant::{Scope, TenantSettings};
+use tc_model::tenant::{Acting, Scope, TenantSettings};
 
 use crate::app::App;
 use crate::control::Control;
@@ -23,6 +23,8 @@ use crate::error::ApiError;
 pub(crate) struct Caller {
     pub(crate) scope: Scope,
     pub(crate) settings: TenantSettings,
+    /// The id of the tenant's key it called with (`None`: the admin).
+    pub(crate) key_id: Option<String>,
 }
 
 impl Caller {
@@ -31,6 +33,17 @@ impl Caller {
         Caller {
             scope: Scope::Admin,
             settings: TenantSettings::default(),
+            key_id: None,
+        }
+    }
+
+    /// The tenant's key its writes are made with: the store refuses them
+    /// once the key is revoked or the tenant deleted, however long the
+    /// request's body took to arrive after this caller was resolved.
+    pub(crate) fn acting(&self) -> Option<Acting> {
+        match (&self.scope, &self.key_id) {
+            (Scope::Tenant(tenant), Some(key_id)) => Some(Acting::new(tenant, key_id)),
+            _ => None,
         }
     }
 }
@@ -101,6 +114,7 @@ pub(crate) async fn tenant_caller<S: TaskStore, C: Control>(
     Ok(Some(Caller {
         scope: Scope::Tenant(owner.tenant.name),
         settings: owner.tenant.settings,
+        key_id: Some(owner.key_id),
     }))
 }
 

@@ -513,6 +513,9 @@ pub(crate) fn parse_bulk(bytes: &[u8]) -> Result<BulkRequest, ApiError> {
 pub(crate) struct BulkView {
     matched: u64,
     applied: u64,
+    /// A retry's tasks left as they were for their tenant's `max_pending`
+    /// or submit rate.
+    refused_quota: u64,
     sample: Vec<String>,
 }
 
@@ -521,6 +524,7 @@ impl BulkView {
         BulkView {
             matched: outcome.matched,
             applied: outcome.applied,
+            refused_quota: outcome.refused_quota,
             sample: outcome.sample.iter().map(ToString::to_string).collect(),
         }
     }

@@ -296,6 +296,9 @@ impl From<StoreError> for ApiError {
                     tc_model::tenant::quota::PENDING_RETRY_AFTER,
                 ),
             },
+            // The key was revoked, or its tenant deleted, while the request
+            // was read: as a key that never was.
+            StoreError::CredentialGone => ApiError::Unauthorized,
             StoreError::IllegalTransition(t) => {
                 tracing::error!(transition = %t, "store_illegal_transition");
                 ApiError::Internal(format!("illegal transition {t}"))

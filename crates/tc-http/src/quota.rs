@@ -51,6 +51,42 @@ impl SubmitBuckets {
     }
 }
 
+impl SubmitBuckets {
+    /// How many submits `tenant`'s bucket allows now; `None` without a
+    /// rate. Takes nothing ([`SubmitBuckets::take_n`] takes what was used).
+    pub(crate) fn allowance(
+        &self,
+        tenant: &str,
+        now: Timestamp,
+        settings: &TenantSettings,
+    ) -> Option<u64> {
+        settings.submit_rate_per_s?;
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        match buckets.get_mut(tenant) {
+            Some((bucket, _)) => bucket.available(now, settings),
+            None => SubmitBucket::new(now, settings).available(now, settings),
+        }
+    }
+
+    /// Takes `n` tokens from `tenant`'s bucket, as many as it has if fewer
+    /// (a bulk retry takes what its [`SubmitBuckets::allowance`] let it
+    /// use; another request may have taken some since).
+    pub(crate) fn take_n(&self, tenant: &str, n: u64, now: Timestamp, settings: &TenantSettings) {
+        if settings.submit_rate_per_s.is_none() || n == 0 {
+            return;
+        }
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let (bucket, drawn_under) = buckets
+            .entry(tenant.to_owned())
+            .or_insert_with(|| (SubmitBucket::new(now, settings), settings.clone()));
+        *drawn_under = settings.clone();
+        let have = bucket.available(now, settings).unwrap_or(0);
+        let n = u32::try_from(n.min(have)).unwrap_or(u32::MAX);
+        // `n` is at most what the bucket holds: the take succeeds.
+        let _ = bucket.take(n, now, settings);
+    }
+}
+
 /// The 429 of a submit past its tenant's rate.
 fn refused(rate: f64, settings: &TenantSettings, wait: Duration) -> ApiError {
     let retry_after = retry_after_secs(wait);

@@ -356,14 +356,14 @@ async fn dispatch<S: TaskStore, C: Control>(
             let trace = crate::trace::task_context(parts);
             tasks::batch(app, caller, &json_body(parts, body).await?, trace).await
         }
-        Endpoint::Bulk => tasks::bulk(app, scope, &json_body(parts, body).await?).await,
+        Endpoint::Bulk => tasks::bulk(app, caller, &json_body(parts, body).await?).await,
         Endpoint::List => tasks::list(app, scope, parts).await,
         Endpoint::Get => tasks::get(app, scope, task_id(segment)?, parts).await,
         Endpoint::Result => tasks::result(app, scope, task_id(segment)?).await,
         Endpoint::Cancel => tasks::cancel(app, scope, task_id(segment)?).await,
         Endpoint::Retry => {
             let id = task_id(segment)?;
-            tasks::retry(app, scope, id, &optional_json_body(parts, body).await?).await
+            tasks::retry(app, caller, id, &optional_json_body(parts, body).await?).await
         }
         Endpoint::Delete => tasks::delete(app, scope, task_id(segment)?).await,
         Endpoint::Destinations => {

@@ -11,9 +11,9 @@ use http::header::{CONTENT_TYPE, HeaderValue, LOCATION};
 use http::request::Parts;
 use http::{Response, StatusCode};
 use http_body_util::Full;
-use tc_model::store::{BulkAction, ListQuery, Page, StoreError, TaskStore};
+use tc_model::store::{BulkAction, BulkRequest, ListQuery, Page, StoreError, TaskStore};
 use tc_model::tenant::Scope;
-use tc_model::tenant::quota::QuotaLimit;
+use tc_model::tenant::quota::{QuotaLimit, RetryQuota};
 use tc_model::{Task, TaskId, TraceContext};
 
 use crate::app::App;
@@ -150,10 +150,15 @@ pub(crate) async fn batch<S: TaskStore, C: Control>(
     json(StatusCode::OK, &crate::dto::BatchView { results })
 }
 
-/// `new` as the caller's: its tenant, under the tenant's pending limit.
+/// `new` as the caller's: its tenant, under the tenant's pending limit,
+/// made with its key (the store refuses it once the key is gone).
 fn for_caller(new: tc_model::NewTask, caller: &Caller) -> tc_model::NewTask {
-    match caller.scope.tenant() {
+    let new = match caller.scope.tenant() {
         Some(tenant) => new.with_tenant(Some(tenant.to_owned()), caller.settings.max_pending),
+        None => new,
+    };
+    match &caller.key_id {
+        Some(key_id) => new.with_key(key_id.clone()),
         None => new,
     }
 }
@@ -321,59 +326,144 @@ pub(crate) async fn cancel<S: TaskStore, C: Control>(
 }
 
 /// `POST /tasks/{id}/retry`: a failed or canceled task runs again, after an
-/// optional delay, with a fresh budget of tries.
+/// optional delay, with a fresh budget of tries. A tenant's task is
+/// pending again as if submitted: the retry takes a token of its tenant's
+/// submit rate (whoever asks, the tenant or the admin) and the store counts
+/// it against the tenant's `max_pending`.
 pub(crate) async fn retry<S: TaskStore, C: Control>(
     app: &App<S, C>,
-    scope: &Scope,
+    caller: &Caller,
     id: TaskId,
     bytes: &[u8],
 ) -> Answer {
     let delay = crate::dto::parse_retry(bytes)?;
-    check_owner(app, scope, id).await?;
+    let tenant = match caller.scope.tenant() {
+        Some(tenant) => Some((tenant.to_owned(), caller.settings.clone())),
+        // The admin's retry of a tenant's task answers to that tenant's
+        // rate: its settings as stored now.
+        None => match app.store().get(id).await?.tenant {
+            Some(tenant) => {
+                let settings = tenant_settings(app, &tenant).await?;
+                Some((tenant, settings))
+            }
+            None => None,
+        },
+    };
+    if let Some((tenant, settings)) = &tenant {
+        app.buckets()
+            .take(tenant, app.control().now(), settings)
+            .inspect_err(|_| app.metrics().quota_rejected(tenant, QuotaLimit::SubmitRate))?;
+    }
     let now = app.control().now();
     let task = app
         .store()
-        .retry(id, now.saturating_add(delay), now)
-        .await?;
+        .retry(id, now.saturating_add(delay), now, caller.acting())
+        .await
+        .map_err(|e| {
+            if let (StoreError::QuotaExceeded { .. }, Some((tenant, _))) = (&e, &tenant) {
+                app.metrics().quota_rejected(tenant, QuotaLimit::MaxPending);
+            }
+            ApiError::from(e)
+        })?;
     tracing::info!(task_id = %task.id, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "task_retried");
     app.control().task_submitted();
     json(StatusCode::OK, &TaskView::new(&task))
 }
 
+/// A tenant's settings as stored now; a tenant that is gone has none
+/// (its tasks cannot exist, but a read may race its delete).
+async fn tenant_settings<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    tenant: &str,
+) -> Result<tc_model::tenant::TenantSettings, ApiError> {
+    match app.store().tenant(tenant.to_owned()).await {
+        Ok(detail) => Ok(detail.tenant.settings),
+        Err(StoreError::NotFound) => Ok(tc_model::tenant::TenantSettings::default()),
+        Err(e) => Err(ApiError::from(e)),
+    }
+}
+
 /// `POST /tasks/bulk`: retry, cancel or delete every task a filter covers
-/// (the tasks that existed when the call started), or count them.
+/// (the tasks that existed when the call started), or count them. A retry
+/// admits each tenant's tasks up to its `max_pending` and what its submit
+/// rate allows now; the rest are counted in `refused_quota`.
 pub(crate) async fn bulk<S: TaskStore, C: Control>(
     app: &App<S, C>,
-    scope: &Scope,
+    caller: &Caller,
     bytes: &[u8],
 ) -> Answer {
-    let mut request = crate::dto::parse_bulk(bytes)?;
-    request.filter = request.filter.within(scope);
+    let parsed = crate::dto::parse_bulk(bytes)?;
     let now = app.control().now();
-    let outcome = app
-        .store()
-        .bulk(request.action, request.filter, request.dry_run, now)
-        .await?;
+    // Each rated tenant the retry may reach, with its settings now.
+    let rated = if parsed.action == BulkAction::Retry && !parsed.dry_run {
+        rated_tenants(app, caller).await?
+    } else {
+        Vec::new()
+    };
+    let allowance = rated
+        .iter()
+        .filter_map(|(tenant, settings)| {
+            let n = app.buckets().allowance(tenant, now, settings)?;
+            Some((tenant.clone(), n))
+        })
+        .collect();
+    let request = BulkRequest {
+        dry_run: parsed.dry_run,
+        acting: caller.acting(),
+        quota: RetryQuota::new(allowance),
+        ..BulkRequest::new(parsed.action, parsed.filter.within(&caller.scope), now)
+    };
+    let outcome = app.store().bulk(request).await?;
+    for (tenant, settings) in &rated {
+        let used = outcome.retried_by_tenant.get(tenant).copied().unwrap_or(0);
+        app.buckets().take_n(tenant, used, now, settings);
+    }
     for id in &outcome.canceled_running {
         app.control().canceled_in_store(*id);
     }
-    if request.action == BulkAction::Cancel && outcome.applied > 0 {
+    if parsed.action == BulkAction::Cancel && outcome.applied > 0 {
         // The store wrote these cancels, not the worker: nothing announced
         // them, so every waiter reads its task again.
         app.waiters().wake_all();
     }
     // A retry makes tasks due; a cancel may make callback tasks, due now.
-    if request.action != BulkAction::Delete && outcome.applied > 0 {
+    if parsed.action != BulkAction::Delete && outcome.applied > 0 {
         app.control().task_submitted();
     }
     tracing::info!(
-        action = request.action.as_str(),
-        dry_run = request.dry_run,
+        action = parsed.action.as_str(),
+        dry_run = parsed.dry_run,
         matched = outcome.matched,
         applied = outcome.applied,
+        refused_quota = outcome.refused_quota,
         "tasks_bulk"
     );
     json(StatusCode::OK, &crate::dto::BulkView::new(&outcome))
+}
+
+/// The tenants with a submit rate whose tasks a bulk retry by `caller` may
+/// reach, with their settings: the caller's own tenant, or for the admin
+/// every tenant with a rate (read as stored now).
+async fn rated_tenants<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    caller: &Caller,
+) -> Result<Vec<(String, tc_model::tenant::TenantSettings)>, ApiError> {
+    if let Some(tenant) = caller.scope.tenant() {
+        return Ok(caller
+            .settings
+            .submit_rate_per_s
+            .map(|_| (tenant.to_owned(), caller.settings.clone()))
+            .into_iter()
+            .collect());
+    }
+    Ok(app
+        .store()
+        .tenants()
+        .await?
+        .into_iter()
+        .filter(|detail| detail.tenant.settings.submit_rate_per_s.is_some())
+        .map(|detail| (detail.tenant.name, detail.tenant.settings))
+        .collect())
 }
 
 /// `DELETE /tasks/{id}`: a finished task, its history and result are gone.

@@ -73,6 +73,7 @@ pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Opti
         // the tenant's quota: the end it reports has happened.
         tenant: parent.tenant.clone(),
         pending_limit: None,
+        key_id: None,
     })
 }
 

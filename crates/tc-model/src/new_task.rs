@@ -97,6 +97,11 @@ pub struct NewTask {
     /// refuses the submit ([`crate::store::StoreError::QuotaExceeded`]) when
     /// the tenant has that many tasks not yet terminal. Not stored.
     pub(crate) pending_limit: Option<u64>,
+    /// The id of the tenant's key it is submitted with: the store refuses
+    /// the submit ([`crate::store::StoreError::CredentialGone`]) when the
+    /// key was revoked or the tenant deleted before it commits. Not stored,
+    /// not part of the work.
+    pub(crate) key_id: Option<String>,
 }
 
 impl NewTask {
@@ -140,6 +145,7 @@ impl NewTask {
             callback_of: None,
             tenant: None,
             pending_limit: None,
+            key_id: None,
         })
     }
 
@@ -149,6 +155,26 @@ impl NewTask {
         self.tenant = tenant;
         self.pending_limit = pending_limit;
         self
+    }
+
+    /// The same submission made with the tenant's key `key_id`
+    /// ([`crate::tenant::Acting`]).
+    pub fn with_key(mut self, key_id: String) -> NewTask {
+        self.key_id = Some(key_id);
+        self
+    }
+
+    /// The id of the tenant's key it is made with, if any.
+    pub fn key_id(&self) -> Option<&str> {
+        self.key_id.as_deref()
+    }
+
+    /// The tenant's key it is made with, with its tenant, if any.
+    pub fn acting(&self) -> Option<crate::tenant::Acting> {
+        match (&self.tenant, &self.key_id) {
+            (Some(tenant), Some(key)) => Some(crate::tenant::Acting::new(tenant, key)),
+            _ => None,
+        }
     }
 
     /// The tenant it belongs to.

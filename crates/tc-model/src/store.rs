@@ -15,7 +15,8 @@ use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use crate::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use crate::tenant::{Tenant, TenantDetail, TenantUpdate};
+use crate::tenant::quota::RetryQuota;
+use crate::tenant::{Acting, Tenant, TenantDetail, TenantUpdate};
 use crate::{IllegalTransition, NewTask, State, Task, TaskId, Timestamp};
 
 /// What went wrong in a store operation, in terms a caller can act on.
@@ -50,6 +51,11 @@ pub enum StoreError {
         /// The limit that was reached.
         limit: u64,
     },
+    /// The tenant's key the write was made with ([`crate::tenant::Acting`])
+    /// was revoked, or its tenant deleted, before the write could commit:
+    /// nothing was written.
+    #[error("the key was revoked or its tenant deleted")]
+    CredentialGone,
     /// The backend cannot serve now (busy, disk full, I/O); the message is the
     /// backend's own.
     #[error("store unavailable: {0}")]
@@ -473,6 +479,53 @@ pub struct BulkOutcome {
     /// The tasks that were running when the action canceled them: their
     /// calls are still in flight, and the caller interrupts them.
     pub canceled_running: Vec<TaskId>,
+    /// A retry's covered tasks left as they were because their tenant's
+    /// `max_pending` or submit rate was reached ([`RetryQuota`]).
+    pub refused_quota: u64,
+    /// A retry's retried tasks per tenant (the caller takes as many tokens
+    /// from each tenant's submit bucket).
+    pub retried_by_tenant: BTreeMap<String, u64>,
+}
+
+/// A bulk action as the store runs it ([`TaskStore::bulk`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkRequest {
+    /// What to do.
+    pub action: BulkAction,
+    /// To which tasks (a tenant's request has it narrowed to its own).
+    pub filter: TaskFilter,
+    /// Count, change nothing.
+    pub dry_run: bool,
+    /// The caller's time; a retry makes tasks due at it.
+    pub now: Timestamp,
+    /// The tenant's key the action is made with: each transaction is
+    /// refused ([`StoreError::CredentialGone`]) once the key is revoked or
+    /// its tenant deleted. `None`: the admin.
+    pub acting: Option<Acting>,
+    /// A retry's tenants' quotas: their submit rates' allowance on this
+    /// node; `max_pending` the store counts itself.
+    pub quota: RetryQuota,
+}
+
+impl BulkRequest {
+    /// `action` on what `filter` covers at `now`, made by the admin, with
+    /// no submit rate to respect.
+    pub fn new(action: BulkAction, filter: TaskFilter, now: Timestamp) -> BulkRequest {
+        BulkRequest {
+            action,
+            filter,
+            dry_run: false,
+            now,
+            acting: None,
+            quota: RetryQuota::default(),
+        }
+    }
+
+    /// The same request as a dry run: it counts, changes nothing.
+    pub fn counting_only(mut self) -> BulkRequest {
+        self.dry_run = true;
+        self
+    }
 }
 
 /// How many of `result_lens` (a page's tasks' result sizes, in order) fit
@@ -681,11 +734,19 @@ pub trait TaskStore: Send + Sync + 'static {
     /// numbers go on and the history keeps every earlier try; `error`,
     /// `http_status`, the result and `finished_at` are cleared. Any other
     /// state is [`StoreError::NotRetryable`].
+    ///
+    /// A tenant's task counts against its tenant's `max_pending` as a
+    /// submit does ([`RetryQuota`], counted in the retry's transaction):
+    /// past it, [`StoreError::QuotaExceeded`] and nothing changes. Made
+    /// with a tenant's key (`acting`): another tenant's task is
+    /// [`StoreError::NotFound`], and a key revoked or a tenant deleted
+    /// before the write commits is [`StoreError::CredentialGone`].
     fn retry(
         &self,
         id: TaskId,
         run_at: Timestamp,
         now: Timestamp,
+        acting: Option<Acting>,
     ) -> impl Future<Output = Result<Task, StoreError>> + Send;
 
     /// The earliest `next_run_at` of any pending task, so a worker knows how
@@ -698,18 +759,20 @@ pub trait TaskStore: Send + Sync + 'static {
     /// nothing; callers bound how long they wait for it.
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Applies `action` to every task `filter` covers that existed when
-    /// the call started (tasks submitted later are never swept in), in
-    /// transactions of at most [`BULK_CHUNK`] tasks; skips the tasks the
-    /// action does not apply to ([`BulkAction::applies_to`]). A retry makes
-    /// tasks due at `now`. With `dry_run` nothing changes: the covered tasks
-    /// are counted.
+    /// Applies the request's action to every task its filter covers that
+    /// existed when the call started (tasks submitted later are never
+    /// swept in), in transactions of at most [`BULK_CHUNK`] tasks; skips
+    /// the tasks the action does not apply to ([`BulkAction::applies_to`]).
+    /// A retry makes tasks due at `now`, each admitted by the request's
+    /// [`RetryQuota`] (its tenant's `max_pending`, counted in each
+    /// transaction, and its rate's allowance); the others stay as they
+    /// are, counted in [`BulkOutcome::refused_quota`]. With `dry_run`
+    /// nothing changes: the covered tasks are counted. Made with a tenant's
+    /// key (`acting`), a transaction after the key was revoked or its
+    /// tenant deleted is [`StoreError::CredentialGone`].
     fn bulk(
         &self,
-        action: BulkAction,
-        filter: TaskFilter,
-        dry_run: bool,
-        now: Timestamp,
+        request: BulkRequest,
     ) -> impl Future<Output = Result<BulkOutcome, StoreError>> + Send;
 
     /// Every destination that has settings, with them: what a worker needs

@@ -8,8 +8,11 @@
 //! With no tenant defined nothing changes: tasks have no tenant, the admin
 //! credential sees them all, the claim is tenant-blind.
 
+pub mod acting;
 pub mod key;
 pub mod quota;
+
+pub use acting::Acting;
 
 use std::collections::BTreeMap;
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
-    BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page, StateCounts, StoreError,
-    Submitted, TaskFilter, TaskStore,
+    BulkOutcome, Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted,
+    TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tc_store::SqliteStore;
@@ -180,18 +180,13 @@ impl TaskStore for AnyStore {
         id: TaskId,
         run_at: Timestamp,
         now: Timestamp,
+        acting: Option<tc_model::tenant::Acting>,
     ) -> Result<Task, StoreError> {
-        either!(self, s => s.retry(id, run_at, now))
+        either!(self, s => s.retry(id, run_at, now, acting))
     }
 
-    async fn bulk(
-        &self,
-        action: BulkAction,
-        filter: TaskFilter,
-        dry_run: bool,
-        now: Timestamp,
-    ) -> Result<BulkOutcome, StoreError> {
-        either!(self, s => s.bulk(action, filter, dry_run, now))
+    async fn bulk(&self, request: tc_model::store::BulkRequest) -> Result<BulkOutcome, StoreError> {
+        either!(self, s => s.bulk(request))
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {

@@ -12,11 +12,11 @@ use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
-    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
-    Page, StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost,
+    ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use tc_model::tenant::{Tenant, TenantDetail, TenantUpdate};
+use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantUpdate};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_postgres::config::Host;
@@ -289,6 +289,14 @@ impl TaskStore for PgStore {
             self.states_changed();
             self.submitted.notify_one();
         }
+        // A batch is one caller's, made with one key: gone, it refused every
+        // item, and the batch answers as a whole, as on every adapter.
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(StoreError::CredentialGone)))
+        {
+            return Err(StoreError::CredentialGone);
+        }
         Ok(results)
     }
 
@@ -442,11 +450,12 @@ impl TaskStore for PgStore {
         id: TaskId,
         run_at: Timestamp,
         now: Timestamp,
+        acting: Option<Acting>,
     ) -> Result<Task, StoreError> {
         let delay = run_at.as_millis().saturating_sub(now.as_millis());
         let stamp = self.stamp(now);
         let task = self
-            .write(async |tx| write_ops::retry(tx, &id, delay, stamp).await)
+            .write(async |tx| write_ops::retry(tx, &id, delay, stamp, acting.as_ref()).await)
             .await?;
         self.states_changed();
         // Pending again: idle workers on every node may claim it.
@@ -454,13 +463,15 @@ impl TaskStore for PgStore {
         Ok(task)
     }
 
-    async fn bulk(
-        &self,
-        action: BulkAction,
-        filter: TaskFilter,
-        dry_run: bool,
-        now: Timestamp,
-    ) -> Result<BulkOutcome, StoreError> {
+    async fn bulk(&self, request: BulkRequest) -> Result<BulkOutcome, StoreError> {
+        let BulkRequest {
+            action,
+            filter,
+            dry_run,
+            now,
+            acting,
+            mut quota,
+        } = request;
         if dry_run {
             let sample = i64::try_from(BULK_SAMPLE).unwrap_or(i64::MAX);
             let (matched, sample) = self
@@ -478,8 +489,12 @@ impl TaskStore for PgStore {
         let mut after = 0;
         loop {
             let stamp = (now, self.stamp(now));
+            quota.new_transaction();
             let (covered, applied) = self
                 .write(async |tx| {
+                    if let Some(acting) = &acting {
+                        write_ops::check_acting(tx, acting).await?;
+                    }
                     let covered =
                         write_ops::bulk_covered(tx, &filter, &snapshot, after, chunk).await?;
                     let positions: Vec<i64> = covered.iter().map(|&(pos, _)| pos).collect();
@@ -490,6 +505,7 @@ impl TaskStore for PgStore {
                         stamp,
                         &self.channels.cancel,
                         self.callback_bytes,
+                        &mut quota,
                     )
                     .await?;
                     Ok((covered, applied))
@@ -514,9 +530,12 @@ impl TaskStore for PgStore {
             outcome.canceled_running.extend(canceled_running);
             match covered.last() {
                 Some(&(last, _)) if covered.len() == BULK_CHUNK => after = last,
-                _ => return Ok(outcome),
+                _ => break,
             }
         }
+        outcome.refused_quota = quota.refused();
+        outcome.retried_by_tenant = quota.retried().clone();
+        Ok(outcome)
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
@@ -664,7 +683,8 @@ impl TaskStore for PgStore {
     }
 
     async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
-        tenants::revoke_key(&self.client().await?, &tenant, &id).await
+        self.write(async |tx| tenants::revoke_key(tx, &tenant, &id).await)
+            .await
     }
 
     async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {

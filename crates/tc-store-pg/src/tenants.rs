@@ -143,9 +143,13 @@ pub(crate) async fn update(
 }
 
 /// Deletes the tenant `name` and its keys: [`StoreError::NotFound`]
-/// without it, [`StoreError::NotEmpty`] while any task is its. Its row is
-/// locked first, so two deletes (or a delete and an update) take turns.
+/// without it, [`StoreError::NotEmpty`] while any task is its. The
+/// tenant's lock comes first (`write_ops::lock_tenants`): a submit made
+/// with one of its keys has then either committed its task, which the
+/// check below sees, or will find its key gone. Its row is locked next, so
+/// two deletes (or a delete and an update) take turns.
 pub(crate) async fn delete(tx: &Transaction<'_>, name: &str) -> Result<(), StoreError> {
+    crate::write_ops::lock_tenants(tx, &[name]).await?;
     let lock = tx
         .prepare_cached("SELECT 1 FROM tenants WHERE name = $1 FOR UPDATE")
         .await
@@ -315,12 +319,15 @@ pub(crate) async fn create_key(
 }
 
 /// Deletes the key `id` of `tenant`, or [`StoreError::NotFound`] when that
-/// tenant has no such key.
+/// tenant has no such key. Under the tenant's lock
+/// (`write_ops::lock_tenants`, held until the caller's transaction ends): a
+/// write made with the key has committed before, or finds it gone.
 pub(crate) async fn revoke_key(
     client: &impl GenericClient,
     tenant: &str,
     id: &str,
 ) -> Result<(), StoreError> {
+    crate::write_ops::lock_tenants(client, &[tenant]).await?;
     let stmt = client
         .prepare_cached("DELETE FROM api_keys WHERE id = $1 AND tenant = $2")
         .await

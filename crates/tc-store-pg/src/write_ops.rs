@@ -17,7 +17,8 @@ use tc_model::callback;
 use tc_model::claim::ClaimWalk;
 use tc_model::destination::{ClaimGate, DestinationSettings, FairShare};
 use tc_model::store::{BulkAction, Guarded, LeaseLost, StoreError, Submitted, TaskFilter};
-use tc_model::tenant::TenantGate;
+use tc_model::tenant::quota::{Admission, RetryQuota};
+use tc_model::tenant::{Acting, TenantGate};
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
 use crate::destinations::{fold_and_promote, settings_where, settle, walk_ready};
@@ -38,6 +39,26 @@ pub(crate) enum Inserted {
     /// Refused: its tenant has this many tasks not yet terminal, its
     /// `max_pending` ([`admit`]).
     OverQuota(u64),
+    /// Refused: the tenant's key it was made with is revoked ([`admit`]).
+    CredentialGone,
+}
+
+/// Why [`admit`] refused an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Its tenant's `max_pending`, reached.
+    Quota(u64),
+    /// Its key, revoked (or its tenant deleted).
+    CredentialGone,
+}
+
+impl From<Refused> for Inserted {
+    fn from(refused: Refused) -> Inserted {
+        match refused {
+            Refused::Quota(limit) => Inserted::OverQuota(limit),
+            Refused::CredentialGone => Inserted::CredentialGone,
+        }
+    }
 }
 
 /// Each submit's answer from what its insert found, in order: the task it
@@ -65,6 +86,7 @@ pub(crate) fn answers(
             }),
             Inserted::Existing(_) => Err(StoreError::IdempotencyConflict),
             Inserted::OverQuota(limit) => Err(StoreError::QuotaExceeded { limit }),
+            Inserted::CredentialGone => Err(StoreError::CredentialGone),
         })
         .collect();
     (answers, created)
@@ -96,52 +118,39 @@ pub(crate) async fn submit_batch<C: GenericClient>(
     insert_batch(client, tasks, &ids, &refused, now).await
 }
 
-/// Whether a batch carries a pending limit: then its submit takes the
-/// tenants' quota locks, which hold until its transaction ends, so it must
-/// run in one.
+/// Whether a batch takes tenants' locks ([`lock_tenants`]): an item
+/// carries a pending limit or is made with a tenant's key. The locks hold
+/// until the transaction ends, so such a submit must run in one.
 pub(crate) fn takes_quota(tasks: &[NewTask]) -> bool {
     tasks
         .iter()
-        .any(|t| t.tenant().is_some() && t.pending_limit().is_some())
+        .any(|t| (t.tenant().is_some() && t.pending_limit().is_some()) || t.key_id().is_some())
 }
 
-/// The advisory lock's first key for a tenant's quota ("TCtn"); the
-/// second is the schema and tenant name hashed (a collision only makes two
-/// tenants' limited submits take turns).
+/// The advisory lock's first key for a tenant ("TCtn"); the second is the
+/// schema and tenant name hashed (a collision only makes two tenants'
+/// writes take turns).
 const QUOTA_LOCK_KEY: i32 = 0x5443_746E;
 
-/// The `max_pending` check of a batch, before its insert: for each item,
-/// `Some(limit)` when it is refused. Only items of a tenant that carry a
-/// limit are checked (an item without a tenant has no quota); nothing is
-/// read for a batch without one. The tenants' locks are taken in name
-/// order, each before its count, and held until the transaction ends, so
-/// two submits of one tenant count one after the other on every node:
-/// the limit holds under concurrency. A count stops at the limit
-/// (`LIMIT`), so its cost is bounded by it. An item whose key its tenant
-/// already holds (stored, or made by an earlier item) is answered by that
-/// task, never refused; every new item counts for the later ones.
-async fn admit<C: GenericClient>(
+/// Takes the tenants' locks, in name order (so that two writers never wait
+/// on each other in a cycle), held until the transaction ends. Every write
+/// that must see a tenant's state unchanged until it commits takes them: a
+/// limited submit or a retry before it counts the tenant's open tasks, a
+/// write made with a key before it checks the key, and a key's revoke and
+/// a tenant's delete before they write. So on every node a count, or a
+/// key's check, holds for the write that follows it. Each check must run
+/// as a statement after this one: its snapshot then holds every write
+/// that took the locks before.
+pub(crate) async fn lock_tenants<C: GenericClient>(
     client: &C,
-    tasks: &[NewTask],
-) -> Result<Vec<Option<u64>>, StoreError> {
-    let mut refused = vec![None; tasks.len()];
-    // Each limited tenant with the largest limit its items carry (counting
-    // up to it tells every smaller limit too).
-    let mut limits: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
-    for task in tasks {
-        if let (Some(tenant), Some(limit)) = (task.tenant(), task.pending_limit()) {
-            let max = limits.entry(tenant).or_insert(0);
-            *max = (*max).max(limit);
-        }
+    names: &[&str],
+) -> Result<(), StoreError> {
+    if names.is_empty() {
+        return Ok(());
     }
-    if limits.is_empty() {
-        return Ok(refused);
-    }
-    let names: Vec<&str> = limits.keys().copied().collect();
-    let caps: Vec<i64> = limits
-        .values()
-        .map(|&m| i64::try_from(m).unwrap_or(i64::MAX))
-        .collect();
+    let mut names = names.to_vec();
+    names.sort_unstable();
+    names.dedup();
     let lock = client
         .prepare_cached(
             "SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || name)) \
@@ -153,8 +162,106 @@ async fn admit<C: GenericClient>(
         .execute(&lock, &[&QUOTA_LOCK_KEY, &names])
         .await
         .map_err(db)?;
-    // Read after the locks (a statement of its own: its snapshot then
-    // holds every submit that took them before).
+    Ok(())
+}
+
+/// Of the keys `(id, tenant)` given, those live now (read after
+/// [`lock_tenants`]).
+pub(crate) async fn live_keys<C: GenericClient>(
+    client: &C,
+    keys: &[(&str, &str)],
+) -> Result<std::collections::HashSet<(String, String)>, StoreError> {
+    if keys.is_empty() {
+        return Ok(std::collections::HashSet::new());
+    }
+    let (ids, tenants): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
+    let stmt = client
+        .prepare_cached(
+            "SELECT id, tenant FROM api_keys \
+             WHERE (id, tenant) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+        )
+        .await
+        .map_err(db)?;
+    client
+        .query(&stmt, &[&ids, &tenants])
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|row| Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?)))
+        .collect()
+}
+
+/// [`StoreError::CredentialGone`] unless `acting`'s key is live, checked
+/// under its tenant's lock ([`lock_tenants`], taken here).
+pub(crate) async fn check_acting<C: GenericClient>(
+    client: &C,
+    acting: &Acting,
+) -> Result<(), StoreError> {
+    lock_tenants(client, &[acting.tenant.as_str()]).await?;
+    let key = (acting.key_id.as_str(), acting.tenant.as_str());
+    if live_keys(client, &[key]).await?.is_empty() {
+        Err(StoreError::CredentialGone)
+    } else {
+        Ok(())
+    }
+}
+
+/// The checks of a batch, before its insert: for each item, why it is
+/// refused, if it is. An item made with a tenant's key whose key is not
+/// live is refused ([`Refused::CredentialGone`]); an item of a tenant that
+/// carries a limit is checked against its `max_pending`; nothing is read
+/// for a batch without either. The tenants' locks are taken first
+/// ([`lock_tenants`]), so two submits of one tenant count one after the
+/// other on every node, and a key's revoke or its tenant's delete comes
+/// before the check or after the commit: the limit and the key hold under
+/// concurrency. A count stops at the limit (`LIMIT`), so its cost is
+/// bounded by it. An item whose key its tenant already holds (stored, or
+/// made by an earlier item) is answered by that task, never refused for
+/// the quota; every new item counts for the later ones.
+async fn admit<C: GenericClient>(
+    client: &C,
+    tasks: &[NewTask],
+) -> Result<Vec<Option<Refused>>, StoreError> {
+    let mut refused = vec![None; tasks.len()];
+    // Each limited tenant with the largest limit its items carry (counting
+    // up to it tells every smaller limit too).
+    let mut limits: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for task in tasks {
+        if let (Some(tenant), Some(limit)) = (task.tenant(), task.pending_limit()) {
+            let max = limits.entry(tenant).or_insert(0);
+            *max = (*max).max(limit);
+        }
+    }
+    let keys: Vec<(&str, &str)> = tasks
+        .iter()
+        .filter_map(|t| {
+            t.tenant()
+                .zip(t.key_id())
+                .map(|(tenant, key)| (key, tenant))
+        })
+        .collect();
+    if limits.is_empty() && keys.is_empty() {
+        return Ok(refused);
+    }
+    let mut locked: Vec<&str> = limits.keys().copied().collect();
+    locked.extend(keys.iter().map(|&(_, tenant)| tenant));
+    lock_tenants(client, &locked).await?;
+    let live = live_keys(client, &keys).await?;
+    for (i, task) in tasks.iter().enumerate() {
+        if let (Some(tenant), Some(key)) = (task.tenant(), task.key_id())
+            && !live.contains(&(key.to_owned(), tenant.to_owned()))
+        {
+            refused[i] = Some(Refused::CredentialGone);
+        }
+    }
+    if limits.is_empty() {
+        return Ok(refused);
+    }
+    let names: Vec<&str> = limits.keys().copied().collect();
+    let caps: Vec<i64> = limits
+        .values()
+        .map(|&m| i64::try_from(m).unwrap_or(i64::MAX))
+        .collect();
     let count = client
         .prepare_cached(
             "SELECT u.name, (SELECT count(*) FROM ( \
@@ -198,6 +305,9 @@ async fn admit<C: GenericClient>(
         let Some(tenant) = task.tenant().filter(|t| limits.contains_key(t)) else {
             continue;
         };
+        if refused[i].is_some() {
+            continue;
+        }
         let ident = (task.idempotency_key().to_owned(), tenant.to_owned());
         if taken.contains(&ident) {
             continue;
@@ -206,7 +316,7 @@ async fn admit<C: GenericClient>(
         if let Some(limit) = task.pending_limit()
             && *count >= limit
         {
-            refused[i] = Some(limit);
+            refused[i] = Some(Refused::Quota(limit));
             continue;
         }
         *count += 1;
@@ -246,7 +356,7 @@ async fn insert_batch<C: GenericClient>(
     client: &C,
     tasks: &[NewTask],
     ids: &[TaskId],
-    refused: &[Option<u64>],
+    refused: &[Option<Refused>],
     now: Option<i64>,
 ) -> Result<Vec<Inserted>, StoreError> {
     if tasks.len() >= 65_536 {
@@ -292,7 +402,7 @@ async fn insert_batch<C: GenericClient>(
     // The items by key and tenant (then by their place), as the statements
     // lock them; refused ones are answered already.
     let mut answers: Vec<Option<Inserted>> = (0..tasks.len())
-        .map(|i| refused.get(i).copied().flatten().map(Inserted::OverQuota))
+        .map(|i| refused.get(i).copied().flatten().map(Inserted::from))
         .collect();
     let mut order: Vec<usize> = (0..tasks.len()).filter(|&i| answers[i].is_none()).collect();
     order.sort_by(|&a, &b| ident(&tasks[a]).cmp(&ident(&tasks[b])).then(a.cmp(&b)));
@@ -524,8 +634,8 @@ pub(crate) async fn ended<C: GenericClient>(
         .iter()
         .map(|i| match i {
             Inserted::Created(task) | Inserted::Existing(task) => Ok(task.id.as_bytes().to_vec()),
-            Inserted::OverQuota(_) => Err(StoreError::Unavailable(
-                "a callback was refused for its tenant's quota".into(),
+            Inserted::OverQuota(_) | Inserted::CredentialGone => Err(StoreError::Unavailable(
+                "a callback was refused for its tenant's quota or key".into(),
             )),
         })
         .collect::<Result<_, _>>()?;
@@ -1092,15 +1202,36 @@ pub(crate) async fn prune(
 }
 
 /// Failed or canceled → pending, due `delay_ms` after now, with a fresh
-/// budget of tries (the tries so far become `attempts_before_retry`).
+/// budget of tries (the tries so far become `attempts_before_retry`); made
+/// with `acting`'s key (checked live, the task its tenant's), under the
+/// task's tenant's `max_pending` (counted under the tenant's lock, as a
+/// submit counts).
 pub(crate) async fn retry(
     tx: &Transaction<'_>,
     id: &TaskId,
     delay_ms: i64,
     now: Option<i64>,
+    acting: Option<&Acting>,
 ) -> Result<Task, StoreError> {
+    // A task's tenant never changes: read before the tenant's lock, which
+    // comes before the row's (the order every writer takes them in).
+    let tenant = tenant_of(tx, id).await?;
+    if let Some(acting) = acting {
+        if acting.tenant != tenant {
+            return Err(StoreError::NotFound);
+        }
+        check_acting(tx, acting).await?;
+    }
+    if !tenant.is_empty() {
+        lock_tenants(tx, &[tenant.as_str()]).await?;
+    }
     let head = lock_head(tx, id).await?;
     tc_model::retry_by_hand(head.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+    if let Admission::OverPending(limit) =
+        admit_retry(tx, &tenant, &mut RetryQuota::default()).await?
+    {
+        return Err(StoreError::QuotaExceeded { limit });
+    }
     let stmt = tx
         .prepare_cached(
             "UPDATE tasks SET state = 'pending', attempts_before_retry = attempt, error = NULL, \
@@ -1115,6 +1246,66 @@ pub(crate) async fn retry(
         .await
         .map_err(db)?;
     load_pos(tx, head.pos).await
+}
+
+/// The task's tenant as stored (`''` for none), or [`StoreError::NotFound`].
+async fn tenant_of(tx: &Transaction<'_>, id: &TaskId) -> Result<String, StoreError> {
+    let stmt = tx
+        .prepare_cached("SELECT tenant FROM tasks WHERE id = $1")
+        .await
+        .map_err(db)?;
+    tx.query_opt(&stmt, &[&id.as_bytes().as_slice()])
+        .await
+        .map_err(db)?
+        .ok_or(StoreError::NotFound)?
+        .try_get(0)
+        .map_err(db)
+}
+
+/// Whether `quota` admits one more retry of a task of `tenant` (as stored):
+/// its `max_pending` and open tasks are read once per transaction, under
+/// the tenant's lock, which the caller holds ([`lock_tenants`]).
+async fn admit_retry(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    quota: &mut RetryQuota,
+) -> Result<Admission, StoreError> {
+    if !quota.knows(tenant) {
+        let limit_of = tx
+            .prepare_cached("SELECT max_pending FROM tenants WHERE name = $1")
+            .await
+            .map_err(db)?;
+        let limit: Option<i64> = tx
+            .query_opt(&limit_of, &[&tenant])
+            .await
+            .map_err(db)?
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(db)?
+            .flatten();
+        let open = match limit {
+            Some(cap) => {
+                let count = tx
+                    .prepare_cached(
+                        "SELECT count(*) FROM (SELECT 1 FROM tasks \
+                             WHERE tenant = $1 AND tenant <> '' \
+                               AND state IN ('pending', 'running') LIMIT $2) AS s",
+                    )
+                    .await
+                    .map_err(db)?;
+                let n: i64 = tx
+                    .query_one(&count, &[&tenant, &cap])
+                    .await
+                    .map_err(db)?
+                    .try_get(0)
+                    .map_err(db)?;
+                n.unsigned_abs()
+            }
+            None => 0,
+        };
+        quota.learn(tenant, limit.map(i64::unsigned_abs), open);
+    }
+    Ok(quota.admit(tenant))
 }
 
 /// Running → pending without using up the attempt, if still on `attempt`.
@@ -1328,6 +1519,59 @@ pub(crate) struct BulkApplied {
     pub(crate) canceled_running: Vec<TaskId>,
 }
 
+/// A bulk retry of the tasks at `positions` still in one of `states`, each
+/// admitted by `quota` (its tenant's `max_pending`, counted under the
+/// tenant's lock, taken before the rows' locks as every writer takes
+/// them). Answers how many it retried.
+async fn bulk_retry(
+    tx: &Transaction<'_>,
+    positions: &[i64],
+    states: &[&str],
+    now: Option<i64>,
+    quota: &mut RetryQuota,
+) -> Result<u64, StoreError> {
+    // Tenants never change: read before their locks.
+    let tenants_of = tx
+        .prepare_cached("SELECT DISTINCT tenant FROM tasks WHERE pos = ANY($1) AND tenant <> ''")
+        .await
+        .map_err(db)?;
+    let tenants: Vec<String> = tx
+        .query(&tenants_of, &[&positions])
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|row| row.try_get(0).map_err(db))
+        .collect::<Result<_, _>>()?;
+    let names: Vec<&str> = tenants.iter().map(String::as_str).collect();
+    lock_tenants(tx, &names).await?;
+    let lock = tx
+        .prepare_cached(
+            "SELECT pos, tenant FROM tasks WHERE pos = ANY($1) AND state = ANY($2) \
+             ORDER BY pos FOR UPDATE",
+        )
+        .await
+        .map_err(db)?;
+    let mut admitted: Vec<i64> = Vec::new();
+    for row in tx.query(&lock, &[&positions, &states]).await.map_err(db)? {
+        let tenant: String = row.try_get(1).map_err(db)?;
+        if admit_retry(tx, &tenant, quota).await? == Admission::Admitted {
+            admitted.push(row.try_get(0).map_err(db)?);
+        }
+    }
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE tasks SET state = 'pending', attempts_before_retry = attempt, \
+                              error = NULL, http_status = NULL, result = NULL, \
+                              result_content_type = NULL, finished_at = NULL, \
+                              lease_until = NULL, next_run_at = tc_now_ms($1), \
+                              updated_at = tc_now_ms($1) \
+             WHERE pos = ANY($2)",
+        )
+        .await
+        .map_err(db)?;
+    tx.execute(&stmt, &[&now, &admitted]).await.map_err(db)
+}
+
 /// Applies `action` to the tasks at `positions` still in a state it applies
 /// to (read again under the row locks: a worker may have moved them since
 /// the scan), in one statement. Rows are locked in position order, so two
@@ -1341,6 +1585,7 @@ pub(crate) async fn bulk_apply(
     (now_ms, now): (tc_model::Timestamp, Option<i64>),
     channel: &str,
     callback_bytes: usize,
+    quota: &mut RetryQuota,
 ) -> Result<BulkApplied, StoreError> {
     let from: Vec<State> = State::ALL
         .into_iter()
@@ -1352,25 +1597,7 @@ pub(crate) async fn bulk_apply(
             for state in &from {
                 tc_model::retry_by_hand(*state).map_err(|e| StoreError::NotRetryable(e.from))?;
             }
-            let stmt = tx
-                .prepare_cached(
-                    "WITH locked AS ( \
-                         SELECT pos FROM tasks WHERE pos = ANY($2) AND state = ANY($3) \
-                         ORDER BY pos FOR UPDATE \
-                     ) \
-                     UPDATE tasks t SET state = 'pending', attempts_before_retry = t.attempt, \
-                                        error = NULL, http_status = NULL, result = NULL, \
-                                        result_content_type = NULL, finished_at = NULL, \
-                                        lease_until = NULL, next_run_at = tc_now_ms($1), \
-                                        updated_at = tc_now_ms($1) \
-                     FROM locked WHERE t.pos = locked.pos",
-                )
-                .await
-                .map_err(db)?;
-            let applied = tx
-                .execute(&stmt, &[&now, &positions, &names])
-                .await
-                .map_err(db)?;
+            let applied = bulk_retry(tx, positions, &names, now, quota).await?;
             Ok(BulkApplied {
                 applied,
                 canceled_running: Vec::new(),

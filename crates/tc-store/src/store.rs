@@ -13,11 +13,11 @@ use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
-    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Guarded, LeaseLost, ListQuery,
-    Page, StateCounts, StoreError, Submitted, TaskFilter, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost, ListQuery,
+    Page, StateCounts, StoreError, Submitted, TaskStore,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use tc_model::tenant::{Tenant, TenantDetail, TenantUpdate};
+use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantUpdate};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -225,6 +225,10 @@ impl TaskStore for SqliteStore {
         // the batch is rolled back (Undo::WholeBatch).
         let rows: Vec<write_ops::SubmitRow> = tasks.iter().map(write_ops::SubmitRow::of).collect();
         self.write_sized(bytes, Undo::WholeBatch, move |conn| {
+            // A batch is one caller's: a key gone refuses it whole.
+            if let Some(acting) = tasks.first().and_then(NewTask::acting) {
+                crate::tenants::check_acting(conn, &acting)?;
+            }
             let mut answers = Vec::with_capacity(tasks.len());
             for (task, row) in tasks.iter().zip(&rows) {
                 match write_ops::submit_prepared(conn, row, task, now) {
@@ -372,18 +376,21 @@ impl TaskStore for SqliteStore {
         id: TaskId,
         run_at: Timestamp,
         now: Timestamp,
+        acting: Option<Acting>,
     ) -> Result<Task, StoreError> {
-        self.write(move |conn| write_ops::retry(conn, &id, run_at, now))
+        self.write(move |conn| write_ops::retry(conn, &id, run_at, now, acting.as_ref()))
             .await
     }
 
-    async fn bulk(
-        &self,
-        action: BulkAction,
-        filter: TaskFilter,
-        dry_run: bool,
-        now: Timestamp,
-    ) -> Result<BulkOutcome, StoreError> {
+    async fn bulk(&self, request: BulkRequest) -> Result<BulkOutcome, StoreError> {
+        let BulkRequest {
+            action,
+            filter,
+            dry_run,
+            now,
+            acting,
+            quota,
+        } = request;
         if dry_run {
             let (matched, sample) = self
                 .readers
@@ -401,23 +408,30 @@ impl TaskStore for SqliteStore {
         let mut outcome = BulkOutcome::default();
         let mut after = 0;
         let callback_bytes = self.callback_bytes;
+        let mut quota = quota;
         loop {
             let filter = filter.clone();
+            let acting = acting.clone();
             // One command per chunk: the writer is held for at most
-            // BULK_CHUNK tasks, and submits queue in between.
-            let chunk = self
+            // BULK_CHUNK tasks, and submits queue in between. The quota
+            // goes with the command and comes back with its answer.
+            let (chunk, back) = self
                 .write(move |conn| {
-                    write_ops::bulk_chunk(
-                        conn,
+                    let filter = FilterSql::new(&filter);
+                    let step = write_ops::BulkStep {
                         action,
-                        &FilterSql::new(&filter),
+                        filter: &filter,
                         after,
                         horizon,
                         now,
                         callback_bytes,
-                    )
+                        acting: acting.as_ref(),
+                    };
+                    let mut quota = quota;
+                    write_ops::bulk_chunk(conn, &step, &mut quota).map(|chunk| (chunk, quota))
                 })
                 .await?;
+            quota = back;
             outcome.matched += chunk.matched.len() as u64;
             outcome.applied += chunk.applied;
             let room = BULK_SAMPLE.saturating_sub(outcome.sample.len());
@@ -425,9 +439,12 @@ impl TaskStore for SqliteStore {
             outcome.canceled_running.extend(chunk.canceled_running);
             match chunk.last {
                 Some(last) if chunk.matched.len() == BULK_CHUNK => after = last,
-                _ => return Ok(outcome),
+                _ => break,
             }
         }
+        outcome.refused_quota = quota.refused();
+        outcome.retried_by_tenant = quota.retried().clone();
+        Ok(outcome)
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {

@@ -10,7 +10,10 @@ use tc_model::Timestamp;
 use tc_model::store::StoreError;
 use tc_model::stored::{CorruptColumn, TenantRow};
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use tc_model::tenant::{NO_TENANT, Tenant, TenantDetail, TenantGate, TenantSettings, TenantUpdate};
+use tc_model::tenant::quota::{Admission, RetryQuota};
+use tc_model::tenant::{
+    Acting, NO_TENANT, Tenant, TenantDetail, TenantGate, TenantSettings, TenantUpdate,
+};
 
 use crate::rows::db;
 
@@ -316,6 +319,49 @@ pub(crate) fn touch_key(conn: &Connection, id: &str, at: Timestamp) -> Result<()
     .execute(params![id, at.as_millis()])
     .map_err(db)?;
     Ok(())
+}
+
+/// [`StoreError::CredentialGone`] unless `acting`'s key is live: a
+/// tenant's delete revokes its keys in the same transaction, so a live key
+/// is a live tenant. The single writer runs this check and the write it
+/// guards with no revoke or delete in between.
+pub(crate) fn check_acting(conn: &Connection, acting: &Acting) -> Result<(), StoreError> {
+    let live: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ?1 AND tenant = ?2)")
+        .map_err(db)?
+        .query_row(params![acting.key_id, acting.tenant], |row| row.get(0))
+        .map_err(db)?;
+    if live {
+        Ok(())
+    } else {
+        Err(StoreError::CredentialGone)
+    }
+}
+
+/// Whether `quota` admits one more retry of a task of `tenant` (as stored,
+/// `''` for none): its `max_pending` and its open tasks are read once per
+/// transaction, the count bounded by the limit.
+pub(crate) fn admit_retry(
+    conn: &Connection,
+    tenant: &str,
+    quota: &mut RetryQuota,
+) -> Result<Admission, StoreError> {
+    if !quota.knows(tenant) {
+        let limit: Option<i64> = conn
+            .prepare_cached("SELECT max_pending FROM tenants WHERE name = ?1")
+            .map_err(db)?
+            .query_row([tenant], |row| row.get(0))
+            .optional()
+            .map_err(db)?
+            .flatten();
+        let limit = limit.and_then(|l| u64::try_from(l).ok());
+        let open = match limit {
+            Some(limit) => crate::write_ops::open_tasks_of(conn, tenant, limit)?,
+            None => 0,
+        };
+        quota.learn(tenant, limit, open);
+    }
+    Ok(quota.admit(tenant))
 }
 
 /// The first tenant after `after` (in name order) with a pending task in

@@ -14,6 +14,8 @@ use tc_model::claim::{Claim, ClaimWalk};
 use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, FairShare};
 use tc_model::store::{BULK_CHUNK, BulkAction, Guarded, LeaseLost, StoreError, Submitted};
+use tc_model::tenant::Acting;
+use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, TraceContext, transit};
 
 use crate::destinations;
@@ -148,6 +150,9 @@ fn submit_as(
     new: &NewTask,
     now: Timestamp,
 ) -> Result<Made, StoreError> {
+    if let Some(acting) = new.acting() {
+        crate::tenants::check_acting(conn, &acting)?;
+    }
     let tenant = tc_model::tenant::stored_tenant(new.tenant());
     // A tenant's submit under its `max_pending`: the key first (a task it
     // has already answers, full or not), then the count, bounded by the
@@ -234,7 +239,11 @@ pub(crate) const OPEN_TASKS_OF: &str = "SELECT count(*) FROM (\
      SELECT 1 FROM tasks INDEXED BY tasks_open_by_tenant \
      WHERE tenant = ?1 AND tenant <> '' AND state IN ('pending', 'running') LIMIT ?2)";
 
-fn open_tasks_of(conn: &Connection, tenant: &str, limit: u64) -> Result<u64, StoreError> {
+pub(crate) fn open_tasks_of(
+    conn: &Connection,
+    tenant: &str,
+    limit: u64,
+) -> Result<u64, StoreError> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let open: i64 = conn
         .prepare_cached(OPEN_TASKS_OF)
@@ -687,17 +696,45 @@ pub(crate) fn reclaim_free_pages(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Failed or canceled → pending, due at `run_at`, with a fresh budget.
+/// Failed or canceled → pending, due at `run_at`, with a fresh budget;
+/// made with `acting`'s key (checked live, the task its tenant's), under
+/// the task's tenant's `max_pending`.
 pub(crate) fn retry(
     conn: &Connection,
     id: &TaskId,
     run_at: Timestamp,
     now: Timestamp,
+    acting: Option<&Acting>,
 ) -> Result<Task, StoreError> {
+    if let Some(acting) = acting {
+        crate::tenants::check_acting(conn, acting)?;
+    }
     let Some(Stored { seq, task }) = rows::load(conn, id)? else {
         return Err(StoreError::NotFound);
     };
-    let to = tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+    if acting.is_some_and(|a| task.tenant.as_deref() != Some(a.tenant.as_str())) {
+        return Err(StoreError::NotFound);
+    }
+    tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+    let tenant = tc_model::tenant::stored_tenant(task.tenant.as_deref());
+    if let Admission::OverPending(limit) =
+        crate::tenants::admit_retry(conn, tenant, &mut RetryQuota::default())?
+    {
+        return Err(StoreError::QuotaExceeded { limit });
+    }
+    retry_seq(conn, seq, task.state, run_at, now)?;
+    load_seq(conn, seq)
+}
+
+/// The retry's write of the task at `seq`, read in `state`.
+fn retry_seq(
+    conn: &Connection,
+    seq: i64,
+    state: State,
+    run_at: Timestamp,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let to = tc_model::retry_by_hand(state).map_err(|e| StoreError::NotRetryable(e.from))?;
     write_one(
         conn,
         "UPDATE tasks SET state = ?3, attempts_before_retry = attempt, error = NULL, \
@@ -707,13 +744,12 @@ pub(crate) fn retry(
          WHERE seq = ?1 AND state = ?2",
         params![
             seq,
-            task.state.as_str(),
+            state.as_str(),
             to.as_str(),
             run_at.as_millis(),
             now.as_millis()
         ],
-    )?;
-    load_seq(conn, seq)
+    )
 }
 
 /// One transaction's share of a bulk action.
@@ -729,19 +765,42 @@ pub(crate) struct BulkChunk {
     pub(crate) last: Option<i64>,
 }
 
-/// Applies `action` to the first [`BULK_CHUNK`] tasks `filter` covers with
-/// seq in (`after`, `horizon`], skipping those it does not apply to.
+/// One bulk transaction's bounds and what it is made with.
+pub(crate) struct BulkStep<'a> {
+    pub(crate) action: BulkAction,
+    pub(crate) filter: &'a FilterSql,
+    /// The seq range (`after`, `horizon`].
+    pub(crate) after: i64,
+    pub(crate) horizon: i64,
+    pub(crate) now: Timestamp,
+    pub(crate) callback_bytes: usize,
+    /// The tenant's key it is made with, checked live.
+    pub(crate) acting: Option<&'a Acting>,
+}
+
+/// Applies the step's action to the first [`BULK_CHUNK`] tasks its filter
+/// covers in its seq range, skipping those it does not apply to, and a
+/// retry's tasks that `quota` does not admit.
 pub(crate) fn bulk_chunk(
     conn: &Connection,
-    action: BulkAction,
-    filter: &FilterSql,
-    after: i64,
-    horizon: i64,
-    now: Timestamp,
-    callback_bytes: usize,
+    step: &BulkStep<'_>,
+    quota: &mut RetryQuota,
 ) -> Result<BulkChunk, StoreError> {
+    let BulkStep {
+        action,
+        filter,
+        after,
+        horizon,
+        now,
+        callback_bytes,
+        acting,
+    } = *step;
+    if let Some(acting) = acting {
+        crate::tenants::check_acting(conn, acting)?;
+    }
+    quota.new_transaction();
     let sql = format!(
-        "SELECT seq, id, state FROM {table} \
+        "SELECT seq, id, state, tenant FROM {table} \
          WHERE {driving} AND {rest} AND seq > :after AND seq <= :horizon \
          ORDER BY seq LIMIT :n",
         table = filter.table,
@@ -749,18 +808,18 @@ pub(crate) fn bulk_chunk(
         rest = filter.rest,
     );
     let n = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
-    let covered: Vec<(i64, Vec<u8>, String)> = conn
+    let covered: Vec<(i64, Vec<u8>, String, String)> = conn
         .prepare_cached(&sql)
         .map_err(db)?
         .query_map(
             &filter.params(&[(":after", &after), (":horizon", &horizon), (":n", &n)])[..],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
         )
         .map_err(db)?
         .collect::<Result<_, _>>()
         .map_err(db)?;
     let mut chunk = BulkChunk::default();
-    for (seq, id, state) in covered {
+    for (seq, id, state, tenant) in covered {
         let id = rows::parse_id(id)?;
         let state = parse_state(&state)?;
         chunk.last = Some(seq);
@@ -770,7 +829,10 @@ pub(crate) fn bulk_chunk(
         }
         match action {
             BulkAction::Retry => {
-                retry(conn, &id, now, now)?;
+                if crate::tenants::admit_retry(conn, &tenant, quota)? != Admission::Admitted {
+                    continue;
+                }
+                retry_seq(conn, seq, state, now, now)?;
             }
             BulkAction::Cancel => {
                 cancel(conn, &id, now, callback_bytes)?;

@@ -18,12 +18,13 @@ use tc_model::destination::{
 };
 use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
-    BULK_SAMPLE, BulkAction, BulkOutcome, Completion, Cursor, Guarded, LeaseLost, ListQuery, Page,
-    StateCounts, StoreError, Submitted, TaskFilter, TaskStore, results_within,
+    BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Cursor, Guarded, LeaseLost,
+    ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore, results_within,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
+use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{
-    NO_TENANT, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
+    Acting, NO_TENANT, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
 };
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
 
@@ -187,6 +188,59 @@ impl Tables {
     }
 
     /// How many of `tenant`'s tasks are pending or running.
+    /// [`StoreError::CredentialGone`] when the write is made with a key
+    /// that is revoked (its tenant's delete revokes its keys).
+    fn check_acting(&self, acting: Option<&Acting>) -> Result<(), StoreError> {
+        match acting {
+            Some(acting)
+                if !self
+                    .keys
+                    .iter()
+                    .any(|k| k.tenant == acting.tenant && k.key.id == acting.key_id) =>
+            {
+                Err(StoreError::CredentialGone)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `quota` admits one more retry of `task` (its tenant counted
+    /// now, as one transaction of an SQL adapter counts).
+    fn admit_retry(&self, task: &Task, quota: &mut RetryQuota) -> Admission {
+        let tenant = tc_model::tenant::stored_tenant(task.tenant.as_deref());
+        quota.new_transaction();
+        if !quota.knows(tenant) {
+            let limit = self
+                .tenants
+                .get(tenant)
+                .and_then(|t| t.settings.max_pending);
+            quota.learn(tenant, limit, self.open_tasks_of(tenant));
+        }
+        quota.admit(tenant)
+    }
+
+    /// Failed or canceled → pending, due at `run_at`, with a fresh budget.
+    fn retry_at(
+        &mut self,
+        seq: i64,
+        run_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<Task, StoreError> {
+        let task = self.task_mut(seq)?;
+        task.state =
+            tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+        task.attempts_before_retry = task.attempt;
+        task.error = None;
+        task.http_status = None;
+        task.result = None;
+        task.result_content_type = None;
+        task.finished_at = None;
+        task.lease_until = None;
+        task.next_run_at = Some(run_at);
+        task.updated_at = now;
+        Ok(task.clone())
+    }
+
     fn open_tasks_of(&self, tenant: &str) -> u64 {
         self.tasks
             .values()
@@ -267,6 +321,7 @@ fn close_attempt(
 impl TaskStore for MemoryStore {
     async fn submit(&self, new: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         let mut t = self.tables();
+        t.check_acting(new.acting().as_ref())?;
         if let Some(seq) = t.by_key.get(&key_of(new.tenant(), new.idempotency_key())) {
             let task = &t.tasks[seq];
             return if new.same_work_as(task) {
@@ -298,6 +353,9 @@ impl TaskStore for MemoryStore {
         tasks: Vec<NewTask>,
         now: Timestamp,
     ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
+        if let Some(first) = tasks.first() {
+            self.tables().check_acting(first.acting().as_ref())?;
+        }
         let mut results = Vec::with_capacity(tasks.len());
         for task in tasks {
             results.push(self.submit(task, now).await);
@@ -697,31 +755,34 @@ impl TaskStore for MemoryStore {
         id: TaskId,
         run_at: Timestamp,
         now: Timestamp,
+        acting: Option<Acting>,
     ) -> Result<Task, StoreError> {
         let mut t = self.tables();
+        t.check_acting(acting.as_ref())?;
         let seq = t.seq_of(id)?;
-        let task = t.task_mut(seq)?;
-        task.state =
-            tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
-        task.attempts_before_retry = task.attempt;
-        task.error = None;
-        task.http_status = None;
-        task.result = None;
-        task.result_content_type = None;
-        task.finished_at = None;
-        task.lease_until = None;
-        task.next_run_at = Some(run_at);
-        task.updated_at = now;
-        Ok(task.clone())
+        let task = &t.tasks[&seq];
+        if acting
+            .as_ref()
+            .is_some_and(|a| task.tenant.as_deref() != Some(a.tenant.as_str()))
+        {
+            return Err(StoreError::NotFound);
+        }
+        tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+        if let Admission::OverPending(limit) = t.admit_retry(task, &mut RetryQuota::default()) {
+            return Err(StoreError::QuotaExceeded { limit });
+        }
+        t.retry_at(seq, run_at, now)
     }
 
-    async fn bulk(
-        &self,
-        action: BulkAction,
-        filter: TaskFilter,
-        dry_run: bool,
-        now: Timestamp,
-    ) -> Result<BulkOutcome, StoreError> {
+    async fn bulk(&self, request: BulkRequest) -> Result<BulkOutcome, StoreError> {
+        let BulkRequest {
+            action,
+            filter,
+            dry_run,
+            now,
+            acting,
+            mut quota,
+        } = request;
         // The covered set, fixed now; each operation below takes the lock
         // again, as a later chunk of an SQL adapter would.
         let covered: Vec<(TaskId, State)> = self
@@ -748,6 +809,7 @@ impl TaskStore for MemoryStore {
             // moved the task meanwhile.
             let state = {
                 let mut t = self.tables();
+                t.check_acting(acting.as_ref())?;
                 let seq = t.seq_of(id)?;
                 t.task_mut(seq)?.state
             };
@@ -755,7 +817,15 @@ impl TaskStore for MemoryStore {
                 continue;
             }
             match action {
-                BulkAction::Retry => drop(self.retry(id, now, now).await?),
+                BulkAction::Retry => {
+                    let mut t = self.tables();
+                    let seq = t.seq_of(id)?;
+                    let task = &t.tasks[&seq];
+                    if t.admit_retry(task, &mut quota) != Admission::Admitted {
+                        continue;
+                    }
+                    t.retry_at(seq, now, now)?;
+                }
                 BulkAction::Cancel => {
                     self.cancel(id, now).await?;
                     if state == State::Running {
@@ -766,6 +836,8 @@ impl TaskStore for MemoryStore {
             }
             outcome.applied += 1;
         }
+        outcome.refused_quota = quota.refused();
+        outcome.retried_by_tenant = quota.retried().clone();
         Ok(outcome)
     }
 

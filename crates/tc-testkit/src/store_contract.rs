@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`, `callback`, `schedules`, `tenants`; `check` holds what they
+//! `listing` (and bulk), `retention`, `outbound`, `callback`, `schedules`, `tenants`, `tenant_writes`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -133,6 +133,8 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         api_keys_are_found_by_hash_until_revoked,
         a_callback_belongs_to_its_parent_s_tenant,
         the_claim_shares_a_destination_between_tenants_by_weight,
+        a_write_made_with_a_key_gone_is_refused_whole,
+        retries_count_against_max_pending_and_the_rate,
     ]
 }
 
@@ -228,6 +230,9 @@ mod schedules;
 mod submit;
 // Tenants (issue 29).
 mod tenants;
+// Writes made for a tenant: its key checked in the write, its quotas on
+// retries.
+mod tenant_writes;
 // A task's trace context (issue 27).
 mod trace;
 
@@ -241,5 +246,6 @@ pub use outbound::*;
 pub use retention::*;
 pub use schedules::*;
 pub use submit::*;
+pub use tenant_writes::*;
 pub use tenants::*;
 pub use trace::*;

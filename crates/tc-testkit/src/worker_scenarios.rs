@@ -12,8 +12,7 @@ use std::time::Duration;
 use tc_downstream::Downstream;
 use tc_model::destination::{Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
-    BulkAction, BulkOutcome, Completion, Cursor, Guarded, ListQuery, StoreError, TaskFilter,
-    TaskStore,
+    BulkOutcome, Completion, Cursor, Guarded, ListQuery, StoreError, TaskFilter, TaskStore,
 };
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_worker::{AttemptEnded, Clock, Worker, WorkerConfig, WorkerMetrics};
@@ -1519,17 +1518,15 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         id: TaskId,
         run_at: Timestamp,
         now: Timestamp,
+        acting: Option<tc_model::tenant::Acting>,
     ) -> impl Future<Output = Result<Task, StoreError>> + Send {
-        self.inner.retry(id, run_at, now)
+        self.inner.retry(id, run_at, now, acting)
     }
     fn bulk(
         &self,
-        action: BulkAction,
-        filter: TaskFilter,
-        dry_run: bool,
-        now: Timestamp,
+        request: tc_model::store::BulkRequest,
     ) -> impl Future<Output = Result<BulkOutcome, StoreError>> + Send {
-        self.inner.bulk(action, filter, dry_run, now)
+        self.inner.bulk(request)
     }
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.health()

@@ -12,8 +12,8 @@ use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tc_http::{App, Control, HttpConfig};
 use tc_model::store::{
-    BulkAction, BulkOutcome, Completion, Guarded, ListQuery, Page, StateCounts, StoreError,
-    Submitted, TaskFilter, TaskStore,
+    BulkOutcome, Completion, Guarded, ListQuery, Page, StateCounts, StoreError, Submitted,
+    TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tc_testkit::memory_store::MemoryStore;
@@ -260,20 +260,15 @@ impl TaskStore for Switchable {
         id: TaskId,
         run_at: Timestamp,
         now: Timestamp,
+        acting: Option<tc_model::tenant::Acting>,
     ) -> Result<Task, StoreError> {
         self.check()?;
-        self.inner.retry(id, run_at, now).await
+        self.inner.retry(id, run_at, now, acting).await
     }
 
-    async fn bulk(
-        &self,
-        action: BulkAction,
-        filter: TaskFilter,
-        dry_run: bool,
-        now: Timestamp,
-    ) -> Result<BulkOutcome, StoreError> {
+    async fn bulk(&self, request: tc_model::store::BulkRequest) -> Result<BulkOutcome, StoreError> {
         self.check()?;
-        self.inner.bulk(action, filter, dry_run, now).await
+        self.inner.bulk(request).await
     }
 }
 

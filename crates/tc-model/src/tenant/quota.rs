@@ -3,6 +3,7 @@
 //! Each node keeps its own buckets (a rate holds per node; documented), and
 //! a submit that finds the bucket empty is told when the next token comes.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::TenantSettings;
@@ -72,6 +73,17 @@ impl SubmitBucket {
         }
     }
 
+    /// How many whole tokens the bucket holds at `now` (refilled first);
+    /// `None` without a rate (no limit).
+    pub fn available(&mut self, now: Timestamp, settings: &TenantSettings) -> Option<u64> {
+        let (rate, size) = (settings.submit_rate_per_s?, settings.bucket_size()?);
+        let earned = now.duration_since(self.refilled).as_secs_f64() * rate;
+        self.tokens = (self.tokens + earned).min(size);
+        self.refilled = now;
+        // Saturating float-to-int: a bucket holds at most 1e6 tokens.
+        Some(self.tokens.floor() as u64)
+    }
+
     /// Whether the bucket is full at `now` (then a fresh one is the same,
     /// and a caller may forget this one).
     pub fn is_full(&self, now: Timestamp, settings: &TenantSettings) -> bool {
@@ -81,6 +93,121 @@ impl SubmitBucket {
             }
             _ => true,
         }
+    }
+}
+
+/// What retries of tenants' tasks may do under the tenants' quotas, as
+/// submits would: a retry makes a task pending again, so it counts against
+/// the tenant's `max_pending` (the tasks not yet terminal, counted by the
+/// store inside the retry's transaction) and, for a bulk retry, against the
+/// tenant's submit rate on this node (the tokens the caller found in its
+/// buckets, [`RetryQuota::new`]). Tasks without a tenant have no quota.
+///
+/// An adapter walks the tasks it would retry in order: before the first
+/// task of a tenant in a transaction it tells the quota that tenant's
+/// `max_pending` and how many of its tasks are open ([`RetryQuota::learn`]),
+/// then asks [`RetryQuota::admit`] for each task and retries the admitted
+/// ones only. The rule is here once; the adapters count and write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetryQuota {
+    /// Per tenant with a submit rate: how many more retries the rate allows.
+    rate_allowance: BTreeMap<String, u64>,
+    /// Per tenant learnt in this transaction: its limit and open tasks.
+    room: BTreeMap<String, Room>,
+    refused: u64,
+    retried: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Room {
+    limit: Option<u64>,
+    open: u64,
+}
+
+/// [`RetryQuota::admit`]'s answer for one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Retry it (counted as open, and against the rate).
+    Admitted,
+    /// Its tenant has this `max_pending` tasks open already.
+    OverPending(u64),
+    /// Its tenant's submit rate on this node is used up.
+    OverRate,
+}
+
+impl RetryQuota {
+    /// A quota whose submit rates allow, per tenant named, that many
+    /// retries; a tenant not named has no rate (a single retry's caller
+    /// takes its token itself and names none).
+    pub fn new(rate_allowance: BTreeMap<String, u64>) -> RetryQuota {
+        RetryQuota {
+            rate_allowance,
+            ..RetryQuota::default()
+        }
+    }
+
+    /// Whether `tenant`'s room is known in this transaction (tasks without
+    /// a tenant, [`super::NO_TENANT`], need none).
+    pub fn knows(&self, tenant: &str) -> bool {
+        tenant == super::NO_TENANT || self.room.contains_key(tenant)
+    }
+
+    /// `tenant`'s `max_pending` (`None`: no limit, or no such tenant) and
+    /// how many of its tasks are pending or running now (an adapter may
+    /// stop counting at the limit).
+    pub fn learn(&mut self, tenant: &str, max_pending: Option<u64>, open: u64) {
+        self.room.insert(
+            tenant.to_owned(),
+            Room {
+                limit: max_pending,
+                open,
+            },
+        );
+    }
+
+    /// A new transaction starts: the counts learnt before are stale (tasks
+    /// ended or were claimed meanwhile); the rate's allowance and the tally
+    /// go on.
+    pub fn new_transaction(&mut self) {
+        self.room.clear();
+    }
+
+    /// Whether one more of `tenant`'s tasks may be retried now; an admitted
+    /// one is counted as open and against the rate, a refused one in
+    /// [`RetryQuota::refused`].
+    pub fn admit(&mut self, tenant: &str) -> Admission {
+        if tenant == super::NO_TENANT {
+            return Admission::Admitted;
+        }
+        let room = self.room.entry(tenant.to_owned()).or_insert(Room {
+            limit: None,
+            open: 0,
+        });
+        if let Some(limit) = room.limit.filter(|&limit| room.open >= limit) {
+            self.refused += 1;
+            return Admission::OverPending(limit);
+        }
+        if let Some(left) = self.rate_allowance.get_mut(tenant) {
+            if *left == 0 {
+                self.refused += 1;
+                return Admission::OverRate;
+            }
+            *left -= 1;
+        }
+        room.open += 1;
+        *self.retried.entry(tenant.to_owned()).or_default() += 1;
+        Admission::Admitted
+    }
+
+    /// How many tasks [`RetryQuota::admit`] refused.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// How many tasks of each tenant were admitted (the caller takes that
+    /// many tokens from the tenant's bucket).
+    pub fn retried(&self) -> &BTreeMap<String, u64> {
+        &self.retried
     }
 }
 
@@ -126,12 +253,84 @@ mod tests {
     }
 
     #[test]
+    fn available_counts_whole_tokens_after_the_refill() {
+        let settings = TenantSettings {
+            submit_rate_per_s: Some(2.0),
+            submit_burst: Some(3),
+            ..TenantSettings::default()
+        };
+        let mut bucket = SubmitBucket::new(at(0), &settings);
+        assert_eq!(bucket.available(at(0), &settings), Some(3));
+        assert_eq!(bucket.take(3, at(0), &settings), Ok(()));
+        assert_eq!(bucket.available(at(0), &settings), Some(0));
+        assert_eq!(bucket.available(at(400), &settings), Some(0));
+        assert_eq!(bucket.available(at(500), &settings), Some(1));
+        assert_eq!(bucket.available(at(60_000), &settings), Some(3));
+        let none = TenantSettings::default();
+        assert_eq!(
+            SubmitBucket::new(at(0), &none).available(at(0), &none),
+            None
+        );
+    }
+
+    #[test]
     fn no_rate_no_limit() {
         let settings = TenantSettings::default();
         let mut bucket = SubmitBucket::new(at(0), &settings);
         for _ in 0..1000 {
             assert_eq!(bucket.take(1, at(0), &settings), Ok(()));
         }
+    }
+
+    #[test]
+    fn retries_count_against_max_pending_and_the_rate() {
+        use Admission::{Admitted, OverPending, OverRate};
+        // (tenant, max_pending, open, allowance, admissions asked, answers)
+        fn check(
+            limit: Option<u64>,
+            open: u64,
+            allowance: Option<u64>,
+            asks: usize,
+            expected: &[Admission],
+        ) {
+            let rates = allowance
+                .map(|n| BTreeMap::from([("t".to_owned(), n)]))
+                .unwrap_or_default();
+            let mut quota = RetryQuota::new(rates);
+            assert!(!quota.knows("t"));
+            quota.learn("t", limit, open);
+            assert!(quota.knows("t"));
+            let got: Vec<Admission> = (0..asks).map(|_| quota.admit("t")).collect();
+            assert_eq!(got, expected, "{limit:?} {open} {allowance:?}");
+            let admitted = expected.iter().filter(|a| **a == Admitted).count() as u64;
+            assert_eq!(quota.refused(), asks as u64 - admitted);
+            assert_eq!(quota.retried().get("t").copied().unwrap_or(0), admitted);
+        }
+        check(None, 5, None, 3, &[Admitted, Admitted, Admitted]);
+        check(Some(2), 0, None, 3, &[Admitted, Admitted, OverPending(2)]);
+        check(Some(2), 2, None, 1, &[OverPending(2)]);
+        check(Some(8), 7, None, 2, &[Admitted, OverPending(8)]);
+        check(None, 0, Some(1), 2, &[Admitted, OverRate]);
+        check(Some(1), 0, Some(5), 2, &[Admitted, OverPending(1)]);
+        check(None, 0, Some(0), 1, &[OverRate]);
+    }
+
+    #[test]
+    fn tasks_without_a_tenant_have_no_quota_and_counts_are_per_transaction() {
+        let mut quota = RetryQuota::new(BTreeMap::new());
+        assert!(quota.knows(crate::tenant::NO_TENANT));
+        for _ in 0..10 {
+            assert_eq!(quota.admit(crate::tenant::NO_TENANT), Admission::Admitted);
+        }
+        assert!(quota.retried().is_empty());
+        quota.learn("t", Some(1), 1);
+        assert_eq!(quota.admit("t"), Admission::OverPending(1));
+        // The next transaction counts again: a task ended meanwhile.
+        quota.new_transaction();
+        assert!(!quota.knows("t"));
+        quota.learn("t", Some(1), 0);
+        assert_eq!(quota.admit("t"), Admission::Admitted);
+        assert_eq!(quota.refused(), 1);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use tc_model::destination::ClaimGate;
-use tc_model::store::{BulkAction, Completion, StoreError, TaskFilter, TaskStore};
+use tc_model::store::{BulkAction, BulkRequest, Completion, StoreError, TaskFilter, TaskStore};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{PgConfig, PgStore};
@@ -238,7 +238,7 @@ async fn bulk_actions_beside_single_writes_never_fail() {
                     (BulkAction::Cancel, State::Running),
                 ] {
                     let filter = TaskFilter::state(Some(state));
-                    let done = store.bulk(action, filter, false, now).await;
+                    let done = store.bulk(BulkRequest::new(action, filter, now)).await;
                     seen.note(action.as_str(), done);
                 }
             }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::ClaimGate;
-use tc_model::store::{BulkAction, Completion, StateCounts, TaskFilter, TaskStore};
+use tc_model::store::{BulkAction, BulkRequest, Completion, StateCounts, TaskFilter, TaskStore};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 
@@ -245,7 +245,7 @@ async fn run<'k>(
             store.recover_expired(at).await.unwrap();
         }
         Step::Retry(key) => {
-            store.retry(ids[key], now, now).await.unwrap();
+            store.retry(ids[key], now, now, None).await.unwrap();
         }
         Step::Delete(key) => {
             store.delete(ids[key]).await.unwrap();
@@ -263,7 +263,7 @@ async fn run<'k>(
         }
         Step::Bulk(action, state) => {
             store
-                .bulk(action, TaskFilter::state(state), false, now)
+                .bulk(BulkRequest::new(action, TaskFilter::state(state), now))
                 .await
                 .unwrap();
         }

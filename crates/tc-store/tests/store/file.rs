@@ -8,7 +8,7 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
-use tc_model::store::{Completion, ListQuery, TaskFilter, TaskStore};
+use tc_model::store::{BulkRequest, Completion, ListQuery, TaskFilter, TaskStore};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{OpenError, SqliteStore, StoreConfig, Synchronous};
 
@@ -612,12 +612,11 @@ async fn pruned_pages_go_back_to_the_file_system() {
         store.submit_many(batch, t(0)).await.unwrap();
     }
     let canceled = store
-        .bulk(
+        .bulk(BulkRequest::new(
             tc_model::store::BulkAction::Cancel,
             tc_model::store::TaskFilter::default(),
-            false,
             t(1),
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(canceled.applied, 4000);

@@ -184,7 +184,7 @@ impl<S: TaskStore> Side<S> {
             }
             Op::Retry { task, delay_ms } => {
                 let run_at = now.saturating_add(Duration::from_millis(*delay_ms));
-                let got = self.store.retry(self.id(*task), run_at, now).await;
+                let got = self.store.retry(self.id(*task), run_at, now, None).await;
                 self.render(got.map(|t| self.show(&t)))
             }
             Op::Prune {

@@ -4,7 +4,7 @@
 
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::DestinationUpdate;
-use tc_model::store::{BulkAction, StoreError, TaskFilter, TaskStore};
+use tc_model::store::{BulkAction, BulkRequest, StoreError, TaskFilter, TaskStore};
 use tc_model::{NewTask, State, Task, TaskId};
 
 use super::Verdict;
@@ -173,7 +173,7 @@ pub async fn a_callback_is_made_once_per_end_with_the_n_th_end_s_key<S: TaskStor
     is_callback_of(&made[0], &first, &format!("callback:{}", task.id))?;
 
     store
-        .retry(task.id, at(20), at(20))
+        .retry(task.id, at(20), at(20), None)
         .await
         .step("retry by hand")?;
     let running = claim_only(&store, task.id, at(20), LEASE).await?;
@@ -234,15 +234,14 @@ pub async fn a_cancel_makes_a_callback_only_when_asked<S: TaskStore>(store: S) -
     )
     .await?;
     let outcome = store
-        .bulk(
+        .bulk(BulkRequest::new(
             BulkAction::Cancel,
             TaskFilter {
                 idempotency_key: Some("cb-bulk".to_owned()),
                 ..TaskFilter::default()
             },
-            false,
             at(30),
-        )
+        ))
         .await
         .step("bulk cancel")?;
     ensure_eq!(outcome.applied, 1, "bulk cancel applied");

@@ -393,7 +393,7 @@ pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>
     for state in [State::Pending, State::Running, State::Success] {
         let task = task_in(&store, &format!("no-{state}"), state, at(0)).await?;
         ensure_eq!(
-            store.retry(task.id, at(1), at(1)).await,
+            store.retry(task.id, at(1), at(1), None).await,
             Err(StoreError::NotRetryable(state)),
             "retry of a {state} task"
         );
@@ -404,7 +404,9 @@ pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>
         );
     }
     ensure_eq!(
-        store.retry(TaskId::new(at(0), [7; 10]), at(1), at(1)).await,
+        store
+            .retry(TaskId::new(at(0), [7; 10]), at(1), at(1), None)
+            .await,
         Err(StoreError::NotFound),
         "retry of an unknown id"
     );
@@ -432,7 +434,10 @@ pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>
         State::Failed,
         "state before retry"
     );
-    let reopened = store.retry(task.id, at(500), at(100)).await.step("retry")?;
+    let reopened = store
+        .retry(task.id, at(500), at(100), None)
+        .await
+        .step("retry")?;
     ensure_eq!(reopened.state, State::Pending, "state after retry");
     ensure_eq!(reopened.attempt, 2, "attempt numbers go on");
     ensure_eq!(reopened.attempt_in_round(), 0, "a fresh round");
@@ -488,7 +493,7 @@ pub async fn retry_reopens_failed_and_canceled_with_a_fresh_budget<S: TaskStore>
     // A canceled task reopens too, due at once.
     let canceled = task_in(&store, "stopped", State::Canceled, at(0)).await?;
     let again = store
-        .retry(canceled.id, at(800), at(800))
+        .retry(canceled.id, at(800), at(800), None)
         .await
         .step("retry")?;
     ensure_eq!(again.state, State::Pending, "canceled task after retry");

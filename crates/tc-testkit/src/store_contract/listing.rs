@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_model::store::{
-    BULK_CHUNK, BULK_SAMPLE, BulkAction, Completion, ListQuery, StoreError, TaskFilter, TaskStore,
+    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkRequest, Completion, ListQuery, StoreError,
+    TaskFilter, TaskStore,
 };
 use tc_model::{State, Task, TaskId, Timestamp};
 use tokio::sync::watch;
@@ -602,7 +603,7 @@ pub async fn bulk_actions_apply_to_what_their_filter_covers<S: TaskStore>(store:
     };
     let everything = TaskFilter::default();
     let dry = store
-        .bulk(BulkAction::Delete, everything.clone(), true, now)
+        .bulk(BulkRequest::new(BulkAction::Delete, everything.clone(), now).counting_only())
         .await
         .step("dry run")?;
     ensure_eq!(dry.matched, 15, "a dry run's matched");
@@ -620,7 +621,7 @@ pub async fn bulk_actions_apply_to_what_their_filter_covers<S: TaskStore>(store:
         ..TaskFilter::default()
     };
     let retried = store
-        .bulk(BulkAction::Retry, busy, false, now)
+        .bulk(BulkRequest::new(BulkAction::Retry, busy, now))
         .await
         .step("bulk retry")?;
     let busy_ids: Vec<TaskId> = tasks
@@ -640,7 +641,11 @@ pub async fn bulk_actions_apply_to_what_their_filter_covers<S: TaskStore>(store:
     let running = of(State::Running);
     let pending_now = list_all(&store, Some(State::Pending)).await?.len() as u64;
     let canceled = store
-        .bulk(BulkAction::Cancel, everything.clone(), false, now)
+        .bulk(BulkRequest::new(
+            BulkAction::Cancel,
+            everything.clone(),
+            now,
+        ))
         .await
         .step("bulk cancel")?;
     ensure_eq!(canceled.matched, 15, "cancel matched");
@@ -663,12 +668,11 @@ pub async fn bulk_actions_apply_to_what_their_filter_covers<S: TaskStore>(store:
 
     // Delete of the successes: the rest stay.
     let deleted = store
-        .bulk(
+        .bulk(BulkRequest::new(
             BulkAction::Delete,
             TaskFilter::state(Some(State::Success)),
-            false,
             now,
-        )
+        ))
         .await
         .step("bulk delete")?;
     ensure_eq!(deleted.applied, of(State::Success).len() as u64, "deleted");
@@ -685,7 +689,7 @@ pub async fn bulk_actions_apply_to_what_their_filter_covers<S: TaskStore>(store:
     // Retry skips what it does not apply to (success is gone; canceled and
     // failed apply) and counts only what it changed.
     let again = store
-        .bulk(BulkAction::Retry, everything, false, now)
+        .bulk(BulkRequest::new(BulkAction::Retry, everything, now))
         .await
         .step("bulk retry of everything")?;
     ensure_eq!(again.matched, left, "retry matched");
@@ -704,7 +708,7 @@ pub async fn bulk_actions_go_past_one_chunk<S: TaskStore>(store: S) -> Verdict {
     let submitted = create_many(&store, URL, "many", n, at(0)).await?;
     let pending = TaskFilter::state(Some(State::Pending));
     let canceled = store
-        .bulk(BulkAction::Cancel, pending, false, at(10))
+        .bulk(BulkRequest::new(BulkAction::Cancel, pending, at(10)))
         .await
         .step("bulk cancel")?;
     ensure_eq!(
@@ -714,7 +718,11 @@ pub async fn bulk_actions_go_past_one_chunk<S: TaskStore>(store: S) -> Verdict {
     );
     ensure_eq!(canceled.sample, submitted[..BULK_SAMPLE].to_vec(), "sample");
     let retried = store
-        .bulk(BulkAction::Retry, TaskFilter::default(), false, at(20))
+        .bulk(BulkRequest::new(
+            BulkAction::Retry,
+            TaskFilter::default(),
+            at(20),
+        ))
         .await
         .step("bulk retry")?;
     ensure_eq!(retried.applied, n as u64, "retry of every canceled task");

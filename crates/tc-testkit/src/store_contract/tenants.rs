@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::{ClaimGate, DestinationUpdate};
-use tc_model::store::{BulkAction, ListQuery, Page, StoreError, TaskFilter, TaskStore};
+use tc_model::store::{
+    BulkAction, BulkRequest, ListQuery, Page, StoreError, TaskFilter, TaskStore,
+};
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::{Tenant, TenantDetail, TenantGate, TenantSettings, TenantUpdate};
 use tc_model::{NewTask, State, Task, TaskId, Timestamp};
@@ -534,7 +536,7 @@ pub async fn every_read_and_write_path_sees_the_tenant<S: TaskStore>(store: S) -
     }
 
     let dry = store
-        .bulk(BulkAction::Cancel, of("b"), true, at(2))
+        .bulk(BulkRequest::new(BulkAction::Cancel, of("b"), at(2)).counting_only())
         .await
         .step("dry run")?;
     ensure_eq!(
@@ -543,7 +545,7 @@ pub async fn every_read_and_write_path_sees_the_tenant<S: TaskStore>(store: S) -
         "a dry run by tenant counts its tasks alone"
     );
     let done = store
-        .bulk(BulkAction::Cancel, of("b"), false, at(3))
+        .bulk(BulkRequest::new(BulkAction::Cancel, of("b"), at(3)))
         .await
         .step("bulk cancel")?;
     ensure_eq!(
@@ -1041,15 +1043,14 @@ pub async fn the_claim_shares_a_destination_between_tenants_by_weight<S: TaskSto
         ensure_eq!(by_tenant, want_counts, "{what}: tasks taken by tenant");
         ensure_eq!(got_ids, want_ids, "{what}: each tenant's oldest");
         store
-            .bulk(
+            .bulk(BulkRequest::new(
                 BulkAction::Cancel,
                 TaskFilter {
                     destination: Some(host.clone()),
                     ..TaskFilter::default()
                 },
-                false,
                 at(20 + i as i64),
-            )
+            ))
             .await
             .step("bulk cancel")?;
     }
