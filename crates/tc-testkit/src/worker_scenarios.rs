@@ -55,7 +55,10 @@ use faults::{
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
 use schedules::a_schedule_fires_one_task_per_time_and_records_it;
-use tenants::{tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights};
+use tenants::{
+    tasks_without_a_tenant_keep_their_share_behind_a_backlog,
+    tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights,
+};
 use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
@@ -269,6 +272,7 @@ macro_rules! worker_scenarios {
             a_callback_delivers_the_parent_s_view,
             a_schedule_fires_one_task_per_time_and_records_it,
             tenants_share_a_destination_by_weight,
+            tasks_without_a_tenant_keep_their_share_behind_a_backlog,
             the_worker_reads_only_the_tenants_weights,
         }
     };

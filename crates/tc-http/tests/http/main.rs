@@ -12,4 +12,5 @@ mod schedules;
 mod socket;
 mod spec_bounds;
 mod support;
+mod tenant_writes;
 mod tenants;

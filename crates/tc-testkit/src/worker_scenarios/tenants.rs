@@ -28,7 +28,7 @@ async fn create<S: TaskStore, D>(rig: &Rig<S, D>, name: &str, weight: u32) -> Re
 }
 
 /// Submits one task of `tenant` per path `/{tenant}/{i}`, all to the rig's
-/// one host (one destination).
+/// one host (one destination); [`ADMIN`] submits tasks without a tenant.
 async fn submit_for<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
     tenant: &str,
@@ -45,7 +45,7 @@ async fn submit_for<S: TaskStore, D: Downstream>(
             &Limits::default(),
         )
         .map_err(|e| format!("invalid task: {e}"))?
-        .with_tenant(Some(tenant.to_owned()), None);
+        .with_tenant((tenant != ADMIN).then(|| tenant.to_owned()), None);
         let submitted = rig
             .store
             .submit(new, rig.clock.now())
@@ -54,6 +54,73 @@ async fn submit_for<S: TaskStore, D: Downstream>(
         ids.push(submitted.task.id);
     }
     Ok(ids)
+}
+
+/// The path segment of the tasks without a tenant (the admin's).
+const ADMIN: &str = "admin";
+
+/// Tasks without a tenant count as one more tenant of weight 1, however
+/// long a tenant's backlog ahead of them: "a" (weight 1) queues more due
+/// tasks than any bounded walk past them would reach, then the admin and
+/// "b" queue some behind it. Once "a"'s first three calls end, the three
+/// slots go one to each: "a", "b" and the admin.
+pub(super) async fn tasks_without_a_tenant_keep_their_share_behind_a_backlog<
+    S: TaskStore,
+    D: Downstream,
+>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    const SLOTS: usize = 3;
+    const BACKLOG: usize = 700;
+    create(rig, "a", 1).await?;
+    create(rig, "b", 1).await?;
+    for i in 0..SLOTS {
+        rig.script
+            .plan(&format!("/a/{i}"), [Step::Gate(Reply::status(200))]);
+    }
+    for i in SLOTS..BACKLOG {
+        rig.script.plan(&format!("/a/{i}"), [Step::Hang]);
+    }
+    for i in 0..4 {
+        rig.script.plan(&format!("/b/{i}"), [Step::Hang]);
+        rig.script.plan(&format!("/{ADMIN}/{i}"), [Step::Hang]);
+    }
+    let worker = rig.spawn_worker(WorkerConfig {
+        concurrency: SLOTS,
+        shutdown_grace: Duration::from_millis(50),
+        ..rig.config()
+    });
+    let calls_reach = |n: usize| {
+        rig.script
+            .wait_for(move |r| (r.calls().len() >= n).then_some(()))
+    };
+    submit_for(rig, "a", 0..SLOTS).await?;
+    worker.control().task_submitted();
+    guard("a's first calls", calls_reach(SLOTS)).await?;
+    submit_for(rig, "a", SLOTS..BACKLOG).await?;
+    submit_for(rig, ADMIN, 0..4).await?;
+    submit_for(rig, "b", 0..4).await?;
+    worker.control().task_submitted();
+    rig.script.open_gate();
+    guard("the three slots claimed again", calls_reach(2 * SLOTS)).await?;
+    let later: Vec<String> = rig
+        .script
+        .read(|r| r.calls()[SLOTS..].iter().map(|c| c.path.clone()).collect());
+    let of = |tenant: &str| {
+        later
+            .iter()
+            .filter(|p| p.starts_with(&format!("/{tenant}/")))
+            .count()
+    };
+    ensure!(
+        (of("a"), of("b"), of(ADMIN)) == (1, 1, 1),
+        "after the gate the slots went {} to a, {} to b and {} to the tasks without a \
+         tenant, want one each: {later:?}",
+        of("a"),
+        of("b"),
+        of(ADMIN)
+    );
+    stop(worker).await
 }
 
 /// Tenants "a" (weight 3) and "b" (weight 1) on one destination, 4 slots.
