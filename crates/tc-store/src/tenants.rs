@@ -372,31 +372,16 @@ pub(crate) const NEXT_TENANT: &str = "SELECT tenant, next_run_at <= ?3 \
      WHERE state = 'pending' AND tenant <> '' AND destination = ?1 AND tenant > ?2 \
      ORDER BY tenant, next_run_at LIMIT 1";
 
-/// A named tenant's due tasks in a destination, oldest due first.
+/// A tenant's due tasks in a destination, oldest due first: a named
+/// tenant's or, with `''` ([`NO_TENANT`]), the tasks without one. Since
+/// schema step 18 the index holds every pending task, so the tasks without
+/// a tenant are one seek away however many of a tenant's due tasks come
+/// before them (before, they were found by walking the destination's due
+/// order past the tenants' tasks, a walk that had to be bounded and so
+/// starved them behind a long backlog).
 pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_tenant \
-     WHERE state = 'pending' AND tenant <> '' AND destination = ?1 AND tenant = ?2 \
-       AND next_run_at <= ?3 \
+     WHERE state = 'pending' AND destination = ?1 AND tenant = ?2 AND next_run_at <= ?3 \
      ORDER BY next_run_at, seq LIMIT ?4";
-
-/// The due tasks without a tenant in a destination, oldest due first,
-/// among the destination's first `?4` due tasks: its due order with the
-/// tenants' tasks skipped. They have no index of their own, so that a
-/// server without tenants (every task without one) keeps its write cost;
-/// the walk past the tenants' tasks ahead of them is bounded
-/// ([`UNTENANTED_SCAN`]), so a claim never walks a tenant's whole backlog.
-pub(crate) const DUE_WITHOUT_TENANT: &str = "SELECT seq, state FROM (\
-     SELECT seq, state, tenant FROM tasks INDEXED BY tasks_due_by_destination \
-     WHERE state = 'pending' AND destination = ?1 AND next_run_at <= ?2 \
-     ORDER BY next_run_at, seq LIMIT ?4) \
-     WHERE tenant = '' LIMIT ?3";
-
-/// How many of a destination's due tasks beyond those it wants a claim
-/// walks for the tasks without a tenant. Those further back than this
-/// behind the tenants' due tasks are not seen by this claim: they come
-/// within reach as the tasks ahead of them are claimed (the tenants' share
-/// takes them oldest first), a delay bounded by the tenants' due backlog,
-/// for a claim whose cost stays bounded.
-pub(crate) const UNTENANTED_SCAN: usize = 512;
 
 fn due_of(
     conn: &Connection,
@@ -405,31 +390,15 @@ fn due_of(
     now: Timestamp,
     limit: usize,
 ) -> Result<Vec<(i64, String)>, StoreError> {
-    let limit = int(limit);
-    let read = |row: &Row<'_>| Ok((row.get(0)?, row.get(1)?));
-    if tenant == NO_TENANT {
-        conn.prepare_cached(DUE_WITHOUT_TENANT)
-            .map_err(db)?
-            .query_map(
-                params![
-                    destination,
-                    now.as_millis(),
-                    limit,
-                    limit.saturating_add(int(UNTENANTED_SCAN))
-                ],
-                read,
-            )
-            .map_err(db)?
-            .collect::<rusqlite::Result<_>>()
-            .map_err(db)
-    } else {
-        conn.prepare_cached(DUE_OF_TENANT)
-            .map_err(db)?
-            .query_map(params![destination, tenant, now.as_millis(), limit], read)
-            .map_err(db)?
-            .collect::<rusqlite::Result<_>>()
-            .map_err(db)
-    }
+    conn.prepare_cached(DUE_OF_TENANT)
+        .map_err(db)?
+        .query_map(
+            params![destination, tenant, now.as_millis(), int(limit)],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)
 }
 
 /// The tenants with due tasks in `destination`, in name order
