@@ -265,6 +265,9 @@ fn refusals_before_routing_are_documented_where_they_apply() {
             ("GET", "/tasks/{id}") => Some("#/components/responses/TooManyWaiters"),
             // A batch answers a quota per item, inside its 200.
             ("POST", "/tasks") => Some("#/components/responses/QuotaExceeded"),
+            // A retry is a submit for the tenant's quotas; a bulk retry
+            // counts the refused in its 200.
+            ("POST", "/tasks/{id}/retry") => Some("#/components/responses/QuotaExceeded"),
             _ => None,
         };
         assert_eq!(reference(op, "429").as_deref(), too_many, "{what}");
