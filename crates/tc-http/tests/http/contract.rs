@@ -902,13 +902,13 @@ async fn a_bulk_action_answers_what_it_matched_and_applied() {
     let all = [f.success, f.binary, f.failed, f.canceled, f.pending];
     assert_eq!(
         dry.json(),
-        json!({"matched": 5, "applied": 0, "sample": all.map(|id| id.to_string())})
+        json!({"matched": 5, "applied": 0, "refused_quota": 0, "sample": all.map(|id| id.to_string())})
     );
     let retried =
         bulk(r#"{"action":"retry","filter":{"state":"failed","error":"http_400"}}"#).await;
     assert_eq!(
         retried.json(),
-        json!({"matched": 1, "applied": 1, "sample": [f.failed.to_string()]})
+        json!({"matched": 1, "applied": 1, "refused_quota": 0, "sample": [f.failed.to_string()]})
     );
     let view = h
         .call("GET", &format!("/tasks/{}", f.failed), &[], b"")
