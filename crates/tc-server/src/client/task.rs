@@ -388,10 +388,24 @@ pub(crate) async fn bulk(api: &Api, out: &Out, args: &BulkArgs) -> Result<(), Cl
     }
     let applied = field(&done, "applied").as_u64().unwrap_or(0);
     let matched = field(&done, "matched").as_u64().unwrap_or(0);
-    out.text(&format!(
-        "{action}: {applied} of {matched} matching task{} changed\n",
+    let refused = field(&done, "refused_quota").as_u64().unwrap_or(0);
+    out.text(&bulk_summary(action, applied, matched, refused))
+}
+
+/// The bulk answer's line: what changed, and what a retry left for the
+/// tenants' quotas.
+fn bulk_summary(action: &str, applied: u64, matched: u64, refused_quota: u64) -> String {
+    let mut line = format!(
+        "{action}: {applied} of {matched} matching task{} changed",
         plural(matched)
-    ))
+    );
+    if refused_quota > 0 {
+        line.push_str(&format!(
+            "; {refused_quota} left for their tenant's max_pending or submit rate"
+        ));
+    }
+    line.push('\n');
+    line
 }
 
 fn plural(n: u64) -> &'static str {
@@ -445,6 +459,19 @@ fn is_yes(answer: &str) -> bool {
 mod tests {
     use super::*;
     use crate::client::args::{BulkAction, Payload, StateArg};
+
+    #[test]
+    fn the_bulk_summary_says_what_the_quotas_left() {
+        let check = |refused: u64, expected: &str| {
+            assert_eq!(bulk_summary("retry", 2, 5, refused), expected);
+        };
+        check(0, "retry: 2 of 5 matching tasks changed\n");
+        check(
+            3,
+            "retry: 2 of 5 matching tasks changed; 3 left for their tenant's max_pending or \
+             submit rate\n",
+        );
+    }
 
     fn submit_args(payload: &str) -> SubmitArgs {
         SubmitArgs {
