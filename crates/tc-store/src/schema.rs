@@ -644,6 +644,19 @@ WHEN OLD.state = 'success' OR OLD.state = 'failed' OR OLD.state = 'canceled' BEG
 END;
 ";
 
+/// The last step (issue 37, item 11, numbered 19 to follow step 18, the
+/// schedules' errors: a tenant's calls carry only its own credentials): a tenant's own signing secrets
+/// (`tc_model::signing::SigningSecrets::to_stored`), and the tenants a
+/// destination lends its headers and secrets to
+/// (`tc_model::outbound::SharedWith::to_stored`: names separated by a
+/// space, or `*`); NULL for none, which every row written before gets, so
+/// no row is rewritten and no destination is shared until an operator says
+/// so.
+const V19_TENANT_SECRETS: &str = "
+ALTER TABLE tenants ADD COLUMN signing_secrets TEXT;
+ALTER TABLE destinations ADD COLUMN share_with_tenants TEXT;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -663,6 +676,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V15_TRIGGERS_WITHOUT_UPSERT,
     V16_TENANTS,
     V17_TERMINAL_STATE_COUNTS,
+    V19_TENANT_SECRETS,
 ];
 
 /// The `user_version` this build writes and reads.
