@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tc_downstream::fake::Call;
 use tc_downstream::{Downstream, webhook_signature};
+use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::{DestinationUpdate, SharedWith};
 use tc_model::signing::SigningSecrets;
 use tc_model::store::TaskStore;
@@ -131,7 +132,8 @@ async fn share<S: TaskStore, D: Downstream>(
 /// and a secret but shares them with no one, the admin's task gets both,
 /// "t"'s neither (signed with its own secret), "v"'s neither (unsigned).
 /// Shared with `["t"]`: "t"'s task gets both, "v"'s still neither; shared
-/// with `["*"]`: "v"'s gets both.
+/// with `["*"]`: "v"'s gets both. Shared with no one again, the callback
+/// of a task of "t" is signed with "t"'s secret, without the headers.
 pub(super) async fn a_tenant_s_task_carries_only_credentials_lent_to_it<
     S: TaskStore,
     D: Downstream,
@@ -220,5 +222,47 @@ pub(super) async fn a_tenant_s_task_carries_only_credentials_lent_to_it<
         ("/shared-all/admin", None, true, destination),
     ])
     .await?;
+
+    // Shared with no one again: a callback of "t"'s task is "t"'s, and is
+    // sent as "t"'s tasks are.
+    share(rig, &worker, &[]).await?;
+    let callback = Callback::new(rig.url("/callback/t-done"), CallbackOn::default())
+        .map_err(|e| format!("fixture: {e}"))?;
+    let parent = NewTask::new(
+        rig.url("/callback/t"),
+        b"{}".to_vec(),
+        "t-parent".to_owned(),
+        1,
+        Duration::from_secs(5),
+        &Limits::default(),
+    )
+    .map_err(|e| format!("invalid task: {e}"))?
+    .with_tenant(Some("t".to_owned()), None)
+    .with_callback(callback);
+    let parent = rig
+        .store
+        .submit(parent, rig.clock.now())
+        .await
+        .map_err(|e| format!("submit: {e}"))?
+        .task;
+    worker.control().task_submitted();
+    wait_terminal(&mut events, parent.id).await?;
+    let callback_id = rig
+        .get(parent.id)
+        .await?
+        .callback_task_id
+        .ok_or("the parent's end made no callback")?;
+    wait_terminal(&mut events, callback_id).await?;
+    let calls = rig.script.calls("/callback/t-done");
+    ensure!(calls.len() == 1, "callback: {} calls", calls.len());
+    check_call(
+        &calls[0],
+        &Expect {
+            path: "/callback/t-done",
+            id: callback_id,
+            destination_header: false,
+            signed_by: tenant,
+        },
+    )?;
     stop(worker).await
 }
