@@ -332,6 +332,54 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_s_task_is_signed_with_its_own_secret_never_the_server_s() {
+        let (server, destination, own) = (secret(5), secret(6), secret(7));
+        let outbound = Outbound::new(SigningSecrets::parse(&[server.expose()]).unwrap());
+        let tenants = BTreeMap::from([(
+            "t".to_owned(),
+            TenantSettings {
+                signing_secrets: SigningSecrets::parse(&[own.expose()]).unwrap(),
+                ..TenantSettings::default()
+            },
+        )]);
+        outbound.set(
+            &[(
+                "127.0.0.1:9".to_owned(),
+                settings(
+                    headers(&[("x-operator", "yes")]),
+                    std::slice::from_ref(&destination),
+                ),
+            )],
+            &tenants,
+            0,
+        );
+        let of = |tenant: Option<&str>| Task {
+            tenant: tenant.map(str::to_owned),
+            ..task(tc_model::Method::Post, b"{}", Headers::default())
+        };
+        let sent = |task: &Task| {
+            let delivery = outbound.delivery(task, NOW, None);
+            (
+                delivery.header("x-operator").map(str::to_owned),
+                delivery.header("webhook-signature").map(str::to_owned),
+            )
+        };
+        let id = of(None).id.to_string();
+        let signed_by =
+            |s: &SigningSecret| Some(webhook_signature(&[s.key()], &id, 1_767_225_600, b"{}"));
+        // (task, destination header sent, signature)
+        let rows = [
+            (of(None), Some("yes".to_owned()), signed_by(&destination)),
+            (of(Some("t")), None, signed_by(&own)),
+            // A tenant this worker does not know: unsigned, never the server.
+            (of(Some("u")), None, None),
+        ];
+        for (task, header, signature) in rows {
+            assert_eq!(sent(&task), (header, signature), "{:?}", task.tenant);
+        }
+    }
+
+    #[test]
     fn a_get_sends_no_body() {
         let outbound = Outbound::new(SigningSecrets::default());
         let delivery = outbound.delivery(
