@@ -1092,11 +1092,51 @@ async fn tenants_and_their_keys_are_managed_and_a_key_is_a_token() {
             "10",
             "--submit-rate-per-s",
             "2.5",
+            "--signing-secret",
+            "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
         ])
         .await;
     run.expect(0);
     assert_eq!(run.field("name"), "acme", "{}", run.out());
     assert_eq!(run.field("weight"), "3", "{}", run.out());
+    // The secret's count, never the secret (issue 37).
+    assert_eq!(run.field("signing secrets"), "1", "{}", run.out());
+    assert!(!run.out().contains("C2FVsBQ"), "{}", run.out());
+    let run = admin
+        .run(&["tenant", "set", "acme", "--clear-signing", "--json"])
+        .await;
+    run.expect(0);
+    assert_eq!(run.json()["signing_secrets"], 0);
+    let run = admin
+        .run(&[
+            "destination",
+            "set",
+            "127.0.0.1:9",
+            "--share-with-tenant",
+            "acme",
+            "--share-with-tenant",
+            "zeta",
+        ])
+        .await;
+    run.expect(0);
+    assert!(
+        run.out()
+            .lines()
+            .any(|l| l.starts_with("shared with") && l.contains("acme, zeta")),
+        "{}",
+        run.out()
+    );
+    let run = admin
+        .run(&[
+            "destination",
+            "set",
+            "127.0.0.1:9",
+            "--share-with-none",
+            "--json",
+        ])
+        .await;
+    run.expect(0);
+    assert_eq!(run.json()["share_with_tenants"], json!([]));
     let run = admin
         .run(&["tenant", "set", "acme", "--max-pending", "none", "--json"])
         .await;

@@ -29,6 +29,8 @@ const OLD: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const NEW: &str = "whsec_b3V0Ym91bmQtbmV3LXNlY3JldC0zMi1ieXRlcyEhISE=";
 /// The server's own secret (`--signing-secret`), for destinations without.
 const SERVER: &str = "whsec_c2VydmVyLXdpZGUtc2VjcmV0LTI0Ynl0";
+/// A tenant's own secret (issue 37).
+const TENANT: &str = "whsec_dGVuYW50LW93bi1zZWNyZXQtMjQtYnl0ZXMh";
 /// The bearer token the receiver wants, set on the destination.
 const TOKEN: &str = "Bearer dest-t0ken-s3cr3t";
 /// A credential the task sends itself (a view shows it redacted).
@@ -69,7 +71,7 @@ fn header_map(call: &Call) -> HeaderMap {
 
 /// The secrets that verify `body` sent with `headers`.
 fn verifying(body: &[u8], headers: &HeaderMap) -> Vec<&'static str> {
-    [OLD, NEW, SERVER]
+    [OLD, NEW, SERVER, TENANT]
         .into_iter()
         .filter(|secret| Webhook::new(secret).unwrap().verify(body, headers).is_ok())
         .collect()
@@ -78,8 +80,9 @@ fn verifying(body: &[u8], headers: &HeaderMap) -> Vec<&'static str> {
 impl Receiver {
     /// Serves on `ip`. A call to `/protected/...` must carry [`TOKEN`] and
     /// verify with `OLD` or `NEW`; one to `/open/...` must verify with
-    /// `SERVER`. `/flaky/N` in the path answers 503 to a key's first N
-    /// calls, then 200.
+    /// `SERVER`; one to `/any/...` is taken as it comes (the test judges
+    /// what it carried). `/flaky/N` in the path answers 503 to a key's
+    /// first N calls, then 200.
     async fn start(ip: IpAddr) -> Receiver {
         let checked = Arc::new(Mutex::new(Vec::new()));
         let record = Arc::clone(&checked);
@@ -102,7 +105,9 @@ impl Receiver {
                 content_type: call.header("content-type").map(str::to_owned),
                 body: call.body.to_vec(),
             });
-            let accepted = if path.starts_with("/protected/") {
+            let accepted = if path.starts_with("/any/") {
+                true
+            } else if path.starts_with("/protected/") {
                 authorized && (verified_by.contains(&OLD) || verified_by.contains(&NEW))
             } else {
                 verified_by.contains(&SERVER)
@@ -370,4 +375,117 @@ async fn a_bad_signing_secret_stops_the_start_without_being_repeated() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--signing-secret: at most 2"), "{stderr}");
     assert!(!stderr.contains(&OLD[6..]), "{stderr}");
+}
+
+/// Issue 37: a tenant's task carries only credentials lent to it. With the
+/// server's own secret set and a destination holding a bearer token and a
+/// secret: a tenant's task is signed with the tenant's own secret and gets
+/// no token, another tenant's (no secret of its own) is neither signed nor
+/// given the token, even to a destination without settings (never the
+/// server's secret); once the destination shares with the first tenant,
+/// that one's tasks get the token and the destination's signature, the
+/// other's still nothing; shared with `*`, every tenant's. The admin's
+/// tasks are as before. No view shows the tenant's secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_s_task_carries_only_its_own_or_lent_credentials() {
+    const ADMIN: &str = "admin-s3cret";
+    let protected = Receiver::start([127, 0, 0, 1].into()).await;
+    let open = Receiver::start([127, 0, 0, 2].into()).await;
+    let s = support::start_with(|config, _| {
+        config.flag("--signing-secret", SERVER);
+        config.flag("--api-token", ADMIN);
+    })
+    .await;
+    let admin = s.api.with_token(ADMIN);
+    let destination = format!("/destinations/{}", protected.destination());
+    let reply = admin
+        .put_json(
+            &destination,
+            &json!({"headers": {"Authorization": TOKEN}, "signing_secrets": [OLD]}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.json()["share_with_tenants"], json!([]));
+    let mut keys = Vec::new();
+    for (name, secrets) in [("acme", json!([TENANT])), ("beta", json!(null))] {
+        let made = admin
+            .post_json(
+                "/tenants",
+                &json!({"name": name, "signing_secrets": secrets}),
+            )
+            .await;
+        assert_eq!(made.status, 201, "{:?}", made.body);
+        let text = String::from_utf8_lossy(&made.body).into_owned();
+        assert!(!text.contains(&TENANT[6..]), "{text}");
+        let key = admin
+            .send(
+                http::Method::POST,
+                &format!("/tenants/{name}/keys"),
+                &[],
+                "",
+            )
+            .await;
+        assert_eq!(key.status, 201, "{:?}", key.body);
+        keys.push(admin.with_token(key.json()["key"].as_str().unwrap()));
+    }
+    let (acme, beta) = (&keys[0], &keys[1]);
+    let read = admin.get("/tenants/acme").await;
+    assert_eq!(read.json()["signing_secrets"], 1, "{:?}", read.body);
+    assert!(!String::from_utf8_lossy(&read.body).contains(&TENANT[6..]));
+
+    // What the call to `url` by `api` carried: the token?, who signed it.
+    let call = async |api: &Api, receiver: &Receiver, path: &str| {
+        let task = submit(api, &receiver.url(path), path, "POST", &[], Some(json!({}))).await;
+        let done = api.wait_terminal(task["id"].as_str().unwrap()).await;
+        assert_eq!(done["state"], "success", "{path}: {done}");
+        let calls: Vec<Checked> = receiver
+            .checked()
+            .into_iter()
+            .filter(|c| c.path == path)
+            .collect();
+        assert_eq!(calls.len(), 1, "{path}: {calls:#?}");
+        (calls[0].authorized, calls[0].verified_by.clone())
+    };
+    let none: Vec<&str> = Vec::new();
+    assert_eq!(
+        call(acme, &protected, "/any/acme-1").await,
+        (false, vec![TENANT])
+    );
+    assert_eq!(
+        call(beta, &protected, "/any/beta-1").await,
+        (false, none.clone())
+    );
+    assert_eq!(
+        call(beta, &open, "/any/beta-open").await,
+        (false, none.clone())
+    );
+    assert_eq!(
+        call(&admin, &open, "/any/admin-open").await,
+        (false, vec![SERVER])
+    );
+    assert_eq!(
+        call(&admin, &protected, "/any/admin-1").await,
+        (true, vec![OLD])
+    );
+
+    let shared = admin
+        .put_json(&destination, &json!({"share_with_tenants": ["acme"]}))
+        .await;
+    assert_eq!(shared.json()["share_with_tenants"], json!(["acme"]));
+    assert_eq!(
+        call(acme, &protected, "/any/acme-2").await,
+        (true, vec![OLD])
+    );
+    assert_eq!(
+        call(beta, &protected, "/any/beta-2").await,
+        (false, none.clone())
+    );
+    let all = admin
+        .put_json(&destination, &json!({"share_with_tenants": ["*"]}))
+        .await;
+    assert_eq!(all.json()["share_with_tenants"], json!(["*"]));
+    assert_eq!(
+        call(beta, &protected, "/any/beta-3").await,
+        (true, vec![OLD])
+    );
 }

@@ -36,6 +36,14 @@ pub trait Control: Send + Sync + 'static {
     /// read them again now.
     fn destinations_changed(&self);
 
+    /// A tenant was created, changed or deleted: the worker should read
+    /// the tenants' settings (weights, signing secrets) again now. The
+    /// worker reads them with the destinations' settings, so by default
+    /// this is [`Control::destinations_changed`].
+    fn tenants_changed(&self) {
+        self.destinations_changed();
+    }
+
     /// A schedule was created, changed or deleted: the worker's firing
     /// loop should read the schedules again now.
     fn schedules_changed(&self);

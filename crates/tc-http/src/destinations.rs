@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tc_model::destination::{Destination, DestinationUpdate, parse_destination};
+use tc_model::destination::{Destination, DestinationUpdate, SharedWith, parse_destination};
 use tc_model::store::{StoreError, TaskStore};
 
 use crate::control::{Control, DestinationRuntime};
 use crate::dto::rfc3339;
-use crate::error::ApiError;
+use crate::error::{ApiError, json_type};
 use crate::outbound::{parse_headers, parse_signing_secrets};
 
 /// A destination as the API shows it.
@@ -26,6 +26,8 @@ pub(crate) struct DestinationView {
     header_names: Vec<String>,
     /// How many signing secrets it has; never the secrets.
     signing_secrets: usize,
+    /// The tenants its headers and secrets are lent to (`["*"]`: all).
+    share_with_tenants: Vec<String>,
     in_flight: u64,
     pending: u64,
     breaker: &'static str,
@@ -47,6 +49,12 @@ impl DestinationView {
             paused: d.settings.paused,
             header_names: d.settings.headers.names().map(str::to_owned).collect(),
             signing_secrets: d.settings.signing_secrets.len(),
+            share_with_tenants: d
+                .settings
+                .share_with_tenants
+                .names()
+                .map(str::to_owned)
+                .collect(),
             // Running tasks as the store counts them: every node's.
             in_flight: d.running,
             pending: d.pending,
@@ -131,10 +139,11 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
                 update.headers = Some(parse_headers(Some(&raw))?);
             }
             "signing_secrets" => update.signing_secrets = Some(parse_signing_secrets(&value)?),
+            "share_with_tenants" => update.share_with_tenants = Some(parse_share(&value)?),
             other => {
                 return Err(invalid(format!(
                     "{other}: unknown field (expected max_in_flight, rate_per_s, burst, paused, \
-                     headers, signing_secrets)"
+                     headers, signing_secrets, share_with_tenants)"
                 )));
             }
         }
@@ -143,6 +152,29 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
         .validate()
         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     Ok(update)
+}
+
+/// `share_with_tenants`: a list of tenant names, or `["*"]` for every
+/// tenant; `null` or `[]` for none.
+fn parse_share(value: &Value) -> Result<SharedWith, ApiError> {
+    let invalid =
+        |message: String| ApiError::InvalidRequest(format!("share_with_tenants: {message}"));
+    let items = match value {
+        Value::Null => return Ok(SharedWith::default()),
+        Value::Array(items) => items,
+        other => {
+            return Err(invalid(format!(
+                "must be a list of tenant names, [\"*\"] or null, got {}",
+                json_type(other)
+            )));
+        }
+    };
+    let names = items
+        .iter()
+        .map(Value::as_str)
+        .collect::<Option<Vec<&str>>>()
+        .ok_or_else(|| invalid("every entry must be a string".into()))?;
+    SharedWith::parse(&names).map_err(|e| ApiError::InvalidRequest(e.to_string()))
 }
 
 fn nullable_u32(field: &str, value: &Value, min: u64) -> Result<Option<u32>, ApiError> {
@@ -215,6 +247,7 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
         paused = updated.settings.paused,
         headers = updated.settings.headers.len(),
         signing_secrets = updated.settings.signing_secrets.len(),
+        share_with_tenants = updated.settings.share_with_tenants.names().count(),
         "destination_updated"
     );
     control.destinations_changed();
@@ -267,6 +300,30 @@ mod tests {
             (r#"{"burst": 99999999999}"#, Err("burst")),
             (r#"{"paused": "yes"}"#, Err("paused")),
             (r#"{"colour": "blue"}"#, Err("colour")),
+            (
+                r#"{"share_with_tenants": ["b", "a"]}"#,
+                Ok(DestinationUpdate {
+                    share_with_tenants: Some(SharedWith::parse(&["a", "b"]).unwrap()),
+                    ..Default::default()
+                }),
+            ),
+            (
+                r#"{"share_with_tenants": null}"#,
+                Ok(DestinationUpdate {
+                    share_with_tenants: Some(SharedWith::default()),
+                    ..Default::default()
+                }),
+            ),
+            (
+                r#"{"share_with_tenants": ["*", "a"]}"#,
+                Err("share_with_tenants"),
+            ),
+            (
+                r#"{"share_with_tenants": ["A"]}"#,
+                Err("share_with_tenants"),
+            ),
+            (r#"{"share_with_tenants": "a"}"#, Err("share_with_tenants")),
+            (r#"{"share_with_tenants": [1]}"#, Err("share_with_tenants")),
             ("[]", Err("body")),
             ("{", Err("body")),
         ];

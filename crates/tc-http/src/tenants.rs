@@ -18,6 +18,7 @@ use crate::app::App;
 use crate::control::Control;
 use crate::dto::rfc3339;
 use crate::error::{ApiError, json_type};
+use crate::outbound::parse_signing_secrets;
 use crate::reply::{Answer, json};
 
 /// A key as views show it: never its secret nor its hash.
@@ -47,6 +48,8 @@ pub(crate) struct TenantView<'a> {
     max_pending: Option<u64>,
     submit_rate_per_s: Option<f64>,
     submit_burst: Option<u32>,
+    /// How many signing secrets it has; never the secrets.
+    signing_secrets: usize,
     /// Its pending tasks (due or not).
     pending: u64,
     /// Its running tasks, on every node.
@@ -65,6 +68,7 @@ impl<'a> TenantView<'a> {
             max_pending: s.max_pending,
             submit_rate_per_s: s.submit_rate_per_s,
             submit_burst: s.submit_burst,
+            signing_secrets: s.signing_secrets.len(),
             pending: d.pending,
             running: d.running,
             keys: d.keys.iter().map(KeyView::new).collect(),
@@ -119,7 +123,8 @@ fn store_error(name: &str, e: StoreError) -> ApiError {
 }
 
 /// The settings fields of a tenant body.
-pub(crate) const SETTINGS: &str = "weight, max_pending, submit_rate_per_s, submit_burst";
+pub(crate) const SETTINGS: &str =
+    "weight, max_pending, submit_rate_per_s, submit_burst, signing_secrets";
 
 /// A JSON object's members, or 400.
 fn object(bytes: &[u8]) -> Result<BTreeMap<String, Value>, ApiError> {
@@ -182,6 +187,9 @@ fn parse_update(fields: &BTreeMap<String, Value>) -> Result<TenantUpdate, ApiErr
                     Ok(u32::try_from(b).unwrap_or(u32::MAX))
                 })?);
             }
+            "signing_secrets" => {
+                update.signing_secrets = Some(parse_signing_secrets(value)?);
+            }
             // The name is the path's and never changes: not a setting.
             "name" => {
                 return Err(invalid(
@@ -202,7 +210,7 @@ fn parse_update(fields: &BTreeMap<String, Value>) -> Result<TenantUpdate, ApiErr
 }
 
 /// `POST /tenants`: `{"name", "weight"?, "max_pending"?,
-/// "submit_rate_per_s"?, "submit_burst"?}` -> 201.
+/// "submit_rate_per_s"?, "submit_burst"?, "signing_secrets"?}` -> 201.
 pub(crate) async fn create<S: TaskStore, C: Control>(app: &App<S, C>, bytes: &[u8]) -> Answer {
     let invalid = ApiError::InvalidRequest;
     let mut fields = object(bytes)?;
@@ -224,7 +232,13 @@ pub(crate) async fn create<S: TaskStore, C: Control>(app: &App<S, C>, bytes: &[u
         .create_tenant(name.clone(), update, now)
         .await
         .map_err(|e| store_error(&name, e))?;
-    tracing::info!(tenant = %name, "tenant_created");
+    // How many secrets, never one.
+    tracing::info!(
+        tenant = %name,
+        signing_secrets = tenant.settings.signing_secrets.len(),
+        "tenant_created"
+    );
+    app.control().tenants_changed();
     let detail = TenantDetail {
         tenant,
         pending: 0,
@@ -260,12 +274,17 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
 ) -> Answer {
     let update = parse_update(&object(bytes)?)?;
     let now = app.control().now();
-    let Tenant { .. } = app
+    let Tenant { settings, .. } = app
         .store()
         .update_tenant(name.clone(), update, now)
         .await
         .map_err(|e| store_error(&name, e))?;
-    tracing::info!(tenant = %name, "tenant_changed");
+    tracing::info!(
+        tenant = %name,
+        signing_secrets = settings.signing_secrets.len(),
+        "tenant_changed"
+    );
+    app.control().tenants_changed();
     get(app, name).await
 }
 
@@ -276,6 +295,7 @@ pub(crate) async fn delete<S: TaskStore, C: Control>(app: &App<S, C>, name: Stri
         .await
         .map_err(|e| store_error(&name, e))?;
     tracing::info!(tenant = %name, "tenant_deleted");
+    app.control().tenants_changed();
     no_content()
 }
 
@@ -384,5 +404,19 @@ mod tests {
         check(json!({"submit_rate_per_s": "1"}), Some("submit_rate_per_s"));
         check(json!({"submit_burst": 0}), Some("submit_burst"));
         check(json!({"pending": 3}), Some("pending"));
+        check(
+            json!({"signing_secrets": ["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]}),
+            None,
+        );
+        check(json!({"signing_secrets": null}), None);
+        check(json!({"signing_secrets": []}), None);
+        check(
+            json!({"signing_secrets": ["secret"]}),
+            Some("signing_secrets"),
+        );
+        check(
+            json!({"signing_secrets": "whsec_x"}),
+            Some("signing_secrets"),
+        );
     }
 }

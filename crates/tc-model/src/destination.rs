@@ -18,6 +18,7 @@ pub use crate::setting::InvalidSetting;
 pub use crate::share::FairShare;
 
 use crate::headers::Headers;
+pub use crate::outbound::SharedWith;
 use crate::signing::SigningSecrets;
 
 /// The largest `max_in_flight` a destination may be given.
@@ -40,11 +41,18 @@ pub struct DestinationSettings {
     /// Held entirely: no task of this destination is claimed.
     pub paused: bool,
     /// Headers sent with every call to this destination (a task's own
-    /// header of the same name wins). Write-only: views show the names.
+    /// header of the same name wins): with a tenant's task only when
+    /// [`DestinationSettings::share_with_tenants`] lists the tenant
+    /// ([`crate::outbound`]). Write-only: views show the names.
     pub headers: Headers,
     /// The Standard Webhooks secrets its calls are signed with (none: the
-    /// server's own, if it has one). Write-only: views show how many.
+    /// server's own, if it has one, for tasks without a tenant): with a
+    /// tenant's task only when shared with it. Write-only: views show how
+    /// many.
     pub signing_secrets: SigningSecrets,
+    /// The tenants whose tasks get `headers` and `signing_secrets` (names,
+    /// or `"*"` for every tenant; default none).
+    pub share_with_tenants: SharedWith,
 }
 
 impl DestinationSettings {
@@ -85,6 +93,9 @@ pub struct DestinationUpdate {
     pub headers: Option<Headers>,
     /// New signing secrets, replacing the old ones (empty: none).
     pub signing_secrets: Option<SigningSecrets>,
+    /// A new list of tenants its credentials are lent to, replacing the
+    /// old one (empty: none).
+    pub share_with_tenants: Option<SharedWith>,
 }
 
 impl DestinationUpdate {
@@ -132,6 +143,10 @@ impl DestinationUpdate {
                 .signing_secrets
                 .clone()
                 .unwrap_or_else(|| settings.signing_secrets.clone()),
+            share_with_tenants: self
+                .share_with_tenants
+                .clone()
+                .unwrap_or_else(|| settings.share_with_tenants.clone()),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod destination;
 pub mod headers;
 mod method;
 mod new_task;
+pub mod outbound;
 pub mod recurring;
 pub mod setting;
 pub mod share;

@@ -16,7 +16,7 @@ use crate::destination::{ClaimGate, Destination, DestinationSettings, Destinatio
 use crate::recurring::{Recurring, ScheduleChange, ScheduleSpec};
 use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use crate::tenant::quota::RetryQuota;
-use crate::tenant::{Acting, Tenant, TenantDetail, TenantUpdate};
+use crate::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
 use crate::{IllegalTransition, NewTask, State, Task, TaskId, Timestamp};
 
 /// What went wrong in a store operation, in terms a caller can act on.
@@ -874,13 +874,14 @@ pub trait TaskStore: Send + Sync + 'static {
     /// list and the metrics read them all).
     fn tenants(&self) -> impl Future<Output = Result<Vec<TenantDetail>, StoreError>> + Send;
 
-    /// Every stored tenant's weight by name, and nothing else: the worker
-    /// reads it every second on every node, so it must not count tasks or
-    /// list keys as [`TaskStore::tenants`] does. Empty while no tenant is
-    /// stored.
-    fn tenant_weights(
+    /// Every stored tenant's settings by name (its weight for the claim's
+    /// share, its signing secrets for its calls), and nothing else: the
+    /// worker reads it every second on every node, so it is one read of the
+    /// tenants and must not count tasks or list keys as
+    /// [`TaskStore::tenants`] does. Empty while no tenant is stored.
+    fn tenant_settings(
         &self,
-    ) -> impl Future<Output = Result<BTreeMap<String, u32>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<BTreeMap<String, TenantSettings>, StoreError>> + Send;
 
     /// The tenant `name` with its counts and keys, or
     /// [`StoreError::NotFound`].

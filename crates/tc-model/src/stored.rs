@@ -27,6 +27,7 @@ pub struct TenantRow {
     pub max_pending: Option<i64>,
     pub submit_rate_per_s: Option<f64>,
     pub submit_burst: Option<i64>,
+    pub signing_secrets: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -48,6 +49,10 @@ impl TenantRow {
                     .submit_burst
                     .map(|b| number(b, "submit_burst"))
                     .transpose()?,
+                signing_secrets: crate::signing::SigningSecrets::from_stored(
+                    self.signing_secrets.as_deref(),
+                )
+                .map_err(|_| CorruptColumn("signing_secrets"))?,
             },
             created_at: Timestamp::from_millis(self.created_at),
             updated_at: Timestamp::from_millis(self.updated_at),
@@ -220,6 +225,7 @@ mod tests {
             max_pending: Some(10),
             submit_rate_per_s: Some(2.5),
             submit_burst: Some(4),
+            signing_secrets: None,
             created_at: 1,
             updated_at: 2,
         };
@@ -258,6 +264,13 @@ mod tests {
                 ..good()
             },
             "submit_burst",
+        );
+        check(
+            TenantRow {
+                signing_secrets: Some("whsec_x".into()),
+                ..good()
+            },
+            "signing_secrets",
         );
     }
     use crate::State;

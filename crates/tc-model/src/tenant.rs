@@ -17,6 +17,7 @@ pub use acting::Acting;
 use std::collections::BTreeMap;
 
 use crate::setting::InvalidSetting;
+use crate::signing::SigningSecrets;
 use crate::{Task, Timestamp};
 
 /// The longest tenant name, in bytes.
@@ -62,6 +63,11 @@ pub struct TenantSettings {
     pub submit_rate_per_s: Option<f64>,
     /// The submit bucket's size (`None`: the rate rounded up, at least 1).
     pub submit_burst: Option<u32>,
+    /// The Standard Webhooks secrets its tasks are signed with, unless a
+    /// destination shared with it signs them with its own
+    /// ([`crate::outbound`]); none: unsigned (never the server's).
+    /// Write-only: views show how many.
+    pub signing_secrets: SigningSecrets,
 }
 
 impl Default for TenantSettings {
@@ -71,6 +77,7 @@ impl Default for TenantSettings {
             max_pending: None,
             submit_rate_per_s: None,
             submit_burst: None,
+            signing_secrets: SigningSecrets::default(),
         }
     }
 }
@@ -99,6 +106,8 @@ pub struct TenantUpdate {
     pub submit_rate_per_s: Option<Option<f64>>,
     /// A new bucket size, or `Some(None)` for the default.
     pub submit_burst: Option<Option<u32>>,
+    /// New signing secrets, replacing the old ones (empty: none).
+    pub signing_secrets: Option<SigningSecrets>,
 }
 
 impl TenantUpdate {
@@ -144,6 +153,10 @@ impl TenantUpdate {
             max_pending: self.max_pending.unwrap_or(settings.max_pending),
             submit_rate_per_s: self.submit_rate_per_s.unwrap_or(settings.submit_rate_per_s),
             submit_burst: self.submit_burst.unwrap_or(settings.submit_burst),
+            signing_secrets: self
+                .signing_secrets
+                .clone()
+                .unwrap_or_else(|| settings.signing_secrets.clone()),
         }
     }
 }
@@ -392,10 +405,13 @@ mod tests {
             max_pending: Some(10),
             submit_rate_per_s: Some(2.5),
             submit_burst: None,
+            signing_secrets: SigningSecrets::default(),
         };
+        let secrets = SigningSecrets::parse(&["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]).unwrap();
         let after = TenantUpdate {
             max_pending: Some(None),
             submit_burst: Some(Some(7)),
+            signing_secrets: Some(secrets.clone()),
             ..TenantUpdate::default()
         }
         .apply(&before);
@@ -406,6 +422,7 @@ mod tests {
                 max_pending: None,
                 submit_rate_per_s: Some(2.5),
                 submit_burst: Some(7),
+                signing_secrets: secrets,
             }
         );
         assert_eq!(before.bucket_size(), Some(3.0));

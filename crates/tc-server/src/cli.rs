@@ -166,8 +166,10 @@ pub(crate) struct ServeArgs {
     pub(crate) api_token: Option<String>,
 
     /// A Standard Webhooks secret (`whsec_` + base64 of 24 to 64 bytes) that
-    /// signs the calls to every destination without secrets of its own:
-    /// they carry `webhook-id`, `webhook-timestamp` and `webhook-signature`.
+    /// signs the calls of tasks without a tenant to every destination
+    /// without secrets of its own: they carry `webhook-id`,
+    /// `webhook-timestamp` and `webhook-signature`. A tenant's tasks are
+    /// never signed with it (they use the tenant's own secrets).
     /// Give it twice (or comma-separated) while rotating: each call is then
     /// signed with both.
     #[arg(

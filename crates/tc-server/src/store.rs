@@ -272,8 +272,11 @@ impl TaskStore for AnyStore {
     async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
         either!(self, s => s.tenants())
     }
-    async fn tenant_weights(&self) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
-        either!(self, s => s.tenant_weights())
+    async fn tenant_settings(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, tc_model::tenant::TenantSettings>, StoreError>
+    {
+        either!(self, s => s.tenant_settings())
     }
     async fn tenant(&self, name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
         either!(self, s => s.tenant(name))

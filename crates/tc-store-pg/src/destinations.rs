@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use deadpool_postgres::{GenericClient, Transaction};
 use tc_model::claim::Rotation;
 use tc_model::destination::{
-    DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate,
+    DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, SharedWith,
 };
 use tc_model::signing::SigningSecrets;
 use tc_model::store::StoreError;
@@ -23,8 +23,8 @@ use tokio_postgres::Row;
 
 use crate::error::db;
 
-const SETTINGS_COLUMNS: &str =
-    "destination, max_in_flight, rate_per_s, burst, paused, headers, signing_secrets";
+const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
+     signing_secrets, share_with_tenants";
 
 fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreError> {
     let cap: Option<i32> = row.try_get(1).map_err(db)?;
@@ -42,6 +42,8 @@ fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreEr
                 .map_err(|_| corrupt("headers"))?,
             signing_secrets: SigningSecrets::from_stored(row.try_get(6).map_err(db)?)
                 .map_err(|_| corrupt("signing_secrets"))?,
+            share_with_tenants: SharedWith::from_stored(row.try_get(7).map_err(db)?)
+                .map_err(|_| corrupt("share_with_tenants"))?,
         },
     ))
 }
@@ -358,12 +360,14 @@ pub(crate) async fn update(
     let stmt = tx
         .prepare_cached(
             "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, \
-                                       updated_at, headers, signing_secrets) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                                       updated_at, headers, signing_secrets, \
+                                       share_with_tenants) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
                  rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
                  paused = excluded.paused, updated_at = excluded.updated_at, \
-                 headers = excluded.headers, signing_secrets = excluded.signing_secrets",
+                 headers = excluded.headers, signing_secrets = excluded.signing_secrets, \
+                 share_with_tenants = excluded.share_with_tenants",
         )
         .await
         .map_err(db)?;
@@ -380,6 +384,7 @@ pub(crate) async fn update(
             &now.as_millis(),
             &settings.headers.to_stored(),
             &settings.signing_secrets.to_stored(),
+            &settings.share_with_tenants.to_stored(),
         ],
     )
     .await

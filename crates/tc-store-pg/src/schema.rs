@@ -522,6 +522,19 @@ CREATE TABLE api_keys (
 CREATE INDEX api_keys_by_tenant ON api_keys (tenant, created_at, id);
 ";
 
+/// Step 14 → 15 (issue 37, item 11: a tenant's calls carry only its own
+/// credentials): a tenant's own signing secrets
+/// (`tc_model::signing::SigningSecrets::to_stored`), and the tenants a
+/// destination lends its headers and secrets to
+/// (`tc_model::outbound::SharedWith::to_stored`: names separated by a
+/// space, or `*`); NULL for none. Nullable columns without a default: no
+/// row is rewritten, and no destination is shared until an operator says
+/// so.
+const V15_TENANT_SECRETS: &str = "
+ALTER TABLE tenants ADD COLUMN signing_secrets text;
+ALTER TABLE destinations ADD COLUMN share_with_tenants text;
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -576,6 +589,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V12_CALLBACKS),
     step(V13_SCHEDULES),
     step(V14_TENANTS),
+    step(V15_TENANT_SECRETS),
 ];
 
 /// The version this build writes and reads.

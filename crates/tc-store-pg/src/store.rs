@@ -16,7 +16,7 @@ use tc_model::store::{
     ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantUpdate};
+use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_postgres::config::Host;
@@ -660,8 +660,8 @@ impl TaskStore for PgStore {
         self.read(async |tx| tenants::details(tx, None).await).await
     }
 
-    async fn tenant_weights(&self) -> Result<BTreeMap<String, u32>, StoreError> {
-        tenants::weights(&self.client().await?).await
+    async fn tenant_settings(&self) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
+        tenants::settings(&self.client().await?).await
     }
 
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {

@@ -17,12 +17,12 @@ use tokio_postgres::Row;
 use crate::error::db;
 
 /// The tenant columns [`tenant_of`] reads, from column `at` on.
-const COLUMNS: &str =
-    "name, weight, max_pending, submit_rate_per_s, submit_burst, created_at, updated_at";
+const COLUMNS: &str = "name, weight, max_pending, submit_rate_per_s, submit_burst, created_at, \
+     updated_at, signing_secrets";
 
 /// The same columns of the tenant aliased `t`.
 const T_COLUMNS: &str = "t.name, t.weight, t.max_pending, t.submit_rate_per_s, t.submit_burst, \
-     t.created_at, t.updated_at";
+     t.created_at, t.updated_at, t.signing_secrets";
 
 fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in tenants: bad {what}"))
@@ -41,6 +41,7 @@ fn tenant_of(row: &Row, at: usize) -> Result<Tenant, StoreError> {
         submit_burst: burst.map(i64::from),
         created_at: row.try_get(at + 5).map_err(db)?,
         updated_at: row.try_get(at + 6).map_err(db)?,
+        signing_secrets: row.try_get(at + 7).map_err(db)?,
     }
     .into_tenant()
     .map_err(|CorruptColumn(what)| corrupt(what))
@@ -70,10 +71,11 @@ pub(crate) async fn create(
     update: &TenantUpdate,
     now: Timestamp,
 ) -> Result<Tenant, StoreError> {
-    let (weight, max_pending, rate, burst) = columns_of(&update.apply(&TenantSettings::default()));
+    let settings = update.apply(&TenantSettings::default());
+    let (weight, max_pending, rate, burst) = columns_of(&settings);
     let stmt = client
         .prepare_cached(&format!(
-            "INSERT INTO tenants ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $6) \
+            "INSERT INTO tenants ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $6, $7) \
              ON CONFLICT (name) DO NOTHING RETURNING {COLUMNS}"
         ))
         .await
@@ -88,6 +90,7 @@ pub(crate) async fn create(
                 &rate,
                 &burst,
                 &now.as_millis(),
+                &settings.signing_secrets.to_stored(),
             ],
         )
         .await
@@ -116,11 +119,12 @@ pub(crate) async fn update(
         .map_err(db)?
         .ok_or(StoreError::NotFound)?;
     let before = tenant_of(&row, 0)?;
-    let (weight, max_pending, rate, burst) = columns_of(&update.apply(&before.settings));
+    let settings = update.apply(&before.settings);
+    let (weight, max_pending, rate, burst) = columns_of(&settings);
     let stmt = tx
         .prepare_cached(&format!(
             "UPDATE tenants SET weight = $2, max_pending = $3, submit_rate_per_s = $4, \
-                                submit_burst = $5, updated_at = $6 \
+                                submit_burst = $5, updated_at = $6, signing_secrets = $7 \
              WHERE name = $1 RETURNING {COLUMNS}"
         ))
         .await
@@ -135,6 +139,7 @@ pub(crate) async fn update(
                 &rate,
                 &burst,
                 &now.as_millis(),
+                &settings.signing_secrets.to_stored(),
             ],
         )
         .await
@@ -253,22 +258,18 @@ pub(crate) async fn details(
         .collect()
 }
 
-/// Every tenant's weight by name: one plain read of the `tenants` table, no
-/// count and no key (the worker reads it every second on every node).
-pub(crate) async fn weights(
+/// Every tenant's settings by name: one plain read of the `tenants` table,
+/// no count and no key (the worker reads it every second on every node).
+pub(crate) async fn settings(
     client: &impl GenericClient,
-) -> Result<BTreeMap<String, u32>, StoreError> {
+) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
     let statement = client
-        .prepare_cached("SELECT name, weight FROM tenants")
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM tenants"))
         .await
         .map_err(db)?;
     let rows = client.query(&statement, &[]).await.map_err(db)?;
     rows.iter()
-        .map(|row| {
-            let weight: i32 = row.try_get(1).map_err(db)?;
-            let weight = u32::try_from(weight).map_err(|_| corrupt("weight"))?;
-            Ok((row.try_get(0).map_err(db)?, weight))
-        })
+        .map(|row| tenant_of(row, 0).map(|t| (t.name, t.settings)))
         .collect()
 }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use tc_model::claim::Rotation;
 use tc_model::destination::{
-    DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate,
+    DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, SharedWith,
 };
 use tc_model::signing::SigningSecrets;
 use tc_model::store::StoreError;
@@ -43,8 +43,8 @@ pub(crate) const DUE_OF: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_d
      WHERE state = 'pending' AND destination = ?1 AND next_run_at <= ?2 \
      ORDER BY next_run_at, seq LIMIT ?3";
 
-const SETTINGS_COLUMNS: &str =
-    "destination, max_in_flight, rate_per_s, burst, paused, headers, signing_secrets";
+const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
+     signing_secrets, share_with_tenants";
 
 fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSettings)> {
     let cap: Option<i64> = row.get(1)?;
@@ -58,6 +58,7 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
     };
     let headers: Option<String> = row.get(5)?;
     let secrets: Option<String> = row.get(6)?;
+    let shared: Option<String> = row.get(7)?;
     Ok((
         row.get(0)?,
         DestinationSettings {
@@ -68,6 +69,8 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
             headers: Headers::from_stored(headers.as_deref()).map_err(|e| corrupt(5, &e))?,
             signing_secrets: SigningSecrets::from_stored(secrets.as_deref())
                 .map_err(|e| corrupt(6, &e))?,
+            share_with_tenants: SharedWith::from_stored(shared.as_deref())
+                .map_err(|e| corrupt(7, &e))?,
         },
     ))
 }
@@ -300,12 +303,13 @@ pub(crate) fn update(
     let settings = update.apply(&settings_of(conn, name)?.unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, updated_at, \
-                                   headers, signing_secrets) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                                   headers, signing_secrets, share_with_tenants) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
          ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
              rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
              paused = excluded.paused, updated_at = excluded.updated_at, \
-             headers = excluded.headers, signing_secrets = excluded.signing_secrets",
+             headers = excluded.headers, signing_secrets = excluded.signing_secrets, \
+             share_with_tenants = excluded.share_with_tenants",
     )
     .map_err(db)?
     .execute(params![
@@ -317,6 +321,7 @@ pub(crate) fn update(
         now.as_millis(),
         settings.headers.to_stored(),
         settings.signing_secrets.to_stored(),
+        settings.share_with_tenants.to_stored(),
     ])
     .map_err(db)?;
     described(conn, name, Some(settings))

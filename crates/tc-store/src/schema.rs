@@ -659,6 +659,19 @@ CREATE INDEX tasks_due_by_tenant ON tasks (destination, tenant, next_run_at, seq
     WHERE state = 'pending';
 ";
 
+/// Step 18 → 19 (issue 37, item 11: a tenant's calls carry only its own
+/// credentials): a tenant's own signing secrets
+/// (`tc_model::signing::SigningSecrets::to_stored`), and the tenants a
+/// destination lends its headers and secrets to
+/// (`tc_model::outbound::SharedWith::to_stored`: names separated by a
+/// space, or `*`); NULL for none, which every row written before gets, so
+/// no row is rewritten and no destination is shared until an operator says
+/// so.
+const V19_TENANT_SECRETS: &str = "
+ALTER TABLE tenants ADD COLUMN signing_secrets TEXT;
+ALTER TABLE destinations ADD COLUMN share_with_tenants TEXT;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -679,6 +692,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V16_TENANTS,
     V17_TERMINAL_STATE_COUNTS,
     V18_DUE_BY_TENANT_FOR_ALL,
+    V19_TENANT_SECRETS,
 ];
 
 /// The `user_version` this build writes and reads.

@@ -17,7 +17,7 @@ use tc_model::store::{
     Page, StateCounts, StoreError, Submitted, TaskStore,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantUpdate};
+use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -575,8 +575,8 @@ impl TaskStore for SqliteStore {
         self.readers.run(tenants::all).await
     }
 
-    async fn tenant_weights(&self) -> Result<BTreeMap<String, u32>, StoreError> {
-        self.readers.run(tenants::weights).await
+    async fn tenant_settings(&self) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
+        self.readers.run(tenants::settings).await
     }
 
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {

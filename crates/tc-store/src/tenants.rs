@@ -17,8 +17,8 @@ use tc_model::tenant::{
 
 use crate::rows::db;
 
-const COLUMNS: &str =
-    "name, weight, max_pending, submit_rate_per_s, submit_burst, created_at, updated_at";
+const COLUMNS: &str = "name, weight, max_pending, submit_rate_per_s, submit_burst, \
+     created_at, updated_at, signing_secrets";
 
 fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in tenants: bad {what}"))
@@ -35,6 +35,7 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<TenantRow> {
         submit_burst: row.get(4)?,
         created_at: row.get(5)?,
         updated_at: row.get(6)?,
+        signing_secrets: row.get(7)?,
     })
 }
 
@@ -64,11 +65,12 @@ fn write(conn: &Connection, tenant: &Tenant, insert: bool) -> Result<usize, Stor
     let s = &tenant.settings;
     let sql = if insert {
         "INSERT OR IGNORE INTO tenants (name, weight, max_pending, submit_rate_per_s, \
-                                        submit_burst, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                                        submit_burst, created_at, updated_at, signing_secrets) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
     } else {
         "UPDATE tenants SET weight = ?2, max_pending = ?3, submit_rate_per_s = ?4, \
-                            submit_burst = ?5, created_at = ?6, updated_at = ?7 \
+                            submit_burst = ?5, created_at = ?6, updated_at = ?7, \
+                            signing_secrets = ?8 \
          WHERE name = ?1"
     };
     conn.prepare_cached(sql)
@@ -81,6 +83,7 @@ fn write(conn: &Connection, tenant: &Tenant, insert: bool) -> Result<usize, Stor
             s.submit_burst,
             tenant.created_at.as_millis(),
             tenant.updated_at.as_millis(),
+            s.signing_secrets.to_stored(),
         ])
         .map_err(db)
 }
@@ -208,18 +211,20 @@ pub(crate) fn all(conn: &mut Connection) -> Result<Vec<TenantDetail>, StoreError
     details
 }
 
-/// Every tenant's weight by name: one read of the `tenants` table, no
+/// Every tenant's settings by name: one read of the `tenants` table, no
 /// count and no key (the worker reads it every second).
-pub(crate) fn weights(conn: &mut Connection) -> Result<BTreeMap<String, u32>, StoreError> {
-    let rows: Vec<(String, i64)> = conn
-        .prepare_cached("SELECT name, weight FROM tenants")
+pub(crate) fn settings(
+    conn: &mut Connection,
+) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
+    let rows: Vec<TenantRow> = conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM tenants"))
         .map_err(db)?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_map([], raw)
         .map_err(db)?
         .collect::<rusqlite::Result<_>>()
         .map_err(db)?;
     rows.into_iter()
-        .map(|(name, weight)| Ok((name, u32::try_from(weight).map_err(|_| corrupt("weight"))?)))
+        .map(|r| tenant_of(r).map(|t| (t.name, t.settings)))
         .collect()
 }
 

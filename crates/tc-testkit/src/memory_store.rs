@@ -1013,11 +1013,11 @@ impl TaskStore for MemoryStore {
         Ok(t.tenants.values().map(|tenant| t.detail(tenant)).collect())
     }
 
-    async fn tenant_weights(&self) -> Result<BTreeMap<String, u32>, StoreError> {
+    async fn tenant_settings(&self) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
         let t = self.tables();
         Ok(t.tenants
             .values()
-            .map(|tenant| (tenant.name.clone(), tenant.settings.weight))
+            .map(|tenant| (tenant.name.clone(), tenant.settings.clone()))
             .collect())
     }
 

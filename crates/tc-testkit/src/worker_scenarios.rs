@@ -30,6 +30,8 @@ macro_rules! ensure {
 }
 
 mod callback;
+// Whose credentials a tenant's try carries (issue 37).
+mod credentials;
 mod destinations;
 mod due_walk;
 mod faults;
@@ -41,6 +43,7 @@ mod tenants;
 mod trace;
 
 use callback::a_callback_delivers_the_parent_s_view;
+use credentials::a_tenant_s_task_carries_only_credentials_lent_to_it;
 use destinations::{
     breaker_opens_holds_without_attempts_probes_and_closes,
     default_slots_are_shared_fairly_between_hosts, destination_cap_holds_while_other_hosts_run,
@@ -274,6 +277,7 @@ macro_rules! worker_scenarios {
             tenants_share_a_destination_by_weight,
             tasks_without_a_tenant_keep_their_share_behind_a_backlog,
             the_worker_reads_only_the_tenants_weights,
+            a_tenant_s_task_carries_only_credentials_lent_to_it,
         }
     };
 }
@@ -1316,7 +1320,7 @@ impl<S> GatedStore<S> {
     }
 
     /// Waits until the tenants' weights have been read `n` times in all
-    /// (`tenant_weights`).
+    /// (`tenant_settings`).
     pub async fn wait_weight_reads(&self, n: usize) {
         let mut seen = self.weight_reads.subscribe();
         // The sender lives in self, so the channel cannot close here.
@@ -1613,8 +1617,11 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.tenants().await
     }
-    async fn tenant_weights(&self) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
-        let weights = self.inner.tenant_weights().await;
+    async fn tenant_settings(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, tc_model::tenant::TenantSettings>, StoreError>
+    {
+        let weights = self.inner.tenant_settings().await;
         self.weight_reads.send_modify(|n| *n += 1);
         weights
     }

@@ -39,24 +39,44 @@ pub(crate) async fn start<S: TaskStore>(
     background
 }
 
-/// Reads the destination settings into the worker's flow control, and
-/// the tenants' weights into their share.
+/// Reads the destination settings into the worker's flow control and its
+/// outbound copy, and the tenants' settings into their share (weights)
+/// and the outbound copy (their own signing secrets).
 pub(crate) async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
     let read = shared.outbound.read_begins();
-    match shared.store.destination_settings().await {
+    let destinations_read = match shared.store.destination_settings().await {
         Ok(settings) => {
-            shared.outbound.set(&settings, read);
+            shared.outbound.set_destinations(&settings);
             shared.flow.set_settings(settings, shared.clock.now());
+            true
         }
-        Err(e) => tracing::error!(error = %e, "destination_settings_failed"),
-    }
-    // The tenants' weights, at the same pace: a new tenant or weight is
-    // shared by from the next read (or at once, when told of a change).
-    // Only the weights: `tenants()` would also count every tenant's open
-    // tasks and list its keys, every second on every node.
-    match shared.store.tenant_weights().await {
-        Ok(weights) => shared.tenants.set_weights(weights),
-        Err(e) => tracing::error!(error = %e, "tenants_read_failed"),
+        Err(e) => {
+            tracing::error!(error = %e, "destination_settings_failed");
+            false
+        }
+    };
+    // The tenants' settings, at the same pace: a new tenant, weight or
+    // secret is used from the next read (or at once, when told of a
+    // change). One read of the tenants alone: `tenants()` would also count
+    // every tenant's open tasks and list its keys, every second on every
+    // node.
+    let tenants_read = match shared.store.tenant_settings().await {
+        Ok(tenants) => {
+            shared.outbound.set_tenants(&tenants);
+            shared
+                .tenants
+                .set_weights(tenants.into_iter().map(|(n, s)| (n, s.weight)).collect());
+            true
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "tenants_read_failed");
+            false
+        }
+    };
+    // A change announced before this read is covered only when both parts
+    // were read: a tenant's new secret matters as much as a destination's.
+    if destinations_read && tenants_read {
+        shared.outbound.caught_up(read);
     }
 }
 

@@ -246,10 +246,10 @@ impl<S: TaskStore> WorkerControl<S> {
         self.shared.changes.subscribe()
     }
 
-    /// A destination's settings changed in the store: the worker reads
-    /// them again at once (otherwise within a second) and claims again. A
-    /// claim that starts after this returned sends the new headers and
-    /// secrets.
+    /// A destination's or a tenant's settings changed in the store: the
+    /// worker reads them again at once (otherwise within a second) and
+    /// claims again. A claim that starts after this returned sends the new
+    /// headers and secrets.
     pub fn destinations_changed(&self) {
         self.shared.outbound.changed();
         self.shared.settings_changed.notify_one();

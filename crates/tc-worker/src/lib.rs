@@ -75,11 +75,13 @@ pub struct WorkerConfig {
     pub jitter_seed: Option<u64>,
     /// When a destination's circuit breaker opens.
     pub breaker: BreakerPolicy,
-    /// How often destination settings are read from the store (a change
-    /// through this process is seen at once).
+    /// How often destination and tenant settings are read from the store
+    /// (a change through this process is seen at once).
     pub settings_interval: Duration,
-    /// The Standard Webhooks secrets that sign calls to destinations with
-    /// none of their own (`--signing-secret`); none: those are not signed.
+    /// The Standard Webhooks secrets that sign the calls of tasks without a
+    /// tenant to destinations with none of their own (`--signing-secret`);
+    /// none: those are not signed. Never a tenant's task
+    /// ([`tc_model::outbound`]).
     pub signing_secrets: tc_model::signing::SigningSecrets,
     /// Makes one OpenTelemetry span per try (`--otlp-endpoint`); `None`:
     /// no spans, and each call's `traceparent` names the task's stored

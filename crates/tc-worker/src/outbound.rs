@@ -1,17 +1,18 @@
-//! What a try sends: the task, its destination's headers and signing
-//! secrets, and the worker's clock, mapped to tc-downstream's plain
-//! delivery inputs ([`tc_downstream::DeliverySpec`]), which builds and
-//! signs the request.
+//! What a try sends: the task, the credentials [`tc_model::outbound`]'s
+//! rule gives it (its destination's headers and signing secrets, its
+//! tenant's own secrets, the server's), and the worker's clock, mapped to
+//! tc-downstream's plain delivery inputs ([`tc_downstream::DeliverySpec`]),
+//! which builds and signs the request.
 //!
-//! The destinations' headers and secrets come from the settings the worker
-//! reads every second ([`crate::WorkerConfig::settings_interval`]). A change
+//! The destinations' and tenants' settings come from the reads the worker
+//! makes every second ([`crate::WorkerConfig::settings_interval`]). A change
 //! made through this process must reach the very next claim (an operator
 //! sets a bearer token, then submits): [`Outbound::changed`] marks the copy
 //! stale at once, and the claim loop reads the settings again before it
 //! claims while it is ([`Outbound::stale`]). Another node on a shared
 //! database sees a change within its settings interval.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -19,20 +20,19 @@ use bytes::Bytes;
 use tc_downstream::{Delivery, DeliverySpec, Method, TraceHeaders};
 use tc_model::destination::DestinationSettings;
 use tc_model::headers::Headers;
+use tc_model::outbound::{OutboundInputs, outbound_for};
 use tc_model::signing::SigningSecrets;
+use tc_model::tenant::TenantSettings;
 use tc_model::{Task, Timestamp, TraceContext};
 
-/// A destination's part of its calls.
-#[derive(Default)]
-struct Credentials {
-    headers: Headers,
-    secrets: SigningSecrets,
-}
-
-/// The worker's copy of every destination's headers and secrets, and the
-/// server's own secrets for destinations without any.
+/// The worker's copy of every destination's credentials (and whom it
+/// shares them with), every tenant's own secrets, and the server's own
+/// secrets.
 pub(crate) struct Outbound {
-    by_destination: Mutex<HashMap<String, Credentials>>,
+    /// The destinations with headers or secrets.
+    by_destination: Mutex<HashMap<String, DestinationSettings>>,
+    /// The tenants with secrets.
+    by_tenant: Mutex<HashMap<String, SigningSecrets>>,
     default_secrets: SigningSecrets,
     /// Changes announced ([`Outbound::changed`]).
     asked: AtomicU64,
@@ -42,19 +42,20 @@ pub(crate) struct Outbound {
 }
 
 impl Outbound {
-    /// No destination's settings yet; `default_secrets` sign the calls to
-    /// destinations that have none of their own.
+    /// No settings yet; `default_secrets` sign the calls of tasks without a
+    /// tenant to destinations that have none of their own.
     pub(crate) fn new(default_secrets: SigningSecrets) -> Outbound {
         Outbound {
             by_destination: Mutex::default(),
+            by_tenant: Mutex::default(),
             default_secrets,
             asked: AtomicU64::new(0),
             seen: AtomicU64::new(0),
         }
     }
 
-    /// A destination's settings changed in the store: the copy is stale
-    /// until a read that begins after this is applied.
+    /// A destination's or a tenant's settings changed in the store: the
+    /// copy is stale until a read that begins after this is applied.
     pub(crate) fn changed(&self) {
         self.asked.fetch_add(1, Ordering::SeqCst);
     }
@@ -65,35 +66,60 @@ impl Outbound {
     }
 
     /// Taken just before reading the settings, and handed back to
-    /// [`Outbound::set`] with what was read.
+    /// [`Outbound::caught_up`] once what was read is kept.
     pub(crate) fn read_begins(&self) -> u64 {
         self.asked.load(Ordering::SeqCst)
     }
 
-    /// Keeps the headers and secrets of `settings`, read after
-    /// [`Outbound::read_begins`] returned `read`.
-    pub(crate) fn set(&self, settings: &[(String, DestinationSettings)], read: u64) {
+    /// Keeps the credentials of the destinations in `settings`.
+    pub(crate) fn set_destinations(&self, settings: &[(String, DestinationSettings)]) {
         let copy = settings
             .iter()
             .filter(|(_, s)| !s.headers.is_empty() || !s.signing_secrets.is_empty())
-            .map(|(name, s)| {
-                let credentials = Credentials {
-                    headers: s.headers.clone(),
-                    secrets: s.signing_secrets.clone(),
-                };
-                (name.clone(), credentials)
-            })
+            .map(|(name, s)| (name.clone(), s.clone()))
             .collect();
         *self
             .by_destination
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = copy;
+    }
+
+    /// Keeps the tenants' own secrets.
+    pub(crate) fn set_tenants(&self, tenants: &BTreeMap<String, TenantSettings>) {
+        let copy = tenants
+            .iter()
+            .filter(|(_, s)| !s.signing_secrets.is_empty())
+            .map(|(name, s)| (name.clone(), s.signing_secrets.clone()))
+            .collect();
+        *self
+            .by_tenant
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = copy;
+    }
+
+    /// Both reads that began when [`Outbound::read_begins`] returned `read`
+    /// were kept: the changes announced before it are covered.
+    pub(crate) fn caught_up(&self, read: u64) {
         self.seen.fetch_max(read, Ordering::SeqCst);
     }
 
+    /// [`Outbound::set_destinations`] and [`Outbound::set_tenants`], then
+    /// [`Outbound::caught_up`].
+    #[cfg(test)]
+    pub(crate) fn set(
+        &self,
+        settings: &[(String, DestinationSettings)],
+        tenants: &BTreeMap<String, TenantSettings>,
+        read: u64,
+    ) {
+        self.set_destinations(settings);
+        self.set_tenants(tenants);
+        self.caught_up(read);
+    }
+
     /// The request of `task`'s current try, sent at `now`: its method, url
-    /// and body, its own headers over its destination's, signed with the
-    /// destination's secrets (the server's when it has none). Its
+    /// and body, its own headers over the destination headers it gets,
+    /// signed with the secrets it gets ([`outbound_for`]). Its
     /// `traceparent` names `span` (the try's own span, when spans are
     /// exported) or else the task's stored parent; a task stored without a
     /// trace context sends one only when the try has a span of its own
@@ -108,15 +134,22 @@ impl Outbound {
             .by_destination
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let none = Credentials::default();
-        let destination = by_destination.get(&task.destination).unwrap_or(&none);
-        let secrets = if destination.secrets.is_empty() {
-            &self.default_secrets
-        } else {
-            &destination.secrets
-        };
-        let keys: Vec<&[u8]> = secrets.iter().map(|s| s.key()).collect();
-        let mut headers = task.headers.over(&destination.headers);
+        let by_tenant = self
+            .by_tenant
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let credentials = outbound_for(OutboundInputs {
+            task_tenant: task.tenant.as_deref(),
+            destination: by_destination.get(&task.destination),
+            tenant_secrets: task.tenant.as_deref().and_then(|t| by_tenant.get(t)),
+            server_secrets: &self.default_secrets,
+        });
+        let keys: Vec<&[u8]> = credentials
+            .secrets
+            .map(|secrets| secrets.iter().map(|s| s.key()).collect())
+            .unwrap_or_default();
+        let none = Headers::default();
+        let mut headers = task.headers.over(credentials.headers.unwrap_or(&none));
         let task_id = task.id.to_string();
         let body = Bytes::from(task.body.clone());
         let (traceparent, tracestate) = match (span, &task.trace) {
@@ -223,6 +256,7 @@ mod tests {
                     &[old.clone(), new.clone()],
                 ),
             )],
+            &BTreeMap::new(),
             0,
         );
         let task = task(
@@ -262,6 +296,7 @@ mod tests {
                     settings(headers(&[("x-a", "1")]), &[]),
                 ),
             ],
+            &BTreeMap::new(),
             0,
         );
         let task = task(tc_model::Method::Post, b"{}", Headers::default());
@@ -294,6 +329,54 @@ mod tests {
             unsigned.delivery(&task, NOW, None).header("webhook-id"),
             None
         );
+    }
+
+    #[test]
+    fn a_tenant_s_task_is_signed_with_its_own_secret_never_the_server_s() {
+        let (server, destination, own) = (secret(5), secret(6), secret(7));
+        let outbound = Outbound::new(SigningSecrets::parse(&[server.expose()]).unwrap());
+        let tenants = BTreeMap::from([(
+            "t".to_owned(),
+            TenantSettings {
+                signing_secrets: SigningSecrets::parse(&[own.expose()]).unwrap(),
+                ..TenantSettings::default()
+            },
+        )]);
+        outbound.set(
+            &[(
+                "127.0.0.1:9".to_owned(),
+                settings(
+                    headers(&[("x-operator", "yes")]),
+                    std::slice::from_ref(&destination),
+                ),
+            )],
+            &tenants,
+            0,
+        );
+        let of = |tenant: Option<&str>| Task {
+            tenant: tenant.map(str::to_owned),
+            ..task(tc_model::Method::Post, b"{}", Headers::default())
+        };
+        let sent = |task: &Task| {
+            let delivery = outbound.delivery(task, NOW, None);
+            (
+                delivery.header("x-operator").map(str::to_owned),
+                delivery.header("webhook-signature").map(str::to_owned),
+            )
+        };
+        let id = of(None).id.to_string();
+        let signed_by =
+            |s: &SigningSecret| Some(webhook_signature(&[s.key()], &id, 1_767_225_600, b"{}"));
+        // (task, destination header sent, signature)
+        let rows = [
+            (of(None), Some("yes".to_owned()), signed_by(&destination)),
+            (of(Some("t")), None, signed_by(&own)),
+            // A tenant this worker does not know: unsigned, never the server.
+            (of(Some("u")), None, None),
+        ];
+        for (task, header, signature) in rows {
+            assert_eq!(sent(&task), (header, signature), "{:?}", task.tenant);
+        }
     }
 
     #[test]
@@ -365,10 +448,10 @@ mod tests {
         outbound.changed();
         assert!(outbound.stale());
         // A read that began before the change does not cover it.
-        outbound.set(&[], before);
+        outbound.set(&[], &BTreeMap::new(), before);
         assert!(outbound.stale());
         let after = outbound.read_begins();
-        outbound.set(&[], after);
+        outbound.set(&[], &BTreeMap::new(), after);
         assert!(!outbound.stale());
     }
 }

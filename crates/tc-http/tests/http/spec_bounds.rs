@@ -374,6 +374,18 @@ fn fields() -> Vec<Field> {
                 ][i % 2]
             )
         }),
+        field(Place::Destination, "share_with_tenants")
+            .item(|i| json!(format!("t{i}")))
+            .samples(
+                Accepted,
+                &[
+                    json!(["*"]),
+                    json!([]),
+                    json!(["b", "a", "b"]),
+                    json!(["*", "*"]),
+                ],
+            )
+            .samples(RefusedAsDescribed("stands alone"), &[json!(["*", "a"])]),
         field(Place::DestinationPath, "destination")
             .samples(Accepted, &destinations(Accepted))
             .samples(Refused, &destinations(Refused)),

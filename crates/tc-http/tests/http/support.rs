@@ -208,9 +208,12 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.tenants().await
     }
-    async fn tenant_weights(&self) -> Result<std::collections::BTreeMap<String, u32>, StoreError> {
+    async fn tenant_settings(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, tc_model::tenant::TenantSettings>, StoreError>
+    {
         self.check()?;
-        self.inner.tenant_weights().await
+        self.inner.tenant_settings().await
     }
     async fn tenant(&self, name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
         self.check()?;

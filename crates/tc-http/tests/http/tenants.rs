@@ -506,3 +506,90 @@ async fn without_an_admin_token_a_key_is_still_scoped() {
     let reply = call(&h, &key, "GET", "/destinations", &Value::Null).await;
     assert_eq!(reply.status, 403);
 }
+
+/// A tenant's signing secrets (issue 37) are write-only: taken on create
+/// and update, shown as a count by every view, never repeated (not even in
+/// a refusal); each change wakes the worker. A destination shows whom it
+/// shares its headers and secrets with, and refuses a list that is not
+/// tenant names or `["*"]` alone.
+#[tokio::test]
+async fn signing_secrets_are_write_only_and_destinations_name_whom_they_share_with() {
+    const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let h = admin_harness().await;
+    let shows_no_secret = |reply: &Reply| {
+        let text = String::from_utf8_lossy(&reply.body).into_owned();
+        // The key's base64: a refusal may say what a secret looks like.
+        assert!(!text.contains(&SECRET[6..]), "{text}");
+    };
+    let wakes = h.wakes();
+    let created = call(
+        &h,
+        ADMIN,
+        "POST",
+        "/tenants",
+        &json!({"name": "acme", "signing_secrets": [SECRET]}),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(created.json()["signing_secrets"], 1);
+    shows_no_secret(&created);
+    assert!(h.wakes() > wakes, "a new tenant's secrets wake the worker");
+    for path in ["/tenants/acme", "/tenants"] {
+        let read = call(&h, ADMIN, "GET", path, &Value::Null).await;
+        assert_eq!(read.status, 200, "{read:?}");
+        let view = read.json();
+        let view = view.get("tenants").map_or(&view, |list| &list[0]);
+        assert_eq!(view["signing_secrets"], 1, "{path}");
+        shows_no_secret(&read);
+    }
+    let wakes = h.wakes();
+    let cleared = call(
+        &h,
+        ADMIN,
+        "PUT",
+        "/tenants/acme",
+        &json!({"signing_secrets": null}),
+    )
+    .await;
+    assert_eq!(cleared.json()["signing_secrets"], 0, "{cleared:?}");
+    assert!(h.wakes() > wakes, "a changed tenant wakes the worker");
+    let bad = format!("{SECRET}x");
+    let refused = call(
+        &h,
+        ADMIN,
+        "PUT",
+        "/tenants/acme",
+        &json!({"signing_secrets": [bad]}),
+    )
+    .await;
+    check_refusal(&refused, 400, "invalid_request", "signing_secrets: ");
+    shows_no_secret(&refused);
+
+    let shared = call(
+        &h,
+        ADMIN,
+        "PUT",
+        "/destinations/127.0.0.1:9",
+        &json!({"share_with_tenants": ["zeta", "acme"]}),
+    )
+    .await;
+    assert_eq!(shared.status, 200, "{shared:?}");
+    assert_eq!(shared.json()["share_with_tenants"], json!(["acme", "zeta"]));
+    for (list, start) in [
+        (json!(["*", "acme"]), "share_with_tenants: "),
+        (json!(["Acme"]), "share_with_tenants: "),
+        (json!("acme"), "share_with_tenants: "),
+    ] {
+        let refused = call(
+            &h,
+            ADMIN,
+            "PUT",
+            "/destinations/127.0.0.1:9",
+            &json!({ "share_with_tenants": list }),
+        )
+        .await;
+        check_refusal(&refused, 400, "invalid_request", start);
+    }
+    let read = call(&h, ADMIN, "GET", "/destinations/127.0.0.1:9", &Value::Null).await;
+    assert_eq!(read.json()["share_with_tenants"], json!(["acme", "zeta"]));
+}

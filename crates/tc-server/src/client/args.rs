@@ -428,7 +428,8 @@ pub(crate) struct DestinationName {
 /// `destination set`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("settings").required(true).multiple(true)
-    .args(["max_in_flight", "rate", "burst", "headers", "clear_headers", "signing_secrets", "clear_signing"])))]
+    .args(["max_in_flight", "rate", "burst", "headers", "clear_headers", "signing_secrets", "clear_signing",
+           "share_with_tenants", "share_with_none"])))]
 pub(crate) struct SetArgs {
     /// The destination: a task URL's `host:port`, the port always written.
     #[arg(value_name = "HOST:PORT")]
@@ -463,10 +464,25 @@ pub(crate) struct SetArgs {
         conflicts_with = "clear_signing"
     )]
     pub(crate) signing_secrets: Vec<String>,
-    /// Remove the destination's signing secrets (its calls are then signed
-    /// with the server's --signing-secret, if it has one).
+    /// Remove the destination's signing secrets (calls of tasks without a
+    /// tenant are then signed with the server's --signing-secret, if it
+    /// has one).
     #[arg(long)]
     pub(crate) clear_signing: bool,
+    /// A tenant whose tasks get the destination's headers and signing
+    /// secrets (repeatable), or `*` for every tenant; together they replace
+    /// the list. Other tenants' tasks are sent without them, signed with
+    /// the tenant's own secrets (or unsigned), never with the server's.
+    #[arg(
+        long = "share-with-tenant",
+        value_name = "NAME|*",
+        conflicts_with = "share_with_none"
+    )]
+    pub(crate) share_with_tenants: Vec<String>,
+    /// Share the destination's headers and signing secrets with no tenant
+    /// (the default).
+    #[arg(long)]
+    pub(crate) share_with_none: bool,
     #[command(flatten)]
     pub(crate) output: Output,
 }
@@ -519,6 +535,20 @@ pub(crate) struct TenantSettingsArgs {
     /// rounded up.
     #[arg(long, value_name = "B|none", value_parser = setting::<u32>)]
     pub(crate) submit_burst: Option<Setting<u32>>,
+    /// A Standard Webhooks secret (`whsec_…`) the tenant's tasks are signed
+    /// with, unless a destination shared with it signs them with its own;
+    /// give two while rotating. They replace the tenant's secrets. Never
+    /// shown back; its tasks are never signed with the server's secret.
+    #[arg(
+        long = "signing-secret",
+        value_name = "SECRET",
+        conflicts_with = "clear_signing"
+    )]
+    pub(crate) signing_secrets: Vec<String>,
+    /// Remove the tenant's signing secrets (its tasks are then unsigned,
+    /// but to a destination that shares its own with it).
+    #[arg(long)]
+    pub(crate) clear_signing: bool,
     #[command(flatten)]
     pub(crate) output: Output,
 }

@@ -96,10 +96,18 @@ fn settings_body(args: &SetArgs) -> Result<String, ClientError> {
             args.signing_secrets.clone().into(),
         );
     }
+    if args.share_with_none {
+        body.insert("share_with_tenants".into(), Value::Null);
+    } else if !args.share_with_tenants.is_empty() {
+        body.insert(
+            "share_with_tenants".into(),
+            args.share_with_tenants.clone().into(),
+        );
+    }
     if body.is_empty() {
         return Err(ClientError::Usage(
             "give at least one of --max-in-flight, --rate, --burst, --header, --clear-headers, \
-             --signing-secret, --clear-signing"
+             --signing-secret, --clear-signing, --share-with-tenant, --share-with-none"
                 .into(),
         ));
     }
@@ -144,6 +152,8 @@ mod tests {
             clear_headers: false,
             signing_secrets: Vec::new(),
             clear_signing: false,
+            share_with_tenants: Vec::new(),
+            share_with_none: false,
             output: Default::default(),
         }
     }
@@ -173,6 +183,12 @@ mod tests {
         a.clear_headers = true;
         a.clear_signing = true;
         check(a, json!({"headers": null, "signing_secrets": null}));
+        let mut a = args();
+        a.share_with_tenants = vec!["acme".into(), "*".into()];
+        check(a, json!({"share_with_tenants": ["acme", "*"]}));
+        let mut a = args();
+        a.share_with_none = true;
+        check(a, json!({"share_with_tenants": null}));
     }
 
     #[test]

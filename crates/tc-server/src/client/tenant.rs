@@ -41,6 +41,14 @@ fn settings(args: &TenantSettingsArgs) -> Map<String, Value> {
     if let Some(burst) = args.submit_burst {
         body.insert("submit_burst".into(), setting(burst));
     }
+    if args.clear_signing {
+        body.insert("signing_secrets".into(), Value::Null);
+    } else if !args.signing_secrets.is_empty() {
+        body.insert(
+            "signing_secrets".into(),
+            args.signing_secrets.clone().into(),
+        );
+    }
     body
 }
 
@@ -56,7 +64,8 @@ fn set_body(args: &TenantSettingsArgs) -> Result<String, ClientError> {
     let body = settings(args);
     if body.is_empty() {
         return Err(ClientError::Usage(
-            "give at least one of --weight, --max-pending, --submit-rate-per-s, --submit-burst"
+            "give at least one of --weight, --max-pending, --submit-rate-per-s, --submit-burst, \
+             --signing-secret, --clear-signing"
                 .into(),
         ));
     }
@@ -112,6 +121,7 @@ pub(crate) async fn list(api: &Api, out: &Out) -> Result<(), ClientError> {
                 Cell::new(&text(field(t, "max_pending"))),
                 Cell::new(&text(field(t, "submit_rate_per_s"))),
                 Cell::new(&text(field(t, "submit_burst"))),
+                Cell::new(&text(field(t, "signing_secrets"))),
                 Cell::new(&text(field(t, "pending"))),
                 Cell::new(&text(field(t, "running"))),
                 Cell::new(&field(t, "keys").as_array().map_or(0, Vec::len).to_string()),
@@ -125,6 +135,7 @@ pub(crate) async fn list(api: &Api, out: &Out) -> Result<(), ClientError> {
             "MAX PENDING",
             "RATE/S",
             "BURST",
+            "SECRETS",
             "PENDING",
             "RUNNING",
             "KEYS",
@@ -212,6 +223,8 @@ fn show(out: &Out, t: &Value) -> Result<(), ClientError> {
         line("max pending", text(field(t, "max_pending"))),
         line("submit rate/s", text(field(t, "submit_rate_per_s"))),
         line("submit burst", text(field(t, "submit_burst"))),
+        // How many, never one: the API shows only the count.
+        line("signing secrets", text(field(t, "signing_secrets"))),
         line("pending", text(field(t, "pending"))),
         line("running", text(field(t, "running"))),
         line("created", text(field(t, "created_at"))),
@@ -242,6 +255,8 @@ mod tests {
             max_pending,
             submit_rate_per_s: rate,
             submit_burst: None,
+            signing_secrets: Vec::new(),
+            clear_signing: false,
             output: Output::default(),
         }
     }
@@ -273,5 +288,17 @@ mod tests {
             set_body(&args(None, None, None)),
             Err(ClientError::Usage(_))
         ));
+        let mut two = args(None, None, None);
+        two.signing_secrets = vec!["whsec_a".into(), "whsec_b".into()];
+        check(
+            &set_body(&two).unwrap(),
+            json!({"signing_secrets": ["whsec_a", "whsec_b"]}),
+        );
+        let mut cleared = args(None, None, None);
+        cleared.clear_signing = true;
+        check(
+            &set_body(&cleared).unwrap(),
+            json!({"signing_secrets": null}),
+        );
     }
 }

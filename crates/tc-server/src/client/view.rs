@@ -266,6 +266,22 @@ fn signing(d: &Value) -> String {
     }
 }
 
+/// The tenants its headers and secrets are lent to: their names, `*` for
+/// every tenant, or none.
+fn shared_with(d: &Value) -> String {
+    let names: Vec<&str> = field(d, "share_with_tenants")
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if names.is_empty() {
+        NONE.to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
 /// Every field of a destination view, as label and value rows.
 pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
     let row = |label: &str, value: String| vec![Cell::new(label), Cell::new(&value)];
@@ -284,6 +300,7 @@ pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
         row("burst", text(field(d, "burst"))),
         row("headers", header_names(d)),
         row("signing", signing(d)),
+        row("shared with", shared_with(d)),
         row("in flight", text(field(d, "in_flight"))),
         row("pending", text(field(d, "pending"))),
         vec![Cell::new("breaker"), breaker_cell(d)],

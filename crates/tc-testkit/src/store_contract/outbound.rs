@@ -1,8 +1,8 @@
 //! The contract for what a call sends beyond its url and body: a task's
 //! method and headers, a destination's default headers and signing
-//! secrets, kept by every store as written.
+//! secrets and whom it shares them with, kept by every store as written.
 
-use tc_model::destination::{ClaimGate, DestinationSettings, DestinationUpdate};
+use tc_model::destination::{ClaimGate, DestinationSettings, DestinationUpdate, SharedWith};
 use tc_model::signing::SigningSecrets;
 use tc_model::store::{StoreError, TaskStore};
 use tc_model::{Headers, Method, NewTask, State};
@@ -230,5 +230,78 @@ pub async fn destinations_keep_their_headers_and_signing_secrets<S: TaskStore>(
         vec![task.id],
         "a destination with headers only holds nothing back"
     );
+    Ok(())
+}
+
+/// Whom a destination shares its headers and secrets with (issue 37) is
+/// kept as written (names sorted, or `*`) and read back by every call; an
+/// update that does not name it keeps it; it is replaced or cleared
+/// (empty) on its own, leaving the headers and secrets as they are.
+pub async fn destinations_keep_whom_they_share_with<S: TaskStore>(store: S) -> Verdict {
+    let shared = |names: &[&str]| SharedWith::parse(names).map_err(|e| format!("fixture: {e}"));
+    let auth = headers(&[("authorization", "Bearer d")]);
+    let written = set(
+        &store,
+        DEST_B,
+        DestinationUpdate {
+            headers: Some(auth.clone()),
+            signing_secrets: Some(secrets(1)),
+            share_with_tenants: Some(shared(&["t", "a"])?),
+            ..DestinationUpdate::default()
+        },
+        at(0),
+    )
+    .await?;
+    let first = DestinationSettings {
+        headers: auth,
+        signing_secrets: secrets(1),
+        share_with_tenants: shared(&["a", "t"])?,
+        ..DestinationSettings::default()
+    };
+    ensure_eq!(&written.settings, &first, "update_destination's answer");
+    settings_read_back(&store, DEST_B, &first).await?;
+    let steps: [(&str, DestinationUpdate, DestinationSettings); 3] = [
+        (
+            "a cap named: the list kept",
+            DestinationUpdate {
+                max_in_flight: Some(Some(3)),
+                ..DestinationUpdate::default()
+            },
+            DestinationSettings {
+                max_in_flight: Some(3),
+                ..first.clone()
+            },
+        ),
+        (
+            "every tenant",
+            DestinationUpdate {
+                share_with_tenants: Some(shared(&["*"])?),
+                max_in_flight: Some(None),
+                ..DestinationUpdate::default()
+            },
+            DestinationSettings {
+                share_with_tenants: shared(&["*"])?,
+                ..first.clone()
+            },
+        ),
+        (
+            "cleared: shared with no one, headers and secret kept",
+            DestinationUpdate {
+                share_with_tenants: Some(SharedWith::default()),
+                ..DestinationUpdate::default()
+            },
+            DestinationSettings {
+                share_with_tenants: SharedWith::default(),
+                ..first.clone()
+            },
+        ),
+    ];
+    for (n, (what, update, want)) in steps.into_iter().enumerate() {
+        let written = set(&store, DEST_B, update, at(10 + n as i64)).await?;
+        ensure_eq!(&written.settings, &want, "{what}: update's answer");
+        settings_read_back(&store, DEST_B, &want)
+            .await
+            .map_err(|e| format!("{what}: {e}"))?;
+    }
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! Tenants (issue 29): tenants kept field by field, their weights alone as
-//! the worker reads them, deleted only when they have no task, idempotency keys unique per tenant, the tenant seen by
+//! Tenants (issue 29): tenants kept field by field (their signing secrets
+//! too, issue 37), their settings alone as the worker reads them, deleted only when they have no task, idempotency keys unique per tenant, the tenant seen by
 //! every read and write path, the `max_pending` quota, API keys found by
 //! hash until revoked, callbacks in their parent's tenant, and the claim's
 //! share of a destination between tenants by weight.
@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::{ClaimGate, DestinationUpdate};
+use tc_model::signing::SigningSecrets;
 use tc_model::store::{
     BulkAction, BulkRequest, ListQuery, Page, StoreError, TaskFilter, TaskStore,
 };
@@ -109,6 +110,7 @@ pub async fn tenants_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdict 
             max_pending: Some(Some(10)),
             submit_rate_per_s: Some(Some(2.5)),
             submit_burst: Some(Some(7)),
+            signing_secrets: Some(two_secrets()),
         },
         at(0),
     )
@@ -122,6 +124,7 @@ pub async fn tenants_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdict 
                 max_pending: Some(10),
                 submit_rate_per_s: Some(2.5),
                 submit_burst: Some(7),
+                signing_secrets: two_secrets(),
             },
             created_at: at(0),
             updated_at: at(0),
@@ -164,6 +167,7 @@ pub async fn tenants_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdict 
             TenantUpdate {
                 max_pending: Some(None),
                 submit_burst: Some(None),
+                signing_secrets: Some(one_secret()),
                 ..TenantUpdate::default()
             },
             at(5),
@@ -176,6 +180,7 @@ pub async fn tenants_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdict 
             max_pending: None,
             submit_rate_per_s: Some(2.5),
             submit_burst: None,
+            signing_secrets: one_secret(),
         },
         updated_at: at(5),
         ..beta.clone()
@@ -220,48 +225,106 @@ pub async fn tenants_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdict 
     );
     let reborn = tenant(&store, "alpha", TenantUpdate::default(), at(9)).await?;
     ensure_eq!(reborn.created_at, at(9), "a deleted tenant's name is free");
+    let cleared = store
+        .update_tenant(
+            "beta".into(),
+            TenantUpdate {
+                signing_secrets: Some(SigningSecrets::default()),
+                ..TenantUpdate::default()
+            },
+            at(10),
+        )
+        .await
+        .step("update_tenant")?;
+    ensure_eq!(
+        detail(&store, "beta").await.map(|d| d.tenant.settings),
+        Ok(cleared.settings.clone()),
+        "the secrets cleared, read back"
+    );
+    ensure_eq!(
+        cleared.settings.signing_secrets,
+        SigningSecrets::default(),
+        "an empty list clears the secrets"
+    );
     Ok(())
 }
 
-/// The worker's light read: each stored tenant's weight by name, as
-/// created and as updated (a tenant with tasks and keys is there with its
-/// weight alone); a deleted tenant is gone from it; none stored, it is
-/// empty.
-pub async fn tenant_weights_are_each_tenant_s_weight<S: TaskStore>(store: S) -> Verdict {
+/// Two signing secrets, as while one is rotated.
+fn two_secrets() -> SigningSecrets {
+    SigningSecrets::parse(&[
+        "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+        "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+    ])
+    .expect("valid fixture secrets")
+}
+
+/// One signing secret.
+fn one_secret() -> SigningSecrets {
+    SigningSecrets::parse(&["whsec_MDEyMzQ1Njc4OWFiY2RlZmdoaWprbG1ub3Bx"])
+        .expect("a valid fixture secret")
+}
+
+/// The worker's light read: each stored tenant's settings by name (its
+/// weight and its signing secrets), as created and as updated (a tenant
+/// with tasks and keys is there with its settings alone); a deleted tenant
+/// is gone from it; none stored, it is empty.
+pub async fn tenant_settings_are_each_tenant_s_own<S: TaskStore>(store: S) -> Verdict {
     let weights = |of: &[(&str, u32)]| -> BTreeMap<String, u32> {
         of.iter()
             .map(|(name, w)| ((*name).to_owned(), *w))
             .collect()
     };
-    ensure_eq!(
-        store.tenant_weights().await.step("tenant_weights")?,
-        BTreeMap::new(),
-        "a fresh store's weights"
-    );
+    let read = async || -> Result<BTreeMap<String, TenantSettings>, String> {
+        store.tenant_settings().await.step("tenant_settings")
+    };
+    let weights_of = |all: &BTreeMap<String, TenantSettings>| -> BTreeMap<String, u32> {
+        all.iter().map(|(n, s)| (n.clone(), s.weight)).collect()
+    };
+    ensure_eq!(read().await?, BTreeMap::new(), "a fresh store's settings");
     let weighted = |weight: u32| TenantUpdate {
         weight: Some(weight),
         ..TenantUpdate::default()
     };
-    tenant(&store, "beta", weighted(3), at(0)).await?;
+    tenant(
+        &store,
+        "beta",
+        TenantUpdate {
+            signing_secrets: Some(two_secrets()),
+            ..weighted(3)
+        },
+        at(0),
+    )
+    .await?;
     tenant(&store, "alpha", TenantUpdate::default(), at(1)).await?;
     tenant(&store, "gamma", weighted(1_000), at(2)).await?;
-    // Tasks and a key change nothing in the weights.
+    // Tasks and a key change nothing in the settings.
     create(&store, task_of(Some("beta"), URL, "one", None), at(3)).await?;
     store
         .create_api_key("beta".into(), "key_w1".into(), KeyHash::of("tck_w1"), at(3))
         .await
         .step("create_api_key")?;
     let default = TenantSettings::default().weight;
+    let all = read().await?;
     ensure_eq!(
-        store.tenant_weights().await.step("tenant_weights")?,
+        weights_of(&all),
         weights(&[("alpha", default), ("beta", 3), ("gamma", 1_000)]),
         "the weights as created"
+    );
+    ensure_eq!(
+        all.get("beta").map(|s| s.signing_secrets.clone()),
+        Some(two_secrets()),
+        "beta's secrets as created"
+    );
+    ensure_eq!(
+        all.get("alpha").map(|s| s.signing_secrets.len()),
+        Some(0),
+        "alpha has no secrets"
     );
     store
         .update_tenant("alpha".into(), weighted(7), at(4))
         .await
         .step("update_tenant")?;
-    // An update that names no weight keeps it.
+    // An update that names no weight nor secret keeps them.
     store
         .update_tenant(
             "beta".into(),
@@ -273,17 +336,37 @@ pub async fn tenant_weights_are_each_tenant_s_weight<S: TaskStore>(store: S) -> 
         )
         .await
         .step("update_tenant")?;
+    store
+        .update_tenant(
+            "gamma".into(),
+            TenantUpdate {
+                signing_secrets: Some(one_secret()),
+                ..TenantUpdate::default()
+            },
+            at(4),
+        )
+        .await
+        .step("update_tenant")?;
+    let all = read().await?;
     ensure_eq!(
-        store.tenant_weights().await.step("tenant_weights")?,
+        weights_of(&all),
         weights(&[("alpha", 7), ("beta", 3), ("gamma", 1_000)]),
         "the weights after the updates"
+    );
+    ensure_eq!(
+        (
+            all.get("beta").map(|s| s.signing_secrets.clone()),
+            all.get("gamma").map(|s| s.signing_secrets.clone())
+        ),
+        (Some(two_secrets()), Some(one_secret())),
+        "the secrets after the updates"
     );
     store
         .delete_tenant("gamma".into())
         .await
         .step("delete_tenant")?;
     ensure_eq!(
-        store.tenant_weights().await.step("tenant_weights")?,
+        weights_of(&read().await?),
         weights(&[("alpha", 7), ("beta", 3)]),
         "the weights after a delete"
     );

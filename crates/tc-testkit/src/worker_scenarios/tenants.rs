@@ -1,7 +1,7 @@
 //! Tenants share the worker's slots by weight (issue 29): inside one
 //! destination, a tenant with a backlog takes every slot while no other
 //! tenant has due tasks, and cannot keep another's share once it has. The
-//! worker reads the weights alone, never the tenants' counts and keys.
+//! worker reads the tenants' settings alone, never their counts and keys.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,8 +182,9 @@ pub(super) async fn tenants_share_a_destination_by_weight<S: TaskStore, D: Downs
 }
 
 /// The worker's settings reads (at start, every `settings_interval`, and
-/// when told of a change) read the tenants' weights alone: never
-/// `tenants()`, which counts every tenant's open tasks and lists its keys
+/// when told of a change) read the tenants' settings alone
+/// (`tenant_settings`: weights, signing secrets): never `tenants()`, which
+/// counts every tenant's open tasks and lists its keys
 /// (a 50,000-task backlog counted every second on every node).
 pub(super) async fn the_worker_reads_only_the_tenants_weights<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,

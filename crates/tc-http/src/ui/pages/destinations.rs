@@ -32,7 +32,8 @@ pub(crate) struct Row {
     /// The names of its default headers (never their values).
     pub(crate) header_names: Vec<String>,
     /// How its calls are signed: `signed`, `signed ×2` while rotating,
-    /// `signed (server)` with the server's secret; `None`: not signed.
+    /// `signed (server; …)` with the server's secret, which signs only the
+    /// tasks without a tenant (issue 37); `None`: not signed.
     pub(crate) signed: Option<&'static str>,
 }
 
@@ -44,7 +45,7 @@ impl Row {
         signs_by_default: bool,
     ) -> Row {
         let signed = match d.settings.signing_secrets.len() {
-            0 if signs_by_default => Some("signed (server)"),
+            0 if signs_by_default => Some("signed (server; tasks without a tenant)"),
             0 => None,
             1 => Some("signed"),
             _ => Some("signed ×2"),
@@ -332,7 +333,10 @@ mod tests {
         };
         let signed = |r: Row| r.signed;
         assert_eq!(signed(row(secrets(0), false)), None);
-        assert_eq!(signed(row(secrets(0), true)), Some("signed (server)"));
+        assert_eq!(
+            signed(row(secrets(0), true)),
+            Some("signed (server; tasks without a tenant)")
+        );
         assert_eq!(signed(row(secrets(1), true)), Some("signed"));
         assert_eq!(signed(row(secrets(2), false)), Some("signed ×2"));
         let r = row(secrets(1), false);
