@@ -2085,3 +2085,68 @@ async fn a_submit_s_trace_context_is_kept_and_an_invalid_one_ignored() {
         }
     }
 }
+
+/// Issue 37: every spelling of one host names one destination. A task's
+/// view shows the canonical destination and its url as given (the url is
+/// sent as given); the destination routes and the `destination=` filter
+/// take any spelling and mean the canonical name, so a setting made under
+/// one name holds for every other.
+#[tokio::test]
+async fn one_destination_has_one_name_whatever_the_url_spells() {
+    let h = harness(HttpConfig::default()).await;
+    let check = |host: &'static str, destination: &'static str| {
+        let h = &h;
+        async move {
+            let url = format!("http://{host}:9/hook");
+            let body = json!({"url": url, "idempotency_key": format!("one-name-{host}")});
+            let reply = h
+                .call("POST", "/tasks", &[JSON], body.to_string().as_bytes())
+                .await;
+            assert_eq!(reply.status, 201, "{host}: {reply:?}");
+            let view = reply.json();
+            assert_eq!(view["destination"], destination, "{host}: {view}");
+            assert_eq!(view["url"], url, "{host}: the url is kept as given");
+        }
+    };
+    let loopback = [
+        "127.0.0.1",
+        "127.0.0.1.",
+        "127.1",
+        "0x7f.0.0.1",
+        "2130706433",
+        "0177.0.0.1",
+        "[::ffff:127.0.0.1]",
+    ];
+    for host in loopback {
+        check(host, "127.0.0.1:9").await;
+    }
+    check("LOCALHOST.", "localhost:9").await;
+
+    let put = h
+        .call(
+            "PUT",
+            "/destinations/127.1:9",
+            &[JSON],
+            br#"{"max_in_flight":1}"#,
+        )
+        .await;
+    assert_eq!(put.status, 200, "{put:?}");
+    assert_eq!(put.json()["destination"], "127.0.0.1:9", "{put:?}");
+    for name in ["0x7f.0.0.1:9", "2130706433:9", "%5B::ffff:127.0.0.1%5D:9"] {
+        let got = h
+            .call("GET", &format!("/destinations/{name}"), &[], b"")
+            .await;
+        assert_eq!(got.status, 200, "{name}: {got:?}");
+        assert_eq!(got.json()["destination"], "127.0.0.1:9", "{name}");
+        assert_eq!(got.json()["max_in_flight"], 1, "{name}: {got:?}");
+    }
+    let paused = h
+        .call("POST", "/destinations/LOCALHOST.:9/pause", &[], b"")
+        .await;
+    assert_eq!(paused.status, 200, "{paused:?}");
+    assert_eq!(paused.json()["destination"], "localhost:9", "{paused:?}");
+    let listed = h.call("GET", "/tasks?destination=127.1:9", &[], b"").await;
+    assert_eq!(listed.status, 200, "{listed:?}");
+    let tasks = listed.json()["tasks"].as_array().map_or(0, Vec::len);
+    assert_eq!(tasks, loopback.len(), "{listed:?}");
+}
