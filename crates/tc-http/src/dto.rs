@@ -513,14 +513,19 @@ pub(crate) fn parse_bulk(bytes: &[u8]) -> Result<BulkRequest, ApiError> {
 pub(crate) struct BulkView {
     matched: u64,
     applied: u64,
+    /// Of a retry: the covered failed or canceled tasks not retried because
+    /// the allow-list no longer admits their url or callback url (0 for
+    /// the other actions).
+    refused_url: u64,
     sample: Vec<String>,
 }
 
 impl BulkView {
-    pub(crate) fn new(outcome: &BulkOutcome) -> BulkView {
+    pub(crate) fn new(outcome: &BulkOutcome, refused_url: u64) -> BulkView {
         BulkView {
             matched: outcome.matched,
             applied: outcome.applied,
+            refused_url,
             sample: outcome.sample.iter().map(ToString::to_string).collect(),
         }
     }

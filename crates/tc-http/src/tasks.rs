@@ -11,7 +11,9 @@ use http::header::{CONTENT_TYPE, HeaderValue, LOCATION};
 use http::request::Parts;
 use http::{Response, StatusCode};
 use http_body_util::Full;
-use tc_model::store::{BulkAction, ListQuery, Page, StoreError, TaskStore};
+use tc_model::store::{
+    BULK_SAMPLE, BulkAction, BulkOutcome, ListQuery, Page, StoreError, TaskFilter, TaskStore,
+};
 use tc_model::tenant::Scope;
 use tc_model::tenant::quota::QuotaLimit;
 use tc_model::{Task, TaskId, TraceContext};
@@ -217,31 +219,26 @@ async fn check_owner<S: TaskStore, C: Control>(
 /// A prefix matches the normalised url at a path-segment boundary (see
 /// [`tc_model::is_under_prefix`]), never as mere text: `https://b.test/hooks`
 /// admits `/hooks/1`, not `/hooksx`.
+#[cfg(test)]
 fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
-    check_allowed("url", url, prefixes)
+    tc_model::urls_allowed(url, None, prefixes).map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
 }
 
 /// Both urls a task calls, its own and its callback's, under the
-/// allow-list; a refusal names the field.
+/// allow-list ([`tc_model::urls_allowed`]); a refusal names the field.
 pub(crate) fn check_urls_allowed(
     task: &tc_model::NewTask,
     prefixes: &[String],
 ) -> Result<(), ApiError> {
-    check_url_allowed(task.url(), prefixes)?;
-    match task.callback() {
-        Some(callback) => check_allowed("callback_url", callback.url(), prefixes),
-        None => Ok(()),
-    }
+    tc_model::urls_allowed(task.url(), task.callback().map(|c| c.url()), prefixes)
+        .map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
 }
 
-fn check_allowed(field: &str, url: &str, prefixes: &[String]) -> Result<(), ApiError> {
-    if prefixes.is_empty() || prefixes.iter().any(|p| tc_model::is_under_prefix(url, p)) {
-        Ok(())
-    } else {
-        Err(ApiError::UrlNotAllowed(format!(
-            "{field}: not under any allowed prefix of this server"
-        )))
-    }
+/// Whether the allow-list still admits both urls a stored task calls (a
+/// task stored before the list was narrowed may not be).
+fn stored_urls_allowed(task: &Task, prefixes: &[String]) -> Result<(), ApiError> {
+    tc_model::urls_allowed(&task.url, task.callback.as_ref().map(|c| c.url()), prefixes)
+        .map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
 }
 
 /// `GET /tasks/{id}[?wait_ms=N]`: the task; with `wait_ms`, as soon as it
@@ -329,7 +326,14 @@ pub(crate) async fn retry<S: TaskStore, C: Control>(
     bytes: &[u8],
 ) -> Answer {
     let delay = crate::dto::parse_retry(bytes)?;
-    check_owner(app, scope, id).await?;
+    let prefixes = &app.config().allow_url_prefixes;
+    if prefixes.is_empty() {
+        check_owner(app, scope, id).await?;
+    } else {
+        // A task stored before the allow-list was narrowed calls nothing
+        // outside it again (issue 37); a task's urls never change.
+        stored_urls_allowed(&visible(app, scope, id).await?, prefixes)?;
+    }
     let now = app.control().now();
     let task = app
         .store()
@@ -350,10 +354,16 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
     let mut request = crate::dto::parse_bulk(bytes)?;
     request.filter = request.filter.within(scope);
     let now = app.control().now();
-    let outcome = app
-        .store()
-        .bulk(request.action, request.filter, request.dry_run, now)
-        .await?;
+    let (outcome, refused_url) =
+        if request.action == BulkAction::Retry && !app.config().allow_url_prefixes.is_empty() {
+            bulk_retry_allowed(app, request.filter, request.dry_run, now).await?
+        } else {
+            let outcome = app
+                .store()
+                .bulk(request.action, request.filter, request.dry_run, now)
+                .await?;
+            (outcome, 0)
+        };
     for id in &outcome.canceled_running {
         app.control().canceled_in_store(*id);
     }
@@ -371,9 +381,90 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
         dry_run = request.dry_run,
         matched = outcome.matched,
         applied = outcome.applied,
+        refused_url,
         "tasks_bulk"
     );
-    json(StatusCode::OK, &crate::dto::BulkView::new(&outcome))
+    json(
+        StatusCode::OK,
+        &crate::dto::BulkView::new(&outcome, refused_url),
+    )
+}
+
+/// A bulk retry under an allow-list: the failed and canceled tasks `filter`
+/// covers whose url or callback url the list no longer admits are not
+/// retried, and answered as how many were refused. The covered tasks are
+/// read first (a listing); when none is refused (the usual case: every
+/// task stored since the list was set passed it) the store's bulk retry
+/// runs as without a list; otherwise each admitted task is retried alone,
+/// a task that left failed or canceled meanwhile skipped.
+async fn bulk_retry_allowed<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    filter: TaskFilter,
+    dry_run: bool,
+    now: tc_model::Timestamp,
+) -> Result<(BulkOutcome, u64), ApiError> {
+    let prefixes = &app.config().allow_url_prefixes;
+    // Each covered task: its id, and whether it is to be retried (`Some`:
+    // failed or canceled; `true`: its urls admitted).
+    let mut covered: Vec<(TaskId, Option<bool>)> = Vec::new();
+    let mut after = None;
+    loop {
+        let page = app
+            .store()
+            .list(ListQuery {
+                filter: filter.clone(),
+                limit: 500,
+                after,
+                max_result_bytes: Some(PAGE_RESULT_BUDGET),
+                ..ListQuery::default()
+            })
+            .await?;
+        covered.extend(page.tasks.iter().map(|t| {
+            let retried = BulkAction::Retry
+                .applies_to(t.state)
+                .then(|| stored_urls_allowed(t, prefixes).is_ok());
+            (t.id, retried)
+        }));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let refused = covered.iter().filter(|(_, r)| *r == Some(false)).count() as u64;
+    if refused == 0 {
+        let outcome = app
+            .store()
+            .bulk(BulkAction::Retry, filter, dry_run, now)
+            .await?;
+        return Ok((outcome, 0));
+    }
+    let mut outcome = BulkOutcome {
+        matched: covered.len() as u64,
+        sample: covered
+            .iter()
+            .take(BULK_SAMPLE)
+            .map(|(id, _)| *id)
+            .collect(),
+        ..BulkOutcome::default()
+    };
+    if !dry_run {
+        for (id, retried) in covered {
+            if retried != Some(true) {
+                continue;
+            }
+            match app.store().retry(id, now, now).await {
+                Ok(_) => outcome.applied += 1,
+                // Retried, deleted or moved on since the listing.
+                Err(
+                    StoreError::NotRetryable(_)
+                    | StoreError::NotFound
+                    | StoreError::IllegalTransition(_),
+                ) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok((outcome, refused))
 }
 
 /// `DELETE /tasks/{id}`: a finished task, its history and result are gone.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
-use crate::recurring::{Recurring, ScheduleChange, ScheduleSpec};
+use crate::recurring::{FiringError, Recurring, ScheduleChange, ScheduleSpec};
 use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use crate::tenant::{Tenant, TenantDetail, TenantUpdate};
 use crate::{IllegalTransition, NewTask, State, Task, TaskId, Timestamp};
@@ -776,13 +776,27 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Records a firing of `name` at `at` that submitted `task`: a guarded
     /// write that applies only when `at` is later than the schedule's
     /// `last_run_at` (or it has none), so the record never moves backwards
-    /// whatever order nodes write in. Answers whether it applied (`false`
-    /// too when the schedule is gone).
+    /// whatever order nodes write in. When it applies it clears a
+    /// `last_error` of a fire time at or before `at` (a later refusal
+    /// stays). Answers whether it applied (`false` too when the schedule
+    /// is gone).
     fn record_firing(
         &self,
         name: String,
         at: Timestamp,
         task: TaskId,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Records that the firing of `name` at `error.at` created no task, as
+    /// the schedule's `last_error` (its `last_run_at` and `last_task_id`
+    /// stay): a guarded write like [`TaskStore::record_firing`], applied
+    /// only when `error.at` is later than `last_run_at` (or there is none)
+    /// and not earlier than a recorded error's. Answers whether it applied
+    /// (`false` too when the schedule is gone).
+    fn record_firing_error(
+        &self,
+        name: String,
+        error: FiringError,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Stores a new tenant `name` with the defaults and `settings` applied

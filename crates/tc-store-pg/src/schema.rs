@@ -522,6 +522,16 @@ CREATE TABLE api_keys (
 CREATE INDEX api_keys_by_tenant ON api_keys (tenant, created_at, id);
 ";
 
+/// Step 14 → 15 (issue 37): why a schedule's latest firing created no task
+/// (`tc_model::recurring::FiringError`: a url the allow-list no longer
+/// admits), all three columns set or none. Nullable columns without a
+/// default: no row is rewritten, the lock is held for an instant.
+const V15_SCHEDULE_ERRORS: &str = "
+ALTER TABLE schedules ADD COLUMN last_error_code text;
+ALTER TABLE schedules ADD COLUMN last_error_message text;
+ALTER TABLE schedules ADD COLUMN last_error_at bigint;
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -576,6 +586,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V12_CALLBACKS),
     step(V13_SCHEDULES),
     step(V14_TENANTS),
+    step(V15_SCHEDULE_ERRORS),
 ];
 
 /// The version this build writes and reads.

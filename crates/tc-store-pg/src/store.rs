@@ -596,6 +596,14 @@ impl TaskStore for PgStore {
         schedules::record_firing(&self.client().await?, &name, at, task).await
     }
 
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        schedules::record_firing_error(&self.client().await?, &name, &error).await
+    }
+
     async fn health(&self) -> Result<(), StoreError> {
         read_ops::health(&self.client().await?).await
     }

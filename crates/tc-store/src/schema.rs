@@ -644,6 +644,16 @@ WHEN OLD.state = 'success' OR OLD.state = 'failed' OR OLD.state = 'canceled' BEG
 END;
 ";
 
+/// Step 17 → 18 (issue 37): why a schedule's latest firing created no task
+/// (`tc_model::recurring::FiringError`: a url the allow-list no longer
+/// admits), all three columns set or none. Nullable columns without a
+/// default: no row is rewritten.
+const V18_SCHEDULE_ERRORS: &str = "
+ALTER TABLE schedules ADD COLUMN last_error_code TEXT;
+ALTER TABLE schedules ADD COLUMN last_error_message TEXT;
+ALTER TABLE schedules ADD COLUMN last_error_at INTEGER;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -663,6 +673,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V15_TRIGGERS_WITHOUT_UPSERT,
     V16_TENANTS,
     V17_TERMINAL_STATE_COUNTS,
+    V18_SCHEDULE_ERRORS,
 ];
 
 /// The `user_version` this build writes and reads.

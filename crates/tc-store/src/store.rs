@@ -505,6 +505,15 @@ impl TaskStore for SqliteStore {
             .await
     }
 
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        self.write(move |conn| schedules::record_firing_error(conn, &name, &error))
+            .await
+    }
+
     async fn health(&self) -> Result<(), StoreError> {
         let stopped = || StoreError::Unavailable("the store writer thread has stopped".to_owned());
         // A writer that is gone, or going (its queue closed while it unwinds).

@@ -875,6 +875,27 @@ impl TaskStore for MemoryStore {
             Some(s) if s.last_run_at.is_none_or(|last| last < at) => {
                 s.last_run_at = Some(at);
                 s.last_task_id = Some(task);
+                if s.last_error.as_ref().is_some_and(|e| e.at <= at) {
+                    s.last_error = None;
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.tables();
+        match t.schedules.get_mut(&name) {
+            Some(s)
+                if s.last_run_at.is_none_or(|last| last < error.at)
+                    && s.last_error.as_ref().is_none_or(|e| e.at <= error.at) =>
+            {
+                s.last_error = Some(error);
                 Ok(true)
             }
             _ => Ok(false),

@@ -902,13 +902,13 @@ async fn a_bulk_action_answers_what_it_matched_and_applied() {
     let all = [f.success, f.binary, f.failed, f.canceled, f.pending];
     assert_eq!(
         dry.json(),
-        json!({"matched": 5, "applied": 0, "sample": all.map(|id| id.to_string())})
+        json!({"matched": 5, "applied": 0, "refused_url": 0, "sample": all.map(|id| id.to_string())})
     );
     let retried =
         bulk(r#"{"action":"retry","filter":{"state":"failed","error":"http_400"}}"#).await;
     assert_eq!(
         retried.json(),
-        json!({"matched": 1, "applied": 1, "sample": [f.failed.to_string()]})
+        json!({"matched": 1, "applied": 1, "refused_url": 0, "sample": [f.failed.to_string()]})
     );
     let view = h
         .call("GET", &format!("/tasks/{}", f.failed), &[], b"")
@@ -2149,4 +2149,128 @@ async fn one_destination_has_one_name_whatever_the_url_spells() {
     assert_eq!(listed.status, 200, "{listed:?}");
     let tasks = listed.json()["tasks"].as_array().map_or(0, Vec::len);
     assert_eq!(tasks, loopback.len(), "{listed:?}");
+}
+
+/// Issue 37: a task stored before the allow-list was narrowed is not
+/// retried outside it. A single retry answers `403 url_not_allowed` naming
+/// the field (its url or its callback's); a bulk retry retries the others
+/// and counts these as `refused_url` (its dry run too); without refusals
+/// `refused_url` is 0.
+#[tokio::test]
+async fn a_retry_outside_the_allow_list_is_refused() {
+    let h = harness(HttpConfig {
+        allow_url_prefixes: vec!["http://127.0.0.1:9/".into()],
+        ..HttpConfig::default()
+    })
+    .await;
+    // Stored as an older server with a wider list would have: straight
+    // into the store, then canceled (a retry takes canceled tasks).
+    let stored = |key: &'static str, url: &'static str, callback: Option<&'static str>| {
+        let h = &h;
+        async move {
+            let mut new = tc_model::NewTask::new(
+                url.into(),
+                Vec::new(),
+                key.into(),
+                1,
+                std::time::Duration::from_secs(5),
+                &tc_model::Limits::default(),
+            )
+            .unwrap();
+            if let Some(cb) = callback {
+                let on = tc_model::callback::CallbackOn::parse(["failed"]).unwrap();
+                new = new.with_callback(tc_model::callback::Callback::new(cb.into(), on).unwrap());
+            }
+            let id = h
+                .store
+                .submit(new, crate::support::NOW)
+                .await
+                .unwrap()
+                .task
+                .id;
+            let canceled = h
+                .call("POST", &format!("/tasks/{id}/cancel"), &[], b"")
+                .await;
+            assert_eq!(canceled.status, 200, "{canceled:?}");
+            id
+        }
+    };
+    let inside = stored("inside", "http://127.0.0.1:9/a", None).await;
+    let outside = stored("outside", "http://10.0.0.1/a", None).await;
+    let callback = stored(
+        "callback",
+        "http://127.0.0.1:9/a",
+        Some("http://10.0.0.1/cb"),
+    )
+    .await;
+
+    let check = |id: TaskId, status: u16, field: Option<&'static str>| {
+        let h = &h;
+        async move {
+            let reply = h
+                .call("POST", &format!("/tasks/{id}/retry"), &[], b"")
+                .await;
+            assert_eq!(reply.status, status, "{id}: {reply:?}");
+            if let Some(field) = field {
+                assert_eq!(reply.error_code().as_deref(), Some("url_not_allowed"));
+                let message = reply.json()["error"]["message"].clone();
+                assert_eq!(
+                    message,
+                    format!("{field}: not under any allowed prefix of this server"),
+                    "{id}"
+                );
+            }
+        }
+    };
+    check(outside, 403, Some("url")).await;
+    check(callback, 403, Some("callback_url")).await;
+    check(inside, 200, None).await;
+    let canceled = h
+        .call("POST", &format!("/tasks/{inside}/cancel"), &[], b"")
+        .await;
+    assert_eq!(canceled.status, 200, "{canceled:?}");
+
+    let bulk = |dry_run: bool| {
+        let h = &h;
+        async move {
+            let body = json!({"action": "retry", "filter": {}, "dry_run": dry_run});
+            let reply = h
+                .call("POST", "/tasks/bulk", &[JSON], body.to_string().as_bytes())
+                .await;
+            assert_eq!(reply.status, 200, "{reply:?}");
+            let v = reply.json();
+            (
+                v["matched"].clone(),
+                v["applied"].clone(),
+                v["refused_url"].clone(),
+            )
+        }
+    };
+    assert_eq!(bulk(true).await, (json!(3), json!(0), json!(2)), "dry run");
+    assert_eq!(bulk(false).await, (json!(3), json!(1), json!(2)));
+    for (id, state) in [
+        (inside, "pending"),
+        (outside, "canceled"),
+        (callback, "canceled"),
+    ] {
+        let got = h.call("GET", &format!("/tasks/{id}"), &[], b"").await;
+        assert_eq!(got.json()["state"], state, "{id}");
+    }
+    // Nothing refused: the store's bulk retry as before.
+    let canceled = h
+        .call("POST", &format!("/tasks/{inside}/cancel"), &[], b"")
+        .await;
+    assert_eq!(canceled.status, 200, "{canceled:?}");
+    let body = json!({"action": "retry", "filter": {"idempotency_key": "inside"}});
+    let reply = h
+        .call("POST", "/tasks/bulk", &[JSON], body.to_string().as_bytes())
+        .await;
+    assert_eq!(
+        (
+            reply.json()["applied"].clone(),
+            reply.json()["refused_url"].clone()
+        ),
+        (json!(1), json!(0)),
+        "{reply:?}"
+    );
 }
