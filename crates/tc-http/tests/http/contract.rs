@@ -2274,3 +2274,32 @@ async fn a_retry_outside_the_allow_list_is_refused() {
         "{reply:?}"
     );
 }
+
+/// Issue 37: the allow-list judges a url's canonical host, so another
+/// spelling of an allowed address is allowed and another spelling of a
+/// refused one is refused.
+#[tokio::test]
+async fn the_allow_list_judges_the_canonical_host() {
+    let h = harness(HttpConfig {
+        allow_url_prefixes: vec!["http://127.0.0.1:9/".into(), "http://localhost:9/".into()],
+        ..HttpConfig::default()
+    })
+    .await;
+    let check = |url: &'static str, status: u16| {
+        let h = &h;
+        async move {
+            let body = json!({"url": url, "idempotency_key": url});
+            let reply = h
+                .call("POST", "/tasks", &[JSON], body.to_string().as_bytes())
+                .await;
+            assert_eq!(reply.status, status, "{url}: {reply:?}");
+        }
+    };
+    check("http://127.1:9/x", 201).await;
+    check("http://2130706433:9/x", 201).await;
+    check("http://[::ffff:127.0.0.1]:9/x", 201).await;
+    check("http://LOCALHOST.:9/x", 201).await;
+    check("http://0x7f.0.0.2:9/x", 403).await;
+    check("http://127.2:9/x", 403).await;
+    check("http://localhost.test:9/x", 403).await;
+}
