@@ -386,12 +386,27 @@ pub(crate) async fn bulk(api: &Api, out: &Out, args: &BulkArgs) -> Result<(), Cl
     if out.json {
         return out.json_line(&done);
     }
-    let applied = field(&done, "applied").as_u64().unwrap_or(0);
-    let matched = field(&done, "matched").as_u64().unwrap_or(0);
-    out.text(&format!(
-        "{action}: {applied} of {matched} matching task{} changed\n",
+    out.text(&bulk_summary(action, &done))
+}
+
+/// A bulk answer as one line: how many changed of how many matched, and
+/// how many a retry left alone because the server's allow-list no longer
+/// admits their urls (issue 37).
+fn bulk_summary(action: &str, done: &Value) -> String {
+    let count = |name: &str| field(done, name).as_u64().unwrap_or(0);
+    let (applied, matched, refused) = (count("applied"), count("matched"), count("refused_url"));
+    let refused = if refused == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {refused} not retried: url or callback_url no longer allowed by the server's \
+             --allow-url-prefix"
+        )
+    };
+    format!(
+        "{action}: {applied} of {matched} matching task{} changed{refused}\n",
         plural(matched)
-    ))
+    )
 }
 
 fn plural(n: u64) -> &'static str {
@@ -560,6 +575,26 @@ mod tests {
             Some("7"),
             "/tasks?state=failed&destination=%5B::1%5D:80&error=http_503\
              &created_after=2026-01-02T03:04:05Z&idempotency_key=a%26b&limit=2&after=7",
+        );
+    }
+
+    #[test]
+    fn a_bulk_summary_counts_the_tasks_refused_by_the_allow_list() {
+        let check = |done: serde_json::Value, line: &str| {
+            assert_eq!(bulk_summary("retry", &done), line, "{done}");
+        };
+        check(
+            serde_json::json!({"matched": 3, "applied": 3, "refused_url": 0}),
+            "retry: 3 of 3 matching tasks changed\n",
+        );
+        check(
+            serde_json::json!({"matched": 1, "applied": 1}),
+            "retry: 1 of 1 matching task changed\n",
+        );
+        check(
+            serde_json::json!({"matched": 3, "applied": 1, "refused_url": 2}),
+            "retry: 1 of 3 matching tasks changed; 2 not retried: url or callback_url no \
+             longer allowed by the server's --allow-url-prefix\n",
         );
     }
 
