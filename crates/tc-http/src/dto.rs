@@ -516,6 +516,10 @@ pub(crate) struct BulkView {
     /// A retry's tasks left as they were for their tenant's `max_pending`
     /// or submit rate.
     refused_quota: u64,
+    /// Of a retry: the covered failed or canceled tasks not retried because
+    /// the allow-list no longer admits their url or callback url (0 for
+    /// the other actions).
+    refused_url: u64,
     sample: Vec<String>,
 }
 
@@ -525,6 +529,7 @@ impl BulkView {
             matched: outcome.matched,
             applied: outcome.applied,
             refused_quota: outcome.refused_quota,
+            refused_url: outcome.refused_url,
             sample: outcome.sample.iter().map(ToString::to_string).collect(),
         }
     }

@@ -49,6 +49,15 @@ struct TemplateView<'a> {
     callback_on: Option<Vec<&'static str>>,
 }
 
+/// Why the schedule's latest firing created no task (issue 37).
+#[derive(Debug, Serialize)]
+struct FiringErrorView<'a> {
+    code: &'a str,
+    message: &'a str,
+    /// The refused firing's fire time, RFC 3339 UTC.
+    at: String,
+}
+
 /// A schedule as the API shows it.
 #[derive(Debug, Serialize)]
 pub(crate) struct ScheduleView<'a> {
@@ -61,6 +70,9 @@ pub(crate) struct ScheduleView<'a> {
     catch_up: &'static str,
     last_run_at: Option<String>,
     last_task_id: Option<String>,
+    /// Why the latest firing since the last that submitted a task created
+    /// none (`url_not_allowed`); `null` once a firing submits one.
+    last_error: Option<FiringErrorView<'a>>,
     /// The next firings, RFC 3339 UTC (paused or not: what resuming
     /// brings).
     next_runs: Vec<String>,
@@ -97,6 +109,11 @@ impl<'a> ScheduleView<'a> {
             catch_up: s.spec.catch_up.as_str(),
             last_run_at: s.last_run_at.map(rfc3339),
             last_task_id: s.last_task_id.map(|id| id.to_string()),
+            last_error: s.last_error.as_ref().map(|e| FiringErrorView {
+                code: &e.code,
+                message: &e.message,
+                at: rfc3339(e.at),
+            }),
             next_runs: s.next_runs(now).into_iter().map(rfc3339).collect(),
             created_at: rfc3339(s.created_at),
             updated_at: rfc3339(s.updated_at),

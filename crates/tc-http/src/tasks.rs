@@ -222,31 +222,26 @@ async fn check_owner<S: TaskStore, C: Control>(
 /// A prefix matches the normalised url at a path-segment boundary (see
 /// [`tc_model::is_under_prefix`]), never as mere text: `https://b.test/hooks`
 /// admits `/hooks/1`, not `/hooksx`.
+#[cfg(test)]
 fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
-    check_allowed("url", url, prefixes)
+    tc_model::urls_allowed(url, None, prefixes).map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
 }
 
 /// Both urls a task calls, its own and its callback's, under the
-/// allow-list; a refusal names the field.
+/// allow-list ([`tc_model::urls_allowed`]); a refusal names the field.
 pub(crate) fn check_urls_allowed(
     task: &tc_model::NewTask,
     prefixes: &[String],
 ) -> Result<(), ApiError> {
-    check_url_allowed(task.url(), prefixes)?;
-    match task.callback() {
-        Some(callback) => check_allowed("callback_url", callback.url(), prefixes),
-        None => Ok(()),
-    }
+    tc_model::urls_allowed(task.url(), task.callback().map(|c| c.url()), prefixes)
+        .map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
 }
 
-fn check_allowed(field: &str, url: &str, prefixes: &[String]) -> Result<(), ApiError> {
-    if prefixes.is_empty() || prefixes.iter().any(|p| tc_model::is_under_prefix(url, p)) {
-        Ok(())
-    } else {
-        Err(ApiError::UrlNotAllowed(format!(
-            "{field}: not under any allowed prefix of this server"
-        )))
-    }
+/// Whether the allow-list still admits both urls a stored task calls (a
+/// task stored before the list was narrowed may not be).
+fn stored_urls_allowed(task: &Task, prefixes: &[String]) -> Result<(), ApiError> {
+    tc_model::urls_allowed(&task.url, task.callback.as_ref().map(|c| c.url()), prefixes)
+        .map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
 }
 
 /// `GET /tasks/{id}[?wait_ms=N]`: the task; with `wait_ms`, as soon as it
@@ -337,11 +332,21 @@ pub(crate) async fn retry<S: TaskStore, C: Control>(
     bytes: &[u8],
 ) -> Answer {
     let delay = crate::dto::parse_retry(bytes)?;
+    let prefixes = &app.config().allow_url_prefixes;
+    // The task is read when the allow-list must judge its urls (a task
+    // stored before the list was narrowed calls nothing outside it again;
+    // a task's urls never change), and for the admin, whose retry of a
+    // tenant's task answers to that tenant's rate.
+    let stored = if !prefixes.is_empty() || caller.scope.is_admin() {
+        let task = visible(app, &caller.scope, id).await?;
+        stored_urls_allowed(&task, prefixes)?;
+        Some(task)
+    } else {
+        None
+    };
     let tenant = match caller.scope.tenant() {
         Some(tenant) => Some((tenant.to_owned(), caller.settings.clone())),
-        // The admin's retry of a tenant's task answers to that tenant's
-        // rate: its settings as stored now.
-        None => match app.store().get(id).await?.tenant {
+        None => match stored.and_then(|task| task.tenant) {
             Some(tenant) => {
                 let settings = tenant_settings(app, &tenant).await?;
                 Some((tenant, settings))
@@ -411,6 +416,7 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
         dry_run: parsed.dry_run,
         acting: caller.acting(),
         quota: RetryQuota::new(allowance),
+        allowed_urls: app.config().allow_url_prefixes.clone(),
         ..BulkRequest::new(parsed.action, parsed.filter.within(&caller.scope), now)
     };
     let outcome = app.store().bulk(request).await?;
@@ -436,6 +442,7 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
         matched = outcome.matched,
         applied = outcome.applied,
         refused_quota = outcome.refused_quota,
+        refused_url = outcome.refused_url,
         "tasks_bulk"
     );
     json(StatusCode::OK, &crate::dto::BulkView::new(&outcome))

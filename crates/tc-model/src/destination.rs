@@ -265,7 +265,9 @@ pub fn is_destination_host(host: &str) -> bool {
 
 /// Parses a destination as a client names it in a path (`host:port`): a
 /// host (a name, an IPv4 address or a bracketed IPv6 address) and a port,
-/// lower-cased as [`crate::destination_of`] writes it.
+/// the host canonical as [`crate::destination_of`] writes it (`127.1:9` is
+/// `127.0.0.1:9`, see [`crate::canonical_host`]); a host the WHATWG URL
+/// standard refuses, which no task's url has, is only lower-cased.
 pub fn parse_destination(s: &str) -> Result<String, InvalidSetting> {
     let bad = |message: &str| InvalidSetting {
         field: "destination",
@@ -284,7 +286,8 @@ pub fn parse_destination(s: &str) -> Result<String, InvalidSetting> {
     let port: u16 = port
         .parse()
         .map_err(|_| bad("the port must be a number up to 65535"))?;
-    Ok(format!("{}:{port}", host.to_ascii_lowercase()))
+    let host = crate::canonical_host(host).unwrap_or_else(|| host.to_ascii_lowercase());
+    Ok(format!("{host}:{port}"))
 }
 
 #[cfg(test)]
@@ -480,6 +483,15 @@ mod tests {
             (":80", None),
             ("a/b:80", None),
             ("[zz]:80", None),
+            // Issue 37: every spelling of a host names its one destination.
+            ("127.0.0.1.:9", Some("127.0.0.1:9")),
+            ("127.1:9", Some("127.0.0.1:9")),
+            ("0x7f.0.0.1:9", Some("127.0.0.1:9")),
+            ("2130706433:9", Some("127.0.0.1:9")),
+            ("0177.0.0.1:9", Some("127.0.0.1:9")),
+            ("[::ffff:127.0.0.1]:9", Some("127.0.0.1:9")),
+            ("LOCALHOST.:9", Some("localhost:9")),
+            ("[0:0::1]:9", Some("[::1]:9")),
         ];
         for (input, want) in rows {
             assert_eq!(parse_destination(input).ok().as_deref(), *want, "{input}");

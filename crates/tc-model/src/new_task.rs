@@ -475,12 +475,20 @@ mod tests {
             "http://[zz]/",
             "http://[::1%25eth0]/",
             &format!("http://{}/", "h".repeat(254)),
+            // Ends in a number, so an IPv4 address by the WHATWG URL
+            // standard, and not a valid one: no destination.
+            "http://1.2.3.4.5/",
+            "http://4294967296/",
+            "http://999.1.1.1/",
         ] {
             check(|i| i.url = bad.into(), d, Some("url"));
         }
         for good in [
             "http://[::ffff:1.2.3.4]:8080/",
             "HTTP://A_b.c-D:080/x",
+            "http://127.1:9/",
+            "http://0x7f.0.0.1:9/",
+            "http://LOCALHOST.:9/",
             &format!("http://{}/", "h".repeat(253)),
         ] {
             check(|i| i.url = good.into(), d, None);

@@ -504,6 +504,30 @@ pub enum ScheduleChange {
     Paused(bool),
 }
 
+/// Why a firing of a schedule created no task, kept on the schedule as
+/// its `last_error` until a later firing creates one (issue 37: a url the
+/// allow-list no longer admits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiringError {
+    /// The error code, as the API's (`url_not_allowed`).
+    pub code: String,
+    /// What was refused, starting with the field's name (`url: …`).
+    pub message: String,
+    /// The fire time of the firing refused.
+    pub at: Timestamp,
+}
+
+impl FiringError {
+    /// The allow-list's refusal of the firing at `at`.
+    pub fn url_not_allowed(refusal: crate::UrlNotAllowed, at: Timestamp) -> FiringError {
+        FiringError {
+            code: crate::UrlNotAllowed::CODE.to_owned(),
+            message: refusal.to_string(),
+            at,
+        }
+    }
+}
+
 /// A stored schedule: the spec, its firing record and its times.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recurring {
@@ -514,6 +538,9 @@ pub struct Recurring {
     pub last_run_at: Option<Timestamp>,
     /// The task that firing submitted.
     pub last_task_id: Option<TaskId>,
+    /// Why the latest firing refused since the last one that submitted a
+    /// task created none; `None` once a later firing submits one.
+    pub last_error: Option<FiringError>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it was last created, replaced, paused or resumed: no time at or
@@ -528,6 +555,7 @@ impl Recurring {
             spec,
             last_run_at: None,
             last_task_id: None,
+            last_error: None,
             created_at: now,
             updated_at: now,
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
-use crate::recurring::{Recurring, ScheduleChange, ScheduleSpec};
+use crate::recurring::{FiringError, Recurring, ScheduleChange, ScheduleSpec};
 use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use crate::tenant::quota::RetryQuota;
 use crate::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
@@ -485,6 +485,10 @@ pub struct BulkOutcome {
     /// A retry's retried tasks per tenant (the caller takes as many tokens
     /// from each tenant's submit bucket).
     pub retried_by_tenant: BTreeMap<String, u64>,
+    /// A retry's covered tasks left as they were because the allow-list
+    /// ([`BulkRequest::allowed_urls`]) no longer admits their url or
+    /// callback url.
+    pub refused_url: u64,
 }
 
 /// A bulk action as the store runs it ([`TaskStore::bulk`]).
@@ -505,6 +509,11 @@ pub struct BulkRequest {
     /// A retry's tenants' quotas: their submit rates' allowance on this
     /// node; `max_pending` the store counts itself.
     pub quota: RetryQuota,
+    /// A retry's allow-list (`--allow-url-prefix`; empty: every url): a
+    /// task whose url or callback url it no longer admits
+    /// ([`crate::urls_allowed`]) is left as it is, counted in
+    /// [`BulkOutcome::refused_url`].
+    pub allowed_urls: Vec<String>,
 }
 
 impl BulkRequest {
@@ -518,6 +527,7 @@ impl BulkRequest {
             now,
             acting: None,
             quota: RetryQuota::default(),
+            allowed_urls: Vec::new(),
         }
     }
 
@@ -839,13 +849,27 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Records a firing of `name` at `at` that submitted `task`: a guarded
     /// write that applies only when `at` is later than the schedule's
     /// `last_run_at` (or it has none), so the record never moves backwards
-    /// whatever order nodes write in. Answers whether it applied (`false`
-    /// too when the schedule is gone).
+    /// whatever order nodes write in. When it applies it clears a
+    /// `last_error` of a fire time at or before `at` (a later refusal
+    /// stays). Answers whether it applied (`false` too when the schedule
+    /// is gone).
     fn record_firing(
         &self,
         name: String,
         at: Timestamp,
         task: TaskId,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Records that the firing of `name` at `error.at` created no task, as
+    /// the schedule's `last_error` (its `last_run_at` and `last_task_id`
+    /// stay): a guarded write like [`TaskStore::record_firing`], applied
+    /// only when `error.at` is later than `last_run_at` (or there is none)
+    /// and not earlier than a recorded error's. Answers whether it applied
+    /// (`false` too when the schedule is gone).
+    fn record_firing_error(
+        &self,
+        name: String,
+        error: FiringError,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Stores a new tenant `name` with the defaults and `settings` applied

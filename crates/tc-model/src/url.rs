@@ -1,6 +1,7 @@
 //! What the domain needs to know about a task's url beyond "it parses":
-//! dot-segments (which let a url climb out of an allowed prefix), matching
-//! an allow-list prefix on the normalised url, and the parts of a url that
+//! dot-segments (which let a url climb out of an allowed prefix), its host
+//! in one canonical form (so one destination has one name), matching an
+//! allow-list prefix on the normalised url, and the parts of a url that
 //! may be logged (never its query string, which often carries secrets).
 
 /// Whether the path of `uri` has a `.` or `..` segment, literal or
@@ -15,8 +16,68 @@ pub(crate) fn has_dot_segment(path: &str) -> bool {
     })
 }
 
+/// `host` (as a url writes it, an IPv6 address in brackets) in its one
+/// canonical form, or `None` when it is no host: parsed as the WHATWG URL
+/// standard parses a special url's host, so an IPv4 address in any of its
+/// number forms (`127.1`, `0x7f.0.0.1`, `2130706433`, `0177.0.0.1`, a
+/// trailing dot) becomes dotted-quad and a name is lower-cased; then, beyond
+/// the standard, an IPv4-mapped IPv6 address (`[::ffff:127.0.0.1]`) becomes
+/// its IPv4 address, an IPv6 address is written compressed, and a name
+/// loses one trailing dot (`LOCALHOST.` is `localhost`). Every spelling of
+/// an address or name thus names one destination, which the destination
+/// settings, the allow-list and the private-address guard all judge.
+pub fn canonical_host(host: &str) -> Option<String> {
+    match url::Host::parse(host).ok()? {
+        url::Host::Domain(name) => {
+            let name = name.strip_suffix('.').unwrap_or(&name);
+            (!name.is_empty()).then(|| name.to_owned())
+        }
+        url::Host::Ipv4(ip) => Some(ip.to_string()),
+        url::Host::Ipv6(ip) => Some(match ip.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => format!("[{ip}]"),
+        }),
+    }
+}
+
+/// Why the allow-list refuses a task: the field whose url is under no
+/// allowed prefix (`url` or `callback_url`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: not under any allowed prefix of this server")]
+pub struct UrlNotAllowed {
+    /// `url` or `callback_url`.
+    pub field: &'static str,
+}
+
+impl UrlNotAllowed {
+    /// The error code the API and a schedule's `last_error` give it.
+    pub const CODE: &'static str = "url_not_allowed";
+}
+
+/// The allow-list rule, the one place it is said: with no prefixes every
+/// url is allowed; otherwise the task's `url`, and its `callback_url` when
+/// it has one, must each lie under some prefix ([`is_under_prefix`], on the
+/// canonical host). Applied to submits, schedules, their firings and
+/// retries alike.
+pub fn urls_allowed(
+    url: &str,
+    callback_url: Option<&str>,
+    prefixes: &[String],
+) -> Result<(), UrlNotAllowed> {
+    let allowed = |u: &str| prefixes.is_empty() || prefixes.iter().any(|p| is_under_prefix(u, p));
+    if !allowed(url) {
+        return Err(UrlNotAllowed { field: "url" });
+    }
+    match callback_url {
+        Some(c) if !allowed(c) => Err(UrlNotAllowed {
+            field: "callback_url",
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Whether `url` lies under the allow-list `prefix`: same scheme, host and
-/// port (compared case-insensitively, default ports made explicit), and a
+/// port (the hosts canonical ([`canonical_host`]), default ports made explicit), and a
 /// path that starts with the prefix's path at a segment boundary, after
 /// both were normalised (percent-encoded unreserved characters decoded, the
 /// other escapes in upper case). A prefix that is not an absolute http(s)
@@ -57,10 +118,11 @@ pub fn origin_and_path(url: &str) -> (String, &str) {
     )
 }
 
-/// A url's destination: its `host:port`, lower-cased, the port always
-/// written (`api.example.com:443`, `[::1]:8080`). What per-downstream
-/// listing filters name; a url that does not parse (no task has one) is
-/// `invalid`.
+/// A url's destination: its `host:port`, the host canonical
+/// ([`canonical_host`]: `http://127.1:9/` is `127.0.0.1:9`), the port
+/// always written (`api.example.com:443`, `[::1]:8080`). What destination
+/// settings and per-downstream listing filters name; a url that does not
+/// parse (no task has one) is `invalid`.
 pub fn destination_of(url: &str) -> String {
     let Ok(uri) = url.parse::<http::Uri>() else {
         return "invalid".to_owned();
@@ -75,7 +137,7 @@ pub fn destination_of(url: &str) -> String {
 
 fn origin(uri: &http::Uri) -> Option<String> {
     let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    let host = uri.host()?.to_ascii_lowercase();
+    let host = canonical_host(uri.host()?)?;
     let port = uri.port_u16().or(match scheme.as_str() {
         "http" => Some(80),
         "https" => Some(443),
@@ -234,6 +296,94 @@ mod tests {
         check("http://[::1]:8080/x", "[::1]:8080");
         check("https://[2001:DB8::1]/x", "[2001:db8::1]:443");
         check("nonsense", "invalid");
+    }
+
+    /// Issue 37: every spelling of one host names one destination, as the
+    /// WHATWG URL standard parses hosts (and an IPv4-mapped IPv6 address is
+    /// its IPv4 address).
+    #[test]
+    fn one_destination_has_one_name() {
+        let check = |url: &str, destination: &str| {
+            assert_eq!(destination_of(url), destination, "{url}");
+        };
+        for url in [
+            "http://127.0.0.1:9/",
+            "http://127.0.0.1.:9/",
+            "http://127.1:9/",
+            "http://0x7f.0.0.1:9/",
+            "http://0X7F.0.0.1:9/x",
+            "http://2130706433:9/",
+            "http://0177.0.0.1:9/",
+            "http://0x7f.1:9/",
+            "http://[::ffff:127.0.0.1]:9/",
+            "http://[::FFFF:7f00:1]:9/",
+        ] {
+            check(url, "127.0.0.1:9");
+        }
+        check("http://LOCALHOST.:9/", "localhost:9");
+        check("http://LocalHost:9/", "localhost:9");
+        check("https://API.Example.com./a", "api.example.com:443");
+        check("http://[0:0:0:0:0:0:0:1]:8080/", "[::1]:8080");
+        check("http://[2001:DB8:0:0::1]/", "[2001:db8::1]:80");
+        // Not an IPv4 address: a name that ends in a letter stays a name.
+        check("http://0x7f.0.0.1x:9/", "0x7f.0.0.1x:9");
+        // A number past IPv4's range is no host.
+        check("http://4294967296:9/", "invalid");
+        check("http://1.2.3.4.5:9/", "invalid");
+    }
+
+    #[test]
+    fn the_allow_list_judges_the_canonical_host() {
+        let check = |url: &str, prefix: &str, expected: bool| {
+            assert_eq!(
+                is_under_prefix(url, prefix),
+                expected,
+                "{url} under {prefix}"
+            );
+            let prefixes = [prefix.to_owned()];
+            assert_eq!(
+                urls_allowed(url, None, &prefixes).is_ok(),
+                expected,
+                "{url} allowed by {prefix}"
+            );
+        };
+        let loopback = "http://127.0.0.1:9/";
+        check("http://127.1:9/x", loopback, true);
+        check("http://2130706433:9/x", loopback, true);
+        check("http://[::ffff:127.0.0.1]:9/x", loopback, true);
+        check("http://127.0.0.2:9/x", loopback, false);
+        check("http://0x7f.0.0.2:9/x", loopback, false);
+        check("http://LOCALHOST.:9/x", "http://localhost:9/", true);
+        check("http://localhost:9/x", "http://LOCALHOST.:9/", true);
+        check("http://localhost.evil:9/x", "http://localhost:9/", false);
+    }
+
+    #[test]
+    fn urls_allowed_names_the_field_refused() {
+        let check = |url: &str, callback: Option<&str>, prefixes: &[&str], expected| {
+            let prefixes: Vec<String> = prefixes.iter().map(|p| (*p).to_owned()).collect();
+            assert_eq!(
+                urls_allowed(url, callback, &prefixes).map_err(|e| e.field),
+                expected,
+                "{url} {callback:?} {prefixes:?}"
+            );
+        };
+        let a = &["http://a.test/"][..];
+        check("http://anything/", Some("http://else/"), &[], Ok(()));
+        check("http://a.test/x", None, a, Ok(()));
+        check("http://a.test/x", Some("http://a.test/cb"), a, Ok(()));
+        check("http://b.test/x", None, a, Err("url"));
+        check("http://b.test/x", Some("http://a.test/cb"), a, Err("url"));
+        check(
+            "http://a.test/x",
+            Some("http://b.test/cb"),
+            a,
+            Err("callback_url"),
+        );
+        assert_eq!(
+            UrlNotAllowed { field: "url" }.to_string(),
+            "url: not under any allowed prefix of this server"
+        );
     }
 
     #[test]

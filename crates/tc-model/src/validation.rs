@@ -150,6 +150,14 @@ pub(crate) fn check_url(url: &str) -> Result<(), ValidationError> {
             crate::destination::MAX_HOST_BYTES
         )));
     }
+    if crate::url::canonical_host(authority.host()).is_none() {
+        // `1.2.3.4.5` or `4294967296` look like IPv4 addresses and are none:
+        // the WHATWG URL standard refuses them, so they would name no
+        // destination.
+        return Err(ValidationError::Url(
+            "the host is not a valid name or IP address".into(),
+        ));
+    }
     if authority.as_str().contains('@') {
         // Credentials in a url end up in logs and the task view.
         return Err(ValidationError::Url(

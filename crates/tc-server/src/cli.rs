@@ -184,8 +184,11 @@ pub(crate) struct ServeArgs {
     /// Only task urls under one of these prefixes are accepted (repeatable,
     /// or comma-separated; a comma always separates prefixes, write one
     /// inside a url as `%2C`). Matched on the normalised url at a path-segment
-    /// boundary: `http://hooks/a` admits `http://hooks/a/1`, not
-    /// `http://hooks/ab` nor `http://hooks.evil.example/`.
+    /// boundary, hosts compared canonical (`127.1` is `127.0.0.1`):
+    /// `http://hooks/a` admits `http://hooks/a/1`, not `http://hooks/ab` nor
+    /// `http://hooks.evil.example/`. Also holds for tasks stored before the
+    /// list was narrowed: a schedule's firing outside it creates no task
+    /// (the schedule's `last_error`), a retry of such a task is refused.
     #[arg(long, env = "TC_ALLOW_URL_PREFIX", value_delimiter = ',',
           value_parser = non_empty)]
     pub(crate) allow_url_prefix: Vec<String>,

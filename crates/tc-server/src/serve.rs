@@ -131,6 +131,9 @@ impl Settings {
                 // Schedules made on other nodes are seen within this; a
                 // change through this node wakes its loop at once.
                 schedules_interval: Duration::from_secs(30),
+                // The same list the API checks submits against: a schedule
+                // made before it was narrowed fires nothing outside it.
+                allow_url_prefixes: args.allow_url_prefix.clone(),
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),

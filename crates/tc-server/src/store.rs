@@ -250,6 +250,13 @@ impl TaskStore for AnyStore {
     ) -> Result<bool, StoreError> {
         either!(self, s => s.record_firing(name, at, task))
     }
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        either!(self, s => s.record_firing_error(name, error))
+    }
     async fn create_tenant(
         &self,
         name: String,

@@ -2,12 +2,14 @@
 //! step 13, one row per schedule, its task template as tc-model's text
 //! form. Every node's firing loop reads them all; the firing record is a
 //! guarded UPDATE (`last_run_at` only moves forward), so nodes that fire
-//! the same time in any order leave the latest record.
+//! the same time in any order leave the latest record. Step 15 (issue 37)
+//! adds why the latest firing created no task (`last_error`), recorded and
+//! cleared by guarded UPDATEs of the same kind.
 
 use deadpool_postgres::GenericClient;
 use tc_model::recurring::{
-    CatchUp, CronPattern, Overlap, Recurrence, Recurring, ScheduleChange, ScheduleSpec,
-    TaskTemplate, Zone,
+    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Recurring, ScheduleChange,
+    ScheduleSpec, TaskTemplate, Zone,
 };
 use tc_model::store::StoreError;
 use tc_model::{TaskId, Timestamp};
@@ -16,7 +18,8 @@ use tokio_postgres::Row;
 use crate::error::db;
 
 const COLUMNS: &str = "name, cron, timezone, task, paused, overlap, catch_up, \
-     last_run_at, last_task_id, created_at, updated_at";
+     last_run_at, last_task_id, created_at, updated_at, \
+     last_error_code, last_error_message, last_error_at";
 
 fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in schedules: bad {what}"))
@@ -29,6 +32,19 @@ fn schedule_of(row: &Row) -> Result<Recurring, StoreError> {
         Some(bytes) => Some(TaskId::from_bytes(
             <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| corrupt("last_task_id"))?,
         )),
+    };
+    let last_error = match (
+        row.try_get::<_, Option<String>>(11).map_err(db)?,
+        row.try_get::<_, Option<String>>(12).map_err(db)?,
+        row.try_get::<_, Option<i64>>(13).map_err(db)?,
+    ) {
+        (Some(code), Some(message), Some(at)) => Some(FiringError {
+            code,
+            message,
+            at: Timestamp::from_millis(at),
+        }),
+        (None, None, None) => None,
+        _ => return Err(corrupt("last_error")),
     };
     Ok(Recurring {
         spec: ScheduleSpec {
@@ -47,6 +63,7 @@ fn schedule_of(row: &Row) -> Result<Recurring, StoreError> {
             .map_err(db)?
             .map(Timestamp::from_millis),
         last_task_id,
+        last_error,
         created_at: Timestamp::from_millis(row.try_get(9).map_err(db)?),
         updated_at: Timestamp::from_millis(row.try_get(10).map_err(db)?),
     })
@@ -89,13 +106,20 @@ pub(crate) async fn one(
 async fn write(client: &impl GenericClient, s: &Recurring, insert: bool) -> Result<(), StoreError> {
     let sql = if insert {
         "INSERT INTO schedules (name, cron, timezone, task, paused, overlap, catch_up, \
-                                last_run_at, last_task_id, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (name) DO NOTHING"
+                                last_run_at, last_task_id, created_at, updated_at, \
+                                last_error_code, last_error_message, last_error_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+         ON CONFLICT (name) DO NOTHING"
     } else {
         "UPDATE schedules SET cron = $2, timezone = $3, task = $4, paused = $5, overlap = $6, \
              catch_up = $7, last_run_at = $8, last_task_id = $9, created_at = $10, \
-             updated_at = $11 WHERE name = $1"
+             updated_at = $11, last_error_code = $12, last_error_message = $13, \
+             last_error_at = $14 WHERE name = $1"
     };
+    let error = s.last_error.as_ref();
+    let error_code = error.map(|e| e.code.as_str());
+    let error_message = error.map(|e| e.message.as_str());
+    let error_at = error.map(|e| e.at.as_millis());
     let stmt = client.prepare_cached(sql).await.map_err(db)?;
     let last_task_id = s.last_task_id.map(|id| id.as_bytes().to_vec());
     let changed = client
@@ -113,6 +137,9 @@ async fn write(client: &impl GenericClient, s: &Recurring, insert: bool) -> Resu
                 &last_task_id,
                 &s.created_at.as_millis(),
                 &s.updated_at.as_millis(),
+                &error_code,
+                &error_message,
+                &error_at,
             ],
         )
         .await
@@ -161,7 +188,8 @@ pub(crate) async fn delete(client: &impl GenericClient, name: &str) -> Result<()
 }
 
 /// The guarded firing record: applies only to a later fire time (checked
-/// by PostgreSQL on the newest row version when two nodes race).
+/// by PostgreSQL on the newest row version when two nodes race), and
+/// clears an error of a fire time at or before it.
 pub(crate) async fn record_firing(
     client: &impl GenericClient,
     name: &str,
@@ -170,7 +198,10 @@ pub(crate) async fn record_firing(
 ) -> Result<bool, StoreError> {
     let stmt = client
         .prepare_cached(
-            "UPDATE schedules SET last_run_at = $2, last_task_id = $3 \
+            "UPDATE schedules SET last_run_at = $2, last_task_id = $3, \
+                 last_error_code = CASE WHEN last_error_at > $2 THEN last_error_code END, \
+                 last_error_message = CASE WHEN last_error_at > $2 THEN last_error_message END, \
+                 last_error_at = CASE WHEN last_error_at > $2 THEN last_error_at END \
              WHERE name = $1 AND (last_run_at IS NULL OR last_run_at < $2)",
         )
         .await
@@ -178,6 +209,32 @@ pub(crate) async fn record_firing(
     let id = task.as_bytes().to_vec();
     let n = client
         .execute(&stmt, &[&name, &at.as_millis(), &id])
+        .await
+        .map_err(db)?;
+    Ok(n == 1)
+}
+
+/// The guarded record of a refused firing: applies only to a fire time
+/// later than the last firing's and not earlier than a recorded error's.
+pub(crate) async fn record_firing_error(
+    client: &impl GenericClient,
+    name: &str,
+    error: &FiringError,
+) -> Result<bool, StoreError> {
+    let stmt = client
+        .prepare_cached(
+            "UPDATE schedules SET last_error_code = $2, last_error_message = $3, \
+                 last_error_at = $4 \
+             WHERE name = $1 AND (last_run_at IS NULL OR last_run_at < $4) \
+               AND (last_error_at IS NULL OR last_error_at <= $4)",
+        )
+        .await
+        .map_err(db)?;
+    let n = client
+        .execute(
+            &stmt,
+            &[&name, &error.code, &error.message, &error.at.as_millis()],
+        )
         .await
         .map_err(db)?;
     Ok(n == 1)

@@ -535,6 +535,16 @@ ALTER TABLE tenants ADD COLUMN signing_secrets text;
 ALTER TABLE destinations ADD COLUMN share_with_tenants text;
 ";
 
+/// Step 15 → 16 (issue 37): why a schedule's latest firing created no task
+/// (`tc_model::recurring::FiringError`: a url the allow-list no longer
+/// admits), all three columns set or none. Nullable columns without a
+/// default: no row is rewritten, the lock is held for an instant.
+const V16_SCHEDULE_ERRORS: &str = "
+ALTER TABLE schedules ADD COLUMN last_error_code text;
+ALTER TABLE schedules ADD COLUMN last_error_message text;
+ALTER TABLE schedules ADD COLUMN last_error_at bigint;
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -590,6 +600,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V13_SCHEDULES),
     step(V14_TENANTS),
     step(V15_TENANT_SECRETS),
+    step(V16_SCHEDULE_ERRORS),
 ];
 
 /// The version this build writes and reads.

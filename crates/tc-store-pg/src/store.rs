@@ -471,6 +471,7 @@ impl TaskStore for PgStore {
             now,
             acting,
             mut quota,
+            allowed_urls,
         } = request;
         if dry_run {
             let sample = i64::try_from(BULK_SAMPLE).unwrap_or(i64::MAX);
@@ -505,7 +506,10 @@ impl TaskStore for PgStore {
                         stamp,
                         &self.channels.cancel,
                         self.callback_bytes,
-                        &mut quota,
+                        &mut write_ops::RetryAdmit {
+                            quota: &mut quota,
+                            allowed_urls: &allowed_urls,
+                        },
                     )
                     .await?;
                     Ok((covered, applied))
@@ -514,7 +518,9 @@ impl TaskStore for PgStore {
             let write_ops::BulkApplied {
                 applied,
                 canceled_running,
+                refused_url,
             } = applied;
+            outcome.refused_url += refused_url;
             if applied > 0 {
                 self.states_changed();
             }
@@ -613,6 +619,14 @@ impl TaskStore for PgStore {
         task: TaskId,
     ) -> Result<bool, StoreError> {
         schedules::record_firing(&self.client().await?, &name, at, task).await
+    }
+
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        schedules::record_firing_error(&self.client().await?, &name, &error).await
     }
 
     async fn health(&self) -> Result<(), StoreError> {

@@ -1517,6 +1517,8 @@ pub(crate) struct BulkApplied {
     pub(crate) applied: u64,
     /// The tasks it canceled while they were running.
     pub(crate) canceled_running: Vec<TaskId>,
+    /// A retry's tasks the allow-list no longer admits.
+    pub(crate) refused_url: u64,
 }
 
 /// A bulk retry of the tasks at `positions` still in one of `states`, each
@@ -1528,8 +1530,8 @@ async fn bulk_retry(
     positions: &[i64],
     states: &[&str],
     now: Option<i64>,
-    quota: &mut RetryQuota,
-) -> Result<u64, StoreError> {
+    admit: &mut RetryAdmit<'_>,
+) -> Result<(u64, u64), StoreError> {
     // Tenants never change: read before their locks.
     let tenants_of = tx
         .prepare_cached("SELECT DISTINCT tenant FROM tasks WHERE pos = ANY($1) AND tenant <> ''")
@@ -1546,15 +1548,22 @@ async fn bulk_retry(
     lock_tenants(tx, &names).await?;
     let lock = tx
         .prepare_cached(
-            "SELECT pos, tenant FROM tasks WHERE pos = ANY($1) AND state = ANY($2) \
-             ORDER BY pos FOR UPDATE",
+            "SELECT pos, tenant, url, callback_url FROM tasks \
+             WHERE pos = ANY($1) AND state = ANY($2) ORDER BY pos FOR UPDATE",
         )
         .await
         .map_err(db)?;
     let mut admitted: Vec<i64> = Vec::new();
+    let mut refused_url = 0;
     for row in tx.query(&lock, &[&positions, &states]).await.map_err(db)? {
         let tenant: String = row.try_get(1).map_err(db)?;
-        if admit_retry(tx, &tenant, quota).await? == Admission::Admitted {
+        let url: String = row.try_get(2).map_err(db)?;
+        let callback_url: Option<String> = row.try_get(3).map_err(db)?;
+        if tc_model::urls_allowed(&url, callback_url.as_deref(), admit.allowed_urls).is_err() {
+            refused_url += 1;
+            continue;
+        }
+        if admit_retry(tx, &tenant, admit.quota).await? == Admission::Admitted {
             admitted.push(row.try_get(0).map_err(db)?);
         }
     }
@@ -1569,7 +1578,15 @@ async fn bulk_retry(
         )
         .await
         .map_err(db)?;
-    tx.execute(&stmt, &[&now, &admitted]).await.map_err(db)
+    let applied = tx.execute(&stmt, &[&now, &admitted]).await.map_err(db)?;
+    Ok((applied, refused_url))
+}
+
+/// What a bulk retry admits: its tenants' quotas and the allow-list.
+pub(crate) struct RetryAdmit<'a> {
+    pub(crate) quota: &'a mut RetryQuota,
+    /// The allow-list (empty: every url).
+    pub(crate) allowed_urls: &'a [String],
 }
 
 /// Applies `action` to the tasks at `positions` still in a state it applies
@@ -1585,7 +1602,7 @@ pub(crate) async fn bulk_apply(
     (now_ms, now): (tc_model::Timestamp, Option<i64>),
     channel: &str,
     callback_bytes: usize,
-    quota: &mut RetryQuota,
+    admit: &mut RetryAdmit<'_>,
 ) -> Result<BulkApplied, StoreError> {
     let from: Vec<State> = State::ALL
         .into_iter()
@@ -1597,10 +1614,11 @@ pub(crate) async fn bulk_apply(
             for state in &from {
                 tc_model::retry_by_hand(*state).map_err(|e| StoreError::NotRetryable(e.from))?;
             }
-            let applied = bulk_retry(tx, positions, &names, now, quota).await?;
+            let (applied, refused_url) = bulk_retry(tx, positions, &names, now, admit).await?;
             Ok(BulkApplied {
                 applied,
                 canceled_running: Vec::new(),
+                refused_url,
             })
         }
         BulkAction::Cancel => {
@@ -1675,6 +1693,7 @@ pub(crate) async fn bulk_apply(
             Ok(BulkApplied {
                 applied: rows.len() as u64,
                 canceled_running,
+                refused_url: 0,
             })
         }
         BulkAction::Delete => {
@@ -1694,6 +1713,7 @@ pub(crate) async fn bulk_apply(
             Ok(BulkApplied {
                 applied,
                 canceled_running: Vec::new(),
+                refused_url: 0,
             })
         }
     }

@@ -1,11 +1,12 @@
 //! Schedules on SQLite (issue 28): the `schedules` table of schema step
-//! 14, one row per schedule, its task template as tc-model's text form.
+//! 14, one row per schedule, its task template as tc-model's text form,
+//! and (step 18, issue 37) why its latest firing created no task.
 //! Synchronous functions on a connection, like the other operations.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use tc_model::recurring::{
-    CatchUp, CronPattern, Overlap, Recurrence, Recurring, ScheduleChange, ScheduleSpec,
-    TaskTemplate, Zone,
+    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Recurring, ScheduleChange,
+    ScheduleSpec, TaskTemplate, Zone,
 };
 use tc_model::store::StoreError;
 use tc_model::{TaskId, Timestamp};
@@ -13,7 +14,8 @@ use tc_model::{TaskId, Timestamp};
 use crate::rows::db;
 
 const COLUMNS: &str = "name, cron, timezone, task, paused, overlap, catch_up, \
-     last_run_at, last_task_id, created_at, updated_at";
+     last_run_at, last_task_id, created_at, updated_at, \
+     last_error_code, last_error_message, last_error_at";
 
 fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in schedules: bad {what}"))
@@ -33,6 +35,9 @@ struct RawRow {
     last_task_id: Option<Vec<u8>>,
     created_at: i64,
     updated_at: i64,
+    last_error_code: Option<String>,
+    last_error_message: Option<String>,
+    last_error_at: Option<i64>,
 }
 
 fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
@@ -48,6 +53,9 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         last_task_id: row.get(8)?,
         created_at: row.get(9)?,
         updated_at: row.get(10)?,
+        last_error_code: row.get(11)?,
+        last_error_message: row.get(12)?,
+        last_error_at: row.get(13)?,
     })
 }
 
@@ -57,6 +65,15 @@ fn schedule_of(r: RawRow) -> Result<Recurring, StoreError> {
         Some(bytes) => Some(TaskId::from_bytes(
             <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| corrupt("last_task_id"))?,
         )),
+    };
+    let last_error = match (r.last_error_code, r.last_error_message, r.last_error_at) {
+        (Some(code), Some(message), Some(at)) => Some(FiringError {
+            code,
+            message,
+            at: Timestamp::from_millis(at),
+        }),
+        (None, None, None) => None,
+        _ => return Err(corrupt("last_error")),
     };
     Ok(Recurring {
         spec: ScheduleSpec {
@@ -72,6 +89,7 @@ fn schedule_of(r: RawRow) -> Result<Recurring, StoreError> {
         },
         last_run_at: r.last_run_at.map(Timestamp::from_millis),
         last_task_id,
+        last_error,
         created_at: Timestamp::from_millis(r.created_at),
         updated_at: Timestamp::from_millis(r.updated_at),
     })
@@ -110,13 +128,17 @@ pub(crate) fn one(conn: &Connection, name: &str) -> Result<Recurring, StoreError
 fn write(conn: &Connection, s: &Recurring, insert: bool) -> Result<(), StoreError> {
     let sql = if insert {
         "INSERT INTO schedules (name, cron, timezone, task, paused, overlap, catch_up, \
-                                last_run_at, last_task_id, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (name) DO NOTHING"
+                                last_run_at, last_task_id, created_at, updated_at, \
+                                last_error_code, last_error_message, last_error_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+         ON CONFLICT (name) DO NOTHING"
     } else {
         "UPDATE schedules SET cron = ?2, timezone = ?3, task = ?4, paused = ?5, overlap = ?6, \
              catch_up = ?7, last_run_at = ?8, last_task_id = ?9, created_at = ?10, \
-             updated_at = ?11 WHERE name = ?1"
+             updated_at = ?11, last_error_code = ?12, last_error_message = ?13, \
+             last_error_at = ?14 WHERE name = ?1"
     };
+    let error = s.last_error.as_ref();
     let changed = conn
         .prepare_cached(sql)
         .map_err(db)?
@@ -132,6 +154,9 @@ fn write(conn: &Connection, s: &Recurring, insert: bool) -> Result<(), StoreErro
             s.last_task_id.map(|id| id.as_bytes().to_vec()),
             s.created_at.as_millis(),
             s.updated_at.as_millis(),
+            error.map(|e| e.code.as_str()),
+            error.map(|e| e.message.as_str()),
+            error.map(|e| e.at.as_millis()),
         ])
         .map_err(db)?;
     match (changed, insert) {
@@ -178,7 +203,8 @@ pub(crate) fn delete(conn: &Connection, name: &str) -> Result<(), StoreError> {
     }
 }
 
-/// The guarded firing record: applies only to a later fire time.
+/// The guarded firing record: applies only to a later fire time, and
+/// clears an error of a fire time at or before it.
 pub(crate) fn record_firing(
     conn: &Connection,
     name: &str,
@@ -187,11 +213,39 @@ pub(crate) fn record_firing(
 ) -> Result<bool, StoreError> {
     let n = conn
         .prepare_cached(
-            "UPDATE schedules SET last_run_at = ?2, last_task_id = ?3 \
+            "UPDATE schedules SET last_run_at = ?2, last_task_id = ?3, \
+                 last_error_code = CASE WHEN last_error_at > ?2 THEN last_error_code END, \
+                 last_error_message = CASE WHEN last_error_at > ?2 THEN last_error_message END, \
+                 last_error_at = CASE WHEN last_error_at > ?2 THEN last_error_at END \
              WHERE name = ?1 AND (last_run_at IS NULL OR last_run_at < ?2)",
         )
         .map_err(db)?
         .execute(params![name, at.as_millis(), task.as_bytes().to_vec()])
+        .map_err(db)?;
+    Ok(n == 1)
+}
+
+/// The guarded record of a refused firing: applies only to a fire time
+/// later than the last firing's and not earlier than a recorded error's.
+pub(crate) fn record_firing_error(
+    conn: &Connection,
+    name: &str,
+    error: &FiringError,
+) -> Result<bool, StoreError> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE schedules SET last_error_code = ?2, last_error_message = ?3, \
+                 last_error_at = ?4 \
+             WHERE name = ?1 AND (last_run_at IS NULL OR last_run_at < ?4) \
+               AND (last_error_at IS NULL OR last_error_at <= ?4)",
+        )
+        .map_err(db)?
+        .execute(params![
+            name,
+            error.code,
+            error.message,
+            error.at.as_millis()
+        ])
         .map_err(db)?;
     Ok(n == 1)
 }

@@ -672,6 +672,16 @@ ALTER TABLE tenants ADD COLUMN signing_secrets TEXT;
 ALTER TABLE destinations ADD COLUMN share_with_tenants TEXT;
 ";
 
+/// Step 19 → 20 (issue 37): why a schedule's latest firing created no task
+/// (`tc_model::recurring::FiringError`: a url the allow-list no longer
+/// admits), all three columns set or none. Nullable columns without a
+/// default: no row is rewritten.
+const V20_SCHEDULE_ERRORS: &str = "
+ALTER TABLE schedules ADD COLUMN last_error_code TEXT;
+ALTER TABLE schedules ADD COLUMN last_error_message TEXT;
+ALTER TABLE schedules ADD COLUMN last_error_at INTEGER;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -693,6 +703,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V17_TERMINAL_STATE_COUNTS,
     V18_DUE_BY_TENANT_FOR_ALL,
     V19_TENANT_SECRETS,
+    V20_SCHEDULE_ERRORS,
 ];
 
 /// The `user_version` this build writes and reads.

@@ -390,6 +390,7 @@ impl TaskStore for SqliteStore {
             now,
             acting,
             quota,
+            allowed_urls,
         } = request;
         if dry_run {
             let (matched, sample) = self
@@ -412,6 +413,7 @@ impl TaskStore for SqliteStore {
         loop {
             let filter = filter.clone();
             let acting = acting.clone();
+            let allowed_urls = allowed_urls.clone();
             // One command per chunk: the writer is held for at most
             // BULK_CHUNK tasks, and submits queue in between. The quota
             // goes with the command and comes back with its answer.
@@ -426,6 +428,7 @@ impl TaskStore for SqliteStore {
                         now,
                         callback_bytes,
                         acting: acting.as_ref(),
+                        allowed_urls: &allowed_urls,
                     };
                     let mut quota = quota;
                     write_ops::bulk_chunk(conn, &step, &mut quota).map(|chunk| (chunk, quota))
@@ -434,6 +437,7 @@ impl TaskStore for SqliteStore {
             quota = back;
             outcome.matched += chunk.matched.len() as u64;
             outcome.applied += chunk.applied;
+            outcome.refused_url += chunk.refused_url;
             let room = BULK_SAMPLE.saturating_sub(outcome.sample.len());
             outcome.sample.extend(chunk.matched.iter().take(room));
             outcome.canceled_running.extend(chunk.canceled_running);
@@ -519,6 +523,15 @@ impl TaskStore for SqliteStore {
         task: TaskId,
     ) -> Result<bool, StoreError> {
         self.write(move |conn| schedules::record_firing(conn, &name, at, task))
+            .await
+    }
+
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        self.write(move |conn| schedules::record_firing_error(conn, &name, &error))
             .await
     }
 

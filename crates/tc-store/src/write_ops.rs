@@ -763,6 +763,8 @@ pub(crate) struct BulkChunk {
     pub(crate) canceled_running: Vec<TaskId>,
     /// The last seq reached.
     pub(crate) last: Option<i64>,
+    /// A retry's tasks the allow-list no longer admits.
+    pub(crate) refused_url: u64,
 }
 
 /// One bulk transaction's bounds and what it is made with.
@@ -776,6 +778,8 @@ pub(crate) struct BulkStep<'a> {
     pub(crate) callback_bytes: usize,
     /// The tenant's key it is made with, checked live.
     pub(crate) acting: Option<&'a Acting>,
+    /// A retry's allow-list (empty: every url).
+    pub(crate) allowed_urls: &'a [String],
 }
 
 /// Applies the step's action to the first [`BULK_CHUNK`] tasks its filter
@@ -794,13 +798,14 @@ pub(crate) fn bulk_chunk(
         now,
         callback_bytes,
         acting,
+        allowed_urls,
     } = *step;
     if let Some(acting) = acting {
         crate::tenants::check_acting(conn, acting)?;
     }
     quota.new_transaction();
     let sql = format!(
-        "SELECT seq, id, state, tenant FROM {table} \
+        "SELECT seq, id, state, tenant, url, callback_url FROM {table} \
          WHERE {driving} AND {rest} AND seq > :after AND seq <= :horizon \
          ORDER BY seq LIMIT :n",
         table = filter.table,
@@ -808,18 +813,28 @@ pub(crate) fn bulk_chunk(
         rest = filter.rest,
     );
     let n = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
-    let covered: Vec<(i64, Vec<u8>, String, String)> = conn
+    type Covered = (i64, Vec<u8>, String, String, String, Option<String>);
+    let covered: Vec<Covered> = conn
         .prepare_cached(&sql)
         .map_err(db)?
         .query_map(
             &filter.params(&[(":after", &after), (":horizon", &horizon), (":n", &n)])[..],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                ))
+            },
         )
         .map_err(db)?
         .collect::<Result<_, _>>()
         .map_err(db)?;
     let mut chunk = BulkChunk::default();
-    for (seq, id, state, tenant) in covered {
+    for (seq, id, state, tenant, url, callback_url) in covered {
         let id = rows::parse_id(id)?;
         let state = parse_state(&state)?;
         chunk.last = Some(seq);
@@ -829,6 +844,10 @@ pub(crate) fn bulk_chunk(
         }
         match action {
             BulkAction::Retry => {
+                if tc_model::urls_allowed(&url, callback_url.as_deref(), allowed_urls).is_err() {
+                    chunk.refused_url += 1;
+                    continue;
+                }
                 if crate::tenants::admit_retry(conn, &tenant, quota)? != Admission::Admitted {
                     continue;
                 }

@@ -782,6 +782,7 @@ impl TaskStore for MemoryStore {
             now,
             acting,
             mut quota,
+            allowed_urls,
         } = request;
         // The covered set, fixed now; each operation below takes the lock
         // again, as a later chunk of an SQL adapter would.
@@ -821,6 +822,11 @@ impl TaskStore for MemoryStore {
                     let mut t = self.tables();
                     let seq = t.seq_of(id)?;
                     let task = &t.tasks[&seq];
+                    let callback_url = task.callback.as_ref().map(|c| c.url());
+                    if tc_model::urls_allowed(&task.url, callback_url, &allowed_urls).is_err() {
+                        outcome.refused_url += 1;
+                        continue;
+                    }
                     if t.admit_retry(task, &mut quota) != Admission::Admitted {
                         continue;
                     }
@@ -947,6 +953,27 @@ impl TaskStore for MemoryStore {
             Some(s) if s.last_run_at.is_none_or(|last| last < at) => {
                 s.last_run_at = Some(at);
                 s.last_task_id = Some(task);
+                if s.last_error.as_ref().is_some_and(|e| e.at <= at) {
+                    s.last_error = None;
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.tables();
+        match t.schedules.get_mut(&name) {
+            Some(s)
+                if s.last_run_at.is_none_or(|last| last < error.at)
+                    && s.last_error.as_ref().is_none_or(|e| e.at <= error.at) =>
+            {
+                s.last_error = Some(error);
                 Ok(true)
             }
             _ => Ok(false),

@@ -125,6 +125,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         callback_fields_round_trip,
         schedules_are_kept_field_by_field,
         a_firing_record_never_moves_backwards,
+        a_refused_firing_is_kept_until_a_later_firing_submits,
         tenants_are_kept_field_by_field,
         tenant_settings_are_each_tenant_s_own,
         a_tenant_with_tasks_cannot_be_deleted,

@@ -153,6 +153,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             signing_secrets: Default::default(),
             tracer: None,
             schedules_interval: Duration::from_secs(30),
+            allow_url_prefixes: Vec::new(),
         }
     }
 
@@ -1591,6 +1592,13 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         task: TaskId,
     ) -> Result<bool, StoreError> {
         self.inner.record_firing(name, at, task).await
+    }
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        self.inner.record_firing_error(name, error).await
     }
 
     async fn create_tenant(

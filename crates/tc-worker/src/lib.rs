@@ -91,6 +91,11 @@ pub struct WorkerConfig {
     /// schedules again (a change through this process wakes it at once;
     /// one made on another node is seen within this).
     pub schedules_interval: Duration,
+    /// The allow-list (`--allow-url-prefix`; empty: every url): a
+    /// schedule's firing whose task's `url` or `callback_url` is under no
+    /// prefix creates no task and is recorded as the schedule's
+    /// `last_error` ([`tc_model::urls_allowed`]).
+    pub allow_url_prefixes: Vec<String>,
 }
 
 impl Default for WorkerConfig {
@@ -108,6 +113,7 @@ impl Default for WorkerConfig {
             signing_secrets: tc_model::signing::SigningSecrets::default(),
             tracer: None,
             schedules_interval: Duration::from_secs(30),
+            allow_url_prefixes: Vec::new(),
         }
     }
 }

@@ -5,14 +5,17 @@
 //! wakes it at once), reads the schedules again, and fires each one due
 //! ([`Recurring::due`]): a normal submit keyed
 //! `schedule:{name}:{fire time}`, so nodes firing the same time make one
-//! task, then the guarded firing record.
+//! task, then the guarded firing record. A firing whose task's url or
+//! callback url the allow-list no longer admits (it was narrowed after the
+//! schedule was made) submits nothing and is recorded as the schedule's
+//! `last_error` (issue 37).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tc_model::Timestamp;
-use tc_model::recurring::{Overlap, Recurring, firing_key, rfc3339_utc};
+use tc_model::recurring::{FiringError, Overlap, Recurring, firing_key, rfc3339_utc};
 use tc_model::store::{StoreError, TaskStore};
 use tokio_util::sync::CancellationToken;
 
@@ -26,15 +29,21 @@ enum Fired {
     Submitted,
     /// `overlap: skip` and the previous firing's task is still going.
     Skipped,
+    /// The allow-list refused its task: recorded as the schedule's
+    /// `last_error`.
+    Refused,
 }
 
-/// Fires `schedule` for `at`: skips when its overlap rule says so, else
-/// submits its task under the firing's key and records the firing.
+/// Fires `schedule` for `at`: skips when its overlap rule says so, refuses
+/// (and records why) when the allow-list `prefixes` do not admit its
+/// task's urls, else submits its task under the firing's key and records
+/// the firing.
 async fn fire<S: TaskStore>(
     shared: &Shared<S>,
     schedule: &Recurring,
     at: Timestamp,
     now: Timestamp,
+    prefixes: &[String],
 ) -> Result<Fired, StoreError> {
     let name = &schedule.spec.name;
     if schedule.spec.overlap == Overlap::Skip
@@ -66,6 +75,21 @@ async fn fire<S: TaskStore>(
             return Ok(Fired::Skipped);
         }
     };
+    if let Err(refusal) =
+        tc_model::urls_allowed(task.url(), task.callback().map(|c| c.url()), prefixes)
+    {
+        shared
+            .store
+            .record_firing_error(name.clone(), FiringError::url_not_allowed(refusal, at))
+            .await?;
+        tracing::warn!(
+            schedule = %name,
+            fire_time = %rfc3339_utc(at),
+            error = %refusal,
+            "schedule_refused"
+        );
+        return Ok(Fired::Refused);
+    }
     let submitted = shared.store.submit(task, now).await?;
     shared
         .store
@@ -104,7 +128,7 @@ pub(crate) async fn schedule_loop<S: TaskStore>(
                     let Some(at) = schedule.due(now, handled.get(name).copied(), up_since) else {
                         continue;
                     };
-                    match fire(&shared, schedule, at, now).await {
+                    match fire(&shared, schedule, at, now, &config.allow_url_prefixes).await {
                         Ok(_) => {
                             handled.insert(name.clone(), at);
                         }

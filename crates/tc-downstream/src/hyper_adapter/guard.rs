@@ -145,6 +145,20 @@ fn check(addr: SocketAddr) -> Result<(), DestinationDenied> {
     }
 }
 
+/// The IP address `uri`'s host is, in any of its spellings (`127.1`,
+/// `0x7f.0.0.1`, `2130706433`, `127.0.0.1.`, `[::ffff:127.0.0.1]`), read
+/// as the WHATWG URL standard parses hosts, as tc-model's canonical host
+/// that names the task's destination: the literal gate judges what the
+/// resolver would otherwise be asked to read (an IPv4-mapped IPv6 address
+/// is judged by its IPv4 address in [`is_denied`]).
+fn literal_ip(uri: &Uri) -> Option<IpAddr> {
+    match url::Host::parse(uri.host()?).ok()? {
+        url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+        url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+        url::Host::Domain(_) => None,
+    }
+}
+
 /// hyper's getaddrinfo resolver, minus the denied addresses when `deny`.
 #[derive(Clone, Debug)]
 pub(crate) struct GuardedResolver {
@@ -220,10 +234,7 @@ impl Service<Uri> for GuardedConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let deny = self.deny;
-        let literal = uri
-            .host()
-            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
-            .and_then(|h| h.parse::<IpAddr>().ok());
+        let literal = literal_ip(&uri);
         if deny
             && let Some(ip) = literal
             && let Err(denied) = check(SocketAddr::new(ip, 0))
@@ -250,6 +261,35 @@ mod tests {
     fn check(ip: &str, denied: bool) {
         let addr: IpAddr = ip.parse().expect("a test address");
         assert_eq!(is_denied(addr), denied, "{ip}");
+    }
+
+    /// Issue 37: every spelling of an IP address in a url is read as that
+    /// address before connecting, so the literal gate judges it (a name is
+    /// left to the resolver).
+    #[test]
+    fn ip_literals_are_read_in_every_spelling() {
+        let check = |url: &str, ip: Option<&str>| {
+            let uri: Uri = url.parse().expect("a test url");
+            let want = ip.map(|ip| ip.parse::<IpAddr>().expect("a test address"));
+            assert_eq!(literal_ip(&uri), want, "{url}");
+        };
+        for url in [
+            "http://127.0.0.1:9/",
+            "http://127.1:9/",
+            "http://0x7f.1:9/",
+            "http://0x7f.0.0.1:9/",
+            "http://2130706433:9/",
+            "http://0177.0.0.1:9/",
+            "http://127.0.0.1.:9/",
+        ] {
+            check(url, Some("127.0.0.1"));
+        }
+        check("http://[::ffff:127.0.0.1]:9/", Some("::ffff:127.0.0.1"));
+        check("http://[::1]:9/", Some("::1"));
+        check("http://10.1:9/", Some("10.0.0.1"));
+        check("http://localhost:9/", None);
+        check("http://LOCALHOST.:9/", None);
+        check("http://example.com/", None);
     }
 
     #[test]

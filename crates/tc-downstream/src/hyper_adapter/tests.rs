@@ -559,8 +559,9 @@ fn default_config_caps_responses_at_one_mebibyte() {
 }
 
 /// With `deny_private_destinations`, loopback is refused however the url
-/// names it (a literal, a name resolved at connect time, an IPv4-mapped IPv6
-/// literal), before any connection; without it the same call goes through.
+/// names it (a literal in any of IPv4's number forms, a name resolved at
+/// connect time, an IPv4-mapped IPv6 literal), before any connection;
+/// without it the same call goes through.
 #[tokio::test]
 async fn private_destinations_are_refused_at_connect_time_when_asked() {
     let (script, server) = serve(vec![keep(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")]).await;
@@ -574,6 +575,10 @@ async fn private_destinations_are_refused_at_connect_time_when_asked() {
         format!("http://localhost:{port}/hook"),
         format!("http://[::ffff:127.0.0.1]:{port}/hook"),
         format!("http://[::1]:{port}/hook"),
+        // Issue 37: IPv4's number forms are the same address.
+        format!("http://2130706433:{port}/hook"),
+        format!("http://0x7f.1:{port}/hook"),
+        format!("http://127.0.0.1.:{port}/hook"),
         format!("https://127.0.0.1:{port}/hook"),
     ] {
         let result = guarded.send(request(url.clone())).await;

@@ -884,6 +884,35 @@ async fn the_schedules_page_lists_next_runs_and_the_last_task_escaped() {
         assert!(page.body.contains(expected), "{expected}: {}", page.body);
     }
     assert!(!page.body.contains("s3cr3t"));
+    // Issue 37: a later firing the allow-list refused shows as the last
+    // error, its message escaped.
+    let fired_at = f
+        .store
+        .schedule("nightly".into())
+        .await
+        .unwrap()
+        .last_run_at
+        .unwrap();
+    let refused = tc_model::recurring::FiringError {
+        code: "url_not_allowed".into(),
+        message: "url: <b>not</b> allowed".into(),
+        at: fired_at.saturating_add(std::time::Duration::from_secs(60)),
+    };
+    assert!(
+        f.store
+            .record_firing_error("nightly".into(), refused)
+            .await
+            .unwrap()
+    );
+    let page = f.call("GET", "/ui/schedules", &[], "").await;
+    for expected in [
+        "Last error",
+        "url_not_allowed at ",
+        "url: &lt;b&gt;not&lt;/b&gt; allowed",
+    ] {
+        assert!(page.body.contains(expected), "{expected}: {}", page.body);
+    }
+    assert!(!page.body.contains("<b>not"), "{}", page.body);
     let fragment = f.call("GET", "/ui/fragment/schedules", &[], "").await;
     assert_eq!(fragment.status, 200);
     assert!(fragment.body.contains("<time"), "{}", fragment.body);

@@ -902,13 +902,13 @@ async fn a_bulk_action_answers_what_it_matched_and_applied() {
     let all = [f.success, f.binary, f.failed, f.canceled, f.pending];
     assert_eq!(
         dry.json(),
-        json!({"matched": 5, "applied": 0, "refused_quota": 0, "sample": all.map(|id| id.to_string())})
+        json!({"matched": 5, "applied": 0, "refused_quota": 0, "refused_url": 0, "sample": all.map(|id| id.to_string())})
     );
     let retried =
         bulk(r#"{"action":"retry","filter":{"state":"failed","error":"http_400"}}"#).await;
     assert_eq!(
         retried.json(),
-        json!({"matched": 1, "applied": 1, "refused_quota": 0, "sample": [f.failed.to_string()]})
+        json!({"matched": 1, "applied": 1, "refused_quota": 0, "refused_url": 0, "sample": [f.failed.to_string()]})
     );
     let view = h
         .call("GET", &format!("/tasks/{}", f.failed), &[], b"")
@@ -2084,4 +2084,222 @@ async fn a_submit_s_trace_context_is_kept_and_an_invalid_one_ignored() {
             None => assert!(!new_traces.contains(&ids[0].to_owned()), "a new trace"),
         }
     }
+}
+
+/// Issue 37: every spelling of one host names one destination. A task's
+/// view shows the canonical destination and its url as given (the url is
+/// sent as given); the destination routes and the `destination=` filter
+/// take any spelling and mean the canonical name, so a setting made under
+/// one name holds for every other.
+#[tokio::test]
+async fn one_destination_has_one_name_whatever_the_url_spells() {
+    let h = harness(HttpConfig::default()).await;
+    let check = |host: &'static str, destination: &'static str| {
+        let h = &h;
+        async move {
+            let url = format!("http://{host}:9/hook");
+            let body = json!({"url": url, "idempotency_key": format!("one-name-{host}")});
+            let reply = h
+                .call("POST", "/tasks", &[JSON], body.to_string().as_bytes())
+                .await;
+            assert_eq!(reply.status, 201, "{host}: {reply:?}");
+            let view = reply.json();
+            assert_eq!(view["destination"], destination, "{host}: {view}");
+            assert_eq!(view["url"], url, "{host}: the url is kept as given");
+        }
+    };
+    let loopback = [
+        "127.0.0.1",
+        "127.0.0.1.",
+        "127.1",
+        "0x7f.0.0.1",
+        "2130706433",
+        "0177.0.0.1",
+        "[::ffff:127.0.0.1]",
+    ];
+    for host in loopback {
+        check(host, "127.0.0.1:9").await;
+    }
+    check("LOCALHOST.", "localhost:9").await;
+
+    let put = h
+        .call(
+            "PUT",
+            "/destinations/127.1:9",
+            &[JSON],
+            br#"{"max_in_flight":1}"#,
+        )
+        .await;
+    assert_eq!(put.status, 200, "{put:?}");
+    assert_eq!(put.json()["destination"], "127.0.0.1:9", "{put:?}");
+    for name in ["0x7f.0.0.1:9", "2130706433:9", "%5B::ffff:127.0.0.1%5D:9"] {
+        let got = h
+            .call("GET", &format!("/destinations/{name}"), &[], b"")
+            .await;
+        assert_eq!(got.status, 200, "{name}: {got:?}");
+        assert_eq!(got.json()["destination"], "127.0.0.1:9", "{name}");
+        assert_eq!(got.json()["max_in_flight"], 1, "{name}: {got:?}");
+    }
+    let paused = h
+        .call("POST", "/destinations/LOCALHOST.:9/pause", &[], b"")
+        .await;
+    assert_eq!(paused.status, 200, "{paused:?}");
+    assert_eq!(paused.json()["destination"], "localhost:9", "{paused:?}");
+    let listed = h.call("GET", "/tasks?destination=127.1:9", &[], b"").await;
+    assert_eq!(listed.status, 200, "{listed:?}");
+    let tasks = listed.json()["tasks"].as_array().map_or(0, Vec::len);
+    assert_eq!(tasks, loopback.len(), "{listed:?}");
+}
+
+/// Issue 37: a task stored before the allow-list was narrowed is not
+/// retried outside it. A single retry answers `403 url_not_allowed` naming
+/// the field (its url or its callback's); a bulk retry retries the others
+/// and counts these as `refused_url` (its dry run too); without refusals
+/// `refused_url` is 0.
+#[tokio::test]
+async fn a_retry_outside_the_allow_list_is_refused() {
+    let h = harness(HttpConfig {
+        allow_url_prefixes: vec!["http://127.0.0.1:9/".into()],
+        ..HttpConfig::default()
+    })
+    .await;
+    // Stored as an older server with a wider list would have: straight
+    // into the store, then canceled (a retry takes canceled tasks).
+    let stored = |key: &'static str, url: &'static str, callback: Option<&'static str>| {
+        let h = &h;
+        async move {
+            let mut new = tc_model::NewTask::new(
+                url.into(),
+                Vec::new(),
+                key.into(),
+                1,
+                std::time::Duration::from_secs(5),
+                &tc_model::Limits::default(),
+            )
+            .unwrap();
+            if let Some(cb) = callback {
+                let on = tc_model::callback::CallbackOn::parse(["failed"]).unwrap();
+                new = new.with_callback(tc_model::callback::Callback::new(cb.into(), on).unwrap());
+            }
+            let id = h
+                .store
+                .submit(new, crate::support::NOW)
+                .await
+                .unwrap()
+                .task
+                .id;
+            let canceled = h
+                .call("POST", &format!("/tasks/{id}/cancel"), &[], b"")
+                .await;
+            assert_eq!(canceled.status, 200, "{canceled:?}");
+            id
+        }
+    };
+    let inside = stored("inside", "http://127.0.0.1:9/a", None).await;
+    let outside = stored("outside", "http://10.0.0.1/a", None).await;
+    let callback = stored(
+        "callback",
+        "http://127.0.0.1:9/a",
+        Some("http://10.0.0.1/cb"),
+    )
+    .await;
+
+    let check = |id: TaskId, status: u16, field: Option<&'static str>| {
+        let h = &h;
+        async move {
+            let reply = h
+                .call("POST", &format!("/tasks/{id}/retry"), &[], b"")
+                .await;
+            assert_eq!(reply.status, status, "{id}: {reply:?}");
+            if let Some(field) = field {
+                assert_eq!(reply.error_code().as_deref(), Some("url_not_allowed"));
+                let message = reply.json()["error"]["message"].clone();
+                assert_eq!(
+                    message,
+                    format!("{field}: not under any allowed prefix of this server"),
+                    "{id}"
+                );
+            }
+        }
+    };
+    check(outside, 403, Some("url")).await;
+    check(callback, 403, Some("callback_url")).await;
+    check(inside, 200, None).await;
+    let canceled = h
+        .call("POST", &format!("/tasks/{inside}/cancel"), &[], b"")
+        .await;
+    assert_eq!(canceled.status, 200, "{canceled:?}");
+
+    let bulk = |dry_run: bool| {
+        let h = &h;
+        async move {
+            let body = json!({"action": "retry", "filter": {}, "dry_run": dry_run});
+            let reply = h
+                .call("POST", "/tasks/bulk", &[JSON], body.to_string().as_bytes())
+                .await;
+            assert_eq!(reply.status, 200, "{reply:?}");
+            let v = reply.json();
+            (
+                v["matched"].clone(),
+                v["applied"].clone(),
+                v["refused_url"].clone(),
+            )
+        }
+    };
+    assert_eq!(bulk(true).await, (json!(3), json!(0), json!(2)), "dry run");
+    assert_eq!(bulk(false).await, (json!(3), json!(1), json!(2)));
+    for (id, state) in [
+        (inside, "pending"),
+        (outside, "canceled"),
+        (callback, "canceled"),
+    ] {
+        let got = h.call("GET", &format!("/tasks/{id}"), &[], b"").await;
+        assert_eq!(got.json()["state"], state, "{id}");
+    }
+    // Nothing refused: the store's bulk retry as before.
+    let canceled = h
+        .call("POST", &format!("/tasks/{inside}/cancel"), &[], b"")
+        .await;
+    assert_eq!(canceled.status, 200, "{canceled:?}");
+    let body = json!({"action": "retry", "filter": {"idempotency_key": "inside"}});
+    let reply = h
+        .call("POST", "/tasks/bulk", &[JSON], body.to_string().as_bytes())
+        .await;
+    assert_eq!(
+        (
+            reply.json()["applied"].clone(),
+            reply.json()["refused_url"].clone()
+        ),
+        (json!(1), json!(0)),
+        "{reply:?}"
+    );
+}
+
+/// Issue 37: the allow-list judges a url's canonical host, so another
+/// spelling of an allowed address is allowed and another spelling of a
+/// refused one is refused.
+#[tokio::test]
+async fn the_allow_list_judges_the_canonical_host() {
+    let h = harness(HttpConfig {
+        allow_url_prefixes: vec!["http://127.0.0.1:9/".into(), "http://localhost:9/".into()],
+        ..HttpConfig::default()
+    })
+    .await;
+    let check = |url: &'static str, status: u16| {
+        let h = &h;
+        async move {
+            let body = json!({"url": url, "idempotency_key": url});
+            let reply = h
+                .call("POST", "/tasks", &[JSON], body.to_string().as_bytes())
+                .await;
+            assert_eq!(reply.status, status, "{url}: {reply:?}");
+        }
+    };
+    check("http://127.1:9/x", 201).await;
+    check("http://2130706433:9/x", 201).await;
+    check("http://[::ffff:127.0.0.1]:9/x", 201).await;
+    check("http://LOCALHOST.:9/x", 201).await;
+    check("http://0x7f.0.0.2:9/x", 403).await;
+    check("http://127.2:9/x", 403).await;
+    check("http://localhost.test:9/x", 403).await;
 }

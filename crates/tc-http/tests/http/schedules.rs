@@ -360,3 +360,39 @@ async fn schedules_need_the_token_and_the_allow_list_holds_for_their_tasks() {
         .await;
     assert_eq!(reply.status, 201, "{reply:?}");
 }
+
+/// Issue 37: a firing the allow-list refused is the schedule's
+/// `last_error`, in its view and the list; a trigger that submits clears
+/// it.
+#[tokio::test]
+async fn a_refused_firing_shows_as_the_schedule_s_last_error() {
+    use tc_model::store::TaskStore;
+    let h = harness(HttpConfig::default()).await;
+    let created = send(&h, "POST", "/schedules", &hourly("report")).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(created.json()["last_error"], Value::Null, "{created:?}");
+    let at = tc_model::Timestamp::from_millis(crate::support::NOW.as_millis() - 5000);
+    let refusal = tc_model::UrlNotAllowed { field: "url" };
+    let recorded = h
+        .store
+        .record_firing_error(
+            "report".into(),
+            tc_model::recurring::FiringError::url_not_allowed(refusal, at),
+        )
+        .await
+        .unwrap();
+    assert!(recorded);
+    let want = json!({
+        "code": "url_not_allowed",
+        "message": "url: not under any allowed prefix of this server",
+        "at": "2026-01-02T03:04:00.678Z",
+    });
+    let one = h.call("GET", "/schedules/report", &[], b"").await;
+    assert_eq!(one.json()["last_error"], want, "{one:?}");
+    let list = h.call("GET", "/schedules", &[], b"").await;
+    assert_eq!(list.json()["schedules"][0]["last_error"], want, "{list:?}");
+    let triggered = h.call("POST", "/schedules/report/trigger", &[], b"").await;
+    assert_eq!(triggered.status, 200, "{triggered:?}");
+    let one = h.call("GET", "/schedules/report", &[], b"").await;
+    assert_eq!(one.json()["last_error"], Value::Null, "{one:?}");
+}

@@ -182,6 +182,14 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.record_firing(name, at, task).await
     }
+    async fn record_firing_error(
+        &self,
+        name: String,
+        error: tc_model::recurring::FiringError,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.record_firing_error(name, error).await
+    }
     async fn create_tenant(
         &self,
         name: String,

@@ -80,6 +80,7 @@ pub(crate) async fn list(api: &Api, out: &Out) -> Result<(), ClientError> {
             "NEXT RUN (UTC)",
             "LAST RUN (UTC)",
             "LAST TASK",
+            "LAST ERROR",
         ])
         .render(&rows, out.colour),
     )
@@ -98,7 +99,23 @@ fn row(s: &Value) -> Vec<Cell> {
         Cell::new(&text(&field(s, "next_runs")[0])),
         Cell::new(&text(field(s, "last_run_at"))),
         Cell::new(&text(field(s, "last_task_id"))),
+        Cell::new(&text(field(field(s, "last_error"), "code"))),
     ]
+}
+
+/// A schedule's `last_error` (why its latest firing created no task) as
+/// one line, `code at time: message`, or the mark of none.
+fn last_error(s: &Value) -> String {
+    let error = field(s, "last_error");
+    if error.is_null() {
+        return text(error);
+    }
+    format!(
+        "{} at {}: {}",
+        text(field(error, "code")),
+        text(field(error, "at")),
+        text(field(error, "message"))
+    )
 }
 
 /// `schedule get`.
@@ -169,6 +186,7 @@ fn show(out: &Out, s: &Value) -> Result<(), ClientError> {
         line("next runs", next.join(", ")),
         line("last run", text(field(s, "last_run_at"))),
         line("last task", text(field(s, "last_task_id"))),
+        line("last error", last_error(s)),
     ];
     out.text(&Table::plain().render(&rows, out.colour))
 }
@@ -177,6 +195,27 @@ fn show(out: &Out, s: &Value) -> Result<(), ClientError> {
 mod tests {
     use super::*;
     use crate::client::args::Payload;
+
+    /// Issue 37: a refused firing shows in `schedule get` (code, time and
+    /// message) and `schedule list` (the code).
+    #[test]
+    fn a_schedule_s_last_error_is_shown() {
+        let check = |error: Value, line: &str, code: &str| {
+            let s = serde_json::json!({"name": "n", "next_runs": [], "last_error": error});
+            assert_eq!(last_error(&s), line, "{s}");
+            assert_eq!(text(field(field(&s, "last_error"), "code")), code, "{s}");
+        };
+        check(Value::Null, "-", "-");
+        check(
+            serde_json::json!({
+                "code": "url_not_allowed",
+                "message": "url: not under any allowed prefix of this server",
+                "at": "2026-01-01T00:01:00Z"
+            }),
+            "url_not_allowed at 2026-01-01T00:01:00Z: url: not under any allowed prefix of this server",
+            "url_not_allowed",
+        );
+    }
 
     #[test]
     fn a_create_sends_the_flags_given_and_the_task_as_json() {

@@ -386,19 +386,27 @@ pub(crate) async fn bulk(api: &Api, out: &Out, args: &BulkArgs) -> Result<(), Cl
     if out.json {
         return out.json_line(&done);
     }
-    let applied = field(&done, "applied").as_u64().unwrap_or(0);
-    let matched = field(&done, "matched").as_u64().unwrap_or(0);
-    let refused = field(&done, "refused_quota").as_u64().unwrap_or(0);
-    out.text(&bulk_summary(action, applied, matched, refused))
+    out.text(&bulk_summary(action, &done))
 }
 
-/// The bulk answer's line: what changed, and what a retry left for the
-/// tenants' quotas.
-fn bulk_summary(action: &str, applied: u64, matched: u64, refused_quota: u64) -> String {
+/// A bulk answer as one line: how many changed of how many matched, and
+/// how many a retry left alone because the server's allow-list no longer
+/// admits their urls or their tenant's quotas were reached.
+fn bulk_summary(action: &str, done: &Value) -> String {
+    let count = |name: &str| field(done, name).as_u64().unwrap_or(0);
+    let (applied, matched) = (count("applied"), count("matched"));
     let mut line = format!(
         "{action}: {applied} of {matched} matching task{} changed",
         plural(matched)
     );
+    let refused_url = count("refused_url");
+    if refused_url > 0 {
+        line.push_str(&format!(
+            "; {refused_url} not retried: url or callback_url no longer allowed by the server's \
+             --allow-url-prefix"
+        ));
+    }
+    let refused_quota = count("refused_quota");
     if refused_quota > 0 {
         line.push_str(&format!(
             "; {refused_quota} left for their tenant's max_pending or submit rate"
@@ -459,19 +467,6 @@ fn is_yes(answer: &str) -> bool {
 mod tests {
     use super::*;
     use crate::client::args::{BulkAction, Payload, StateArg};
-
-    #[test]
-    fn the_bulk_summary_says_what_the_quotas_left() {
-        let check = |refused: u64, expected: &str| {
-            assert_eq!(bulk_summary("retry", 2, 5, refused), expected);
-        };
-        check(0, "retry: 2 of 5 matching tasks changed\n");
-        check(
-            3,
-            "retry: 2 of 5 matching tasks changed; 3 left for their tenant's max_pending or \
-             submit rate\n",
-        );
-    }
 
     fn submit_args(payload: &str) -> SubmitArgs {
         SubmitArgs {
@@ -587,6 +582,31 @@ mod tests {
             Some("7"),
             "/tasks?state=failed&destination=%5B::1%5D:80&error=http_503\
              &created_after=2026-01-02T03:04:05Z&idempotency_key=a%26b&limit=2&after=7",
+        );
+    }
+
+    #[test]
+    fn a_bulk_summary_counts_the_tasks_refused_by_the_allow_list() {
+        let check = |done: serde_json::Value, line: &str| {
+            assert_eq!(bulk_summary("retry", &done), line, "{done}");
+        };
+        check(
+            serde_json::json!({"matched": 3, "applied": 3, "refused_url": 0}),
+            "retry: 3 of 3 matching tasks changed\n",
+        );
+        check(
+            serde_json::json!({"matched": 1, "applied": 1}),
+            "retry: 1 of 1 matching task changed\n",
+        );
+        check(
+            serde_json::json!({"matched": 3, "applied": 1, "refused_url": 2}),
+            "retry: 1 of 3 matching tasks changed; 2 not retried: url or callback_url no \
+             longer allowed by the server's --allow-url-prefix\n",
+        );
+        check(
+            serde_json::json!({"matched": 5, "applied": 2, "refused_url": 0, "refused_quota": 3}),
+            "retry: 2 of 5 matching tasks changed; 3 left for their tenant's max_pending or \
+             submit rate\n",
         );
     }
 

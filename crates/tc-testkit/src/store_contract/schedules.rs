@@ -1,12 +1,13 @@
 //! Schedules (issue 28): created once per name, kept field by field,
 //! changed, paused, deleted (their tasks stay), and the firing record, a
-//! guarded write that never moves backwards.
+//! guarded write that never moves backwards, with the error of a firing
+//! that created no task (issue 37).
 
 use std::time::Duration;
 
 use tc_model::recurring::{
-    CatchUp, CronPattern, Overlap, Recurrence, Recurring, ScheduleChange, ScheduleSpec,
-    TaskTemplate, Zone, firing_key,
+    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Recurring, ScheduleChange,
+    ScheduleSpec, TaskTemplate, Zone, firing_key,
 };
 use tc_model::store::{StoreError, TaskStore};
 use tc_model::{Headers, Method, NewTask, Schedule};
@@ -113,6 +114,7 @@ pub async fn schedules_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdic
         spec: replacement.clone(),
         last_run_at: Some(at(10)),
         last_task_id: Some(task.id),
+        last_error: None,
         created_at: at(0),
         updated_at: at(20),
     };
@@ -229,5 +231,112 @@ pub async fn a_firing_record_never_moves_backwards<S: TaskStore>(store: S) -> Ve
             "after recording {fired_at}"
         );
     }
+    Ok(())
+}
+
+/// A refused firing (issue 37: its url no longer allowed) is kept as the
+/// schedule's `last_error`, field by field, through a pause; an earlier
+/// refusal does not replace a later one, a refusal at or before the last
+/// firing does not apply; a firing that submits a task clears an error of
+/// its time or before, not a later one. Each step: what is recorded, then
+/// whether it applies and the record after it.
+pub async fn a_refused_firing_is_kept_until_a_later_firing_submits<S: TaskStore>(
+    store: S,
+) -> Verdict {
+    /// Record the error `e` of the firing at `t`, or (`task`) a firing at
+    /// `t` that submitted it.
+    enum Record {
+        Error(i64, &'static str),
+        Fired(i64),
+    }
+    let name = "hourly";
+    store
+        .create_schedule(spec(name, "@hourly")?, at(0))
+        .await
+        .step("create")?;
+    let task = create(&store, new_task("schedule:hourly:fired"), at(1)).await?;
+    let error = |t: i64, message: &str| FiringError {
+        code: "url_not_allowed".into(),
+        message: message.into(),
+        at: at(t),
+    };
+    let refused = "url: not under any allowed prefix of this server";
+    let callback = "callback_url: not under any allowed prefix of this server";
+    /// What is recorded, whether it applies, then `last_run_at` and the
+    /// last error's (time, message).
+    type Step = (Record, bool, Option<i64>, Option<(i64, &'static str)>);
+    let steps: [Step; 9] = [
+        (Record::Error(60, refused), true, None, Some((60, refused))),
+        (
+            Record::Error(30, callback),
+            false,
+            None,
+            Some((60, refused)),
+        ),
+        (
+            Record::Error(60, callback),
+            true,
+            None,
+            Some((60, callback)),
+        ),
+        (Record::Fired(50), true, Some(50), Some((60, callback))),
+        (
+            Record::Error(120, refused),
+            true,
+            Some(50),
+            Some((120, refused)),
+        ),
+        (Record::Fired(120), true, Some(120), None),
+        (Record::Error(120, refused), false, Some(120), None),
+        (
+            Record::Error(180, callback),
+            true,
+            Some(120),
+            Some((180, callback)),
+        ),
+        (Record::Fired(240), true, Some(240), None),
+    ];
+    for (n, (record, applies, last_run, last_error)) in steps.into_iter().enumerate() {
+        let applied = match record {
+            Record::Error(t, message) => store
+                .record_firing_error(name.into(), error(t, message))
+                .await
+                .step("record an error")?,
+            Record::Fired(t) => store
+                .record_firing(name.into(), at(t), task.id)
+                .await
+                .step("record a firing")?,
+        };
+        ensure_eq!(applied, applies, "step {n}: applied");
+        let s = store.schedule(name.into()).await.step("schedule")?;
+        ensure_eq!(
+            (s.last_run_at, s.last_error),
+            (
+                last_run.map(at),
+                last_error.map(|(t, message)| error(t, message))
+            ),
+            "step {n}: the record after it"
+        );
+        if n == 0 {
+            // A pause or a change keeps the error (a firing clears it).
+            let paused = store
+                .update_schedule(name.into(), ScheduleChange::Paused(true), at(61))
+                .await
+                .step("pause")?;
+            ensure_eq!(paused.last_error, Some(error(60, refused)), "after a pause");
+            ensure_eq!(
+                store.schedules().await.step("schedules")?[0].last_error,
+                Some(error(60, refused)),
+                "in the list"
+            );
+        }
+    }
+    ensure!(
+        !store
+            .record_firing_error("nope".into(), error(300, refused))
+            .await
+            .step("an unknown schedule")?,
+        "an error recorded on an unknown schedule applies"
+    );
     Ok(())
 }

@@ -305,3 +305,77 @@ async fn schedule_firings_and_skips_carry_their_fields() {
     );
     assert_eq!(skipped["previous_task_id"], fired["task_id"]);
 }
+
+/// A firing the allow-list refuses (issue 37) logs the schedule, the fire
+/// time and the refusal, which names the field and never the url.
+#[tokio::test(start_paused = true)]
+async fn a_refused_firing_carries_its_fields() {
+    use std::time::Duration;
+    use tc_model::recurring::{
+        CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
+    };
+    use tc_model::store::TaskStore;
+
+    let events = events_during(async {
+        let store = Arc::new(MemoryStore::new());
+        // 2026-01-01T00:00:30Z.
+        let clock =
+            tc_worker::Clock::starting_at(tc_model::Timestamp::from_millis(1_767_225_630_000));
+        let task = tc_model::NewTask::new(
+            "http://downstream.test/tick?token=s3cret".into(),
+            b"{}".to_vec(),
+            "template".into(),
+            3,
+            Duration::from_secs(5),
+            &tc_model::Limits::default(),
+        )
+        .unwrap();
+        let spec = ScheduleSpec {
+            name: "tick".into(),
+            when: Recurrence {
+                cron: CronPattern::parse("* * * * *").unwrap(),
+                zone: Zone::UTC,
+            },
+            task: TaskTemplate::of(task),
+            paused: false,
+            overlap: Overlap::Allow,
+            catch_up: CatchUp::None,
+        };
+        store.create_schedule(spec, clock.now()).await.unwrap();
+        let worker = tc_worker::Worker::spawn(
+            Arc::clone(&store),
+            Arc::new(FakeDownstream::new(Script::new())),
+            tc_worker::WorkerConfig {
+                allow_url_prefixes: vec!["http://elsewhere.test/".into()],
+                ..tc_worker::WorkerConfig::default()
+            },
+            clock,
+            tc_worker::WorkerMetrics::default(),
+        );
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        worker.shutdown().await.unwrap();
+    })
+    .await;
+    let refused = check(
+        &events,
+        "schedule_refused",
+        &["schedule", "fire_time", "error"],
+    );
+    assert_eq!(
+        (
+            refused["schedule"].as_str(),
+            refused["fire_time"].as_str(),
+            refused["error"].as_str()
+        ),
+        (
+            Some("tick"),
+            Some("2026-01-01T00:01:00Z"),
+            Some("url: not under any allowed prefix of this server")
+        )
+    );
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(
+        !text.contains("s3cret"),
+        "a url's query never reaches a log"
+    );
+}

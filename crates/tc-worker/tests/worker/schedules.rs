@@ -36,11 +36,17 @@ impl Rig {
     }
 
     fn worker(&self) -> Worker<MemoryStore> {
+        self.worker_allowing(&[])
+    }
+
+    /// A worker whose allow-list is `prefixes` (empty: every url).
+    fn worker_allowing(&self, prefixes: &[&str]) -> Worker<MemoryStore> {
         Worker::spawn(
             Arc::clone(&self.store),
             Arc::clone(&self.downstream),
             WorkerConfig {
                 jitter_seed: Some(1),
+                allow_url_prefixes: prefixes.iter().map(|p| (*p).to_owned()).collect(),
                 ..WorkerConfig::default()
             },
             self.clock.clone(),
@@ -59,6 +65,11 @@ impl Rig {
         )
         .and_then(|t| t.with_schedule(Schedule::After(delay)))
         .unwrap();
+        self.create_of(task, overlap, catch_up).await;
+    }
+
+    /// An every-minute schedule `tick` of `task`.
+    async fn create_of(&self, task: NewTask, overlap: Overlap, catch_up: CatchUp) {
         let spec = ScheduleSpec {
             name: "tick".into(),
             when: Recurrence {
@@ -226,4 +237,62 @@ async fn a_paused_schedule_does_not_fire_and_a_change_wakes_the_loop() {
         "resumed: no catch-up"
     );
     worker.shutdown().await.unwrap();
+}
+
+/// Issue 37: a schedule made before the allow-list was narrowed fires
+/// nothing outside it. Each case: the template's callback url, the
+/// worker's allow-list, and the field its refusal names. The refused
+/// firing creates no task and is the schedule's `last_error`; once a
+/// worker allows the urls, the next firing submits and clears it.
+#[tokio::test(start_paused = true)]
+async fn a_firing_outside_the_allow_list_creates_no_task_and_is_recorded() {
+    async fn check(callback: Option<&str>, prefixes: &[&str], field: &str) {
+        let rig = Rig::new();
+        let mut task = NewTask::new(
+            "http://downstream.test/tick".into(),
+            b"{}".to_vec(),
+            "template".into(),
+            3,
+            Duration::from_secs(5),
+            &Limits::default(),
+        )
+        // Pending until the test ends: no callback is made.
+        .and_then(|t| t.with_schedule(Schedule::After(Duration::from_secs(600))))
+        .unwrap();
+        if let Some(url) = callback {
+            let on = tc_model::callback::CallbackOn::parse(["success"]).unwrap();
+            task = task.with_callback(tc_model::callback::Callback::new(url.into(), on).unwrap());
+        }
+        rig.create_of(task, Overlap::Allow, CatchUp::None).await;
+        let narrowed = rig.worker_allowing(prefixes);
+        rig.until(31).await;
+        assert_eq!(rig.keys().await, keys(&[]), "{field}: no task");
+        let schedule = rig.store.schedule("tick".into()).await.unwrap();
+        let error = schedule.last_error.expect("the refusal is recorded");
+        assert_eq!(
+            (error.code.as_str(), error.message.as_str(), error.at),
+            (
+                "url_not_allowed",
+                format!("{field}: not under any allowed prefix of this server").as_str(),
+                START.saturating_add(Duration::from_secs(30)),
+            ),
+            "{field}"
+        );
+        assert_eq!(schedule.last_run_at, None, "{field}: nothing fired");
+        narrowed.shutdown().await.unwrap();
+
+        let widened = rig.worker_allowing(&["http://downstream.test/", "http://hooks.test/"]);
+        rig.until(91).await;
+        assert_eq!(rig.keys().await, keys(&["00:02:00"]), "{field}: fired");
+        let schedule = rig.store.schedule("tick".into()).await.unwrap();
+        assert_eq!(schedule.last_error, None, "{field}: a firing clears it");
+        widened.shutdown().await.unwrap();
+    }
+    check(None, &["http://other.test/"], "url").await;
+    check(
+        Some("http://hooks.test/done"),
+        &["http://downstream.test/"],
+        "callback_url",
+    )
+    .await;
 }

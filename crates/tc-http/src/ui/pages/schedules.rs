@@ -1,6 +1,7 @@
 //! The schedules page (issue 28): every schedule with its pattern and zone,
-//! whether it is paused, its next runs and its last firing's task (a link
-//! to the task's page). The same data as `GET /schedules`.
+//! whether it is paused, its next runs, its last firing's task (a link
+//! to the task's page) and why a later firing created none (its
+//! `last_error`, issue 37). The same data as `GET /schedules`.
 
 use maud::html;
 use tc_model::store::TaskStore;
@@ -43,7 +44,7 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
             table.list.schedules {
                 thead { tr {
                     th { "Name" } th { "Cron" } th { "Time zone" } th { "State" }
-                    th { "Next runs" } th { "Last run" } th { "Last task" }
+                    th { "Next runs" } th { "Last run" } th { "Last task" } th { "Last error" }
                 } }
                 tbody {
                     @for s in &schedules {
@@ -62,6 +63,15 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
                             td {
                                 @match s.last_task_id {
                                     Some(id) => a href={ "/ui/tasks/" (id) } { (id) },
+                                    None => "-",
+                                }
+                            }
+                            // Why the latest firing created no task (issue 37).
+                            td {
+                                @match &s.last_error {
+                                    Some(e) => span title=(e.message) {
+                                        (e.code) " at " (when(e.at, now))
+                                    },
                                     None => "-",
                                 }
                             }
