@@ -137,6 +137,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         the_claim_shares_a_destination_between_tenants_by_weight,
         a_write_made_with_a_key_gone_is_refused_whole,
         retries_count_against_max_pending_and_the_rate,
+        a_bulk_retry_leaves_the_tasks_the_allow_list_no_longer_admits,
     ]
 }
 

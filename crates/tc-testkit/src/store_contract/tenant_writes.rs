@@ -4,7 +4,8 @@
 //! body may arrive long after its caller was resolved); a re-created
 //! tenant inherits nothing; and a retry of a tenant's task counts against
 //! the tenant's `max_pending` and its submit rate's allowance, as a submit
-//! does, alone or in bulk.
+//! does, alone or in bulk. A bulk retry also leaves the tasks whose urls the
+//! allow-list no longer admits, judged in the same transactions.
 
 use std::collections::BTreeMap;
 
@@ -273,5 +274,59 @@ pub async fn retries_count_against_max_pending_and_the_rate<S: TaskStore>(store:
         .filter(|task| task.state == State::Pending)
         .count();
     ensure_eq!(open, 1, "t's pending tasks");
+    Ok(())
+}
+
+/// A bulk retry under an allow-list retries the tasks whose url and
+/// callback url it admits and counts the others in `refused_url`, leaving
+/// them as they were; without a list every task is retried.
+pub async fn a_bulk_retry_leaves_the_tasks_the_allow_list_no_longer_admits<S: TaskStore>(
+    store: S,
+) -> Verdict {
+    let inside = create(&store, task_for("http://a.example:8001/hook", "in"), at(1)).await?;
+    let outside = create(&store, task_for("http://b.example:8002/hook", "out"), at(1)).await?;
+    let callback = task_for("http://a.example:8001/hook", "cb").with_callback(
+        tc_model::callback::Callback::new(
+            "http://b.example:8002/cb".into(),
+            tc_model::callback::CallbackOn::default(),
+        )
+        .map_err(|e| format!("callback: {e}"))?,
+    );
+    let callback = create(&store, callback, at(1)).await?;
+    for id in [inside.id, outside.id, callback.id] {
+        store.cancel(id, at(2)).await.step("cancel")?;
+    }
+    let listed = BulkRequest {
+        allowed_urls: vec!["http://a.example:8001/".to_owned()],
+        ..BulkRequest::new(BulkAction::Retry, TaskFilter::default(), at(3))
+    };
+    let outcome = store.bulk(listed).await.step("bulk retry under a list")?;
+    ensure_eq!(
+        (outcome.matched, outcome.applied, outcome.refused_url),
+        (3, 1, 2),
+        "(matched, applied, refused_url)"
+    );
+    ensure_eq!(
+        (
+            get(&store, inside.id).await?.state,
+            get(&store, outside.id).await?.state,
+            get(&store, callback.id).await?.state
+        ),
+        (State::Pending, State::Canceled, State::Canceled),
+        "the states after the bulk retry"
+    );
+    let outcome = store
+        .bulk(BulkRequest::new(
+            BulkAction::Retry,
+            TaskFilter::default(),
+            at(4),
+        ))
+        .await
+        .step("bulk retry without a list")?;
+    ensure_eq!(
+        (outcome.applied, outcome.refused_url),
+        (2, 0),
+        "without a list: (applied, refused_url)"
+    );
     Ok(())
 }
