@@ -13,32 +13,10 @@ use http::Request;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame};
 use serde_json::{Value, json};
-use tc_http::HttpConfig;
 use tokio::sync::oneshot;
 
-use crate::support::{Harness, Reply, harness};
-
-const ADMIN: &str = "admin-secret";
-
-async fn admin_harness() -> Harness {
-    harness(HttpConfig {
-        api_token: Some(ADMIN.into()),
-        ..HttpConfig::default()
-    })
-    .await
-}
-
-async fn call(h: &Harness, credential: &str, method: &str, path: &str, body: &Value) -> Reply {
-    let auth = format!("Bearer {credential}");
-    let mut headers = vec![("authorization", auth.as_str())];
-    let bytes = if body.is_null() {
-        Vec::new()
-    } else {
-        headers.push(("content-type", "application/json"));
-        body.to_string().into_bytes()
-    };
-    h.call(method, path, &headers, &bytes).await
-}
+use crate::support::{Harness, Reply};
+use crate::tenants::{ADMIN, admin_harness, call, task};
 
 /// Makes tenant `name` with `settings` and one key; returns the key and
 /// its id.
@@ -61,10 +39,6 @@ async fn tenant_with_key(h: &Harness, name: &str, settings: Value) -> (String, S
         key["key"].as_str().unwrap().to_owned(),
         key["id"].as_str().unwrap().to_owned(),
     )
-}
-
-fn task(key: &str) -> Value {
-    json!({"url": "http://127.0.0.1:9/hook", "json": {"n": 1}, "idempotency_key": key})
 }
 
 /// A request body that arrives only when the test sends it, and says when

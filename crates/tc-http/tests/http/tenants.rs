@@ -8,9 +8,9 @@ use tc_http::HttpConfig;
 
 use crate::support::{Harness, Reply, harness};
 
-const ADMIN: &str = "admin-secret";
+pub(crate) const ADMIN: &str = "admin-secret";
 
-async fn admin_harness() -> Harness {
+pub(crate) async fn admin_harness() -> Harness {
     harness(HttpConfig {
         api_token: Some(ADMIN.into()),
         ..HttpConfig::default()
@@ -20,7 +20,13 @@ async fn admin_harness() -> Harness {
 
 /// One request with `credential` as its bearer token (and a JSON body when
 /// `body` is not null).
-async fn call(h: &Harness, credential: &str, method: &str, path: &str, body: &Value) -> Reply {
+pub(crate) async fn call(
+    h: &Harness,
+    credential: &str,
+    method: &str,
+    path: &str,
+    body: &Value,
+) -> Reply {
     let auth = format!("Bearer {credential}");
     let mut headers = vec![("authorization", auth.as_str())];
     let bytes = if body.is_null() {
@@ -50,7 +56,7 @@ async fn tenant_with_key(h: &Harness, name: &str, settings: Value) -> String {
     key.json()["key"].as_str().unwrap().to_owned()
 }
 
-fn task(key: &str) -> Value {
+pub(crate) fn task(key: &str) -> Value {
     json!({"url": "http://127.0.0.1:9/hook", "json": {"n": 1}, "idempotency_key": key})
 }
 
