@@ -9,6 +9,7 @@ use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use http::request::Parts;
 use subtle::ConstantTimeEq;
+use tc_model::Timestamp;
 use tc_model::store::TaskStore;
 use tc_model::tenant::key::{KeyHash, is_key};
 use tc_model::tenant::{Scope, TenantSettings};
@@ -23,6 +24,10 @@ use crate::error::ApiError;
 pub(crate) struct Caller {
     pub(crate) scope: Scope,
     pub(crate) settings: TenantSettings,
+    /// For a tenant, when the tenant was created, as stored: a tenant of
+    /// the same name made again is another tenant to its submit bucket
+    /// (the admin: the epoch, unused).
+    pub(crate) created_at: Timestamp,
 }
 
 impl Caller {
@@ -31,6 +36,7 @@ impl Caller {
         Caller {
             scope: Scope::Admin,
             settings: TenantSettings::default(),
+            created_at: Timestamp::from_millis(0),
         }
     }
 }
@@ -101,6 +107,7 @@ pub(crate) async fn tenant_caller<S: TaskStore, C: Control>(
     Ok(Some(Caller {
         scope: Scope::Tenant(owner.tenant.name),
         settings: owner.tenant.settings,
+        created_at: owner.tenant.created_at,
     }))
 }
 

@@ -167,8 +167,13 @@ fn take_submit_token<S: TaskStore, C: Control>(
     let Some(tenant) = caller.scope.tenant() else {
         return Ok(());
     };
+    let owner = crate::quota::BucketOwner {
+        name: tenant,
+        created_at: caller.created_at,
+        settings: &caller.settings,
+    };
     app.buckets()
-        .take(tenant, app.control().now(), &caller.settings)
+        .take(owner, app.control().now())
         .inspect_err(|_| app.metrics().quota_rejected(tenant, QuotaLimit::SubmitRate))
 }
 

@@ -275,6 +275,9 @@ pub(crate) async fn delete<S: TaskStore, C: Control>(app: &App<S, C>, name: Stri
         .delete_tenant(name.clone())
         .await
         .map_err(|e| store_error(&name, e))?;
+    // Another node's bucket goes when it finds the tenant's new creation
+    // time (see `quota`); this node's goes now.
+    app.buckets().forget(&name);
     tracing::info!(tenant = %name, "tenant_deleted");
     no_content()
 }
