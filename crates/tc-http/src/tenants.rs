@@ -204,6 +204,7 @@ fn parse_update(fields: &BTreeMap<String, Value>) -> Result<TenantUpdate, ApiErr
 /// `POST /tenants`: `{"name", "weight"?, "max_pending"?,
 /// "submit_rate_per_s"?, "submit_burst"?}` -> 201.
 pub(crate) async fn create<S: TaskStore, C: Control>(app: &App<S, C>, bytes: &[u8]) -> Answer {
+    need_token(app, "POST /tenants")?;
     let invalid = ApiError::InvalidRequest;
     let mut fields = object(bytes)?;
     let name = match fields.remove("name") {
@@ -282,6 +283,20 @@ pub(crate) async fn delete<S: TaskStore, C: Control>(app: &App<S, C>, name: Stri
     no_content()
 }
 
+/// `403 tenants_need_token` on a server without `--api-token`: there a
+/// request without a credential is the admin, so a tenant's key would keep
+/// its tasks apart from nobody.
+fn need_token<S: TaskStore, C: Control>(app: &App<S, C>, route: &str) -> Result<(), ApiError> {
+    if app.config().api_token.is_some() {
+        return Ok(());
+    }
+    Err(ApiError::TenantsNeedToken(format!(
+        "{route}: tenants need the server's --api-token (without it a request without a \
+         credential is the admin, and a tenant's key keeps nothing apart): start the server \
+         with --api-token"
+    )))
+}
+
 /// Random bytes from the OS, or 503.
 fn random<const N: usize>() -> Result<[u8; N], ApiError> {
     let mut bytes = [0u8; N];
@@ -297,6 +312,7 @@ pub(crate) async fn create_key<S: TaskStore, C: Control>(
     name: String,
     bytes: &[u8],
 ) -> Answer {
+    need_token(app, &format!("POST /tenants/{name}/keys"))?;
     if !bytes.iter().all(u8::is_ascii_whitespace)
         && let Some(field) = object(bytes)?.keys().next()
     {

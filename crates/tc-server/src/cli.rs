@@ -161,6 +161,8 @@ pub(crate) struct ServeArgs {
     pub(crate) shutdown_grace_ms: u64,
 
     /// When set, every /tasks route needs `Authorization: Bearer <token>`.
+    /// Tenants need it: without it `POST /tenants` is refused, and a server
+    /// whose database holds tenants does not start.
     #[arg(long, env = "TC_API_TOKEN", hide_env_values = true,
           value_parser = non_empty)]
     pub(crate) api_token: Option<String>,

@@ -66,6 +66,12 @@ impl Config {
         self
     }
 
+    /// Removes every occurrence of a flag.
+    pub(crate) fn unset(&mut self, name: &str) -> &mut Config {
+        self.flags.retain(|(n, _)| n != name);
+        self
+    }
+
     /// Adds one more occurrence of a repeatable flag.
     pub(crate) fn repeat(&mut self, name: &str, value: &str) -> &mut Config {
         self.flags.push((name.to_owned(), Some(value.to_owned())));

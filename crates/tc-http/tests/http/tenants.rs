@@ -476,23 +476,50 @@ async fn a_revoked_key_is_refused_at_once() {
     assert_eq!(keys[0]["last_used_at"], crate::support::NOW_TEXT);
 }
 
+/// Issue 37, item 9: without `--api-token` every request without a
+/// credential is the admin, so a tenant's key would keep nothing apart from
+/// anonymous callers: tenants and keys are not made there.
+#[tokio::test]
+async fn without_an_admin_token_tenants_and_keys_are_refused() {
+    let h = harness(HttpConfig::default()).await;
+    let json = [("content-type", "application/json")];
+    let created = h.call("POST", "/tenants", &json, br#"{"name":"a"}"#).await;
+    check_refusal(&created, 403, "tenants_need_token", "POST /tenants: ");
+    let listed = h.call("GET", "/tenants", &[], b"").await;
+    assert_eq!(listed.json()["tenants"], json!([]), "{listed:?}");
+    // A tenant already in the store (a server refuses to start so): no key.
+    h.store
+        .create_tenant("b".into(), Default::default(), crate::support::NOW)
+        .await
+        .unwrap();
+    let key = h.call("POST", "/tenants/b/keys", &[], b"").await;
+    check_refusal(&key, 403, "tenants_need_token", "POST /tenants/b/keys: ");
+    // With a token both are the admin's as before.
+    let h = admin_harness().await;
+    let created = call(&h, ADMIN, "POST", "/tenants", &json!({"name": "a"})).await;
+    assert_eq!(created.status, 201, "{created:?}");
+}
+
 #[tokio::test]
 async fn without_an_admin_token_a_key_is_still_scoped() {
     let h = harness(HttpConfig::default()).await;
     // No token: a request without a credential is the admin, as before.
-    let created = h
-        .call(
-            "POST",
-            "/tenants",
-            &[("content-type", "application/json")],
-            br#"{"name":"a"}"#,
+    // The tenant and its key were made before (a server refuses to start
+    // so; the handler still keeps the key's scope).
+    h.store
+        .create_tenant("a".into(), Default::default(), crate::support::NOW)
+        .await
+        .unwrap();
+    let key = tc_model::tenant::key::key_text(&[7; tc_model::tenant::key::SECRET_BYTES]);
+    h.store
+        .create_api_key(
+            "a".into(),
+            "key_0000000000000001".into(),
+            tc_model::tenant::key::KeyHash::of(&key),
+            crate::support::NOW,
         )
-        .await;
-    assert_eq!(created.status, 201, "{created:?}");
-    let key = h.call("POST", "/tenants/a/keys", &[], b"").await.json()["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .await
+        .unwrap();
     let admins = h
         .call(
             "POST",
