@@ -42,7 +42,7 @@ impl Caller {
 }
 
 /// Resolves a request's caller. A route that does not `need_token`
-/// (health, metrics) is the admin's for anyone. Otherwise: a bearer
+/// (health; metrics under `metrics_public`) is the admin's for anyone. Otherwise: a bearer
 /// credential shaped like a key is looked up as one; the admin token or
 /// the dashboard's session otherwise, as before tenants (no token
 /// configured: the admin, as before).

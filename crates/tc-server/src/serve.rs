@@ -171,6 +171,7 @@ impl Settings {
                 default_max_attempts: args.max_attempts,
                 default_timeout: args.call_timeout(),
                 api_token: args.api_token.clone(),
+                metrics_public: args.metrics_public,
                 allow_url_prefixes: args.allow_url_prefix.clone(),
                 shutdown_grace: args.shutdown_grace(),
                 write_timeout: Duration::from_millis(args.write_timeout_ms),
@@ -637,6 +638,7 @@ mod tests {
             "--allowed-host=*",
             "--max-waiters-per-client=5",
             "--admin-listen=127.0.0.1:9090",
+            "--metrics-public",
         ]);
         assert_eq!(s.db, DbTarget::Sqlite(PathBuf::from("/tmp/x.db")));
         assert_eq!(s.listen.port(), 0);
@@ -652,6 +654,7 @@ mod tests {
         assert_eq!(h.max_body_bytes, 2048);
         assert_eq!((h.default_max_attempts, h.default_timeout), (9, ms(700)));
         assert_eq!(h.api_token.as_deref(), Some("t"));
+        assert!(h.metrics_public);
         assert_eq!(h.allow_url_prefixes, ["http://a/"]);
         assert_eq!(h.shutdown_grace, ms(250));
         assert_eq!(h.write_timeout, ms(1500));
