@@ -410,6 +410,51 @@ async fn with_a_token_every_tasks_route_needs_it_and_healthz_stays_open() {
     assert_eq!(health.status, 200);
 }
 
+/// Issue 37, item 10: with a token, `/metrics` (whose labels name every
+/// tenant) takes it on the main listener; the `--admin-listen` address
+/// serves it without a credential; `--metrics-public` (or
+/// `TC_METRICS_PUBLIC`) keeps it open on the main listener.
+#[tokio::test]
+async fn with_a_token_metrics_are_the_admin_s_except_on_the_admin_listener() {
+    let mut s = support::start_with(|c, _| {
+        c.flag("--api-token", "s3cret")
+            .flag("--admin-listen", "127.0.0.1:0");
+    })
+    .await;
+    let refused = s.api.get("/metrics").await;
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.error_code(), "unauthorized");
+    assert_eq!(s.api.with_token("wrong").get("/metrics").await.status, 401);
+    let scraped = s.api.with_token("s3cret").get("/metrics").await;
+    assert_eq!(scraped.status, 200);
+    assert!(String::from_utf8_lossy(&scraped.body).contains("taskcenter_tasks"));
+    let admin = s.server.logged("admin_listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let on_admin = support::Api::new(format!("http://{admin}"))
+        .get("/metrics")
+        .await;
+    assert_eq!(on_admin.status, 200);
+    assert!(String::from_utf8_lossy(&on_admin.body).contains("taskcenter_tasks"));
+
+    for public in [
+        support::start_with(|c, _| {
+            c.flag("--api-token", "s3cret").switch("--metrics-public");
+        })
+        .await,
+        support::start_with(|c, _| {
+            c.flag("--api-token", "s3cret")
+                .env("TC_METRICS_PUBLIC", "1");
+        })
+        .await,
+    ] {
+        assert_eq!(public.api.get("/metrics").await.status, 200);
+        // Only /metrics: the task routes still take the token.
+        assert_eq!(public.api.get("/tasks").await.status, 401);
+    }
+}
+
 #[tokio::test]
 async fn unknown_and_malformed_ids_are_404() {
     let s = support::start().await;

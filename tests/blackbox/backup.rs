@@ -203,3 +203,78 @@ async fn bad_backup_requests_are_refused_with_a_clear_error() {
     );
     assert!(!target.exists());
 }
+
+/// A file's permission bits.
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Issue 37, item 5: the database, its `-wal` and `-shm`, and every backup
+/// hold destination headers and signing secrets, so they are created for
+/// the owner alone (0600), whatever the umask lets through; an existing
+/// file's mode is left as it is, with a warning at start when others may
+/// read it.
+#[tokio::test]
+async fn the_database_and_its_backups_are_the_owner_s_alone() {
+    let mut setup = support::start_with(|c, _| {
+        c.flag("--api-token", TOKEN);
+    })
+    .await;
+    let api = setup.api.with_token(TOKEN);
+    api.submit_new(&setup.down.url("/ok"), "k").await;
+    let db = setup.config.db().to_owned();
+    let sidecar = |suffix: &str| {
+        let mut name = db.clone().into_os_string();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    for file in [db.clone(), sidecar("-wal"), sidecar("-shm")] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    let out = tempfile::tempdir().unwrap();
+    let copy = out.path().join("api.db");
+    let reply = backup(&api, copy.to_str().unwrap()).await;
+    assert_eq!(reply.status, 200, "{}", reply.json());
+    assert_eq!(mode(&copy), 0o600, "POST /admin/backup");
+    let cli_copy = out.path().join("cli.db");
+    let run = std::process::Command::new(support::bin::tc_server())
+        .args(["backup", "--db"])
+        .arg(&db)
+        .arg("--to")
+        .arg(&cli_copy)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(mode(&cli_copy), 0o600, "tc-server backup");
+    assert!(
+        !setup
+            .server
+            .seen_logs()
+            .iter()
+            .any(|l| l["message"] == "store_file_readable_by_others"),
+        "a file of 0600 is not warned about"
+    );
+
+    // A file others may read, made so by its owner: kept, and warned about.
+    setup.server.terminate();
+    setup.server.wait_exit().await;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let mut again = setup.config.start().await;
+    let warned = again.logged("store_file_readable_by_others").await;
+    assert_eq!(warned["level"], "WARN", "{warned}");
+    assert_eq!(warned["path"], db.to_str().unwrap(), "{warned}");
+    assert_eq!(warned["mode"], "644", "{warned}");
+    assert_eq!(mode(&db), 0o644);
+}

@@ -1203,3 +1203,63 @@ async fn tenants_and_their_keys_are_managed_and_a_key_is_a_token() {
     )
     .await;
 }
+
+/// Issue 37, item 7: a usage error names the argument (a `--header` by its
+/// position), never the value given: a malformed header, token or JSON
+/// body may hold a credential. Every run is refused before any request
+/// (exit 2), so no server is needed.
+#[tokio::test]
+async fn usage_errors_never_show_a_credential() {
+    const SECRET: &str = "SECRET-7f3a";
+    let bearer = format!("Authorization Bearer {SECRET}");
+    let empty_name = format!(": {SECRET}");
+    let spaced = format!("Bearer {SECRET}");
+    let task = format!(r#"{{"url":"http://x/","headers":{{"Authorization":"Bearer {SECRET}"}}"#);
+    let json = format!(r#"{{"password":"{SECRET}""#);
+    let cli = Cli::new("http://127.0.0.1:9");
+    let submit = ["task", "submit", "--url", "http://x/", "--json", "{}"];
+    let runs: Vec<(Vec<&str>, &str)> = vec![
+        (
+            [&submit[..], &["--header", &bearer]].concat(),
+            "--header #1",
+        ),
+        (
+            [
+                &submit[..],
+                &["--header", "X-A: 1", "--header", &empty_name],
+            ]
+            .concat(),
+            "--header #2",
+        ),
+        (
+            vec!["destination", "set", "127.0.0.1:9", "--header", &bearer],
+            "--header #1",
+        ),
+        (vec!["task", "list", "--token", &spaced], "--token"),
+        (
+            vec!["task", "submit", "--url", "http://x/", "--json", &json],
+            "--json",
+        ),
+        (
+            vec![
+                "schedule", "create", "s", "--cron", "@daily", "--task", &task,
+            ],
+            "--task",
+        ),
+    ];
+    for (args, names) in &runs {
+        let run = cli.run(args).await;
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(names), "{args:?}: {}", run.stderr);
+        assert!(!run.stderr.contains(SECRET), "{args:?}: {}", run.stderr);
+        assert!(!run.out().contains(SECRET), "{args:?}: {}", run.out());
+    }
+    // The token from the environment likewise.
+    let run = cli
+        .env("TC_API_TOKEN", &spaced)
+        .run(&["task", "list"])
+        .await;
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--token"), "{}", run.stderr);
+    assert!(!run.stderr.contains(SECRET), "{}", run.stderr);
+}

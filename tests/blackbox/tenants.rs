@@ -195,7 +195,8 @@ async fn two_tenants_and_the_admin() {
     assert_eq!(tenant_view["pending"], 2);
     assert_eq!(tenant_view["keys"][0]["id"], b_key_id.as_str());
     assert!(!String::from_utf8_lossy(&admin.get("/tenants").await.body).contains("tck_"));
-    let metrics = String::from_utf8_lossy(&s.api.get("/metrics").await.body).into_owned();
+    // The admin's to read with a token set (issue 37): it names every tenant.
+    let metrics = String::from_utf8_lossy(&admin.get("/metrics").await.body).into_owned();
     for line in [
         r#"taskcenter_tenant_pending{tenant="team-b"} 2"#,
         r#"taskcenter_quota_rejections_total{tenant="team-b",limit="max_pending"} 2"#,
@@ -234,4 +235,43 @@ async fn two_tenants_and_the_admin() {
         (401, "unauthorized".into())
     );
     assert_eq!(admin.list_all("tenant=team-b").await.len(), 2);
+}
+
+/// Issue 37, item 9: without `--api-token` a request without a credential
+/// is the admin, so tenants' keys would keep nothing apart. `POST /tenants`
+/// is refused there, and a server whose database holds tenants does not
+/// start without a token (exit 2, saying why); once they are deleted it
+/// does.
+#[tokio::test]
+async fn tenants_need_an_admin_token() {
+    let mut s = setup().await;
+    let admin = s.api.with_token(ADMIN);
+    tenant(&admin, "acme", json!({})).await;
+    s.server.terminate();
+    s.server.wait_exit().await;
+    let mut bare = s.config.clone();
+    bare.unset("--api-token");
+    let (status, stderr) = bare.run_to_exit().await;
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    for part in ["1 tenant", "--api-token"] {
+        assert!(stderr.contains(part), "{part:?} not in {stderr}");
+    }
+
+    s.restart().await;
+    let admin = s.api.with_token(ADMIN);
+    let deleted = admin.send(Method::DELETE, "/tenants/acme", &[], "").await;
+    assert_eq!(deleted.status, 204);
+    s.server.terminate();
+    s.server.wait_exit().await;
+    let server = bare.start().await;
+    let anonymous = Api::new(server.base_url());
+    let refused = anonymous
+        .post_json("/tenants", &json!({"name": "acme"}))
+        .await;
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (403, "tenants_need_token".into()),
+        "{:?}",
+        refused.json()
+    );
 }

@@ -1,9 +1,9 @@
 //! `cargo xtask deploy-check`: the service files in `deploy/` say what the
 //! README promises. The systemd unit has its hardening and stop settings
 //! and passes `systemd-analyze verify` without a warning; the Kubernetes
-//! example has its probes on the admin listener, its token and database URL
-//! from the Secret, a termination grace covering the shutdown grace, and a
-//! disruption budget selecting its pods.
+//! example has its probes and its Prometheus scrape on the admin listener,
+//! its token and database URL from the Secret, a termination grace covering
+//! the shutdown grace, and a disruption budget selecting its pods.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -233,6 +233,22 @@ fn check_kubernetes(documents: &[Value]) -> Vec<String> {
             ));
         }
     }
+    // The scrape: /metrics on the admin listener, which asks no credential
+    // (the API port's takes the token).
+    let annotations = &spec["template"]["metadata"]["annotations"];
+    let scrape_port = annotations["prometheus.io/port"]
+        .as_str()
+        .and_then(|p| p.parse::<u64>().ok());
+    if annotations["prometheus.io/scrape"] != "true"
+        || annotations["prometheus.io/path"] != "/metrics"
+        || admin_port.is_none()
+        || scrape_port != admin_port
+    {
+        fail(format!(
+            "the pod's prometheus.io annotations scrape /metrics on the --admin-listen port \
+             ({admin_port:?})"
+        ));
+    }
     if container["readinessProbe"]["httpGet"]["path"] != "/healthz" {
         fail("readinessProbe asks GET /healthz".into());
     }
@@ -313,5 +329,15 @@ mod tests {
             "PodDisruptionBudget",
         );
         check("replicas: 3", "replicas: 1", "replicas");
+        check(
+            "prometheus.io/port: \"9090\"",
+            "prometheus.io/port: \"8080\"",
+            "prometheus.io",
+        );
+        check(
+            "prometheus.io/path: /metrics",
+            "prometheus.io/path: /healthz",
+            "prometheus.io",
+        );
     }
 }

@@ -9,6 +9,7 @@ use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use http::request::Parts;
 use subtle::ConstantTimeEq;
+use tc_model::Timestamp;
 use tc_model::store::TaskStore;
 use tc_model::tenant::key::{KeyHash, is_key};
 use tc_model::tenant::{Acting, Scope, TenantSettings};
@@ -25,6 +26,10 @@ pub(crate) struct Caller {
     pub(crate) settings: TenantSettings,
     /// The id of the tenant's key it called with (`None`: the admin).
     pub(crate) key_id: Option<String>,
+    /// For a tenant, when the tenant was created, as stored: a tenant of
+    /// the same name made again is another tenant to its submit bucket
+    /// (the admin: the epoch, unused).
+    pub(crate) created_at: Timestamp,
 }
 
 impl Caller {
@@ -34,6 +39,7 @@ impl Caller {
             scope: Scope::Admin,
             settings: TenantSettings::default(),
             key_id: None,
+            created_at: Timestamp::from_millis(0),
         }
     }
 
@@ -49,7 +55,7 @@ impl Caller {
 }
 
 /// Resolves a request's caller. A route that does not `need_token`
-/// (health, metrics) is the admin's for anyone. Otherwise: a bearer
+/// (health; metrics under `metrics_public`) is the admin's for anyone. Otherwise: a bearer
 /// credential shaped like a key is looked up as one; the admin token or
 /// the dashboard's session otherwise, as before tenants (no token
 /// configured: the admin, as before).
@@ -115,6 +121,7 @@ pub(crate) async fn tenant_caller<S: TaskStore, C: Control>(
         scope: Scope::Tenant(owner.tenant.name),
         settings: owner.tenant.settings,
         key_id: Some(owner.key_id),
+        created_at: owner.tenant.created_at,
     }))
 }
 

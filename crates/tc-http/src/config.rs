@@ -27,6 +27,11 @@ pub struct HttpConfig {
     pub default_timeout: Duration,
     /// With a token, every `/tasks` route needs `Authorization: Bearer <token>`.
     pub api_token: Option<String>,
+    /// Whether `GET /metrics` on the main listener stays open to anyone
+    /// when `api_token` is set (`--metrics-public`). Off: it takes the
+    /// admin token there, as it names every tenant; the admin listener
+    /// serves it without a credential either way.
+    pub metrics_public: bool,
     /// When not empty, a task's url must lie under one of these prefixes:
     /// same scheme, host and port, and a path that starts with the prefix's
     /// at a segment boundary, both normalised ([`tc_model::is_under_prefix`]).
@@ -84,6 +89,7 @@ impl Default for HttpConfig {
             default_max_attempts: 3,
             default_timeout: Duration::from_millis(5000),
             api_token: None,
+            metrics_public: false,
             allow_url_prefixes: Vec::new(),
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),

@@ -36,6 +36,10 @@ pub(crate) enum ApiError {
     ScheduleExists(String),
     /// 403: `POST /admin/backup` on a server without an API token.
     BackupNeedsToken(String),
+    /// 403: a tenant or a key made on a server without an API token (a
+    /// request without a credential is the admin there: a key would keep
+    /// nothing apart).
+    TenantsNeedToken(String),
     /// 409: the backup's target file already exists.
     BackupTargetExists(String),
     /// 409: another backup is running.
@@ -82,7 +86,9 @@ impl ApiError {
             | ApiError::BackupTargetExists(_)
             | ApiError::BackupInProgress(_)
             | ApiError::BackupUnsupported(_) => StatusCode::CONFLICT,
-            ApiError::BackupNeedsToken(_) | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::BackupNeedsToken(_)
+            | ApiError::TenantsNeedToken(_)
+            | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::TenantExists(_) | ApiError::TenantNotEmpty(_) => StatusCode::CONFLICT,
             ApiError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -108,6 +114,7 @@ impl ApiError {
             ApiError::TaskNotRetryable(_) => "task_not_retryable",
             ApiError::ScheduleExists(_) => "schedule_exists",
             ApiError::BackupNeedsToken(_) => "backup_needs_token",
+            ApiError::TenantsNeedToken(_) => "tenants_need_token",
             ApiError::BackupTargetExists(_) => "backup_target_exists",
             ApiError::BackupInProgress(_) => "backup_in_progress",
             ApiError::BackupUnsupported(_) => "backup_unsupported",
@@ -138,6 +145,7 @@ impl ApiError {
             | ApiError::TaskNotRetryable(m)
             | ApiError::ScheduleExists(m)
             | ApiError::BackupNeedsToken(m)
+            | ApiError::TenantsNeedToken(m)
             | ApiError::BackupTargetExists(m)
             | ApiError::BackupInProgress(m)
             | ApiError::BackupUnsupported(m)
@@ -248,6 +256,7 @@ impl ApiError {
             ApiError::MisdirectedRequest("x".into()),
             ApiError::TooManyWaiters("x".into()),
             ApiError::BackupNeedsToken("x".into()),
+            ApiError::TenantsNeedToken("x".into()),
             ApiError::BackupTargetExists("x".into()),
             ApiError::BackupInProgress("x".into()),
             ApiError::BackupUnsupported("x".into()),
@@ -347,9 +356,10 @@ mod tests {
                 ApiError::TenantExists(_) => 22,
                 ApiError::TenantNotEmpty(_) => 23,
                 ApiError::QuotaExceeded { .. } => 24,
+                ApiError::TenantsNeedToken(_) => 25,
             })
             .collect();
-        assert_eq!(numbers, (0..=24).collect());
+        assert_eq!(numbers, (0..=25).collect());
     }
 
     #[test]

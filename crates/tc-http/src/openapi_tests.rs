@@ -244,6 +244,7 @@ fn refusals_before_routing_are_documented_where_they_apply() {
                     Some(
                         "#/components/responses/Forbidden"
                             | "#/components/responses/BackupForbidden"
+                            | "#/components/responses/TenantsForbidden"
                     )
                 ),
                 "{what}: {forbidden:?} must name `forbidden`"
@@ -278,10 +279,13 @@ fn refusals_before_routing_are_documented_where_they_apply() {
         .unwrap();
     assert!(forbidden.contains("`url_not_allowed`") && forbidden.contains("`cross_origin`"));
     assert!(forbidden.contains("`forbidden`"));
-    let backup = doc["components"]["responses"]["BackupForbidden"]["description"]
-        .as_str()
-        .unwrap();
-    assert!(backup.contains("`forbidden`"));
+    for name in ["BackupForbidden", "TenantsForbidden"] {
+        let described = doc["components"]["responses"][name]["description"]
+            .as_str()
+            .unwrap();
+        assert!(described.contains("`forbidden`"), "{name}");
+        assert!(described.contains("`cross_origin`"), "{name}");
+    }
 }
 
 /// The property names of a component schema, and whether all are required.

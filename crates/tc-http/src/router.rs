@@ -108,9 +108,10 @@ impl Route {
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> Route {
-    // Every /tasks route is behind the token; health and metrics stay open
-    // for probes and scrapers.
-    let needs_token = !matches!(endpoint, Endpoint::Health | Endpoint::Metrics);
+    // Every route but health is behind the token: probes stay open. Metrics
+    // name every tenant, so a scrape on this listener takes the admin token
+    // (unless `metrics_public`); the admin listener serves them without one.
+    let needs_token = !matches!(endpoint, Endpoint::Health);
     Route {
         method,
         path,
@@ -280,6 +281,12 @@ fn body_bounds<S: TaskStore, C: Control>(
     }
 }
 
+/// Whether `route` takes the token on this server: as the table says,
+/// except `/metrics` under `--metrics-public`.
+fn needs_token<S: TaskStore, C: Control>(app: &App<S, C>, route: &Route) -> bool {
+    route.needs_token && !(route.endpoint == Endpoint::Metrics && app.config().metrics_public)
+}
+
 async fn route_request<S: TaskStore, C: Control>(
     app: &App<S, C>,
     parts: &Parts,
@@ -307,6 +314,7 @@ async fn route_request<S: TaskStore, C: Control>(
         Matched::WrongMethod { allow, needs_token } => {
             // Unauthenticated clients learn nothing about /tasks, not even
             // which methods it has.
+            let needs_token = needs_token && !(path == "/metrics" && app.config().metrics_public);
             let answer = match crate::auth::caller(app, parts, needs_token).await {
                 Err(e) => Err(e),
                 Ok(_) => Err(ApiError::MethodNotAllowed { allow }),
@@ -315,7 +323,7 @@ async fn route_request<S: TaskStore, C: Control>(
         }
         Matched::Found(route, params) => (route, params),
     };
-    let caller = match crate::auth::caller(app, parts, route.needs_token).await {
+    let caller = match crate::auth::caller(app, parts, needs_token(app, route)).await {
         Ok(caller) => caller,
         Err(e) => return (route.path, Err(e)),
     };

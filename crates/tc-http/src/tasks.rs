@@ -172,8 +172,13 @@ fn take_submit_token<S: TaskStore, C: Control>(
     let Some(tenant) = caller.scope.tenant() else {
         return Ok(());
     };
+    let owner = crate::quota::BucketOwner {
+        name: tenant,
+        created_at: caller.created_at,
+        settings: &caller.settings,
+    };
     app.buckets()
-        .take(tenant, app.control().now(), &caller.settings)
+        .take(owner, app.control().now())
         .inspect_err(|_| app.metrics().quota_rejected(tenant, QuotaLimit::SubmitRate))
 }
 
@@ -345,19 +350,19 @@ pub(crate) async fn retry<S: TaskStore, C: Control>(
         None
     };
     let tenant = match caller.scope.tenant() {
-        Some(tenant) => Some((tenant.to_owned(), caller.settings.clone())),
+        Some(_) => RatedTenant::of_caller(caller),
         None => match stored.and_then(|task| task.tenant) {
-            Some(tenant) => {
-                let settings = tenant_settings(app, &tenant).await?;
-                Some((tenant, settings))
-            }
+            Some(name) => stored_tenant(app, name).await?,
             None => None,
         },
     };
-    if let Some((tenant, settings)) = &tenant {
+    if let Some(tenant) = &tenant {
         app.buckets()
-            .take(tenant, app.control().now(), settings)
-            .inspect_err(|_| app.metrics().quota_rejected(tenant, QuotaLimit::SubmitRate))?;
+            .take(tenant.owner(), app.control().now())
+            .inspect_err(|_| {
+                app.metrics()
+                    .quota_rejected(&tenant.name, QuotaLimit::SubmitRate)
+            })?;
     }
     let now = app.control().now();
     let task = app
@@ -365,8 +370,9 @@ pub(crate) async fn retry<S: TaskStore, C: Control>(
         .retry(id, now.saturating_add(delay), now, caller.acting())
         .await
         .map_err(|e| {
-            if let (StoreError::QuotaExceeded { .. }, Some((tenant, _))) = (&e, &tenant) {
-                app.metrics().quota_rejected(tenant, QuotaLimit::MaxPending);
+            if let (StoreError::QuotaExceeded { .. }, Some(tenant)) = (&e, &tenant) {
+                app.metrics()
+                    .quota_rejected(&tenant.name, QuotaLimit::MaxPending);
             }
             ApiError::from(e)
         })?;
@@ -375,15 +381,49 @@ pub(crate) async fn retry<S: TaskStore, C: Control>(
     json(StatusCode::OK, &TaskView::new(&task))
 }
 
-/// A tenant's settings as stored now; a tenant that is gone has none
-/// (its tasks cannot exist, but a read may race its delete).
-async fn tenant_settings<S: TaskStore, C: Control>(
+/// A tenant whose submit rate a retry answers to, as stored now.
+struct RatedTenant {
+    name: String,
+    created_at: tc_model::Timestamp,
+    settings: tc_model::tenant::TenantSettings,
+}
+
+impl RatedTenant {
+    /// The calling tenant (`None` for the admin).
+    fn of_caller(caller: &Caller) -> Option<RatedTenant> {
+        caller.scope.tenant().map(|name| RatedTenant {
+            name: name.to_owned(),
+            created_at: caller.created_at,
+            settings: caller.settings.clone(),
+        })
+    }
+
+    fn of(tenant: tc_model::tenant::Tenant) -> RatedTenant {
+        RatedTenant {
+            name: tenant.name,
+            created_at: tenant.created_at,
+            settings: tenant.settings,
+        }
+    }
+
+    fn owner(&self) -> crate::quota::BucketOwner<'_> {
+        crate::quota::BucketOwner {
+            name: &self.name,
+            created_at: self.created_at,
+            settings: &self.settings,
+        }
+    }
+}
+
+/// The tenant `name` as stored now; a tenant that is gone has no rate (its
+/// tasks cannot exist, but a read may race its delete).
+async fn stored_tenant<S: TaskStore, C: Control>(
     app: &App<S, C>,
-    tenant: &str,
-) -> Result<tc_model::tenant::TenantSettings, ApiError> {
-    match app.store().tenant(tenant.to_owned()).await {
-        Ok(detail) => Ok(detail.tenant.settings),
-        Err(StoreError::NotFound) => Ok(tc_model::tenant::TenantSettings::default()),
+    name: String,
+) -> Result<Option<RatedTenant>, ApiError> {
+    match app.store().tenant(name).await {
+        Ok(detail) => Ok(Some(RatedTenant::of(detail.tenant))),
+        Err(StoreError::NotFound) => Ok(None),
         Err(e) => Err(ApiError::from(e)),
     }
 }
@@ -407,9 +447,9 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
     };
     let allowance = rated
         .iter()
-        .filter_map(|(tenant, settings)| {
-            let n = app.buckets().allowance(tenant, now, settings)?;
-            Some((tenant.clone(), n))
+        .filter_map(|tenant| {
+            let n = app.buckets().allowance(tenant.owner(), now)?;
+            Some((tenant.name.clone(), n))
         })
         .collect();
     let request = BulkRequest {
@@ -420,9 +460,13 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
         ..BulkRequest::new(parsed.action, parsed.filter.within(&caller.scope), now)
     };
     let outcome = app.store().bulk(request).await?;
-    for (tenant, settings) in &rated {
-        let used = outcome.retried_by_tenant.get(tenant).copied().unwrap_or(0);
-        app.buckets().take_n(tenant, used, now, settings);
+    for tenant in &rated {
+        let used = outcome
+            .retried_by_tenant
+            .get(&tenant.name)
+            .copied()
+            .unwrap_or(0);
+        app.buckets().take_n(tenant.owner(), used, now);
     }
     for id in &outcome.canceled_running {
         app.control().canceled_in_store(*id);
@@ -454,12 +498,10 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
 async fn rated_tenants<S: TaskStore, C: Control>(
     app: &App<S, C>,
     caller: &Caller,
-) -> Result<Vec<(String, tc_model::tenant::TenantSettings)>, ApiError> {
-    if let Some(tenant) = caller.scope.tenant() {
-        return Ok(caller
-            .settings
-            .submit_rate_per_s
-            .map(|_| (tenant.to_owned(), caller.settings.clone()))
+) -> Result<Vec<RatedTenant>, ApiError> {
+    if caller.scope.tenant().is_some() {
+        return Ok(RatedTenant::of_caller(caller)
+            .filter(|tenant| tenant.settings.submit_rate_per_s.is_some())
             .into_iter()
             .collect());
     }
@@ -469,7 +511,7 @@ async fn rated_tenants<S: TaskStore, C: Control>(
         .await?
         .into_iter()
         .filter(|detail| detail.tenant.settings.submit_rate_per_s.is_some())
-        .map(|detail| (detail.tenant.name, detail.tenant.settings))
+        .map(|detail| RatedTenant::of(detail.tenant))
         .collect())
 }
 

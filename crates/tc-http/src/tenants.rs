@@ -212,6 +212,7 @@ fn parse_update(fields: &BTreeMap<String, Value>) -> Result<TenantUpdate, ApiErr
 /// `POST /tenants`: `{"name", "weight"?, "max_pending"?,
 /// "submit_rate_per_s"?, "submit_burst"?, "signing_secrets"?}` -> 201.
 pub(crate) async fn create<S: TaskStore, C: Control>(app: &App<S, C>, bytes: &[u8]) -> Answer {
+    need_token(app, "POST /tenants")?;
     let invalid = ApiError::InvalidRequest;
     let mut fields = object(bytes)?;
     let name = match fields.remove("name") {
@@ -294,9 +295,26 @@ pub(crate) async fn delete<S: TaskStore, C: Control>(app: &App<S, C>, name: Stri
         .delete_tenant(name.clone())
         .await
         .map_err(|e| store_error(&name, e))?;
+    // Another node's bucket goes when it finds the tenant's new creation
+    // time (see `quota`); this node's goes now.
+    app.buckets().forget(&name);
     tracing::info!(tenant = %name, "tenant_deleted");
     app.control().tenants_changed();
     no_content()
+}
+
+/// `403 tenants_need_token` on a server without `--api-token`: there a
+/// request without a credential is the admin, so a tenant's key would keep
+/// its tasks apart from nobody.
+fn need_token<S: TaskStore, C: Control>(app: &App<S, C>, route: &str) -> Result<(), ApiError> {
+    if app.config().api_token.is_some() {
+        return Ok(());
+    }
+    Err(ApiError::TenantsNeedToken(format!(
+        "{route}: tenants need the server's --api-token (without it a request without a \
+         credential is the admin, and a tenant's key keeps nothing apart): start the server \
+         with --api-token"
+    )))
 }
 
 /// Random bytes from the OS, or 503.
@@ -314,6 +332,7 @@ pub(crate) async fn create_key<S: TaskStore, C: Control>(
     name: String,
     bytes: &[u8],
 ) -> Answer {
+    need_token(app, &format!("POST /tenants/{name}/keys"))?;
     if !bytes.iter().all(u8::is_ascii_whitespace)
         && let Some(field) = object(bytes)?.keys().next()
     {

@@ -95,9 +95,20 @@ pub(crate) struct ServeArgs {
     /// A second address that serves `GET /healthz` and `GET /metrics` only,
     /// with a small connection limit of its own (16): probes and scrapes are
     /// then answered however many API clients hold the main listener's
-    /// connections. The main listener keeps serving both as well.
+    /// connections. It asks no credential (bind it to the internal network):
+    /// scrape `/metrics` here. The main listener keeps serving both as well,
+    /// `/metrics` there behind the --api-token.
     #[arg(long, env = "TC_ADMIN_LISTEN")]
     pub(crate) admin_listen: Option<SocketAddr>,
+
+    /// Serve `GET /metrics` on the main listener to anyone, as before: with
+    /// --api-token it otherwise takes the admin token (its labels name
+    /// every tenant). The --admin-listen address serves it without a
+    /// credential either way.
+    #[arg(long, env = "TC_METRICS_PUBLIC",
+          action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) metrics_public: bool,
 
     /// The most downstream calls in flight at once.
     #[arg(long, env = "TC_CONCURRENCY", default_value_t = 8,
@@ -161,6 +172,8 @@ pub(crate) struct ServeArgs {
     pub(crate) shutdown_grace_ms: u64,
 
     /// When set, every /tasks route needs `Authorization: Bearer <token>`.
+    /// Tenants need it: without it `POST /tenants` is refused, and a server
+    /// whose database holds tenants does not start.
     #[arg(long, env = "TC_API_TOKEN", hide_env_values = true,
           value_parser = non_empty)]
     pub(crate) api_token: Option<String>,

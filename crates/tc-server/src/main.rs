@@ -78,7 +78,11 @@ async fn serve(settings: Settings) -> ExitCode {
     };
     let running = match serve::start(settings).await {
         Ok(running) => running,
-        Err(e) => return fail("cannot start", &e),
+        Err(e) => {
+            let code = e.exit_code();
+            let _ = fail("cannot start", &e);
+            return code;
+        }
     };
     let signal = signals.recv().await;
     tracing::info!(signal, "shutdown_requested");

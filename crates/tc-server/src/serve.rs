@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tc_downstream::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
+use tc_model::store::TaskStore;
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
 use tc_store_pg::{PgConfig, PgEvent, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};
@@ -63,6 +64,34 @@ pub(crate) enum ServeError {
     /// The worker ended abnormally.
     #[error("worker: {0}")]
     Worker(#[from] tc_worker::WorkerError),
+    /// The database holds tenants and no `--api-token` is set: a request
+    /// without a credential would be the admin, and the tenants' keys would
+    /// keep nothing apart (exit 2, as a usage error).
+    #[error(
+        "the database holds {tenants} tenant{s}: tenants need an admin token, since without one \
+         a request without a credential is the admin and a tenant's key keeps nothing apart; \
+         start the server with --api-token (or TC_API_TOKEN), or delete the tenants on a \
+         server that has one",
+        s = if *tenants == 1 { "" } else { "s" }
+    )]
+    TenantsNeedToken {
+        /// How many tenants the database holds.
+        tenants: usize,
+    },
+    /// The database's tenants could not be read at start.
+    #[error("cannot read the database's tenants: {0}")]
+    Tenants(tc_model::store::StoreError),
+}
+
+impl ServeError {
+    /// The process's exit code for this failure: 2 where the flags must
+    /// change (as clap's usage errors), 1 otherwise.
+    pub(crate) fn exit_code(&self) -> std::process::ExitCode {
+        match self {
+            ServeError::TenantsNeedToken { .. } => std::process::ExitCode::from(2),
+            _ => std::process::ExitCode::FAILURE,
+        }
+    }
 }
 
 /// Everything [`start`] needs, from the command line or the demo.
@@ -145,6 +174,7 @@ impl Settings {
                 default_max_attempts: args.max_attempts,
                 default_timeout: args.call_timeout(),
                 api_token: args.api_token.clone(),
+                metrics_public: args.metrics_public,
                 allow_url_prefixes: args.allow_url_prefix.clone(),
                 shutdown_grace: args.shutdown_grace(),
                 write_timeout: Duration::from_millis(args.write_timeout_ms),
@@ -239,6 +269,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
             )
         }
     };
+    if let Err(e) = tenants_have_a_token(&store, &settings.http).await {
+        store.close().await;
+        return Err(e);
+    }
     let store = Arc::new(store);
 
     let mut registry = Registry::default();
@@ -338,6 +372,26 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         stop_http,
         telemetry,
     })
+}
+
+/// Refuses a database that holds tenants when no `--api-token` is set: every
+/// request without a credential would be the admin (issue 37).
+async fn tenants_have_a_token(
+    store: &AnyStore,
+    http: &tc_http::HttpConfig,
+) -> Result<(), ServeError> {
+    if http.api_token.is_some() {
+        return Ok(());
+    }
+    let tenants = store
+        .tenant_settings()
+        .await
+        .map_err(ServeError::Tenants)?
+        .len();
+    if tenants > 0 {
+        return Err(ServeError::TenantsNeedToken { tenants });
+    }
+    Ok(())
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
@@ -587,6 +641,7 @@ mod tests {
             "--allowed-host=*",
             "--max-waiters-per-client=5",
             "--admin-listen=127.0.0.1:9090",
+            "--metrics-public",
         ]);
         assert_eq!(s.db, DbTarget::Sqlite(PathBuf::from("/tmp/x.db")));
         assert_eq!(s.listen.port(), 0);
@@ -602,6 +657,7 @@ mod tests {
         assert_eq!(h.max_body_bytes, 2048);
         assert_eq!((h.default_max_attempts, h.default_timeout), (9, ms(700)));
         assert_eq!(h.api_token.as_deref(), Some("t"));
+        assert!(h.metrics_public);
         assert_eq!(h.allow_url_prefixes, ["http://a/"]);
         assert_eq!(h.shutdown_grace, ms(250));
         assert_eq!(h.write_timeout, ms(1500));

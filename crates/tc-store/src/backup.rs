@@ -13,7 +13,9 @@
 //! The copy is written to a hidden temporary file beside the target, made
 //! durable (fsync), then linked to the target name, which must not exist: a
 //! target either does not exist or holds a complete database, and an
-//! earlier backup is never overwritten.
+//! earlier backup is never overwritten. It is created readable and writable
+//! by its owner alone (0600), as the database is: it holds the same
+//! destination headers and signing secrets.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -155,14 +157,12 @@ fn check_target(target: &Path) -> Result<PathBuf, BackupError> {
     // copy. A file of that name is a leftover of a crashed backup of a
     // process with this pid.
     let _ = std::fs::remove_file(&temporary);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temporary)
-        .map_err(|e| BackupError::NotWritable {
-            path: target.to_owned(),
-            message: e.to_string(),
-        })?;
+    // For its owner alone, as the database: the copy holds the same
+    // secrets. The link to the target keeps the mode.
+    crate::private_file::create_new(&temporary).map_err(|e| BackupError::NotWritable {
+        path: target.to_owned(),
+        message: e.to_string(),
+    })?;
     Ok(temporary)
 }
 

@@ -25,6 +25,7 @@ pub mod backup;
 mod config;
 mod destinations;
 mod filter;
+mod private_file;
 mod read_ops;
 mod read_pool;
 mod rows;

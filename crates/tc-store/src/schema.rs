@@ -832,6 +832,11 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
             message: format!("{doing}: {e}"),
         }
     };
+    if let Target::File(file) = target {
+        // Before SQLite creates it with its default 0644 (and the -wal and
+        // -shm after it): the file holds secrets.
+        crate::private_file::prepare_database(file);
+    }
     let mut conn = target.open_raw().map_err(fail("open"))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     conn.busy_timeout(config.busy_timeout)

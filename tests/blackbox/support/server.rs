@@ -66,6 +66,19 @@ impl Config {
         self
     }
 
+    /// Sets a flag that takes no value (`--metrics-public`).
+    pub(crate) fn switch(&mut self, name: &str) -> &mut Config {
+        self.flags.retain(|(n, _)| n != name);
+        self.flags.push((name.to_owned(), None));
+        self
+    }
+
+    /// Removes every occurrence of a flag.
+    pub(crate) fn unset(&mut self, name: &str) -> &mut Config {
+        self.flags.retain(|(n, _)| n != name);
+        self
+    }
+
     /// Adds one more occurrence of a repeatable flag.
     pub(crate) fn repeat(&mut self, name: &str, value: &str) -> &mut Config {
         self.flags.push((name.to_owned(), Some(value.to_owned())));

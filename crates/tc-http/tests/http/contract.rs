@@ -1371,7 +1371,7 @@ async fn listing_pages_through_every_task_once() {
 }
 
 #[tokio::test]
-async fn the_token_guards_every_tasks_route_and_nothing_else() {
+async fn the_token_guards_every_route_but_health() {
     let config = HttpConfig {
         api_token: Some("s3cret".into()),
         ..HttpConfig::default()
@@ -1410,13 +1410,11 @@ async fn the_token_guards_every_tasks_route_and_nothing_else() {
             .await;
         assert_ne!(reply.status, 401, "{method} {path} with the token");
     }
-    for path in ["/healthz", "/metrics"] {
-        assert_eq!(
-            h.call("GET", path, &[], b"").await.status,
-            200,
-            "{path} stays open"
-        );
-    }
+    assert_eq!(
+        h.call("GET", "/healthz", &[], b"").await.status,
+        200,
+        "/healthz stays open"
+    );
     let reply = h
         .call(
             "POST",
@@ -1426,6 +1424,74 @@ async fn the_token_guards_every_tasks_route_and_nothing_else() {
         )
         .await;
     assert_eq!(reply.status, 201, "the scheme is case-insensitive");
+}
+
+/// Issue 37, item 10: `/metrics` names every tenant, so with a token it is
+/// the admin's on the main listener (401 without a credential, 403 for a
+/// tenant's key); `metrics_public` keeps it open, as it is without a token.
+/// The admin listener serves it without a credential (tests/http/socket.rs).
+#[tokio::test]
+async fn metrics_need_the_admin_token_unless_public() {
+    let config = HttpConfig {
+        api_token: Some("s3cret".into()),
+        ..HttpConfig::default()
+    };
+    let h = harness(config.clone()).await;
+    let created = h
+        .call(
+            "POST",
+            "/tenants",
+            &[JSON, ("authorization", "Bearer s3cret")],
+            br#"{"name":"acme"}"#,
+        )
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let key = h
+        .call(
+            "POST",
+            "/tenants/acme/keys",
+            &[("authorization", "Bearer s3cret")],
+            b"",
+        )
+        .await
+        .json()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let tenant = format!("Bearer {key}");
+    fn check(reply: &crate::support::Reply, status: u16, code: Option<&str>) {
+        assert_eq!(reply.status, status, "{reply:?}");
+        assert_eq!(reply.error_code().as_deref(), code, "{reply:?}");
+    }
+    let unauthorized = Some("unauthorized");
+    check(
+        &h.call("GET", "/metrics", &[], b"").await,
+        401,
+        unauthorized,
+    );
+    let wrong = [("authorization", "Bearer wrong")];
+    check(
+        &h.call("GET", "/metrics", &wrong, b"").await,
+        401,
+        unauthorized,
+    );
+    let with_key = [("authorization", tenant.as_str())];
+    let refused = h.call("GET", "/metrics", &with_key, b"").await;
+    check(&refused, 403, Some("forbidden"));
+    let admin = [("authorization", "Bearer s3cret")];
+    let scraped = h.call("GET", "/metrics", &admin, b"").await;
+    check(&scraped, 200, None);
+    assert!(String::from_utf8_lossy(&scraped.body).contains(r#"tenant="acme""#));
+
+    let public = harness(HttpConfig {
+        metrics_public: true,
+        ..config
+    })
+    .await;
+    check(&public.call("GET", "/metrics", &[], b"").await, 200, None);
+    // Without a token it stays open, as every route is.
+    let open = harness(HttpConfig::default()).await;
+    check(&open.call("GET", "/metrics", &[], b"").await, 200, None);
 }
 
 #[tokio::test]

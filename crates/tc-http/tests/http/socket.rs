@@ -741,7 +741,9 @@ async fn the_admin_listener_answers_probes_while_the_main_one_is_full() {
         let (first, _held) = get(main_addr, "/healthz", true);
         assert_eq!(first.status, 200);
         assert_eq!(get(main_addr, "/healthz", false).0.status, 503);
-        // The admin listener answers probes and scrapes, and nothing else.
+        // The admin listener answers probes and scrapes, and nothing else;
+        // a scrape there needs no credential (the main listener's needs the
+        // token: contract.rs).
         let (health, a) = get(admin_addr, "/healthz", true);
         assert_eq!(health.status, 200, "{health:?}");
         let (scrape, b) = get(admin_addr, "/metrics", true);

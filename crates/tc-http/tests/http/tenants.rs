@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 use tc_http::HttpConfig;
+use tc_model::store::TaskStore;
 
 use crate::support::{Harness, Reply, harness};
 
@@ -415,7 +416,8 @@ async fn quotas_answer_429_naming_the_limit_alone_and_per_batch_item() {
         );
     }
 
-    let metrics = h.call("GET", "/metrics", &[], b"").await;
+    // The admin's to read (issue 37): it names every tenant.
+    let metrics = call(&h, ADMIN, "GET", "/metrics", &Value::Null).await;
     let text = String::from_utf8_lossy(&metrics.body);
     for line in [
         r#"taskcenter_quota_rejections_total{tenant="p",limit="max_pending"} 3"#,
@@ -481,23 +483,50 @@ async fn a_revoked_key_is_refused_at_once() {
     assert_eq!(keys[0]["last_used_at"], crate::support::NOW_TEXT);
 }
 
+/// Issue 37, item 9: without `--api-token` every request without a
+/// credential is the admin, so a tenant's key would keep nothing apart from
+/// anonymous callers: tenants and keys are not made there.
+#[tokio::test]
+async fn without_an_admin_token_tenants_and_keys_are_refused() {
+    let h = harness(HttpConfig::default()).await;
+    let json = [("content-type", "application/json")];
+    let created = h.call("POST", "/tenants", &json, br#"{"name":"a"}"#).await;
+    check_refusal(&created, 403, "tenants_need_token", "POST /tenants: ");
+    let listed = h.call("GET", "/tenants", &[], b"").await;
+    assert_eq!(listed.json()["tenants"], json!([]), "{listed:?}");
+    // A tenant already in the store (a server refuses to start so): no key.
+    h.store
+        .create_tenant("b".into(), Default::default(), crate::support::NOW)
+        .await
+        .unwrap();
+    let key = h.call("POST", "/tenants/b/keys", &[], b"").await;
+    check_refusal(&key, 403, "tenants_need_token", "POST /tenants/b/keys: ");
+    // With a token both are the admin's as before.
+    let h = admin_harness().await;
+    let created = call(&h, ADMIN, "POST", "/tenants", &json!({"name": "a"})).await;
+    assert_eq!(created.status, 201, "{created:?}");
+}
+
 #[tokio::test]
 async fn without_an_admin_token_a_key_is_still_scoped() {
     let h = harness(HttpConfig::default()).await;
     // No token: a request without a credential is the admin, as before.
-    let created = h
-        .call(
-            "POST",
-            "/tenants",
-            &[("content-type", "application/json")],
-            br#"{"name":"a"}"#,
+    // The tenant and its key were made before (a server refuses to start
+    // so; the handler still keeps the key's scope).
+    h.store
+        .create_tenant("a".into(), Default::default(), crate::support::NOW)
+        .await
+        .unwrap();
+    let key = tc_model::tenant::key::key_text(&[7; tc_model::tenant::key::SECRET_BYTES]);
+    h.store
+        .create_api_key(
+            "a".into(),
+            "key_0000000000000001".into(),
+            tc_model::tenant::key::KeyHash::of(&key),
+            crate::support::NOW,
         )
-        .await;
-    assert_eq!(created.status, 201, "{created:?}");
-    let key = h.call("POST", "/tenants/a/keys", &[], b"").await.json()["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .await
+        .unwrap();
     let admins = h
         .call(
             "POST",
@@ -598,4 +627,122 @@ async fn signing_secrets_are_write_only_and_destinations_name_whom_they_share_wi
     }
     let read = call(&h, ADMIN, "GET", "/destinations/127.0.0.1:9", &Value::Null).await;
     assert_eq!(read.json()["share_with_tenants"], json!(["acme", "zeta"]));
+}
+
+/// The issue's reproduction (issue 37, item 6): a tenant whose submit bucket
+/// is empty is deleted and made again, here and on another node (straight
+/// in the shared store, at a later time); a change of its rate settings
+/// likewise. Each time the first submit passes: the new tenant, or the new
+/// rate, starts with a full bucket.
+#[tokio::test]
+async fn a_deleted_or_changed_tenant_starts_with_a_full_bucket() {
+    let h = admin_harness().await;
+    // One token, and the next in 1000 s: the clock stands still here.
+    let rate = json!({"submit_rate_per_s": 0.001, "submit_burst": 1});
+    let key = tenant_with_key(&h, "r", rate.clone()).await;
+
+    // Empties the bucket (the task is then canceled and deleted, so that
+    // the tenant may go) and checks that it is empty.
+    async fn empty_bucket(h: &Harness, key: &str, n: &str) {
+        let made = call(h, key, "POST", "/tasks", &task(n)).await;
+        assert_eq!(made.status, 201, "{made:?}");
+        let over = call(h, key, "POST", "/tasks", &task(&format!("{n}-over"))).await;
+        check_refusal(&over, 429, "quota_exceeded", "submit_rate_per_s: ");
+        let id = made.json()["id"].as_str().unwrap().to_owned();
+        let canceled = call(
+            h,
+            ADMIN,
+            "POST",
+            &format!("/tasks/{id}/cancel"),
+            &Value::Null,
+        )
+        .await;
+        assert_eq!(canceled.status, 200, "{canceled:?}");
+        let deleted = call(h, ADMIN, "DELETE", &format!("/tasks/{id}"), &Value::Null).await;
+        assert_eq!(deleted.status, 204, "{deleted:?}");
+    }
+
+    // Deleted and made again through this node.
+    empty_bucket(&h, &key, "a").await;
+    let deleted = call(&h, ADMIN, "DELETE", "/tenants/r", &Value::Null).await;
+    assert_eq!(deleted.status, 204, "{deleted:?}");
+    let key = tenant_with_key(&h, "r", rate.clone()).await;
+    let first = call(&h, &key, "POST", "/tasks", &task("b")).await;
+    assert_eq!(
+        first.status, 201,
+        "a re-created tenant's first submit: {first:?}"
+    );
+    let over = call(&h, &key, "POST", "/tasks", &task("b-over")).await;
+    check_refusal(&over, 429, "quota_exceeded", "submit_rate_per_s: ");
+
+    // Deleted and made again by another node: this node is never told,
+    // the tenant it finds has another creation time.
+    let id = first.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        call(
+            &h,
+            ADMIN,
+            "POST",
+            &format!("/tasks/{id}/cancel"),
+            &Value::Null
+        )
+        .await
+        .status,
+        200
+    );
+    assert_eq!(
+        call(&h, ADMIN, "DELETE", &format!("/tasks/{id}"), &Value::Null)
+            .await
+            .status,
+        204
+    );
+    h.store.delete_tenant("r".into()).await.unwrap();
+    let settings = tc_model::tenant::TenantUpdate {
+        submit_rate_per_s: Some(Some(0.001)),
+        submit_burst: Some(Some(1)),
+        ..Default::default()
+    };
+    let later = tc_model::Timestamp::from_millis(crate::support::NOW.as_millis() + 1);
+    h.store
+        .create_tenant("r".into(), settings, later)
+        .await
+        .unwrap();
+    let key = call(&h, ADMIN, "POST", "/tenants/r/keys", &Value::Null)
+        .await
+        .json()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = call(&h, &key, "POST", "/tasks", &task("c")).await;
+    assert_eq!(first.status, 201, "re-created on another node: {first:?}");
+
+    // Its rate settings changed (here, and on another node): a full
+    // bucket under the new ones. A change of another setting keeps it.
+    let over = call(&h, &key, "POST", "/tasks", &task("c-over")).await;
+    check_refusal(&over, 429, "quota_exceeded", "submit_rate_per_s: ");
+    let weight = call(&h, ADMIN, "PUT", "/tenants/r", &json!({"weight": 3})).await;
+    assert_eq!(weight.status, 200, "{weight:?}");
+    let still = call(&h, &key, "POST", "/tasks", &task("c-over")).await;
+    check_refusal(&still, 429, "quota_exceeded", "submit_rate_per_s: ");
+    let changed = call(&h, ADMIN, "PUT", "/tenants/r", &json!({"submit_burst": 2})).await;
+    assert_eq!(changed.status, 200, "{changed:?}");
+    for n in ["d1", "d2"] {
+        let made = call(&h, &key, "POST", "/tasks", &task(n)).await;
+        assert_eq!(made.status, 201, "after the rate changed: {made:?}");
+    }
+    let over = call(&h, &key, "POST", "/tasks", &task("d3")).await;
+    check_refusal(&over, 429, "quota_exceeded", "submit_rate_per_s: ");
+    let elsewhere = tc_model::tenant::TenantUpdate {
+        submit_rate_per_s: Some(Some(0.002)),
+        ..Default::default()
+    };
+    h.store
+        .update_tenant("r".into(), elsewhere, later)
+        .await
+        .unwrap();
+    let made = call(&h, &key, "POST", "/tasks", &task("d3")).await;
+    assert_eq!(
+        made.status, 201,
+        "after another node changed the rate: {made:?}"
+    );
 }

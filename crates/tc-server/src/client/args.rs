@@ -27,7 +27,7 @@ pub(crate) struct Connection {
     /// `--api-token` (the admin), or a tenant's API key (`tck_…`, its own
     /// tasks only).
     #[arg(long, env = "TC_API_TOKEN", hide_env_values = true, global = true,
-          value_parser = token, help_heading = "Server")]
+          value_parser = Quiet(token), help_heading = "Server")]
     pub(crate) token: Option<String>,
 }
 
@@ -93,7 +93,7 @@ pub(crate) struct SubmitArgs {
     /// order and digits kept), or `@FILE` to read it from a file. Required
     /// unless --method is given; then, left out, a POST, PUT or PATCH sends
     /// `{}` and a DELETE or GET no body (a GET takes none).
-    #[arg(long = "json", value_name = "JSON", value_parser = payload,
+    #[arg(long = "json", value_name = "JSON", value_parser = Quiet(payload),
           required_unless_present = "method")]
     pub(crate) payload: Option<Payload>,
 
@@ -103,8 +103,10 @@ pub(crate) struct SubmitArgs {
 
     /// A header the task sends, `Name: value` (repeatable). Credentials
     /// (authorization, cookie, x-api-key) are shown redacted afterwards.
-    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = header)]
-    pub(crate) headers: Vec<(String, String)>,
+    // Checked after parsing (`headers_object`): an error names the header's
+    // position, never its value.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub(crate) headers: Vec<String>,
 
     /// The idempotency key: your name for this piece of work. Left out, a
     /// new one (a UUID v7) is generated and printed.
@@ -381,7 +383,7 @@ pub(crate) struct CreateScheduleArgs {
     /// The task each firing submits: a `task submit` body as JSON (`url`,
     /// `json`, `method`, `headers`, `max_attempts`, `timeout_ms`…) without
     /// `idempotency_key`, or `@FILE` to read it from a file.
-    #[arg(long, value_name = "JSON", value_parser = payload)]
+    #[arg(long, value_name = "JSON", value_parser = Quiet(payload))]
     pub(crate) task: Payload,
     /// Create it paused.
     #[arg(long)]
@@ -449,9 +451,13 @@ pub(crate) struct SetArgs {
     /// (repeatable); together they replace its default headers. A task's
     /// own header of the same name wins. Never shown back: views list the
     /// names only.
-    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = header,
-          conflicts_with = "clear_headers")]
-    pub(crate) headers: Vec<(String, String)>,
+    // Checked after parsing, as the submit's.
+    #[arg(
+        long = "header",
+        value_name = "NAME: VALUE",
+        conflicts_with = "clear_headers"
+    )]
+    pub(crate) headers: Vec<String>,
     /// Remove the destination's default headers.
     #[arg(long)]
     pub(crate) clear_headers: bool,
@@ -617,7 +623,9 @@ where
 
 /// `Name: value`, split at the first colon, the value trimmed of the
 /// spaces around it (as a header line is read). The server checks the rest.
-fn header(value: &str) -> Result<(String, String), String> {
+/// The error never repeats the value (nor the name, which is unknown when
+/// the colon is missing): the caller names the header by its position.
+pub(crate) fn header(value: &str) -> Result<(String, String), String> {
     let (name, rest) = value
         .split_once(':')
         .ok_or_else(|| "give a header as `Name: value`".to_owned())?;
@@ -684,6 +692,36 @@ fn token(value: &str) -> Result<String, String> {
         return Err("must be visible ASCII characters, without spaces".into());
     }
     Ok(value.to_owned())
+}
+
+/// A value parser whose refusal names the argument, never the value given:
+/// clap's own message quotes the value, and a token or a JSON body (with
+/// its `headers`) may be a credential. The argument is checked by the
+/// wrapped function, whose message must not repeat the value either.
+#[derive(Clone)]
+struct Quiet<T>(fn(&str) -> Result<T, String>);
+
+impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for Quiet<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let name = arg
+            .and_then(clap::Arg::get_long)
+            .map_or_else(|| "a value".to_owned(), |long| format!("--{long}"));
+        let refuse = |why: &str| {
+            cmd.clone().error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{name}: {why}"),
+            )
+        };
+        let text = value.to_str().ok_or_else(|| refuse("not valid UTF-8"))?;
+        (self.0)(text).map_err(|why| refuse(&why))
+    }
 }
 
 /// A submit's payload: valid JSON, kept as written.

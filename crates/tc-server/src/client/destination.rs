@@ -114,17 +114,21 @@ fn settings_body(args: &SetArgs) -> Result<String, ClientError> {
     Ok(Value::Object(body).to_string())
 }
 
-/// `--header` values as the API's `headers` object; a name given twice (in
-/// any case) is a usage error here, as the server would refuse it.
-pub(crate) fn headers_object(headers: &[(String, String)]) -> Result<Value, ClientError> {
+/// `--header` values as the API's `headers` object; a malformed one, or a
+/// name given twice (in any case), is a usage error here, as the server
+/// would refuse it. An error names the header by its name or its position
+/// (`--header #2`), never by its value: the value may be a credential.
+pub(crate) fn headers_object(headers: &[String]) -> Result<Value, ClientError> {
     let mut object = Map::new();
-    for (name, value) in headers {
-        if object.keys().any(|n| n.eq_ignore_ascii_case(name)) {
+    for (position, given) in headers.iter().enumerate() {
+        let (name, value) = super::args::header(given)
+            .map_err(|why| ClientError::Usage(format!("--header #{}: {why}", position + 1)))?;
+        if object.keys().any(|n| n.eq_ignore_ascii_case(&name)) {
             return Err(ClientError::Usage(format!(
                 "--header {name} is given twice"
             )));
         }
-        object.insert(name.clone(), Value::from(value.as_str()));
+        object.insert(name, Value::from(value));
     }
     Ok(Value::Object(object))
 }
@@ -173,7 +177,7 @@ mod tests {
         check(a, json!({"rate_per_s": 2.5, "burst": null}));
         assert!(matches!(settings_body(&args()), Err(ClientError::Usage(_))));
         let mut a = args();
-        a.headers = vec![("Authorization".into(), "Bearer t".into())];
+        a.headers = vec!["Authorization: Bearer t".into()];
         a.signing_secrets = vec!["whsec_a".into(), "whsec_b".into()];
         check(
             a,
@@ -189,6 +193,31 @@ mod tests {
         let mut a = args();
         a.share_with_none = true;
         check(a, json!({"share_with_tenants": null}));
+    }
+
+    #[test]
+    fn a_header_error_names_its_position_never_its_value() {
+        let check = |given: &[&str], expected: Result<Value, &str>| {
+            let given: Vec<String> = given.iter().map(|&h| h.to_owned()).collect();
+            match (headers_object(&given), expected) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{given:?}"),
+                (Err(ClientError::Usage(m)), Err(want)) => {
+                    assert!(m.starts_with(want), "{given:?}: {m}");
+                    assert!(!m.contains("SECRET"), "{given:?}: {m}");
+                }
+                (got, want) => panic!("{given:?}: {got:?}, expected {want:?}"),
+            }
+        };
+        check(
+            &["A:1", "B :  two words "],
+            Ok(json!({"A": "1", "B": "two words"})),
+        );
+        check(&["Authorization Bearer SECRET"], Err("--header #1: give"));
+        check(
+            &["A: 1", " : SECRET"],
+            Err("--header #2: the header's name"),
+        );
+        check(&["A: 1", "a: SECRET"], Err("--header a is given twice"));
     }
 
     #[test]

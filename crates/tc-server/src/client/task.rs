@@ -510,10 +510,7 @@ mod tests {
         let mut args = submit_args("{}");
         args.payload = None;
         args.method = Some("GET".into());
-        args.headers = vec![
-            ("X-Tenant".into(), "acme".into()),
-            ("Authorization".into(), "Bearer t".into()),
-        ];
+        args.headers = vec!["X-Tenant: acme".into(), "Authorization:  Bearer t ".into()];
         let body: Value = serde_json::from_str(&submit_body(&args, "k").unwrap()).unwrap();
         assert_eq!(
             body,
@@ -524,7 +521,7 @@ mod tests {
                 "headers": {"X-Tenant": "acme", "Authorization": "Bearer t"},
             })
         );
-        args.headers.push(("x-tenant".into(), "other".into()));
+        args.headers.push("x-tenant: other".into());
         assert!(matches!(
             submit_body(&args, "k"),
             Err(ClientError::Usage(m)) if m.contains("x-tenant")

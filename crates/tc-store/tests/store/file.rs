@@ -709,3 +709,54 @@ async fn a_prune_with_nothing_to_delete_does_not_wait_for_the_writer() {
         .unwrap();
     assert_eq!(pruned, 3);
 }
+
+/// A file's permission bits.
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Issue 37, item 5: a new database holds destination headers and signing
+/// secrets, so the file and its `-wal` and `-shm` (which SQLite creates
+/// with the database file's mode) are the owner's alone; so is a backup.
+/// An existing file keeps the mode its owner gave it.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_files_are_the_owner_s_alone_and_existing_ones_keep_their_mode() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    store.submit(task("a"), t(0)).await.unwrap();
+    let sidecar = |suffix: &str| {
+        let mut name = path.clone().into_os_string();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    for file in [path.clone(), sidecar("-wal"), sidecar("-shm")] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    let copy = dir.path().join("copy.db");
+    tc_store::backup::backup(&path, &copy, &tc_store::backup::BackupConfig::default()).unwrap();
+    assert_eq!(mode(&copy), 0o600, "the backup");
+    store.close().await;
+
+    // An existing (here empty) file of the owner's choosing stays as it is.
+    let shared = dir.path().join("shared.db");
+    std::fs::write(&shared, b"").unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let store = SqliteStore::open(&shared, StoreConfig::default())
+        .await
+        .unwrap();
+    store.submit(task("b"), t(0)).await.unwrap();
+    assert_eq!(mode(&shared), 0o640);
+    store.close().await;
+}
