@@ -166,6 +166,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .join("release")
         .join("tc-server");
     let tag = format!("{IMAGE}:{version}");
+    remove_abandoned_containers()?;
     let files = assemble(&binary, &tag, &version)?;
     println!(
         "image: {tag} and {IMAGE}:latest from scratch: {} files ({})",
@@ -350,6 +351,37 @@ impl Drop for WorkingContainer {
     }
 }
 
+/// Removes the working containers of runs that were killed (their drop
+/// never ran): each is named for its process, which no longer exists.
+/// They would hold the old image, and a full copy of it under vfs.
+fn remove_abandoned_containers() -> Result<(), String> {
+    let names = output(
+        buildah().args(["containers", "--format", "{{.ContainerName}}"]),
+        "buildah containers",
+    )?;
+    for name in abandoned(&names, |pid| Path::new(&format!("/proc/{pid}")).exists()) {
+        eprintln!("image: removing {name}, left by a run that was killed");
+        output(buildah().args(["rm", &name]), "buildah rm")?;
+    }
+    Ok(())
+}
+
+/// The container names among `names` that one of this command's runs made
+/// (`taskcenter-image-<role>-<pid>`) whose process is not `alive`.
+fn abandoned(names: &str, alive: impl Fn(u32) -> bool) -> Vec<String> {
+    names
+        .lines()
+        .map(str::trim)
+        .filter(|name| {
+            name.strip_prefix("taskcenter-image-")
+                .and_then(|rest| rest.rsplit_once('-'))
+                .and_then(|(_, pid)| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !alive(pid))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Builds the image from scratch and commits it as `tag` and `:latest`; the
 /// files it put in, by their path in the image.
 fn assemble(binary: &Path, tag: &str, version: &str) -> Result<Vec<PathBuf>, String> {
@@ -512,7 +544,8 @@ fn image_config(inspect: &Value) -> Result<ImageConfig, String> {
 /// `argv` run in `rootfs` as `user`, with only `env` (the image's) in its
 /// environment, as a container runtime would start it.
 fn in_image(rootfs: &Path, user: &str, env: &[(String, String)], argv: &[String]) -> Command {
-    let mut command = Command::new("chroot");
+    // Found on this process's PATH: the child's is the image's.
+    let mut command = Command::new(on_path("chroot").unwrap_or_else(|| "chroot".into()));
     command
         .arg(format!("--userspec={user}"))
         .arg(rootfs)
@@ -520,6 +553,13 @@ fn in_image(rootfs: &Path, user: &str, env: &[(String, String)], argv: &[String]
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)));
     command
+}
+
+/// Where `tool` is on this process's PATH.
+fn on_path(tool: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(tool))
+        .find(|path| path.is_file())
 }
 
 /// Runs the check against the committed image `tag`.
@@ -837,6 +877,17 @@ mod tests {
             Err("missing"),
         );
         check("\tstatically linked\n", Err("no library"));
+    }
+
+    #[test]
+    fn only_the_containers_of_dead_runs_are_abandoned() {
+        let names = "taskcenter-image-build-10\ntaskcenter-image-check-11\n\
+                     taskcenter-image-check-12\nworking-container\n\
+                     taskcenter-image-x\nother-image-build-13\n";
+        assert_eq!(
+            abandoned(names, |pid| pid == 12),
+            vec!["taskcenter-image-build-10", "taskcenter-image-check-11"]
+        );
     }
 
     #[test]
