@@ -54,7 +54,8 @@ const USER_NAME: &str = "taskcenter";
 const DATA_DIR: &str = "/var/lib/taskcenter";
 /// Where the binary is in the image.
 const BINARY: &str = "/usr/local/bin/tc-server";
-/// The CA bundle `--downstream-ca-file`'s system roots come from.
+/// The CA bundle: the system roots that https:// downstreams, the client and
+/// PostgreSQL TLS trust (rustls-native-certs reads this file).
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// One setting of the image: the `buildah config` flag that sets it and the
