@@ -883,6 +883,43 @@ async fn the_token_goes_by_flag_or_environment() {
     assert!(run.out().contains("ended success"), "{}", run.out());
 }
 
+#[tokio::test]
+async fn healthcheck_exits_zero_only_on_a_healthy_answer() {
+    // A token on the server: /healthz stays open, the probe needs none.
+    let s = support::start_with(|c, _| {
+        c.flag("--api-token", "s3cret");
+    })
+    .await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let nowhere = format!("http://{closed}");
+    let c = cli(&s);
+    check(
+        &c,
+        &[
+            case(&["healthcheck"], 0, "ok", ""),
+            case(
+                &["healthcheck", "--server", &nowhere],
+                3,
+                "",
+                "cannot reach the server",
+            ),
+            case(&["healthcheck", "--timeout-ms", "0"], 2, "", "timeout-ms"),
+        ],
+    )
+    .await;
+    // The store cannot write (another writer holds the lock): /healthz is
+    // 503 and the probe fails, though HTTP answers.
+    let blocker = rusqlite::Connection::open(s.config.db()).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    check(&c, &[case(&["healthcheck"], 1, "", "503")]).await;
+    blocker.execute_batch("ROLLBACK").unwrap();
+    drop(blocker);
+    check(&c, &[case(&["healthcheck"], 0, "ok", "")]).await;
+}
+
 /// Helper check: a run's JSON lines are what [`Run::json_lines`] reads.
 #[test]
 fn json_lines_reject_what_is_not_one_object_per_line() {

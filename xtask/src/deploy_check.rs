@@ -3,7 +3,8 @@
 //! and passes `systemd-analyze verify` without a warning; the Kubernetes
 //! example has its probes and its Prometheus scrape on the admin listener,
 //! its token and database URL from the Secret, a termination grace covering
-//! the shutdown grace, and a disruption budget selecting its pods.
+//! the shutdown grace, a disruption budget selecting its pods, and the image
+//! `cargo xtask image` makes at tc-server's version.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,8 +26,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         failures.push(e);
     }
     let manifests = read(&root.join(KUBERNETES))?;
+    let version = crate::image::version(&read(&root.join("crates/tc-server/Cargo.toml"))?)?;
     match parse_documents(&manifests) {
-        Ok(documents) => failures.extend(check_kubernetes(&documents)),
+        Ok(documents) => {
+            failures.extend(check_kubernetes(&documents));
+            failures.extend(check_image_tag(&documents, &version));
+        }
         Err(e) => failures.push(e),
     }
     if failures.is_empty() {
@@ -273,6 +278,24 @@ fn check_kubernetes(documents: &[Value]) -> Vec<String> {
     failures
 }
 
+/// The Deployment runs the image `cargo xtask image` makes, at the
+/// version being built (a registry in front of it allowed, as pushed).
+fn check_image_tag(documents: &[Value], version: &str) -> Vec<String> {
+    let tag = format!("{}:{version}", crate::image::IMAGE);
+    let image = documents
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].as_str())
+        .unwrap_or_default();
+    if image == tag || image.ends_with(&format!("/{tag}")) {
+        Vec::new()
+    } else {
+        vec![format!(
+            "{KUBERNETES}: the container's image is {tag} (what cargo xtask image makes), not {image:?}"
+        )]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +309,9 @@ mod tests {
         assert_eq!(check_unit(&repository_file(UNIT)), Vec::<String>::new());
         let documents = parse_documents(&repository_file(KUBERNETES)).unwrap();
         assert_eq!(check_kubernetes(&documents), Vec::<String>::new());
+        let version =
+            crate::image::version(&repository_file("crates/tc-server/Cargo.toml")).unwrap();
+        assert_eq!(check_image_tag(&documents, &version), Vec::<String>::new());
     }
 
     /// Each broken variant is caught, naming what is wrong.
@@ -339,5 +365,26 @@ mod tests {
             "prometheus.io/path: /healthz",
             "prometheus.io",
         );
+
+        let tag_check = |image: &str, version: &str, passes: bool| {
+            let documents =
+                parse_documents(&yaml.replacen("image: taskcenter/tc-server:0.1.0", image, 1))
+                    .unwrap();
+            let failures = check_image_tag(&documents, version);
+            assert_eq!(
+                failures.is_empty(),
+                passes,
+                "{image} at {version}: {failures:?}"
+            );
+        };
+        tag_check("image: taskcenter/tc-server:0.1.0", "0.1.0", true);
+        tag_check(
+            "image: registry.example/taskcenter/tc-server:0.1.0",
+            "0.1.0",
+            true,
+        );
+        tag_check("image: taskcenter/tc-server:0.1.0", "0.2.0", false);
+        tag_check("image: ghcr.io/taskcenter/tc-server:latest", "0.1.0", false);
+        tag_check("image: evil/xtaskcenter/tc-server:0.1.0", "0.1.0", false);
     }
 }

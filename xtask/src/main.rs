@@ -7,6 +7,7 @@ mod bench;
 mod chaos;
 mod deploy_check;
 mod harness;
+mod image;
 mod store_vs_rusqlite;
 mod test_matrix;
 mod tidy;
@@ -25,6 +26,7 @@ commands:
   api-fuzz     schemathesis against a live tc-server from docs/openapi.yaml [--examples N]
   ui-test      the dashboard in headless Chromium (chromedriver): counts, filters, cancel, bulk, escaping, login
   deploy-check the service files in deploy/: systemd-analyze verify and the unit's settings, the Kubernetes example's fields [--no-systemd-analyze]
+  image        the container image taskcenter/tc-server:<version> with buildah, no registry, then run under chroot: /healthz, one task
   chaos        kill -9 tc-server (or restart PostgreSQL) under mixed load, check nothing is lost [--rounds N] [--seed S] [--store sqlite|postgres]
 ";
 
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
         Some("api-fuzz") => api_fuzz::run(&args[1..]),
         Some("ui-test") => ui_test::run(&args[1..]),
         Some("deploy-check") => deploy_check::run(&args[1..]),
+        Some("image") => image::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())

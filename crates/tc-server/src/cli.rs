@@ -47,6 +47,11 @@ pub(crate) enum Command {
     /// Client: create, list, get, change and delete tenants, and make and
     /// revoke their API keys, on a running server (the admin token).
     Tenant(crate::client::args::TenantArgs),
+    /// Client: `GET /healthz` on a running server (--server): exit 0 when it
+    /// answers 200, 1 when it answers anything else (503: the store cannot
+    /// write), 3 when it cannot be reached in --timeout-ms. The container
+    /// image's HEALTHCHECK, which has no curl.
+    Healthcheck(crate::client::args::HealthcheckArgs),
     /// Copy the SQLite database (--db) to a new file (--to), consistently,
     /// while a server may be running on it; `tc-server --db FILE` starts on
     /// the copy. PostgreSQL: use its own tools (pg_dump, base backups).

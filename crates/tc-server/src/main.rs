@@ -3,7 +3,8 @@
 //! the downstream client, the worker and the HTTP API together, and stops
 //! them gracefully on SIGTERM or SIGINT. `tc-server demo` walks through the
 //! product on a temporary database. `tc-server task …` and `tc-server
-//! destination …` are the command-line client of a running server.
+//! destination …` are the command-line client of a running server;
+//! `tc-server healthcheck` is a container's health probe.
 //! `tc-server backup` copies the SQLite database while a server runs on it.
 
 mod backup;
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
         Some(Command::Destination(args)) => client::run_destination(args),
         Some(Command::Schedule(args)) => client::run_schedule(args),
         Some(Command::Tenant(args)) => client::run_tenant(args),
+        Some(Command::Healthcheck(args)) => client::run_healthcheck(args),
         Some(Command::Demo) => run_demo(),
         Some(Command::Backup(args)) => backup::run(args),
         Some(Command::Serve(_)) | None => run_server(cli.serve_args()),

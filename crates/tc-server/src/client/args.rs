@@ -653,6 +653,22 @@ fn rate(value: &str) -> Result<Setting<f64>, String> {
     }
 }
 
+/// `tc-server healthcheck`: no token, no output flags; what a container's
+/// HEALTHCHECK runs, where there is no curl.
+#[derive(Debug, Args)]
+pub(crate) struct HealthcheckArgs {
+    /// The server's base URL (`http://` or `https://`).
+    #[arg(long, env = "TC_SERVER_URL", default_value = "http://127.0.0.1:8080",
+          value_parser = server_url)]
+    pub(crate) server: ServerUrl,
+
+    /// How long the whole check may take, connecting included, before it
+    /// fails as unreachable (exit 3).
+    #[arg(long, default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub(crate) timeout_ms: u64,
+}
+
 /// The server's base URL, checked: `http` or `https`, a host, no query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ServerUrl {

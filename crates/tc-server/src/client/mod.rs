@@ -1,6 +1,6 @@
 //! The command-line client: `tc-server task …`, `tc-server destination …`,
 //! `tc-server schedule …` and `tc-server tenant …` talk to a running server
-//! over its HTTP API.
+//! over its HTTP API; `tc-server healthcheck` asks its `/healthz`.
 //!
 //! Exit codes: 0 ok, 1 the API refused (its error code and message on
 //! stderr), 2 usage, 3 server unreachable.
@@ -20,8 +20,8 @@ mod watch;
 use std::process::ExitCode;
 
 use self::args::{
-    DestinationArgs, DestinationCommand, ScheduleArgs, ScheduleCommand, TaskArgs, TaskCommand,
-    TenantArgs, TenantCommand, TenantKeyCommand,
+    Connection, DestinationArgs, DestinationCommand, HealthcheckArgs, ScheduleArgs,
+    ScheduleCommand, TaskArgs, TaskCommand, TenantArgs, TenantCommand, TenantKeyCommand,
 };
 use self::error::ClientError;
 use self::http::Api;
@@ -85,6 +85,42 @@ async fn tenant_command(args: &TenantArgs) -> Result<(), ClientError> {
             }
         },
     }
+}
+
+/// Runs `tc-server healthcheck`: prints `ok` on a 200.
+pub(crate) fn run_healthcheck(args: &HealthcheckArgs) -> ExitCode {
+    finish(block_on(healthcheck(args)))
+}
+
+async fn healthcheck(args: &HealthcheckArgs) -> Result<(), ClientError> {
+    let api = Api::new(&Connection {
+        server: args.server.clone(),
+        token: None,
+    })?;
+    let limit = std::time::Duration::from_millis(args.timeout_ms);
+    // The client's own timeouts are for people (tens of seconds); a probe
+    // must give up within the orchestrator's own timeout.
+    let reply = tokio::time::timeout(
+        limit,
+        api.send(
+            ::http::Method::GET,
+            "/healthz",
+            None,
+            std::time::Duration::ZERO,
+        ),
+    )
+    .await
+    .map_err(|_| ClientError::Unreachable {
+        server: args.server.base.clone(),
+        reason: format!("no answer within --timeout-ms ({})", args.timeout_ms),
+    })??;
+    if reply.status != ::http::StatusCode::OK {
+        return Err(ClientError::Protocol(format!(
+            "/healthz answered {}",
+            reply.status
+        )));
+    }
+    Out::new(false).text("ok\n")
 }
 
 /// A client command makes one request at a time: one thread is enough.
