@@ -614,7 +614,7 @@ async fn healthz_and_metrics() {
         "taskcenter_submits_total{",
         "taskcenter_attempts_total{outcome=\"success\"} 1",
         "taskcenter_downstream_call_duration_seconds_bucket",
-        "taskcenter_in_flight_calls",
+        "taskcenter_calls_in_flight",
     ] {
         assert!(text.contains(needle), "/metrics lacks {needle:?}:\n{text}");
     }

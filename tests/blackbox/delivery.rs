@@ -193,7 +193,7 @@ async fn no_more_calls_in_flight_than_the_concurrency() {
     assert_eq!(pending["tasks"].as_array().unwrap().len(), 3);
     let metrics = s.api.get("/metrics").await;
     let text = String::from_utf8_lossy(&metrics.body);
-    assert!(text.contains("taskcenter_in_flight_calls 2"), "{text}");
+    assert!(text.contains("taskcenter_calls_in_flight 2"), "{text}");
 
     s.down.open_gate();
     for id in &ids {

@@ -438,7 +438,7 @@ async fn dispatch<S: TaskStore, C: Control>(
             tenants::revoke_key(app, name, segment.unwrap_or_default()).await
         }
         Endpoint::Health => crate::admin::health(app).await,
-        Endpoint::Metrics => crate::admin::metrics(app).await,
+        Endpoint::Metrics => crate::admin::metrics(app, &parts.headers).await,
         Endpoint::Backup => {
             let body = json_body(parts, body).await?;
             crate::backup::handle(app.backups(), app.config().api_token.is_some(), &body).await

@@ -199,7 +199,7 @@ impl WorkerMetrics {
             self.call_duration.clone(),
         );
         registry.register(
-            "taskcenter_in_flight_calls",
+            "taskcenter_calls_in_flight",
             "Downstream calls in flight",
             self.in_flight.clone(),
         );

@@ -1630,7 +1630,14 @@ async fn metrics_show_tasks_by_state_submits_and_registered_metrics() {
         .await;
     h.submit(&json!({"url": 1})).await;
 
-    let reply = h.call("GET", "/metrics", &[], b"").await;
+    let reply = h
+        .call(
+            "GET",
+            "/metrics",
+            &[("accept", "application/openmetrics-text")],
+            b"",
+        )
+        .await;
     assert_eq!(reply.status, 200);
     assert!(
         reply
@@ -1672,7 +1679,7 @@ async fn metrics_include_what_others_registered() {
     let mut registry = Registry::default();
     let in_flight = Gauge::<i64>::default();
     registry.register(
-        "taskcenter_in_flight_calls",
+        "taskcenter_calls_in_flight",
         "Downstream calls in flight",
         in_flight.clone(),
     );
@@ -1693,7 +1700,7 @@ async fn metrics_include_what_others_registered() {
         .unwrap()
         .to_bytes();
     let text = String::from_utf8(body.to_vec()).unwrap();
-    assert!(text.contains("taskcenter_in_flight_calls 3"), "{text}");
+    assert!(text.contains("taskcenter_calls_in_flight 3"), "{text}");
     assert!(
         text.contains(r#"taskcenter_tasks{state="pending"} 0"#),
         "{text}"

@@ -9,6 +9,7 @@ mod browsers;
 mod contract;
 mod props;
 mod schedules;
+mod scrape;
 mod socket;
 mod spec_bounds;
 mod support;

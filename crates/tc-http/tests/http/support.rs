@@ -343,6 +343,11 @@ pub(crate) struct Harness {
 }
 
 pub(crate) async fn harness(config: HttpConfig) -> Harness {
+    harness_with_registry(config, Registry::default()).await
+}
+
+/// [`harness`] with metrics others registered (as the worker does).
+pub(crate) async fn harness_with_registry(config: HttpConfig, registry: Registry) -> Harness {
     let inner = MemoryStore::new();
     let store = Arc::new(Switchable {
         inner,
@@ -357,12 +362,7 @@ pub(crate) async fn harness(config: HttpConfig) -> Harness {
         changes: changes.clone(),
         interrupted: Arc::clone(&interrupted),
     };
-    let app = Arc::new(App::new(
-        Arc::clone(&store),
-        control,
-        config,
-        Registry::default(),
-    ));
+    let app = Arc::new(App::new(Arc::clone(&store), control, config, registry));
     Harness {
         app,
         changes,

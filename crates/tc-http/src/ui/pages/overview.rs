@@ -15,7 +15,7 @@ use crate::ui::activity::{Buckets, Series, WINDOW_SECONDS, quantile};
 /// registry).
 const CALL_DURATION: &str = "taskcenter_downstream_call_duration_seconds_bucket";
 /// The worker's in-flight gauge.
-const IN_FLIGHT: &str = "taskcenter_in_flight_calls";
+const IN_FLIGHT: &str = "taskcenter_calls_in_flight";
 
 /// Seconds per point of the chart: 5 s averages read better than 900
 /// jagged points.
@@ -317,7 +317,7 @@ mod tests {
             taskcenter_downstream_call_duration_seconds_bucket{le=\"0.002\"} 5\n\
             taskcenter_downstream_call_duration_seconds_bucket{le=\"+Inf\"} 6\n\
             taskcenter_downstream_call_duration_seconds_sum 0.01\n\
-            taskcenter_in_flight_calls 3\n";
+            taskcenter_calls_in_flight 3\n";
         let m = parse_metrics(text);
         assert_eq!(m.buckets, vec![(0.001, 2), (0.002, 5), (f64::INFINITY, 6)]);
         assert_eq!(m.in_flight, 3);
