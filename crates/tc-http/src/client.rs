@@ -1,8 +1,10 @@
 //! Who sent a request: the addresses of its connection, and, when the peer
 //! is a trusted proxy (`--trusted-proxy`), the client's address, scheme and
-//! host as that proxy forwarded them (`X-Forwarded-For`, `-Proto`, `-Host`).
-//! Forwarded headers from any other peer are ignored: a client cannot claim
-//! another address (to escape a per-client limit) or https.
+//! host as that proxy forwarded them (`X-Forwarded-For`, `-Proto`, `-Host`,
+//! or the standard `Forwarded` header's `proto=` and `host=`, which win
+//! where a proxy sends both). Forwarded headers from any other peer are
+//! ignored: a client cannot claim another address (to escape a per-client
+//! limit), https, or another host.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -29,10 +31,11 @@ pub(crate) struct Client<'r> {
     /// nearest address in `X-Forwarded-For` that is not one of them.
     /// `None` without a connection.
     pub(crate) addr: Option<IpAddr>,
-    /// The client reached a trusted proxy over https (`X-Forwarded-Proto`).
-    /// This server itself serves plain http.
+    /// The client reached a trusted proxy over https (`Forwarded: proto=`
+    /// or `X-Forwarded-Proto`). This server itself serves plain http.
     pub(crate) https: bool,
-    /// The host the client asked a trusted proxy for (`X-Forwarded-Host`).
+    /// The host the client asked a trusted proxy for (`Forwarded: host=` or
+    /// `X-Forwarded-Host`).
     pub(crate) forwarded_host: Option<&'r str>,
 }
 
@@ -60,11 +63,39 @@ pub(crate) fn client_of<'r>(parts: &'r Parts, trusted: &[IpNet]) -> Client<'r> {
         };
     }
     let headers = &parts.headers;
+    let proto =
+        forwarded_param(headers, "proto").or_else(|| last_value(headers, "x-forwarded-proto"));
+    let host = forwarded_param(headers, "host").or_else(|| last_value(headers, "x-forwarded-host"));
     Client {
         addr: Some(forwarded_for(headers, peer, trusted)),
-        https: last_value(headers, "x-forwarded-proto")
-            .is_some_and(|p| p.eq_ignore_ascii_case("https")),
-        forwarded_host: last_value(headers, "x-forwarded-host").filter(|h| !h.is_empty()),
+        https: proto.is_some_and(|p| p.eq_ignore_ascii_case("https")),
+        forwarded_host: host.filter(|h| !h.is_empty()),
+    }
+}
+
+/// The value of `name` (`proto`, `host`) in the nearest proxy's element of
+/// `Forwarded` (RFC 7239: `for=...;proto=https;host=tc.example`, elements
+/// comma-separated, the last one written by the nearest proxy), unquoted.
+/// `None` without the header, or when that element does not say: the
+/// `X-Forwarded-*` header decides then.
+fn forwarded_param<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    let element = headers
+        .get_all(http::header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .next_back()?
+        .rsplit(',')
+        .next()?;
+    let value = element.split(';').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        key.trim()
+            .eq_ignore_ascii_case(name)
+            .then_some(value.trim())
+    })?;
+    match value.strip_prefix('"') {
+        // A quoted-string; an escape (`\`) is nothing a scheme or host has.
+        Some(quoted) => quoted.strip_suffix('"').filter(|v| !v.contains('\\')),
+        None => Some(value),
     }
 }
 
@@ -217,6 +248,52 @@ mod tests {
             Some("10.0.0.1:1"),
             &[("x-forwarded-proto", "http, https")],
             (Some("10.0.0.1"), true, None),
+        );
+        // The standard header: the nearest element's proto and host,
+        // quoted or not, before X-Forwarded-*; only from a trusted proxy.
+        let forwarded = |v| ("forwarded", v);
+        check(
+            Some("10.0.0.1:1"),
+            &[forwarded("for=1.2.3.4;proto=https;host=tc.example")],
+            (Some("10.0.0.1"), true, Some("tc.example")),
+        );
+        check(
+            Some("10.0.0.1:1"),
+            &[forwarded(
+                r#"For="[2001:db8::1]:80";Proto="HTTPS";Host="tc.example:8443""#,
+            )],
+            (Some("10.0.0.1"), true, Some("tc.example:8443")),
+        );
+        check(
+            Some("10.0.0.1:1"),
+            &[forwarded(
+                "proto=https;host=evil.example, proto=http;host=tc.example",
+            )],
+            (Some("10.0.0.1"), false, Some("tc.example")),
+        );
+        check(
+            Some("10.0.0.1:1"),
+            &[
+                forwarded("proto=https"),
+                ("x-forwarded-proto", "http"),
+                host,
+            ],
+            (Some("10.0.0.1"), true, Some("tasks.example.com")),
+        );
+        check(
+            Some("10.0.0.1:1"),
+            &[forwarded("for=1.2.3.4"), https, host],
+            (Some("10.0.0.1"), true, Some("tasks.example.com")),
+        );
+        check(
+            Some("10.0.0.1:1"),
+            &[forwarded(r#"host="a\"b""#)],
+            (Some("10.0.0.1"), false, None),
+        );
+        check(
+            Some("192.0.2.7:5000"),
+            &[forwarded("proto=https;host=tc.example")],
+            (Some("192.0.2.7"), false, None),
         );
         // An IPv4 client seen through a dual-stack socket.
         check(

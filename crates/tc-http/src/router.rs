@@ -294,10 +294,20 @@ async fn route_request<S: TaskStore, C: Control>(
 ) -> (&'static str, Answer) {
     // Before any route: a request refused here was never served.
     let client = crate::client::client_of(parts, &app.config().trusted_proxies);
+    let path = parts.uri.path();
     if let Err(e) = app.site().check(parts, &client) {
+        if crate::ui::is_ui_path(path) {
+            // A person at a browser: a page that says what to set.
+            if crate::ui::is_asset_read(parts) {
+                return (
+                    "/ui",
+                    Ok(crate::ui::route(&app.dashboard(), parts, body).await),
+                );
+            }
+            return (UNMATCHED, Ok(crate::ui::refused(&e)));
+        }
         return (UNMATCHED, Err(e));
     }
-    let path = parts.uri.path();
     if crate::ui::is_ui_path(path) {
         return (
             "/ui",

@@ -14,8 +14,13 @@
 //!
 //! This server's own origin is the scheme and host the client used: `http`
 //! (the server speaks plain HTTP) or `https` when a trusted proxy says so
-//! (`X-Forwarded-Proto`), and the request's `Host` (or a trusted proxy's
-//! `X-Forwarded-Host`), the port defaulting to the scheme's.
+//! (`Forwarded: proto=` or `X-Forwarded-Proto`), and the request's `Host`
+//! (or a trusted proxy's `Forwarded: host=` or `X-Forwarded-Host`), the
+//! port defaulting to the scheme's.
+//!
+//! Both refusals say what to set: behind a TLS-terminating proxy that the
+//! server does not trust, every browser's `Origin: https://…` differs from
+//! the `http` it sees, and the fix is a flag, not the browser.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
@@ -26,6 +31,10 @@ use http::request::Parts;
 use crate::client::{Client, connection_of};
 use crate::config::HttpConfig;
 use crate::error::ApiError;
+
+/// What both refusals add: the flags that make a proxied browser's
+/// requests this server's own.
+pub(crate) const PROXY_HINT: &str = "behind a proxy, start the server with --trusted-proxy <proxy address> (and --allowed-host <host>)";
 
 /// Names that only ever mean this machine: allowed whenever hosts are
 /// checked (an attacker's DNS cannot answer for them).
@@ -59,8 +68,12 @@ impl Site {
         if let Some(host) = host {
             let local = connection_of(parts).map(|c| c.local);
             if !self.allows(host, local) {
+                let flag = match split_host(host) {
+                    Some((name, _)) => format!("--allowed-host {name}"),
+                    None => "--allowed-host".to_owned(),
+                };
                 return Err(ApiError::MisdirectedRequest(format!(
-                    "Host: {host:?} is not a host of this server; list it with --allowed-host"
+                    "Host: {host:?} is not a host of this server; list it with {flag}; {PROXY_HINT}"
                 )));
             }
         }
@@ -76,8 +89,10 @@ impl Site {
         if own.is_some_and(|own| same_origin(&origin, scheme, own)) {
             Ok(())
         } else {
+            let seen = own.map_or_else(|| "no Host".to_owned(), |own| format!("{scheme}://{own}"));
             Err(ApiError::CrossOrigin(format!(
-                "Origin: {origin:?} is not this server's origin; a state change from another site is refused"
+                "Origin: {origin:?} is not this server's origin ({seen} as it sees the request); \
+                 a state change from another site is refused; {PROXY_HINT}"
             )))
         }
     }

@@ -322,9 +322,13 @@ pub(crate) struct ServeArgs {
     /// A reverse proxy in front of this server: an IP address or network
     /// (`10.0.0.0/8`, `::1`), repeatable or comma-separated. From these peers
     /// `X-Forwarded-For` names the client (for per-client limits),
-    /// `X-Forwarded-Proto: https` marks the dashboard's session cookie
-    /// `Secure`, and `X-Forwarded-Host` is the host a request's `Origin` is
-    /// compared with; from any other peer those headers are ignored.
+    /// `X-Forwarded-Proto: https` (or `Forwarded: proto=https`) marks the
+    /// dashboard's session cookie `Secure` and makes `https` this server's
+    /// scheme, and `X-Forwarded-Host` (or `Forwarded: host=`) is the host a
+    /// request's `Origin` is compared with; from any other peer those
+    /// headers are ignored. Needed behind a TLS-terminating proxy: without
+    /// it the browser's `https://` origin differs from the `http` this
+    /// server sees, and the dashboard's login is refused `403 cross_origin`.
     #[arg(long = "trusted-proxy", env = "TC_TRUSTED_PROXIES", value_delimiter = ',',
           value_parser = ip_network)]
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,

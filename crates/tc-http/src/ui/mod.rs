@@ -156,7 +156,26 @@ where
     S: TaskStore,
     C: Control,
 {
-    let mut response = answer(app, parts, body).await;
+    secured(answer(app, parts, body).await)
+}
+
+/// A refusal of the host or origin rule ([`crate::site`]) on a `/ui/`
+/// path: a page saying which flags to set, with the refusal's status.
+pub(crate) fn refused(e: &crate::error::ApiError) -> Html {
+    secured(html(e.status(), pages::refused::page(e)))
+}
+
+/// Whether `parts` asks for one of the dashboard's assets: the same for
+/// every host and naming nothing of the server, they are served whatever
+/// the `Host`, so that a [`refused`] page for a misdirected host has its
+/// style too.
+pub(crate) fn is_asset_read(parts: &Parts) -> bool {
+    matches!(parts.method, Method::GET | Method::HEAD)
+        && matches!(parts.uri.path(), "/ui/assets/app.css" | "/ui/assets/app.js")
+}
+
+/// `response` with the headers every `/ui/` answer carries.
+fn secured(mut response: Html) -> Html {
     let headers = response.headers_mut();
     headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));

@@ -1015,3 +1015,146 @@ async fn a_tenant_key_s_session_sees_only_its_tenant() {
     assert_eq!(get("/ui/tasks".into()).await.status, 401);
     assert_eq!(get(format!("/tasks/{own}")).await.status, 401);
 }
+
+/// (peer, the headers a proxy adds, whether the login passes)
+type ProxyCase<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+
+/// Behind a TLS-terminating proxy the browser's `Origin` is `https://…`
+/// while the server sees http: the login passes when a trusted proxy says
+/// so (`X-Forwarded-*` or `Forwarded`), never when anyone else claims it;
+/// a refusal on `/ui/` is a page that names the flags to set.
+#[tokio::test]
+async fn a_login_through_a_trusted_tls_proxy_passes_and_a_refusal_says_what_to_set() {
+    let f = fixture_with(HttpConfig {
+        api_token: Some("s3cret".into()),
+        trusted_proxies: vec!["10.0.0.0/8".parse().unwrap()],
+        allowed_hosts: vec!["tc.example".into()],
+        ..HttpConfig::default()
+    });
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let browser = [
+        form,
+        ("host", "tc.example"),
+        ("origin", "https://tc.example"),
+    ];
+    let x_forwarded = [
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "tc.example"),
+    ];
+    let forwarded = [("forwarded", "for=192.0.2.9;proto=https;host=tc.example")];
+    // (peer, what the proxy adds, logged in)
+    let cases: [ProxyCase; 6] = [
+        ("10.0.0.1:4000", &x_forwarded, true),
+        ("10.0.0.1:4000", &forwarded, true),
+        // A proxy that does not say https: the origins differ.
+        ("10.0.0.1:4000", &[], false),
+        ("10.0.0.1:4000", &[("x-forwarded-proto", "http")], false),
+        // Anyone else's word counts for nothing.
+        ("192.0.2.1:4000", &x_forwarded, false),
+        ("127.0.0.1:4000", &forwarded, false),
+    ];
+    for (peer, proxy, passes) in cases {
+        let headers: Vec<(&str, &str)> = browser.iter().chain(proxy).copied().collect();
+        let reply = f
+            .call_from(Some(peer), "POST", "/ui/login", &headers, "token=s3cret")
+            .await;
+        if passes {
+            assert_eq!(reply.status, 303, "{peer} {proxy:?}: {}", reply.body);
+            let cookie = reply.headers["set-cookie"].to_str().unwrap();
+            assert!(cookie.contains("Secure"), "{cookie}");
+            continue;
+        }
+        assert_eq!(reply.status, 403, "{peer} {proxy:?}");
+        assert!(!reply.headers.contains_key("set-cookie"));
+        assert_eq!(reply.headers["content-type"], "text/html; charset=utf-8");
+        assert_eq!(reply.headers["content-security-policy"], CSP);
+        for said in [
+            "403 cross_origin",
+            "--trusted-proxy",
+            "--allowed-host",
+            "X-Forwarded-Proto",
+        ] {
+            assert!(reply.body.contains(said), "{said:?} in {}", reply.body);
+        }
+        assert!(reply.body.contains("https://tc.example"), "{}", reply.body);
+    }
+    // A host the server is not known by: a page too, naming the host to
+    // allow, styled (the assets are served to any host).
+    let misdirected = f
+        .call_from(
+            Some("10.0.0.1:4000"),
+            "GET",
+            "/ui/login",
+            &[("host", "tasks.internal")],
+            "",
+        )
+        .await;
+    assert_eq!(misdirected.status, 421);
+    assert_eq!(
+        misdirected.headers["content-type"],
+        "text/html; charset=utf-8"
+    );
+    for said in [
+        "421 misdirected_request",
+        "--allowed-host tasks.internal",
+        "--trusted-proxy",
+    ] {
+        assert!(
+            misdirected.body.contains(said),
+            "{said:?} in {}",
+            misdirected.body
+        );
+    }
+    let css = f
+        .call_from(
+            Some("10.0.0.1:4000"),
+            "GET",
+            "/ui/assets/app.css",
+            &[("host", "tasks.internal")],
+            "",
+        )
+        .await;
+    assert_eq!(css.status, 200);
+    assert!(css.body.contains("section.refused"));
+    // The API's refusals stay JSON, with the same hint.
+    let api = f
+        .call_from(
+            Some("192.0.2.1:4000"),
+            "POST",
+            "/tasks/bulk",
+            &[
+                ("host", "tc.example"),
+                ("origin", "https://tc.example"),
+                ("authorization", "Bearer s3cret"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(api.status, 403);
+    let error: serde_json::Value = serde_json::from_str(&api.body).unwrap();
+    assert_eq!(error["error"]["code"], "cross_origin");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("(http://tc.example as it sees the request)")
+            && message.ends_with(
+                "; behind a proxy, start the server with --trusted-proxy <proxy address> (and --allowed-host <host>)"
+            ),
+        "{message}"
+    );
+    let api = f
+        .call_from(
+            Some("10.0.0.1:4000"),
+            "GET",
+            "/healthz",
+            &[("host", "tasks.internal")],
+            "",
+        )
+        .await;
+    assert_eq!(api.status, 421);
+    assert!(
+        api.body
+            .contains("--allowed-host tasks.internal; behind a proxy"),
+        "{}",
+        api.body
+    );
+}

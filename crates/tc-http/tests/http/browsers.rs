@@ -324,7 +324,16 @@ async fn state_changes_from_another_origin_are_403() {
             .call_via(Some(connection), method, &path, &headers, b"")
             .await;
         let code = reply.error_code();
-        if refused {
+        if refused && path.starts_with("/ui/") {
+            // A person at a browser gets a page that says what to set.
+            assert_eq!(reply.status, 403, "{method} {path} {headers:?}");
+            assert_eq!(
+                reply.header("content-type"),
+                Some("text/html; charset=utf-8")
+            );
+            let page = String::from_utf8_lossy(&reply.body);
+            assert!(page.contains("403 cross_origin"), "{page}");
+        } else if refused {
             assert_eq!(
                 (reply.status, code.as_deref()),
                 (403, Some("cross_origin")),

@@ -5,6 +5,7 @@ pub(crate) mod bulk;
 pub(crate) mod destinations;
 pub(crate) mod login;
 pub(crate) mod overview;
+pub(crate) mod refused;
 pub(crate) mod schedules;
 pub(crate) mod task;
 pub(crate) mod tasks;
