@@ -3,8 +3,12 @@
 //! and passes `systemd-analyze verify` without a warning; the Kubernetes
 //! example has its probes and its Prometheus scrape on the admin listener,
 //! its token and database URL from the Secret, a termination grace covering
-//! the shutdown grace, a disruption budget selecting its pods, and the image
-//! `cargo xtask image` makes at tc-server's version.
+//! the preStop sleep and the shutdown grace, a disruption budget selecting
+//! its pods, and the image `cargo xtask image` makes at tc-server's
+//! version. Both sit behind a TLS-terminating proxy they trust
+//! (`--trusted-proxy`); in Kubernetes an Ingress with TLS sends to the API's
+//! Service, never to the admin listener, which has a Service of its own
+//! for Prometheus.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +34,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     match parse_documents(&manifests) {
         Ok(documents) => {
             failures.extend(check_kubernetes(&documents));
+            failures.extend(check_traffic(&documents));
             failures.extend(check_image_tag(&documents, &version));
         }
         Err(e) => failures.push(e),
@@ -111,6 +116,12 @@ fn check_unit(unit: &str) -> Vec<String> {
     if !exec.contains("--db /var/lib/taskcenter/") {
         failures.push(format!(
             "{UNIT}: ExecStart must keep the database in the StateDirectory"
+        ));
+    }
+    // TLS goes in front (README): the proxy's word on https is believed.
+    if !exec.contains("--trusted-proxy ") {
+        failures.push(format!(
+            "{UNIT}: ExecStart names the TLS proxy in front with --trusted-proxy"
         ));
     }
     let grace_ms = shutdown_grace_ms(exec.split_whitespace()).unwrap_or(10_000);
@@ -206,17 +217,31 @@ fn check_kubernetes(documents: &[Value]) -> Vec<String> {
         .unwrap_or_default();
     let grace_ms = shutdown_grace_ms(args.iter().copied()).unwrap_or(10_000);
     let termination_s = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
-    // The grace for calls in flight, plus 5 s to close the store.
-    if termination_s * 1000 != grace_ms + 5_000 {
+    // The sleep that outlasts the load balancers' deregistration, with
+    // Kubernetes' own sleep action (the image has no shell to sleep in).
+    let pre_stop_s = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_u64()
+        .unwrap_or(0);
+    if pre_stop_s < MIN_PRE_STOP_S {
         fail(format!(
-            "terminationGracePeriodSeconds ({termination_s}) is --shutdown-grace-ms ({grace_ms} ms) + 5 s"
+            "lifecycle.preStop.sleep.seconds ({pre_stop_s}) outlasts a load balancer's \
+             deregistration (at least {MIN_PRE_STOP_S} s)"
         ));
     }
-    let admin_port = args
-        .iter()
-        .find_map(|a| a.strip_prefix("--admin-listen="))
-        .and_then(|addr| addr.rsplit_once(':'))
-        .and_then(|(_, port)| port.parse::<u64>().ok());
+    // Then the grace for calls in flight, plus 5 s to close the store.
+    if termination_s * 1000 != pre_stop_s * 1000 + grace_ms + 5_000 {
+        fail(format!(
+            "terminationGracePeriodSeconds ({termination_s}) is the preStop sleep ({pre_stop_s} s) \
+             + --shutdown-grace-ms ({grace_ms} ms) + 5 s"
+        ));
+    }
+    if !args.iter().any(|a| {
+        a.strip_prefix("--trusted-proxy=")
+            .is_some_and(|v| !v.is_empty())
+    }) {
+        fail("the container names the Ingress controller's network with --trusted-proxy=".into());
+    }
+    let admin_port = admin_port(&args);
     let port_named = |name: &Value| {
         container["ports"]
             .as_array()
@@ -278,6 +303,150 @@ fn check_kubernetes(documents: &[Value]) -> Vec<String> {
     failures
 }
 
+/// The shortest preStop sleep that outlasts a load balancer's or an
+/// Ingress controller's deregistration of a terminating pod (their
+/// endpoint updates take a few seconds; 10 s is the common floor).
+const MIN_PRE_STOP_S: u64 = 10;
+
+/// The port of `--admin-listen=host:port` in the container's args.
+fn admin_port(args: &[&str]) -> Option<u64> {
+    args.iter()
+        .find_map(|a| a.strip_prefix("--admin-listen="))
+        .and_then(|addr| addr.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse::<u64>().ok())
+}
+
+/// How traffic reaches the pods: an Ingress with TLS for every host it
+/// routes, sending to a Service of this file on a port that Service has,
+/// which is not the admin listener's; and a Service for the admin
+/// listener that Prometheus' service discovery scrapes.
+fn check_traffic(documents: &[Value]) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut fail = |what: String| failures.push(format!("{KUBERNETES}: {what}"));
+    let container = documents
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .map(|d| &d["spec"]["template"]["spec"]["containers"][0]);
+    let args: Vec<&str> = container
+        .and_then(|c| c["args"].as_array())
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(admin) = admin_port(&args) else {
+        fail("the container has --admin-listen=host:port".into());
+        return failures;
+    };
+    // A Service port reaches the admin listener when its target is the
+    // container port named for it, or its number.
+    let admin_name = container
+        .and_then(|c| c["ports"].as_array())
+        .into_iter()
+        .flatten()
+        .find(|p| p["containerPort"].as_u64() == Some(admin))
+        .and_then(|p| p["name"].as_str());
+    let reaches_admin = |port: &Value| {
+        let target = &port["targetPort"];
+        target.as_u64() == Some(admin)
+            || (target.is_null() && port["port"].as_u64() == Some(admin))
+            || target.as_str().is_some_and(|t| Some(t) == admin_name)
+    };
+    let services: Vec<&Value> = documents
+        .iter()
+        .filter(|d| d["kind"] == "Service")
+        .collect();
+    let ports_of = |service: &Value| -> Vec<Value> {
+        service["spec"]["ports"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let admin_service = services
+        .iter()
+        .find(|s| ports_of(s).iter().any(&reaches_admin));
+    match admin_service {
+        None => fail(format!(
+            "a Service reaches the admin listener's port ({admin})"
+        )),
+        Some(service) => {
+            let annotations = &service["metadata"]["annotations"];
+            let port = ports_of(service)
+                .into_iter()
+                .find(|p| reaches_admin(p))
+                .and_then(|p| p["port"].as_u64());
+            let scrape_port = annotations["prometheus.io/port"]
+                .as_str()
+                .and_then(|p| p.parse::<u64>().ok());
+            if annotations["prometheus.io/scrape"] != "true"
+                || annotations["prometheus.io/path"] != "/metrics"
+                || scrape_port.is_none()
+                || scrape_port != port
+            {
+                fail(format!(
+                    "the admin Service's prometheus.io annotations scrape /metrics on its port ({port:?})"
+                ));
+            }
+        }
+    }
+    let Some(ingress) = documents.iter().find(|d| d["kind"] == "Ingress") else {
+        fail("an Ingress terminates TLS in front of the Service".into());
+        return failures;
+    };
+    let tls = ingress["spec"]["tls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let tls_hosts: Vec<&str> = ingress["spec"]["tls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["secretName"].as_str().is_some_and(|s| !s.is_empty()))
+        .flat_map(|t| t["hosts"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    if tls.is_empty() || tls_hosts.is_empty() {
+        fail("the Ingress has tls with hosts and a secretName".into());
+    }
+    let rules = ingress["spec"]["rules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if rules.is_empty() {
+        fail("the Ingress has rules".into());
+    }
+    for rule in &rules {
+        let host = rule["host"].as_str().unwrap_or_default();
+        if !tls_hosts.contains(&host) {
+            fail(format!("the Ingress serves {host:?} over TLS (tls.hosts)"));
+        }
+        let paths = rule["http"]["paths"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for path in &paths {
+            let backend = &path["backend"]["service"];
+            let service = services
+                .iter()
+                .find(|s| s["metadata"]["name"] == backend["name"]);
+            let port = service.and_then(|s| {
+                ports_of(s).into_iter().find(|p| {
+                    (backend["port"]["name"].is_string() && p["name"] == backend["port"]["name"])
+                        || (backend["port"]["number"].is_u64()
+                            && p["port"] == backend["port"]["number"])
+                })
+            });
+            match port {
+                None => fail(format!(
+                    "the Ingress's backend {backend} is a Service and port of this file"
+                )),
+                Some(p) if reaches_admin(&p) => {
+                    fail("the Ingress sends to the admin listener, which asks no credential".into())
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    failures
+}
+
 /// The Deployment runs the image `cargo xtask image` makes, at the
 /// version being built (a registry in front of it allowed, as pushed).
 fn check_image_tag(documents: &[Value], version: &str) -> Vec<String> {
@@ -309,6 +478,7 @@ mod tests {
         assert_eq!(check_unit(&repository_file(UNIT)), Vec::<String>::new());
         let documents = parse_documents(&repository_file(KUBERNETES)).unwrap();
         assert_eq!(check_kubernetes(&documents), Vec::<String>::new());
+        assert_eq!(check_traffic(&documents), Vec::<String>::new());
         let version =
             crate::image::version(&repository_file("crates/tc-server/Cargo.toml")).unwrap();
         assert_eq!(check_image_tag(&documents, &version), Vec::<String>::new());
@@ -330,18 +500,51 @@ mod tests {
             "ProtectSystem",
         );
         check("TimeoutStopSec=20", "TimeoutStopSec=5", "TimeoutStopSec");
+        check("--trusted-proxy 127.0.0.1", "", "--trusted-proxy");
 
         let yaml = repository_file(KUBERNETES);
         let check = |from: &str, to: &str, expected: &str| {
             assert!(yaml.contains(from), "{from}");
             let documents = parse_documents(&yaml.replacen(from, to, 1)).unwrap();
-            let failures = check_kubernetes(&documents).join("\n");
+            let mut failures = check_kubernetes(&documents);
+            failures.extend(check_traffic(&documents));
+            let failures = failures.join("\n");
             assert!(failures.contains(expected), "{from} -> {to}: {failures}");
         };
         check(
-            "terminationGracePeriodSeconds: 15",
             "terminationGracePeriodSeconds: 30",
+            "terminationGracePeriodSeconds: 15",
             "terminationGracePeriodSeconds",
+        );
+        check("seconds: 15", "seconds: 2", "preStop");
+        check("preStop:", "postStart:", "preStop");
+        check("- --trusted-proxy=10.0.0.0/8", "", "--trusted-proxy");
+        check(
+            "targetPort: admin",
+            "targetPort: http",
+            "admin listener's port",
+        );
+        check(
+            "prometheus.io/port: \"9090\"\n    prometheus.io/path",
+            "prometheus.io/port: \"9091\"\n    prometheus.io/path",
+            "admin Service",
+        );
+        check("kind: Ingress", "kind: Gateway", "Ingress");
+        check("secretName: taskcenter-tls", "secretName: \"\"", "tls");
+        check(
+            "- host: tasks.example.com",
+            "- host: other.example.com",
+            "over TLS",
+        );
+        check(
+            "name: taskcenter\n                port:\n                  name: http",
+            "name: taskcenter-admin\n                port:\n                  name: admin",
+            "admin listener, which asks no credential",
+        );
+        check(
+            "name: taskcenter\n                port:\n                  name: http",
+            "name: taskcenter\n                port:\n                  name: https",
+            "backend",
         );
         check(
             "port: admin\n            periodSeconds: 5",
