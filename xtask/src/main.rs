@@ -12,6 +12,7 @@ mod store_vs_rusqlite;
 mod test_matrix;
 mod tidy;
 mod ui_test;
+mod ui_test_proxy;
 
 use std::process::ExitCode;
 
@@ -24,7 +25,7 @@ commands:
   bench        build release, measure each figure beside its ceiling [--quick]
   bench-store  durable submits/s: the store vs a naive rusqlite loop [--seconds <per cell>]
   api-fuzz     schemathesis against a live tc-server from docs/openapi.yaml [--examples N]
-  ui-test      the dashboard in headless Chromium (chromedriver): counts, filters, cancel, bulk, escaping, login
+  ui-test      the dashboard in headless Chromium (chromedriver): counts, filters, cancel, bulk, escaping, login, login behind a TLS proxy
   deploy-check the service files in deploy/: systemd-analyze verify and the unit's settings, the Kubernetes example's fields [--no-systemd-analyze]
   image        the container image taskcenter/tc-server:<version> with buildah, no registry, then run under chroot: /healthz, one task
   chaos        kill -9 tc-server (or restart PostgreSQL) under mixed load, check nothing is lost [--rounds N] [--seed S] [--store sqlite|postgres]

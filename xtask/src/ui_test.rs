@@ -6,9 +6,10 @@
 //! (fantoccini), and checks what a person would: the counts, the destinations
 //! with their in-flight calls, cap, breaker and holds, a filtered list,
 //! a task's attempts, a cancel in flight, a bulk retry with its dry-run count,
-//! a `<script>` result shown as text, the token flow, and a tenant's key
-//! logging in to see only its tasks. Screenshots go to
-//! `<target>/ui/{overview,list,task,bulk,tenant}.png` (and `failure.png` when a check
+//! a `<script>` result shown as text, the token flow, a tenant's key
+//! logging in to see only its tasks, and the login through a TLS-terminating
+//! proxy (ui_test_proxy.rs). Screenshots go to
+//! `<target>/ui/{overview,list,task,bulk,tenant,proxy-refused}.png` (and `failure.png` when a check
 //! fails). Every wait polls a condition until a deadline.
 
 use std::net::SocketAddr;
@@ -31,7 +32,7 @@ const USAGE: &str = "usage: cargo xtask ui-test";
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// How long any one condition may take to become true.
-const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 /// Between two looks at a condition.
 const POLL: Duration = Duration::from_millis(100);
 const SCRIPT_RESULT: &str = "<script>alert(1)</script>";
@@ -109,8 +110,11 @@ async fn browser(driver: &Driver) -> Result<Client, String> {
         json!({
             "binary": CHROMIUM,
             // Root in a container: no sandbox; /dev/shm is small there.
+            // The proxy path's loopback proxy presents a self-signed
+            // certificate for localhost.
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,1000", "--hide-scrollbars", "--force-device-scale-factor=1"],
+                     "--window-size=1280,1000", "--hide-scrollbars", "--force-device-scale-factor=1",
+                     "--ignore-certificate-errors"],
         }),
     );
     // Dialogs stay open until the test answers them: an alert() a result
@@ -257,7 +261,7 @@ impl Api {
 }
 
 /// Polls `probe` until it answers `Some`, or fails at the deadline naming `what`.
-async fn until<T, F, Fut>(what: &str, mut probe: F) -> Result<T, String>
+pub(crate) async fn until<T, F, Fut>(what: &str, mut probe: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>, String>>,
@@ -292,7 +296,7 @@ async fn read_in_page(
 }
 
 /// The visible text of the first element `css` matches, or `None`.
-async fn text_of(browser: &Client, css: &str) -> Result<Option<String>, String> {
+pub(crate) async fn text_of(browser: &Client, css: &str) -> Result<Option<String>, String> {
     let read = "const e = document.querySelector(arguments[0]); \
                 return e === null ? null : e.innerText.trim();";
     read_in_page(browser, read, vec![json!(css)], &format!("text of {css}")).await
@@ -307,7 +311,7 @@ async fn attr_of(browser: &Client, css: &str, attr: &str) -> Result<Option<Strin
     read_in_page(browser, read, vec![json!(css), json!(attr)], &what).await
 }
 
-async fn click(browser: &Client, css: &str) -> Result<(), String> {
+pub(crate) async fn click(browser: &Client, css: &str) -> Result<(), String> {
     let el = browser
         .wait()
         .at_most(WAIT)
@@ -330,14 +334,18 @@ async fn accept_dialog(browser: &Client) -> Result<String, String> {
     Ok(text)
 }
 
-async fn goto(browser: &Client, url: &str) -> Result<(), String> {
+pub(crate) async fn goto(browser: &Client, url: &str) -> Result<(), String> {
     browser
         .goto(url)
         .await
         .map_err(|e| format!("opening {url}: {e}"))
 }
 
-async fn screenshot(browser: &Client, dir: &Path, name: &str) -> Result<PathBuf, String> {
+pub(crate) async fn screenshot(
+    browser: &Client,
+    dir: &Path,
+    name: &str,
+) -> Result<PathBuf, String> {
     let png = browser
         .screenshot()
         .await
@@ -348,7 +356,7 @@ async fn screenshot(browser: &Client, dir: &Path, name: &str) -> Result<PathBuf,
     Ok(path)
 }
 
-fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+pub(crate) fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what()) }
 }
 
@@ -372,7 +380,7 @@ async fn ui_test(binary: &Path, shots: &Path) -> Result<(), String> {
     let _ = browser.close().await;
     outcome?;
     println!(
-        "ui-test: 10 checks passed, 0 failed; screenshots in {}",
+        "ui-test: 12 checks passed, 0 failed; screenshots in {}",
         shots.display()
     );
     Ok(())
@@ -814,5 +822,7 @@ async fn checks(
     screenshot(browser, shots, "tenant").await?;
     eprintln!("[ui-test] ok: a tenant's key logs in and sees only its own tasks");
     drop(server);
-    Ok(())
+
+    // 11 and 12. Behind a TLS-terminating proxy (issue 42).
+    crate::ui_test_proxy::behind_a_tls_proxy(browser, binary, shots, TOKEN).await
 }
