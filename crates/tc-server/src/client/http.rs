@@ -178,14 +178,22 @@ fn transport(server: &ServerUrl) -> Result<Transport, ClientError> {
 }
 
 /// TLS with the system's root certificates, ring as the provider (named, so
-/// that feature unification can never make rustls' default ambiguous).
-fn tls_config() -> Result<rustls::ClientConfig, String> {
+/// that feature unification can never make rustls' default ambiguous). Also
+/// the span exporter's (`--otlp-endpoint https://…`).
+pub(crate) fn tls_config() -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     let loaded = rustls_native_certs::load_native_certs();
     roots.add_parsable_certificates(loaded.certs);
     if roots.is_empty() {
         return Err("https: no root certificates found on this system".into());
     }
+    tls_config_with_roots(roots)
+}
+
+/// TLS trusting `roots`, ring as the provider.
+pub(crate) fn tls_config_with_roots(
+    roots: rustls::RootCertStore,
+) -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
