@@ -9,13 +9,24 @@ use serde::Serialize;
 use serde_json::Value;
 use tc_model::store::StoreError;
 
+/// Why a request was not authenticated. A wrong admin token and an unknown
+/// or revoked tenant key are the same "not accepted": the answer never says
+/// whether a key exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Credential {
+    /// No `Authorization` header and no dashboard session cookie.
+    Missing,
+    /// A credential came and is not (or no longer) valid.
+    NotAccepted,
+}
+
 /// Every error the API answers with: one variant per documented code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ApiError {
     /// 400: the request is malformed; the message names the field.
     InvalidRequest(String),
-    /// 401: the bearer token is missing or wrong.
-    Unauthorized,
+    /// 401: the credential is missing or was not accepted.
+    Unauthorized(Credential),
     /// 403: the url is under none of the allowed prefixes.
     UrlNotAllowed(String),
     /// 403: a state change whose `Origin` is another site's.
@@ -70,7 +81,7 @@ impl ApiError {
     pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::UrlNotAllowed(_) | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -97,7 +108,7 @@ impl ApiError {
     pub(crate) fn code(&self) -> &'static str {
         match self {
             ApiError::InvalidRequest(_) => "invalid_request",
-            ApiError::Unauthorized => "unauthorized",
+            ApiError::Unauthorized(_) => "unauthorized",
             ApiError::UrlNotAllowed(_) => "url_not_allowed",
             ApiError::CrossOrigin(_) => "cross_origin",
             ApiError::NotFound(_) => "not_found",
@@ -148,8 +159,15 @@ impl ApiError {
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Internal(m)
             | ApiError::Unavailable(m) => m.clone(),
-            ApiError::Unauthorized => {
-                "this route needs the header Authorization: Bearer <token>".into()
+            ApiError::Unauthorized(Credential::Missing) => {
+                "Authorization: no credential given; this route needs the header \
+                 Authorization: Bearer <token> (the API token or a tenant key)"
+                    .into()
+            }
+            ApiError::Unauthorized(Credential::NotAccepted) => {
+                "Authorization: the credential was not accepted (a wrong token, \
+                 or a tenant key that is unknown or revoked)"
+                    .into()
             }
             ApiError::MethodNotAllowed { allow } => {
                 format!("method not allowed here; allowed: {allow}")
@@ -186,7 +204,7 @@ impl ApiError {
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         match &self {
-            ApiError::Unauthorized => {
+            ApiError::Unauthorized(_) => {
                 headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             ApiError::MethodNotAllowed { allow } => {
@@ -232,7 +250,7 @@ impl ApiError {
     pub(crate) fn one_of_each() -> Vec<ApiError> {
         vec![
             ApiError::InvalidRequest("x".into()),
-            ApiError::Unauthorized,
+            ApiError::Unauthorized(Credential::Missing),
             ApiError::UrlNotAllowed("x".into()),
             ApiError::CrossOrigin("x".into()),
             ApiError::NotFound("x".into()),
@@ -298,7 +316,7 @@ impl From<StoreError> for ApiError {
             },
             // The key was revoked, or its tenant deleted, while the request
             // was read: as a key that never was.
-            StoreError::CredentialGone => ApiError::Unauthorized,
+            StoreError::CredentialGone => ApiError::Unauthorized(Credential::NotAccepted),
             StoreError::IllegalTransition(t) => {
                 tracing::error!(transition = %t, "store_illegal_transition");
                 ApiError::Internal(format!("illegal transition {t}"))
@@ -323,7 +341,7 @@ mod tests {
             .iter()
             .map(|e| match e {
                 ApiError::InvalidRequest(_) => 0,
-                ApiError::Unauthorized => 1,
+                ApiError::Unauthorized(_) => 1,
                 ApiError::UrlNotAllowed(_) => 2,
                 ApiError::NotFound(_) => 3,
                 ApiError::MethodNotAllowed { .. } => 4,

@@ -206,6 +206,26 @@ pub(crate) fn tls_config_with_roots(
 /// {"code","message"}}`, or the status and the start of a body that is not
 /// one (a proxy's page).
 fn refusal(status: StatusCode, body: &[u8]) -> ClientError {
+    let refused = refusal_of(status, body);
+    match refused {
+        // The fix is on this side: say how to give the credential.
+        ClientError::Refused {
+            status: 401,
+            code,
+            message,
+        } => ClientError::Refused {
+            status: 401,
+            code,
+            message: format!("{message}; {TOKEN_HINT}"),
+        },
+        other => other,
+    }
+}
+
+/// What a 401 adds: how this client sends a credential.
+const TOKEN_HINT: &str = "pass --token or set TC_API_TOKEN";
+
+fn refusal_of(status: StatusCode, body: &[u8]) -> ClientError {
     let envelope: Option<Value> = serde_json::from_slice(body).ok();
     let field = |name: &str| {
         envelope
@@ -295,6 +315,17 @@ mod tests {
             proxy.to_string(),
             "the server refused (502 Bad Gateway): <html>bad gateway</html>"
         );
+        for body in [
+            &br#"{"error":{"code":"unauthorized","message":"Authorization: no credential given"}}"#
+                [..],
+            b"",
+        ] {
+            let unauthorized = refusal(StatusCode::UNAUTHORIZED, body).to_string();
+            assert!(
+                unauthorized.ends_with("; pass --token or set TC_API_TOKEN"),
+                "{unauthorized}"
+            );
+        }
         let empty = refusal(StatusCode::NOT_FOUND, b"");
         assert_eq!(
             empty.to_string(),
