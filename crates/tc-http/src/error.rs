@@ -288,11 +288,11 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound => ApiError::NotFound("no task with this id".into()),
-            StoreError::IdempotencyConflict => ApiError::IdempotencyConflict(
-                "idempotency_key: already used for a task with a different payload \
-                 (url, json, max_attempts or timeout_ms)"
-                    .into(),
-            ),
+            StoreError::IdempotencyConflict { fields } => ApiError::IdempotencyConflict(format!(
+                "idempotency_key: already used for a task with other work; \
+                     differs in {}",
+                fields.join(", ")
+            )),
             StoreError::NotTerminal(state) => ApiError::TaskNotTerminal(format!(
                 "task is {state}: only a finished task can be deleted; cancel it first"
             )),
@@ -400,7 +400,13 @@ mod tests {
     fn store_errors_map_to_their_statuses() {
         let cases = [
             (StoreError::NotFound, 404, "not_found"),
-            (StoreError::IdempotencyConflict, 409, "idempotency_conflict"),
+            (
+                StoreError::IdempotencyConflict {
+                    fields: vec!["json"],
+                },
+                409,
+                "idempotency_conflict",
+            ),
             (StoreError::Exists, 409, "schedule_exists"),
             (
                 StoreError::NotTerminal(tc_model::State::Running),
