@@ -229,6 +229,49 @@ impl ApiError {
     }
 }
 
+/// The refusal of an unknown field: the field's name first, then the known
+/// field it most likely meant when one is close (`timeout: unknown field;
+/// did you mean timeout_ms?`), else the known fields.
+pub(crate) fn unknown_field(name: &str, known: &[&str]) -> ApiError {
+    ApiError::InvalidRequest(match nearest(name, known) {
+        Some(near) => format!("{name}: unknown field; did you mean {near}?"),
+        None => format!("{name}: unknown field (expected {})", known.join(", ")),
+    })
+}
+
+/// How alike two names must be (Jaro-Winkler, 0 to 1, as clap's "did you
+/// mean") for one to be suggested for the other.
+const SUGGEST_SIMILARITY: f64 = 0.8;
+
+/// The known name most like `name`, if it is alike enough.
+fn nearest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    // `filter.stat`, `task.timeout`: the member's own name is compared.
+    let name = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(&name, k), *k))
+        .filter(|(similarity, _)| *similarity >= SUGGEST_SIMILARITY)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+/// serde's refusal of a body's data, as the API words it: an unknown field
+/// by [`unknown_field`] (serde's message lists the known ones), anything
+/// else after `field: `.
+pub(crate) fn data_refusal(field: &str, e: &serde_json::Error) -> ApiError {
+    let text = e.to_string();
+    let Some((name, expected)) = text
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+    else {
+        return ApiError::InvalidRequest(format!("{field}: {text}"));
+    };
+    // "…, expected one of `a`, `b` at line 1 column 9": the quoted names.
+    let expected = expected.split(" at line ").next().unwrap_or_default();
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    unknown_field(name, &known)
+}
+
 /// What kind of JSON value `v` is, as a refusal's message names what it
 /// got ("must be a string, got a number").
 pub(crate) fn json_type(v: &Value) -> &'static str {
@@ -394,6 +437,73 @@ mod tests {
                     .is_some_and(|m| !m.is_empty())
             );
         }
+    }
+
+    #[test]
+    fn an_unknown_field_is_named_first_with_the_nearest_known_one() {
+        let known = [
+            "url",
+            "json",
+            "idempotency_key",
+            "max_attempts",
+            "timeout_ms",
+            "callback_url",
+        ];
+        let check = |name: &str, expected: &str| {
+            assert_eq!(unknown_field(name, &known).message(), expected, "{name}");
+        };
+        check(
+            "timeout",
+            "timeout: unknown field; did you mean timeout_ms?",
+        );
+        check(
+            "max_attempt",
+            "max_attempt: unknown field; did you mean max_attempts?",
+        );
+        check(
+            "idempotencykey",
+            "idempotencykey: unknown field; did you mean idempotency_key?",
+        );
+        check("URL", "URL: unknown field; did you mean url?");
+        check(
+            "callback",
+            "callback: unknown field; did you mean callback_url?",
+        );
+        check(
+            "extra",
+            "extra: unknown field (expected url, json, idempotency_key, max_attempts, timeout_ms, callback_url)",
+        );
+        check(
+            "body",
+            "body: unknown field (expected url, json, idempotency_key, max_attempts, timeout_ms, callback_url)",
+        );
+    }
+
+    #[test]
+    fn serde_s_unknown_field_is_reworded() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Body {
+            url: Option<String>,
+            timeout_ms: Option<u64>,
+        }
+        let check = |json: &str, expected: &str| {
+            let e = serde_json::from_str::<Body>(json).unwrap_err();
+            assert_eq!(data_refusal("body", &e).message(), expected, "{json}");
+        };
+        check(
+            r#"{"timeout":1}"#,
+            "timeout: unknown field; did you mean timeout_ms?",
+        );
+        check(
+            r#"{"zzz":1}"#,
+            "zzz: unknown field (expected url, timeout_ms)",
+        );
+        check(
+            r#"{"url":1}"#,
+            "body: invalid type: integer `1`, expected a string at line 1 column 8",
+        );
     }
 
     #[test]
