@@ -171,7 +171,8 @@ pub(crate) struct ServeArgs {
     /// `webhook-timestamp` and `webhook-signature`. A tenant's tasks are
     /// never signed with it (they use the tenant's own secrets).
     /// Give it twice (or comma-separated) while rotating: each call is then
-    /// signed with both.
+    /// signed with both. Make one with
+    /// `echo "whsec_$(head -c 32 /dev/urandom | base64)"`.
     #[arg(
         long,
         env = "TC_SIGNING_SECRET",
