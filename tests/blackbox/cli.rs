@@ -1022,7 +1022,7 @@ async fn schedules_are_created_listed_paused_triggered_and_deleted() {
 
     let run = c.run(&["schedule", "pause", "nightly"]).await;
     run.expect(0);
-    assert_eq!(run.field("paused"), "true", "{}", run.out());
+    assert_eq!(run.field("paused"), "yes", "{}", run.out());
     let run = c.run(&["schedule", "resume", "nightly", "--json"]).await;
     run.expect(0);
     assert_eq!(run.json()["paused"], false);

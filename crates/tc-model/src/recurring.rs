@@ -231,6 +231,19 @@ impl Zone {
     pub fn name(&self) -> &'static str {
         self.0.name()
     }
+
+    /// `t` as this zone's wall-clock time, RFC 3339 with the offset in
+    /// force then (`2026-01-05T02:30:00+01:00`); what a person reading a
+    /// schedule's next runs expects beside UTC.
+    pub fn local_rfc3339(&self, t: Timestamp) -> String {
+        match to_utc(t) {
+            Some(at) => at
+                .with_timezone(&self.0)
+                .format("%Y-%m-%dT%H:%M:%S%:z")
+                .to_string(),
+            None => rfc3339_utc(t),
+        }
+    }
 }
 
 /// A cron pattern read in a time zone: when a schedule fires.
@@ -694,6 +707,38 @@ mod tests {
             cron: CronPattern::parse(cron).expect("a valid pattern"),
             zone: Zone::parse(zone).expect("a zone"),
         }
+    }
+
+    #[test]
+    fn a_time_reads_in_a_zone_with_its_offset_then() {
+        let check = |zone: &str, utc: &str, expected: &str| {
+            let t = Timestamp::from_millis(
+                DateTime::parse_from_rfc3339(utc)
+                    .unwrap()
+                    .timestamp_millis(),
+            );
+            assert_eq!(
+                Zone::parse(zone).unwrap().local_rfc3339(t),
+                expected,
+                "{zone} {utc}"
+            );
+        };
+        check(
+            "Europe/Berlin",
+            "2026-01-05T01:30:00Z",
+            "2026-01-05T02:30:00+01:00",
+        );
+        check(
+            "Europe/Berlin",
+            "2026-07-05T00:30:00Z",
+            "2026-07-05T02:30:00+02:00",
+        );
+        check(
+            "America/New_York",
+            "2026-01-05T01:30:00Z",
+            "2026-01-04T20:30:00-05:00",
+        );
+        check("UTC", "2026-01-05T01:30:00Z", "2026-01-05T01:30:00+00:00");
     }
 
     fn check_parse(cron: &str, expected: Result<(), &str>) {

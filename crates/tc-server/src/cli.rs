@@ -575,6 +575,13 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Without --json, as the API: nothing sent, so a POST sends `{}`.
+        match task(&["task", "submit", "--url", "u"]).command {
+            TaskCommand::Submit(s) => {
+                assert_eq!((s.method.as_deref(), s.payload.is_none()), (None, true));
+            }
+            other => panic!("{other:?}"),
+        }
         // With a method, the payload may be left out (a GET has none).
         match task(&["task", "submit", "--url", "u", "--method", "get"]).command {
             TaskCommand::Submit(s) => {
@@ -628,7 +635,6 @@ mod tests {
             assert!(msg.contains(part), "{args:?}: {msg}");
         };
         check(&["task", "get"], "<ID>");
-        check(&["task", "submit", "--url", "u"], "--json");
         check(
             &["task", "submit", "--url", "u", "--method", "HEAD"],
             "--method",
