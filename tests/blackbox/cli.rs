@@ -817,7 +817,8 @@ async fn exit_codes_say_refused_usage_or_unreachable() {
             ),
             case(&["task", "list", "--limit", "0"], 2, "", "--limit"),
             case(&["task", "frobnicate"], 2, "", "frobnicate"),
-            case(&["task", "submit", "--url", "http://x/"], 2, "", "--json"),
+            // Without --json, as the API: a POST of `{}` (exit 0).
+            case(&["task", "submit", "--url", "http://x/"], 0, "created", ""),
             case(
                 &["task", "submit", "--url", "http://x/", "--json", "{"],
                 2,
@@ -850,11 +851,19 @@ async fn the_token_goes_by_flag_or_environment() {
         &c,
         &[
             case(&["task", "list"], 1, "", "401 unauthorized"),
+            // A 401 says how to give the credential.
+            case(
+                &["task", "list"],
+                1,
+                "",
+                "no credential given; this route needs the header Authorization: Bearer <token> \
+                 (the API token or a tenant key); pass --token or set TC_API_TOKEN",
+            ),
             case(
                 &["task", "list", "--token", "wrong"],
                 1,
                 "",
-                "401 unauthorized",
+                "the credential was not accepted",
             ),
             case(&["task", "list", "--token", "s3cret", "--json"], 0, "", ""),
             case(&["task", "--token", "s3cret", "list"], 0, "", ""),
@@ -1059,7 +1068,7 @@ async fn schedules_are_created_listed_paused_triggered_and_deleted() {
 
     let run = c.run(&["schedule", "pause", "nightly"]).await;
     run.expect(0);
-    assert_eq!(run.field("paused"), "true", "{}", run.out());
+    assert_eq!(run.field("paused"), "yes", "{}", run.out());
     let run = c.run(&["schedule", "resume", "nightly", "--json"]).await;
     run.expect(0);
     assert_eq!(run.json()["paused"], false);
@@ -1209,6 +1218,13 @@ async fn tenants_and_their_keys_are_managed_and_a_key_is_a_token() {
         .await;
     run.expect(0);
     assert_eq!(run.json_lines().len(), 1, "{}", run.out());
+    // The admin's table names each task's tenant once tenants have tasks.
+    let run = admin.run(&["task", "list"]).await;
+    run.expect(0);
+    let table = run.out();
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[..3], ["ID", "TENANT", "STATE"], "{table}");
+    assert!(table.contains("acme"), "{table}");
     check(
         &tenant,
         &[
@@ -1234,9 +1250,15 @@ async fn tenants_and_their_keys_are_managed_and_a_key_is_a_token() {
         ],
     )
     .await;
+    // A revoked key reads as any credential not accepted.
     check(
         &tenant,
-        &[case(&["task", "list"], 1, "", "401 unauthorized")],
+        &[case(
+            &["task", "list"],
+            1,
+            "",
+            "401 unauthorized): Authorization: the credential was not accepted",
+        )],
     )
     .await;
 }

@@ -258,10 +258,24 @@ async fn bad_flags_and_values_exit_2_naming_the_flag() {
     )
     .await;
     check(&[], &[("TC_CONCURRENCY", "0")], "--concurrency").await;
+    // https:// is taken (issue 42); another scheme is not.
     check(
-        &[("--otlp-endpoint", "https://collector:4318")],
+        &[("--otlp-endpoint", "ftp://collector:4318")],
         &[],
         "--otlp-endpoint",
+    )
+    .await;
+    check(
+        &[],
+        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318")],
+        "--otlp-traces-endpoint",
+    )
+    .await;
+    // A malformed header list is named, its values never repeated.
+    check(
+        &[("--otlp-endpoint", "http://127.0.0.1:4318")],
+        &[("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s3cret,novalue")],
+        "OTEL_EXPORTER_OTLP_HEADERS: entry 2 is not key=value",
     )
     .await;
     check(

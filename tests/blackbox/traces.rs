@@ -138,6 +138,16 @@ async fn spans_are_exported_with_their_parents_and_attributes() {
     .await;
     let destination = s.down.destination();
     let port = destination.rsplit_once(':').unwrap().1.to_owned();
+    // The start line says where spans go: the base endpoint's /v1/traces.
+    let listening = s.server.logged("listening").await;
+    assert_eq!(
+        listening["spans"].as_str(),
+        Some(format!("{endpoint}/v1/traces").as_str()),
+        "{listening}"
+    );
+    // Scrapes and probes make no span (checked once the others arrived).
+    assert_eq!(s.api.get("/healthz").await.status, 200);
+    assert_eq!(s.api.get("/metrics").await.status, 200);
 
     // Success after a 503, submitted in the caller's trace.
     let flaky = json!({"url": s.down.url("/flaky/1?secret=q"), "idempotency_key": "flaky", "max_attempts": 3});
@@ -176,6 +186,16 @@ async fn spans_are_exported_with_their_parents_and_attributes() {
                 && of_kind(spans, &slow_trace, 3).len() == 1
         })
         .await;
+
+    let probes: Vec<_> = spans
+        .iter()
+        .filter(|s| matches!(s.attr("url.path").as_deref(), Some("/healthz" | "/metrics")))
+        .collect();
+    assert!(probes.is_empty(), "{probes:#?}");
+    assert_eq!(
+        spans[0].resource.get("service.version").map(String::as_str),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
 
     // The submit's server span: a child of the caller's span.
     let server = of_kind(&spans, TRACE_ID, 2);
@@ -225,7 +245,8 @@ async fn spans_are_exported_with_their_parents_and_attributes() {
         let attempt = (n + 1).to_string();
         let resends = n.to_string();
         let status = if n == 0 { "503" } else { "200" };
-        let url = s.down.url("/flaky/1");
+        // The query's names stay, their values never leave the server.
+        let url = format!("{}?secret=REDACTED", s.down.url("/flaky/1"));
         for (key, value) in [
             ("http.request.method", "POST"),
             ("url.full", url.as_str()),

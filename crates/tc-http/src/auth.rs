@@ -16,7 +16,7 @@ use tc_model::tenant::{Acting, Scope, TenantSettings};
 
 use crate::app::App;
 use crate::control::Control;
-use crate::error::ApiError;
+use crate::error::{ApiError, Credential};
 
 /// The caller of one request: its scope and, for a tenant, the tenant's
 /// settings as stored now (its quotas).
@@ -75,7 +75,7 @@ pub(crate) async fn caller<S: TaskStore, C: Control>(
         // An admin token that happens to look like a key still works.
         return match token {
             Some(token) if authorized(&parts.headers, token) => Ok(Caller::admin()),
-            _ => Err(ApiError::Unauthorized),
+            _ => Err(ApiError::Unauthorized(Credential::NotAccepted)),
         };
     }
     let Some(token) = token else {
@@ -89,9 +89,19 @@ pub(crate) async fn caller<S: TaskStore, C: Control>(
             None => Ok(Caller::admin()),
             Some(hash) => tenant_caller(app, hash)
                 .await?
-                .ok_or(ApiError::Unauthorized),
+                .ok_or(ApiError::Unauthorized(Credential::NotAccepted)),
         },
-        None => Err(ApiError::Unauthorized),
+        None => Err(ApiError::Unauthorized(refusal(&parts.headers))),
+    }
+}
+
+/// Why a request without a valid credential is refused: none came (no
+/// `Authorization`, no cookie), or one came and was not accepted.
+fn refusal(headers: &HeaderMap) -> Credential {
+    if headers.contains_key(AUTHORIZATION) || headers.contains_key(http::header::COOKIE) {
+        Credential::NotAccepted
+    } else {
+        Credential::Missing
     }
 }
 

@@ -141,10 +141,18 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
             "signing_secrets" => update.signing_secrets = Some(parse_signing_secrets(&value)?),
             "share_with_tenants" => update.share_with_tenants = Some(parse_share(&value)?),
             other => {
-                return Err(invalid(format!(
-                    "{other}: unknown field (expected max_in_flight, rate_per_s, burst, paused, \
-                     headers, signing_secrets, share_with_tenants)"
-                )));
+                return Err(crate::error::unknown_field(
+                    other,
+                    &[
+                        "max_in_flight",
+                        "rate_per_s",
+                        "burst",
+                        "paused",
+                        "headers",
+                        "signing_secrets",
+                        "share_with_tenants",
+                    ],
+                ));
             }
         }
     }

@@ -102,7 +102,7 @@ pub(crate) fn parse_submit(
     // Straight from the bytes, not through a `Value`, so that a repeated
     // field is refused rather than silently last-one-wins.
     let body: SubmitBody = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => invalid(format!("body: {e}")),
+        serde_json::error::Category::Data => crate::error::data_refusal("body", &e),
         _ => invalid(format!("body: not valid JSON: {e}")),
     })?;
 
@@ -247,7 +247,7 @@ pub(crate) fn parse_batch(bytes: &[u8]) -> Result<Vec<Box<RawValue>>, ApiError> 
         ));
     }
     let body: BatchBody = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => invalid(format!("tasks: {e}")),
+        serde_json::error::Category::Data => crate::error::data_refusal("tasks", &e),
         _ => invalid(format!("body: not valid JSON: {e}")),
     })?;
     if !(1..=MAX_BATCH).contains(&body.tasks.len()) {
@@ -319,7 +319,7 @@ fn object_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErr
         return Err(invalid("body: must be a JSON object".into()));
     }
     serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => invalid(format!("body: {e}")),
+        serde_json::error::Category::Data => crate::error::data_refusal("body", &e),
         _ => invalid(format!("body: not valid JSON: {e}")),
     })
 }
@@ -483,10 +483,7 @@ pub(crate) fn parse_bulk(bytes: &[u8]) -> Result<BulkRequest, ApiError> {
     let mut filter = FilterFields::default();
     for (name, value) in fields {
         let slot = filter.slot(&name).ok_or_else(|| {
-            invalid(format!(
-                "filter.{name}: unknown field (expected {})",
-                FILTER_FIELDS.join(", ")
-            ))
+            crate::error::unknown_field(&format!("filter.{name}"), &FILTER_FIELDS)
         })?;
         match value {
             Value::String(s) => *slot = Some(s),
@@ -609,7 +606,14 @@ mod tests {
                 Err("body: must be a JSON object"),
             ),
             ("null".into(), Err("body: must be a JSON object")),
-            (ok(r#","extra":1"#), Err("body: unknown field `extra`")),
+            (
+                ok(r#","extra":1"#),
+                Err("extra: unknown field (expected url, json"),
+            ),
+            (
+                ok(r#","timeout":1"#),
+                Err("timeout: unknown field; did you mean timeout_ms?"),
+            ),
             (
                 ok(r#","url":"http://a/""#),
                 Err("body: duplicate field `url`"),

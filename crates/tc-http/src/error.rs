@@ -9,13 +9,24 @@ use serde::Serialize;
 use serde_json::Value;
 use tc_model::store::StoreError;
 
+/// Why a request was not authenticated. A wrong admin token and an unknown
+/// or revoked tenant key are the same "not accepted": the answer never says
+/// whether a key exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Credential {
+    /// No `Authorization` header and no dashboard session cookie.
+    Missing,
+    /// A credential came and is not (or no longer) valid.
+    NotAccepted,
+}
+
 /// Every error the API answers with: one variant per documented code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ApiError {
     /// 400: the request is malformed; the message names the field.
     InvalidRequest(String),
-    /// 401: the bearer token is missing or wrong.
-    Unauthorized,
+    /// 401: the credential is missing or was not accepted.
+    Unauthorized(Credential),
     /// 403: the url is under none of the allowed prefixes.
     UrlNotAllowed(String),
     /// 403: a state change whose `Origin` is another site's.
@@ -74,7 +85,7 @@ impl ApiError {
     pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::UrlNotAllowed(_) | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -103,7 +114,7 @@ impl ApiError {
     pub(crate) fn code(&self) -> &'static str {
         match self {
             ApiError::InvalidRequest(_) => "invalid_request",
-            ApiError::Unauthorized => "unauthorized",
+            ApiError::Unauthorized(_) => "unauthorized",
             ApiError::UrlNotAllowed(_) => "url_not_allowed",
             ApiError::CrossOrigin(_) => "cross_origin",
             ApiError::NotFound(_) => "not_found",
@@ -156,8 +167,15 @@ impl ApiError {
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Internal(m)
             | ApiError::Unavailable(m) => m.clone(),
-            ApiError::Unauthorized => {
-                "this route needs the header Authorization: Bearer <token>".into()
+            ApiError::Unauthorized(Credential::Missing) => {
+                "Authorization: no credential given; this route needs the header \
+                 Authorization: Bearer <token> (the API token or a tenant key)"
+                    .into()
+            }
+            ApiError::Unauthorized(Credential::NotAccepted) => {
+                "Authorization: the credential was not accepted (a wrong token, \
+                 or a tenant key that is unknown or revoked)"
+                    .into()
             }
             ApiError::MethodNotAllowed { allow } => {
                 format!("method not allowed here; allowed: {allow}")
@@ -194,7 +212,7 @@ impl ApiError {
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         match &self {
-            ApiError::Unauthorized => {
+            ApiError::Unauthorized(_) => {
                 headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             ApiError::MethodNotAllowed { allow } => {
@@ -219,6 +237,49 @@ impl ApiError {
     }
 }
 
+/// The refusal of an unknown field: the field's name first, then the known
+/// field it most likely meant when one is close (`timeout: unknown field;
+/// did you mean timeout_ms?`), else the known fields.
+pub(crate) fn unknown_field(name: &str, known: &[&str]) -> ApiError {
+    ApiError::InvalidRequest(match nearest(name, known) {
+        Some(near) => format!("{name}: unknown field; did you mean {near}?"),
+        None => format!("{name}: unknown field (expected {})", known.join(", ")),
+    })
+}
+
+/// How alike two names must be (Jaro-Winkler, 0 to 1, as clap's "did you
+/// mean") for one to be suggested for the other.
+const SUGGEST_SIMILARITY: f64 = 0.8;
+
+/// The known name most like `name`, if it is alike enough.
+fn nearest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    // `filter.stat`, `task.timeout`: the member's own name is compared.
+    let name = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(&name, k), *k))
+        .filter(|(similarity, _)| *similarity >= SUGGEST_SIMILARITY)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+/// serde's refusal of a body's data, as the API words it: an unknown field
+/// by [`unknown_field`] (serde's message lists the known ones), anything
+/// else after `field: `.
+pub(crate) fn data_refusal(field: &str, e: &serde_json::Error) -> ApiError {
+    let text = e.to_string();
+    let Some((name, expected)) = text
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+    else {
+        return ApiError::InvalidRequest(format!("{field}: {text}"));
+    };
+    // "…, expected one of `a`, `b` at line 1 column 9": the quoted names.
+    let expected = expected.split(" at line ").next().unwrap_or_default();
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    unknown_field(name, &known)
+}
+
 /// What kind of JSON value `v` is, as a refusal's message names what it
 /// got ("must be a string, got a number").
 pub(crate) fn json_type(v: &Value) -> &'static str {
@@ -240,7 +301,7 @@ impl ApiError {
     pub(crate) fn one_of_each() -> Vec<ApiError> {
         vec![
             ApiError::InvalidRequest("x".into()),
-            ApiError::Unauthorized,
+            ApiError::Unauthorized(Credential::Missing),
             ApiError::UrlNotAllowed("x".into()),
             ApiError::CrossOrigin("x".into()),
             ApiError::NotFound("x".into()),
@@ -279,11 +340,11 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound => ApiError::NotFound("no task with this id".into()),
-            StoreError::IdempotencyConflict => ApiError::IdempotencyConflict(
-                "idempotency_key: already used for a task with a different payload \
-                 (url, json, max_attempts or timeout_ms)"
-                    .into(),
-            ),
+            StoreError::IdempotencyConflict { fields } => ApiError::IdempotencyConflict(format!(
+                "idempotency_key: already used for a task with other work; \
+                     differs in {}",
+                fields.join(", ")
+            )),
             StoreError::NotTerminal(state) => ApiError::TaskNotTerminal(format!(
                 "task is {state}: only a finished task can be deleted; cancel it first"
             )),
@@ -307,7 +368,7 @@ impl From<StoreError> for ApiError {
             },
             // The key was revoked, or its tenant deleted, while the request
             // was read: as a key that never was.
-            StoreError::CredentialGone => ApiError::Unauthorized,
+            StoreError::CredentialGone => ApiError::Unauthorized(Credential::NotAccepted),
             StoreError::IllegalTransition(t) => {
                 tracing::error!(transition = %t, "store_illegal_transition");
                 ApiError::Internal(format!("illegal transition {t}"))
@@ -332,7 +393,7 @@ mod tests {
             .iter()
             .map(|e| match e {
                 ApiError::InvalidRequest(_) => 0,
-                ApiError::Unauthorized => 1,
+                ApiError::Unauthorized(_) => 1,
                 ApiError::UrlNotAllowed(_) => 2,
                 ApiError::NotFound(_) => 3,
                 ApiError::MethodNotAllowed { .. } => 4,
@@ -389,10 +450,83 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_field_is_named_first_with_the_nearest_known_one() {
+        let known = [
+            "url",
+            "json",
+            "idempotency_key",
+            "max_attempts",
+            "timeout_ms",
+            "callback_url",
+        ];
+        let check = |name: &str, expected: &str| {
+            assert_eq!(unknown_field(name, &known).message(), expected, "{name}");
+        };
+        check(
+            "timeout",
+            "timeout: unknown field; did you mean timeout_ms?",
+        );
+        check(
+            "max_attempt",
+            "max_attempt: unknown field; did you mean max_attempts?",
+        );
+        check(
+            "idempotencykey",
+            "idempotencykey: unknown field; did you mean idempotency_key?",
+        );
+        check("URL", "URL: unknown field; did you mean url?");
+        check(
+            "callback",
+            "callback: unknown field; did you mean callback_url?",
+        );
+        check(
+            "extra",
+            "extra: unknown field (expected url, json, idempotency_key, max_attempts, timeout_ms, callback_url)",
+        );
+        check(
+            "body",
+            "body: unknown field (expected url, json, idempotency_key, max_attempts, timeout_ms, callback_url)",
+        );
+    }
+
+    #[test]
+    fn serde_s_unknown_field_is_reworded() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Body {
+            url: Option<String>,
+            timeout_ms: Option<u64>,
+        }
+        let check = |json: &str, expected: &str| {
+            let e = serde_json::from_str::<Body>(json).unwrap_err();
+            assert_eq!(data_refusal("body", &e).message(), expected, "{json}");
+        };
+        check(
+            r#"{"timeout":1}"#,
+            "timeout: unknown field; did you mean timeout_ms?",
+        );
+        check(
+            r#"{"zzz":1}"#,
+            "zzz: unknown field (expected url, timeout_ms)",
+        );
+        check(
+            r#"{"url":1}"#,
+            "body: invalid type: integer `1`, expected a string at line 1 column 8",
+        );
+    }
+
+    #[test]
     fn store_errors_map_to_their_statuses() {
         let cases = [
             (StoreError::NotFound, 404, "not_found"),
-            (StoreError::IdempotencyConflict, 409, "idempotency_conflict"),
+            (
+                StoreError::IdempotencyConflict {
+                    fields: vec!["json"],
+                },
+                409,
+                "idempotency_conflict",
+            ),
             (StoreError::Exists, 409, "schedule_exists"),
             (
                 StoreError::NotTerminal(tc_model::State::Running),

@@ -164,7 +164,9 @@ fn store_error(name: &str, e: StoreError) -> ApiError {
 }
 
 /// The fields of a schedule body.
-const FIELDS: &str = "name, cron, timezone, task, paused, overlap, catch_up";
+const FIELDS: [&str; 7] = [
+    "name", "cron", "timezone", "task", "paused", "overlap", "catch_up",
+];
 
 fn string_field(field: &str, value: &Value) -> Result<String, ApiError> {
     match value {
@@ -220,11 +222,7 @@ pub(crate) fn parse_spec(
                 catch_up = CatchUp::parse(&string_field(field, &value)?)
                     .map_err(|e| invalid(e.to_string()))?;
             }
-            other => {
-                return Err(invalid(format!(
-                    "{other}: unknown field (expected {FIELDS})"
-                )));
-            }
+            other => return Err(crate::error::unknown_field(other, &FIELDS)),
         }
     }
     let name = match (name, path_name) {

@@ -123,8 +123,13 @@ fn store_error(name: &str, e: StoreError) -> ApiError {
 }
 
 /// The settings fields of a tenant body.
-pub(crate) const SETTINGS: &str =
-    "weight, max_pending, submit_rate_per_s, submit_burst, signing_secrets";
+pub(crate) const SETTINGS: [&str; 5] = [
+    "weight",
+    "max_pending",
+    "submit_rate_per_s",
+    "submit_burst",
+    "signing_secrets",
+];
 
 /// A JSON object's members, or 400.
 fn object(bytes: &[u8]) -> Result<BTreeMap<String, Value>, ApiError> {
@@ -196,11 +201,7 @@ fn parse_update(fields: &BTreeMap<String, Value>) -> Result<TenantUpdate, ApiErr
                     "name: not a setting (a tenant is named by its path, and not renamed)".into(),
                 ));
             }
-            other => {
-                return Err(invalid(format!(
-                    "{other}: unknown field (expected {SETTINGS})"
-                )));
-            }
+            other => return Err(crate::error::unknown_field(other, &SETTINGS)),
         }
     }
     update

@@ -6,7 +6,10 @@
 //! that context when a tracer is configured (`--otlp-endpoint`), and ends
 //! it with the route and status (OpenTelemetry HTTP server conventions).
 //! A submitted task is stored in the request's trace: the server span when
-//! there is one, else the caller's context, else a new trace.
+//! there is one, else the caller's context, else a new trace. Scrapes and
+//! probes ([`UNTRACED_PATHS`]: `/metrics`, `/healthz`) make no span: a
+//! Prometheus scrape every few seconds would otherwise be most of the
+//! spans exported.
 
 use http::request::Parts;
 use opentelemetry::KeyValue;
@@ -16,6 +19,9 @@ use tc_trace::ChildSpan;
 
 /// The tracer the API makes its server spans with.
 pub use tc_trace::SpanTracer;
+
+/// The paths whose requests make no server span.
+pub(crate) const UNTRACED_PATHS: [&str; 2] = ["/metrics", "/healthz"];
 
 /// One request's trace: its server span, if spans are made, and the context
 /// a task it submits is stored with.
@@ -34,6 +40,7 @@ impl RequestTrace {
     /// `parts` the context its tasks get.
     pub(crate) fn start(tracer: Option<&SpanTracer>, parts: &mut Parts) -> RequestTrace {
         let incoming = incoming(parts);
+        let tracer = tracer.filter(|_| !UNTRACED_PATHS.contains(&parts.uri.path()));
         let Some(tracer) = tracer else {
             parts.extensions.insert(TaskTrace(incoming));
             return RequestTrace { span: None };
@@ -134,6 +141,31 @@ mod tests {
                 assert_ne!(got.trace_id(), task_context(&parts).trace_id());
             }
         }
+    }
+
+    #[test]
+    fn scrapes_and_probes_make_no_span() {
+        let tracer: SpanTracer = std::sync::Arc::new(opentelemetry::global::BoxedTracer::new(
+            Box::new(opentelemetry::trace::noop::NoopTracer::new()),
+        ));
+        let check = |method: &str, path: &str, spanned: bool| {
+            let mut parts = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0;
+            let trace = RequestTrace::start(Some(&tracer), &mut parts);
+            assert_eq!(trace.span.is_some(), spanned, "{method} {path}");
+            trace.end(&parts.method, None, 200);
+        };
+        check("GET", "/metrics", false);
+        check("GET", "/healthz", false);
+        check("GET", "/healthz?verbose=1", false);
+        check("GET", "/tasks", true);
+        check("POST", "/tasks", true);
+        check("GET", "/metrics/x", true);
     }
 
     #[test]

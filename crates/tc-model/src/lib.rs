@@ -34,6 +34,7 @@ pub use state::{IllegalTransition, State, UnknownState, retry_by_hand, transit};
 pub use task::{AttemptRecord, Task, TaskId, Timestamp, UnknownTaskId};
 pub use trace::TraceContext;
 pub use url::{
-    UrlNotAllowed, canonical_host, destination_of, is_under_prefix, origin_and_path, urls_allowed,
+    UrlNotAllowed, canonical_host, destination_of, is_under_prefix, origin_and_path, redacted_url,
+    urls_allowed,
 };
 pub use validation::{Limits, ValidationError};

@@ -318,12 +318,45 @@ impl NewTask {
     /// [`NewTask::same_payload`] against a stored task, its schedule,
     /// method, headers and callback included.
     pub fn same_work_as(&self, task: &crate::Task) -> bool {
-        self.same_payload(&task.url, &task.body, task.max_attempts, task.timeout)
-            && self.schedule == task.schedule
-            && self.method == task.method
-            && self.headers == task.headers
-            && self.callback == task.callback
-            && self.callback_of == task.callback_of
+        self.differing_fields(task).is_empty()
+    }
+
+    /// The fields, by their API names, in which this submit asks for other
+    /// work than the stored `task` (what an idempotency conflict names), in
+    /// the order a submit's body lists them; empty: the same work. A
+    /// schedule that differs is named by both sides' kinds (`run_at`,
+    /// `delay_ms`; none for "now").
+    pub fn differing_fields(&self, task: &crate::Task) -> Vec<&'static str> {
+        let mut fields = Vec::new();
+        let mut differ = |differs: bool, name: &'static str| {
+            if differs && !fields.contains(&name) {
+                fields.push(name);
+            }
+        };
+        differ(self.method != task.method, "method");
+        differ(self.url != task.url, "url");
+        differ(self.headers != task.headers, "headers");
+        differ(!same_json(&self.body, &task.body), "json");
+        differ(self.max_attempts != task.max_attempts, "max_attempts");
+        differ(self.timeout != task.timeout, "timeout_ms");
+        if self.schedule != task.schedule {
+            for schedule in [self.schedule, task.schedule] {
+                match schedule {
+                    Schedule::Now => {}
+                    Schedule::At(_) => differ(true, "run_at"),
+                    Schedule::After(_) => differ(true, "delay_ms"),
+                }
+            }
+        }
+        let url = |c: &Option<crate::callback::Callback>| c.as_ref().map(|c| c.url().to_owned());
+        let on =
+            |c: &Option<crate::callback::Callback>| c.as_ref().map(crate::callback::Callback::on);
+        differ(url(&self.callback) != url(&task.callback), "callback_url");
+        differ(on(&self.callback) != on(&task.callback), "callback_on");
+        // Only the store makes callback tasks: a user's submit never
+        // collides with one but through its key.
+        differ(self.callback_of != task.callback_of, "callback_of");
+        fields
     }
 }
 
@@ -373,6 +406,88 @@ fn check_key(key: &str) -> Result<(), ValidationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conflict_names_the_fields_that_differ() {
+        use crate::callback::{Callback, CallbackOn};
+        let base = || {
+            NewTask::new(
+                "http://a.test/hook".into(),
+                br#"{"a":1,"b":2}"#.to_vec(),
+                "k".into(),
+                3,
+                Duration::from_secs(5),
+                &Limits::default(),
+            )
+            .unwrap()
+        };
+        let on = |names: &[&str]| CallbackOn::parse(names.iter().copied()).unwrap();
+        let callback = |url: &str, names: &[&str]| Callback::new(url.into(), on(names)).unwrap();
+        let headers =
+            |value: &str| Headers::from_stored(Some(&format!(r#"{{"x-a":"{value}"}}"#))).unwrap();
+        let at = crate::Timestamp::from_millis(1_000);
+        let stored = {
+            let new = base()
+                .with_headers(headers("1"))
+                .with_callback(callback("http://c.test/cb", &["success"]));
+            crate::Task::submitted(crate::TaskId::new(at, [1; 10]), &new, at)
+        };
+        let check = |new: NewTask, expected: &[&str]| {
+            assert_eq!(new.differing_fields(&stored), expected);
+            assert_eq!(new.same_work_as(&stored), expected.is_empty());
+        };
+        let same = || {
+            base()
+                .with_headers(headers("1"))
+                .with_callback(callback("http://c.test/cb", &["success"]))
+        };
+        check(same(), &[]);
+        // JSON compares as values: key order and spacing are the same work.
+        check(
+            NewTask {
+                body: br#"{ "b":2, "a":1 }"#.to_vec(),
+                ..same()
+            },
+            &[],
+        );
+        check(same().with_method(Method::Put).unwrap(), &["method"]);
+        check(
+            NewTask {
+                url: "http://a.test/other".into(),
+                ..same()
+            },
+            &["url"],
+        );
+        check(same().with_headers(headers("2")), &["headers"]);
+        check(
+            NewTask {
+                body: br#"{"a":2,"b":2}"#.to_vec(),
+                max_attempts: 4,
+                timeout: Duration::from_secs(6),
+                ..same()
+            },
+            &["json", "max_attempts", "timeout_ms"],
+        );
+        check(same().with_schedule(Schedule::At(at)).unwrap(), &["run_at"]);
+        check(
+            same()
+                .with_schedule(Schedule::After(Duration::from_secs(1)))
+                .unwrap(),
+            &["delay_ms"],
+        );
+        check(
+            same().with_callback(callback("http://c.test/other", &["success"])),
+            &["callback_url"],
+        );
+        check(
+            same().with_callback(callback("http://c.test/cb", &["failed"])),
+            &["callback_on"],
+        );
+        check(
+            base().with_headers(headers("1")),
+            &["callback_url", "callback_on"],
+        );
+    }
 
     #[test]
     fn schedules_round_trip_through_their_stored_parts() {

@@ -93,6 +93,49 @@ impl PartialEq for CronPattern {
 
 impl Eq for CronPattern {}
 
+/// The fields of a pattern, in order, with what each takes; a six-field
+/// pattern has seconds first.
+const CRON_FIELDS: [(&str, &str); 5] = [
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day of month", "1-31"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day of week", "0-7 or SUN-SAT, 0 and 7 both Sunday"),
+];
+const NICKNAMES: &str = "@hourly, @daily, @weekly, @monthly, @yearly";
+
+/// Why croner refused `text`, in our words: the first field that is wrong
+/// on its own (found by parsing it with every other field `*`), with its
+/// range; never croner's own text, which speaks of its internals.
+fn refusal<E>(text: &str, parse: &dyn Fn(&str) -> Result<Cron, E>) -> String {
+    if text.trim_start().starts_with('@') {
+        return format!("unknown nickname {:?} (expected {NICKNAMES})", text.trim());
+    }
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let names: Vec<(&str, &str)> = if fields.len() == 6 {
+        std::iter::once(("second", "0-59"))
+            .chain(CRON_FIELDS)
+            .collect()
+    } else {
+        CRON_FIELDS.to_vec()
+    };
+    for (i, ((name, range), field)) in names.iter().zip(&fields).enumerate() {
+        let probe: Vec<&str> = (0..fields.len())
+            .map(|j| if j == i { *field } else { "*" })
+            .collect();
+        if parse(&probe.join(" ")).is_err() {
+            return format!(
+                "the {name} field {field:?} is not valid: it takes {range}, `*`, \
+                 ranges (a-b), lists (a,b) and steps (*/n, a-b/n)"
+            );
+        }
+    }
+    format!(
+        "{text:?} is not a valid pattern (minute hour day-of-month month day-of-week, \
+         or {NICKNAMES})"
+    )
+}
+
 impl CronPattern {
     /// Five fields (minute hour day-of-month month day-of-week) or a
     /// nickname (`@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`):
@@ -139,12 +182,14 @@ impl CronPattern {
                 "an empty item in a list: {text:?}"
             )));
         }
-        let cron = CronParser::builder()
-            .seconds(seconds)
-            .year(Year::Disallowed)
-            .build()
-            .parse(text)
-            .map_err(|e| ScheduleError::Cron(format!("{e}: {text:?}")))?;
+        let parse = |pattern: &str| {
+            CronParser::builder()
+                .seconds(seconds)
+                .year(Year::Disallowed)
+                .build()
+                .parse(pattern)
+        };
+        let cron = parse(text).map_err(|_| ScheduleError::Cron(refusal(text, &parse)))?;
         Ok(CronPattern {
             text: text.to_owned(),
             cron,
@@ -185,6 +230,19 @@ impl Zone {
     /// Its IANA name.
     pub fn name(&self) -> &'static str {
         self.0.name()
+    }
+
+    /// `t` as this zone's wall-clock time, RFC 3339 with the offset in
+    /// force then (`2026-01-05T02:30:00+01:00`); what a person reading a
+    /// schedule's next runs expects beside UTC.
+    pub fn local_rfc3339(&self, t: Timestamp) -> String {
+        match to_utc(t) {
+            Some(at) => at
+                .with_timezone(&self.0)
+                .format("%Y-%m-%dT%H:%M:%S%:z")
+                .to_string(),
+            None => rfc3339_utc(t),
+        }
     }
 }
 
@@ -651,12 +709,49 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_time_reads_in_a_zone_with_its_offset_then() {
+        let check = |zone: &str, utc: &str, expected: &str| {
+            let t = Timestamp::from_millis(
+                DateTime::parse_from_rfc3339(utc)
+                    .unwrap()
+                    .timestamp_millis(),
+            );
+            assert_eq!(
+                Zone::parse(zone).unwrap().local_rfc3339(t),
+                expected,
+                "{zone} {utc}"
+            );
+        };
+        check(
+            "Europe/Berlin",
+            "2026-01-05T01:30:00Z",
+            "2026-01-05T02:30:00+01:00",
+        );
+        check(
+            "Europe/Berlin",
+            "2026-07-05T00:30:00Z",
+            "2026-07-05T02:30:00+02:00",
+        );
+        check(
+            "America/New_York",
+            "2026-01-05T01:30:00Z",
+            "2026-01-04T20:30:00-05:00",
+        );
+        check("UTC", "2026-01-05T01:30:00Z", "2026-01-05T01:30:00+00:00");
+    }
+
     fn check_parse(cron: &str, expected: Result<(), &str>) {
         match (CronPattern::parse(cron), expected) {
             (Ok(_), Ok(())) => {}
             (Err(e), Err(part)) => {
                 let message = e.to_string();
                 assert!(message.starts_with("cron: "), "{cron:?}: {message}");
+                // croner's own words ("Position", "pattern") never show.
+                assert!(
+                    !message.contains("Position") && !message.contains("Invalid"),
+                    "{cron:?}: {message}"
+                );
                 assert!(message.contains(part), "{cron:?}: {message} lacks {part:?}");
             }
             (got, want) => panic!("{cron:?}: got {got:?}, want {want:?}"),
@@ -676,14 +771,36 @@ mod tests {
         check_parse("", Err("fields"));
         check_parse("* * * *", Err("must have 5 fields"));
         check_parse("* * * * * *", Err("must have 5 fields"));
-        check_parse("60 * * * *", Err(""));
-        check_parse("* 24 * * *", Err(""));
-        check_parse("* * 32 * *", Err(""));
-        check_parse("* * * 13 *", Err(""));
-        check_parse("* * * * 8", Err(""));
-        check_parse("*/0 * * * *", Err(""));
-        check_parse("a b c d e", Err(""));
-        check_parse("@reboot", Err(""));
+        // A refusal names the field and what it takes, in our words.
+        let minute = "the minute field";
+        check_parse(
+            "60 * * * *",
+            Err("the minute field \"60\" is not valid: it takes 0-59,"),
+        );
+        check_parse(
+            "* 24 * * *",
+            Err("the hour field \"24\" is not valid: it takes 0-23,"),
+        );
+        check_parse(
+            "* * 32 * *",
+            Err("the day of month field \"32\" is not valid: it takes 1-31,"),
+        );
+        check_parse(
+            "* * * 13 *",
+            Err("the month field \"13\" is not valid: it takes 1-12 or JAN-DEC,"),
+        );
+        check_parse(
+            "* * * * 8",
+            Err("the day of week field \"8\" is not valid: it takes 0-7 or SUN-SAT"),
+        );
+        check_parse("* * * * MONDAY", Err("the day of week field"));
+        check_parse("*/0 * * * *", Err(minute));
+        check_parse("a b c d e", Err(minute));
+        check_parse("0 9 * * 1-5/x", Err("the day of week field \"1-5/x\""));
+        check_parse(
+            "@reboot",
+            Err("unknown nickname \"@reboot\" (expected @hourly,"),
+        );
         // Malformed numbers, ranges and steps are refused, never a panic.
         for odd in [
             "99999999999999999999 * * * *",

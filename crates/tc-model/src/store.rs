@@ -25,9 +25,13 @@ pub enum StoreError {
     /// No task has that id.
     #[error("task not found")]
     NotFound,
-    /// The idempotency key belongs to a task with a different payload.
-    #[error("idempotency key already used for a different task")]
-    IdempotencyConflict,
+    /// The idempotency key belongs to a task with a different payload;
+    /// `fields` names what differs ([`NewTask::differing_fields`]).
+    #[error("idempotency key already used for a different task (differs in {})", fields.join(", "))]
+    IdempotencyConflict {
+        /// The submit's fields that differ from the stored task's.
+        fields: Vec<&'static str>,
+    },
     /// The operation would break the transition table.
     #[error("illegal transition {0}")]
     IllegalTransition(#[from] IllegalTransition),

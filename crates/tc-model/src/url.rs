@@ -2,7 +2,7 @@
 //! dot-segments (which let a url climb out of an allowed prefix), its host
 //! in one canonical form (so one destination has one name), matching an
 //! allow-list prefix on the normalised url, and the parts of a url that
-//! may be logged (never its query string, which often carries secrets).
+//! may be logged (never its query string's values, which often carry secrets).
 
 /// Whether the path of `uri` has a `.` or `..` segment, literal or
 /// percent-encoded (`%2e%2E`), also when a segment hides one behind an
@@ -118,6 +118,30 @@ pub fn origin_and_path(url: &str) -> (String, &str) {
     )
 }
 
+/// What a span's `url.full` and a log line may show of `url`: its origin
+/// and path ([`origin_and_path`], never user info) and its query with every
+/// parameter's name kept and its value replaced by `REDACTED` (a query often
+/// carries a token; its names still tell calls apart). No fragment.
+pub fn redacted_url(url: &str) -> String {
+    let (origin, path) = origin_and_path(url);
+    let before_fragment = url.split('#').next().unwrap_or_default();
+    let Some((_, query)) = before_fragment.split_once('?') else {
+        return format!("{origin}{path}");
+    };
+    let redacted: Vec<String> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) => format!("{name}=REDACTED"),
+            None => pair.to_owned(),
+        })
+        .collect();
+    if redacted.is_empty() {
+        return format!("{origin}{path}");
+    }
+    format!("{origin}{path}?{}", redacted.join("&"))
+}
+
 /// A url's destination: its `host:port`, the host canonical
 /// ([`canonical_host`]: `http://127.1:9/` is `127.0.0.1:9`), the port
 /// always written (`api.example.com:443`, `[::1]:8080`). What destination
@@ -223,6 +247,29 @@ fn escaped_byte(bytes: &[u8], i: usize) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redacted_url_keeps_the_query_s_names_and_hides_its_values() {
+        let check = |url: &str, expected: &str| {
+            assert_eq!(redacted_url(url), expected, "{url}");
+        };
+        check("https://b.test/hooks/1", "https://b.test:443/hooks/1");
+        check(
+            "https://b.test/hooks?token=s3cret&page=2",
+            "https://b.test:443/hooks?token=REDACTED&page=REDACTED",
+        );
+        check(
+            "http://user:pw@b.test:8080/p?flag&sig=abc#frag",
+            "http://b.test:8080/p?flag&sig=REDACTED",
+        );
+        check(
+            "http://b.test/p?a=1=2&&b=",
+            "http://b.test:80/p?a=REDACTED&b=REDACTED",
+        );
+        check("http://b.test?x=1", "http://b.test:80?x=REDACTED");
+        check("http://b.test/p?", "http://b.test:80/p");
+        check("http://b.test/p#x?y=1", "http://b.test:80/p");
+    }
 
     #[test]
     fn dot_segments_are_found_literal_or_encoded() {

@@ -189,7 +189,8 @@ pub(crate) struct ServeArgs {
     /// `webhook-timestamp` and `webhook-signature`. A tenant's tasks are
     /// never signed with it (they use the tenant's own secrets).
     /// Give it twice (or comma-separated) while rotating: each call is then
-    /// signed with both.
+    /// signed with both. Make one with
+    /// `echo "whsec_$(head -c 32 /dev/urandom | base64)"`.
     #[arg(
         long,
         env = "TC_SIGNING_SECRET",
@@ -229,15 +230,38 @@ pub(crate) struct ServeArgs {
     pub(crate) pg_pool_size: u32,
 
     /// Export OpenTelemetry spans over OTLP/HTTP (protobuf) to this
-    /// collector, `http://host:port` (spans go to `<url>/v1/traces`): a
-    /// server span per API request and a client span per downstream try,
-    /// whose id each try's `traceparent` then carries. Unset: no spans;
-    /// tasks still keep and send their W3C trace context. Export is
-    /// batched and bounded (2048 spans queued at most, then dropped): an
-    /// unreachable collector never slows the server. Read from
+    /// collector: its base URL, `http://host:4318` or `https://…` (verified
+    /// with the system's root certificates); spans go to `<url>/v1/traces`
+    /// (`/v1/traces` is not appended twice). A server span per API request
+    /// (`/metrics` and `/healthz` make none) and a client span per
+    /// downstream try, whose id each try's `traceparent` then carries.
+    /// Unset: no spans; tasks still keep and send their W3C trace context.
+    /// Export is batched and bounded (2048 spans queued at most, then
+    /// dropped): an unreachable collector never slows the server. A failed
+    /// export or a dropped span is counted
+    /// (`taskcenter_otlp_export_failures_total`,
+    /// `taskcenter_otlp_spans_dropped_total`) and logged as
+    /// `otlp_export_failed` at most once a minute. Read from
     /// OpenTelemetry's own variable.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
     pub(crate) otlp_endpoint: Option<String>,
+
+    /// The full URL spans are posted to, used as given (nothing appended);
+    /// wins over --otlp-endpoint.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_name = "URL")]
+    pub(crate) otlp_traces_endpoint: Option<String>,
+
+    /// Headers sent with every span export, `key=value,key2=value2`
+    /// (values percent-decoded), e.g. a hosted collector's API key. Never
+    /// logged; prefer the variable to the flag, which others may see in
+    /// the process list.
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_HEADERS",
+        value_name = "LIST",
+        hide_env_values = true
+    )]
+    pub(crate) otlp_headers: Option<String>,
 
     /// The `service.name` of exported spans; further resource attributes
     /// come from `OTEL_RESOURCE_ATTRIBUTES` (`key=value,…`).
@@ -403,14 +427,21 @@ impl ServeArgs {
                 ),
             ));
         }
-        if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty())
-            && let Err(why) = crate::telemetry::traces_url(endpoint)
-        {
+        if let Err(why) = self.otlp_sources().resolve(&self.otlp_service_name) {
             return Err(
                 Cli::command().error(clap::error::ErrorKind::ValueValidation, why.to_string())
             );
         }
         Ok(())
+    }
+
+    /// Where spans go, as the flags and OpenTelemetry's variables say.
+    pub(crate) fn otlp_sources(&self) -> crate::telemetry::OtlpSources<'_> {
+        crate::telemetry::OtlpSources {
+            endpoint: self.otlp_endpoint.as_deref(),
+            traces_endpoint: self.otlp_traces_endpoint.as_deref(),
+            headers: self.otlp_headers.as_deref(),
+        }
     }
 
     /// The server's own signing secrets (see `--signing-secret`); the error
@@ -566,6 +597,13 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Without --json, as the API: nothing sent, so a POST sends `{}`.
+        match task(&["task", "submit", "--url", "u"]).command {
+            TaskCommand::Submit(s) => {
+                assert_eq!((s.method.as_deref(), s.payload.is_none()), (None, true));
+            }
+            other => panic!("{other:?}"),
+        }
         // With a method, the payload may be left out (a GET has none).
         match task(&["task", "submit", "--url", "u", "--method", "get"]).command {
             TaskCommand::Submit(s) => {
@@ -619,7 +657,6 @@ mod tests {
             assert!(msg.contains(part), "{args:?}: {msg}");
         };
         check(&["task", "get"], "<ID>");
-        check(&["task", "submit", "--url", "u"], "--json");
         check(
             &["task", "submit", "--url", "u", "--method", "HEAD"],
             "--method",

@@ -194,14 +194,12 @@ impl Settings {
                 callback_result_bytes: callback_result_bytes(args),
                 ..PgConfig::default()
             },
+            // Checked before (`ServeArgs::check`): none when invalid.
             otlp: args
-                .otlp_endpoint
-                .as_ref()
-                .filter(|endpoint| !endpoint.is_empty())
-                .map(|endpoint| crate::telemetry::OtlpConfig {
-                    endpoint: endpoint.clone(),
-                    service_name: args.otlp_service_name.clone(),
-                }),
+                .otlp_sources()
+                .resolve(&args.otlp_service_name)
+                .ok()
+                .flatten(),
         }
     }
 }
@@ -242,10 +240,11 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     };
     raise_open_files_limit(&settings);
     // Export before anything makes spans; a bad endpoint fails the start.
+    let otlp_metrics = crate::telemetry::OtlpMetrics::default();
     let telemetry = settings
         .otlp
         .as_ref()
-        .map(crate::telemetry::Telemetry::start)
+        .map(|config| crate::telemetry::Telemetry::start(config, otlp_metrics.clone()))
         .transpose()?;
     let tracer = telemetry.as_ref().map(crate::telemetry::Telemetry::tracer);
     // The downstream client before the store: a bad CA file fails the start
@@ -280,6 +279,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     metrics.register(&mut registry);
     let pruner_metrics = tc_worker::PrunerMetrics::default();
     pruner_metrics.register(&mut registry);
+    otlp_metrics.register(&mut registry);
     let pruner = tc_worker::Pruner::spawn(
         Arc::clone(&store),
         settings.retention,
@@ -354,6 +354,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         db = %db_shown,
         store = store.kind(),
         concurrency = settings.worker.concurrency,
+        spans = %settings
+            .otlp
+            .as_ref()
+            .map_or_else(|| "off".to_owned(), crate::telemetry::shown),
         "listening"
     );
     if let Some(admin) = &admin {

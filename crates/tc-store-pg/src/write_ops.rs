@@ -80,11 +80,17 @@ pub(crate) fn answers(
                     created: true,
                 })
             }
-            Inserted::Existing(existing) if task.same_work_as(&existing) => Ok(Submitted {
-                task: existing,
-                created: false,
-            }),
-            Inserted::Existing(_) => Err(StoreError::IdempotencyConflict),
+            Inserted::Existing(existing) => {
+                let fields = task.differing_fields(&existing);
+                if fields.is_empty() {
+                    Ok(Submitted {
+                        task: existing,
+                        created: false,
+                    })
+                } else {
+                    Err(StoreError::IdempotencyConflict { fields })
+                }
+            }
             Inserted::OverQuota(limit) => Err(StoreError::QuotaExceeded { limit }),
             Inserted::CredentialGone => Err(StoreError::CredentialGone),
         })

@@ -223,12 +223,14 @@ fn submit_as(
 /// The task of `tenant` (as stored) that has `new`'s key: known when it
 /// has the same work, else a conflict; `None` when the key is free.
 fn known_task(conn: &Connection, new: &NewTask, tenant: &str) -> Result<Option<Made>, StoreError> {
-    match rows::load_by_key(conn, new.idempotency_key(), tenant)? {
-        Some(Stored { task, .. }) if new.same_work_as(&task) => {
-            Ok(Some(Made::Known(Box::new(task))))
-        }
-        Some(_) => Err(StoreError::IdempotencyConflict),
-        None => Ok(None),
+    let Some(Stored { task, .. }) = rows::load_by_key(conn, new.idempotency_key(), tenant)? else {
+        return Ok(None);
+    };
+    let fields = new.differing_fields(&task);
+    if fields.is_empty() {
+        Ok(Some(Made::Known(Box::new(task))))
+    } else {
+        Err(StoreError::IdempotencyConflict { fields })
     }
 }
 
@@ -543,7 +545,7 @@ fn ended(
     let made = match submit_as(conn, callback_id, &SubmitRow::of(&new), &new, now) {
         Ok(Made::Created(id)) => id,
         Ok(Made::Known(task)) => task.id,
-        Err(StoreError::IdempotencyConflict) => rows::load_by_key(
+        Err(StoreError::IdempotencyConflict { .. }) => rows::load_by_key(
             conn,
             new.idempotency_key(),
             tc_model::tenant::stored_tenant(new.tenant()),

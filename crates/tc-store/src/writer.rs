@@ -253,7 +253,9 @@ mod tests {
         assert!(first_answer.blocking_recv().unwrap().unwrap().created);
         assert_eq!(
             clash_answer.blocking_recv().unwrap(),
-            Err(StoreError::IdempotencyConflict)
+            Err(StoreError::IdempotencyConflict {
+                fields: vec!["json"]
+            })
         );
         assert!(last_answer.blocking_recv().unwrap().unwrap().created);
         assert_eq!(count(&conn), 2);

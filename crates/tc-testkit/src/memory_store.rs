@@ -324,13 +324,14 @@ impl TaskStore for MemoryStore {
         t.check_acting(new.acting().as_ref())?;
         if let Some(seq) = t.by_key.get(&key_of(new.tenant(), new.idempotency_key())) {
             let task = &t.tasks[seq];
-            return if new.same_work_as(task) {
+            let fields = new.differing_fields(task);
+            return if fields.is_empty() {
                 Ok(Submitted {
                     task: task.clone(),
                     created: false,
                 })
             } else {
-                Err(StoreError::IdempotencyConflict)
+                Err(StoreError::IdempotencyConflict { fields })
             };
         }
         // The quota after the key: a resubmit of an existing task answers

@@ -1066,7 +1066,12 @@ async fn same_key_different_payload<S: TaskStore, D: Downstream>(
     rig.submit("/one", "k-conflict").await?;
     let other = empty_task(rig.url("/two"), "k-conflict")?;
     let got = rig.store.submit(other, rig.clock.now()).await;
-    ensure!(got == Err(StoreError::IdempotencyConflict), "got {got:?}");
+    ensure!(
+        got == Err(StoreError::IdempotencyConflict {
+            fields: vec!["url", "json"]
+        }),
+        "got {got:?}"
+    );
     let page = rig
         .store
         .list(ListQuery {

@@ -164,7 +164,7 @@ impl<S: TaskStore, D> Drop for PanicGuard<S, D> {
                     Ok(Guarded::Lost(state)) => state,
                     Err(_) => return,
                 };
-                tracing::info!(task_id = %task_id, state = %state, retry = attempt, error = WORKER_PANIC, "task_done");
+                tracing::info!(task_id = %task_id, state = %state, attempt, error = WORKER_PANIC, "task_done");
                 shared.wake.notify_one();
                 shared.attempt_ended(AttemptEnded {
                     task_id,
@@ -301,12 +301,12 @@ async fn run<S: TaskStore, D: Downstream>(
             // Another claim or process owns the task now: this try was
             // interrupted, not canceled.
             Some(state) => {
-                tracing::info!(task_id = %task_id, state = %state, retry = task.attempt, duration_ms, reason = "taken_away", trace_id = ids.trace_id, span_id = ids.span_id, "task_interrupted");
+                tracing::info!(task_id = %task_id, state = %state, attempt = task.attempt, duration_ms, reason = "taken_away", trace_id = ids.trace_id, span_id = ids.span_id, "task_interrupted");
                 ctx.metrics.count("lost");
                 Some(state)
             }
             None => {
-                tracing::info!(task_id = %task_id, state = "canceled", retry = task.attempt, duration_ms, error = "canceled", trace_id = ids.trace_id, span_id = ids.span_id, "task_done");
+                tracing::info!(task_id = %task_id, state = "canceled", attempt = task.attempt, duration_ms, error = "canceled", trace_id = ids.trace_id, span_id = ids.span_id, "task_done");
                 ctx.metrics.count("canceled");
                 Some(State::Canceled)
             }
@@ -485,7 +485,7 @@ fn retried<S, D>(ctx: &AttemptContext<S, D>, report: &Report<'_>, planned: &Plan
         state = "pending",
         reason = planned.reason.as_deref().unwrap_or(""),
         delay_ms,
-        retry = report.task.attempt,
+        attempt = report.task.attempt,
         duration_ms = report.duration_ms,
         http_status = report.http_status,
         trace_id = report.ids.trace_id,
@@ -542,10 +542,10 @@ fn log_done(report: &Report<'_>, state: State, error: Option<&str>) {
     let LogIds { trace_id, span_id } = **ids;
     match (*http_status, error) {
         (Some(status), _) if state == State::Success => {
-            tracing::info!(task_id = %task.id, state = %state, retry = task.attempt, duration_ms, http_status = status, trace_id, span_id, "task_done");
+            tracing::info!(task_id = %task.id, state = %state, attempt = task.attempt, duration_ms, http_status = status, trace_id, span_id, "task_done");
         }
         (http_status, error) => {
-            tracing::info!(task_id = %task.id, state = %state, retry = task.attempt, duration_ms, http_status, error, trace_id, span_id, "task_done");
+            tracing::info!(task_id = %task.id, state = %state, attempt = task.attempt, duration_ms, http_status, error, trace_id, span_id, "task_done");
         }
     }
 }

@@ -235,6 +235,12 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
     /// its task back to pending itself.
     async fn drain(mut self) -> ShutdownReport {
         let in_flight = self.attempts.len();
+        // What an operator who pressed Ctrl-C waits for, and how long at most.
+        tracing::info!(
+            in_flight,
+            grace_ms = u64::try_from(self.config.shutdown_grace.as_millis()).unwrap_or(u64::MAX),
+            "shutdown_draining"
+        );
         let attempts = &mut self.attempts;
         let drained = tokio::time::timeout(self.config.shutdown_grace, async {
             while let Some(joined) = attempts.join_next().await {

@@ -79,9 +79,9 @@ impl AttemptSpan {
     }
 }
 
-/// The HTTP client attributes (url without its query) and taskcenter's own.
+/// The HTTP client attributes (the url with its query's values redacted)
+/// and taskcenter's own.
 fn attributes(task: &Task) -> Vec<KeyValue> {
-    let (origin, path) = tc_model::origin_and_path(&task.url);
     let (address, port) = match task.destination.rsplit_once(':') {
         Some((host, port)) => (
             host.trim_start_matches('[')
@@ -93,7 +93,7 @@ fn attributes(task: &Task) -> Vec<KeyValue> {
     };
     let mut attributes = vec![
         KeyValue::new("http.request.method", task.method.as_str()),
-        KeyValue::new("url.full", format!("{origin}{path}")),
+        KeyValue::new("url.full", tc_model::redacted_url(&task.url)),
         KeyValue::new("server.address", address),
         KeyValue::new(
             "http.request.resend_count",
@@ -107,4 +107,45 @@ fn attributes(task: &Task) -> Vec<KeyValue> {
         attributes.push(KeyValue::new("server.port", port));
     }
     attributes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::time::Duration;
+
+    use tc_model::{Limits, NewTask, TaskId, Timestamp};
+
+    fn check(url: &str, expected: &str) {
+        let new = NewTask::new(
+            url.into(),
+            Vec::new(),
+            "k".into(),
+            1,
+            Duration::from_secs(1),
+            &Limits::default(),
+        )
+        .unwrap();
+        let at = Timestamp::from_millis(1);
+        let task = Task::submitted(TaskId::new(at, [1; 10]), &new, at);
+        let full = attributes(&task)
+            .into_iter()
+            .find(|kv| kv.key.as_str() == "url.full")
+            .map(|kv| kv.value.to_string());
+        assert_eq!(full.as_deref(), Some(expected), "{url}");
+    }
+
+    #[test]
+    fn url_full_keeps_the_query_s_names_and_redacts_its_values() {
+        check("http://a.test/hook", "http://a.test:80/hook");
+        check(
+            "https://a.test/hook?token=s3cret&id=7",
+            "https://a.test:443/hook?token=REDACTED&id=REDACTED",
+        );
+        check(
+            "http://a.test/hook?dry_run",
+            "http://a.test:80/hook?dry_run",
+        );
+    }
 }

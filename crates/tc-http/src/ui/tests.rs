@@ -398,6 +398,13 @@ async fn with_a_token_only_the_login_page_is_served_until_the_right_token() {
         let reply = f.call("GET", path, &[], "").await;
         assert_eq!(reply.status, 401, "{path}");
         assert!(reply.body.contains("id=\"login\""), "{path}");
+        // The page says a tenant's key logs in too.
+        assert!(
+            reply.body.contains("a tenant&#39;s API key")
+                || reply.body.contains("a tenant's API key"),
+            "{path}: {}",
+            reply.body
+        );
         assert!(!reply.body.contains("count-pending"), "{path}");
     }
     assert!(f.login("wrong").await.is_none());

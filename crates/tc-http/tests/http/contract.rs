@@ -191,23 +191,30 @@ fn rows() -> Vec<Row> {
             r#"{"url":"http://127.0.0.1:9/hook","idempotency_key":"success","json":{"key":"success"},"max_attempts":1}"#,
             200,
         ),
+        // The conflict names the fields that differ.
         refused(
             &pending(r#","max_attempts":2"#),
             409,
             "idempotency_conflict",
-            "idempotency_key",
+            "idempotency_key: already used for a task with other work; differs in max_attempts",
         ),
         refused(
             &pending(r#","max_attempts":1,"timeout_ms":6000"#),
             409,
             "idempotency_conflict",
-            "",
+            "differs in timeout_ms",
         ),
         refused(
             r#"{"url":"http://127.0.0.1:9/other","idempotency_key":"pending","json":{"key":"pending"},"max_attempts":1}"#,
             409,
             "idempotency_conflict",
-            "",
+            "differs in url",
+        ),
+        refused(
+            r#"{"url":"http://127.0.0.1:9/other","idempotency_key":"pending","json":{"key":"x"},"max_attempts":1}"#,
+            409,
+            "idempotency_conflict",
+            "differs in url, json",
         ),
         // POST /tasks: malformed
         refused(r#"{"url":"#, 400, "invalid_request", "not valid JSON"),
@@ -716,13 +723,13 @@ fn outbound_rows() -> Vec<Row> {
             &format!(r#"{{{PENDING},"max_attempts":1,"method":"PUT"}}"#),
             409,
             "idempotency_conflict",
-            "",
+            "differs in method",
         ),
         refused(
             &format!(r#"{{{PENDING},"max_attempts":1,"headers":{{"x-a":"1"}}}}"#),
             409,
             "idempotency_conflict",
-            "",
+            "differs in headers",
         ),
         submit(
             &format!(r#"{{{PENDING},"max_attempts":1,"method":"POST","headers":{{}}}}"#),

@@ -263,7 +263,14 @@ async fn refusals_name_their_field() {
         "task.headers",
     )
     .await;
-    check(&h, with_task("surprise", json!(1)), 400, bad, "task: ").await;
+    check(
+        &h,
+        with_task("surprise", json!(1)),
+        400,
+        bad,
+        "task.surprise: unknown field",
+    )
+    .await;
     assert_eq!(
         h.call("GET", "/schedules", &[], b"").await.json(),
         json!({"schedules": []})

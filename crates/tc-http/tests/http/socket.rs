@@ -63,6 +63,11 @@ impl Raw {
         let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
         v["error"]["code"].as_str().map(str::to_owned)
     }
+
+    fn error_message(&self) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        v["error"]["message"].as_str().map(str::to_owned)
+    }
 }
 
 /// Reads one response (Content-Length framed) from the stream.
@@ -310,19 +315,39 @@ async fn the_token_is_checked_over_the_socket() {
         ..HttpConfig::default()
     })
     .await;
-    let cases: [(&str, &str, u16); 4] = [
-        ("/tasks", "", 401),
-        ("/tasks", "Authorization: Bearer nope\r\n", 401),
-        ("/tasks", "Authorization: Bearer s3cret\r\n", 200),
-        ("/healthz", "", 200),
+    // The message says whether a credential came; never whether a key
+    // exists (a made-up key reads as a wrong token).
+    const MISSING: &str = "Authorization: no credential given";
+    const NOT_ACCEPTED: &str = "Authorization: the credential was not accepted";
+    let made_up_key = format!("Authorization: Bearer tck_{}\r\n", "A".repeat(43));
+    let cases: [(&str, &str, u16, &str); 7] = [
+        ("/tasks", "", 401, MISSING),
+        (
+            "/tasks",
+            "Authorization: Bearer nope\r\n",
+            401,
+            NOT_ACCEPTED,
+        ),
+        (
+            "/tasks",
+            "Authorization: Basic czNjcmV0\r\n",
+            401,
+            NOT_ACCEPTED,
+        ),
+        ("/tasks", &made_up_key, 401, NOT_ACCEPTED),
+        ("/tasks", "Cookie: tc_session=stale\r\n", 401, NOT_ACCEPTED),
+        ("/tasks", "Authorization: Bearer s3cret\r\n", 200, ""),
+        ("/healthz", "", 200, ""),
     ];
-    for (path, auth, status) in cases {
+    for (path, auth, status, message) in cases {
         let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n").into_bytes();
         let reply = send_then_read(running.addr(), request).await;
         assert_eq!(reply.status, status, "{path} {auth:?}");
         if status == 401 {
             assert_eq!(reply.header("www-authenticate"), Some("Bearer"));
             assert_eq!(reply.error_code().as_deref(), Some("unauthorized"));
+            let got = reply.error_message().unwrap_or_default();
+            assert!(got.starts_with(message), "{auth:?}: {got}");
         }
     }
     running.stop().await;

@@ -90,11 +90,10 @@ pub(crate) struct SubmitArgs {
     pub(crate) url: String,
 
     /// The JSON the downstream receives as its body, sent as written (key
-    /// order and digits kept), or `@FILE` to read it from a file. Required
-    /// unless --method is given; then, left out, a POST, PUT or PATCH sends
-    /// `{}` and a DELETE or GET no body (a GET takes none).
-    #[arg(long = "json", value_name = "JSON", value_parser = Quiet(payload),
-          required_unless_present = "method")]
+    /// order and digits kept), or `@FILE` to read it from a file. Left out,
+    /// as in the API, a POST, PUT or PATCH sends `{}` and a DELETE or GET no
+    /// body (a GET takes none).
+    #[arg(long = "json", value_name = "JSON", value_parser = Quiet(payload))]
     pub(crate) payload: Option<Payload>,
 
     /// The call's method: POST (the default), PUT, PATCH, DELETE or GET.

@@ -178,14 +178,22 @@ fn transport(server: &ServerUrl) -> Result<Transport, ClientError> {
 }
 
 /// TLS with the system's root certificates, ring as the provider (named, so
-/// that feature unification can never make rustls' default ambiguous).
-fn tls_config() -> Result<rustls::ClientConfig, String> {
+/// that feature unification can never make rustls' default ambiguous). Also
+/// the span exporter's (`--otlp-endpoint https://…`).
+pub(crate) fn tls_config() -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     let loaded = rustls_native_certs::load_native_certs();
     roots.add_parsable_certificates(loaded.certs);
     if roots.is_empty() {
         return Err("https: no root certificates found on this system".into());
     }
+    tls_config_with_roots(roots)
+}
+
+/// TLS trusting `roots`, ring as the provider.
+pub(crate) fn tls_config_with_roots(
+    roots: rustls::RootCertStore,
+) -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -198,6 +206,26 @@ fn tls_config() -> Result<rustls::ClientConfig, String> {
 /// {"code","message"}}`, or the status and the start of a body that is not
 /// one (a proxy's page).
 fn refusal(status: StatusCode, body: &[u8]) -> ClientError {
+    let refused = refusal_of(status, body);
+    match refused {
+        // The fix is on this side: say how to give the credential.
+        ClientError::Refused {
+            status: 401,
+            code,
+            message,
+        } => ClientError::Refused {
+            status: 401,
+            code,
+            message: format!("{message}; {TOKEN_HINT}"),
+        },
+        other => other,
+    }
+}
+
+/// What a 401 adds: how this client sends a credential.
+const TOKEN_HINT: &str = "pass --token or set TC_API_TOKEN";
+
+fn refusal_of(status: StatusCode, body: &[u8]) -> ClientError {
     let envelope: Option<Value> = serde_json::from_slice(body).ok();
     let field = |name: &str| {
         envelope
@@ -287,6 +315,17 @@ mod tests {
             proxy.to_string(),
             "the server refused (502 Bad Gateway): <html>bad gateway</html>"
         );
+        for body in [
+            &br#"{"error":{"code":"unauthorized","message":"Authorization: no credential given"}}"#
+                [..],
+            b"",
+        ] {
+            let unauthorized = refusal(StatusCode::UNAUTHORIZED, body).to_string();
+            assert!(
+                unauthorized.ends_with("; pass --token or set TC_API_TOKEN"),
+                "{unauthorized}"
+            );
+        }
         let empty = refusal(StatusCode::NOT_FOUND, b"");
         assert_eq!(
             empty.to_string(),

@@ -25,6 +25,7 @@ use self::args::{
 };
 use self::error::ClientError;
 use self::http::Api;
+pub(crate) use self::http::{tls_config, tls_config_with_roots};
 use self::output::Out;
 
 /// Runs `tc-server task …`.

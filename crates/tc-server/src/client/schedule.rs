@@ -77,7 +77,7 @@ pub(crate) async fn list(api: &Api, out: &Out) -> Result<(), ClientError> {
             "CRON",
             "TIMEZONE",
             "PAUSED",
-            "NEXT RUN (UTC)",
+            "NEXT RUN",
             "LAST RUN (UTC)",
             "LAST TASK",
             "LAST ERROR",
@@ -91,16 +91,43 @@ fn row(s: &Value) -> Vec<Cell> {
         Cell::new(&text(field(s, "name"))),
         Cell::new(&text(field(s, "cron"))),
         Cell::new(&text(field(s, "timezone"))),
-        Cell::new(if field(s, "paused").as_bool() == Some(true) {
-            "paused"
-        } else {
-            "no"
-        }),
-        Cell::new(&text(&field(s, "next_runs")[0])),
+        Cell::new(paused(s)),
+        Cell::new(&next_run(s, &field(s, "next_runs")[0])),
         Cell::new(&text(field(s, "last_run_at"))),
         Cell::new(&text(field(s, "last_task_id"))),
         Cell::new(&text(field(field(s, "last_error"), "code"))),
     ]
+}
+
+/// Whether a schedule is paused, as `schedule get` and `schedule list`
+/// both say it.
+fn paused(s: &Value) -> &'static str {
+    if field(s, "paused").as_bool() == Some(true) {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// One of a schedule's next runs (the API's UTC time) in the schedule's
+/// zone and in UTC: `2026-01-05T02:30:00+01:00 (2026-01-05T01:30:00Z)`;
+/// once when the zone is UTC, as given when it cannot be read.
+fn next_run(s: &Value, run: &Value) -> String {
+    let utc = text(run);
+    let zone = field(s, "timezone")
+        .as_str()
+        .and_then(|z| tc_model::recurring::Zone::parse(z).ok());
+    let at = humantime::parse_rfc3339(&utc)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_millis()).ok());
+    match (zone, at) {
+        (Some(zone), Some(millis)) if zone != tc_model::recurring::Zone::UTC => format!(
+            "{} ({utc})",
+            zone.local_rfc3339(tc_model::Timestamp::from_millis(millis))
+        ),
+        _ => utc,
+    }
 }
 
 /// A schedule's `last_error` (why its latest firing created no task) as
@@ -166,13 +193,13 @@ fn show(out: &Out, s: &Value) -> Result<(), ClientError> {
         .as_array()
         .map_or(&[][..], Vec::as_slice)
         .iter()
-        .map(text)
+        .map(|run| next_run(s, run))
         .collect();
     let rows = vec![
         line("name", text(field(s, "name"))),
         line("cron", text(field(s, "cron"))),
         line("timezone", text(field(s, "timezone"))),
-        line("paused", text(field(s, "paused"))),
+        line("paused", paused(s).to_owned()),
         line("overlap", text(field(s, "overlap"))),
         line("catch up", text(field(s, "catch_up"))),
         line(
@@ -195,6 +222,29 @@ fn show(out: &Out, s: &Value) -> Result<(), ClientError> {
 mod tests {
     use super::*;
     use crate::client::args::Payload;
+
+    /// Issue 42: `get` and `list` say paused the same way; next runs show
+    /// in the schedule's zone and in UTC.
+    #[test]
+    fn get_and_list_say_paused_and_next_runs_alike() {
+        let check = |paused_flag: Value, zone: &str, expected_paused: &str, expected_next: &str| {
+            let s = serde_json::json!({
+                "name": "n", "cron": "30 2 * * *", "timezone": zone, "paused": paused_flag,
+                "next_runs": ["2026-01-05T01:30:00Z"], "last_error": null,
+                "task": {"method": "POST", "url": "http://a/"}
+            });
+            let listed = row(&s);
+            assert_eq!(listed[3], Cell::new(expected_paused), "{s}");
+            assert_eq!(listed[4], Cell::new(expected_next), "{s}");
+            assert_eq!(paused(&s), expected_paused);
+            assert_eq!(next_run(&s, &field(&s, "next_runs")[0]), expected_next);
+        };
+        let berlin = "2026-01-05T02:30:00+01:00 (2026-01-05T01:30:00Z)";
+        check(Value::Bool(true), "Europe/Berlin", "yes", berlin);
+        check(Value::Bool(false), "Europe/Berlin", "no", berlin);
+        check(Value::Bool(false), "UTC", "no", "2026-01-05T01:30:00Z");
+        check(Value::Null, "Nowhere/Else", "no", "2026-01-05T01:30:00Z");
+    }
 
     /// Issue 37: a refused firing shows in `schedule get` (code, time and
     /// message) and `schedule list` (the code).

@@ -197,7 +197,9 @@ const STALLED_PAUSE: Duration = Duration::from_millis(250);
 /// being written (the server held them back): it is asked for again a few
 /// times, then the command stops with exit 1 and the cursor to go on from.
 pub(crate) async fn list(api: &Api, out: &Out, args: &ListArgs) -> Result<(), ClientError> {
-    let mut table = Table::new(&["ID", "STATE", "ATTEMPT", "CREATED", "ERROR", "DESTINATION"]);
+    // Made with the first page that has tasks: its header has a TENANT
+    // column when one of them belongs to a tenant.
+    let mut table: Option<(Table, bool)> = None;
     let mut after = args.after.clone();
     let mut shown = 0usize;
     let mut stalled = 0u32;
@@ -242,7 +244,11 @@ pub(crate) async fn list(api: &Api, out: &Out, args: &ListArgs) -> Result<(), Cl
     Ok(())
 }
 
-fn print_page(out: &Out, table: &mut Table, tasks: &[Value]) -> Result<(), ClientError> {
+fn print_page(
+    out: &Out,
+    table: &mut Option<(Table, bool)>,
+    tasks: &[Value],
+) -> Result<(), ClientError> {
     if out.json {
         for task in tasks {
             out.json_line(task)?;
@@ -252,7 +258,14 @@ fn print_page(out: &Out, table: &mut Table, tasks: &[Value]) -> Result<(), Clien
     if tasks.is_empty() {
         return Ok(());
     }
-    let rows: Vec<Vec<Cell>> = tasks.iter().map(|t| view::list_row(t, out.now)).collect();
+    let (table, with_tenant) = table.get_or_insert_with(|| {
+        let with_tenant = view::any_tenant(tasks);
+        (Table::new(&view::list_header(with_tenant)), with_tenant)
+    });
+    let rows: Vec<Vec<Cell>> = tasks
+        .iter()
+        .map(|t| view::list_row(t, out.now, *with_tenant))
+        .collect();
     out.text(&table.render(&rows, out.colour))
 }
 

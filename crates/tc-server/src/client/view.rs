@@ -169,12 +169,15 @@ pub(crate) fn attempt_row(attempt: &Value) -> Vec<Cell> {
 
 /// One task of a list as a table row: ID, STATE, ATTEMPT, CREATED, ERROR,
 /// DESTINATION.
-pub(crate) fn list_row(task: &Value, now: SystemTime) -> Vec<Cell> {
+pub(crate) fn list_row(task: &Value, now: SystemTime, with_tenant: bool) -> Vec<Cell> {
     let created = field(task, "created_at")
         .as_str()
         .map_or_else(|| NONE.to_owned(), |t| format::relative_rfc3339(t, now));
-    vec![
-        Cell::new(&text(field(task, "id"))),
+    let mut row = vec![Cell::new(&text(field(task, "id")))];
+    if with_tenant {
+        row.push(Cell::new(&text(field(task, "tenant"))));
+    }
+    row.extend([
         state_cell(task),
         Cell::new(&format!(
             "{}/{}",
@@ -184,7 +187,24 @@ pub(crate) fn list_row(task: &Value, now: SystemTime) -> Vec<Cell> {
         Cell::new(&created),
         Cell::new(&text(field(task, "error"))),
         Cell::new(&text(field(task, "destination"))),
-    ]
+    ]);
+    row
+}
+
+/// The task list's header; with a TENANT column when any task listed
+/// belongs to a tenant (the admin's listing once tenants exist).
+pub(crate) fn list_header(with_tenant: bool) -> Vec<&'static str> {
+    let mut header = vec!["ID"];
+    if with_tenant {
+        header.push("TENANT");
+    }
+    header.extend(["STATE", "ATTEMPT", "CREATED", "ERROR", "DESTINATION"]);
+    header
+}
+
+/// Whether any of `tasks` belongs to a tenant.
+pub(crate) fn any_tenant(tasks: &[Value]) -> bool {
+    tasks.iter().any(|t| field(t, "tenant").is_string())
 }
 
 /// The destination list's header.
@@ -392,7 +412,7 @@ mod tests {
 
     #[test]
     fn list_rows_are_short() {
-        let row = list_row(&task(), now());
+        let row = list_row(&task(), now(), false);
         let texts: Vec<String> = row
             .iter()
             .map(|c| Table::plain().render(&[vec![c.clone()]], false))
@@ -402,6 +422,37 @@ mod tests {
             "0194d1c2-7a3e-7c41-9a8b-5d2f1e0c3b4a\nsuccess\n2/5\n4s ago\n-\n127.0.0.1:9000\n"
         );
         assert_eq!(row[1], Cell::styled("success", Style::Green));
+    }
+
+    #[test]
+    fn the_list_has_a_tenant_column_when_a_task_has_a_tenant() {
+        let check = |tenants: &[Option<&str>], expected: &str| {
+            let tasks: Vec<Value> = tenants
+                .iter()
+                .map(|tenant| {
+                    let mut t = task();
+                    t["tenant"] = tenant.map_or(Value::Null, Value::from);
+                    t
+                })
+                .collect();
+            let with_tenant = any_tenant(&tasks);
+            let rows: Vec<Vec<Cell>> = tasks
+                .iter()
+                .map(|t| list_row(t, now(), with_tenant))
+                .collect();
+            let text = Table::new(&list_header(with_tenant)).render(&rows, false);
+            let header = text.lines().next().unwrap_or_default();
+            assert_eq!(
+                header.split_whitespace().collect::<Vec<_>>().join(" "),
+                expected,
+                "{tenants:?}"
+            );
+        };
+        check(&[None, None], "ID STATE ATTEMPT CREATED ERROR DESTINATION");
+        check(
+            &[None, Some("acme")],
+            "ID TENANT STATE ATTEMPT CREATED ERROR DESTINATION",
+        );
     }
 
     #[test]

@@ -322,8 +322,8 @@ async fn batches_with_the_same_keys_in_opposite_orders_never_deadlock() {
                         "round {round}, key {i}: created once"
                     );
                 }
-                (Ok(won), Err(StoreError::IdempotencyConflict))
-                | (Err(StoreError::IdempotencyConflict), Ok(won)) => {
+                (Ok(won), Err(StoreError::IdempotencyConflict { .. }))
+                | (Err(StoreError::IdempotencyConflict { .. }), Ok(won)) => {
                     assert_eq!(i % 10, 0, "round {round}, key {i}: a conflict");
                     assert!(won.created, "round {round}, key {i}");
                 }

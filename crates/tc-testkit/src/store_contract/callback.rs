@@ -272,13 +272,16 @@ pub async fn callback_fields_round_trip<S: TaskStore>(store: S) -> Verdict {
     );
     let again = store.submit(asked, at(1)).await.step("resubmit")?;
     ensure!(!again.created, "the same callback is the same work");
-    for other in [
-        new_task("cb-rt"),
-        with_callback("cb-rt", &["success", "failed"]),
+    for (other, fields) in [
+        (new_task("cb-rt"), vec!["callback_url", "callback_on"]),
+        (
+            with_callback("cb-rt", &["success", "failed"]),
+            vec!["callback_on"],
+        ),
     ] {
         ensure_eq!(
             store.submit(other.clone(), at(2)).await,
-            Err(StoreError::IdempotencyConflict),
+            Err(StoreError::IdempotencyConflict { fields }),
             "a resubmit with another callback: {:?}",
             other.callback()
         );

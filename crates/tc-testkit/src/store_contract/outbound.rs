@@ -93,13 +93,17 @@ pub async fn tasks_keep_their_method_and_headers<S: TaskStore>(store: S) -> Verd
     let other_headers = put.clone().with_headers(headers(&[("x-tenant", "other")]));
     ensure_eq!(
         store.submit(other_headers, at(4)).await.map(|s| s.task.id),
-        Err(StoreError::IdempotencyConflict),
+        Err(StoreError::IdempotencyConflict {
+            fields: vec!["headers"]
+        }),
         "a resubmit with other headers"
     );
     let as_post = task_for(URL_A, "put-1").with_headers(put.headers().clone());
     ensure_eq!(
         store.submit(as_post, at(5)).await.map(|s| s.task.id),
-        Err(StoreError::IdempotencyConflict),
+        Err(StoreError::IdempotencyConflict {
+            fields: vec!["method"]
+        }),
         "a resubmit with another method"
     );
     let batch = store

@@ -117,15 +117,17 @@ pub async fn same_key_different_payload_is_a_conflict<S: TaskStore>(store: S) ->
             "url",
             task_with("k", "http://127.0.0.1:9/other", b"{}", 3, 5_000),
         ),
-        ("body", task_with("k", URL, b"{\"x\":1}", 3, 5_000)),
+        ("json", task_with("k", URL, b"{\"x\":1}", 3, 5_000)),
         ("max_attempts", task_with("k", URL, b"{}", 4, 5_000)),
-        ("timeout", task_with("k", URL, b"{}", 3, 5_001)),
+        ("timeout_ms", task_with("k", URL, b"{}", 3, 5_001)),
     ];
     for (field, variant) in &variants {
         let got = store.submit(variant.clone(), at(10)).await;
         ensure_eq!(
             got,
-            Err(StoreError::IdempotencyConflict),
+            Err(StoreError::IdempotencyConflict {
+                fields: vec![*field]
+            }),
             "same key, different {field}"
         );
     }
@@ -143,7 +145,9 @@ pub async fn same_key_different_payload_is_a_conflict<S: TaskStore>(store: S) ->
     let got = store.submit(variants[1].1.clone(), at(40)).await;
     ensure_eq!(
         got,
-        Err(StoreError::IdempotencyConflict),
+        Err(StoreError::IdempotencyConflict {
+            fields: vec!["json"]
+        }),
         "conflict after success"
     );
     ensure_eq!(list_all(&store, None).await?.len(), 1, "rows");
@@ -229,17 +233,20 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
         !again.created && again.task.id == task.id,
         "resubmit made {again:?}"
     );
-    for other in [
-        Schedule::Now,
-        Schedule::At(at(5_001)),
-        Schedule::After(Duration::from_millis(5_000)),
+    for (other, fields) in [
+        (Schedule::Now, vec!["run_at"]),
+        (Schedule::At(at(5_001)), vec!["run_at"]),
+        (
+            Schedule::After(Duration::from_millis(5_000)),
+            vec!["delay_ms", "run_at"],
+        ),
     ] {
         let new = new_task("later")
             .with_schedule(other)
             .map_err(|e| format!("schedule: {e}"))?;
         ensure_eq!(
             store.submit(new, at(100)).await,
-            Err(StoreError::IdempotencyConflict),
+            Err(StoreError::IdempotencyConflict { fields }),
             "resubmit with {other:?}"
         );
     }
@@ -311,12 +318,16 @@ pub async fn submit_many_answers_each_item_as_submit_would<S: TaskStore>(store: 
     );
     ensure_eq!(
         results[2].as_ref().err(),
-        Some(&StoreError::IdempotencyConflict),
+        Some(&StoreError::IdempotencyConflict {
+            fields: vec!["json", "max_attempts", "timeout_ms"]
+        }),
         "a different payload under an old key"
     );
     ensure_eq!(
         results[5].as_ref().err(),
-        Some(&StoreError::IdempotencyConflict),
+        Some(&StoreError::IdempotencyConflict {
+            fields: vec!["json"]
+        }),
         "a different payload under a key from earlier in the batch"
     );
     let id = |i: usize| results[i].as_ref().map(|s| s.task.id).ok();

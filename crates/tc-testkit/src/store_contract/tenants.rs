@@ -479,7 +479,9 @@ pub async fn idempotency_keys_are_per_tenant<S: TaskStore>(store: S) -> Verdict 
         let other = store.submit(task_of(want, URL_B, "k", None), at(12)).await;
         ensure_eq!(
             other.map(|s| s.task.id),
-            Err(StoreError::IdempotencyConflict),
+            Err(StoreError::IdempotencyConflict {
+                fields: vec!["url"]
+            }),
             "{what} key with another payload"
         );
         let filter = TaskFilter {
@@ -692,7 +694,9 @@ pub async fn a_submit_past_max_pending_is_refused_and_an_existing_key_still_answ
         .await;
     ensure_eq!(
         conflict.map(|s| s.task.id),
-        Err(StoreError::IdempotencyConflict),
+        Err(StoreError::IdempotencyConflict {
+            fields: vec!["url"]
+        }),
         "an existing key with another payload at the limit"
     );
     create(&store, task_of(Some("b"), URL, "q3", Some(2)), at(1)).await?;

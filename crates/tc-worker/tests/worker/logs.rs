@@ -99,8 +99,8 @@ async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
         "no full url (it may carry a query): {start}"
     );
     assert_eq!(start["attempt"], 1);
-    // The field `retry` carries the attempt number that just ended (the
-    // seed's name, kept: it is part of the log contract).
+    // Every line names the try the same way: `attempt`, the try's number
+    // (on task_retry and task_done, the one that just ended).
     let retried = check(
         &events,
         "task_retry",
@@ -108,7 +108,7 @@ async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
             "task_id",
             "reason",
             "delay_ms",
-            "retry",
+            "attempt",
             "duration_ms",
             "http_status",
         ],
@@ -117,19 +117,25 @@ async fn an_attempt_logs_start_retry_and_done_with_their_fields() {
         (
             retried["reason"].as_str(),
             retried["http_status"].as_u64(),
-            retried["retry"].as_u64()
+            retried["attempt"].as_u64()
         ),
         (Some("http_503"), Some(503), Some(1))
     );
     let done = check(
         &events,
         "task_done",
-        &["task_id", "state", "retry", "duration_ms", "http_status"],
+        &["task_id", "state", "attempt", "duration_ms", "http_status"],
     );
     assert_eq!(
-        (done["state"].as_str(), done["retry"].as_u64()),
+        (done["state"].as_str(), done["attempt"].as_u64()),
         (Some("success"), Some(2))
     );
+    for event in [&start, &retried, &done] {
+        assert!(
+            event.get("retry").is_none(),
+            "one name for the try: {event}"
+        );
+    }
     assert_eq!(start["task_id"], done["task_id"]);
 }
 
@@ -139,7 +145,7 @@ async fn a_failure_logs_its_error_and_interruptions_and_skips_are_named() {
     let done = check(
         &events,
         "task_done",
-        &["task_id", "state", "retry", "duration_ms", "error"],
+        &["task_id", "state", "attempt", "duration_ms", "error"],
     );
     assert_eq!(
         (done["state"].as_str(), done["error"].as_str()),
@@ -147,6 +153,12 @@ async fn a_failure_logs_its_error_and_interruptions_and_skips_are_named() {
     );
 
     let events = events_of("shutdown_returns_in_flight_to_pending").await;
+    // Ctrl-C says how many calls it waits for, and for how long.
+    let draining = check(&events, "shutdown_draining", &["in_flight", "grace_ms"]);
+    assert!(
+        draining["in_flight"].as_u64() >= Some(1),
+        "a call was in flight: {draining}"
+    );
     check(&events, "task_interrupted", &["task_id", "duration_ms"]);
 
     let events = events_of("cancel_claimed_not_started").await;

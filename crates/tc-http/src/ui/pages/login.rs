@@ -17,12 +17,15 @@ pub(crate) fn page(problem: Option<&str>) -> Markup {
                 main {
                     form.login #login method="post" action="/ui/login" {
                         h1 { "taskcenter" }
-                        p { "This server needs its API token (" code { "--api-token" } ")." }
+                        p #login-help {
+                            "Log in with this server's API token (" code { "--api-token" } ") "
+                            "or a tenant's API key (" code { "tck_…" } "): a key shows its tenant's tasks only."
+                        }
                         @if let Some(problem) = problem {
                             div.notice.error #login-error role="alert" { (problem) }
                         }
                         label {
-                            span { "API token" }
+                            span { "API token or tenant key" }
                             input #token type="password" name="token" autocomplete="current-password" required autofocus;
                         }
                         button type="submit" { "Log in" }
