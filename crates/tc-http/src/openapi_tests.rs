@@ -644,3 +644,38 @@ fn the_tenant_schemas_have_the_fields_the_code_reads_and_shows() {
         ["id", "key", "created_at"].map(str::to_owned).into()
     );
 }
+
+/// The document's pattern for a signing secret admits exactly what the
+/// server takes (`SigningSecrets::parse`): schemathesis, generating from a
+/// looser pattern, met mostly refusals on `PUT /tenants/{name}`.
+#[test]
+fn the_signing_secret_pattern_is_the_server_s_rule() {
+    let doc = document();
+    let pattern = doc["components"]["schemas"]["SigningSecret"]["pattern"]
+        .as_str()
+        .unwrap();
+    let re = regex::Regex::new(pattern).unwrap();
+    let check = |secret: String, taken: bool| {
+        assert_eq!(re.is_match(&secret), taken, "the pattern on {secret}");
+        assert_eq!(
+            tc_model::signing::SigningSecrets::parse(&[&secret]).is_ok(),
+            taken,
+            "the server on {secret}"
+        );
+    };
+    let a = |n: usize| "A".repeat(n);
+    check("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_owned(), true);
+    check(format!("whsec_{}", a(32)), true); // 24 bytes
+    check(format!("whsec_{}Ag==", a(32)), true); // 25
+    check(format!("whsec_{}AAE=", a(32)), true); // 26
+    check(format!("whsec_{}", a(84)), true); // 63
+    check(format!("whsec_{}AQ==", a(84)), true); // 64
+    check(format!("whsec_{}", a(28)), false); // 21
+    check(format!("whsec_{}AAE=", a(28)), false); // 23
+    check(format!("whsec_{}AAE=", a(84)), false); // 65
+    check(format!("whsec_{}", a(88)), false); // 66
+    check(format!("whsec_{}0==", "0".repeat(85)), false); // bits left over
+    check(format!("whsec_{}AAB=", a(32)), false); // bits left over
+    check(format!("whsec_{}A", a(32)), false); // not a whole group
+    check(format!("{}", a(38)), false);
+}
