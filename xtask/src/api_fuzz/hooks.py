@@ -9,16 +9,25 @@ sent again still finds its task (200). Only a key the document admits is changed
 one (printable ASCII, no surrounding space, at most 255 characters); everything else is sent as
 generated. The hook runs where schemathesis draws bodies (the fuzzing and stateful phases); the
 coverage phase's bound values keep their keys, and still meet the 409s.
+
+A new tenant's name is unique the same way: Hypothesis draws few names, and every tenant after the
+first of a name rightly answers 409 `tenant_exists`, so that most generated creates were refused
+(schemathesis then warned of a schema that does not match the API). A name the document admits
+gets `-` and a digest of the rest of the body, within its 63 characters.
 """
 
 import hashlib
 import json
+import re
 
 import schemathesis
 
 SUBMITS = {("POST", "/tasks"), ("POST", "/tasks/batch")}
 # Room for "-" and 16 hex digits under the key's 255 characters.
 KEEP = 255 - 17
+TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+# Room for "-" and 16 hex digits under a tenant name's 63 characters.
+KEEP_NAME = 63 - 17
 
 
 def _admitted_key(key):
@@ -41,9 +50,25 @@ def _name_its_payload(task):
     return task
 
 
+def _digest(rest):
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _unique_tenant(body):
+    name = body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not TENANT_NAME.match(name):
+        return body
+    rest = {k: v for k, v in body.items() if k != "name"}
+    body = dict(body)
+    body["name"] = f"{name[:KEEP_NAME]}-{_digest(rest)[:16]}"
+    return body
+
+
 @schemathesis.hook
 def map_body(context, body):
     operation = context.operation
+    if operation is not None and (operation.method.upper(), operation.path) == ("POST", "/tenants"):
+        return _unique_tenant(body)
     if operation is None or (operation.method.upper(), operation.path) not in SUBMITS:
         return body
     if operation.path == "/tasks":
