@@ -16,30 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::support::{Harness, Reply};
-use crate::tenants::{ADMIN, admin_harness, call, task};
-
-/// Makes tenant `name` with `settings` and one key; returns the key and
-/// its id.
-async fn tenant_with_key(h: &Harness, name: &str, settings: Value) -> (String, String) {
-    let mut body = settings;
-    body["name"] = json!(name);
-    let created = call(h, ADMIN, "POST", "/tenants", &body).await;
-    assert_eq!(created.status, 201, "{created:?}");
-    let key = call(
-        h,
-        ADMIN,
-        "POST",
-        &format!("/tenants/{name}/keys"),
-        &Value::Null,
-    )
-    .await;
-    assert_eq!(key.status, 201, "{key:?}");
-    let key = key.json();
-    (
-        key["key"].as_str().unwrap().to_owned(),
-        key["id"].as_str().unwrap().to_owned(),
-    )
-}
+use crate::tenants::{ADMIN, admin_harness, call, task, tenant_with_key_and_id as tenant_with_key};
 
 /// A request body that arrives only when the test sends it, and says when
 /// the handler first waits for it (by then the caller was resolved).

@@ -41,6 +41,16 @@ pub(crate) async fn call(
 
 /// Makes tenant `name` with `settings` and one key; returns the key.
 async fn tenant_with_key(h: &Harness, name: &str, settings: Value) -> String {
+    tenant_with_key_and_id(h, name, settings).await.0
+}
+
+/// Makes tenant `name` with `settings` and one key; returns the key and
+/// its id.
+pub(crate) async fn tenant_with_key_and_id(
+    h: &Harness,
+    name: &str,
+    settings: Value,
+) -> (String, String) {
     let mut body = settings;
     body["name"] = json!(name);
     let created = call(h, ADMIN, "POST", "/tenants", &body).await;
@@ -54,7 +64,11 @@ async fn tenant_with_key(h: &Harness, name: &str, settings: Value) -> String {
     )
     .await;
     assert_eq!(key.status, 201, "{key:?}");
-    key.json()["key"].as_str().unwrap().to_owned()
+    let key = key.json();
+    (
+        key["key"].as_str().unwrap().to_owned(),
+        key["id"].as_str().unwrap().to_owned(),
+    )
 }
 
 pub(crate) fn task(key: &str) -> Value {
