@@ -661,14 +661,9 @@ mod tests {
             &["task", "submit", "--url", "u", "--method", "HEAD"],
             "--method",
         );
-        check(
-            &["task", "submit", "--url", "u", "--header", "X-A"],
-            "--header",
-        );
-        check(
-            &["task", "submit", "--url", "u", "--header", ": v"],
-            "--header",
-        );
+        // A malformed `--header` is refused after parsing, naming its
+        // position and never its value (client/destination.rs's
+        // `headers_object` and its table test): clap takes any text.
         check(
             &[
                 "destination",
