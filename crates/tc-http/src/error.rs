@@ -335,6 +335,13 @@ impl ApiError {
     }
 }
 
+/// The allow-list's refusal ([`tc_model::urls_allowed`]), naming its field.
+impl From<tc_model::UrlNotAllowed> for ApiError {
+    fn from(e: tc_model::UrlNotAllowed) -> Self {
+        ApiError::UrlNotAllowed(e.to_string())
+    }
+}
+
 /// The one place where store errors become HTTP errors.
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {

@@ -169,17 +169,15 @@ fn take_submit_token<S: TaskStore, C: Control>(
     app: &App<S, C>,
     caller: &Caller,
 ) -> Result<(), ApiError> {
-    let Some(tenant) = caller.scope.tenant() else {
+    let Some(tenant) = RatedTenant::of_caller(caller) else {
         return Ok(());
     };
-    let owner = crate::quota::BucketOwner {
-        name: tenant,
-        created_at: caller.created_at,
-        settings: &caller.settings,
-    };
     app.buckets()
-        .take(owner, app.control().now())
-        .inspect_err(|_| app.metrics().quota_rejected(tenant, QuotaLimit::SubmitRate))
+        .take(tenant.owner(), app.control().now())
+        .inspect_err(|_| {
+            app.metrics()
+                .quota_rejected(&tenant.name, QuotaLimit::SubmitRate)
+        })
 }
 
 /// A store error of the caller's submit, counted when it is the tenant's
@@ -229,7 +227,7 @@ async fn check_owner<S: TaskStore, C: Control>(
 /// admits `/hooks/1`, not `/hooksx`.
 #[cfg(test)]
 fn check_url_allowed(url: &str, prefixes: &[String]) -> Result<(), ApiError> {
-    tc_model::urls_allowed(url, None, prefixes).map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
+    Ok(tc_model::urls_allowed(url, None, prefixes)?)
 }
 
 /// Both urls a task calls, its own and its callback's, under the
@@ -238,15 +236,21 @@ pub(crate) fn check_urls_allowed(
     task: &tc_model::NewTask,
     prefixes: &[String],
 ) -> Result<(), ApiError> {
-    tc_model::urls_allowed(task.url(), task.callback().map(|c| c.url()), prefixes)
-        .map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
+    Ok(tc_model::urls_allowed(
+        task.url(),
+        task.callback().map(|c| c.url()),
+        prefixes,
+    )?)
 }
 
 /// Whether the allow-list still admits both urls a stored task calls (a
 /// task stored before the list was narrowed may not be).
 fn stored_urls_allowed(task: &Task, prefixes: &[String]) -> Result<(), ApiError> {
-    tc_model::urls_allowed(&task.url, task.callback.as_ref().map(|c| c.url()), prefixes)
-        .map_err(|e| ApiError::UrlNotAllowed(e.to_string()))
+    Ok(tc_model::urls_allowed(
+        &task.url,
+        task.callback.as_ref().map(|c| c.url()),
+        prefixes,
+    )?)
 }
 
 /// `GET /tasks/{id}[?wait_ms=N]`: the task; with `wait_ms`, as soon as it
