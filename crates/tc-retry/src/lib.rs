@@ -99,9 +99,11 @@
 mod backoff;
 mod classify;
 mod outcome;
+mod rate_limit;
 mod retry_after;
 
 pub use backoff::{Policy, backoff};
 pub use classify::{Decision, classify};
 pub use outcome::{Outcome, RetryAfter};
+pub use rate_limit::{RATE_LIMIT_FIELDS, RateLimit, parse_rate_limit};
 pub use retry_after::parse_retry_after;
