@@ -572,6 +572,10 @@ impl Downstream for FakeDownstream {
             status: reply.status,
             retry_after: reply.header_value("retry-after").map(str::to_owned),
             content_type: reply.header_value("content-type").map(str::to_owned),
+            rate_limit: crate::port::RATE_LIMIT_HEADERS
+                .into_iter()
+                .filter_map(|name| Some((name, reply.header_value(name)?.to_owned())))
+                .collect(),
             body: reply.body,
         })
     }

@@ -251,7 +251,7 @@ impl HyperDownstream {
             Err(error) if error.is::<LengthLimitError>() => return Err(too_large),
             Err(error) => return Err(classify(&*error)),
         };
-        let header = |name| {
+        let header = |name: &str| {
             head.headers
                 .get(name)
                 .and_then(|value: &HeaderValue| value.to_str().ok())
@@ -259,8 +259,12 @@ impl HyperDownstream {
         };
         Ok(DownResponse {
             status: head.status.as_u16(),
-            retry_after: header(RETRY_AFTER),
-            content_type: header(CONTENT_TYPE),
+            retry_after: header(RETRY_AFTER.as_str()),
+            content_type: header(CONTENT_TYPE.as_str()),
+            rate_limit: crate::port::RATE_LIMIT_HEADERS
+                .into_iter()
+                .filter_map(|name| Some((name, header(name)?)))
+                .collect(),
             body,
         })
     }

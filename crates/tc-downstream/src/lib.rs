@@ -32,5 +32,5 @@ mod signature;
 pub use delivery::{Delivery, DeliverySpec, Method, TraceHeaders, USER_AGENT};
 #[cfg(feature = "hyper-client")]
 pub use hyper_adapter::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
-pub use port::{DownError, DownResponse, Downstream};
+pub use port::{DownError, DownResponse, Downstream, RATE_LIMIT_HEADERS};
 pub use signature::webhook_signature;

@@ -17,9 +17,24 @@ pub struct DownResponse {
     pub retry_after: Option<String>,
     /// The `Content-Type` header as sent, if it was present and printable.
     pub content_type: Option<String>,
+    /// The rate-limit fields among [`RATE_LIMIT_HEADERS`] that were present
+    /// and printable, by their lower-case names, as sent: the worker paces
+    /// the destination by them.
+    pub rate_limit: Vec<(&'static str, String)>,
     /// The whole response body.
     pub body: Bytes,
 }
+
+/// The response fields that say how many calls a server's window has left
+/// and when it resets (the spellings tc-retry's `parse_rate_limit` reads).
+pub const RATE_LIMIT_HEADERS: [&str; 6] = [
+    "ratelimit",
+    "ratelimit-policy",
+    "ratelimit-remaining",
+    "ratelimit-reset",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+];
 
 /// Why a try got no HTTP answer, in kinds the retry policy can act on.
 ///

@@ -64,6 +64,12 @@ pub struct DestinationRuntime {
     pub last_error: Option<String>,
     /// The HTTP status of its last answered attempt.
     pub last_status: Option<u16>,
+    /// The calls its pacing allows in flight now, when pacing bounds them.
+    pub effective_max_in_flight: Option<u32>,
+    /// Calls left in its window, as its last rate-limit fields said.
+    pub ratelimit_remaining: Option<u64>,
+    /// When that window resets.
+    pub ratelimit_reset_at: Option<Timestamp>,
 }
 
 impl Default for DestinationRuntime {
@@ -73,6 +79,9 @@ impl Default for DestinationRuntime {
             backoff_until: None,
             last_error: None,
             last_status: None,
+            effective_max_in_flight: None,
+            ratelimit_remaining: None,
+            ratelimit_reset_at: None,
         }
     }
 }

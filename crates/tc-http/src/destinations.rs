@@ -34,6 +34,9 @@ pub(crate) struct DestinationView {
     backoff_until: Option<String>,
     last_error: Option<String>,
     last_status: Option<u16>,
+    effective_max_in_flight: Option<u32>,
+    ratelimit_remaining: Option<u64>,
+    ratelimit_reset_at: Option<String>,
 }
 
 impl DestinationView {
@@ -62,6 +65,9 @@ impl DestinationView {
             backoff_until: runtime.backoff_until.map(rfc3339),
             last_error: runtime.last_error,
             last_status: runtime.last_status,
+            effective_max_in_flight: runtime.effective_max_in_flight,
+            ratelimit_remaining: runtime.ratelimit_remaining,
+            ratelimit_reset_at: runtime.ratelimit_reset_at.map(rfc3339),
             destination: d.name,
         }
     }

@@ -56,12 +56,18 @@ pub fn parse_rate_limit<'a>(
     field: impl Fn(&str) -> Option<&'a str>,
     received_at: SystemTime,
 ) -> Option<RateLimit> {
-    if let Some(value) = field("ratelimit") {
-        if let Some(limit) = structured(value, field("ratelimit-policy"), received_at) {
-            return Some(limit);
-        }
+    if let Some(value) = field("ratelimit")
+        && let Some(limit) = structured(value, field("ratelimit-policy"), received_at)
+    {
+        return Some(limit);
     }
-    plain(&field, "ratelimit-remaining", "ratelimit-reset", received_at).or_else(|| {
+    plain(
+        &field,
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        received_at,
+    )
+    .or_else(|| {
         plain(
             &field,
             "x-ratelimit-remaining",
@@ -209,9 +215,18 @@ mod tests {
 
     #[test]
     fn the_drafts_structured_field_in_both_shapes() {
-        check(&[("ratelimit", r#""default";r=0;t=30"#)], Some((0, Some(30.0))));
-        check(&[("ratelimit", r#""default";r=7;t=2"#)], Some((7, Some(2.0))));
-        check(&[("ratelimit", "limit=100, remaining=0, reset=5")], Some((0, Some(5.0))));
+        check(
+            &[("ratelimit", r#""default";r=0;t=30"#)],
+            Some((0, Some(30.0))),
+        );
+        check(
+            &[("ratelimit", r#""default";r=7;t=2"#)],
+            Some((7, Some(2.0))),
+        );
+        check(
+            &[("ratelimit", "limit=100, remaining=0, reset=5")],
+            Some((0, Some(5.0))),
+        );
         check(&[("ratelimit", "limit=100, remaining=3")], Some((3, None)));
         // Several policies: the one with the fewest calls left binds, and
         // of those the one that waits longest.
@@ -224,7 +239,10 @@ mod tests {
             Some((0, Some(9.0))),
         );
         // A reset as a decimal.
-        check(&[("ratelimit", r#""default";r=0;t=1.5"#)], Some((0, Some(1.5))));
+        check(
+            &[("ratelimit", r#""default";r=0;t=1.5"#)],
+            Some((0, Some(1.5))),
+        );
     }
 
     #[test]
@@ -232,7 +250,10 @@ mod tests {
         check(
             &[
                 ("ratelimit", r#""burst";r=0"#),
-                ("ratelimit-policy", r#""burst";q=10;w=20, "day";q=1000;w=86400"#),
+                (
+                    "ratelimit-policy",
+                    r#""burst";q=10;w=20, "day";q=1000;w=86400"#,
+                ),
             ],
             Some((0, Some(20.0))),
         );
@@ -246,7 +267,10 @@ mod tests {
             Some((0, Some(12.0))),
         );
         check(
-            &[("x-ratelimit-remaining", " 4 "), ("x-ratelimit-reset", "0.25")],
+            &[
+                ("x-ratelimit-remaining", " 4 "),
+                ("x-ratelimit-reset", "0.25"),
+            ],
             Some((4, Some(0.25))),
         );
         check(&[("x-ratelimit-remaining", "0")], Some((0, None)));
@@ -265,12 +289,18 @@ mod tests {
     fn a_reset_beyond_a_year_is_a_unix_time() {
         // GitHub's form: the moment the window resets, 45 s after arrival.
         check(
-            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1767225645")],
+            &[
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "1767225645"),
+            ],
             Some((0, Some(45.0))),
         );
         // A moment already past is no wait.
         check(
-            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1767225000")],
+            &[
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "1767225000"),
+            ],
             Some((0, Some(0.0))),
         );
     }
@@ -289,7 +319,10 @@ mod tests {
         }
         // A malformed reset leaves the count.
         check(
-            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "soon")],
+            &[
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "soon"),
+            ],
             Some((0, None)),
         );
         check(

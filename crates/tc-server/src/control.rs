@@ -44,6 +44,9 @@ impl<S: TaskStore> tc_http::Control for WorkerPort<S> {
             backoff_until: state.backoff_until,
             last_error: state.last_error,
             last_status: state.last_status,
+            effective_max_in_flight: state.effective_max_in_flight,
+            ratelimit_remaining: state.ratelimit_remaining,
+            ratelimit_reset_at: state.ratelimit_reset_at,
         }
     }
 }

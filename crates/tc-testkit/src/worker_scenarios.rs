@@ -36,6 +36,8 @@ mod destinations;
 mod due_walk;
 mod faults;
 mod outbound;
+// Paced by the destination's own signals (issue 40 item 5).
+mod pacing;
 // Schedules: a firing per fire time on every store (issue 28).
 mod schedules;
 // Tenants: the weighted share of the slots (issue 29).
@@ -57,6 +59,10 @@ use faults::{
     panic_in_attempt_ends_it,
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
+use pacing::{
+    rate_limit_fields_hold_the_destination_until_their_reset,
+    throttling_without_fields_halves_the_calls_in_flight,
+};
 use schedules::a_schedule_fires_one_task_per_time_and_records_it;
 use tenants::{
     tasks_without_a_tenant_keep_their_share_behind_a_backlog,
@@ -270,6 +276,8 @@ macro_rules! worker_scenarios {
             breaker_opens_holds_without_attempts_probes_and_closes,
             pause_holds_a_destination_until_resumed,
             held_tasks_cancel_at_once_and_are_never_called,
+            rate_limit_fields_hold_the_destination_until_their_reset,
+            throttling_without_fields_halves_the_calls_in_flight,
             outbound_calls_carry_headers_and_signatures_on_every_try,
             trace_context_reaches_every_try,
             a_due_task_runs_past_thousands_of_waiting_destinations,

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use tc_downstream::{DownError, DownResponse, Downstream};
 use tc_model::store::{Completion, Guarded, TaskStore};
-use tc_model::{State, Task};
+use tc_model::{State, Task, Timestamp};
 use tc_retry::{Decision, Outcome, RetryAfter};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -405,6 +405,10 @@ async fn finish<S: TaskStore, D>(
             status: http_status,
             error: decision.reason(),
             backoff: destination_backoff(&outcome, &ctx.policy),
+            rate_limit: answer
+                .as_ref()
+                .ok()
+                .and_then(|response| rate_limit_of(response, now)),
         },
         now,
     );
@@ -571,6 +575,18 @@ pub(crate) fn outcome_of(
         Err(DownError::DestinationDenied(_)) => Outcome::DestinationDenied,
         Err(DownError::Other(_)) => Outcome::Other,
     }
+}
+
+/// What an answer's rate-limit fields say, read as they arrived.
+fn rate_limit_of(response: &DownResponse, now: Timestamp) -> Option<tc_retry::RateLimit> {
+    let field = |name: &str| {
+        response
+            .rate_limit
+            .iter()
+            .find(|(field, _)| *field == name)
+            .map(|(_, value)| value.as_str())
+    };
+    tc_retry::parse_rate_limit(field, system_time(now))
 }
 
 /// How an answer counts for the destination's circuit breaker: connect

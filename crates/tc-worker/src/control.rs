@@ -125,7 +125,8 @@ impl<S> Shared<S> {
         let ended = self.registry().remove((id, attempt));
         ended.is_some_and(|ended| {
             self.tenants.ended(&ended.tenant);
-            self.flow.ended(&ended.destination, (id, attempt))
+            self.flow
+                .ended(&ended.destination, (id, attempt), self.clock.now())
         })
     }
 

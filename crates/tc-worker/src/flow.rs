@@ -18,6 +18,7 @@ use tc_model::destination::{ClaimGate, DestinationSettings};
 use tc_model::{Task, TaskId, Timestamp};
 
 use crate::metrics::{DestinationMetrics, HoldReason};
+use crate::pacing::{Paced, Pacing};
 
 /// When the circuit breaker of a destination opens, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +77,13 @@ pub struct DestinationState {
     pub last_status: Option<u16>,
     /// Its calls in flight on this worker.
     pub in_flight: u64,
+    /// The calls its pacing allows in flight now (halved by throttling,
+    /// growing back), when pacing bounds them.
+    pub effective_max_in_flight: Option<u32>,
+    /// Calls left in its window, as its last rate-limit fields said.
+    pub ratelimit_remaining: Option<u64>,
+    /// When that window resets.
+    pub ratelimit_reset_at: Option<Timestamp>,
 }
 
 /// How an answered attempt counts for the breaker.
@@ -104,6 +112,8 @@ pub(crate) struct Answer<'a> {
     pub(crate) error: Option<&'a str>,
     /// The destination's Retry-After, when a 429 or 503 sent one.
     pub(crate) backoff: Option<Duration>,
+    /// The answer's rate-limit fields, when it had any.
+    pub(crate) rate_limit: Option<tc_retry::RateLimit>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +136,7 @@ struct Dest {
     last_error: Option<String>,
     last_status: Option<u16>,
     in_flight: u64,
+    pacing: Pacing,
 }
 
 impl Dest {
@@ -142,6 +153,7 @@ impl Dest {
             last_error: None,
             last_status: None,
             in_flight: 0,
+            pacing: Pacing::default(),
         }
     }
 
@@ -174,12 +186,13 @@ impl Dest {
     /// breaker closed with no failure counted towards it, no backoff. A
     /// destination without settings in that state is forgotten: a fresh
     /// entry would be the same. (Its last status and error go with it.)
-    fn is_idle(&self) -> bool {
+    fn is_idle(&self, now: Timestamp) -> bool {
         self.in_flight == 0
             && self.breaker == Breaker::Closed
             && self.failures == 0
             && self.opens == 0
             && self.backoff_until.is_none()
+            && self.pacing.is_idle(now)
     }
 
     fn breaker_state(&self) -> BreakerState {
@@ -205,15 +218,44 @@ pub(crate) struct Flow {
     state: Mutex<FlowState>,
     policy: BreakerPolicy,
     metrics: DestinationMetrics,
+    /// The worker's calls in flight at most: how far a destination's
+    /// pacing grows when it has no cap of its own.
+    concurrency: u32,
 }
 
 impl Flow {
-    pub(crate) fn new(policy: BreakerPolicy, metrics: DestinationMetrics) -> Flow {
+    pub(crate) fn new(
+        policy: BreakerPolicy,
+        metrics: DestinationMetrics,
+        concurrency: usize,
+    ) -> Flow {
         Flow {
             state: Mutex::new(FlowState::default()),
             policy,
             metrics,
+            concurrency: u32::try_from(concurrency).unwrap_or(u32::MAX),
         }
+    }
+
+    /// How far `settings`' destination's pacing grows: its cap, else the
+    /// worker's concurrency.
+    fn ceiling(&self, settings: Option<&DestinationSettings>) -> u32 {
+        settings
+            .and_then(|s| s.max_in_flight)
+            .unwrap_or(self.concurrency)
+    }
+
+    fn paced(&self, destination: &str, paced: Paced, dest: &Dest, now: Timestamp) {
+        let (remaining, reset_at) = dest.pacing.rate_limit();
+        tracing::info!(
+            destination,
+            reason = paced.as_str(),
+            effective_max_in_flight = dest.pacing.window(),
+            ratelimit_remaining = remaining,
+            hold_ms = reset_at.map(|at| crate::pacing::hold_ms(at, now)),
+            "destination_paced"
+        );
+        self.metrics.count_paced(destination, paced.as_str());
     }
 
     fn lock(&self) -> MutexGuard<'_, FlowState> {
@@ -242,6 +284,10 @@ impl Flow {
             // Earned at the old rate until now, then the new bucket: a new
             // one starts full, a smaller one keeps what fits.
             let before = old.get(name);
+            if before.is_some_and(|b| b.paused) && !s.paused {
+                let paced = dest.pacing.slow_start(self.ceiling(Some(s)));
+                self.paced(name, paced, dest, now);
+            }
             dest.refill(now, before);
             dest.refilled = now;
             match (
@@ -279,17 +325,18 @@ impl Flow {
         // each claim costs what is active, not every host ever called.
         dests.retain(|name, dest| {
             dest.settle(now);
-            settings.contains_key(name) || !dest.is_idle()
+            settings.contains_key(name) || !dest.is_idle(now)
         });
         for (name, dest) in dests.iter_mut() {
             let s = settings.get(name);
             dest.refill(now, s);
-            let mut at_most: Option<usize> = None;
+            let mut at_most: Option<usize> = dest.pacing.room(dest.in_flight);
             let held = dest.backoff_until.is_some()
+                || dest.pacing.held_until(now).is_some()
                 || match dest.breaker {
                     Breaker::Open { .. } | Breaker::HalfOpen { probe: Some(_) } => true,
                     Breaker::HalfOpen { probe: None } => {
-                        at_most = Some(1);
+                        at_most = Some(at_most.map_or(1, |a| a.min(1)));
                         false
                     }
                     Breaker::Closed => false,
@@ -327,6 +374,9 @@ impl Flow {
         };
         for (name, dest) in &state.dests {
             if let Some(until) = dest.backoff_until {
+                consider(until);
+            }
+            if let Some(until) = dest.pacing.held_until(now) {
                 consider(until);
             }
             if let Breaker::Open { until } = dest.breaker {
@@ -386,6 +436,7 @@ impl Flow {
             status,
             error,
             backoff,
+            rate_limit,
         } = answer;
         let mut state = self.lock();
         let s = state.settings.get(destination).cloned();
@@ -408,6 +459,14 @@ impl Flow {
                 "destination_backoff"
             );
         }
+        let ceiling = self.ceiling(s.as_ref());
+        let signal = crate::pacing::signal_of(status, rate_limit.as_ref());
+        if let Some(paced) = dest
+            .pacing
+            .answered(signal, rate_limit, dest.in_flight, ceiling, now)
+        {
+            self.paced(destination, paced, dest, now);
+        }
         let is_probe = matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task);
         match (dest.breaker, verdict) {
             (Breaker::HalfOpen { .. }, Verdict::Healthy) if is_probe => {
@@ -420,6 +479,8 @@ impl Flow {
                 dest.failures = 0;
                 dest.opens = 0;
                 self.metrics.set_breaker_open(destination, false);
+                let paced = dest.pacing.slow_start(ceiling);
+                self.paced(destination, paced, dest, now);
             }
             (Breaker::HalfOpen { .. }, Verdict::Failure) if is_probe => {
                 dest.failures += 1;
@@ -464,7 +525,7 @@ impl Flow {
     /// without an answer lets the next one through. Returns whether
     /// the claim loop should look again now (a slot under a cap, or a
     /// probe, was freed).
-    pub(crate) fn ended(&self, destination: &str, task: (TaskId, u32)) -> bool {
+    pub(crate) fn ended(&self, destination: &str, task: (TaskId, u32), now: Timestamp) -> bool {
         let mut state = self.lock();
         let FlowState {
             settings, dests, ..
@@ -478,13 +539,13 @@ impl Flow {
         };
         dest.in_flight = dest.in_flight.saturating_sub(1);
         self.metrics.set_in_flight(destination, dest.in_flight);
-        let mut freed = capped;
+        let mut freed = capped || dest.pacing.window().is_some();
         if matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task) {
             dest.breaker = Breaker::HalfOpen { probe: None };
             freed = true;
         }
         let wake = freed || dest.breaker != Breaker::Closed;
-        if !kept && dest.is_idle() {
+        if !kept && dest.is_idle(now) {
             dests.remove(destination);
         }
         wake
@@ -496,12 +557,16 @@ impl Flow {
         match state.dests.get_mut(destination) {
             Some(dest) => {
                 dest.settle(now);
+                let (ratelimit_remaining, ratelimit_reset_at) = dest.pacing.rate_limit();
                 DestinationState {
                     breaker: dest.breaker_state(),
                     backoff_until: dest.backoff_until,
                     last_error: dest.last_error.clone(),
                     last_status: dest.last_status,
                     in_flight: dest.in_flight,
+                    effective_max_in_flight: dest.pacing.window(),
+                    ratelimit_remaining,
+                    ratelimit_reset_at,
                 }
             }
             None => DestinationState {
@@ -510,6 +575,9 @@ impl Flow {
                 last_error: None,
                 last_status: None,
                 in_flight: 0,
+                effective_max_in_flight: None,
+                ratelimit_remaining: None,
+                ratelimit_reset_at: None,
             },
         }
     }
@@ -535,7 +603,7 @@ impl Flow {
             ) {
                 return Some(HoldReason::Breaker);
             }
-            if dest.backoff_until.is_some() {
+            if dest.backoff_until.is_some() || dest.pacing.held_until(now).is_some() {
                 return Some(HoldReason::Backoff);
             }
         }
@@ -586,7 +654,7 @@ mod tests {
     }
 
     fn flow() -> Flow {
-        Flow::new(BreakerPolicy::default(), DestinationMetrics::default())
+        Flow::new(BreakerPolicy::default(), DestinationMetrics::default(), 8)
     }
 
     fn kept(flow: &Flow) -> usize {
@@ -617,10 +685,11 @@ mod tests {
                     status: Some(200),
                     error: None,
                     backoff: None,
+                    rate_limit: None,
                 },
                 at(3),
             );
-            flow.ended(&task.destination, id);
+            flow.ended(&task.destination, id, at(3));
         }
         assert_eq!(kept(&flow), 0, "idle destinations are kept");
         assert_eq!(flow.gate(at(4)), ClaimGate::default());
@@ -644,10 +713,11 @@ mod tests {
                     status: None,
                     error: None,
                     backoff,
+                    rate_limit: None,
                 },
                 at(1),
             );
-            flow.ended(&t.destination, id);
+            flow.ended(&t.destination, id, at(1));
             let there = flow.lock().dests.contains_key(&t.destination);
             assert_eq!(there, kept_now, "{host}");
         };
@@ -698,10 +768,11 @@ mod tests {
                 status: None,
                 error: None,
                 backoff: backoff.map(Duration::from_millis),
+                rate_limit: None,
             },
             at(ms),
         );
-        flow.ended(&t.destination, id);
+        flow.ended(&t.destination, id, at(ms));
     }
 
     /// Each row: answered attempts (when, how they counted), when the
@@ -720,7 +791,7 @@ mod tests {
                      look_at: i64,
                      breaker: BreakerState,
                      release: Option<i64>| {
-            let flow = Flow::new(policy, DestinationMetrics::default());
+            let flow = Flow::new(policy, DestinationMetrics::default(), 8);
             for (n, (ms, verdict)) in answers.iter().enumerate() {
                 let n = u32::try_from(n).expect("few rows");
                 attempt(&flow, "b.example", n, *ms, *verdict, None);

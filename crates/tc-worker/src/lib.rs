@@ -27,6 +27,7 @@ mod control;
 mod flow;
 mod metrics;
 mod outbound;
+mod pacing;
 mod pruner;
 mod registry;
 mod scheduler;
@@ -150,7 +151,11 @@ impl<S: TaskStore> Worker<S> {
         clock: Clock,
         metrics: WorkerMetrics,
     ) -> Worker<S> {
-        let flow = Flow::new(config.breaker, metrics.destinations.clone());
+        let flow = Flow::new(
+            config.breaker,
+            metrics.destinations.clone(),
+            config.concurrency,
+        );
         let outbound = Outbound::new(config.signing_secrets.clone());
         let shared = Arc::new(Shared::new(store, clock, flow, outbound));
         let rng = match config.jitter_seed {

@@ -73,6 +73,7 @@ pub(crate) struct DestinationMetrics {
     pub(crate) in_flight: Family<DestinationLabel, Gauge>,
     pub(crate) held: Family<HeldLabel, Gauge>,
     pub(crate) breaker_open: Family<DestinationLabel, Gauge>,
+    pub(crate) paced: Family<HeldLabel, Counter>,
     /// Destinations given a label of their own, first come first served.
     labelled: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -122,6 +123,18 @@ impl DestinationMetrics {
                 .get_or_create(&DestinationLabel { destination })
                 .set(i64::from(open));
         }
+    }
+
+    /// Counts a pacing change of `destination` (`reason`: `ratelimit`,
+    /// `throttled` or `slow_start`).
+    pub(crate) fn count_paced(&self, destination: &str, reason: &'static str) {
+        let destination = self.label(destination);
+        self.paced
+            .get_or_create(&HeldLabel {
+                destination,
+                reason,
+            })
+            .inc();
     }
 
     /// Sets the held gauges from totals per (label, reason) computed by the
@@ -217,6 +230,11 @@ impl WorkerMetrics {
             "taskcenter_destination_breaker_open",
             "1 while a destination's circuit breaker is open or half-open",
             self.destinations.breaker_open.clone(),
+        );
+        registry.register(
+            "taskcenter_destination_paced",
+            "Pacing changes by the destination's own signals, by reason: its rate-limit fields said no call is left (ratelimit), a 429 or 503 without them halved its calls in flight (throttled), calls started again from one (slow_start)",
+            self.destinations.paced.clone(),
         );
     }
 

@@ -116,6 +116,7 @@ fn answer(
         status,
         retry_after: retry_after.map(str::to_owned),
         content_type: content_type.map(str::to_owned),
+        rate_limit: Vec::new(),
         body: Bytes::from_static(body),
     })
 }

@@ -27,10 +27,10 @@ use super::{
 
 /// Whole milliseconds: due times and holds are stored at that precision,
 /// so a held call may come up to this much before the exact end of its hold.
-const MS: Duration = Duration::from_millis(1);
+pub(super) const MS: Duration = Duration::from_millis(1);
 
 /// `paused` on the paused clock, `real` in real time.
-fn length<S, D>(rig: &Rig<S, D>, paused: Duration, real: Duration) -> Duration {
+pub(super) fn length<S, D>(rig: &Rig<S, D>, paused: Duration, real: Duration) -> Duration {
     if rig.paused_clock { paused } else { real }
 }
 
@@ -60,15 +60,15 @@ async fn destination<S: TaskStore, D>(rig: &Rig<S, D>, name: &str) -> Result<Des
 }
 
 /// A call as the script saw it: when it started and ended, its status.
-struct Seen {
-    path: String,
-    at: Instant,
-    ended: Option<Instant>,
-    status: Option<u16>,
+pub(super) struct Seen {
+    pub(super) path: String,
+    pub(super) at: Instant,
+    pub(super) ended: Option<Instant>,
+    pub(super) status: Option<u16>,
 }
 
 /// Every call whose path starts with `prefix`, in the order they arrived.
-fn seen<S, D>(rig: &Rig<S, D>, prefix: &str) -> Vec<Seen> {
+pub(super) fn seen<S, D>(rig: &Rig<S, D>, prefix: &str) -> Vec<Seen> {
     rig.script.read(|r| {
         r.calls()
             .iter()
@@ -84,7 +84,7 @@ fn seen<S, D>(rig: &Rig<S, D>, prefix: &str) -> Vec<Seen> {
     })
 }
 
-fn calls_under<S, D>(rig: &Rig<S, D>, prefix: &str) -> usize {
+pub(super) fn calls_under<S, D>(rig: &Rig<S, D>, prefix: &str) -> usize {
     rig.script.read(|r| {
         r.calls()
             .iter()
@@ -94,7 +94,7 @@ fn calls_under<S, D>(rig: &Rig<S, D>, prefix: &str) -> usize {
 }
 
 /// Checks that each task is in `state` after exactly `attempt` attempts.
-async fn check_tasks<S: TaskStore, D: Downstream>(
+pub(super) async fn check_tasks<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
     ids: &[TaskId],
     state: State,
@@ -115,7 +115,7 @@ async fn check_tasks<S: TaskStore, D: Downstream>(
 
 /// Submits a task for `url`; its call may take a minute (longer than any
 /// hold a scenario plays), so a held call never times out.
-async fn submit_to<S: TaskStore, D: Downstream>(
+pub(super) async fn submit_to<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
     url: String,
     key: &str,
@@ -126,7 +126,7 @@ async fn submit_to<S: TaskStore, D: Downstream>(
 }
 
 /// Submits one task per path on the url built by `url_of`.
-async fn submit_each<S: TaskStore, D: Downstream>(
+pub(super) async fn submit_each<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
     paths: impl IntoIterator<Item = String>,
     url_of: impl Fn(&str) -> Result<String, String>,
@@ -141,7 +141,7 @@ async fn submit_each<S: TaskStore, D: Downstream>(
     Ok(ids)
 }
 
-fn paths(prefix: &str, n: usize) -> impl Iterator<Item = String> + '_ {
+pub(super) fn paths(prefix: &str, n: usize) -> impl Iterator<Item = String> + '_ {
     (0..n).map(move |i| format!("{prefix}{i}"))
 }
 

@@ -1,0 +1,325 @@
+//! Pacing a destination by its own signals, before it has to refuse calls:
+//! the rate-limit fields of its answers (a window with no call left holds
+//! every call until the window resets) and, for a server that says nothing,
+//! additive increase and multiplicative decrease of the calls it gets in
+//! flight (a `429` or `503` without such fields halves them; each window
+//! of successes adds one back), with a slow start from one call after a
+//! resume or a breaker closing.
+//!
+//! The decisions are plain data on one destination's [`Pacing`]; the flow
+//! ([`crate::flow`]) keeps one per destination, asks it for the claim's
+//! holds and reports every answer to it.
+
+use tc_model::Timestamp;
+use tc_retry::RateLimit;
+
+/// How one answered call counts for the pacing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// The call went through: a 2xx.
+    Success,
+    /// The server is overloaded and did not say how long to wait: a `429`
+    /// or `503` without rate-limit fields.
+    Throttled,
+    /// Says nothing about the server's capacity.
+    Other,
+}
+
+/// Why the pacing changed, for the log line and the
+/// `taskcenter_destination_paced_total{reason}` counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Paced {
+    /// The server's window has no call left: held until its reset.
+    RateLimit,
+    /// A throttling answer halved the calls in flight.
+    Throttled,
+    /// Calls start again from one in flight.
+    SlowStart,
+}
+
+impl Paced {
+    /// The counter's `reason` label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Paced::RateLimit => "ratelimit",
+            Paced::Throttled => "throttled",
+            Paced::SlowStart => "slow_start",
+        }
+    }
+}
+
+/// One destination's pacing state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Pacing {
+    /// The calls allowed in flight now; `None` while pacing sets no bound.
+    window: Option<u32>,
+    /// While the window is below it, each success adds one (slow start);
+    /// at or above it, one per window of successes.
+    threshold: u32,
+    /// Successes counted towards the next increase.
+    successes: u32,
+    /// What the server's last rate-limit fields said.
+    remaining: Option<u64>,
+    reset_at: Option<Timestamp>,
+}
+
+impl Pacing {
+    /// Takes an answer's signal and rate-limit fields. `in_flight` is the
+    /// calls in flight when it arrived; `ceiling` the most the window can
+    /// grow to before pacing bounds nothing (the destination's cap, else
+    /// the worker's concurrency). Returns what changed, when it paces.
+    pub(crate) fn answered(
+        &mut self,
+        signal: Signal,
+        rate_limit: Option<RateLimit>,
+        in_flight: u64,
+        ceiling: u32,
+        now: Timestamp,
+    ) -> Option<Paced> {
+        let mut paced = None;
+        if let Some(limit) = rate_limit {
+            self.remaining = Some(limit.remaining);
+            self.reset_at = limit.reset.map(|reset| now.saturating_add(reset));
+            if limit.hold().is_some() {
+                paced = Some(Paced::RateLimit);
+            }
+        }
+        match signal {
+            Signal::Throttled => {
+                let current = self
+                    .window
+                    .unwrap_or_else(|| u32::try_from(in_flight.max(1)).unwrap_or(u32::MAX));
+                let halved = (current / 2).max(1);
+                self.window = Some(halved);
+                self.threshold = halved;
+                self.successes = 0;
+                paced = paced.or(Some(Paced::Throttled));
+            }
+            Signal::Success => self.grow(ceiling),
+            Signal::Other => {}
+        }
+        paced
+    }
+
+    fn grow(&mut self, ceiling: u32) {
+        let Some(window) = self.window else {
+            return;
+        };
+        if window < self.threshold {
+            self.window = Some(window + 1);
+        } else {
+            self.successes += 1;
+            if self.successes >= window {
+                self.successes = 0;
+                self.window = Some(window + 1);
+            }
+        }
+        if self.window.is_some_and(|window| window >= ceiling.max(1)) {
+            *self = Pacing {
+                remaining: self.remaining,
+                reset_at: self.reset_at,
+                ..Pacing::default()
+            };
+        }
+    }
+
+    /// Calls start again from one in flight, doubling each window up to
+    /// `ceiling`: after a resume or a breaker closing.
+    pub(crate) fn slow_start(&mut self, ceiling: u32) -> Paced {
+        self.window = Some(1);
+        self.threshold = ceiling.max(1);
+        self.successes = 0;
+        Paced::SlowStart
+    }
+
+    /// Until when every call waits: the reset of a window with no call
+    /// left, while it is ahead.
+    pub(crate) fn held_until(&self, now: Timestamp) -> Option<Timestamp> {
+        match (self.remaining, self.reset_at) {
+            (Some(0), Some(reset_at)) if reset_at > now => Some(reset_at),
+            _ => None,
+        }
+    }
+
+    /// How many more calls the window allows beside `in_flight`; `None`
+    /// when pacing sets no bound.
+    pub(crate) fn room(&self, in_flight: u64) -> Option<usize> {
+        let window = u64::from(self.window?);
+        Some(usize::try_from(window.saturating_sub(in_flight)).unwrap_or(usize::MAX))
+    }
+
+    /// The calls allowed in flight, for the view (`effective_max_in_flight`).
+    pub(crate) fn window(&self) -> Option<u32> {
+        self.window
+    }
+
+    /// The last rate-limit fields, for the view (`ratelimit_remaining`,
+    /// `ratelimit_reset_at`).
+    pub(crate) fn rate_limit(&self) -> (Option<u64>, Option<Timestamp>) {
+        (self.remaining, self.reset_at)
+    }
+
+    /// Whether nothing here needs remembering.
+    pub(crate) fn is_idle(&self, now: Timestamp) -> bool {
+        self.window.is_none() && self.held_until(now).is_none()
+    }
+}
+
+/// A rate-limit hold as the delay it asks for, for the log line.
+pub(crate) fn hold_ms(until: Timestamp, now: Timestamp) -> u64 {
+    u64::try_from(until.duration_since(now).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The signal of an answer: `status` with or without rate-limit fields.
+pub(crate) fn signal_of(status: Option<u16>, rate_limit: Option<&RateLimit>) -> Signal {
+    match status {
+        Some(429 | 503) if rate_limit.is_none() => Signal::Throttled,
+        Some(200..=299) => Signal::Success,
+        _ => Signal::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const NOW: Timestamp = Timestamp::from_millis(1_000_000);
+
+    /// Plays `signals` (each with its in-flight count) on a fresh pacing
+    /// and checks the window after each.
+    fn check(start: Option<u32>, ceiling: u32, steps: &[(Signal, u64, Option<u32>)]) {
+        let mut pacing = Pacing::default();
+        if start.is_some() {
+            pacing.slow_start(ceiling);
+        }
+        for (i, (signal, in_flight, expected)) in steps.iter().enumerate() {
+            pacing.answered(*signal, None, *in_flight, ceiling, NOW);
+            assert_eq!(pacing.window(), *expected, "step {i}: {signal:?}");
+        }
+    }
+
+    #[test]
+    fn throttling_halves_and_successes_add_one_per_window() {
+        use Signal::*;
+        check(
+            None,
+            100,
+            &[
+                (Success, 10, None),
+                (Throttled, 10, Some(5)),
+                (Throttled, 5, Some(2)),
+                (Throttled, 2, Some(1)),
+                (Throttled, 1, Some(1)),
+                // One window of one success: 2; of two: 3.
+                (Success, 1, Some(2)),
+                (Success, 1, Some(2)),
+                (Success, 1, Some(3)),
+                (Other, 1, Some(3)),
+            ],
+        );
+    }
+
+    #[test]
+    fn the_window_opens_again_at_the_ceiling() {
+        use Signal::*;
+        check(
+            None,
+            3,
+            &[
+                (Throttled, 4, Some(2)),
+                (Success, 2, Some(2)),
+                (Success, 2, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn slow_start_adds_one_per_success_until_the_ceiling() {
+        use Signal::*;
+        check(
+            Some(1),
+            4,
+            &[
+                (Success, 1, Some(2)),
+                (Success, 2, Some(3)),
+                (Success, 3, None),
+            ],
+        );
+        // A throttle during slow start ends it.
+        check(
+            Some(1),
+            50,
+            &[
+                (Success, 1, Some(2)),
+                (Success, 2, Some(3)),
+                (Success, 3, Some(4)),
+                (Throttled, 4, Some(2)),
+                (Success, 2, Some(2)),
+                (Success, 2, Some(3)),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_window_with_no_call_left_holds_until_its_reset() {
+        let mut pacing = Pacing::default();
+        let limit = |remaining, secs| RateLimit {
+            remaining,
+            reset: Some(Duration::from_secs(secs)),
+        };
+        let reset_at = NOW.saturating_add(Duration::from_secs(2));
+        assert_eq!(
+            pacing.answered(Signal::Success, Some(limit(3, 2)), 1, 10, NOW),
+            None
+        );
+        assert_eq!(pacing.held_until(NOW), None);
+        assert_eq!(
+            pacing.answered(Signal::Success, Some(limit(0, 2)), 1, 10, NOW),
+            Some(Paced::RateLimit)
+        );
+        assert_eq!(pacing.held_until(NOW), Some(reset_at));
+        assert_eq!(pacing.rate_limit(), (Some(0), Some(reset_at)));
+        assert_eq!(pacing.held_until(reset_at), None);
+        assert!(pacing.is_idle(reset_at));
+        assert!(!pacing.is_idle(NOW));
+    }
+
+    #[test]
+    fn room_is_the_window_less_the_calls_in_flight() {
+        let mut pacing = Pacing::default();
+        assert_eq!(pacing.room(7), None);
+        pacing.answered(Signal::Throttled, None, 8, 100, NOW);
+        assert_eq!(pacing.room(0), Some(4));
+        assert_eq!(pacing.room(3), Some(1));
+        assert_eq!(pacing.room(9), Some(0));
+    }
+
+    #[test]
+    fn only_a_429_or_503_without_fields_throttles() {
+        let fields = RateLimit {
+            remaining: 0,
+            reset: None,
+        };
+        for (status, fields, expected) in [
+            (Some(429), None, Signal::Throttled),
+            (Some(503), None, Signal::Throttled),
+            (Some(429), Some(&fields), Signal::Other),
+            (Some(500), None, Signal::Other),
+            (Some(200), None, Signal::Success),
+            (Some(204), Some(&fields), Signal::Success),
+            (Some(404), None, Signal::Other),
+            (None, None, Signal::Other),
+        ] {
+            assert_eq!(signal_of(status, fields), expected, "{status:?}");
+        }
+    }
+
+    /// The client keeps exactly the fields the parser reads (the two crates
+    /// know nothing of each other; the worker joins them).
+    #[test]
+    fn the_client_keeps_the_fields_the_parser_reads() {
+        assert_eq!(tc_downstream::RATE_LIMIT_HEADERS, tc_retry::RATE_LIMIT_FIELDS);
+    }
+}
