@@ -4,73 +4,8 @@
 use crate::callback::asked::Callback;
 use crate::headers::Headers;
 use crate::validation::{Limits, ValidationError, check_url};
-use crate::{Method, Timestamp};
+use crate::{Method, Schedule, State, Task, TaskId, Timestamp};
 use std::time::Duration;
-
-/// When a submitted task first becomes due, as the client asked.
-///
-/// Kept as asked (not only as the resulting time) because it is part of
-/// the idempotency payload: a resubmit with the same `delay_ms` is the same
-/// work, though it arrives later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Schedule {
-    /// At once.
-    #[default]
-    Now,
-    /// At this time (at once if it has passed).
-    At(Timestamp),
-    /// This long after the submit.
-    After(Duration),
-}
-
-impl Schedule {
-    /// The schedule as stores keep it, in two nullable columns: an absolute
-    /// time in ms, or a delay in ms; both `None` for [`Schedule::Now`].
-    pub fn to_parts(self) -> (Option<i64>, Option<i64>) {
-        match self {
-            Schedule::Now => (None, None),
-            Schedule::At(at) => (Some(at.as_millis()), None),
-            Schedule::After(delay) => (
-                None,
-                Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
-            ),
-        }
-    }
-
-    /// The schedule [`Schedule::to_parts`] wrote; `None` for parts it never
-    /// writes (both set, a negative delay).
-    pub fn from_parts(at_ms: Option<i64>, delay_ms: Option<i64>) -> Option<Schedule> {
-        match (at_ms, delay_ms) {
-            (None, None) => Some(Schedule::Now),
-            (Some(at), None) => Some(Schedule::At(Timestamp::from_millis(at))),
-            (None, Some(ms)) => Some(Schedule::After(Duration::from_millis(
-                u64::try_from(ms).ok()?,
-            ))),
-            (Some(_), Some(_)) => None,
-        }
-    }
-
-    /// The longest a task may be put off: 365 days.
-    pub const MAX_AHEAD: Duration = Duration::from_secs(365 * 24 * 3600);
-
-    /// When a task submitted at `submitted` first becomes due.
-    pub fn first_run(self, submitted: Timestamp) -> Timestamp {
-        match self {
-            Schedule::Now => submitted,
-            Schedule::At(at) => at.max(submitted),
-            Schedule::After(delay) => submitted.saturating_add(delay),
-        }
-    }
-
-    /// The time asked for, if any: what a task view shows as `run_at`.
-    pub fn run_at(self, submitted: Timestamp) -> Option<Timestamp> {
-        match self {
-            Schedule::Now => None,
-            Schedule::At(at) => Some(at),
-            Schedule::After(delay) => Some(submitted.saturating_add(delay)),
-        }
-    }
-}
 
 /// A valid submission: "call `url` with `method`, these `headers` and
 /// `body`, at most `max_attempts` times, each try within `timeout`", due
@@ -360,6 +295,45 @@ impl NewTask {
     }
 }
 
+impl Task {
+    /// The task a store creates for `new` at `now`: pending, due when its
+    /// schedule says, no try yet. Every adapter builds its new rows from this one reading.
+    pub fn submitted(id: TaskId, new: &NewTask, now: Timestamp) -> Task {
+        Task {
+            id,
+            state: State::Pending,
+            url: new.url().to_owned(),
+            method: new.method(),
+            headers: new.headers().clone(),
+            destination: crate::destination_of(new.url()),
+            body: new.body().to_vec(),
+            idempotency_key: new.idempotency_key().to_owned(),
+            attempt: 0,
+            attempts_before_retry: 0,
+            max_attempts: new.max_attempts(),
+            timeout: new.timeout(),
+            schedule: new.schedule(),
+            http_status: None,
+            result: None,
+            result_content_type: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            finished_at: None,
+            next_run_at: Some(new.schedule().first_run(now)),
+            lease_until: None,
+            attempts: Vec::new(),
+            trace: new.trace().cloned(),
+            callback: new.callback().cloned(),
+            callback_of: new.callback_of(),
+            callback_task_id: None,
+            ends: 0,
+            tenant: new.tenant().map(str::to_owned),
+        }
+    }
+}
+
 /// Equal bytes, or equal JSON values (object keys in any order, any
 /// insignificant whitespace).
 fn same_json(a: &[u8], b: &[u8]) -> bool {
@@ -487,26 +461,6 @@ mod tests {
             base().with_headers(headers("1")),
             &["callback_url", "callback_on"],
         );
-    }
-
-    #[test]
-    fn schedules_round_trip_through_their_stored_parts() {
-        let check = |schedule: Schedule, parts: (Option<i64>, Option<i64>)| {
-            assert_eq!(schedule.to_parts(), parts, "{schedule:?}");
-            assert_eq!(Schedule::from_parts(parts.0, parts.1), Some(schedule));
-        };
-        check(Schedule::Now, (None, None));
-        check(
-            Schedule::At(Timestamp::from_millis(1_500)),
-            (Some(1_500), None),
-        );
-        check(
-            Schedule::After(Duration::from_millis(250)),
-            (None, Some(250)),
-        );
-        for never_written in [(Some(1), Some(1)), (None, Some(-1))] {
-            assert_eq!(Schedule::from_parts(never_written.0, never_written.1), None);
-        }
     }
 
     struct Input {

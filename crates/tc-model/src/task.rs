@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::headers::Headers;
-use crate::{Method, NewTask, State};
+use crate::{Method, Schedule, State};
 
 /// A task's identity: a UUID v7, so that ids sort by creation millisecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -197,43 +197,6 @@ pub struct Task {
 }
 
 impl Task {
-    /// The task a store creates for `new` at `now`: pending, due when its
-    /// schedule says, no try yet. Every adapter builds its new rows from this one reading.
-    pub fn submitted(id: TaskId, new: &NewTask, now: Timestamp) -> Task {
-        Task {
-            id,
-            state: State::Pending,
-            url: new.url().to_owned(),
-            method: new.method(),
-            headers: new.headers().clone(),
-            destination: crate::destination_of(new.url()),
-            body: new.body().to_vec(),
-            idempotency_key: new.idempotency_key().to_owned(),
-            attempt: 0,
-            attempts_before_retry: 0,
-            max_attempts: new.max_attempts(),
-            timeout: new.timeout(),
-            schedule: new.schedule(),
-            http_status: None,
-            result: None,
-            result_content_type: None,
-            error: None,
-            created_at: now,
-            updated_at: now,
-            started_at: None,
-            finished_at: None,
-            next_run_at: Some(new.schedule().first_run(now)),
-            lease_until: None,
-            attempts: Vec::new(),
-            trace: new.trace().cloned(),
-            callback: new.callback().cloned(),
-            callback_of: new.callback_of(),
-            callback_task_id: None,
-            ends: 0,
-            tenant: new.tenant().map(str::to_owned),
-        }
-    }
-
     /// Whether another try is allowed after the current one.
     pub fn can_retry(&self) -> bool {
         self.attempt_in_round() < self.max_attempts
@@ -317,7 +280,7 @@ mod tests {
             attempts_before_retry: 0,
             max_attempts: 2,
             timeout: Duration::from_secs(1),
-            schedule: crate::Schedule::Now,
+            schedule: Schedule::Now,
             http_status: None,
             result: None,
             result_content_type: None,

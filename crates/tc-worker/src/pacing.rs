@@ -320,6 +320,9 @@ mod tests {
     /// know nothing of each other; the worker joins them).
     #[test]
     fn the_client_keeps_the_fields_the_parser_reads() {
-        assert_eq!(tc_downstream::RATE_LIMIT_HEADERS, tc_retry::RATE_LIMIT_FIELDS);
+        assert_eq!(
+            tc_downstream::RATE_LIMIT_HEADERS,
+            tc_retry::RATE_LIMIT_FIELDS
+        );
     }
 }
