@@ -157,7 +157,7 @@ pub struct Task {
     /// Per-try timeout of the downstream call.
     pub timeout: Duration,
     /// When the task was asked to run first (part of its payload).
-    pub schedule: crate::Schedule,
+    pub schedule: Schedule,
     /// The downstream's status on the last answered try.
     pub http_status: Option<u16>,
     /// The downstream's body on success.
