@@ -22,7 +22,10 @@
 //! And, from the source text ([`source`]): every module has a `//!` doc, and
 //! no `testing` module or `#[doc(hidden)]` item is compiled into a product
 //! crate without one of its test-only features.
+//!
+//! And, from rustdoc ([`doc_links`]): no doc link leads nowhere.
 
+mod doc_links;
 mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -126,6 +129,7 @@ fn all_violations(root: &Path) -> Result<(usize, Vec<String>), String> {
     violations.extend(check_binaries(&parse_binaries(&meta)?));
     let sources = source::load_all(root)?;
     violations.extend(source::check_module_docs(&sources));
+    violations.extend(doc_links::check(root)?);
     for krate in workspace
         .iter()
         .filter(|k| !TEST_ONLY_PACKAGES.contains(&k.as_str()))

@@ -123,7 +123,7 @@ pub(crate) struct FilterFields {
     created_before: Option<String>,
     idempotency_key: Option<String>,
     /// The admin's filter by tenant; a tenant's own requests are narrowed
-    /// to it whatever this says ([`tc_model::tenant::Scope::narrow`]).
+    /// to it whatever this says ([`tc_model::store::TaskFilter::within`]).
     tenant: Option<String>,
 }
 

@@ -187,7 +187,7 @@ pub struct TaskFilter {
     pub created_before: Option<Timestamp>,
     /// Only the tasks with this idempotency key (one per tenant at most).
     pub idempotency_key: Option<String>,
-    /// Only the tasks of this tenant ([`crate::tenant::Scope::narrow`]
+    /// Only the tasks of this tenant ([`TaskFilter::within`]
     /// sets it for a tenant's requests).
     pub tenant: Option<String>,
 }

@@ -40,7 +40,7 @@ impl Default for Limits {
     }
 }
 
-/// Why a submission is not a valid [`NewTask`]. Each variant names its field.
+/// Why a submission is not a valid [`crate::NewTask`]. Each variant names its field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationError {
     /// The url is not an absolute http(s) url with a host, or is too long.

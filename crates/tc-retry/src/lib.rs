@@ -3,7 +3,7 @@
 //!
 //! The crate is pure (no I/O, no clock, no async runtime) and depends on no
 //! other taskcenter crate, so any project can use it. The caller performs the
-//! call, describes what happened as an [`Outcome`], and [`classify`] returns a
+//! call, describes what happened as an [`Outcome`], and [`classify()`] returns a
 //! [`Decision`]. Randomness comes from a [`fastrand::Rng`] the caller owns, so
 //! a seeded generator makes every decision reproducible.
 //!
@@ -12,8 +12,8 @@
 //! | Outcome                                 | Decision                                   |
 //! |-----------------------------------------|--------------------------------------------|
 //! | 2xx                                     | [`Decision::Success`]                      |
-//! | 5xx, [`Outcome::Timeout`], [`Outcome::Connect`] | retry after [`backoff`]            |
-//! | 408, 429                                | retry after `Retry-After` if usable, else [`backoff`] |
+//! | 5xx, [`Outcome::Timeout`], [`Outcome::Connect`] | retry after [`backoff()`]          |
+//! | 408, 429                                | retry after `Retry-After` if usable, else [`backoff()`] |
 //! | any other 4xx, 1xx, 3xx                 | fail at once                               |
 //! | a status outside `100..=599`            | fail at once                               |
 //! | [`Outcome::ResponseTooLarge`]           | fail at once (`response_too_large`)        |
@@ -46,7 +46,7 @@
 //!
 //! For 408 and 429 the `Retry-After` header is honoured in both of its forms:
 //! delta-seconds (ASCII digits only) or an HTTP-date, whose delay is measured
-//! from when the response arrived ([`RetryAfter::received_at`]); a date in the
+//! from when the response arrived (the `received_at` given to [`RetryAfter::parse`]); a date in the
 //! past means no delay. The honoured delay is bounded by
 //! [`Policy::max_retry_after`], not by the backoff cap: a server asking for a
 //! minute gets its minute. A value that parses as neither form is ignored and

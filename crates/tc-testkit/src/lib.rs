@@ -6,7 +6,7 @@
 //! [`memory_store`] is the reference store: a mutex and maps, passing that
 //! contract; the fast store of the worker's and tc-http's unit tests.
 //!
-//! [`worker_scenarios`] are the worker's semantics (retries, cancel in every
+//! [`worker_scenarios`](mod@worker_scenarios) are the worker's semantics (retries, cancel in every
 //! layer, leases, shutdown, the concurrency bound), written once against the
 //! ports and run for every store × downstream that plays
 //! [`tc_downstream::fake::Script`] (the fake in process, or the real client
