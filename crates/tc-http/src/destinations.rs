@@ -7,11 +7,11 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tc_model::destination::{Destination, DestinationUpdate, SharedWith, parse_destination};
-use tc_model::store::{StoreError, TaskStore};
+use tc_model::store::TaskStore;
 
 use crate::control::{Control, DestinationRuntime};
 use crate::dto::rfc3339;
-use crate::error::{ApiError, json_type};
+use crate::error::{About, ApiError, json_type};
 use crate::outbound::{parse_headers, parse_signing_secrets};
 
 /// A destination as the API shows it.
@@ -219,10 +219,7 @@ pub(crate) async fn view_of<S: TaskStore, C: Control>(
             let runtime = control.destination_state(&d.name);
             Ok(DestinationView::new(d, runtime))
         }
-        Err(StoreError::NotFound) => Err(ApiError::NotFound(
-            "no destination with this name: it has neither tasks nor settings".into(),
-        )),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(ApiError::from_store(e, About::Destination)),
     }
 }
 

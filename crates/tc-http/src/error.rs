@@ -342,11 +342,42 @@ impl From<tc_model::UrlNotAllowed> for ApiError {
     }
 }
 
-/// The one place where store errors become HTTP errors.
+/// What a store error was about: the resource a route names, so that a
+/// `NotFound` or an `Exists` says which.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum About<'a> {
+    /// A task (by id, or the tasks of a listing or a bulk action).
+    Task,
+    /// The tenant of this name.
+    Tenant(&'a str),
+    /// The key `id` of the tenant `tenant`.
+    Key { tenant: &'a str, id: &'a str },
+    /// The schedule of this name.
+    Schedule(&'a str),
+    /// The destination of this name.
+    Destination,
+}
+
+/// A store error about a task: [`ApiError::from_store`] with [`About::Task`].
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        ApiError::from_store(e, About::Task)
+    }
+}
+
+impl ApiError {
+    /// The one place where store errors become HTTP errors.
+    pub(crate) fn from_store(e: StoreError, about: About<'_>) -> ApiError {
         match e {
-            StoreError::NotFound => ApiError::NotFound("no task with this id".into()),
+            StoreError::NotFound => ApiError::NotFound(match about {
+                About::Task => "no task with this id".into(),
+                About::Tenant(name) => format!("no tenant named {name:?}"),
+                About::Key { tenant, id } => format!("tenant {tenant:?} has no key {id:?}"),
+                About::Schedule(name) => format!("no schedule named {name:?}"),
+                About::Destination => {
+                    "no destination with this name: it has neither tasks nor settings".into()
+                }
+            }),
             StoreError::IdempotencyConflict { fields } => ApiError::IdempotencyConflict(format!(
                 "idempotency_key: already used for a task with other work; \
                      differs in {}",
@@ -358,14 +389,29 @@ impl From<StoreError> for ApiError {
             StoreError::NotRetryable(state) => ApiError::TaskNotRetryable(format!(
                 "task is {state}: only failed or canceled tasks can be retried"
             )),
-            StoreError::Exists => {
-                ApiError::ScheduleExists("name: a schedule of that name exists".into())
-            }
-            StoreError::NotEmpty => ApiError::TenantNotEmpty(
-                "the tenant still has tasks: delete them first (POST /tasks/bulk \
-                 with action delete and tenant=<name>)"
+            StoreError::Exists => match about {
+                About::Tenant(name) => {
+                    ApiError::TenantExists(format!("name: a tenant named {name:?} exists"))
+                }
+                About::Schedule(name) => {
+                    ApiError::ScheduleExists(format!("name: a schedule named {name:?} exists"))
+                }
+                // Only tenants and schedules are created by name.
+                About::Task | About::Key { .. } | About::Destination => {
+                    tracing::error!(?about, "store_exists_unexpected");
+                    ApiError::Internal(format!("the store says {about:?} exists"))
+                }
+            },
+            StoreError::NotEmpty => ApiError::TenantNotEmpty(match about {
+                About::Tenant(name) => format!(
+                    "tenant {name:?} still has tasks: delete them first \
+                     (POST /tasks/bulk {{\"action\":\"delete\",\"filter\":{{\"tenant\":\"{name}\"}}}} \
+                     once they are finished)"
+                ),
+                _ => "the tenant still has tasks: delete them first (POST /tasks/bulk \
+                      with action delete and tenant=<name>)"
                     .into(),
-            ),
+            }),
             // The store's message starts with the limit's name.
             StoreError::QuotaExceeded { .. } => ApiError::QuotaExceeded {
                 message: e.to_string(),
@@ -534,7 +580,7 @@ mod tests {
                 409,
                 "idempotency_conflict",
             ),
-            (StoreError::Exists, 409, "schedule_exists"),
+            (StoreError::Exists, 500, "internal"),
             (
                 StoreError::NotTerminal(tc_model::State::Running),
                 409,
@@ -561,6 +607,45 @@ mod tests {
             let e = ApiError::from(store_error);
             assert_eq!(e.status().as_u16(), status);
             assert_eq!(e.code(), code);
+        }
+        // What a NotFound or an Exists names follows what it was about.
+        for (store_error, about, code, message) in [
+            (
+                StoreError::Exists,
+                About::Tenant("a"),
+                "tenant_exists",
+                "name: a tenant named \"a\" exists",
+            ),
+            (
+                StoreError::Exists,
+                About::Schedule("n"),
+                "schedule_exists",
+                "name: a schedule named \"n\" exists",
+            ),
+            (
+                StoreError::NotFound,
+                About::Schedule("n"),
+                "not_found",
+                "no schedule named \"n\"",
+            ),
+            (
+                StoreError::NotFound,
+                About::Key {
+                    tenant: "a",
+                    id: "k1",
+                },
+                "not_found",
+                "tenant \"a\" has no key \"k1\"",
+            ),
+            (
+                StoreError::NotFound,
+                About::Destination,
+                "not_found",
+                "no destination with this name: it has neither tasks nor settings",
+            ),
+        ] {
+            let e = ApiError::from_store(store_error, about);
+            assert_eq!((e.code(), e.message().as_str()), (code, message), "{about:?}");
         }
         let quota = ApiError::from(StoreError::QuotaExceeded { limit: 3 });
         assert!(quota.message().starts_with("max_pending: "), "{quota:?}");

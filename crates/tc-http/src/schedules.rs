@@ -23,7 +23,7 @@ use crate::app::App;
 use crate::config::HttpConfig;
 use crate::control::Control;
 use crate::dto::{TaskView, parse_submit, rfc3339};
-use crate::error::{ApiError, json_type};
+use crate::error::{About, ApiError, json_type};
 use crate::reply::{Answer, json};
 use tc_model::view::HeadersView;
 
@@ -149,18 +149,12 @@ pub(crate) fn schedule_name(segment: Option<&str>) -> Result<String, ApiError> {
 }
 
 fn not_found(name: &str) -> ApiError {
-    ApiError::NotFound(format!("no schedule named {name:?}"))
+    ApiError::from_store(StoreError::NotFound, About::Schedule(name))
 }
 
 /// A store error about the schedule `name`.
 fn store_error(name: &str, e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound => not_found(name),
-        StoreError::Exists => {
-            ApiError::ScheduleExists(format!("name: a schedule named {name:?} exists"))
-        }
-        other => ApiError::from(other),
-    }
+    ApiError::from_store(e, About::Schedule(name))
 }
 
 /// The fields of a schedule body.

@@ -17,7 +17,7 @@ use tc_model::tenant::{Tenant, TenantDetail, TenantUpdate, check_name};
 use crate::app::App;
 use crate::control::Control;
 use crate::dto::rfc3339;
-use crate::error::{ApiError, json_type};
+use crate::error::{About, ApiError, json_type};
 use crate::outbound::parse_signing_secrets;
 use crate::reply::{Answer, json};
 
@@ -103,23 +103,12 @@ pub(crate) fn tenant_name(segment: Option<&str>) -> Result<String, ApiError> {
 }
 
 fn not_found(name: &str) -> ApiError {
-    ApiError::NotFound(format!("no tenant named {name:?}"))
+    ApiError::from_store(StoreError::NotFound, About::Tenant(name))
 }
 
 /// A store error about the tenant `name`.
 fn store_error(name: &str, e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound => not_found(name),
-        StoreError::Exists => {
-            ApiError::TenantExists(format!("name: a tenant named {name:?} exists"))
-        }
-        StoreError::NotEmpty => ApiError::TenantNotEmpty(format!(
-            "tenant {name:?} still has tasks: delete them first \
-             (POST /tasks/bulk {{\"action\":\"delete\",\"filter\":{{\"tenant\":\"{name}\"}}}} \
-             once they are finished)"
-        )),
-        other => ApiError::from(other),
-    }
+    ApiError::from_store(e, About::Tenant(name))
 }
 
 /// The settings fields of a tenant body.
@@ -371,12 +360,7 @@ pub(crate) async fn revoke_key<S: TaskStore, C: Control>(
     app.store()
         .revoke_api_key(name.clone(), id.to_owned())
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound => {
-                ApiError::NotFound(format!("tenant {name:?} has no key {id:?}"))
-            }
-            other => ApiError::from(other),
-        })?;
+        .map_err(|e| ApiError::from_store(e, About::Key { tenant: &name, id }))?;
     tracing::info!(tenant = %name, key_id = %id, "api_key_revoked");
     no_content()
 }
