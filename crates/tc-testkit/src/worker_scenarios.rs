@@ -154,6 +154,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             tracer: None,
             schedules_interval: Duration::from_secs(30),
             allow_url_prefixes: Vec::new(),
+            jwt: None,
         }
     }
 
@@ -1661,5 +1662,9 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     }
     async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
         self.inner.touch_api_key(id, at).await
+    }
+
+    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
+        self.inner.server_key(name, candidate).await
     }
 }
