@@ -29,6 +29,8 @@ macro_rules! ensure {
     };
 }
 
+// A destination's auth on every try (issue 41).
+mod auth;
 mod callback;
 // Whose credentials a tenant's try carries (issue 37).
 mod credentials;
@@ -42,6 +44,7 @@ mod schedules;
 mod tenants;
 mod trace;
 
+use auth::a_destination_s_auth_reaches_every_try;
 use callback::a_callback_delivers_the_parent_s_view;
 use credentials::a_tenant_s_task_carries_only_credentials_lent_to_it;
 use destinations::{
@@ -280,6 +283,7 @@ macro_rules! worker_scenarios {
             tasks_without_a_tenant_keep_their_share_behind_a_backlog,
             the_worker_reads_only_the_tenants_weights,
             a_tenant_s_task_carries_only_credentials_lent_to_it,
+            a_destination_s_auth_reaches_every_try,
         }
     };
 }

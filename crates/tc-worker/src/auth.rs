@@ -88,6 +88,27 @@ impl CallAuth {
         delivery: Delivery,
         call: &CallOf<'_>,
     ) -> Result<DownResponse, DownError> {
+        let answer = self.send_as(downstream, auth, delivery, call).await;
+        if let Err(DownError::AuthFailed(why)) = &answer {
+            // What failed, never a secret: the endpoint's status or error.
+            tracing::warn!(
+                destination = call.destination,
+                task_id = call.task_id,
+                attempt = call.attempt,
+                message = %why,
+                "auth_failed"
+            );
+        }
+        answer
+    }
+
+    async fn send_as<D: Downstream>(
+        &self,
+        downstream: &D,
+        auth: Option<&DestinationAuth>,
+        delivery: Delivery,
+        call: &CallOf<'_>,
+    ) -> Result<DownResponse, DownError> {
         match auth {
             None => downstream.send(delivery).await,
             Some(DestinationAuth::Basic(basic)) => {
