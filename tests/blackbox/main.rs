@@ -2,6 +2,9 @@
 //! database) against a loopback downstream, and talks to it over HTTP only.
 //!
 //! - `api`: every row of the HTTP contract, status by status.
+//! - `auth`: a destination's `auth` (issue 41): Basic, an OAuth2 token from a
+//!   loopback token endpoint, a JWT verified against the served JWK Set by
+//!   the `jsonwebtoken` crate; no secret in a view, the CLI or a log line.
 //! - `backup`: `POST /admin/backup` and `tc-server backup` under load; the
 //!   copy checked by SQLite and served by a server of its own.
 //! - `delivery`: what the worker does with real downstream answers (retry,
@@ -37,6 +40,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod auth;
 mod backup;
 mod callbacks;
 mod cli;

@@ -6,6 +6,8 @@
 //!   headers in a defined order, body), built by [`Delivery::build`] from
 //!   plain inputs and signed by [`webhook_signature`] (Standard Webhooks):
 //!   pure code, tested without a network.
+//! - [`JwtKeys`] signs a destination's JWTs (ES256) with the server's own
+//!   keys and writes the JWK Set that publishes them (issue 41).
 //! - [`Downstream`] is the port; [`Delivery`], [`DownResponse`] and
 //!   [`DownError`] are its vocabulary. Its docs state the contract every
 //!   implementation keeps: it sends the delivery as built, the timeout
@@ -26,11 +28,13 @@ mod delivery;
 pub mod fake;
 #[cfg(feature = "hyper-client")]
 mod hyper_adapter;
+mod jwt;
 mod port;
 mod signature;
 
 pub use delivery::{Delivery, DeliverySpec, Method, TraceHeaders, USER_AGENT};
 #[cfg(feature = "hyper-client")]
 pub use hyper_adapter::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
+pub use jwt::{JwtKeyError, JwtKeys};
 pub use port::{DownError, DownResponse, Downstream, RATE_LIMIT_HEADERS};
 pub use signature::webhook_signature;

@@ -62,6 +62,12 @@ pub enum DownError {
     /// retrying: the same name leads to the same place.
     #[error("downstream destination denied: {0}")]
     DestinationDenied(String),
+    /// The destination's credentials could not be had: its OAuth2 token
+    /// endpoint failed or answered no token (issue 41), so the call was not
+    /// sent. Made by the worker's auth layer around a downstream, never by a
+    /// transport; the text names the endpoint's status, never a secret.
+    #[error("auth_failed: {0}")]
+    AuthFailed(String),
     /// Anything else: an invalid URL or header value, a reply that is not
     /// HTTP, an unsupported scheme.
     #[error("downstream call failed: {0}")]

@@ -77,6 +77,13 @@ pub struct HttpConfig {
     /// After shutdown starts, how long open connections get to finish their
     /// requests before they are dropped (default 10 s).
     pub shutdown_grace: Duration,
+    /// The `iss` of the JWTs this server signs for destinations whose
+    /// `auth` is `jwt` (`--issuer`, issue 41); `None`: such an `auth` is
+    /// refused and `/.well-known/openid-configuration` is not found.
+    pub issuer: Option<String>,
+    /// The JWK Set of the server's JWT keys, as JSON text, served at
+    /// `/.well-known/jwks.json` (`None`: not found).
+    pub jwks: Option<String>,
 }
 
 impl Default for HttpConfig {
@@ -102,6 +109,8 @@ impl Default for HttpConfig {
             trusted_proxies: Vec::new(),
             write_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            issuer: None,
+            jwks: None,
         }
     }
 }

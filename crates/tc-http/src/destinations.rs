@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tc_model::auth::DestinationAuth;
 use tc_model::destination::{Destination, DestinationUpdate, SharedWith, parse_destination};
 use tc_model::store::TaskStore;
 
+use crate::config::HttpConfig;
 use crate::control::{Control, DestinationRuntime};
 use crate::dto::rfc3339;
 use crate::error::{About, ApiError, json_type};
@@ -28,6 +30,9 @@ pub(crate) struct DestinationView {
     signing_secrets: usize,
     /// The tenants its headers and secrets are lent to (`["*"]`: all).
     share_with_tenants: Vec<String>,
+    /// How its calls authenticate: the type and the non-secret fields
+    /// (`null`: none).
+    auth: Option<Value>,
     in_flight: u64,
     pending: u64,
     breaker: &'static str,
@@ -58,6 +63,7 @@ impl DestinationView {
                 .names()
                 .map(str::to_owned)
                 .collect(),
+            auth: d.settings.auth.as_ref().map(DestinationAuth::view),
             // Running tasks as the store counts them: every node's.
             in_flight: d.running,
             pending: d.pending,
@@ -146,6 +152,12 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
             }
             "signing_secrets" => update.signing_secrets = Some(parse_signing_secrets(&value)?),
             "share_with_tenants" => update.share_with_tenants = Some(parse_share(&value)?),
+            "auth" => {
+                update.auth = Some(
+                    DestinationAuth::from_json(&value)
+                        .map_err(|e| ApiError::InvalidRequest(e.to_string()))?,
+                );
+            }
             other => {
                 return Err(crate::error::unknown_field(
                     other,
@@ -157,6 +169,7 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
                         "headers",
                         "signing_secrets",
                         "share_with_tenants",
+                        "auth",
                     ],
                 ));
             }
@@ -166,6 +179,28 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
         .validate()
         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     Ok(update)
+}
+
+/// The rules of an update's `auth` that depend on this server: a `jwt`
+/// needs its `--issuer`; a `token_url` obeys the allow-list as a task's url
+/// does (the private-address guard applies when the token is fetched).
+pub(crate) fn check_auth(update: &DestinationUpdate, config: &HttpConfig) -> Result<(), ApiError> {
+    match update.auth.as_ref().and_then(Option::as_ref) {
+        Some(DestinationAuth::Jwt(_)) if config.issuer.is_none() => Err(ApiError::InvalidRequest(
+            "auth.type: jwt needs this server's issuer (--issuer or TC_ISSUER), which is not set"
+                .into(),
+        )),
+        Some(DestinationAuth::OAuth2(grant)) => {
+            if tc_model::urls_allowed(&grant.token_url, None, &config.allow_url_prefixes).is_err() {
+                return Err(tc_model::UrlNotAllowed {
+                    field: "auth.token_url",
+                }
+                .into());
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `share_with_tenants`: a list of tenant names, or `["*"]` for every
@@ -259,6 +294,7 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
         headers = updated.settings.headers.len(),
         signing_secrets = updated.settings.signing_secrets.len(),
         share_with_tenants = updated.settings.share_with_tenants.names().count(),
+        auth = updated.settings.auth.as_ref().map(DestinationAuth::type_name),
         "destination_updated"
     );
     control.destinations_changed();
@@ -335,6 +371,22 @@ mod tests {
             ),
             (r#"{"share_with_tenants": "a"}"#, Err("share_with_tenants")),
             (r#"{"share_with_tenants": [1]}"#, Err("share_with_tenants")),
+            (
+                r#"{"auth": null}"#,
+                Ok(DestinationUpdate {
+                    auth: Some(None),
+                    ..Default::default()
+                }),
+            ),
+            (r#"{"auth": {"type": "digest"}}"#, Err("auth.type")),
+            (
+                r#"{"auth": {"type": "oauth2_client_credentials", "token_url": "x"}}"#,
+                Err("auth.token_url"),
+            ),
+            (
+                r#"{"auth": {"type": "jwt", "audience": "a", "lifetime_s": 30}}"#,
+                Err("auth.lifetime_s"),
+            ),
             ("[]", Err("body")),
             ("{", Err("body")),
         ];
@@ -348,6 +400,33 @@ mod tests {
                 (got, want) => panic!("{body}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    #[test]
+    fn auth_needs_an_issuer_for_jwt_and_an_allowed_token_url() {
+        let update = |body: &str| parse_update(body.as_bytes()).unwrap();
+        let jwt = update(r#"{"auth": {"type": "jwt", "audience": "a"}}"#);
+        let oauth = update(
+            r#"{"auth": {"type": "oauth2_client_credentials", "token_url": "https://idp.example/t",
+                "client_id": "i", "client_secret": "s"}}"#,
+        );
+        let bare = HttpConfig::default();
+        let with_issuer = HttpConfig {
+            issuer: Some("https://tc.example".into()),
+            allow_url_prefixes: vec!["https://api.example/".into()],
+            ..HttpConfig::default()
+        };
+        let code = |u: &DestinationUpdate, c: &HttpConfig| {
+            check_auth(u, c).map_err(|e| (e.code(), e.message()))
+        };
+        let refused = code(&jwt, &bare).unwrap_err();
+        assert_eq!(refused.0, "invalid_request");
+        assert!(refused.1.contains("auth.type"), "{refused:?}");
+        assert_eq!(code(&jwt, &with_issuer), Ok(()));
+        assert_eq!(code(&oauth, &bare), Ok(()));
+        let refused = code(&oauth, &with_issuer).unwrap_err();
+        assert_eq!(refused.0, "url_not_allowed");
+        assert!(refused.1.contains("auth.token_url"), "{refused:?}");
     }
 
     #[test]

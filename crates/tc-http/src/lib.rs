@@ -60,6 +60,7 @@ mod tenants;
 mod trace;
 mod ui;
 mod waiters;
+mod well_known;
 mod write_timeout;
 
 #[cfg(test)]

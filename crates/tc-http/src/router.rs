@@ -77,6 +77,8 @@ enum Endpoint {
     Health,
     Metrics,
     Backup,
+    Jwks,
+    OpenIdConfiguration,
 }
 
 impl Endpoint {
@@ -111,7 +113,11 @@ const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> 
     // Every route but health is behind the token: probes stay open. Metrics
     // name every tenant, so a scrape on this listener takes the admin token
     // (unless `metrics_public`); the admin listener serves them without one.
-    let needs_token = !matches!(endpoint, Endpoint::Health);
+    // The JWT keys are public: a receiver fetches them without a credential.
+    let needs_token = !matches!(
+        endpoint,
+        Endpoint::Health | Endpoint::Jwks | Endpoint::OpenIdConfiguration
+    );
     Route {
         method,
         path,
@@ -171,6 +177,12 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/healthz", Endpoint::Health),
     route("GET", "/metrics", Endpoint::Metrics),
     route("POST", "/admin/backup", Endpoint::Backup),
+    route("GET", "/.well-known/jwks.json", Endpoint::Jwks),
+    route(
+        "GET",
+        "/.well-known/openid-configuration",
+        Endpoint::OpenIdConfiguration,
+    ),
 ];
 
 /// A matched path's parameters: the last `{...}` segment, and the one
@@ -396,6 +408,7 @@ async fn dispatch<S: TaskStore, C: Control>(
         Endpoint::UpdateDestination => {
             let name = destinations::destination_name(segment)?;
             let update = destinations::parse_update(&json_body(parts, body).await?)?;
+            destinations::check_auth(&update, app.config())?;
             let view = destinations::update(app.store(), app.control(), name, update).await?;
             json(StatusCode::OK, &view)
         }
@@ -453,6 +466,8 @@ async fn dispatch<S: TaskStore, C: Control>(
             let body = json_body(parts, body).await?;
             crate::backup::handle(app.backups(), app.config().api_token.is_some(), &body).await
         }
+        Endpoint::Jwks => crate::well_known::jwks(app.config()),
+        Endpoint::OpenIdConfiguration => crate::well_known::openid_configuration(app.config()),
     }
 }
 

@@ -14,7 +14,7 @@ use http_body_util::Full;
 use tc_model::store::{BulkAction, BulkRequest, ListQuery, Page, StoreError, TaskStore};
 use tc_model::tenant::Scope;
 use tc_model::tenant::quota::{QuotaLimit, RetryQuota};
-use tc_model::{Task, TaskId, TraceContext};
+use tc_model::{NewTask, Task, TaskId, TraceContext};
 
 use crate::app::App;
 use crate::auth::Caller;
@@ -53,6 +53,7 @@ async fn try_submit<S: TaskStore, C: Control>(
     let control = app.control();
     let new = parse_submit(bytes, config, control.now())?.with_trace(trace);
     check_urls_allowed(&new, &config.allow_url_prefixes)?;
+    check_own_authorization(app, &new).await?;
     take_submit_token(app, caller)?;
     let new = for_caller(new, caller);
     let submitted = app
@@ -78,6 +79,29 @@ async fn try_submit<S: TaskStore, C: Control>(
     }
 }
 
+/// A task's own `Authorization` and its destination's `auth` cannot both
+/// apply (issue 41): such a task is refused, naming
+/// `headers.authorization`. The destination is read only for a task that
+/// carries the header.
+async fn check_own_authorization<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    task: &NewTask,
+) -> Result<(), ApiError> {
+    if task.headers().get("authorization").is_none() {
+        return Ok(());
+    }
+    let name = tc_model::destination_of(task.url());
+    match app.store().destination(name).await {
+        Ok(d) if d.settings.auth.is_some() => Err(ApiError::InvalidRequest(format!(
+            "headers.authorization: the destination {} has its own auth, which sets Authorization; \
+             leave the header out",
+            d.name
+        ))),
+        Ok(_) | Err(StoreError::NotFound) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// `POST /tasks/batch`: up to 1000 submits committed in one transaction;
 /// each item answers as its own submit would, in order, and an invalid item
 /// fails alone.
@@ -95,8 +119,16 @@ pub(crate) async fn batch<S: TaskStore, C: Control>(
     let mut parsed: Vec<Result<usize, ApiError>> = Vec::with_capacity(items.len());
     let mut valid = Vec::with_capacity(items.len());
     for item in &items {
-        let task = parse_submit(item.get().as_bytes(), config, now).and_then(|task| {
+        let mut task = parse_submit(item.get().as_bytes(), config, now).and_then(|task| {
             check_urls_allowed(&task, &config.allow_url_prefixes)?;
+            Ok(task)
+        });
+        if let Ok(valid) = &task
+            && let Err(e) = check_own_authorization(app, valid).await
+        {
+            task = Err(e);
+        }
+        let task = task.and_then(|task| {
             // Item by item: those past the rate answer 429, the rest go on.
             take_submit_token(app, caller)?;
             Ok(for_caller(task.with_trace(trace.clone()), caller))

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use crate::setting::InvalidSetting;
 pub use crate::share::FairShare;
 
+use crate::auth::DestinationAuth;
 use crate::headers::Headers;
 pub use crate::outbound::SharedWith;
 use crate::signing::SigningSecrets;
@@ -53,6 +54,11 @@ pub struct DestinationSettings {
     /// The tenants whose tasks get `headers` and `signing_secrets` (names,
     /// or `"*"` for every tenant; default none).
     pub share_with_tenants: SharedWith,
+    /// How its calls authenticate (issue 41): Basic, an OAuth2 token or a
+    /// JWT of the server's; its secrets are write-only. It applies to every
+    /// task of the destination, a tenant's too: it names taskcenter, not
+    /// the tenant (a JWT's `sub` does).
+    pub auth: Option<DestinationAuth>,
 }
 
 impl DestinationSettings {
@@ -96,6 +102,8 @@ pub struct DestinationUpdate {
     /// A new list of tenants its credentials are lent to, replacing the
     /// old one (empty: none).
     pub share_with_tenants: Option<SharedWith>,
+    /// A new `auth`, or `Some(None)` to remove it.
+    pub auth: Option<Option<DestinationAuth>>,
 }
 
 impl DestinationUpdate {
@@ -147,6 +155,7 @@ impl DestinationUpdate {
                 .share_with_tenants
                 .clone()
                 .unwrap_or_else(|| settings.share_with_tenants.clone()),
+            auth: self.auth.clone().unwrap_or_else(|| settings.auth.clone()),
         }
     }
 }

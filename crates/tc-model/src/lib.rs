@@ -5,6 +5,7 @@
 //! This crate does no I/O and knows nothing of SQL, HTTP or an async runtime:
 //! the store port is a trait whose futures any executor can drive.
 
+pub mod auth;
 pub mod callback;
 pub mod claim;
 pub mod completion;

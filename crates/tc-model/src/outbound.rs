@@ -23,6 +23,7 @@
 //! the same rule covers it. A tenant the worker does not know (deleted, or
 //! created since its last read) has no secrets: its tasks go unsigned.
 
+use crate::auth::DestinationAuth;
 use crate::destination::DestinationSettings;
 use crate::headers::Headers;
 use crate::setting::InvalidSetting;
@@ -134,6 +135,11 @@ pub struct Credentials<'a> {
     pub headers: Option<&'a Headers>,
     /// The secrets that sign the call; `None`: it is not signed.
     pub secrets: Option<&'a SigningSecrets>,
+    /// The destination's `auth` (issue 41), when it applies: to a tenant's
+    /// task as its headers do (when shared), except a JWT, which is the
+    /// server's own word and names the tenant (`sub`), so it applies to
+    /// every task.
+    pub auth: Option<&'a DestinationAuth>,
 }
 
 /// The rule of this module: which destination headers a try sends and
@@ -147,10 +153,12 @@ pub fn outbound_for<'a>(inputs: OutboundInputs<'a>) -> Credentials<'a> {
         .destination
         .map(|d| &d.headers)
         .filter(|h| !h.is_empty());
+    let auth = inputs.destination.and_then(|d| d.auth.as_ref());
     match inputs.task_tenant {
         None => Credentials {
             headers: destination_headers,
             secrets: destination_secrets.or_else(|| non_empty(inputs.server_secrets)),
+            auth,
         },
         Some(tenant) => {
             let tenant_secrets = inputs.tenant_secrets.and_then(non_empty);
@@ -161,11 +169,13 @@ pub fn outbound_for<'a>(inputs: OutboundInputs<'a>) -> Credentials<'a> {
                 Credentials {
                     headers: destination_headers,
                     secrets: destination_secrets.or(tenant_secrets),
+                    auth,
                 }
             } else {
                 Credentials {
                     headers: None,
                     secrets: tenant_secrets,
+                    auth: auth.filter(|a| matches!(a, DestinationAuth::Jwt(_))),
                 }
             }
         }
@@ -398,5 +408,41 @@ mod tests {
         assert!(shared(&["a", "t"]).includes("t"));
         assert!(!shared(&["a"]).includes("t"));
         assert!(!SharedWith::default().includes("t"));
+    }
+
+    #[test]
+    fn auth_goes_with_the_headers_but_a_jwt_to_every_task() {
+        let auth = |v: serde_json::Value| crate::auth::DestinationAuth::from_json(&v).unwrap();
+        let basic = auth(serde_json::json!({"type": "basic", "username": "u", "password": "p"}));
+        let jwt = auth(serde_json::json!({"type": "jwt", "audience": "a"}));
+        // (case, auth, shared with, task's tenant, applies)
+        let rows = [
+            ("basic, no tenant", &basic, &[][..], None, true),
+            (
+                "basic, tenant not shared",
+                &basic,
+                &[][..],
+                Some("t"),
+                false,
+            ),
+            ("basic, tenant shared", &basic, &["t"][..], Some("t"), true),
+            ("jwt, no tenant", &jwt, &[][..], None, true),
+            ("jwt, tenant not shared", &jwt, &[][..], Some("t"), true),
+        ];
+        for (case, auth, share, tenant, applies) in rows {
+            let settings = DestinationSettings {
+                auth: auth.clone(),
+                share_with_tenants: shared(share),
+                ..DestinationSettings::default()
+            };
+            let none = SigningSecrets::default();
+            let got = outbound_for(OutboundInputs {
+                task_tenant: tenant,
+                destination: Some(&settings),
+                tenant_secrets: None,
+                server_secrets: &none,
+            });
+            assert_eq!(got.auth.is_some(), applies, "{case}");
+        }
     }
 }

@@ -949,4 +949,18 @@ pub trait TaskStore: Send + Sync + 'static {
         id: String,
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The server's own key called `name` (issue 41: [`JWT_KEY`], the key
+    /// JWTs are signed with when none is given): the one stored, or else
+    /// `candidate`, stored now. Insert-if-absent, never replaced: the first
+    /// node to ask decides for every node that shares the store.
+    fn server_key(
+        &self,
+        name: String,
+        candidate: String,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send;
 }
+
+/// The name of the JWT signing key (a PKCS#8 PEM) in
+/// [`TaskStore::server_key`].
+pub const JWT_KEY: &str = "jwt_key";

@@ -58,7 +58,7 @@ fn class_of(outcome: &Outcome) -> Class {
             // 1xx, 3xx, the other 4xx, and codes HTTP does not define.
             _ => Class::Permanent,
         },
-        Outcome::Timeout | Outcome::Connect => Class::Retryable {
+        Outcome::Timeout | Outcome::Connect | Outcome::AuthFailed => Class::Retryable {
             honours_retry_after: false,
         },
         // Other is not retried: the downstream may already have acted.
@@ -258,6 +258,7 @@ mod tests {
                 "response_too_large",
             ),
             (Outcome::Other, Expect::Fail, "error"),
+            (Outcome::AuthFailed, Expect::Retry, "auth_failed"),
             (
                 Outcome::DestinationDenied,
                 Expect::Fail,

@@ -12,7 +12,8 @@
 //! | Outcome                                 | Decision                                   |
 //! |-----------------------------------------|--------------------------------------------|
 //! | 2xx                                     | [`Decision::Success`]                      |
-//! | 5xx, [`Outcome::Timeout`], [`Outcome::Connect`] | retry after [`backoff()`]          |
+//! | 5xx, [`Outcome::Timeout`], [`Outcome::Connect`] | retry after [`backoff()`]            |
+//! | [`Outcome::AuthFailed`]                 | retry after [`backoff()`] (`auth_failed`)    |
 //! | 408, 429                                | retry after `Retry-After` if usable, else [`backoff()`] |
 //! | any other 4xx, 1xx, 3xx                 | fail at once                               |
 //! | a status outside `100..=599`            | fail at once                               |

@@ -20,13 +20,18 @@ pub enum Outcome {
     ResponseTooLarge,
     /// The client refused the destination (not a public address).
     DestinationDenied,
+    /// The destination's credentials could not be had (its OAuth2 token
+    /// endpoint failed, issue 41): the call was not sent. Retried: the
+    /// endpoint may recover, and nothing reached the destination.
+    AuthFailed,
     /// Any other error, e.g. a reply that is not HTTP.
     Other,
 }
 
 impl Outcome {
     /// The stable reason string for this outcome: `http_<status>`, `timeout`,
-    /// `connect`, `response_too_large`, `destination_denied` or `error`.
+    /// `connect`, `response_too_large`, `destination_denied`, `auth_failed`
+    /// or `error`.
     pub fn reason(&self) -> String {
         match self {
             Outcome::Status { code, .. } => format!("http_{code}"),
@@ -34,6 +39,7 @@ impl Outcome {
             Outcome::Connect => "connect".to_owned(),
             Outcome::ResponseTooLarge => "response_too_large".to_owned(),
             Outcome::DestinationDenied => "destination_denied".to_owned(),
+            Outcome::AuthFailed => "auth_failed".to_owned(),
             Outcome::Other => "error".to_owned(),
         }
     }
@@ -95,6 +101,7 @@ mod tests {
             (Outcome::Connect, "connect"),
             (Outcome::ResponseTooLarge, "response_too_large"),
             (Outcome::DestinationDenied, "destination_denied"),
+            (Outcome::AuthFailed, "auth_failed"),
             (Outcome::Other, "error"),
         ];
         for (outcome, reason) in cases {

@@ -369,6 +369,34 @@ pub(crate) struct ServeArgs {
           action = clap::ArgAction::SetTrue,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) deny_private_destinations: bool,
+
+    /// The issuer of the JWTs this server signs for destinations whose
+    /// `auth` is `jwt` (their `iss`): an absolute http(s) url whose
+    /// `/.well-known/jwks.json` and `/.well-known/openid-configuration`
+    /// reach this server. Without it a `jwt` auth is refused.
+    #[arg(long, env = "TC_ISSUER", value_name = "URL", value_parser = issuer_url)]
+    pub(crate) issuer: Option<String>,
+
+    /// A P-256 private key (PKCS#8 PEM) that signs those JWTs (repeatable:
+    /// the first signs, every one is published, for rotation). Without it
+    /// the server makes one key, keeps it in the database and shares it
+    /// with every node. Needs --issuer.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) jwt_key_file: Vec<std::path::PathBuf>,
+}
+
+/// `--issuer`: an absolute http or https url.
+fn issuer_url(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    let ok = (value.starts_with("https://") || value.starts_with("http://"))
+        && value
+            .parse::<http::Uri>()
+            .is_ok_and(|u| u.host().is_some_and(|h| !h.is_empty()));
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err("must be an absolute http or https url, as https://tasks.example.com".to_owned())
+    }
 }
 
 /// A retention: a duration, or none (`forever`).
@@ -416,6 +444,12 @@ impl ServeArgs {
             return Err(Cli::command().error(
                 clap::error::ErrorKind::ValueValidation,
                 format!("--signing-secret: {why}"),
+            ));
+        }
+        if !self.jwt_key_file.is_empty() && self.issuer.is_none() {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "--jwt-key-file needs --issuer (or TC_ISSUER): the JWTs' iss",
             ));
         }
         if self.backoff_cap_ms < self.backoff_base_ms {

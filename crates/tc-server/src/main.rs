@@ -16,6 +16,7 @@ mod demo;
 #[cfg(test)]
 mod disk_full_tests;
 mod fd_limit;
+mod jwt;
 mod logging;
 mod serve;
 mod store;

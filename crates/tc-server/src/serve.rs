@@ -81,6 +81,9 @@ pub(crate) enum ServeError {
     /// The database's tenants could not be read at start.
     #[error("cannot read the database's tenants: {0}")]
     Tenants(tc_model::store::StoreError),
+    /// The JWT keys (`--issuer`, `--jwt-key-file`) could not be had.
+    #[error(transparent)]
+    Jwt(#[from] crate::jwt::JwtSetupError),
 }
 
 impl ServeError {
@@ -114,6 +117,8 @@ pub(crate) struct Settings {
     pub(crate) postgres: PgConfig,
     /// Where spans are exported (`--otlp-endpoint`), if anywhere.
     pub(crate) otlp: Option<crate::telemetry::OtlpConfig>,
+    /// `--issuer` and `--jwt-key-file` (issue 41).
+    pub(crate) jwt: crate::jwt::JwtSetup,
 }
 
 /// `--callback-result-bytes`: a store setting on either adapter, since the
@@ -163,6 +168,8 @@ impl Settings {
                 // The same list the API checks submits against: a schedule
                 // made before it was narrowed fires nothing outside it.
                 allow_url_prefixes: args.allow_url_prefix.clone(),
+                // Set by `start` once the keys are read (`--issuer`).
+                jwt: None,
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
@@ -193,6 +200,10 @@ impl Settings {
                 pool_size: args.pg_pool_size as usize,
                 callback_result_bytes: callback_result_bytes(args),
                 ..PgConfig::default()
+            },
+            jwt: crate::jwt::JwtSetup {
+                issuer: args.issuer.clone(),
+                key_files: args.jwt_key_file.clone(),
             },
             // Checked before (`ServeArgs::check`): none when invalid.
             otlp: args
@@ -272,6 +283,14 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         store.close().await;
         return Err(e);
     }
+    let (jwt, jwks) = match crate::jwt::load(&settings.jwt, &store).await {
+        Ok(Some((signer, jwks))) => (Some(signer), Some(jwks)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            store.close().await;
+            return Err(e.into());
+        }
+    };
     let store = Arc::new(store);
 
     let mut registry = Registry::default();
@@ -292,6 +311,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         downstream,
         WorkerConfig {
             tracer: tracer.clone(),
+            jwt,
             ..settings.worker.clone()
         },
         Clock::system(),
@@ -307,7 +327,11 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     let app = tc_http::App::new(
         Arc::clone(&store),
         WorkerPort(worker.control()),
-        settings.http.clone(),
+        tc_http::HttpConfig {
+            issuer: settings.jwt.issuer.clone(),
+            jwks,
+            ..settings.http.clone()
+        },
         registry,
     )
     .with_dashboard(tc_http::DashboardSources {

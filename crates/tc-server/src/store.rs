@@ -309,6 +309,10 @@ impl TaskStore for AnyStore {
     async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
         either!(self, s => s.touch_api_key(id, at))
     }
+
+    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
+        either!(self, s => s.server_key(name, candidate))
+    }
 }
 
 #[cfg(test)]

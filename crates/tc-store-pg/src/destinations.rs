@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use deadpool_postgres::{GenericClient, Transaction};
+use tc_model::auth::DestinationAuth;
 use tc_model::claim::Rotation;
 use tc_model::destination::{
     DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, SharedWith,
@@ -24,7 +25,7 @@ use tokio_postgres::Row;
 use crate::error::db;
 
 const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
-     signing_secrets, share_with_tenants";
+     signing_secrets, share_with_tenants, auth";
 
 fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreError> {
     let cap: Option<i32> = row.try_get(1).map_err(db)?;
@@ -44,6 +45,8 @@ fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreEr
                 .map_err(|_| corrupt("signing_secrets"))?,
             share_with_tenants: SharedWith::from_stored(row.try_get(7).map_err(db)?)
                 .map_err(|_| corrupt("share_with_tenants"))?,
+            auth: DestinationAuth::from_stored(row.try_get(8).map_err(db)?)
+                .map_err(|_| corrupt("auth"))?,
         },
     ))
 }
@@ -361,13 +364,13 @@ pub(crate) async fn update(
         .prepare_cached(
             "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, \
                                        updated_at, headers, signing_secrets, \
-                                       share_with_tenants) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                                       share_with_tenants, auth) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
                  rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
                  paused = excluded.paused, updated_at = excluded.updated_at, \
                  headers = excluded.headers, signing_secrets = excluded.signing_secrets, \
-                 share_with_tenants = excluded.share_with_tenants",
+                 share_with_tenants = excluded.share_with_tenants, auth = excluded.auth",
         )
         .await
         .map_err(db)?;
@@ -385,10 +388,34 @@ pub(crate) async fn update(
             &settings.headers.to_stored(),
             &settings.signing_secrets.to_stored(),
             &settings.share_with_tenants.to_stored(),
+            &settings.auth.as_ref().map(DestinationAuth::to_stored),
         ],
     )
     .await
     .map_err(db)?;
     let mut described = describe(tx, vec![name.clone()], HashMap::from([(name, settings)])).await?;
     described.pop().ok_or(StoreError::NotFound)
+}
+
+/// The server's key called `name`, `candidate` inserted first when none is
+/// stored: one statement, so nodes asking at once all read the one key
+/// that won the insert.
+pub(crate) async fn server_key(
+    client: &impl GenericClient,
+    name: &str,
+    candidate: &str,
+) -> Result<String, StoreError> {
+    let stmt = client
+        .prepare_cached(
+            "WITH put AS (INSERT INTO server_keys (name, value) VALUES ($1, $2) \
+                          ON CONFLICT (name) DO NOTHING RETURNING value) \
+             SELECT value FROM put UNION ALL SELECT value FROM server_keys WHERE name = $1",
+        )
+        .await
+        .map_err(db)?;
+    let row = client
+        .query_one(&stmt, &[&name, &candidate])
+        .await
+        .map_err(db)?;
+    row.try_get(0).map_err(db)
 }

@@ -545,6 +545,20 @@ ALTER TABLE schedules ADD COLUMN last_error_message text;
 ALTER TABLE schedules ADD COLUMN last_error_at bigint;
 ";
 
+/// Step 16 → 17 (issue 41): a destination's `auth`
+/// (`tc_model::auth::DestinationAuth::to_stored`, its secrets with it: the
+/// one column sealing at rest wraps), NULL for none; and the server's own
+/// keys by name (`jwt_key`: the PKCS#8 PEM JWTs are signed with when no
+/// `--jwt-key-file` is given), inserted once by whichever node comes
+/// first and shared by all.
+const V17_AUTH: &str = "
+ALTER TABLE destinations ADD COLUMN auth text;
+CREATE TABLE server_keys (
+    name  text PRIMARY KEY,
+    value text NOT NULL
+);
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -601,6 +615,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V14_TENANTS),
     step(V15_TENANT_SECRETS),
     step(V16_SCHEDULE_ERRORS),
+    step(V17_AUTH),
 ];
 
 /// The version this build writes and reads.

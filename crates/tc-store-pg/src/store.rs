@@ -708,6 +708,10 @@ impl TaskStore for PgStore {
     async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
         tenants::touch_key(&self.client().await?, &id, at).await
     }
+
+    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
+        destinations::server_key(&self.client().await?, &name, &candidate).await
+    }
 }
 
 /// A read-only transaction on one snapshot (a task and its history, a page

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
+use tc_model::auth::DestinationAuth;
 use tc_model::claim::Rotation;
 use tc_model::destination::{
     DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, SharedWith,
@@ -44,7 +45,7 @@ pub(crate) const DUE_OF: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_d
      ORDER BY next_run_at, seq LIMIT ?3";
 
 const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
-     signing_secrets, share_with_tenants";
+     signing_secrets, share_with_tenants, auth";
 
 fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSettings)> {
     let cap: Option<i64> = row.get(1)?;
@@ -59,6 +60,7 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
     let headers: Option<String> = row.get(5)?;
     let secrets: Option<String> = row.get(6)?;
     let shared: Option<String> = row.get(7)?;
+    let auth: Option<String> = row.get(8)?;
     Ok((
         row.get(0)?,
         DestinationSettings {
@@ -71,6 +73,7 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
                 .map_err(|e| corrupt(6, &e))?,
             share_with_tenants: SharedWith::from_stored(shared.as_deref())
                 .map_err(|e| corrupt(7, &e))?,
+            auth: DestinationAuth::from_stored(auth.as_deref()).map_err(|e| corrupt(8, &e))?,
         },
     ))
 }
@@ -303,13 +306,13 @@ pub(crate) fn update(
     let settings = update.apply(&settings_of(conn, name)?.unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, updated_at, \
-                                   headers, signing_secrets, share_with_tenants) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                                   headers, signing_secrets, share_with_tenants, auth) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
          ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
              rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
              paused = excluded.paused, updated_at = excluded.updated_at, \
              headers = excluded.headers, signing_secrets = excluded.signing_secrets, \
-             share_with_tenants = excluded.share_with_tenants",
+             share_with_tenants = excluded.share_with_tenants, auth = excluded.auth",
     )
     .map_err(db)?
     .execute(params![
@@ -322,7 +325,27 @@ pub(crate) fn update(
         settings.headers.to_stored(),
         settings.signing_secrets.to_stored(),
         settings.share_with_tenants.to_stored(),
+        settings.auth.as_ref().map(DestinationAuth::to_stored),
     ])
     .map_err(db)?;
     described(conn, name, Some(settings))
+}
+
+/// The server's key called `name`, `candidate` inserted first when none is
+/// stored (the first writer's is kept).
+pub(crate) fn server_key(
+    conn: &Connection,
+    name: &str,
+    candidate: &str,
+) -> Result<String, StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO server_keys (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+    )
+    .map_err(db)?
+    .execute(params![name, candidate])
+    .map_err(db)?;
+    conn.prepare_cached("SELECT value FROM server_keys WHERE name = ?1")
+        .map_err(db)?
+        .query_row(params![name], |row| row.get(0))
+        .map_err(db)
 }

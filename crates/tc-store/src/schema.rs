@@ -682,6 +682,19 @@ ALTER TABLE schedules ADD COLUMN last_error_message TEXT;
 ALTER TABLE schedules ADD COLUMN last_error_at INTEGER;
 ";
 
+/// Step 20 → 21 (issue 41): a destination's `auth`
+/// (`tc_model::auth::DestinationAuth::to_stored`, its secrets with it: the
+/// one column sealing at rest wraps), NULL for none; and the server's own
+/// keys by name (`jwt_key`: the PKCS#8 PEM JWTs are signed with when no
+/// `--jwt-key-file` is given), written once, never replaced.
+const V21_AUTH: &str = "
+ALTER TABLE destinations ADD COLUMN auth TEXT;
+CREATE TABLE server_keys (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -704,6 +717,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V18_DUE_BY_TENANT_FOR_ALL,
     V19_TENANT_SECRETS,
     V20_SCHEDULE_ERRORS,
+    V21_AUTH,
 ];
 
 /// The `user_version` this build writes and reads.

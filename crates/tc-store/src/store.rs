@@ -624,6 +624,11 @@ impl TaskStore for SqliteStore {
         self.write(move |conn| tenants::touch_key(conn, &id, at))
             .await
     }
+
+    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
+        self.write(move |conn| destinations::server_key(conn, &name, &candidate))
+            .await
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,8 @@ struct Tables {
     destinations: BTreeMap<String, DestinationSettings>,
     /// Schedules by name.
     schedules: BTreeMap<String, Recurring>,
+    /// The server's own keys by name ([`TaskStore::server_key`]).
+    server_keys: BTreeMap<String, String>,
     last_seq: i64,
     /// Feeds the ids' random bits: deterministic, so a test's ids repeat.
     rng: u64,
@@ -1117,6 +1119,14 @@ impl TaskStore for MemoryStore {
             key.key.last_used_at = Some(key.key.last_used_at.map_or(at, |last| last.max(at)));
         }
         Ok(())
+    }
+    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
+        Ok(self
+            .tables()
+            .server_keys
+            .entry(name)
+            .or_insert(candidate)
+            .clone())
     }
 }
 

@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`, `callback`, `schedules`, `tenants`, `tenant_writes`; `check` holds what they
+//! `listing` (and bulk), `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -117,6 +117,8 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         tasks_keep_their_method_and_headers,
         destinations_keep_their_headers_and_signing_secrets,
         destinations_keep_whom_they_share_with,
+        destinations_keep_their_auth,
+        a_server_key_is_stored_once,
         tasks_keep_their_trace_context,
         a_due_task_is_claimed_past_thousands_of_waiting_destinations,
         a_callback_is_created_with_the_terminal_transition,
@@ -218,6 +220,8 @@ fn panic_message(join: tokio::task::JoinError) -> String {
 // The scenarios by topic. `check` comes first: its macros reach the others.
 #[macro_use]
 mod check;
+// A destination's `auth` and the server's own keys (issue 41).
+mod auth;
 // Callbacks (issue 28).
 mod callback;
 mod claims;
@@ -239,6 +243,7 @@ mod tenant_writes;
 // A task's trace context (issue 27).
 mod trace;
 
+pub use auth::*;
 pub use callback::*;
 pub use claims::*;
 pub use completion::*;

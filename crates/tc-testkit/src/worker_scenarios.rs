@@ -29,6 +29,8 @@ macro_rules! ensure {
     };
 }
 
+// A destination's auth on every try (issue 41).
+mod auth;
 mod callback;
 // Whose credentials a tenant's try carries (issue 37).
 mod credentials;
@@ -44,6 +46,7 @@ mod schedules;
 mod tenants;
 mod trace;
 
+use auth::a_destination_s_auth_reaches_every_try;
 use callback::a_callback_delivers_the_parent_s_view;
 use credentials::a_tenant_s_task_carries_only_credentials_lent_to_it;
 use destinations::{
@@ -160,6 +163,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             tracer: None,
             schedules_interval: Duration::from_secs(30),
             allow_url_prefixes: Vec::new(),
+            jwt: None,
         }
     }
 
@@ -287,6 +291,7 @@ macro_rules! worker_scenarios {
             tasks_without_a_tenant_keep_their_share_behind_a_backlog,
             the_worker_reads_only_the_tenants_weights,
             a_tenant_s_task_carries_only_credentials_lent_to_it,
+            a_destination_s_auth_reaches_every_try,
         }
     };
 }
@@ -1669,5 +1674,9 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     }
     async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
         self.inner.touch_api_key(id, at).await
+    }
+
+    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
+        self.inner.server_key(name, candidate).await
     }
 }

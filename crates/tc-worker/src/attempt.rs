@@ -1,5 +1,6 @@
 //! One try of one task: call downstream, classify, write the outcome back.
 
+use crate::auth::{CallAuth, CallOf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -33,6 +34,8 @@ pub(crate) struct AttemptContext<S, D> {
     pub(crate) metrics: WorkerMetrics,
     /// Makes each try's span, when spans are exported.
     pub(crate) tracer: Option<crate::trace::SpanTracer>,
+    /// Adds a destination's `auth` to its calls (its tokens kept here).
+    pub(crate) auth: CallAuth,
 }
 
 /// How the race between the call and the two tokens ended.
@@ -260,10 +263,19 @@ async fn run<S: TaskStore, D: Downstream>(
         span_id: span_id.as_deref(),
     };
     tracing::info!(task_id = %task_id, attempt = task.attempt, method = task.method.as_str(), origin, path, trace_id = ids.trace_id, span_id = ids.span_id, "task_start");
-    let delivery = ctx
-        .shared
-        .outbound
-        .delivery(&task, ctx.shared.clock.now(), span.context());
+    let now = ctx.shared.clock.now();
+    let (delivery, auth) = ctx.shared.outbound.call(&task, now, span.context());
+    let task_id_text = task_id.to_string();
+    let call = CallOf {
+        destination: &task.destination,
+        tenant: task.tenant.as_deref(),
+        task_id: &task_id_text,
+        attempt: task.attempt,
+        now_s: now.as_millis().div_euclid(1000),
+    };
+    let send = ctx
+        .auth
+        .send(ctx.downstream.as_ref(), auth.as_ref(), delivery, &call);
 
     let started = Instant::now();
     guard.call_started();
@@ -274,7 +286,7 @@ async fn run<S: TaskStore, D: Downstream>(
         biased;
         _ = cancel.cancelled() => Race::Canceled,
         _ = interrupt.cancelled() => Race::Interrupted,
-        answer = ctx.downstream.send(delivery) => Race::Answered(answer),
+        answer = send => Race::Answered(answer),
     };
     guard.call_ended();
     let duration = started.elapsed();
@@ -573,6 +585,7 @@ pub(crate) fn outcome_of(
         Err(DownError::Connect(_)) => Outcome::Connect,
         Err(DownError::ResponseTooLarge { .. }) => Outcome::ResponseTooLarge,
         Err(DownError::DestinationDenied(_)) => Outcome::DestinationDenied,
+        Err(DownError::AuthFailed(_)) => Outcome::AuthFailed,
         Err(DownError::Other(_)) => Outcome::Other,
     }
 }
@@ -597,7 +610,11 @@ fn verdict_of(outcome: &Outcome) -> Verdict {
         Outcome::Status { code, .. } if (500..=599).contains(code) => Verdict::Failure,
         Outcome::Status { .. } => Verdict::Healthy,
         Outcome::Timeout | Outcome::Connect => Verdict::Failure,
-        Outcome::ResponseTooLarge | Outcome::DestinationDenied | Outcome::Other => Verdict::Neutral,
+        // A failing token endpoint is another host: it says nothing of this one.
+        Outcome::ResponseTooLarge
+        | Outcome::DestinationDenied
+        | Outcome::AuthFailed
+        | Outcome::Other => Verdict::Neutral,
     }
 }
 

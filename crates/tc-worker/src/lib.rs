@@ -20,6 +20,7 @@
 //! The worker knows the store and the downstream only through their ports.
 
 mod attempt;
+mod auth;
 mod background;
 mod claim_loop;
 mod clock;
@@ -43,6 +44,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::AttemptContext;
+pub use crate::auth::JwtSigner;
 use crate::claim_loop::claim_loop;
 pub use crate::clock::Clock;
 use crate::control::Shared;
@@ -97,6 +99,10 @@ pub struct WorkerConfig {
     /// prefix creates no task and is recorded as the schedule's
     /// `last_error` ([`tc_model::urls_allowed`]).
     pub allow_url_prefixes: Vec<String>,
+    /// What signs the JWTs of destinations whose `auth` is `jwt` (issue
+    /// 41: `--issuer` and the server's keys); `None`: such a call fails
+    /// with `auth_failed`.
+    pub jwt: Option<JwtSigner>,
 }
 
 impl Default for WorkerConfig {
@@ -115,6 +121,7 @@ impl Default for WorkerConfig {
             tracer: None,
             schedules_interval: Duration::from_secs(30),
             allow_url_prefixes: Vec::new(),
+            jwt: None,
         }
     }
 }
@@ -169,6 +176,7 @@ impl<S: TaskStore> Worker<S> {
             rng: Arc::new(Mutex::new(rng)),
             metrics,
             tracer: config.tracer.clone(),
+            auth: crate::auth::CallAuth::new(config.jwt.clone()),
         });
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();

@@ -18,6 +18,7 @@ use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use tc_downstream::{Delivery, DeliverySpec, Method, TraceHeaders};
+use tc_model::auth::DestinationAuth;
 use tc_model::destination::DestinationSettings;
 use tc_model::headers::Headers;
 use tc_model::outbound::{OutboundInputs, outbound_for};
@@ -75,7 +76,9 @@ impl Outbound {
     pub(crate) fn set_destinations(&self, settings: &[(String, DestinationSettings)]) {
         let copy = settings
             .iter()
-            .filter(|(_, s)| !s.headers.is_empty() || !s.signing_secrets.is_empty())
+            .filter(|(_, s)| {
+                !s.headers.is_empty() || !s.signing_secrets.is_empty() || s.auth.is_some()
+            })
             .map(|(name, s)| (name.clone(), s.clone()))
             .collect();
         *self
@@ -124,12 +127,15 @@ impl Outbound {
     /// exported) or else the task's stored parent; a task stored without a
     /// trace context sends one only when the try has a span of its own
     /// (`trace`, from that span).
-    pub(crate) fn delivery(
+    ///
+    /// With it, the destination's `auth` when it applies to the task
+    /// ([`outbound_for`]), which [`crate::auth`] adds as the call is made.
+    pub(crate) fn call(
         &self,
         task: &Task,
         now: Timestamp,
         span: Option<&TraceContext>,
-    ) -> Delivery {
+    ) -> (Delivery, Option<DestinationAuth>) {
         let by_destination = self
             .by_destination
             .lock()
@@ -162,7 +168,8 @@ impl Outbound {
         if traceparent.is_some() {
             headers.retain(|(name, _)| !matches!(*name, "traceparent" | "tracestate"));
         }
-        Delivery::build(DeliverySpec {
+        let auth = credentials.auth.cloned();
+        let delivery = Delivery::build(DeliverySpec {
             method: method(task.method),
             url: &task.url,
             body: &body,
@@ -177,7 +184,19 @@ impl Outbound {
             },
             sent_at_s: now.as_millis().div_euclid(1000),
             signing_keys: &keys,
-        })
+        });
+        (delivery, auth)
+    }
+
+    /// [`Outbound::call`]'s request alone.
+    #[cfg(test)]
+    pub(crate) fn delivery(
+        &self,
+        task: &Task,
+        now: Timestamp,
+        span: Option<&TraceContext>,
+    ) -> Delivery {
+        self.call(task, now, span).0
     }
 }
 

@@ -131,6 +131,7 @@ fn shape(result: &Result<DownResponse, DownError>) -> String {
         Err(DownError::Connect(_)) => "connect".to_owned(),
         Err(DownError::Other(_)) => "other".to_owned(),
         Err(DownError::DestinationDenied(_)) => "destination_denied".to_owned(),
+        Err(DownError::AuthFailed(_)) => "auth_failed".to_owned(),
     }
 }
 

@@ -252,6 +252,11 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.touch_api_key(id, at).await
     }
+
+    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
+        self.check()?;
+        self.inner.server_key(name, candidate).await
+    }
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
         self.check()?;
         self.inner.delete(id).await

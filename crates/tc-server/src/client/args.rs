@@ -430,7 +430,10 @@ pub(crate) struct DestinationName {
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("settings").required(true).multiple(true)
     .args(["max_in_flight", "rate", "burst", "headers", "clear_headers", "signing_secrets", "clear_signing",
-           "share_with_tenants", "share_with_none"])))]
+           "share_with_tenants", "share_with_none", "auth_basic", "oauth2_token_url", "jwt_audience",
+           "clear_auth"])))]
+#[command(group(ArgGroup::new("auth_kind").multiple(false)
+    .args(["auth_basic", "oauth2_token_url", "jwt_audience", "clear_auth"])))]
 pub(crate) struct SetArgs {
     /// The destination: a task URL's `host:port`, the port always written.
     #[arg(value_name = "HOST:PORT")]
@@ -488,6 +491,45 @@ pub(crate) struct SetArgs {
     /// (the default).
     #[arg(long)]
     pub(crate) share_with_none: bool,
+    /// Authenticate every call with HTTP Basic, `USER:PASSWORD` (the
+    /// password is never shown back).
+    #[arg(long, value_name = "USER:PASSWORD")]
+    pub(crate) auth_basic: Option<String>,
+    /// Authenticate every call with an OAuth2 client credentials token from
+    /// this token endpoint (with --oauth2-client-id and
+    /// --oauth2-client-secret).
+    #[arg(
+        long,
+        value_name = "URL",
+        requires_all = ["oauth2_client_id", "oauth2_client_secret"]
+    )]
+    pub(crate) oauth2_token_url: Option<String>,
+    /// The OAuth2 client's id.
+    #[arg(long, value_name = "ID", requires = "oauth2_token_url")]
+    pub(crate) oauth2_client_id: Option<String>,
+    /// The OAuth2 client's secret (never shown back).
+    #[arg(long, value_name = "SECRET", requires = "oauth2_token_url")]
+    pub(crate) oauth2_client_secret: Option<String>,
+    /// The scope asked for, space-separated.
+    #[arg(long, value_name = "SCOPE", requires = "oauth2_token_url")]
+    pub(crate) oauth2_scope: Option<String>,
+    /// The audience asked for.
+    #[arg(long, value_name = "AUDIENCE", requires = "oauth2_token_url")]
+    pub(crate) oauth2_audience: Option<String>,
+    /// Send the client's secret in the form body (`client_secret_post`)
+    /// rather than HTTP Basic.
+    #[arg(long, requires = "oauth2_token_url")]
+    pub(crate) oauth2_secret_in_body: bool,
+    /// Authenticate every call with a JWT the server signs for this
+    /// audience (the server needs --issuer).
+    #[arg(long, value_name = "AUDIENCE")]
+    pub(crate) jwt_audience: Option<String>,
+    /// The JWT's lifetime in seconds (60..=3600, default 300).
+    #[arg(long, value_name = "SECONDS", requires = "jwt_audience")]
+    pub(crate) jwt_lifetime_s: Option<u32>,
+    /// Remove the destination's auth.
+    #[arg(long)]
+    pub(crate) clear_auth: bool,
     #[command(flatten)]
     pub(crate) output: Output,
 }

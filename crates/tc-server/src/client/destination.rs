@@ -104,14 +104,64 @@ fn settings_body(args: &SetArgs) -> Result<String, ClientError> {
             args.share_with_tenants.clone().into(),
         );
     }
+    if let Some(auth) = auth_body(args)? {
+        body.insert("auth".into(), auth);
+    }
     if body.is_empty() {
         return Err(ClientError::Usage(
             "give at least one of --max-in-flight, --rate, --burst, --header, --clear-headers, \
-             --signing-secret, --clear-signing, --share-with-tenant, --share-with-none"
+             --signing-secret, --clear-signing, --share-with-tenant, --share-with-none, \
+             --auth-basic, --oauth2-token-url, --jwt-audience, --clear-auth"
                 .into(),
         ));
     }
     Ok(Value::Object(body).to_string())
+}
+
+/// The `auth` the flags give (at most one kind: clap's `auth_kind`);
+/// `None`: leave it as it is. An error never repeats a secret.
+fn auth_body(args: &SetArgs) -> Result<Option<Value>, ClientError> {
+    if args.clear_auth {
+        return Ok(Some(Value::Null));
+    }
+    if let Some(pair) = &args.auth_basic {
+        let (username, password) = pair.split_once(':').ok_or_else(|| {
+            ClientError::Usage("--auth-basic: give USER:PASSWORD, with a colon".into())
+        })?;
+        return Ok(Some(serde_json::json!({
+            "type": "basic", "username": username, "password": password
+        })));
+    }
+    if let Some(token_url) = &args.oauth2_token_url {
+        let mut auth = Map::new();
+        auth.insert("type".into(), "oauth2_client_credentials".into());
+        auth.insert("token_url".into(), token_url.as_str().into());
+        auth.insert("client_id".into(), args.oauth2_client_id.clone().into());
+        auth.insert(
+            "client_secret".into(),
+            args.oauth2_client_secret.clone().into(),
+        );
+        if let Some(scope) = &args.oauth2_scope {
+            auth.insert("scope".into(), scope.as_str().into());
+        }
+        if let Some(audience) = &args.oauth2_audience {
+            auth.insert("audience".into(), audience.as_str().into());
+        }
+        if args.oauth2_secret_in_body {
+            auth.insert("auth_method".into(), "client_secret_post".into());
+        }
+        return Ok(Some(Value::Object(auth)));
+    }
+    if let Some(audience) = &args.jwt_audience {
+        let mut auth = Map::new();
+        auth.insert("type".into(), "jwt".into());
+        auth.insert("audience".into(), audience.as_str().into());
+        if let Some(lifetime) = args.jwt_lifetime_s {
+            auth.insert("lifetime_s".into(), lifetime.into());
+        }
+        return Ok(Some(Value::Object(auth)));
+    }
+    Ok(None)
 }
 
 /// `--header` values as the API's `headers` object; a malformed one, or a
@@ -158,6 +208,16 @@ mod tests {
             clear_signing: false,
             share_with_tenants: Vec::new(),
             share_with_none: false,
+            auth_basic: None,
+            oauth2_token_url: None,
+            oauth2_client_id: None,
+            oauth2_client_secret: None,
+            oauth2_scope: None,
+            oauth2_audience: None,
+            oauth2_secret_in_body: false,
+            jwt_audience: None,
+            jwt_lifetime_s: None,
+            clear_auth: false,
             output: Default::default(),
         }
     }
@@ -193,6 +253,38 @@ mod tests {
         let mut a = args();
         a.share_with_none = true;
         check(a, json!({"share_with_tenants": null}));
+        let mut a = args();
+        a.auth_basic = Some("user:pa:ss".into());
+        check(
+            a,
+            json!({"auth": {"type": "basic", "username": "user", "password": "pa:ss"}}),
+        );
+        let mut a = args();
+        a.oauth2_token_url = Some("https://idp.example/token".into());
+        a.oauth2_client_id = Some("id".into());
+        a.oauth2_client_secret = Some("s".into());
+        a.oauth2_scope = Some("a b".into());
+        a.oauth2_secret_in_body = true;
+        check(
+            a,
+            json!({"auth": {"type": "oauth2_client_credentials",
+                "token_url": "https://idp.example/token", "client_id": "id", "client_secret": "s",
+                "scope": "a b", "auth_method": "client_secret_post"}}),
+        );
+        let mut a = args();
+        a.jwt_audience = Some("https://svc.example".into());
+        a.jwt_lifetime_s = Some(600);
+        check(
+            a,
+            json!({"auth": {"type": "jwt", "audience": "https://svc.example", "lifetime_s": 600}}),
+        );
+        let mut a = args();
+        a.clear_auth = true;
+        check(a, json!({"auth": null}));
+        let mut a = args();
+        a.auth_basic = Some("no-colon-SECRET".into());
+        let refused = settings_body(&a).unwrap_err().to_string();
+        assert!(!refused.contains("SECRET"), "{refused}");
     }
 
     #[test]

@@ -302,6 +302,23 @@ fn shared_with(d: &Value) -> String {
     }
 }
 
+/// Its `auth`: the type and the non-secret fields the view has.
+fn auth(d: &Value) -> String {
+    let Some(auth) = field(d, "auth").as_object() else {
+        return NONE.to_owned();
+    };
+    let kind = auth.get("type").and_then(Value::as_str).unwrap_or("?");
+    let fields: Vec<String> = auth
+        .iter()
+        .filter(|(name, value)| *name != "type" && !value.is_null())
+        .map(|(name, value)| match value.as_str() {
+            Some(text) => format!("{name}={text}"),
+            None => format!("{name}={value}"),
+        })
+        .collect();
+    format!("{kind} ({})", fields.join(", "))
+}
+
 /// Every field of a destination view, as label and value rows.
 pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
     let row = |label: &str, value: String| vec![Cell::new(label), Cell::new(&value)];
@@ -321,6 +338,7 @@ pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
         row("headers", header_names(d)),
         row("signing", signing(d)),
         row("shared with", shared_with(d)),
+        row("auth", auth(d)),
         row("in flight", text(field(d, "in_flight"))),
         row("pending", text(field(d, "pending"))),
         vec![Cell::new("breaker"), breaker_cell(d)],

@@ -35,6 +35,26 @@ pub(crate) struct Row {
     /// `signed (server; …)` with the server's secret, which signs only the
     /// tasks without a tenant (issue 37); `None`: not signed.
     pub(crate) signed: Option<&'static str>,
+    /// Its `auth` (issue 41): the type and the non-secret fields, as
+    /// `jwt (audience=…, lifetime_s=300)`; `None`: none.
+    pub(crate) auth: Option<String>,
+}
+
+/// An `auth`'s type and non-secret fields, as one line (never a secret:
+/// it is written from the view, which has none).
+fn auth_line(auth: &tc_model::auth::DestinationAuth) -> String {
+    let view = auth.view();
+    let fields: Vec<String> = view
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(name, value)| *name != "type" && !value.is_null())
+        .map(|(name, value)| match value.as_str() {
+            Some(text) => format!("{name}={text}"),
+            None => format!("{name}={value}"),
+        })
+        .collect();
+    format!("{} ({})", auth.type_name(), fields.join(", "))
 }
 
 impl Row {
@@ -53,6 +73,7 @@ impl Row {
         Row {
             header_names: d.settings.headers.names().map(str::to_owned).collect(),
             signed,
+            auth: d.settings.auth.as_ref().map(auth_line),
             held: held_reasons(d, runtime, now),
             rate: d.settings.rate_per_s.map(|rate| {
                 let burst = d.settings.bucket_size().unwrap_or(1.0);
@@ -165,11 +186,12 @@ fn table(rows: &[Row], more: usize, capped: bool) -> Markup {
                                 @match &r.rate { Some(rate) => { (rate) } None => { span.muted { "—" } } }
                             }
                             td.calls {
+                                @if let Some(auth) = &r.auth { span.badge.auth title="auth (secrets hidden)" { (auth) } " " }
                                 @if let Some(signed) = r.signed { span.badge.signed { (signed) } " " }
                                 @if !r.header_names.is_empty() {
                                     span.mono.header-names title="default headers (values hidden)" { (r.header_names.join(", ")) }
                                 }
-                                @if r.signed.is_none() && r.header_names.is_empty() { span.muted { "—" } }
+                                @if r.signed.is_none() && r.header_names.is_empty() && r.auth.is_none() { span.muted { "—" } }
                             }
                         }
                     }
@@ -347,5 +369,33 @@ mod tests {
         for secret in ["s3cr3t", "acme", "whsec_", "C2FVsBQ"] {
             assert!(!html.contains(secret), "{secret} in {html}");
         }
+    }
+
+    #[test]
+    fn auth_shows_its_type_and_public_fields_only() {
+        let auth = tc_model::auth::DestinationAuth::from_json(&serde_json::json!({
+            "type": "oauth2_client_credentials", "token_url": "https://idp.example/token",
+            "client_id": "tc-client", "client_secret": "cl1ent-S3CRET", "scope": "send"}))
+        .unwrap();
+        let settings = DestinationSettings {
+            auth,
+            ..Default::default()
+        };
+        let r = Row::new(
+            &destination("a:1", settings, 0, 0),
+            &DestinationRuntime::default(),
+            NOW,
+            false,
+        );
+        let html = table(&[r], 0, false).into_string();
+        for shown in [
+            "oauth2_client_credentials",
+            "token_url=https://idp.example/token",
+            "client_id=tc-client",
+            "scope=send",
+        ] {
+            assert!(html.contains(shown), "{shown} in {html}");
+        }
+        assert!(!html.contains("S3CRET"), "{html}");
     }
 }
