@@ -208,20 +208,35 @@ mod tests {
     #[test]
     fn opening_follows_the_listed_keys() {
         fn check(sealer: &Sealer, stored: &str, want: Result<&str, SealError>) {
-            assert_eq!(sealer.open(stored).as_deref(), want.as_deref().map_err(|e| e));
+            assert_eq!(
+                sealer.open(stored).as_deref(),
+                want.as_deref().map_err(|e| e)
+            );
         }
         let old = Sealer::new(vec![key(1)]);
         let sealed = old.seal("v").unwrap();
         let rotated = Sealer::new(vec![key(2), key(1)]);
         let other = Sealer::new(vec![key(2)]);
         check(&rotated, &sealed, Ok("v"));
-        check(&other, &sealed, Err(SealError::UnknownKey(key(1).id().into())));
-        check(&Sealer::none(), &sealed, Err(SealError::UnknownKey(key(1).id().into())));
+        check(
+            &other,
+            &sealed,
+            Err(SealError::UnknownKey(key(1).id().into())),
+        );
+        check(
+            &Sealer::none(),
+            &sealed,
+            Err(SealError::UnknownKey(key(1).id().into())),
+        );
         check(&other, "plain", Ok("plain"));
         check(&Sealer::none(), "plain", Ok("plain"));
         let tampered = format!("{}A", &sealed[..sealed.len() - 1]);
         check(&rotated, &tampered, Err(SealError::Corrupt));
-        check(&rotated, &format!("{PREFIX}nocolon"), Err(SealError::Corrupt));
+        check(
+            &rotated,
+            &format!("{PREFIX}nocolon"),
+            Err(SealError::Corrupt),
+        );
         // a key of the same id but other bytes cannot be made; a wrong
         // body under a known id is corrupt
         check(
@@ -253,10 +268,17 @@ mod tests {
         let made = SecretKey::generate().unwrap();
         assert!(SecretKey::from_base64(&format!("{made}\n")).is_ok());
         for bad in ["", "not base64!", &STANDARD.encode([0u8; 16])] {
-            assert_eq!(SecretKey::from_base64(bad).err(), Some(SealError::BadKey), "{bad}");
+            assert_eq!(
+                SecretKey::from_base64(bad).err(),
+                Some(SealError::BadKey),
+                "{bad}"
+            );
         }
         // the Debug of a key shows its id only
         let k = key(7);
-        assert_eq!(format!("{k:?}"), format!("SecretKey {{ id: {:?} }}", k.id()));
+        assert_eq!(
+            format!("{k:?}"),
+            format!("SecretKey {{ id: {:?} }}", k.id())
+        );
     }
 }

@@ -16,6 +16,8 @@ use tc_model::store::StoreError;
 use tc_model::{Headers, Timestamp};
 
 use crate::rows::db;
+use crate::secrets;
+use tc_seal::Sealer;
 
 /// Marks `ready` the destinations whose earliest due time came by `?1`:
 /// through `destination_tasks_waiting`, so it meets only those.
@@ -46,7 +48,10 @@ pub(crate) const DUE_OF: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_d
 const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
      signing_secrets, share_with_tenants";
 
-fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSettings)> {
+fn settings_from_row(
+    row: &Row<'_>,
+    sealer: &Sealer,
+) -> rusqlite::Result<(String, DestinationSettings)> {
     let cap: Option<i64> = row.get(1)?;
     let burst: Option<i64> = row.get(3)?;
     let corrupt = |column: usize, e: &dyn std::error::Error| {
@@ -56,8 +61,11 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
             e.to_string().into(),
         )
     };
-    let headers: Option<String> = row.get(5)?;
-    let secrets: Option<String> = row.get(6)?;
+    let opened = |column: usize| -> rusqlite::Result<Option<String>> {
+        secrets::open(sealer, row.get(column)?).map_err(|e| corrupt(column, &e))
+    };
+    let headers = opened(5)?;
+    let secrets = opened(6)?;
     let shared: Option<String> = row.get(7)?;
     Ok((
         row.get(0)?,
@@ -78,27 +86,37 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
 /// Every settings row.
 pub(crate) fn all_settings(
     conn: &Connection,
+    sealer: &Sealer,
 ) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
     conn.prepare_cached(&format!(
         "SELECT {SETTINGS_COLUMNS} FROM destinations ORDER BY destination"
     ))
     .map_err(db)?
-    .query_map([], settings_from_row)
+    .query_map([], |row| settings_from_row(row, sealer))
     .map_err(db)?
     .collect::<rusqlite::Result<_>>()
     .map_err(db)
 }
 
-/// The settings a claim must apply itself (paused, or capped), by name.
+/// The settings a claim must apply itself (paused, or capped), by name:
+/// the limits alone (a claim never reads, nor opens, a secret).
 pub(crate) fn claim_limits(
     conn: &Connection,
 ) -> Result<HashMap<String, DestinationSettings>, StoreError> {
-    conn.prepare_cached(&format!(
-        "SELECT {SETTINGS_COLUMNS} FROM destinations \
-         WHERE paused != 0 OR max_in_flight IS NOT NULL"
-    ))
+    conn.prepare_cached(
+        "SELECT destination, max_in_flight, paused FROM destinations \
+         WHERE paused != 0 OR max_in_flight IS NOT NULL",
+    )
     .map_err(db)?
-    .query_map([], settings_from_row)
+    .query_map([], |row| {
+        let cap: Option<i64> = row.get(1)?;
+        let settings = DestinationSettings {
+            max_in_flight: cap.and_then(|c| u32::try_from(c).ok()),
+            paused: row.get::<_, i64>(2)? != 0,
+            ..DestinationSettings::default()
+        };
+        Ok((row.get(0)?, settings))
+    })
     .map_err(db)?
     .collect::<rusqlite::Result<_>>()
     .map_err(db)
@@ -199,12 +217,16 @@ pub(crate) fn due_of(
         .map_err(db)
 }
 
-fn settings_of(conn: &Connection, name: &str) -> Result<Option<DestinationSettings>, StoreError> {
+fn settings_of(
+    conn: &Connection,
+    name: &str,
+    sealer: &Sealer,
+) -> Result<Option<DestinationSettings>, StoreError> {
     conn.prepare_cached(&format!(
         "SELECT {SETTINGS_COLUMNS} FROM destinations WHERE destination = ?1"
     ))
     .map_err(db)?
-    .query_row(params![name], settings_from_row)
+    .query_row(params![name], |row| settings_from_row(row, sealer))
     .optional()
     .map_err(db)
     .map(|found| found.map(|(_, s)| s))
@@ -251,8 +273,12 @@ fn described(
 }
 
 /// One destination, or `NotFound` with neither tasks nor settings.
-pub(crate) fn destination(conn: &Connection, name: &str) -> Result<Destination, StoreError> {
-    let settings = settings_of(conn, name)?;
+pub(crate) fn destination(
+    conn: &Connection,
+    name: &str,
+    sealer: &Sealer,
+) -> Result<Destination, StoreError> {
+    let settings = settings_of(conn, name, sealer)?;
     if settings.is_none() && !has_tasks(conn, name)? {
         return Err(StoreError::NotFound);
     }
@@ -262,7 +288,10 @@ pub(crate) fn destination(conn: &Connection, name: &str) -> Result<Destination, 
 /// Every destination with tasks or settings, in name order: the distinct
 /// names by skipping through `tasks_by_destination` (one seek each),
 /// merged with the settings rows.
-pub(crate) fn destinations(conn: &Connection) -> Result<Vec<Destination>, StoreError> {
+pub(crate) fn destinations(
+    conn: &Connection,
+    sealer: &Sealer,
+) -> Result<Vec<Destination>, StoreError> {
     let mut names: Vec<String> = Vec::new();
     let mut next = conn
         .prepare_cached(
@@ -281,7 +310,7 @@ pub(crate) fn destinations(conn: &Connection) -> Result<Vec<Destination>, StoreE
         names.push(name);
     }
     let mut settings: HashMap<String, DestinationSettings> =
-        all_settings(conn)?.into_iter().collect();
+        all_settings(conn, sealer)?.into_iter().collect();
     names.extend(settings.keys().cloned());
     names.sort_unstable();
     names.dedup();
@@ -299,8 +328,9 @@ pub(crate) fn update(
     name: &str,
     update: &DestinationUpdate,
     now: Timestamp,
+    sealer: &Sealer,
 ) -> Result<Destination, StoreError> {
-    let settings = update.apply(&settings_of(conn, name)?.unwrap_or_default());
+    let settings = update.apply(&settings_of(conn, name, sealer)?.unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, updated_at, \
                                    headers, signing_secrets, share_with_tenants) \
@@ -319,8 +349,8 @@ pub(crate) fn update(
         settings.burst,
         i64::from(settings.paused),
         now.as_millis(),
-        settings.headers.to_stored(),
-        settings.signing_secrets.to_stored(),
+        secrets::seal(sealer, settings.headers.to_stored())?,
+        secrets::seal(sealer, settings.signing_secrets.to_stored())?,
         settings.share_with_tenants.to_stored(),
     ])
     .map_err(db)?;

@@ -31,6 +31,7 @@ mod read_pool;
 mod rows;
 mod schedules;
 mod schema;
+mod secrets;
 mod store;
 mod tenants;
 mod write_ops;
@@ -40,6 +41,7 @@ pub mod writer_cost;
 
 pub use config::{StoreConfig, Synchronous};
 pub use schema::OpenError;
+pub use secrets::SealReport;
 pub use store::SqliteStore;
 
 /// The `PRAGMA user_version` this build writes: the number of migration
