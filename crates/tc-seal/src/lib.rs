@@ -186,6 +186,27 @@ impl Sealer {
     }
 }
 
+/// What a start's pass over the stored secrets found (each adapter counts
+/// with [`SealReport::tally`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SealReport {
+    /// Secrets written again (plain, or sealed by an older key).
+    pub resealed: usize,
+    /// Secrets left in plain text (the server has no key): the server warns.
+    pub plain: usize,
+}
+
+impl SealReport {
+    /// Counts one stored value and what [`Sealer::reseal`] said of it.
+    pub fn tally(&mut self, stored: &str, again: Option<&String>) {
+        if again.is_some() {
+            self.resealed += 1;
+        } else if !Sealer::is_sealed(stored) {
+            self.plain += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,8 +41,8 @@ pub mod writer_cost;
 
 pub use config::{StoreConfig, Synchronous};
 pub use schema::OpenError;
-pub use secrets::SealReport;
 pub use store::SqliteStore;
+pub use tc_seal::SealReport;
 
 /// The `PRAGMA user_version` this build writes: the number of migration
 /// steps. A file with a higher one is refused.

@@ -6,7 +6,7 @@
 
 use rusqlite::{Connection, params};
 use tc_model::store::StoreError;
-use tc_seal::{SealError, Sealer};
+use tc_seal::{SealError, SealReport, Sealer};
 
 use crate::rows::db;
 
@@ -18,15 +18,6 @@ const SECRET_COLUMNS: &[(&str, &str, &str)] = &[
     ("destinations", "destination", "signing_secrets"),
     ("tenants", "name", "signing_secrets"),
 ];
-
-/// What the start's pass found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SealReport {
-    /// Secrets written again (plain, or sealed by an older key).
-    pub resealed: usize,
-    /// Secrets left in plain text (the server has no key).
-    pub plain: usize,
-}
 
 fn refused(table: &str, name: &str, column: &str, e: &SealError) -> StoreError {
     let what = if table == "tenants" {
@@ -78,18 +69,16 @@ fn reseal_all(conn: &Connection, sealer: &Sealer) -> Result<SealReport, StoreErr
             .collect::<rusqlite::Result<_>>()
             .map_err(db)?;
         for (name, stored) in rows {
-            match sealer.reseal(&stored) {
-                Ok(Some(again)) => {
-                    conn.execute(
-                        &format!("UPDATE {table} SET {column} = ?1 WHERE {key} = ?2"),
-                        params![again, name],
-                    )
-                    .map_err(db)?;
-                    report.resealed += 1;
-                }
-                Ok(None) if !Sealer::is_sealed(&stored) => report.plain += 1,
-                Ok(None) => {}
-                Err(e) => return Err(refused(table, &name, column, &e)),
+            let again = sealer
+                .reseal(&stored)
+                .map_err(|e| refused(table, &name, column, &e))?;
+            report.tally(&stored, again.as_ref());
+            if let Some(again) = again {
+                conn.execute(
+                    &format!("UPDATE {table} SET {column} = ?1 WHERE {key} = ?2"),
+                    params![again, name],
+                )
+                .map_err(db)?;
             }
         }
     }
