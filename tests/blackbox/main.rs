@@ -27,6 +27,9 @@
 //! - `tenants`: two tenants and the admin (issue 29): each key reaches
 //!   only its tenant's tasks, the admin's routes are 403 for a key, quotas
 //!   429, a revoked key 401 at once, tenants kept across a restart.
+//! - `secrets`: secrets sealed at rest (issue 41): no byte of a
+//!   destination's token in the file or a backup, rotation, a start refused
+//!   without the key, the warning of a server without one.
 //! - `traces`: W3C trace context from the submit to every try, and the
 //!   spans a loopback OTLP collector receives (issue 27).
 
@@ -49,6 +52,7 @@ mod lifecycle;
 mod nodes;
 mod operations;
 mod outbound;
+mod secrets;
 mod support;
 mod tenants;
 mod traces;

@@ -81,6 +81,10 @@ pub(crate) enum ServeError {
     /// The database's tenants could not be read at start.
     #[error("cannot read the database's tenants: {0}")]
     Tenants(tc_model::store::StoreError),
+    /// A `--secret-key-file` is unusable, or a stored secret does not open
+    /// with the keys given.
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
 }
 
 impl ServeError {
@@ -114,6 +118,9 @@ pub(crate) struct Settings {
     pub(crate) postgres: PgConfig,
     /// Where spans are exported (`--otlp-endpoint`), if anywhere.
     pub(crate) otlp: Option<crate::telemetry::OtlpConfig>,
+    /// The key files that seal stored secrets (`--secret-key-file`; the
+    /// first seals, every one opens).
+    pub(crate) secret_key_files: Vec<PathBuf>,
 }
 
 /// `--callback-result-bytes`: a store setting on either adapter, since the
@@ -200,6 +207,7 @@ impl Settings {
                 .resolve(&args.otlp_service_name)
                 .ok()
                 .flatten(),
+            secret_key_files: args.secret_key_file.clone(),
         }
     }
 }
@@ -250,7 +258,9 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     // The downstream client before the store: a bad CA file fails the start
     // before a database file is created.
     let downstream = Arc::new(downstream(&settings)?);
-    let (store, db_lock, db_shown) = match &settings.db {
+    // The keys too: a bad key file fails the start before the store opens.
+    let sealer = crate::secrets::sealer(&settings.secret_key_files)?;
+    let (mut store, db_lock, db_shown) = match &settings.db {
         DbTarget::Postgres(url) => {
             let store = PgStore::open(url, settings.postgres.clone()).await?;
             let shown = store.target().to_owned();
@@ -268,6 +278,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
             )
         }
     };
+    if let Err(e) = crate::secrets::seal_store(&mut store, sealer).await {
+        store.close().await;
+        return Err(e.into());
+    }
     if let Err(e) = tenants_have_a_token(&store, &settings.http).await {
         store.close().await;
         return Err(e);

@@ -117,6 +117,7 @@ fn settings(db: crate::store::DbTarget) -> Settings {
         // The demo runs on SQLite.
         postgres: tc_store_pg::PgConfig::default(),
         otlp: None,
+        secret_key_files: Vec::new(),
     }
 }
 
