@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use crate::setting::InvalidSetting;
 pub use crate::share::FairShare;
 
+pub use crate::client_tls::ClientTls;
 use crate::headers::Headers;
 pub use crate::outbound::SharedWith;
 use crate::signing::SigningSecrets;
@@ -53,6 +54,12 @@ pub struct DestinationSettings {
     /// The tenants whose tasks get `headers` and `signing_secrets` (names,
     /// or `"*"` for every tenant; default none).
     pub share_with_tenants: SharedWith,
+    /// The client certificate and key presented on every TLS connection to
+    /// it (the key write-only; views show the certificate's facts).
+    pub client_tls: Option<ClientTls>,
+    /// CA certificates (PEM) trusted for this destination alone, besides
+    /// the server's roots.
+    pub ca_certs: Option<String>,
 }
 
 impl DestinationSettings {
@@ -96,6 +103,10 @@ pub struct DestinationUpdate {
     /// A new list of tenants its credentials are lent to, replacing the
     /// old one (empty: none).
     pub share_with_tenants: Option<SharedWith>,
+    /// A new client certificate and key, or `Some(None)` to remove them.
+    pub client_tls: Option<Option<ClientTls>>,
+    /// New CA certificates, or `Some(None)` to remove them.
+    pub ca_certs: Option<Option<String>>,
 }
 
 impl DestinationUpdate {
@@ -147,6 +158,14 @@ impl DestinationUpdate {
                 .share_with_tenants
                 .clone()
                 .unwrap_or_else(|| settings.share_with_tenants.clone()),
+            client_tls: self
+                .client_tls
+                .clone()
+                .unwrap_or_else(|| settings.client_tls.clone()),
+            ca_certs: self
+                .ca_certs
+                .clone()
+                .unwrap_or_else(|| settings.ca_certs.clone()),
         }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod callback;
 pub mod claim;
+pub mod client_tls;
 pub mod completion;
 pub mod destination;
 pub mod headers;

@@ -26,7 +26,7 @@ use crate::secrets;
 use tc_seal::Sealer;
 
 const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
-     signing_secrets, share_with_tenants";
+     signing_secrets, share_with_tenants, client_cert, client_key, ca_certs";
 
 fn settings_from_row(
     row: &Row,
@@ -53,6 +53,12 @@ fn settings_from_row(
             .map_err(|_| corrupt("signing_secrets"))?,
             share_with_tenants: SharedWith::from_stored(row.try_get(7).map_err(db)?)
                 .map_err(|_| corrupt("share_with_tenants"))?,
+            client_tls: tc_model::client_tls::client_tls_from_stored(
+                row.try_get(8).map_err(db)?,
+                secrets::open(sealer, row.try_get(9).map_err(db)?)?,
+            )
+            .map_err(|_| corrupt("client_cert"))?,
+            ca_certs: row.try_get(10).map_err(db)?,
         },
     ))
 }
@@ -403,13 +409,15 @@ pub(crate) async fn update(
         .prepare_cached(
             "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, \
                                        updated_at, headers, signing_secrets, \
-                                       share_with_tenants) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                                       share_with_tenants, client_cert, client_key, ca_certs) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
                  rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
                  paused = excluded.paused, updated_at = excluded.updated_at, \
                  headers = excluded.headers, signing_secrets = excluded.signing_secrets, \
-                 share_with_tenants = excluded.share_with_tenants",
+                 share_with_tenants = excluded.share_with_tenants, \
+                 client_cert = excluded.client_cert, client_key = excluded.client_key, \
+                 ca_certs = excluded.ca_certs",
         )
         .await
         .map_err(db)?;
@@ -427,6 +435,12 @@ pub(crate) async fn update(
             &secrets::seal(sealer, settings.headers.to_stored())?,
             &secrets::seal(sealer, settings.signing_secrets.to_stored())?,
             &settings.share_with_tenants.to_stored(),
+            &settings.client_tls.as_ref().map(|t| t.cert.to_stored()),
+            &secrets::seal(
+                sealer,
+                settings.client_tls.as_ref().map(|t| t.key.pem().to_owned()),
+            )?,
+            &settings.ca_certs,
         ],
     )
     .await

@@ -545,6 +545,15 @@ ALTER TABLE schedules ADD COLUMN last_error_message text;
 ALTER TABLE schedules ADD COLUMN last_error_at bigint;
 ";
 
+/// Step 17 (issue 41 item 2): a destination's client certificate (its PEM
+/// and facts, as `ClientCert::to_stored` writes them), its key (sealed at
+/// rest when the node has a key) and its own CA certificates.
+const V17_CLIENT_TLS: &str = "
+ALTER TABLE destinations ADD COLUMN client_cert text;
+ALTER TABLE destinations ADD COLUMN client_key text;
+ALTER TABLE destinations ADD COLUMN ca_certs text;
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -601,6 +610,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V14_TENANTS),
     step(V15_TENANT_SECRETS),
     step(V16_SCHEDULE_ERRORS),
+    step(V17_CLIENT_TLS),
 ];
 
 /// The version this build writes and reads.

@@ -16,6 +16,7 @@ use crate::error::db;
 const SECRET_COLUMNS: &[(&str, &str, &str)] = &[
     ("destinations", "destination", "headers"),
     ("destinations", "destination", "signing_secrets"),
+    ("destinations", "destination", "client_key"),
     ("tenants", "name", "signing_secrets"),
 ];
 

@@ -46,7 +46,7 @@ pub(crate) const DUE_OF: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_d
      ORDER BY next_run_at, seq LIMIT ?3";
 
 const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
-     signing_secrets, share_with_tenants";
+     signing_secrets, share_with_tenants, client_cert, client_key, ca_certs";
 
 fn settings_from_row(
     row: &Row<'_>,
@@ -67,6 +67,9 @@ fn settings_from_row(
     let headers = opened(5)?;
     let secrets = opened(6)?;
     let shared: Option<String> = row.get(7)?;
+    let cert: Option<String> = row.get(8)?;
+    let client_tls = tc_model::client_tls::client_tls_from_stored(cert.as_deref(), opened(9)?)
+        .map_err(|e| corrupt(8, &e))?;
     Ok((
         row.get(0)?,
         DestinationSettings {
@@ -79,6 +82,8 @@ fn settings_from_row(
                 .map_err(|e| corrupt(6, &e))?,
             share_with_tenants: SharedWith::from_stored(shared.as_deref())
                 .map_err(|e| corrupt(7, &e))?,
+            client_tls,
+            ca_certs: row.get(10)?,
         },
     ))
 }
@@ -333,13 +338,16 @@ pub(crate) fn update(
     let settings = update.apply(&settings_of(conn, name, sealer)?.unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, updated_at, \
-                                   headers, signing_secrets, share_with_tenants) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                                   headers, signing_secrets, share_with_tenants, \
+                                   client_cert, client_key, ca_certs) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
          ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
              rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
              paused = excluded.paused, updated_at = excluded.updated_at, \
              headers = excluded.headers, signing_secrets = excluded.signing_secrets, \
-             share_with_tenants = excluded.share_with_tenants",
+             share_with_tenants = excluded.share_with_tenants, \
+             client_cert = excluded.client_cert, client_key = excluded.client_key, \
+             ca_certs = excluded.ca_certs",
     )
     .map_err(db)?
     .execute(params![
@@ -352,6 +360,12 @@ pub(crate) fn update(
         secrets::seal(sealer, settings.headers.to_stored())?,
         secrets::seal(sealer, settings.signing_secrets.to_stored())?,
         settings.share_with_tenants.to_stored(),
+        settings.client_tls.as_ref().map(|t| t.cert.to_stored()),
+        secrets::seal(
+            sealer,
+            settings.client_tls.as_ref().map(|t| t.key.pem().to_owned())
+        )?,
+        settings.ca_certs,
     ])
     .map_err(db)?;
     described(conn, name, Some(settings))

@@ -682,6 +682,15 @@ ALTER TABLE schedules ADD COLUMN last_error_message TEXT;
 ALTER TABLE schedules ADD COLUMN last_error_at INTEGER;
 ";
 
+/// Step 21 (issue 41 item 2): a destination's client certificate (its PEM
+/// and facts, as `ClientCert::to_stored` writes them), its key (sealed at
+/// rest when the server has a key) and its own CA certificates.
+const V21_CLIENT_TLS: &str = "
+ALTER TABLE destinations ADD COLUMN client_cert TEXT;
+ALTER TABLE destinations ADD COLUMN client_key TEXT;
+ALTER TABLE destinations ADD COLUMN ca_certs TEXT;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -704,6 +713,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V18_DUE_BY_TENANT_FOR_ALL,
     V19_TENANT_SECRETS,
     V20_SCHEDULE_ERRORS,
+    V21_CLIENT_TLS,
 ];
 
 /// The `user_version` this build writes and reads.
