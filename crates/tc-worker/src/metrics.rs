@@ -73,6 +73,9 @@ pub(crate) struct DestinationMetrics {
     pub(crate) in_flight: Family<DestinationLabel, Gauge>,
     pub(crate) held: Family<HeldLabel, Gauge>,
     pub(crate) breaker_open: Family<DestinationLabel, Gauge>,
+    /// When each destination's client certificate expires, Unix seconds
+    /// (only destinations with one: an operator's setting, so bounded).
+    pub(crate) client_cert_expiry: Family<DestinationLabel, Gauge>,
     /// Destinations given a label of their own, first come first served.
     labelled: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -121,6 +124,20 @@ impl DestinationMetrics {
             self.breaker_open
                 .get_or_create(&DestinationLabel { destination })
                 .set(i64::from(open));
+        }
+    }
+
+    /// Sets the client certificate gauges to `expiries` (destination, its
+    /// certificate's `notAfter` in Unix seconds): a destination whose
+    /// certificate was removed loses its series.
+    pub(crate) fn set_client_cert_expiry(&self, expiries: &[(String, i64)]) {
+        self.client_cert_expiry.clear();
+        for (destination, not_after) in expiries {
+            self.client_cert_expiry
+                .get_or_create(&DestinationLabel {
+                    destination: destination.clone(),
+                })
+                .set(*not_after);
         }
     }
 
@@ -217,6 +234,11 @@ impl WorkerMetrics {
             "taskcenter_destination_breaker_open",
             "1 while a destination's circuit breaker is open or half-open",
             self.destinations.breaker_open.clone(),
+        );
+        registry.register(
+            "taskcenter_destination_client_cert_expiry_seconds",
+            "When a destination's client certificate expires (its notAfter), Unix seconds",
+            self.destinations.client_cert_expiry.clone(),
         );
     }
 
