@@ -28,6 +28,10 @@ pub(crate) struct DestinationView {
     signing_secrets: usize,
     /// The tenants its headers and secrets are lent to (`["*"]`: all).
     share_with_tenants: Vec<String>,
+    /// Its client certificate's subject and `not_after`; never the key.
+    client_cert: Option<crate::client_tls::ClientCertView>,
+    /// How many CA certificates it trusts besides the server's roots.
+    ca_certs: usize,
     in_flight: u64,
     pending: u64,
     breaker: &'static str,
@@ -55,6 +59,8 @@ impl DestinationView {
                 .names()
                 .map(str::to_owned)
                 .collect(),
+            client_cert: crate::client_tls::cert_view(&d.settings),
+            ca_certs: crate::client_tls::ca_count(&d.settings),
             // Running tasks as the store counts them: every node's.
             in_flight: d.running,
             pending: d.pending,
@@ -105,7 +111,10 @@ fn percent_decode(s: &str) -> Option<String> {
 /// Parses a `PUT /destinations/{destination}` body: any of the settings,
 /// nothing else. A field left out is left as it is; `null` clears a cap, a
 /// rate, the headers or the secrets, or gives `burst` back its default.
-pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> {
+pub(crate) fn parse_update(
+    bytes: &[u8],
+    tls_check: Option<&dyn crate::client_tls::TlsCheck>,
+) -> Result<DestinationUpdate, ApiError> {
     let invalid = ApiError::InvalidRequest;
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(invalid("body: must be a JSON object".into()));
@@ -115,6 +124,7 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
     let fields: BTreeMap<String, Box<RawValue>> =
         serde_json::from_slice(bytes).map_err(|e| invalid(format!("body: not valid JSON: {e}")))?;
     let mut update = DestinationUpdate::default();
+    let mut tls = crate::client_tls::TlsFields::default();
     for (field, raw) in fields {
         let value: Value = serde_json::from_str(raw.get())
             .map_err(|e| invalid(format!("body: not valid JSON: {e}")))?;
@@ -140,6 +150,7 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
             }
             "signing_secrets" => update.signing_secrets = Some(parse_signing_secrets(&value)?),
             "share_with_tenants" => update.share_with_tenants = Some(parse_share(&value)?),
+            other if tls.take(other, &value)? => {}
             other => {
                 return Err(crate::error::unknown_field(
                     other,
@@ -151,11 +162,15 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
                         "headers",
                         "signing_secrets",
                         "share_with_tenants",
+                        "client_cert",
+                        "client_key",
+                        "ca_certs",
                     ],
                 ));
             }
         }
     }
+    tls.apply(&mut update, tls_check)?;
     update
         .validate()
         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
@@ -256,6 +271,8 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
         headers = updated.settings.headers.len(),
         signing_secrets = updated.settings.signing_secrets.len(),
         share_with_tenants = updated.settings.share_with_tenants.names().count(),
+        client_cert = updated.settings.client_tls.is_some(),
+        ca_certs = updated.settings.ca_certs.is_some(),
         "destination_updated"
     );
     control.destinations_changed();
@@ -336,7 +353,7 @@ mod tests {
             ("{", Err("body")),
         ];
         for (body, want) in rows {
-            let got = parse_update(body.as_bytes());
+            let got = parse_update(body.as_bytes(), None);
             match (got, want) {
                 (Ok(got), Ok(want)) => assert_eq!(&got, want, "{body}"),
                 (Err(ApiError::InvalidRequest(message)), Err(field)) => {
