@@ -22,6 +22,7 @@ mod secrets;
 mod serve;
 mod store;
 mod telemetry;
+mod tls_check;
 
 use std::process::ExitCode;
 

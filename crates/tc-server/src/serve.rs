@@ -331,7 +331,8 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     .with_backups(Arc::new(match &settings.db {
         DbTarget::Sqlite(path) => crate::backup::ServerBackups::sqlite(path),
         DbTarget::Postgres(_) => crate::backup::ServerBackups::Postgres,
-    }));
+    }))
+    .with_tls_check(Arc::new(crate::tls_check::DownstreamTlsCheck));
     let app = match tracer {
         Some(tracer) => app.with_tracer(tracer),
         None => app,
