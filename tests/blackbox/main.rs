@@ -8,6 +8,8 @@
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
 //! - `callbacks`: a task's view POSTed to its `callback_url` when it ends,
 //!   as a callback task of its own (issue 28).
+//! - `client_certs`: a partner that requires a client certificate,
+//!   called with the destination's (issue 41); the key shown nowhere.
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
 //!   as its own process: output, exit codes, the token, a terminal.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
@@ -43,6 +45,7 @@ mod api;
 mod backup;
 mod callbacks;
 mod cli;
+mod client_certs;
 mod delivery;
 mod destinations;
 mod due_walk;
