@@ -215,11 +215,19 @@ async fn a_partner_that_requires_a_client_certificate_is_called_with_the_destina
         "/destinations".to_owned(),
         format!("/destinations/{destination}"),
         "/metrics".to_owned(),
-        "/ui/destinations".to_owned(),
+        "/ui/".to_owned(),
+        "/ui/fragment/overview".to_owned(),
     ] {
         let reply = s.api.get(&path).await;
+        assert_eq!(reply.status, 200, "{path}");
         shown.push((path, String::from_utf8_lossy(&reply.body).into_owned()));
     }
+    // the dashboard's destinations show the subject
+    assert!(
+        shown[4].1.contains("CN=taskcenter client"),
+        "{}",
+        shown[4].1
+    );
     shown.push(("the CLI".into(), run.out() + &run.stderr));
 
     // Cleared: the handshake is refused again.

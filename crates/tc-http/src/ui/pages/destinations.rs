@@ -35,6 +35,9 @@ pub(crate) struct Row {
     /// `signed (server; …)` with the server's secret, which signs only the
     /// tasks without a tenant (issue 37); `None`: not signed.
     pub(crate) signed: Option<&'static str>,
+    /// Its client certificate's subject and expiry (RFC 3339), never the
+    /// key (issue 41).
+    pub(crate) client_cert: Option<(String, String)>,
 }
 
 impl Row {
@@ -53,6 +56,10 @@ impl Row {
         Row {
             header_names: d.settings.headers.names().map(str::to_owned).collect(),
             signed,
+            client_cert: d.settings.client_tls.as_ref().map(|tls| {
+                let facts = &tls.cert.facts;
+                (facts.subject.clone(), crate::dto::rfc3339(facts.not_after))
+            }),
             held: held_reasons(d, runtime, now),
             rate: d.settings.rate_per_s.map(|rate| {
                 let burst = d.settings.bucket_size().unwrap_or(1.0);
@@ -169,7 +176,12 @@ fn table(rows: &[Row], more: usize, capped: bool) -> Markup {
                                 @if !r.header_names.is_empty() {
                                     span.mono.header-names title="default headers (values hidden)" { (r.header_names.join(", ")) }
                                 }
-                                @if r.signed.is_none() && r.header_names.is_empty() { span.muted { "—" } }
+                                @if let Some((subject, not_after)) = &r.client_cert {
+                                    " " span.badge.client-cert title={ "client certificate, expires " (not_after) } {
+                                        "client cert " (subject) " (expires " (not_after) ")"
+                                    }
+                                }
+                                @if r.signed.is_none() && r.header_names.is_empty() && r.client_cert.is_none() { span.muted { "—" } }
                             }
                         }
                     }
