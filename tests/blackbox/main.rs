@@ -11,6 +11,8 @@
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
 //! - `callbacks`: a task's view POSTed to its `callback_url` when it ends,
 //!   as a callback task of its own (issue 28).
+//! - `client_certs`: a partner that requires a client certificate,
+//!   called with the destination's (issue 41); the key shown nowhere.
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
 //!   as its own process: output, exit codes, the token, a terminal.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
@@ -30,6 +32,9 @@
 //! - `tenants`: two tenants and the admin (issue 29): each key reaches
 //!   only its tenant's tasks, the admin's routes are 403 for a key, quotas
 //!   429, a revoked key 401 at once, tenants kept across a restart.
+//! - `secrets`: secrets sealed at rest (issue 41): no byte of a
+//!   destination's token in the file or a backup, rotation, a start refused
+//!   without the key, the warning of a server without one.
 //! - `traces`: W3C trace context from the submit to every try, and the
 //!   spans a loopback OTLP collector receives (issue 27).
 
@@ -44,6 +49,7 @@ mod auth;
 mod backup;
 mod callbacks;
 mod cli;
+mod client_certs;
 mod delivery;
 mod destinations;
 mod due_walk;
@@ -53,6 +59,7 @@ mod lifecycle;
 mod nodes;
 mod operations;
 mod outbound;
+mod secrets;
 mod support;
 mod tenants;
 mod traces;

@@ -47,7 +47,7 @@ const FORBIDDEN_IN_DOMAIN: &[&str] = &[
     "opentelemetry",
 ];
 /// Crates that must stand alone in the workspace.
-const STANDALONE: &[&str] = &["tc-retry"];
+const STANDALONE: &[&str] = &["tc-retry", "tc-seal"];
 /// Adapters: they depend on ports, never on each other.
 const ADAPTERS: &[&str] = &["tc-store", "tc-store-pg", "tc-downstream", "tc-http"];
 /// Shared glue crates, with the only workspace crates each may depend on.

@@ -6,10 +6,12 @@
 //! headers and signatures need no network.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::ClientTls;
 use crate::signature::webhook_signature;
 
 /// The `User-Agent` of every call.
@@ -102,6 +104,9 @@ pub struct Delivery {
     /// Upper bound for the whole call: connect, request, response headers
     /// and response body.
     pub timeout: Duration,
+    /// Its destination's TLS settings (a client certificate, its own CA
+    /// certificates); none: the client's defaults.
+    pub client_tls: Option<Arc<ClientTls>>,
 }
 
 impl Delivery {
@@ -148,7 +153,14 @@ impl Delivery {
             headers,
             body: spec.body.clone(),
             timeout: spec.timeout,
+            client_tls: None,
         }
+    }
+
+    /// This delivery sent with its destination's TLS settings.
+    pub fn with_client_tls(mut self, tls: Option<Arc<ClientTls>>) -> Delivery {
+        self.client_tls = tls;
+        self
     }
 
     /// The first header called `name` (lower case).
@@ -169,6 +181,7 @@ impl fmt::Debug for Delivery {
             .field("headers", &names)
             .field("body_len", &self.body.len())
             .field("timeout", &self.timeout)
+            .field("client_tls", &self.client_tls)
             .finish()
     }
 }

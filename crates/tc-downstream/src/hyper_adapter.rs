@@ -1,8 +1,9 @@
 //! The real downstream: hyper's pooled HTTP/1.1 client, with TLS by rustls.
 
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,6 +20,7 @@ use rustls::pki_types::{CertificateDer, TrustAnchor};
 use rustls::{ClientConfig, RootCertStore};
 
 use self::guard::{DestinationDenied, GuardedConnector};
+use crate::ClientTls;
 use crate::{Delivery, DownError, DownResponse, Downstream};
 
 /// Tuning for [`HyperDownstream`].
@@ -105,7 +107,21 @@ pub enum DownstreamSetupError {
 pub struct HyperDownstream {
     transport: Transport,
     max_response_bytes: usize,
+    /// The roots every https call trusts, and how connections are made:
+    /// what a destination's own connector starts from.
+    roots: Arc<RootCertStore>,
+    config: Arc<DownstreamConfig>,
+    /// One client per distinct destination TLS setting (a client
+    /// certificate, own CA certificates), built at its first call and kept
+    /// while the setting is: a changed setting has another fingerprint.
+    by_tls: Arc<Mutex<HashMap<[u8; 32], TlsClient>>>,
 }
+
+type TlsClient = Client<HttpsConnector<GuardedConnector>, Full<Bytes>>;
+
+/// The most destination connectors kept; past it the cache starts again
+/// (each is rebuilt at its next call).
+const MAX_TLS_CLIENTS: usize = 256;
 
 /// With no usable root certificates we still serve `http://` downstreams
 /// rather than refuse to start; `https://` calls then fail with a clear error.
@@ -160,20 +176,7 @@ impl HyperDownstream {
         native: Vec<CertificateDer<'static>>,
         extra: Vec<TrustAnchor<'static>>,
     ) -> Self {
-        let mut http = GuardedConnector::new(config.deny_private_destinations);
-        // The https connector below needs the inner connector to accept
-        // `https://` URIs; plain-only mode rejects them before connecting.
-        let tcp = http.tcp();
-        tcp.enforce_http(false);
-        tcp.set_nodelay(true);
-        tcp.set_connect_timeout(config.connect_timeout);
-
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(config.pool_idle_timeout)
-            .pool_max_idle_per_host(config.pool_max_idle_per_host);
-
+        let (http, builder) = connector_and_builder(config);
         let mut roots = RootCertStore::empty();
         let (native_added, native_ignored) = roots.add_parsable_certificates(native);
         if native_ignored > 0 {
@@ -186,6 +189,7 @@ impl HyperDownstream {
         let extra_added = extra.len();
         roots.extend(extra);
 
+        let shared_roots = Arc::new(roots.clone());
         let transport = match tls_config(roots) {
             Ok(tls) => {
                 tracing::debug!(
@@ -211,7 +215,36 @@ impl HyperDownstream {
         Self {
             transport,
             max_response_bytes: config.max_response_bytes,
+            roots: shared_roots,
+            config: Arc::new(config.clone()),
+            by_tls: Arc::default(),
         }
+    }
+
+    /// The client of a destination's TLS setting: the cached one, or one
+    /// built now (its connector as every other's, its rustls configuration
+    /// with the destination's roots and client certificate).
+    fn tls_client(&self, tls: &ClientTls) -> Result<TlsClient, DownError> {
+        let key = tls.fingerprint();
+        let mut cache = self.by_tls.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(client) = cache.get(&key) {
+            return Ok(client.clone());
+        }
+        let config = client_tls::destination_config(&self.roots, tls)
+            .map_err(|e| DownError::Other(format!("the destination's TLS settings: {e}")))?;
+        let (http, builder) = connector_and_builder(&self.config);
+        let client = builder.build(
+            HttpsConnectorBuilder::new()
+                .with_tls_config(config)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http),
+        );
+        if cache.len() >= MAX_TLS_CLIENTS {
+            cache.clear();
+        }
+        cache.insert(key, client.clone());
+        Ok(client)
     }
 
     /// Whether `https://` URLs can be called (some root certificate, the
@@ -226,11 +259,13 @@ impl HyperDownstream {
         &self,
         delivery: Delivery,
     ) -> Result<Response<Incoming>, DownError> {
+        let tls = delivery.client_tls.clone();
         let request = self.build_request(delivery)?;
-        self.transport
-            .request(request)
-            .await
-            .map_err(|error| classify(&error))
+        let response = match tls {
+            Some(tls) => self.tls_client(&tls)?.request(request),
+            None => self.transport.request(request),
+        };
+        response.await.map_err(|error| classify(&error))
     }
 
     /// Reads the whole body within the size cap.
@@ -278,7 +313,12 @@ impl HyperDownstream {
         match uri.scheme() {
             Some(scheme) if *scheme == Scheme::HTTP => {}
             Some(scheme) if *scheme == Scheme::HTTPS => {
-                if !self.https_enabled() {
+                // A destination with CA certificates of its own has roots.
+                let own_roots = delivery
+                    .client_tls
+                    .as_ref()
+                    .is_some_and(|tls| tls.ca_certs.is_some());
+                if !self.https_enabled() && !own_roots {
                     return Err(DownError::Other(
                         "https is unavailable: no root certificates could be loaded".into(),
                     ));
@@ -348,6 +388,25 @@ fn trust_anchors(
             })?;
     }
     Ok(store.roots)
+}
+
+/// A guarded connector as every client uses (plain and https URIs: the
+/// https connector wrapping it needs them accepted; plain-only mode refuses
+/// https before connecting) and a pooled client builder.
+fn connector_and_builder(
+    config: &DownstreamConfig,
+) -> (GuardedConnector, hyper_util::client::legacy::Builder) {
+    let mut http = GuardedConnector::new(config.deny_private_destinations);
+    let tcp = http.tcp();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(config.connect_timeout);
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(config.pool_idle_timeout)
+        .pool_max_idle_per_host(config.pool_max_idle_per_host);
+    (http, builder)
 }
 
 /// The client's TLS settings, or why https cannot be offered.
@@ -490,7 +549,10 @@ fn describe(error: &(dyn StdError + 'static)) -> String {
     message
 }
 
+pub(crate) mod client_tls;
 mod guard;
+#[cfg(test)]
+mod mtls_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -24,6 +24,7 @@
 //! The crate depends on no other workspace crate: the worker maps
 //! [`DownError`] onto tc-retry's outcomes.
 
+mod client_tls;
 mod delivery;
 pub mod fake;
 #[cfg(feature = "hyper-client")]
@@ -32,7 +33,12 @@ mod jwt;
 mod port;
 mod signature;
 
+pub use client_tls::ClientTls;
 pub use delivery::{Delivery, DeliverySpec, Method, TraceHeaders, USER_AGENT};
+#[cfg(feature = "hyper-client")]
+pub use hyper_adapter::client_tls::{
+    CertInfo, TlsSettingError, check_ca_certs, inspect_client_cert,
+};
 #[cfg(feature = "hyper-client")]
 pub use hyper_adapter::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
 pub use jwt::{JwtKeyError, JwtKeys};

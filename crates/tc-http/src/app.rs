@@ -31,6 +31,8 @@ pub struct App<S, C> {
     tracer: Option<crate::trace::SpanTracer>,
     /// What `POST /admin/backup` copies through, if anything.
     backups: Option<Arc<dyn crate::backup::Backups>>,
+    /// Reads the TLS settings of `PUT /destinations/{d}`, if anything.
+    tls_check: Option<Arc<dyn crate::client_tls::TlsCheck>>,
     /// When this node last recorded each tenant key's use.
     key_use: crate::key_use::KeyUse,
     /// This node's submit buckets, by tenant.
@@ -60,6 +62,7 @@ impl<S: TaskStore, C: Control> App<S, C> {
             ui: crate::ui::Ui::default(),
             tracer: None,
             backups: None,
+            tls_check: None,
             key_use: crate::key_use::KeyUse::default(),
             buckets: crate::quota::SubmitBuckets::default(),
         }
@@ -76,6 +79,14 @@ impl<S: TaskStore, C: Control> App<S, C> {
     /// it answers `409 backup_unsupported`.
     pub fn with_backups(mut self, backups: Arc<dyn crate::backup::Backups>) -> Self {
         self.backups = Some(backups);
+        self
+    }
+
+    /// Gives `PUT /destinations/{d}` a way to read client certificates and
+    /// CA certificates; without one, `client_cert` and `ca_certs` are
+    /// refused (400).
+    pub fn with_tls_check(mut self, check: Arc<dyn crate::client_tls::TlsCheck>) -> Self {
+        self.tls_check = Some(check);
         self
     }
 
@@ -141,6 +152,11 @@ impl<S: TaskStore, C: Control> App<S, C> {
     /// What `POST /admin/backup` copies through, if anything.
     pub(crate) fn backups(&self) -> Option<&dyn crate::backup::Backups> {
         self.backups.as_deref()
+    }
+
+    /// What reads the TLS settings of a destination, if anything.
+    pub(crate) fn tls_check(&self) -> Option<&dyn crate::client_tls::TlsCheck> {
+        self.tls_check.as_deref()
     }
 
     /// When this node last recorded each tenant key's use.

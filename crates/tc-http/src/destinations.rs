@@ -33,6 +33,10 @@ pub(crate) struct DestinationView {
     /// How its calls authenticate: the type and the non-secret fields
     /// (`null`: none).
     auth: Option<Value>,
+    /// Its client certificate's subject and `not_after`; never the key.
+    client_cert: Option<crate::client_tls::ClientCertView>,
+    /// How many CA certificates it trusts besides the server's roots.
+    ca_certs: usize,
     in_flight: u64,
     pending: u64,
     breaker: &'static str,
@@ -64,6 +68,8 @@ impl DestinationView {
                 .map(str::to_owned)
                 .collect(),
             auth: d.settings.auth.as_ref().map(DestinationAuth::view),
+            client_cert: crate::client_tls::cert_view(&d.settings),
+            ca_certs: crate::client_tls::ca_count(&d.settings),
             // Running tasks as the store counts them: every node's.
             in_flight: d.running,
             pending: d.pending,
@@ -117,7 +123,10 @@ fn percent_decode(s: &str) -> Option<String> {
 /// Parses a `PUT /destinations/{destination}` body: any of the settings,
 /// nothing else. A field left out is left as it is; `null` clears a cap, a
 /// rate, the headers or the secrets, or gives `burst` back its default.
-pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> {
+pub(crate) fn parse_update(
+    bytes: &[u8],
+    tls_check: Option<&dyn crate::client_tls::TlsCheck>,
+) -> Result<DestinationUpdate, ApiError> {
     let invalid = ApiError::InvalidRequest;
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(invalid("body: must be a JSON object".into()));
@@ -127,6 +136,7 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
     let fields: BTreeMap<String, Box<RawValue>> =
         serde_json::from_slice(bytes).map_err(|e| invalid(format!("body: not valid JSON: {e}")))?;
     let mut update = DestinationUpdate::default();
+    let mut tls = crate::client_tls::TlsFields::default();
     for (field, raw) in fields {
         let value: Value = serde_json::from_str(raw.get())
             .map_err(|e| invalid(format!("body: not valid JSON: {e}")))?;
@@ -158,6 +168,7 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
                         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?,
                 );
             }
+            other if tls.take(other, &value)? => {}
             other => {
                 return Err(crate::error::unknown_field(
                     other,
@@ -170,11 +181,15 @@ pub(crate) fn parse_update(bytes: &[u8]) -> Result<DestinationUpdate, ApiError> 
                         "signing_secrets",
                         "share_with_tenants",
                         "auth",
+                        "client_cert",
+                        "client_key",
+                        "ca_certs",
                     ],
                 ));
             }
         }
     }
+    tls.apply(&mut update, tls_check)?;
     update
         .validate()
         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
@@ -295,6 +310,8 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
         signing_secrets = updated.settings.signing_secrets.len(),
         share_with_tenants = updated.settings.share_with_tenants.names().count(),
         auth = updated.settings.auth.as_ref().map(DestinationAuth::type_name),
+        client_cert = updated.settings.client_tls.is_some(),
+        ca_certs = updated.settings.ca_certs.is_some(),
         "destination_updated"
     );
     control.destinations_changed();
@@ -391,7 +408,7 @@ mod tests {
             ("{", Err("body")),
         ];
         for (body, want) in rows {
-            let got = parse_update(body.as_bytes());
+            let got = parse_update(body.as_bytes(), None);
             match (got, want) {
                 (Ok(got), Ok(want)) => assert_eq!(&got, want, "{body}"),
                 (Err(ApiError::InvalidRequest(message)), Err(field)) => {
@@ -404,7 +421,7 @@ mod tests {
 
     #[test]
     fn auth_needs_an_issuer_for_jwt_and_an_allowed_token_url() {
-        let update = |body: &str| parse_update(body.as_bytes()).unwrap();
+        let update = |body: &str| parse_update(body.as_bytes(), None).unwrap();
         let jwt = update(r#"{"auth": {"type": "jwt", "audience": "a"}}"#);
         let oauth = update(
             r#"{"auth": {"type": "oauth2_client_credentials", "token_url": "https://idp.example/t",

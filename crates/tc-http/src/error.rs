@@ -645,7 +645,11 @@ mod tests {
             ),
         ] {
             let e = ApiError::from_store(store_error, about);
-            assert_eq!((e.code(), e.message().as_str()), (code, message), "{about:?}");
+            assert_eq!(
+                (e.code(), e.message().as_str()),
+                (code, message),
+                "{about:?}"
+            );
         }
         let quota = ApiError::from(StoreError::QuotaExceeded { limit: 3 });
         assert!(quota.message().starts_with("max_pending: "), "{quota:?}");

@@ -585,7 +585,7 @@ fn the_destination_schemas_have_the_fields_the_code_reads_and_shows() {
     // Every settings field the parser takes is documented, and no other:
     // the parser names them all when it refuses an unknown one.
     let Err(ApiError::InvalidRequest(message)) =
-        crate::destinations::parse_update(br#"{"__probe__":1}"#)
+        crate::destinations::parse_update(br#"{"__probe__":1}"#, None)
     else {
         panic!("an unknown field is refused");
     };

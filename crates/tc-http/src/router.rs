@@ -407,7 +407,8 @@ async fn dispatch<S: TaskStore, C: Control>(
         }
         Endpoint::UpdateDestination => {
             let name = destinations::destination_name(segment)?;
-            let update = destinations::parse_update(&json_body(parts, body).await?)?;
+            let update =
+                destinations::parse_update(&json_body(parts, body).await?, app.tls_check())?;
             destinations::check_auth(&update, app.config())?;
             let view = destinations::update(app.store(), app.control(), name, update).await?;
             json(StatusCode::OK, &view)

@@ -18,6 +18,7 @@ pub use crate::setting::InvalidSetting;
 pub use crate::share::FairShare;
 
 use crate::auth::DestinationAuth;
+pub use crate::client_tls::ClientTls;
 use crate::headers::Headers;
 pub use crate::outbound::SharedWith;
 use crate::signing::SigningSecrets;
@@ -59,6 +60,12 @@ pub struct DestinationSettings {
     /// task of the destination, a tenant's too: it names taskcenter, not
     /// the tenant (a JWT's `sub` does).
     pub auth: Option<DestinationAuth>,
+    /// The client certificate and key presented on every TLS connection to
+    /// it (the key write-only; views show the certificate's facts).
+    pub client_tls: Option<ClientTls>,
+    /// CA certificates (PEM) trusted for this destination alone, besides
+    /// the server's roots.
+    pub ca_certs: Option<String>,
 }
 
 impl DestinationSettings {
@@ -104,6 +111,10 @@ pub struct DestinationUpdate {
     pub share_with_tenants: Option<SharedWith>,
     /// A new `auth`, or `Some(None)` to remove it.
     pub auth: Option<Option<DestinationAuth>>,
+    /// A new client certificate and key, or `Some(None)` to remove them.
+    pub client_tls: Option<Option<ClientTls>>,
+    /// New CA certificates, or `Some(None)` to remove them.
+    pub ca_certs: Option<Option<String>>,
 }
 
 impl DestinationUpdate {
@@ -156,6 +167,14 @@ impl DestinationUpdate {
                 .clone()
                 .unwrap_or_else(|| settings.share_with_tenants.clone()),
             auth: self.auth.clone().unwrap_or_else(|| settings.auth.clone()),
+            client_tls: self
+                .client_tls
+                .clone()
+                .unwrap_or_else(|| settings.client_tls.clone()),
+            ca_certs: self
+                .ca_certs
+                .clone()
+                .unwrap_or_else(|| settings.ca_certs.clone()),
         }
     }
 }

@@ -56,6 +56,23 @@ pub(crate) enum Command {
     /// while a server may be running on it; `tc-server --db FILE` starts on
     /// the copy. PostgreSQL: use its own tools (pg_dump, base backups).
     Backup(crate::backup::BackupArgs),
+    /// Keys that seal stored secrets at rest (`--secret-key-file`).
+    SecretKey(SecretKeyArgs),
+}
+
+/// `tc-server secret-key …`.
+#[derive(Debug, Args)]
+pub(crate) struct SecretKeyArgs {
+    #[command(subcommand)]
+    pub(crate) command: SecretKeyCommand,
+}
+
+/// What to do with keys.
+#[derive(Debug, Subcommand)]
+pub(crate) enum SecretKeyCommand {
+    /// Print a fresh key (the base64 of 32 random bytes) to put in a file
+    /// for `--secret-key-file`.
+    New,
 }
 
 /// Commit durability of the SQLite file (`PRAGMA synchronous`).
@@ -318,6 +335,22 @@ pub(crate) struct ServeArgs {
     /// How long `canceled` tasks are kept after they finish, or `forever`.
     #[arg(long, env = "TC_RETAIN_CANCELED", default_value = "7d", value_parser = retention)]
     pub(crate) retain_canceled: Retain,
+
+    /// A file holding a key (the base64 of 32 random bytes; make one with
+    /// `tc-server secret-key new`) that seals every stored secret at rest
+    /// with AES-256-GCM: destination header values and signing secrets,
+    /// tenants' signing secrets. Repeatable (or comma-separated) to rotate:
+    /// the first seals, every one opens; at start, secrets in plain text or
+    /// sealed by a listed older key are sealed again with the first. Every
+    /// PostgreSQL node needs the same keys: a node that cannot open a stored
+    /// secret refuses to start, naming the destination.
+    #[arg(
+        long,
+        env = "TC_SECRET_KEY_FILE",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub(crate) secret_key_file: Vec<PathBuf>,
 
     /// A PEM file of CA certificates that downstream `https://` calls trust
     /// in addition to the system's roots, e.g. an internal CA. Read at start;

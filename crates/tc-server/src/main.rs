@@ -6,6 +6,7 @@
 //! destination …` are the command-line client of a running server;
 //! `tc-server healthcheck` is a container's health probe.
 //! `tc-server backup` copies the SQLite database while a server runs on it.
+//! `tc-server secret-key new` prints a key for `--secret-key-file`.
 
 mod backup;
 mod cli;
@@ -18,9 +19,11 @@ mod disk_full_tests;
 mod fd_limit;
 mod jwt;
 mod logging;
+mod secrets;
 mod serve;
 mod store;
 mod telemetry;
+mod tls_check;
 
 use std::process::ExitCode;
 
@@ -39,6 +42,9 @@ fn main() -> ExitCode {
         Some(Command::Healthcheck(args)) => client::run_healthcheck(args),
         Some(Command::Demo) => run_demo(),
         Some(Command::Backup(args)) => backup::run(args),
+        Some(Command::SecretKey(args)) => match args.command {
+            cli::SecretKeyCommand::New => secrets::run_new_key(),
+        },
         Some(Command::Serve(_)) | None => run_server(cli.serve_args()),
     }
 }

@@ -84,6 +84,10 @@ pub(crate) enum ServeError {
     /// The JWT keys (`--issuer`, `--jwt-key-file`) could not be had.
     #[error(transparent)]
     Jwt(#[from] crate::jwt::JwtSetupError),
+    /// A `--secret-key-file` is unusable, or a stored secret does not open
+    /// with the keys given.
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
 }
 
 impl ServeError {
@@ -119,6 +123,9 @@ pub(crate) struct Settings {
     pub(crate) otlp: Option<crate::telemetry::OtlpConfig>,
     /// `--issuer` and `--jwt-key-file` (issue 41).
     pub(crate) jwt: crate::jwt::JwtSetup,
+    /// The key files that seal stored secrets (`--secret-key-file`; the
+    /// first seals, every one opens).
+    pub(crate) secret_key_files: Vec<PathBuf>,
 }
 
 /// `--callback-result-bytes`: a store setting on either adapter, since the
@@ -211,6 +218,7 @@ impl Settings {
                 .resolve(&args.otlp_service_name)
                 .ok()
                 .flatten(),
+            secret_key_files: args.secret_key_file.clone(),
         }
     }
 }
@@ -261,7 +269,9 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     // The downstream client before the store: a bad CA file fails the start
     // before a database file is created.
     let downstream = Arc::new(downstream(&settings)?);
-    let (store, db_lock, db_shown) = match &settings.db {
+    // The keys too: a bad key file fails the start before the store opens.
+    let sealer = crate::secrets::sealer(&settings.secret_key_files)?;
+    let (mut store, db_lock, db_shown) = match &settings.db {
         DbTarget::Postgres(url) => {
             let store = PgStore::open(url, settings.postgres.clone()).await?;
             let shown = store.target().to_owned();
@@ -279,6 +289,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
             )
         }
     };
+    if let Err(e) = crate::secrets::seal_store(&mut store, sealer).await {
+        store.close().await;
+        return Err(e.into());
+    }
     if let Err(e) = tenants_have_a_token(&store, &settings.http).await {
         store.close().await;
         return Err(e);
@@ -341,7 +355,8 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     .with_backups(Arc::new(match &settings.db {
         DbTarget::Sqlite(path) => crate::backup::ServerBackups::sqlite(path),
         DbTarget::Postgres(_) => crate::backup::ServerBackups::Postgres,
-    }));
+    }))
+    .with_tls_check(Arc::new(crate::tls_check::DownstreamTlsCheck));
     let app = match tracer {
         Some(tracer) => app.with_tracer(tracer),
         None => app,

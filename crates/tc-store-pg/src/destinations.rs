@@ -23,11 +23,16 @@ use tc_model::{Headers, Timestamp};
 use tokio_postgres::Row;
 
 use crate::error::db;
+use crate::secrets;
+use tc_seal::Sealer;
 
 const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
-     signing_secrets, share_with_tenants, auth";
+     signing_secrets, share_with_tenants, auth, client_cert, client_key, ca_certs";
 
-fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreError> {
+fn settings_from_row(
+    row: &Row,
+    sealer: &Sealer,
+) -> Result<(String, DestinationSettings), StoreError> {
     let cap: Option<i32> = row.try_get(1).map_err(db)?;
     let burst: Option<i32> = row.try_get(3).map_err(db)?;
     let corrupt =
@@ -39,14 +44,26 @@ fn settings_from_row(row: &Row) -> Result<(String, DestinationSettings), StoreEr
             rate_per_s: row.try_get(2).map_err(db)?,
             burst: burst.and_then(|b| u32::try_from(b).ok()),
             paused: row.try_get(4).map_err(db)?,
-            headers: Headers::from_stored(row.try_get(5).map_err(db)?)
-                .map_err(|_| corrupt("headers"))?,
-            signing_secrets: SigningSecrets::from_stored(row.try_get(6).map_err(db)?)
-                .map_err(|_| corrupt("signing_secrets"))?,
+            headers: Headers::from_stored(
+                secrets::open(sealer, row.try_get(5).map_err(db)?)?.as_deref(),
+            )
+            .map_err(|_| corrupt("headers"))?,
+            signing_secrets: SigningSecrets::from_stored(
+                secrets::open(sealer, row.try_get(6).map_err(db)?)?.as_deref(),
+            )
+            .map_err(|_| corrupt("signing_secrets"))?,
             share_with_tenants: SharedWith::from_stored(row.try_get(7).map_err(db)?)
                 .map_err(|_| corrupt("share_with_tenants"))?,
-            auth: DestinationAuth::from_stored(row.try_get(8).map_err(db)?)
-                .map_err(|_| corrupt("auth"))?,
+            auth: DestinationAuth::from_stored(
+                secrets::open(sealer, row.try_get(8).map_err(db)?)?.as_deref(),
+            )
+            .map_err(|_| corrupt("auth"))?,
+            client_tls: tc_model::client_tls::client_tls_from_stored(
+                row.try_get(9).map_err(db)?,
+                secrets::open(sealer, row.try_get(10).map_err(db)?)?,
+            )
+            .map_err(|_| corrupt("client_cert"))?,
+            ca_certs: row.try_get(11).map_err(db)?,
         },
     ))
 }
@@ -55,6 +72,7 @@ pub(crate) async fn settings_where(
     client: &impl GenericClient,
     condition: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    sealer: &Sealer,
 ) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
     let sql = format!("SELECT {SETTINGS_COLUMNS} FROM destinations WHERE {condition}");
     let stmt = client.prepare_cached(&sql).await.map_err(db)?;
@@ -63,15 +81,44 @@ pub(crate) async fn settings_where(
         .await
         .map_err(db)?
         .iter()
-        .map(settings_from_row)
+        .map(|row| settings_from_row(row, sealer))
+        .collect()
+}
+
+/// The settings a claim must apply itself (paused, or capped), by name:
+/// the limits alone (a claim never reads, nor opens, a secret).
+pub(crate) async fn claim_limits(
+    tx: &Transaction<'_>,
+) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
+    let stmt = tx
+        .prepare_cached(
+            "SELECT destination, max_in_flight, paused FROM destinations \
+             WHERE paused OR max_in_flight IS NOT NULL",
+        )
+        .await
+        .map_err(db)?;
+    tx.query(&stmt, &[])
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|row| {
+            let cap: Option<i32> = row.try_get(1).map_err(db)?;
+            let settings = DestinationSettings {
+                max_in_flight: cap.and_then(|c| u32::try_from(c).ok()),
+                paused: row.try_get(2).map_err(db)?,
+                ..DestinationSettings::default()
+            };
+            Ok((row.try_get(0).map_err(db)?, settings))
+        })
         .collect()
 }
 
 /// Every settings row.
 pub(crate) async fn all_settings(
     client: &impl GenericClient,
+    sealer: &Sealer,
 ) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
-    settings_where(client, "true ORDER BY destination", &[]).await
+    settings_where(client, "true ORDER BY destination", &[], sealer).await
 }
 
 /// The advisory lock's first key for folding due marks ("TCdw"); the
@@ -287,6 +334,7 @@ async fn describe(
 /// each), merged with the settings rows.
 pub(crate) async fn destinations(
     client: &impl GenericClient,
+    sealer: &Sealer,
 ) -> Result<Vec<Destination>, StoreError> {
     let stmt = client
         .prepare_cached(
@@ -309,7 +357,7 @@ pub(crate) async fn destinations(
         .map(|row| row.try_get(0).map_err(db))
         .collect::<Result<_, _>>()?;
     let settings: HashMap<String, DestinationSettings> =
-        all_settings(client).await?.into_iter().collect();
+        all_settings(client, sealer).await?.into_iter().collect();
     names.extend(settings.keys().cloned());
     names.sort_unstable();
     names.dedup();
@@ -321,9 +369,10 @@ pub(crate) async fn destinations(
 pub(crate) async fn destination(
     client: &impl GenericClient,
     name: String,
+    sealer: &Sealer,
 ) -> Result<Destination, StoreError> {
     let settings: HashMap<String, DestinationSettings> =
-        settings_where(client, "destination = $1", &[&name])
+        settings_where(client, "destination = $1", &[&name], sealer)
             .await?
             .into_iter()
             .collect();
@@ -353,8 +402,9 @@ pub(crate) async fn update(
     name: String,
     update: &DestinationUpdate,
     now: Timestamp,
+    sealer: &Sealer,
 ) -> Result<Destination, StoreError> {
-    let current = settings_where(tx, "destination = $1 FOR UPDATE", &[&name])
+    let current = settings_where(tx, "destination = $1 FOR UPDATE", &[&name], sealer)
         .await?
         .pop()
         .map(|(_, s)| s)
@@ -364,13 +414,15 @@ pub(crate) async fn update(
         .prepare_cached(
             "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, \
                                        updated_at, headers, signing_secrets, \
-                                       share_with_tenants, auth) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                                       share_with_tenants, auth, client_cert, client_key, ca_certs) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
                  rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
                  paused = excluded.paused, updated_at = excluded.updated_at, \
                  headers = excluded.headers, signing_secrets = excluded.signing_secrets, \
-                 share_with_tenants = excluded.share_with_tenants, auth = excluded.auth",
+                 share_with_tenants = excluded.share_with_tenants, auth = excluded.auth, \
+                 client_cert = excluded.client_cert, client_key = excluded.client_key, \
+                 ca_certs = excluded.ca_certs",
         )
         .await
         .map_err(db)?;
@@ -385,10 +437,19 @@ pub(crate) async fn update(
             &burst,
             &settings.paused,
             &now.as_millis(),
-            &settings.headers.to_stored(),
-            &settings.signing_secrets.to_stored(),
+            &secrets::seal(sealer, settings.headers.to_stored())?,
+            &secrets::seal(sealer, settings.signing_secrets.to_stored())?,
             &settings.share_with_tenants.to_stored(),
-            &settings.auth.as_ref().map(DestinationAuth::to_stored),
+            &secrets::seal(
+                sealer,
+                settings.auth.as_ref().map(DestinationAuth::to_stored),
+            )?,
+            &settings.client_tls.as_ref().map(|t| t.cert.to_stored()),
+            &secrets::seal(
+                sealer,
+                settings.client_tls.as_ref().map(|t| t.key.pem().to_owned()),
+            )?,
+            &settings.ca_certs,
         ],
     )
     .await
@@ -402,9 +463,11 @@ pub(crate) async fn update(
 /// that won the insert.
 pub(crate) async fn server_key(
     client: &impl GenericClient,
+    sealer: &Sealer,
     name: &str,
     candidate: &str,
 ) -> Result<String, StoreError> {
+    let candidate = secrets::seal(sealer, Some(candidate.to_owned()))?;
     let stmt = client
         .prepare_cached(
             "WITH put AS (INSERT INTO server_keys (name, value) VALUES ($1, $2) \
@@ -417,5 +480,6 @@ pub(crate) async fn server_key(
         .query_one(&stmt, &[&name, &candidate])
         .await
         .map_err(db)?;
-    row.try_get(0).map_err(db)
+    let stored: String = row.try_get(0).map_err(db)?;
+    secrets::open(sealer, Some(stored))?.ok_or(StoreError::NotFound)
 }

@@ -35,6 +35,7 @@ mod read_ops;
 mod rows;
 mod schedules;
 mod schema;
+mod secrets;
 mod store;
 mod tenants;
 #[cfg(feature = "testing")]
@@ -46,6 +47,7 @@ pub use config::{PgClock, PgConfig};
 pub use error::OpenError;
 pub use notify::PgEvent;
 pub use store::PgStore;
+pub use tc_seal::SealReport;
 
 /// The schema version this build writes (the number of migration steps);
 /// a database at a higher one is refused.

@@ -559,6 +559,15 @@ CREATE TABLE server_keys (
 );
 ";
 
+/// Step 17 → 18 (issue 41 item 2): a destination's client certificate (its PEM
+/// and facts, as `ClientCert::to_stored` writes them), its key (sealed at
+/// rest when the node has a key) and its own CA certificates.
+const V18_CLIENT_TLS: &str = "
+ALTER TABLE destinations ADD COLUMN client_cert text;
+ALTER TABLE destinations ADD COLUMN client_key text;
+ALTER TABLE destinations ADD COLUMN ca_certs text;
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -616,6 +625,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V15_TENANT_SECRETS),
     step(V16_SCHEDULE_ERRORS),
     step(V17_AUTH),
+    step(V18_CLIENT_TLS),
 ];
 
 /// The version this build writes and reads.

@@ -65,6 +65,9 @@ pub struct PgStore {
     target: String,
     /// `PgConfig::callback_result_bytes`, for the writes that end tasks.
     callback_bytes: usize,
+    /// Seals the secret columns on their way in and opens them on their
+    /// way out ([`PgStore::seal_with`]); none until then.
+    sealer: tc_seal::Sealer,
 }
 
 impl PgStore {
@@ -197,7 +200,25 @@ impl PgStore {
             _stop: stop,
             target,
             callback_bytes: config.callback_result_bytes,
+            sealer: tc_seal::Sealer::none(),
         })
+    }
+
+    /// From now on seals every secret written with `sealer`'s first key and
+    /// opens what is read with any of its keys; first, in one transaction
+    /// (rows locked, so nodes starting together take turns), seals again each
+    /// stored secret that is plain or under an older key. A secret none of
+    /// the keys opens is refused, naming its destination or tenant (the node
+    /// must not start), and nothing changes. Every node needs the same keys.
+    pub async fn seal_with(
+        &mut self,
+        sealer: tc_seal::Sealer,
+    ) -> Result<crate::SealReport, StoreError> {
+        let report = self
+            .write(async |tx| crate::secrets::seal_stored(tx, &sealer).await)
+            .await?;
+        self.sealer = sealer;
+        Ok(report)
     }
 
     /// What other nodes (and this one) announce: submits to claim, running
@@ -556,15 +577,15 @@ impl TaskStore for PgStore {
     }
 
     async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
-        destinations::all_settings(&self.client().await?).await
+        destinations::all_settings(&self.client().await?, &self.sealer).await
     }
 
     async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
-        destinations::destinations(&self.client().await?).await
+        destinations::destinations(&self.client().await?, &self.sealer).await
     }
 
     async fn destination(&self, name: String) -> Result<Destination, StoreError> {
-        destinations::destination(&self.client().await?, name).await
+        destinations::destination(&self.client().await?, name, &self.sealer).await
     }
 
     async fn update_destination(
@@ -574,7 +595,7 @@ impl TaskStore for PgStore {
         now: Timestamp,
     ) -> Result<Destination, StoreError> {
         let updated = self
-            .write(async |tx| destinations::update(tx, name, &update, now).await)
+            .write(async |tx| destinations::update(tx, name, &update, now, &self.sealer).await)
             .await?;
         // A resumed or widened destination's due tasks are claimable now:
         // idle nodes that sleep until their next due time must look.
@@ -652,7 +673,7 @@ impl TaskStore for PgStore {
         settings: TenantUpdate,
         now: Timestamp,
     ) -> Result<Tenant, StoreError> {
-        tenants::create(&self.client().await?, &name, &settings, now).await
+        tenants::create(&self.client().await?, &name, &settings, now, &self.sealer).await
     }
 
     async fn update_tenant(
@@ -661,7 +682,7 @@ impl TaskStore for PgStore {
         update: TenantUpdate,
         now: Timestamp,
     ) -> Result<Tenant, StoreError> {
-        self.write(async |tx| tenants::update(tx, &name, &update, now).await)
+        self.write(async |tx| tenants::update(tx, &name, &update, now, &self.sealer).await)
             .await
     }
 
@@ -671,15 +692,16 @@ impl TaskStore for PgStore {
     }
 
     async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
-        self.read(async |tx| tenants::details(tx, None).await).await
+        self.read(async |tx| tenants::details(tx, None, &self.sealer).await)
+            .await
     }
 
     async fn tenant_settings(&self) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
-        tenants::settings(&self.client().await?).await
+        tenants::settings(&self.client().await?, &self.sealer).await
     }
 
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
-        self.read(async |tx| tenants::details(tx, Some(&name)).await)
+        self.read(async |tx| tenants::details(tx, Some(&name), &self.sealer).await)
             .await?
             .into_iter()
             .next()
@@ -702,7 +724,7 @@ impl TaskStore for PgStore {
     }
 
     async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {
-        tenants::key_owner(&self.client().await?, &hash).await
+        tenants::key_owner(&self.client().await?, &hash, &self.sealer).await
     }
 
     async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
@@ -710,7 +732,7 @@ impl TaskStore for PgStore {
     }
 
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
-        destinations::server_key(&self.client().await?, &name, &candidate).await
+        destinations::server_key(&self.client().await?, &self.sealer, &name, &candidate).await
     }
 }
 

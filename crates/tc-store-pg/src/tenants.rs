@@ -15,6 +15,8 @@ use tc_model::tenant::{Tenant, TenantDetail, TenantSettings, TenantUpdate};
 use tokio_postgres::Row;
 
 use crate::error::db;
+use crate::secrets;
+use tc_seal::Sealer;
 
 /// The tenant columns [`tenant_of`] reads, from column `at` on.
 const COLUMNS: &str = "name, weight, max_pending, submit_rate_per_s, submit_burst, created_at, \
@@ -30,7 +32,7 @@ fn corrupt(what: &str) -> StoreError {
 
 /// A tenant from the [`COLUMNS`] of `row` starting at column `at`; tc-model's
 /// [`TenantRow`] checks the values.
-fn tenant_of(row: &Row, at: usize) -> Result<Tenant, StoreError> {
+fn tenant_of(row: &Row, at: usize, sealer: &Sealer) -> Result<Tenant, StoreError> {
     let weight: i32 = row.try_get(at + 1).map_err(db)?;
     let burst: Option<i32> = row.try_get(at + 4).map_err(db)?;
     TenantRow {
@@ -41,7 +43,7 @@ fn tenant_of(row: &Row, at: usize) -> Result<Tenant, StoreError> {
         submit_burst: burst.map(i64::from),
         created_at: row.try_get(at + 5).map_err(db)?,
         updated_at: row.try_get(at + 6).map_err(db)?,
-        signing_secrets: row.try_get(at + 7).map_err(db)?,
+        signing_secrets: secrets::open(sealer, row.try_get(at + 7).map_err(db)?)?,
     }
     .into_tenant()
     .map_err(|CorruptColumn(what)| corrupt(what))
@@ -70,6 +72,7 @@ pub(crate) async fn create(
     name: &str,
     update: &TenantUpdate,
     now: Timestamp,
+    sealer: &Sealer,
 ) -> Result<Tenant, StoreError> {
     let settings = update.apply(&TenantSettings::default());
     let (weight, max_pending, rate, burst) = columns_of(&settings);
@@ -90,13 +93,13 @@ pub(crate) async fn create(
                 &rate,
                 &burst,
                 &now.as_millis(),
-                &settings.signing_secrets.to_stored(),
+                &secrets::seal(sealer, settings.signing_secrets.to_stored())?,
             ],
         )
         .await
         .map_err(db)?
         .ok_or(StoreError::Exists)?;
-    tenant_of(&row, 0)
+    tenant_of(&row, 0, sealer)
 }
 
 /// Applies `update` to the tenant `name` (its row locked meanwhile), or
@@ -106,6 +109,7 @@ pub(crate) async fn update(
     name: &str,
     update: &TenantUpdate,
     now: Timestamp,
+    sealer: &Sealer,
 ) -> Result<Tenant, StoreError> {
     let lock = tx
         .prepare_cached(&format!(
@@ -118,7 +122,7 @@ pub(crate) async fn update(
         .await
         .map_err(db)?
         .ok_or(StoreError::NotFound)?;
-    let before = tenant_of(&row, 0)?;
+    let before = tenant_of(&row, 0, sealer)?;
     let settings = update.apply(&before.settings);
     let (weight, max_pending, rate, burst) = columns_of(&settings);
     let stmt = tx
@@ -139,12 +143,12 @@ pub(crate) async fn update(
                 &rate,
                 &burst,
                 &now.as_millis(),
-                &settings.signing_secrets.to_stored(),
+                &secrets::seal(sealer, settings.signing_secrets.to_stored())?,
             ],
         )
         .await
         .map_err(db)?;
-    tenant_of(&row, 0)
+    tenant_of(&row, 0, sealer)
 }
 
 /// Deletes the tenant `name` and its keys: [`StoreError::NotFound`]
@@ -190,6 +194,7 @@ pub(crate) async fn delete(tx: &Transaction<'_>, name: &str) -> Result<(), Store
 pub(crate) async fn details(
     client: &impl GenericClient,
     name: Option<&str>,
+    sealer: &Sealer,
 ) -> Result<Vec<TenantDetail>, StoreError> {
     let tenants = client
         .prepare_cached(&format!(
@@ -245,7 +250,7 @@ pub(crate) async fn details(
     tenants
         .iter()
         .map(|row| {
-            let tenant = tenant_of(row, 0)?;
+            let tenant = tenant_of(row, 0, sealer)?;
             let (pending, running) = tally.get(&tenant.name).copied().unwrap_or_default();
             let keys = by_tenant.remove(&tenant.name).unwrap_or_default();
             Ok(TenantDetail {
@@ -262,6 +267,7 @@ pub(crate) async fn details(
 /// no count and no key (the worker reads it every second on every node).
 pub(crate) async fn settings(
     client: &impl GenericClient,
+    sealer: &Sealer,
 ) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
     let statement = client
         .prepare_cached(&format!("SELECT {COLUMNS} FROM tenants"))
@@ -269,7 +275,7 @@ pub(crate) async fn settings(
         .map_err(db)?;
     let rows = client.query(&statement, &[]).await.map_err(db)?;
     rows.iter()
-        .map(|row| tenant_of(row, 0).map(|t| (t.name, t.settings)))
+        .map(|row| tenant_of(row, 0, sealer).map(|t| (t.name, t.settings)))
         .collect()
 }
 
@@ -344,6 +350,7 @@ pub(crate) async fn revoke_key(
 pub(crate) async fn key_owner(
     client: &impl GenericClient,
     hash: &KeyHash,
+    sealer: &Sealer,
 ) -> Result<Option<KeyOwner>, StoreError> {
     let stmt = client
         .prepare_cached(&format!(
@@ -365,7 +372,7 @@ pub(crate) async fn key_owner(
     Ok(Some(KeyOwner {
         key_id: row.try_get(0).map_err(db)?,
         hash: KeyHash(stored),
-        tenant: tenant_of(&row, 2)?,
+        tenant: tenant_of(&row, 2, sealer)?,
     }))
 }
 

@@ -21,7 +21,7 @@ use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{Acting, TenantGate};
 use tc_model::{NewTask, State, Task, TaskId, transit};
 
-use crate::destinations::{fold_and_promote, settings_where, settle, walk_ready};
+use crate::destinations::{claim_limits, fold_and_promote, settle, walk_ready};
 use crate::error::db;
 use crate::filter::FilterSql;
 use crate::read_ops;
@@ -692,10 +692,7 @@ pub(crate) async fn claim(
     // pipelines queries polled at once; the server runs them in order):
     // one round trip instead of three, since the claim loop is serial and
     // a drain is bound by its round trips.
-    let (limits, ()) = tokio::try_join!(
-        settings_where(tx, "paused OR max_in_flight IS NOT NULL", &[]),
-        fold_and_promote(tx, now),
-    )?;
+    let (limits, ()) = tokio::try_join!(claim_limits(tx), fold_and_promote(tx, now),)?;
     let limits: HashMap<String, DestinationSettings> = limits.into_iter().collect();
     // A capped destination's room is known only once its row is locked
     // (below): the walk meets it without counting it towards enough.

@@ -17,6 +17,8 @@ use tc_model::store::StoreError;
 use tc_model::{Headers, Timestamp};
 
 use crate::rows::db;
+use crate::secrets;
+use tc_seal::Sealer;
 
 /// Marks `ready` the destinations whose earliest due time came by `?1`:
 /// through `destination_tasks_waiting`, so it meets only those.
@@ -45,9 +47,12 @@ pub(crate) const DUE_OF: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_d
      ORDER BY next_run_at, seq LIMIT ?3";
 
 const SETTINGS_COLUMNS: &str = "destination, max_in_flight, rate_per_s, burst, paused, headers, \
-     signing_secrets, share_with_tenants, auth";
+     signing_secrets, share_with_tenants, auth, client_cert, client_key, ca_certs";
 
-fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSettings)> {
+fn settings_from_row(
+    row: &Row<'_>,
+    sealer: &Sealer,
+) -> rusqlite::Result<(String, DestinationSettings)> {
     let cap: Option<i64> = row.get(1)?;
     let burst: Option<i64> = row.get(3)?;
     let corrupt = |column: usize, e: &dyn std::error::Error| {
@@ -57,10 +62,16 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
             e.to_string().into(),
         )
     };
-    let headers: Option<String> = row.get(5)?;
-    let secrets: Option<String> = row.get(6)?;
+    let opened = |column: usize| -> rusqlite::Result<Option<String>> {
+        secrets::open(sealer, row.get(column)?).map_err(|e| corrupt(column, &e))
+    };
+    let headers = opened(5)?;
+    let secrets = opened(6)?;
     let shared: Option<String> = row.get(7)?;
-    let auth: Option<String> = row.get(8)?;
+    let auth: Option<String> = opened(8)?;
+    let cert: Option<String> = row.get(9)?;
+    let client_tls = tc_model::client_tls::client_tls_from_stored(cert.as_deref(), opened(10)?)
+        .map_err(|e| corrupt(9, &e))?;
     Ok((
         row.get(0)?,
         DestinationSettings {
@@ -74,6 +85,8 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
             share_with_tenants: SharedWith::from_stored(shared.as_deref())
                 .map_err(|e| corrupt(7, &e))?,
             auth: DestinationAuth::from_stored(auth.as_deref()).map_err(|e| corrupt(8, &e))?,
+            client_tls,
+            ca_certs: row.get(11)?,
         },
     ))
 }
@@ -81,27 +94,37 @@ fn settings_from_row(row: &Row<'_>) -> rusqlite::Result<(String, DestinationSett
 /// Every settings row.
 pub(crate) fn all_settings(
     conn: &Connection,
+    sealer: &Sealer,
 ) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
     conn.prepare_cached(&format!(
         "SELECT {SETTINGS_COLUMNS} FROM destinations ORDER BY destination"
     ))
     .map_err(db)?
-    .query_map([], settings_from_row)
+    .query_map([], |row| settings_from_row(row, sealer))
     .map_err(db)?
     .collect::<rusqlite::Result<_>>()
     .map_err(db)
 }
 
-/// The settings a claim must apply itself (paused, or capped), by name.
+/// The settings a claim must apply itself (paused, or capped), by name:
+/// the limits alone (a claim never reads, nor opens, a secret).
 pub(crate) fn claim_limits(
     conn: &Connection,
 ) -> Result<HashMap<String, DestinationSettings>, StoreError> {
-    conn.prepare_cached(&format!(
-        "SELECT {SETTINGS_COLUMNS} FROM destinations \
-         WHERE paused != 0 OR max_in_flight IS NOT NULL"
-    ))
+    conn.prepare_cached(
+        "SELECT destination, max_in_flight, paused FROM destinations \
+         WHERE paused != 0 OR max_in_flight IS NOT NULL",
+    )
     .map_err(db)?
-    .query_map([], settings_from_row)
+    .query_map([], |row| {
+        let cap: Option<i64> = row.get(1)?;
+        let settings = DestinationSettings {
+            max_in_flight: cap.and_then(|c| u32::try_from(c).ok()),
+            paused: row.get::<_, i64>(2)? != 0,
+            ..DestinationSettings::default()
+        };
+        Ok((row.get(0)?, settings))
+    })
     .map_err(db)?
     .collect::<rusqlite::Result<_>>()
     .map_err(db)
@@ -202,12 +225,16 @@ pub(crate) fn due_of(
         .map_err(db)
 }
 
-fn settings_of(conn: &Connection, name: &str) -> Result<Option<DestinationSettings>, StoreError> {
+fn settings_of(
+    conn: &Connection,
+    name: &str,
+    sealer: &Sealer,
+) -> Result<Option<DestinationSettings>, StoreError> {
     conn.prepare_cached(&format!(
         "SELECT {SETTINGS_COLUMNS} FROM destinations WHERE destination = ?1"
     ))
     .map_err(db)?
-    .query_row(params![name], settings_from_row)
+    .query_row(params![name], |row| settings_from_row(row, sealer))
     .optional()
     .map_err(db)
     .map(|found| found.map(|(_, s)| s))
@@ -254,8 +281,12 @@ fn described(
 }
 
 /// One destination, or `NotFound` with neither tasks nor settings.
-pub(crate) fn destination(conn: &Connection, name: &str) -> Result<Destination, StoreError> {
-    let settings = settings_of(conn, name)?;
+pub(crate) fn destination(
+    conn: &Connection,
+    name: &str,
+    sealer: &Sealer,
+) -> Result<Destination, StoreError> {
+    let settings = settings_of(conn, name, sealer)?;
     if settings.is_none() && !has_tasks(conn, name)? {
         return Err(StoreError::NotFound);
     }
@@ -265,7 +296,10 @@ pub(crate) fn destination(conn: &Connection, name: &str) -> Result<Destination, 
 /// Every destination with tasks or settings, in name order: the distinct
 /// names by skipping through `tasks_by_destination` (one seek each),
 /// merged with the settings rows.
-pub(crate) fn destinations(conn: &Connection) -> Result<Vec<Destination>, StoreError> {
+pub(crate) fn destinations(
+    conn: &Connection,
+    sealer: &Sealer,
+) -> Result<Vec<Destination>, StoreError> {
     let mut names: Vec<String> = Vec::new();
     let mut next = conn
         .prepare_cached(
@@ -284,7 +318,7 @@ pub(crate) fn destinations(conn: &Connection) -> Result<Vec<Destination>, StoreE
         names.push(name);
     }
     let mut settings: HashMap<String, DestinationSettings> =
-        all_settings(conn)?.into_iter().collect();
+        all_settings(conn, sealer)?.into_iter().collect();
     names.extend(settings.keys().cloned());
     names.sort_unstable();
     names.dedup();
@@ -302,17 +336,21 @@ pub(crate) fn update(
     name: &str,
     update: &DestinationUpdate,
     now: Timestamp,
+    sealer: &Sealer,
 ) -> Result<Destination, StoreError> {
-    let settings = update.apply(&settings_of(conn, name)?.unwrap_or_default());
+    let settings = update.apply(&settings_of(conn, name, sealer)?.unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO destinations (destination, max_in_flight, rate_per_s, burst, paused, updated_at, \
-                                   headers, signing_secrets, share_with_tenants, auth) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                                   headers, signing_secrets, share_with_tenants, auth, \
+                                   client_cert, client_key, ca_certs) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
          ON CONFLICT (destination) DO UPDATE SET max_in_flight = excluded.max_in_flight, \
              rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
              paused = excluded.paused, updated_at = excluded.updated_at, \
              headers = excluded.headers, signing_secrets = excluded.signing_secrets, \
-             share_with_tenants = excluded.share_with_tenants, auth = excluded.auth",
+             share_with_tenants = excluded.share_with_tenants, auth = excluded.auth, \
+             client_cert = excluded.client_cert, client_key = excluded.client_key, \
+             ca_certs = excluded.ca_certs",
     )
     .map_err(db)?
     .execute(params![
@@ -322,30 +360,40 @@ pub(crate) fn update(
         settings.burst,
         i64::from(settings.paused),
         now.as_millis(),
-        settings.headers.to_stored(),
-        settings.signing_secrets.to_stored(),
+        secrets::seal(sealer, settings.headers.to_stored())?,
+        secrets::seal(sealer, settings.signing_secrets.to_stored())?,
         settings.share_with_tenants.to_stored(),
-        settings.auth.as_ref().map(DestinationAuth::to_stored),
+        secrets::seal(sealer, settings.auth.as_ref().map(DestinationAuth::to_stored))?,
+        settings.client_tls.as_ref().map(|t| t.cert.to_stored()),
+        secrets::seal(
+            sealer,
+            settings.client_tls.as_ref().map(|t| t.key.pem().to_owned())
+        )?,
+        settings.ca_certs,
     ])
     .map_err(db)?;
     described(conn, name, Some(settings))
 }
 
 /// The server's key called `name`, `candidate` inserted first when none is
-/// stored (the first writer's is kept).
+/// stored (the first writer's is kept); sealed at rest as every secret.
 pub(crate) fn server_key(
     conn: &Connection,
+    sealer: &Sealer,
     name: &str,
     candidate: &str,
 ) -> Result<String, StoreError> {
+    let candidate = secrets::seal(sealer, Some(candidate.to_owned()))?;
     conn.prepare_cached(
         "INSERT INTO server_keys (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
     )
     .map_err(db)?
     .execute(params![name, candidate])
     .map_err(db)?;
-    conn.prepare_cached("SELECT value FROM server_keys WHERE name = ?1")
+    let stored: String = conn
+        .prepare_cached("SELECT value FROM server_keys WHERE name = ?1")
         .map_err(db)?
         .query_row(params![name], |row| row.get(0))
-        .map_err(db)
+        .map_err(db)?;
+    secrets::open(sealer, Some(stored))?.ok_or(StoreError::NotFound)
 }

@@ -31,6 +31,7 @@ mod read_pool;
 mod rows;
 mod schedules;
 mod schema;
+mod secrets;
 mod store;
 mod tenants;
 mod write_ops;
@@ -41,6 +42,7 @@ pub mod writer_cost;
 pub use config::{StoreConfig, Synchronous};
 pub use schema::OpenError;
 pub use store::SqliteStore;
+pub use tc_seal::SealReport;
 
 /// The `PRAGMA user_version` this build writes: the number of migration
 /// steps. A file with a higher one is refused.

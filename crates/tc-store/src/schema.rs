@@ -695,6 +695,15 @@ CREATE TABLE server_keys (
 ) STRICT;
 ";
 
+/// Step 21 → 22 (issue 41 item 2): a destination's client certificate (its PEM
+/// and facts, as `ClientCert::to_stored` writes them), its key (sealed at
+/// rest when the server has a key) and its own CA certificates.
+const V22_CLIENT_TLS: &str = "
+ALTER TABLE destinations ADD COLUMN client_cert TEXT;
+ALTER TABLE destinations ADD COLUMN client_key TEXT;
+ALTER TABLE destinations ADD COLUMN ca_certs TEXT;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -718,6 +727,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V19_TENANT_SECRETS,
     V20_SCHEDULE_ERRORS,
     V21_AUTH,
+    V22_CLIENT_TLS,
 ];
 
 /// The `user_version` this build writes and reads.

@@ -44,6 +44,9 @@ pub struct SqliteStore {
     readers: Arc<Readers>,
     /// `StoreConfig::callback_result_bytes`, for the writes that end tasks.
     callback_bytes: usize,
+    /// Seals the secret columns on their way in and opens them on their
+    /// way out ([`SqliteStore::seal_with`]); none until then.
+    sealer: tc_seal::Sealer,
 }
 
 impl SqliteStore {
@@ -90,7 +93,25 @@ impl SqliteStore {
             writer: Some(writer),
             readers: Arc::new(Readers::new(target, config.busy_timeout, config.readers)),
             callback_bytes: config.callback_result_bytes,
+            sealer: tc_seal::Sealer::none(),
         })
+    }
+
+    /// From now on seals every secret written with `sealer`'s first key and
+    /// opens what is read with any of its keys; first, in one write, seals
+    /// again each stored secret that is plain or under an older key. A
+    /// secret none of the keys opens is refused, naming its destination or
+    /// tenant (the server must not start), and nothing changes.
+    pub async fn seal_with(
+        &mut self,
+        sealer: tc_seal::Sealer,
+    ) -> Result<crate::SealReport, StoreError> {
+        let pass = sealer.clone();
+        let report = self
+            .write(move |conn| crate::secrets::seal_stored(conn, &pass))
+            .await?;
+        self.sealer = sealer;
+        Ok(report)
     }
 
     /// Caps the database at `pages` pages (SQLite's `max_page_count`), or
@@ -456,20 +477,23 @@ impl TaskStore for SqliteStore {
     }
 
     async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
+        let sealer = self.sealer.clone();
         self.readers
-            .run(|conn| destinations::all_settings(conn))
+            .run(move |conn| destinations::all_settings(conn, &sealer))
             .await
     }
 
     async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
+        let sealer = self.sealer.clone();
         self.readers
-            .run(|conn| destinations::destinations(conn))
+            .run(move |conn| destinations::destinations(conn, &sealer))
             .await
     }
 
     async fn destination(&self, name: String) -> Result<Destination, StoreError> {
+        let sealer = self.sealer.clone();
         self.readers
-            .run(move |conn| destinations::destination(conn, &name))
+            .run(move |conn| destinations::destination(conn, &name, &sealer))
             .await
     }
 
@@ -479,7 +503,8 @@ impl TaskStore for SqliteStore {
         update: DestinationUpdate,
         now: Timestamp,
     ) -> Result<Destination, StoreError> {
-        self.write(move |conn| destinations::update(conn, &name, &update, now))
+        let sealer = self.sealer.clone();
+        self.write(move |conn| destinations::update(conn, &name, &update, now, &sealer))
             .await
     }
 
@@ -566,7 +591,8 @@ impl TaskStore for SqliteStore {
         settings: TenantUpdate,
         now: Timestamp,
     ) -> Result<Tenant, StoreError> {
-        self.write(move |conn| tenants::create(conn, &name, &settings, now))
+        let sealer = self.sealer.clone();
+        self.write(move |conn| tenants::create(conn, &name, &settings, now, &sealer))
             .await
     }
 
@@ -576,7 +602,8 @@ impl TaskStore for SqliteStore {
         update: TenantUpdate,
         now: Timestamp,
     ) -> Result<Tenant, StoreError> {
-        self.write(move |conn| tenants::update(conn, &name, &update, now))
+        let sealer = self.sealer.clone();
+        self.write(move |conn| tenants::update(conn, &name, &update, now, &sealer))
             .await
     }
 
@@ -585,16 +612,23 @@ impl TaskStore for SqliteStore {
     }
 
     async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
-        self.readers.run(tenants::all).await
+        let sealer = self.sealer.clone();
+        self.readers
+            .run(move |conn| tenants::all(conn, &sealer))
+            .await
     }
 
     async fn tenant_settings(&self) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
-        self.readers.run(tenants::settings).await
+        let sealer = self.sealer.clone();
+        self.readers
+            .run(move |conn| tenants::settings(conn, &sealer))
+            .await
     }
 
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
+        let sealer = self.sealer.clone();
         self.readers
-            .run(move |conn| tenants::one(conn, &name))
+            .run(move |conn| tenants::one(conn, &name, &sealer))
             .await
     }
 
@@ -615,8 +649,9 @@ impl TaskStore for SqliteStore {
     }
 
     async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {
+        let sealer = self.sealer.clone();
         self.readers
-            .run(move |conn| tenants::key_owner(conn, &hash))
+            .run(move |conn| tenants::key_owner(conn, &hash, &sealer))
             .await
     }
 
@@ -626,7 +661,8 @@ impl TaskStore for SqliteStore {
     }
 
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
-        self.write(move |conn| destinations::server_key(conn, &name, &candidate))
+        let sealer = self.sealer.clone();
+        self.write(move |conn| destinations::server_key(conn, &sealer, &name, &candidate))
             .await
     }
 }

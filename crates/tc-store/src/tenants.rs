@@ -16,6 +16,8 @@ use tc_model::tenant::{
 };
 
 use crate::rows::db;
+use crate::secrets;
+use tc_seal::Sealer;
 
 const COLUMNS: &str = "name, weight, max_pending, submit_rate_per_s, submit_burst, \
      created_at, updated_at, signing_secrets";
@@ -39,18 +41,27 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<TenantRow> {
     })
 }
 
-fn tenant_of(r: TenantRow) -> Result<Tenant, StoreError> {
+fn tenant_of(mut r: TenantRow, sealer: &Sealer) -> Result<Tenant, StoreError> {
+    r.signing_secrets = secrets::open(sealer, r.signing_secrets)?;
     r.into_tenant().map_err(|CorruptColumn(what)| corrupt(what))
 }
 
-fn load(conn: &Connection, name: &str) -> Result<Option<Tenant>, StoreError> {
+fn load(conn: &Connection, name: &str, sealer: &Sealer) -> Result<Option<Tenant>, StoreError> {
     conn.prepare_cached(&format!("SELECT {COLUMNS} FROM tenants WHERE name = ?1"))
         .map_err(db)?
         .query_row([name], raw)
         .optional()
         .map_err(db)?
-        .map(tenant_of)
+        .map(|r| tenant_of(r, sealer))
         .transpose()
+}
+
+/// Whether the tenant `name` exists (its secrets left sealed).
+fn exists(conn: &Connection, name: &str) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = ?1)")
+        .map_err(db)?
+        .query_row([name], |row| row.get(0))
+        .map_err(db)
 }
 
 /// A stored count or limit as SQLite's integer.
@@ -61,7 +72,12 @@ fn int(n: impl TryInto<i64>) -> i64 {
 /// Inserts `tenant`'s row (`OR IGNORE`: a taken name writes nothing) or
 /// updates it (`UPDATE`): every column but the name; answers the rows
 /// written.
-fn write(conn: &Connection, tenant: &Tenant, insert: bool) -> Result<usize, StoreError> {
+fn write(
+    conn: &Connection,
+    tenant: &Tenant,
+    insert: bool,
+    sealer: &Sealer,
+) -> Result<usize, StoreError> {
     let s = &tenant.settings;
     let sql = if insert {
         "INSERT OR IGNORE INTO tenants (name, weight, max_pending, submit_rate_per_s, \
@@ -83,7 +99,7 @@ fn write(conn: &Connection, tenant: &Tenant, insert: bool) -> Result<usize, Stor
             s.submit_burst,
             tenant.created_at.as_millis(),
             tenant.updated_at.as_millis(),
-            s.signing_secrets.to_stored(),
+            secrets::seal(sealer, s.signing_secrets.to_stored())?,
         ])
         .map_err(db)
 }
@@ -95,6 +111,7 @@ pub(crate) fn create(
     name: &str,
     settings: &TenantUpdate,
     now: Timestamp,
+    sealer: &Sealer,
 ) -> Result<Tenant, StoreError> {
     let tenant = Tenant {
         name: name.to_owned(),
@@ -103,7 +120,7 @@ pub(crate) fn create(
         updated_at: now,
     };
     // A taken name writes nothing and is told by the count.
-    match write(conn, &tenant, true)? {
+    match write(conn, &tenant, true, sealer)? {
         0 => Err(StoreError::Exists),
         _ => Ok(tenant),
     }
@@ -115,20 +132,21 @@ pub(crate) fn update(
     name: &str,
     update: &TenantUpdate,
     now: Timestamp,
+    sealer: &Sealer,
 ) -> Result<Tenant, StoreError> {
-    let old = load(conn, name)?.ok_or(StoreError::NotFound)?;
+    let old = load(conn, name, sealer)?.ok_or(StoreError::NotFound)?;
     let new = Tenant {
         settings: update.apply(&old.settings),
         updated_at: now,
         ..old
     };
-    write(conn, &new, false)?;
+    write(conn, &new, false, sealer)?;
     Ok(new)
 }
 
 /// Deletes the tenant `name` and its keys, unless a task is its.
 pub(crate) fn delete(conn: &Connection, name: &str) -> Result<(), StoreError> {
-    if load(conn, name)?.is_none() {
+    if !exists(conn, name)? {
         return Err(StoreError::NotFound);
     }
     let has_tasks: bool = conn
@@ -193,7 +211,7 @@ fn detail(conn: &Connection, tenant: Tenant) -> Result<TenantDetail, StoreError>
 }
 
 /// Every tenant in name order, with its counts and keys.
-pub(crate) fn all(conn: &mut Connection) -> Result<Vec<TenantDetail>, StoreError> {
+pub(crate) fn all(conn: &mut Connection, sealer: &Sealer) -> Result<Vec<TenantDetail>, StoreError> {
     // One snapshot for the list and every count.
     let tx = conn.transaction().map_err(db)?;
     let tenants: Vec<TenantRow> = tx
@@ -205,7 +223,7 @@ pub(crate) fn all(conn: &mut Connection) -> Result<Vec<TenantDetail>, StoreError
         .map_err(db)?;
     let details = tenants
         .into_iter()
-        .map(|r| detail(&tx, tenant_of(r)?))
+        .map(|r| detail(&tx, tenant_of(r, sealer)?))
         .collect();
     tx.finish().map_err(db)?;
     details
@@ -215,6 +233,7 @@ pub(crate) fn all(conn: &mut Connection) -> Result<Vec<TenantDetail>, StoreError
 /// count and no key (the worker reads it every second).
 pub(crate) fn settings(
     conn: &mut Connection,
+    sealer: &Sealer,
 ) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
     let rows: Vec<TenantRow> = conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM tenants"))
@@ -224,14 +243,18 @@ pub(crate) fn settings(
         .collect::<rusqlite::Result<_>>()
         .map_err(db)?;
     rows.into_iter()
-        .map(|r| tenant_of(r).map(|t| (t.name, t.settings)))
+        .map(|r| tenant_of(r, sealer).map(|t| (t.name, t.settings)))
         .collect()
 }
 
 /// The tenant `name` with its counts and keys, or [`StoreError::NotFound`].
-pub(crate) fn one(conn: &mut Connection, name: &str) -> Result<TenantDetail, StoreError> {
+pub(crate) fn one(
+    conn: &mut Connection,
+    name: &str,
+    sealer: &Sealer,
+) -> Result<TenantDetail, StoreError> {
     let tx = conn.transaction().map_err(db)?;
-    let found = load(&tx, name)?.ok_or(StoreError::NotFound)?;
+    let found = load(&tx, name, sealer)?.ok_or(StoreError::NotFound)?;
     let detail = detail(&tx, found);
     tx.finish().map_err(db)?;
     detail
@@ -247,7 +270,7 @@ pub(crate) fn create_key(
     hash: &KeyHash,
     now: Timestamp,
 ) -> Result<ApiKey, StoreError> {
-    if load(conn, tenant)?.is_none() {
+    if !exists(conn, tenant)? {
         return Err(StoreError::NotFound);
     }
     let made = conn
@@ -285,6 +308,7 @@ pub(crate) fn revoke_key(conn: &Connection, tenant: &str, id: &str) -> Result<()
 pub(crate) fn key_owner(
     conn: &mut Connection,
     hash: &KeyHash,
+    sealer: &Sealer,
 ) -> Result<Option<KeyOwner>, StoreError> {
     let tx = conn.transaction().map_err(db)?;
     let found: Option<(String, Vec<u8>, String)> = tx
@@ -303,7 +327,7 @@ pub(crate) fn key_owner(
         <[u8; 32]>::try_from(stored.as_slice())
             .map_err(|_| StoreError::Unavailable("corrupt row in api_keys: bad hash".into()))?,
     );
-    let tenant = load(&tx, &tenant)?
+    let tenant = load(&tx, &tenant, sealer)?
         .ok_or_else(|| StoreError::Unavailable(format!("key {key_id} has no tenant")))?;
     tx.finish().map_err(db)?;
     Ok(Some(KeyOwner {

@@ -109,6 +109,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         bulk_actions_apply_to_what_their_filter_covers,
         bulk_actions_go_past_one_chunk,
         destination_settings_are_kept_field_by_field,
+        a_destination_s_client_tls_is_kept_and_cleared,
         a_destination_with_neither_tasks_nor_settings_is_not_found,
         claim_skips_paused_destinations,
         claim_caps_a_destination_by_its_running_tasks,

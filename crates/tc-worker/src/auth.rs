@@ -221,6 +221,9 @@ async fn fetch<D: Downstream>(
         headers: all,
         body: body.into(),
         timeout,
+        // The token endpoint is another host: the destination's client
+        // certificate belongs to the destination's connections alone.
+        client_tls: None,
     };
     let failed = |what: String| DownError::AuthFailed(format!("token endpoint {what}"));
     let response = downstream

@@ -47,6 +47,14 @@ pub(crate) async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
     let destinations_read = match shared.store.destination_settings().await {
         Ok(settings) => {
             shared.outbound.set_destinations(&settings);
+            let expiries: Vec<(String, i64)> = settings
+                .iter()
+                .filter_map(|(name, s)| {
+                    let facts = &s.client_tls.as_ref()?.cert.facts;
+                    Some((name.clone(), facts.not_after.as_millis().div_euclid(1000)))
+                })
+                .collect();
+            shared.flow.metrics().set_client_cert_expiry(&expiries);
             shared.flow.set_settings(settings, shared.clock.now());
             true
         }

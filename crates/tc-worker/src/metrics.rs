@@ -74,6 +74,9 @@ pub(crate) struct DestinationMetrics {
     pub(crate) held: Family<HeldLabel, Gauge>,
     pub(crate) breaker_open: Family<DestinationLabel, Gauge>,
     pub(crate) paced: Family<HeldLabel, Counter>,
+    /// When each destination's client certificate expires, Unix seconds
+    /// (only destinations with one: an operator's setting, so bounded).
+    pub(crate) client_cert_expiry: Family<DestinationLabel, Gauge>,
     /// Destinations given a label of their own, first come first served.
     labelled: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -135,6 +138,20 @@ impl DestinationMetrics {
                 reason,
             })
             .inc();
+    }
+
+    /// Sets the client certificate gauges to `expiries` (destination, its
+    /// certificate's `notAfter` in Unix seconds): a destination whose
+    /// certificate was removed loses its series.
+    pub(crate) fn set_client_cert_expiry(&self, expiries: &[(String, i64)]) {
+        self.client_cert_expiry.clear();
+        for (destination, not_after) in expiries {
+            self.client_cert_expiry
+                .get_or_create(&DestinationLabel {
+                    destination: destination.clone(),
+                })
+                .set(*not_after);
+        }
     }
 
     /// Sets the held gauges from totals per (label, reason) computed by the
@@ -235,6 +252,11 @@ impl WorkerMetrics {
             "taskcenter_destination_paced",
             "Pacing changes by the destination's own signals, by reason: its rate-limit fields said no call is left (ratelimit), a 429 or 503 without them halved its calls in flight (throttled), calls started again from one (slow_start)",
             self.destinations.paced.clone(),
+        );
+        registry.register(
+            "taskcenter_destination_client_cert_expiry_seconds",
+            "When a destination's client certificate expires (its notAfter), Unix seconds",
+            self.destinations.client_cert_expiry.clone(),
         );
     }
 

@@ -14,10 +14,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use tc_downstream::{Delivery, DeliverySpec, Method, TraceHeaders};
+use tc_downstream::{ClientTls, Delivery, DeliverySpec, Method, TraceHeaders};
 use tc_model::auth::DestinationAuth;
 use tc_model::destination::DestinationSettings;
 use tc_model::headers::Headers;
@@ -32,6 +32,10 @@ use tc_model::{Task, Timestamp, TraceContext};
 pub(crate) struct Outbound {
     /// The destinations with headers or secrets.
     by_destination: Mutex<HashMap<String, DestinationSettings>>,
+    /// The destinations with TLS settings (a client certificate, CAs of
+    /// their own): every call to one carries them, whoever's task it is
+    /// (they are its connection's, not a credential a task is lent).
+    tls: Mutex<HashMap<String, Arc<ClientTls>>>,
     /// The tenants with secrets.
     by_tenant: Mutex<HashMap<String, SigningSecrets>>,
     default_secrets: SigningSecrets,
@@ -48,6 +52,7 @@ impl Outbound {
     pub(crate) fn new(default_secrets: SigningSecrets) -> Outbound {
         Outbound {
             by_destination: Mutex::default(),
+            tls: Mutex::default(),
             by_tenant: Mutex::default(),
             default_secrets,
             asked: AtomicU64::new(0),
@@ -85,6 +90,21 @@ impl Outbound {
             .by_destination
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = copy;
+        let tls = settings
+            .iter()
+            .filter(|(_, s)| s.client_tls.is_some() || s.ca_certs.is_some())
+            .map(|(name, s)| {
+                let tls = ClientTls {
+                    identity: s
+                        .client_tls
+                        .as_ref()
+                        .map(|t| (t.cert.pem.clone(), t.key.pem().to_owned())),
+                    ca_certs: s.ca_certs.clone(),
+                };
+                (name.clone(), Arc::new(tls))
+            })
+            .collect();
+        *self.tls.lock().unwrap_or_else(PoisonError::into_inner) = tls;
     }
 
     /// Keeps the tenants' own secrets.
@@ -184,7 +204,14 @@ impl Outbound {
             },
             sent_at_s: now.as_millis().div_euclid(1000),
             signing_keys: &keys,
-        });
+        })
+        .with_client_tls(
+            self.tls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&task.destination)
+                .cloned(),
+        );
         (delivery, auth)
     }
 

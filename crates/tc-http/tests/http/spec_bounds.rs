@@ -386,6 +386,18 @@ fn fields() -> Vec<Field> {
                 ],
             )
             .samples(RefusedAsDescribed("stands alone"), &[json!(["*", "a"])]),
+        // PEM is read by the host's TlsCheck (none in this app: only null,
+        // the clearing, is taken here; tc-server's black-box tests take PEM).
+        field(Place::Destination, "client_cert").samples(
+            RefusedAsDescribed("given with"),
+            &[json!("-----BEGIN CERTIFICATE-----\n")],
+        ),
+        field(Place::Destination, "client_key").samples(
+            RefusedAsDescribed("given with it"),
+            &[json!("-----BEGIN PRIVATE KEY-----\n")],
+        ),
+        field(Place::Destination, "ca_certs")
+            .samples(RefusedAsDescribed("Invalid PEM"), &[json!("not pem")]),
         field(Place::DestinationPath, "destination")
             .samples(Accepted, &destinations(Accepted))
             .samples(Refused, &destinations(Refused)),

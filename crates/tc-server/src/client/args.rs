@@ -10,6 +10,8 @@
 //! output flag is declared per subcommand instead of globally; a submit asks
 //! for JSON output on the group: `tc-server task --json submit --url U --json J`.
 
+use std::path::PathBuf;
+
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use serde_json::value::RawValue;
 
@@ -431,7 +433,7 @@ pub(crate) struct DestinationName {
 #[command(group(ArgGroup::new("settings").required(true).multiple(true)
     .args(["max_in_flight", "rate", "burst", "headers", "clear_headers", "signing_secrets", "clear_signing",
            "share_with_tenants", "share_with_none", "auth_basic", "oauth2_token_url", "jwt_audience",
-           "clear_auth"])))]
+           "clear_auth", "client_cert", "clear_client_cert", "ca_certs", "clear_ca_certs"])))]
 #[command(group(ArgGroup::new("auth_kind").multiple(false)
     .args(["auth_basic", "oauth2_token_url", "jwt_audience", "clear_auth"])))]
 pub(crate) struct SetArgs {
@@ -530,6 +532,30 @@ pub(crate) struct SetArgs {
     /// Remove the destination's auth.
     #[arg(long)]
     pub(crate) clear_auth: bool,
+    /// A PEM file of the client certificate chain (leaf first) presented on
+    /// every TLS connection to the destination; needs --client-key. Views
+    /// show its subject and expiry.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "client_key",
+        conflicts_with = "clear_client_cert"
+    )]
+    pub(crate) client_cert: Option<PathBuf>,
+    /// A PEM file of the client certificate's private key. Sent once, never
+    /// shown back.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub(crate) client_key: Option<PathBuf>,
+    /// Remove the destination's client certificate and key.
+    #[arg(long)]
+    pub(crate) clear_client_cert: bool,
+    /// A PEM file of CA certificates trusted for this destination alone,
+    /// besides the server's roots.
+    #[arg(long, value_name = "FILE", conflicts_with = "clear_ca_certs")]
+    pub(crate) ca_certs: Option<PathBuf>,
+    /// Remove the destination's own CA certificates.
+    #[arg(long)]
+    pub(crate) clear_ca_certs: bool,
     #[command(flatten)]
     pub(crate) output: Output,
 }

@@ -107,11 +107,13 @@ fn settings_body(args: &SetArgs) -> Result<String, ClientError> {
     if let Some(auth) = auth_body(args)? {
         body.insert("auth".into(), auth);
     }
+    tls_settings(args, &mut body)?;
     if body.is_empty() {
         return Err(ClientError::Usage(
             "give at least one of --max-in-flight, --rate, --burst, --header, --clear-headers, \
              --signing-secret, --clear-signing, --share-with-tenant, --share-with-none, \
-             --auth-basic, --oauth2-token-url, --jwt-audience, --clear-auth"
+             --auth-basic, --oauth2-token-url, --jwt-audience, --clear-auth, \
+             --client-cert, --clear-client-cert, --ca-certs, --clear-ca-certs"
                 .into(),
         ));
     }
@@ -162,6 +164,28 @@ fn auth_body(args: &SetArgs) -> Result<Option<Value>, ClientError> {
         return Ok(Some(Value::Object(auth)));
     }
     Ok(None)
+}
+
+/// `--client-cert`/`--client-key` and `--ca-certs` read from their files
+/// (an error names the flag and the file, never the contents), or cleared.
+fn tls_settings(args: &SetArgs, body: &mut Map<String, Value>) -> Result<(), ClientError> {
+    let read = |flag: &str, path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|e| {
+            ClientError::Usage(format!("{flag} {}: cannot read it: {e}", path.display()))
+        })
+    };
+    if args.clear_client_cert {
+        body.insert("client_cert".into(), Value::Null);
+    } else if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
+        body.insert("client_cert".into(), read("--client-cert", cert)?.into());
+        body.insert("client_key".into(), read("--client-key", key)?.into());
+    }
+    if args.clear_ca_certs {
+        body.insert("ca_certs".into(), Value::Null);
+    } else if let Some(path) = &args.ca_certs {
+        body.insert("ca_certs".into(), read("--ca-certs", path)?.into());
+    }
+    Ok(())
 }
 
 /// `--header` values as the API's `headers` object; a malformed one, or a
@@ -218,6 +242,11 @@ mod tests {
             jwt_audience: None,
             jwt_lifetime_s: None,
             clear_auth: false,
+            client_cert: None,
+            client_key: None,
+            clear_client_cert: false,
+            ca_certs: None,
+            clear_ca_certs: false,
             output: Default::default(),
         }
     }

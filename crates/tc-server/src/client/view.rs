@@ -319,6 +319,15 @@ fn auth(d: &Value) -> String {
     format!("{kind} ({})", fields.join(", "))
 }
 
+/// Its client certificate's subject and expiry (the key is never shown).
+fn client_cert(d: &Value) -> String {
+    let cert = field(d, "client_cert");
+    match (cert["subject"].as_str(), cert["not_after"].as_str()) {
+        (Some(subject), Some(not_after)) => format!("{subject} (expires {not_after})"),
+        _ => NONE.to_owned(),
+    }
+}
+
 /// Every field of a destination view, as label and value rows.
 pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
     let row = |label: &str, value: String| vec![Cell::new(label), Cell::new(&value)];
@@ -339,6 +348,8 @@ pub(crate) fn destination_fields(d: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
         row("signing", signing(d)),
         row("shared with", shared_with(d)),
         row("auth", auth(d)),
+        row("client cert", client_cert(d)),
+        row("own CAs", text(field(d, "ca_certs"))),
         row("in flight", text(field(d, "in_flight"))),
         row("pending", text(field(d, "pending"))),
         vec![Cell::new("breaker"), breaker_cell(d)],

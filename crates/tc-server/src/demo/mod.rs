@@ -118,6 +118,7 @@ fn settings(db: crate::store::DbTarget) -> Settings {
         postgres: tc_store_pg::PgConfig::default(),
         otlp: None,
         jwt: crate::jwt::JwtSetup::default(),
+        secret_key_files: Vec::new(),
     }
 }
 

@@ -16,6 +16,8 @@ mod grouped;
 mod idle;
 mod listing;
 mod schedules;
+// Secrets sealed at rest (issue 41 item 3).
+mod sealed;
 mod support;
 mod tenants;
 mod tls;

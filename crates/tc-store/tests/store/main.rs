@@ -13,3 +13,5 @@ mod crash_callbacks;
 mod counts;
 mod file;
 mod model;
+// Secrets sealed at rest (issue 41 item 3).
+mod sealed;

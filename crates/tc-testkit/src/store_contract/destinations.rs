@@ -392,3 +392,76 @@ pub async fn claim_serves_the_destinations_with_fewest_calls_in_flight_first<S: 
     }
     Ok(())
 }
+
+/// A destination's client certificate, key and CA certificates (issue 41
+/// item 2) are kept as written and read back the same by every read (the
+/// key included, which the store seals at rest); an update that names
+/// neither keeps them, `null` clears each alone.
+pub async fn a_destination_s_client_tls_is_kept_and_cleared<S: TaskStore>(store: S) -> Verdict {
+    use tc_model::Timestamp;
+    use tc_model::client_tls::{CertFacts, ClientCert, ClientKey, ClientTls};
+    let tls = ClientTls {
+        cert: ClientCert {
+            pem: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+            facts: CertFacts {
+                subject: "CN=taskcenter client".into(),
+                not_after: Timestamp::from_millis(1_900_000_000_000),
+            },
+        },
+        key: ClientKey::new(
+            "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n".into(),
+        ),
+    };
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n".to_owned();
+    let both = DestinationSettings {
+        client_tls: Some(tls.clone()),
+        ca_certs: Some(ca.clone()),
+        ..DestinationSettings::default()
+    };
+    let steps: [(&str, DestinationUpdate, DestinationSettings); 4] = [
+        (
+            "set both",
+            DestinationUpdate {
+                client_tls: Some(Some(tls.clone())),
+                ca_certs: Some(Some(ca.clone())),
+                ..DestinationUpdate::default()
+            },
+            both.clone(),
+        ),
+        (
+            "another field named: both kept",
+            DestinationUpdate {
+                paused: Some(false),
+                ..DestinationUpdate::default()
+            },
+            both.clone(),
+        ),
+        (
+            "the certificate cleared: the CA kept",
+            DestinationUpdate {
+                client_tls: Some(None),
+                ..DestinationUpdate::default()
+            },
+            DestinationSettings {
+                ca_certs: Some(ca.clone()),
+                ..DestinationSettings::default()
+            },
+        ),
+        (
+            "the CA cleared",
+            DestinationUpdate {
+                ca_certs: Some(None),
+                ..DestinationUpdate::default()
+            },
+            DestinationSettings::default(),
+        ),
+    ];
+    for (n, (what, update, want)) in steps.into_iter().enumerate() {
+        let written = set(&store, DEST_B, update, at(n as i64)).await?;
+        ensure_eq!(&written.settings, &want, "{what}: update's answer");
+        settings_read_back(&store, DEST_B, &want)
+            .await
+            .map_err(|e| format!("{what}: {e}"))?;
+    }
+    Ok(())
+}

@@ -22,6 +22,7 @@ fn delivery() -> Delivery {
         headers: vec![("authorization".into(), "Bearer task's own".into())],
         body: "{}".into(),
         timeout: Duration::from_secs(5),
+        client_tls: None,
     }
 }
 

@@ -38,6 +38,9 @@ pub(crate) struct Row {
     /// Its `auth` (issue 41): the type and the non-secret fields, as
     /// `jwt (audience=…, lifetime_s=300)`; `None`: none.
     pub(crate) auth: Option<String>,
+    /// Its client certificate's subject and expiry (RFC 3339), never the
+    /// key (issue 41).
+    pub(crate) client_cert: Option<(String, String)>,
 }
 
 /// An `auth`'s type and non-secret fields, as one line (never a secret:
@@ -74,6 +77,10 @@ impl Row {
             header_names: d.settings.headers.names().map(str::to_owned).collect(),
             signed,
             auth: d.settings.auth.as_ref().map(auth_line),
+            client_cert: d.settings.client_tls.as_ref().map(|tls| {
+                let facts = &tls.cert.facts;
+                (facts.subject.clone(), crate::dto::rfc3339(facts.not_after))
+            }),
             held: held_reasons(d, runtime, now),
             rate: d.settings.rate_per_s.map(|rate| {
                 let burst = d.settings.bucket_size().unwrap_or(1.0);
@@ -191,7 +198,12 @@ fn table(rows: &[Row], more: usize, capped: bool) -> Markup {
                                 @if !r.header_names.is_empty() {
                                     span.mono.header-names title="default headers (values hidden)" { (r.header_names.join(", ")) }
                                 }
-                                @if r.signed.is_none() && r.header_names.is_empty() && r.auth.is_none() { span.muted { "—" } }
+                                @if let Some((subject, not_after)) = &r.client_cert {
+                                    " " span.badge.client-cert title={ "client certificate, expires " (not_after) } {
+                                        "client cert " (subject) " (expires " (not_after) ")"
+                                    }
+                                }
+                                @if r.signed.is_none() && r.header_names.is_empty() && r.auth.is_none() && r.client_cert.is_none() { span.muted { "—" } }
                             }
                         }
                     }
