@@ -563,6 +563,34 @@ mod tests {
     }
 
     #[test]
+    fn the_issuer_is_a_url_and_key_files_need_it() {
+        let issuer = |args: &[&str]| parse(args).map(|c| c.serve_args().issuer.clone());
+        assert_eq!(issuer(&[]).unwrap(), None);
+        assert_eq!(
+            issuer(&["--issuer", "https://tasks.example.com"]).unwrap(),
+            Some("https://tasks.example.com".to_owned())
+        );
+        for bad in ["tasks.example.com", "ftp://x/", "https://", ""] {
+            assert!(issuer(&["--issuer", bad]).is_err(), "{bad:?}");
+        }
+        let refused = parse(&["--jwt-key-file", "k.pem"]).unwrap_err().to_string();
+        assert!(
+            refused.contains("--jwt-key-file needs --issuer"),
+            "{refused}"
+        );
+        let keys = parse(&[
+            "--issuer",
+            "https://t.example",
+            "--jwt-key-file",
+            "a.pem",
+            "--jwt-key-file",
+            "b.pem",
+        ])
+        .unwrap();
+        assert_eq!(keys.serve_args().jwt_key_file.len(), 2);
+    }
+
+    #[test]
     fn clap_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();

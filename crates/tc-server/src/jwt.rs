@@ -78,3 +78,55 @@ pub(crate) async fn load<S: TaskStore>(
         jwks,
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use tc_store::{SqliteStore, StoreConfig};
+
+    use super::*;
+
+    fn kid_of(jwks: &str) -> String {
+        let set: serde_json::Value = serde_json::from_str(jwks).unwrap();
+        set["keys"][0]["kid"].as_str().unwrap().to_owned()
+    }
+
+    #[tokio::test]
+    async fn the_key_is_made_once_kept_in_the_store_or_read_from_files() {
+        let store = SqliteStore::open_in_memory(StoreConfig::default())
+            .await
+            .unwrap();
+        let none = load(&JwtSetup::default(), &store).await.unwrap();
+        assert!(none.is_none(), "no --issuer: no key");
+        let setup = JwtSetup {
+            issuer: Some("https://t.example".into()),
+            key_files: Vec::new(),
+        };
+        let (signer, first) = load(&setup, &store).await.unwrap().unwrap();
+        assert_eq!(signer.issuer, "https://t.example");
+        let (_, again) = load(&setup, &store).await.unwrap().unwrap();
+        assert_eq!(kid_of(&first), kid_of(&again), "the stored key is kept");
+
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..2)
+            .map(|n| {
+                let path = dir.path().join(format!("{n}.pem"));
+                std::fs::write(&path, JwtKeys::generate_pem().unwrap()).unwrap();
+                path
+            })
+            .collect();
+        let files = JwtSetup {
+            key_files: paths.clone(),
+            ..setup.clone()
+        };
+        let (signer, jwks) = load(&files, &store).await.unwrap().unwrap();
+        let set: serde_json::Value = serde_json::from_str(&jwks).unwrap();
+        assert_eq!(set["keys"].as_array().unwrap().len(), 2);
+        assert_eq!(signer.keys.kid(), kid_of(&jwks), "the first file signs");
+        assert_ne!(kid_of(&jwks), kid_of(&first));
+
+        std::fs::write(&paths[1], "not a key").unwrap();
+        let refused = load(&files, &store).await.unwrap_err().to_string();
+        assert!(refused.contains("JWT key 2"), "{refused}");
+        store.close().await;
+    }
+}

@@ -96,7 +96,16 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         tc_server(
             &binary,
             &dir.path().join("fuzz.db"),
-            &["--api-token", &token, "--allow-url-prefix", &prefix],
+            // An issuer, so that the JWT keys' documents exist and a jwt
+            // auth is accepted (issue 41).
+            &[
+                "--api-token",
+                &token,
+                "--allow-url-prefix",
+                &prefix,
+                "--issuer",
+                "https://fuzz.taskcenter.test",
+            ],
         ),
     )?;
     let seeds = runtime.block_on(seed::seed(server.addr, &token, &origin))?;

@@ -398,6 +398,29 @@ fn fields() -> Vec<Field> {
         ),
         field(Place::Destination, "ca_certs")
             .samples(RefusedAsDescribed("Invalid PEM"), &[json!("not pem")]),
+        // issue 41: one of three shapes, read member by member (auth.rs's
+        // table in tc-model holds every refusal); jwt needs --issuer.
+        field(Place::Destination, "auth")
+            .samples(
+                Accepted,
+                &[
+                    Value::Null,
+                    json!({"type": "basic", "username": "u", "password": "p"}),
+                    json!({"type": "oauth2_client_credentials", "token_url": "https://i.example/t",
+                        "client_id": "i", "client_secret": "s", "scope": "a b"}),
+                ],
+            )
+            // The document states the three shapes as a oneOf, which this
+            // table's reading of bounds does not evaluate.
+            .samples(
+                RefusedAsDescribed("naming the field"),
+                &[
+                    json!({"type": "digest"}),
+                    json!({"type": "basic", "username": "a:b", "password": "p"}),
+                    json!({"type": "jwt", "audience": "a", "lifetime_s": 59}),
+                    json!("basic"),
+                ],
+            ),
         field(Place::DestinationPath, "destination")
             .samples(Accepted, &destinations(Accepted))
             .samples(Refused, &destinations(Refused)),

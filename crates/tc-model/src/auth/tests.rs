@@ -154,9 +154,13 @@ fn token_requests_follow_rfc_6749() {
     assert!(headers.iter().all(|(n, _)| *n != "authorization"));
 }
 
+/// A token answer's body, and the token and `expires_in` read from it
+/// (`Err`: refused).
+type TokenRow<'a> = (&'a str, Result<(&'a str, Option<u64>), ()>);
+
 #[test]
 fn token_answers_are_read() {
-    let rows: &[(&str, Result<(&str, Option<u64>), ()>)] = &[
+    let rows: &[TokenRow] = &[
         (
             r#"{"access_token":"t1","token_type":"Bearer","expires_in":3600}"#,
             Ok(("t1", Some(3600))),

@@ -330,8 +330,9 @@ pub(crate) enum DestinationCommand {
     /// breaker.
     List(ListDestinationsArgs),
     /// Change a destination's settings; a flag left out keeps its value,
-    /// `none` clears it.
-    Set(SetArgs),
+    /// `none` clears it. (Boxed: its many flags would make every variant
+    /// as large.)
+    Set(Box<SetArgs>),
     /// Hold a destination's tasks (they stay pending and use no attempt).
     Pause(DestinationName),
     /// Let a paused destination's tasks run again.
