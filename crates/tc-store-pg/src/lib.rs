@@ -35,6 +35,7 @@ mod read_ops;
 mod rows;
 mod schedules;
 mod schema;
+mod stats;
 mod store;
 mod tenants;
 #[cfg(feature = "testing")]
