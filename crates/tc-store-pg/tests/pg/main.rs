@@ -22,4 +22,5 @@ mod tenants;
 mod tls;
 mod upgrade;
 mod upgrade_hot;
+mod wal;
 mod workers;
