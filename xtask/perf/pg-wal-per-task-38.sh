@@ -5,7 +5,8 @@
 # every_task (64 callers submitting one by one, claims of 32, concurrent
 # completions), then pg_waldump over the WAL it wrote.
 #
-# usage: xtask/perf/pg-wal-per-task-38.sh [TASKS]   (default 3000)
+# usage: xtask/perf/pg-wal-per-task-38.sh [TASKS]   (default 3000;
+#        TC_WAL_HEARTBEAT=1: one heartbeat per try between claim and end)
 # needs: the test database on this machine, its data directory readable
 #        (PGDATA, default /var/lib/postgresql/15/main) and pg_waldump
 #        (PG_WALDUMP, default /usr/lib/postgresql/15/bin/pg_waldump).

@@ -1,7 +1,8 @@
 //! The workload `xtask/perf/pg-wal-per-task-38.sh` reads the WAL of
 //! (issue 38): tasks submitted one by one from 64 callers (grouped by the
 //! store as a node's would be), then drained by claims of 32 whose
-//! completions run concurrently. Ignored in ordinary runs; the script runs
+//! completions run concurrently (with `TC_WAL_HEARTBEAT=1`, one heartbeat
+//! per try between its claim and its end). Ignored in ordinary runs; the script runs
 //! it with `--ignored` and `TC_WAL_KEEP=1`, which keeps the schema for
 //! `pg_waldump` and prints the WAL positions around the work.
 
@@ -22,6 +23,8 @@ async fn wal_workload_ends_every_task() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(3_000);
+    // One heartbeat per try between its claim and its end (TC_WAL_HEARTBEAT=1).
+    let heartbeat = std::env::var("TC_WAL_HEARTBEAT").is_ok_and(|v| v == "1");
     let schema = db.fresh_schema();
     let store = Arc::new(
         PgStore::open(
@@ -62,6 +65,14 @@ async fn wal_workload_ends_every_task() {
             .claim_due(32, now, Duration::from_secs(60), Default::default())
             .await
             .unwrap();
+        if heartbeat {
+            let running = claimed.iter().map(|t| (t.id, t.attempt)).collect();
+            let lost = store
+                .heartbeat(running, now, Duration::from_secs(60))
+                .await
+                .unwrap();
+            assert!(lost.is_empty(), "{lost:?}");
+        }
         let mut completions = tokio::task::JoinSet::new();
         for task in claimed {
             let store = Arc::clone(&store);
