@@ -72,13 +72,17 @@ pub(crate) fn written(outcome: &Completion, now_ms: i64) -> Written {
     }
 }
 
-/// The statement: one row of `unnest` per completion. A retry keeps the
+/// The statement: one row of `unnest` per completion. Tasks are reached
+/// by `t.id = ANY($1)` (an index lookup per id whatever the plan: a
+/// generic plan of the join alone scanned every running task). The try's
+/// history row is written here, once (schema step 19), or the open row a
+/// node of schema 16 wrote at its claim is closed. A retry keeps the
 /// finish time and the result; the others close the task and count its
 /// end (`ended`, 1 for a terminal state). `$10` picks the rows it may change: false, those whose completion
 /// makes no callback (every retry, every task without a `callback_url`),
 /// on a connection in autocommit; true, the ends that make one, in a
 /// transaction that then inserts the callbacks ([`crate::write_ops::ended`]).
-const COMPLETE_MANY: &str = "\
+pub(crate) const COMPLETE_MANY: &str = "\
 WITH i AS (
     SELECT * FROM unnest($1::bytea[], $2::int[], $3::text[], $4::int[], $5::bytea[],
                          $6::text[], $7::text[], $8::bigint[], $9::bigint[], $11::int[])
@@ -99,14 +103,23 @@ WITH i AS (
                            ELSE NULL END,
         ends = t.ends + i.ended
     FROM i
-    WHERE t.id = i.id AND t.state = 'running' AND t.attempt = i.attempt
+    WHERE t.id = ANY($1) AND t.id = i.id AND t.state = 'running' AND t.attempt = i.attempt
       AND (i.ended = 1 AND t.callback_url IS NOT NULL) = $10
-    RETURNING t.id, t.pos
+    RETURNING t.id, t.pos, t.started_at
 ), closed AS (
     UPDATE attempts a SET finished_at = tc_now_ms(i.now_ms), http_status = i.http_status,
         error = i.error, duration_ms = greatest(tc_now_ms(i.now_ms) - a.started_at, 0)
     FROM i JOIN done d ON d.id = i.id
-    WHERE a.task_id = i.id AND a.n = i.attempt AND a.finished_at IS NULL
+    WHERE a.task_id = ANY($1) AND a.task_id = i.id AND a.n = i.attempt
+      AND a.finished_at IS NULL
+    RETURNING a.task_id
+), written AS (
+    INSERT INTO attempts (task_id, n, started_at, finished_at, http_status, error, duration_ms)
+    SELECT i.id, i.attempt, coalesce(d.started_at, tc_now_ms(i.now_ms)), tc_now_ms(i.now_ms),
+           i.http_status, i.error,
+           greatest(tc_now_ms(i.now_ms) - coalesce(d.started_at, tc_now_ms(i.now_ms)), 0)
+    FROM i JOIN done d ON d.id = i.id
+    WHERE i.id NOT IN (SELECT task_id FROM closed)
 )
 SELECT id, pos FROM done";
 

@@ -115,8 +115,13 @@ pub(crate) async fn fold_counts(client: &mut Client) -> Result<usize, StoreError
     Ok(rows.len())
 }
 
+/// How many folding ticks between two checks of the statistics.
+const ANALYZE_EVERY_TICKS: u64 = 10;
+
 /// Folds the deltas every [`FOLD_EVERY`] while `changed` says this node
-/// wrote since the last fold, until `stop` changes or its sender is gone.
+/// wrote since the last fold (and every tenth such tick analyzes the
+/// tables that grew, [`crate::stats::analyze_grown`]), until `stop`
+/// changes or its sender is gone.
 pub(crate) async fn fold_loop(
     pool: Pool,
     changed: Arc<AtomicBool>,
@@ -124,6 +129,7 @@ pub(crate) async fn fold_loop(
 ) {
     let mut tick = tokio::time::interval(FOLD_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u64 = 0;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -132,8 +138,14 @@ pub(crate) async fn fold_loop(
         if !changed.swap(false, Ordering::Relaxed) {
             continue;
         }
+        ticks += 1;
         let folded = async {
             let mut client = pool.get().await.map_err(pool_error)?;
+            // Statistics follow the tables while they grow (stats.rs),
+            // checked every tenth tick this node wrote in.
+            if ticks.is_multiple_of(ANALYZE_EVERY_TICKS) {
+                crate::stats::analyze_grown(&client).await?;
+            }
             fold_counts(&mut client).await
         };
         if let Err(e) = folded.await {

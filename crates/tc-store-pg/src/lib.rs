@@ -36,6 +36,7 @@ mod rows;
 mod schedules;
 mod schema;
 mod secrets;
+mod stats;
 mod store;
 mod tenants;
 #[cfg(feature = "testing")]

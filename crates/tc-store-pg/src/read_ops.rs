@@ -6,13 +6,14 @@ use std::collections::HashMap;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use tc_model::store::{Cursor, ListQuery, Page, StoreError, TaskFilter, results_within};
-use tc_model::{Task, TaskId};
+use tc_model::{AttemptRecord, State, Task, TaskId};
 
 use crate::error::db;
 use crate::filter::FilterSql;
 use crate::rows::{self, ATTEMPT_COLUMNS, Stored, listed_columns, task_columns};
 
-/// Fills the attempt history of every task, in one query.
+/// Fills the attempt history of every task, in one query, with a running
+/// task's try in progress last ([`open_try`]).
 pub(crate) async fn fill_attempts<C: GenericClient>(
     tx: &C,
     tasks: &mut [Task],
@@ -39,7 +40,37 @@ pub(crate) async fn fill_attempts<C: GenericClient>(
             tasks[i].attempts.push(attempt);
         }
     }
+    for task in tasks.iter_mut() {
+        if let Some(open) = open_try(task) {
+            task.attempts.push(open);
+        }
+    }
     Ok(())
+}
+
+/// A running task's try in progress, when its history holds no open row
+/// for it: since schema step 19 a try's row is written when it ends, and
+/// until then the task itself says when it started (a node of schema 16
+/// wrote an open row at its claim, read as it is).
+fn open_try(task: &Task) -> Option<AttemptRecord> {
+    if task.state != State::Running {
+        return None;
+    }
+    let written = task
+        .attempts
+        .iter()
+        .any(|a| a.n == task.attempt && a.finished_at.is_none());
+    if written {
+        return None;
+    }
+    Some(AttemptRecord {
+        n: task.attempt,
+        started_at: task.started_at?,
+        finished_at: None,
+        http_status: None,
+        error: None,
+        duration_ms: None,
+    })
 }
 
 /// The task with its history, or [`StoreError::NotFound`], from one snapshot.

@@ -568,6 +568,39 @@ ALTER TABLE destinations ADD COLUMN client_key text;
 ALTER TABLE destinations ADD COLUMN ca_certs text;
 ";
 
+/// Step 18 → 19 (issue 38, items 1 and 5): a running task's hot writes
+/// touch fewer index entries, on a live database.
+///
+/// - A try's history row is written once, when the try ends (the claim
+///   no longer inserts an open row that its end then rewrites); a running
+///   task's open try is read from the task itself (`read_ops::
+///   fill_attempts`). Its foreign key goes: it locked the task's row on
+///   every insert (a WAL record) and every writer checks the task first.
+/// - `tasks_leased` goes: the lease alone changed for a heartbeat, so each
+///   heartbeat wrote a new version of the row in every index. Recovery
+///   finds running tasks through `tasks_running_by_destination` (bounded
+///   by the tasks in flight) and checks their leases there.
+/// - `fillfactor = 70` on `tasks` and `attempts`: room on the page for an
+///   update whose indexed columns did not change (a heartbeat) to stay HOT.
+///   New pages only: no rewrite.
+///
+/// Nodes of the previous version keep serving, mixed with this one, and
+/// need no fence: their claims and completions are unchanged. A try they
+/// opened (an open history row) is closed by whichever node ends it (every
+/// end closes the open row when one exists, and writes the row when none
+/// does), so no try is written twice. Every statement here takes its lock
+/// for an instant (no rewrite, no index built), after both tables' locks
+/// are taken in the order every writer takes them (`tasks`, then
+/// `attempts`): taken as each statement comes, an old node's claim holding
+/// `tasks` and waiting for `attempts` deadlocked with the step.
+const V19_HOT_PATH: &str = "
+LOCK TABLE tasks, attempts IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE attempts DROP CONSTRAINT IF EXISTS attempts_task_id_fkey;
+DROP INDEX tasks_leased;
+ALTER TABLE tasks SET (fillfactor = 70);
+ALTER TABLE attempts SET (fillfactor = 70);
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -626,6 +659,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V16_SCHEDULE_ERRORS),
     step(V17_AUTH),
     step(V18_CLIENT_TLS),
+    step(V19_HOT_PATH),
 ];
 
 /// The version this build writes and reads.

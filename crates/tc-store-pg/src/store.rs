@@ -233,6 +233,15 @@ impl PgStore {
         &self.target
     }
 
+    /// Analyzes the tables the hot statements read (`tasks`, `attempts`)
+    /// that grew or changed by a fifth since their last analyze, so their
+    /// plans follow the data (issue 38 item 2); answers the tables
+    /// analyzed. Cheap when none is due (one read of the server's
+    /// counters). Upkeep: one node at a time is enough.
+    pub async fn analyze_grown(&self) -> Result<Vec<&'static str>, StoreError> {
+        crate::stats::analyze_grown(&self.client().await?).await
+    }
+
     /// Closes the pool's connections; operations after this fail as
     /// unavailable.
     pub fn close(&self) {

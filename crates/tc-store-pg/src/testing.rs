@@ -204,3 +204,65 @@ async fn probe(url: &str) -> Result<(), String> {
     let _ = driver.await;
     done
 }
+
+/// One of the store's hot statements as it sends it, for `EXPLAIN` tests
+/// (`PREPARE hot AS <sql>; EXPLAIN EXECUTE hot(<args>)`).
+pub struct HotStatement {
+    /// What it is.
+    pub name: &'static str,
+    /// Its text.
+    pub sql: &'static str,
+    /// Arguments to plan it with, as SQL (a task id that may not exist).
+    pub args: &'static str,
+}
+
+/// The statements every task passes through: a batch submit's insert and
+/// its read of taken keys, the claim, the grouped completion, and
+/// recovery (which finds running tasks without the lease's index).
+pub fn hot_statements() -> [HotStatement; 5] {
+    [
+        HotStatement {
+            name: "submit batch: insert",
+            sql: crate::write_ops::INSERT_BATCH,
+            args: hot_args::INSERT,
+        },
+        HotStatement {
+            name: "submit batch: taken keys",
+            sql: crate::write_ops::BY_KEYS,
+            args: "ARRAY['k-1', 'k-2'], ARRAY['', '']",
+        },
+        HotStatement {
+            name: "claim",
+            sql: crate::write_ops::CLAIM,
+            args: "NULL, 32, 30000, 'h:80'",
+        },
+        HotStatement {
+            name: "complete (grouped)",
+            sql: crate::completions::COMPLETE_MANY,
+            args: hot_args::COMPLETE,
+        },
+        HotStatement {
+            name: "recovery",
+            sql: crate::write_ops::RECOVER,
+            args: "NULL, 'interrupted', true",
+        },
+    ]
+}
+
+/// Arguments too long to write inline.
+mod hot_args {
+    /// For `INSERT_BATCH`: one item.
+    pub(super) const INSERT: &str = "NULL, ARRAY[0]::bigint[], \
+        ARRAY['\\x0123456789abcdef0123456789abcdef'::bytea], ARRAY['k-1'], \
+        ARRAY['http://h/x'], ARRAY['\\x7b7d'::bytea], ARRAY[3], ARRAY[1000000000]::bigint[], \
+        ARRAY[NULL]::bigint[], ARRAY[NULL]::bigint[], ARRAY['h:80'], ARRAY['POST'], \
+        ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], \
+        ARRAY[NULL]::bytea[], ARRAY['']";
+    /// For `COMPLETE_MANY`: two completions.
+    pub(super) const COMPLETE: &str = "\
+        ARRAY['\\x0123456789abcdef0123456789abcdef'::bytea, \
+              '\\x0123456789abcdef0123456789abcdee'::bytea], \
+        ARRAY[1, 1], ARRAY['success', 'failed'], ARRAY[200, 500], \
+        ARRAY[NULL, NULL]::bytea[], ARRAY[NULL, NULL]::text[], ARRAY[NULL, 'http_500'], \
+        ARRAY[NULL, NULL]::bigint[], ARRAY[NULL, NULL]::bigint[], false, ARRAY[1, 1]";
+}

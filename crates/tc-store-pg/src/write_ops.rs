@@ -355,6 +355,43 @@ fn new_id(now_ms: tc_model::Timestamp) -> TaskId {
     TaskId::new(now_ms, random)
 }
 
+/// A batch's insert: one row per item of the `unnest`, in key order
+/// ([`insert_batch`]).
+pub(crate) const INSERT_BATCH: &str = concat!(
+    "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
+                        timeout_ns, attempt, created_at, updated_at, next_run_at, \
+                        schedule_at, schedule_delay_ms, destination, method, headers, \
+                        trace_context, callback_url, callback_on, callback_of, tenant) \
+     SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
+            r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
+            greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
+                + coalesce(r.delay_ms, 0), \
+            r.schedule_at, r.delay_ms, r.destination, r.method, r.headers, \
+            r.trace_context, r.callback_url, r.callback_on, r.callback_of, r.tenant \
+     FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
+                 $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
+                 $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
+                 $17::bytea[], $18::text[]) \
+          AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
+               delay_ms, destination, method, headers, trace_context, callback_url, \
+               callback_on, callback_of, tenant) \
+     ORDER BY r.key, r.tenant, r.within \
+     ON CONFLICT (idempotency_key, tenant) DO NOTHING \
+     RETURNING ",
+    task_columns!()
+);
+
+/// The tasks that hold the keys a batch found taken ([`insert_batch`]).
+/// `idempotency_key = ANY($1)`: an index lookup per key whatever the
+/// table's statistics (the join with `unnest` alone was planned as a
+/// whole-table scan while `tasks` was young).
+pub(crate) const BY_KEYS: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM tasks WHERE idempotency_key = ANY($1) AND (idempotency_key, tenant) IN ( \
+         SELECT u.key, u.tenant FROM unnest($1::text[], $2::text[]) AS u(key, tenant))"
+);
+
 /// [`submit_batch`] with the id each task gets if it is new (`ids[i]` for
 /// `tasks[i]`), leaving out the items [`admit`] refused (`refused[i]`;
 /// empty: none).
@@ -370,41 +407,8 @@ async fn insert_batch<C: GenericClient>(
             "a batch holds at most 65535 tasks".into(),
         ));
     }
-    let insert = client
-        .prepare_cached(concat!(
-            "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
-                                timeout_ns, attempt, created_at, updated_at, next_run_at, \
-                                schedule_at, schedule_delay_ms, destination, method, headers, \
-                                trace_context, callback_url, callback_on, callback_of, tenant) \
-             SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
-                    r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
-                    greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
-                        + coalesce(r.delay_ms, 0), \
-                    r.schedule_at, r.delay_ms, r.destination, r.method, r.headers, \
-                    r.trace_context, r.callback_url, r.callback_on, r.callback_of, r.tenant \
-             FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
-                         $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
-                         $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
-                         $17::bytea[], $18::text[]) \
-                  AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
-                       delay_ms, destination, method, headers, trace_context, callback_url, \
-                       callback_on, callback_of, tenant) \
-             ORDER BY r.key, r.tenant, r.within \
-             ON CONFLICT (idempotency_key, tenant) DO NOTHING \
-             RETURNING ",
-            task_columns!()
-        ))
-        .await
-        .map_err(db)?;
-    let by_keys = client
-        .prepare_cached(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE (idempotency_key, tenant) IN ( \
-                 SELECT u.key, u.tenant FROM unnest($1::text[], $2::text[]) AS u(key, tenant))"
-        ))
-        .await
-        .map_err(db)?;
+    let insert = client.prepare_cached(INSERT_BATCH).await.map_err(db)?;
+    let by_keys = client.prepare_cached(BY_KEYS).await.map_err(db)?;
     // The items by key and tenant (then by their place), as the statements
     // lock them; refused ones are answered already.
     let mut answers: Vec<Option<Inserted>> = (0..tasks.len())
@@ -783,7 +787,8 @@ pub(crate) async fn claim(
 
 /// The claim's statement: takes up to `$2` due pending tasks of the
 /// destination `$4` that also pass `$tenant` (a test of the tenant column,
-/// or nothing), oldest due first, and opens their tries.
+/// or nothing), oldest due first. Their tries' history rows are written
+/// when the tries end (schema step 19), not here.
 macro_rules! claim_sql {
     ($tenant:literal) => {
         concat!(
@@ -808,9 +813,6 @@ macro_rules! claim_sql {
              t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context, \
              t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
              t.tenant \
-             ), opened AS ( \
-                 INSERT INTO attempts (task_id, n, started_at) \
-                 SELECT id, attempt, started_at FROM claimed \
              ) \
              SELECT ",
             task_columns!(),
@@ -818,6 +820,9 @@ macro_rules! claim_sql {
         )
     };
 }
+
+/// The claim's statement for tasks of any tenant ([`claim_of`]).
+pub(crate) const CLAIM: &str = claim_sql!("");
 
 /// Moves up to `n` due pending tasks of `destination`, oldest due first,
 /// to running. Rows another claimer has locked are skipped, not waited for.
@@ -829,7 +834,7 @@ pub(crate) async fn claim_of(
     lease: Duration,
 ) -> Result<Vec<Task>, StoreError> {
     transit(State::Pending, State::Running)?;
-    let stmt = tx.prepare_cached(claim_sql!("")).await.map_err(db)?;
+    let stmt = tx.prepare_cached(CLAIM).await.map_err(db)?;
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = tx
         .query(&stmt, &[&now, &limit, &millis(lease), &destination])
@@ -1340,6 +1345,42 @@ pub(crate) async fn release(
     Ok(Guarded::Applied(to))
 }
 
+/// Recovery's statement ([`recover_expired`]): `$3` whether it may fail
+/// tasks that ask for a callback. Running tasks are found through
+/// `tasks_running_by_destination` (schema step 19 dropped the lease's own
+/// index: a heartbeat then changes no indexed column); their history rows
+/// by an array of ids (a join alone was planned as a scan of every row).
+pub(crate) const RECOVER: &str = "WITH expired AS ( \
+         SELECT pos, attempt < max_attempts + attempts_before_retry AS again FROM tasks \
+         WHERE state = 'running' AND lease_until < tc_now_ms($1) \
+           AND ($3 OR callback_url IS NULL \
+                OR attempt < max_attempts + attempts_before_retry) \
+         FOR UPDATE SKIP LOCKED \
+     ), moved AS ( \
+         UPDATE tasks t SET \
+             state = CASE WHEN e.again THEN 'pending' ELSE 'failed' END, \
+             next_run_at = CASE WHEN e.again THEN tc_now_ms($1) END, \
+             finished_at = CASE WHEN e.again THEN NULL ELSE tc_now_ms($1) END, \
+             lease_until = NULL, error = $2, updated_at = tc_now_ms($1), \
+             ends = t.ends + CASE WHEN e.again THEN 0 ELSE 1 END \
+         FROM expired e WHERE t.pos = ANY (ARRAY(SELECT pos FROM expired)) AND t.pos = e.pos \
+         RETURNING t.id, t.attempt, t.pos, t.started_at, \
+                   NOT e.again AND t.callback_url IS NOT NULL AS asks_callback \
+     ), closed AS ( \
+         UPDATE attempts a SET finished_at = tc_now_ms($1), error = $2, \
+                               duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
+         FROM moved m \
+         WHERE a.task_id = ANY (ARRAY(SELECT id FROM moved)) \
+           AND a.task_id = m.id AND a.n = m.attempt AND a.finished_at IS NULL \
+         RETURNING a.task_id \
+     ), written AS ( \
+         INSERT INTO attempts (task_id, n, started_at, finished_at, error, duration_ms) \
+         SELECT m.id, m.attempt, coalesce(m.started_at, tc_now_ms($1)), tc_now_ms($1), $2, \
+                greatest(tc_now_ms($1) - coalesce(m.started_at, tc_now_ms($1)), 0) \
+         FROM moved m WHERE m.id NOT IN (SELECT task_id FROM closed) \
+     ) \
+     SELECT pos, asks_callback FROM moved";
+
 /// Running tasks whose lease ended before now → pending, or → failed when no
 /// attempt is left, with their open tries closed; one statement, then the
 /// callbacks of those that failed (in the same transaction). Rows locked
@@ -1373,34 +1414,7 @@ pub(crate) async fn recover_expired(
     if inserts {
         mark_inserting(tx).await?;
     }
-    let stmt = tx
-        .prepare_cached(
-            "WITH expired AS ( \
-                 SELECT pos, attempt < max_attempts + attempts_before_retry AS again FROM tasks \
-                 WHERE state = 'running' AND lease_until < tc_now_ms($1) \
-                   AND ($3 OR callback_url IS NULL \
-                        OR attempt < max_attempts + attempts_before_retry) \
-                 FOR UPDATE SKIP LOCKED \
-             ), moved AS ( \
-                 UPDATE tasks t SET \
-                     state = CASE WHEN e.again THEN 'pending' ELSE 'failed' END, \
-                     next_run_at = CASE WHEN e.again THEN tc_now_ms($1) END, \
-                     finished_at = CASE WHEN e.again THEN NULL ELSE tc_now_ms($1) END, \
-                     lease_until = NULL, error = $2, updated_at = tc_now_ms($1), \
-                     ends = t.ends + CASE WHEN e.again THEN 0 ELSE 1 END \
-                 FROM expired e WHERE t.pos = e.pos \
-                 RETURNING t.id, t.attempt, t.pos, \
-                           NOT e.again AND t.callback_url IS NOT NULL AS asks_callback \
-             ), closed AS ( \
-                 UPDATE attempts a SET finished_at = tc_now_ms($1), error = $2, \
-                                       duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
-                 FROM moved m \
-                 WHERE a.task_id = m.id AND a.n = m.attempt AND a.finished_at IS NULL \
-             ) \
-             SELECT pos, asks_callback FROM moved",
-        )
-        .await
-        .map_err(db)?;
+    let stmt = tx.prepare_cached(RECOVER).await.map_err(db)?;
     let moved = tx
         .query(&stmt, &[&now, &INTERRUPTED, &inserts])
         .await
@@ -1415,7 +1429,8 @@ pub(crate) async fn recover_expired(
     Ok(moved.len())
 }
 
-/// Closes the open history row of try `n`.
+/// Writes the history row of try `n`, ended now (closing the open one a
+/// node of the previous version opened, if any).
 async fn close_attempt(
     tx: &Transaction<'_>,
     id: &TaskId,
@@ -1424,11 +1439,21 @@ async fn close_attempt(
     http_status: Option<u16>,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
+    // Closes the open row a node of schema 16 wrote at its claim, or
+    // writes the try's only row (schema step 19), from the task's start.
     let stmt = tx
         .prepare_cached(
-            "UPDATE attempts SET finished_at = tc_now_ms($1), http_status = $4, error = $5, \
-                                 duration_ms = greatest(tc_now_ms($1) - started_at, 0) \
-             WHERE task_id = $2 AND n = $3 AND finished_at IS NULL",
+            "WITH closed AS ( \
+                 UPDATE attempts SET finished_at = tc_now_ms($1), http_status = $4, error = $5, \
+                                     duration_ms = greatest(tc_now_ms($1) - started_at, 0) \
+                 WHERE task_id = $2 AND n = $3 AND finished_at IS NULL \
+                 RETURNING 1 \
+             ) \
+             INSERT INTO attempts (task_id, n, started_at, finished_at, http_status, error, \
+                                   duration_ms) \
+             SELECT t.id, $3, coalesce(t.started_at, tc_now_ms($1)), tc_now_ms($1), $4, $5, \
+                    greatest(tc_now_ms($1) - coalesce(t.started_at, tc_now_ms($1)), 0) \
+             FROM tasks t WHERE t.id = $2 AND NOT EXISTS (SELECT 1 FROM closed)",
         )
         .await
         .map_err(db)?;
@@ -1656,15 +1681,25 @@ pub(crate) async fn bulk_apply(
                                             next_run_at = NULL, ends = t.ends + 1, \
                                             error = CASE WHEN l.was = 'running' THEN $4 \
                                                          ELSE t.error END \
-                         FROM locked l WHERE t.pos = l.pos \
-                         RETURNING t.id, l.was, l.attempt, t.pos, \
+                         FROM locked l WHERE t.pos = ANY($2) AND t.pos = l.pos \
+                         RETURNING t.id, l.was, l.attempt, t.pos, t.started_at, \
                                    t.callback_url IS NOT NULL AS asks_callback \
                      ), closed AS ( \
                          UPDATE attempts a SET finished_at = tc_now_ms($1), error = $4, \
                                                duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
                          FROM moved m \
-                         WHERE m.was = 'running' AND a.task_id = m.id AND a.n = m.attempt \
+                         WHERE a.task_id = ANY (ARRAY(SELECT id FROM moved)) \
+                           AND m.was = 'running' AND a.task_id = m.id AND a.n = m.attempt \
                            AND a.finished_at IS NULL \
+                         RETURNING a.task_id \
+                     ), written AS ( \
+                         INSERT INTO attempts (task_id, n, started_at, finished_at, error, \
+                                               duration_ms) \
+                         SELECT m.id, m.attempt, coalesce(m.started_at, tc_now_ms($1)), \
+                                tc_now_ms($1), $4, \
+                                greatest(tc_now_ms($1) - coalesce(m.started_at, tc_now_ms($1)), 0) \
+                         FROM moved m \
+                         WHERE m.was = 'running' AND m.id NOT IN (SELECT task_id FROM closed) \
                      ) \
                      SELECT id, was = 'running', pos, asks_callback FROM moved",
                 )

@@ -15,6 +15,7 @@ mod database;
 mod grouped;
 mod idle;
 mod listing;
+mod plans;
 mod schedules;
 // Secrets sealed at rest (issue 41 item 3).
 mod sealed;
@@ -22,4 +23,6 @@ mod support;
 mod tenants;
 mod tls;
 mod upgrade;
+mod upgrade_hot;
+mod wal;
 mod workers;

@@ -1,0 +1,136 @@
+//! The hot statements' plans (issue 38, item 2): on a new schema and after
+//! 100,000 tasks in every state, analyzed by the store itself, neither the
+//! plan made for given values nor the generic one a pooled connection
+//! keeps reads `tasks` or `attempts` whole.
+
+use tc_store_pg::testing::{HotStatement, hot_statements};
+use tc_store_pg::{PgConfig, PgStore};
+
+use crate::support::{Raw, database};
+
+/// Fills the schema with `n` tasks (a multiple of 50,000): a quarter
+/// pending and due, one in twenty running, the rest ended, each ended or
+/// running one with its tries' rows, over 20 destinations (`h:80` among
+/// them). Positions within one transaction count up to 65,535, so 50,000 a
+/// transaction.
+async fn fill(raw: &Raw, n: i64) {
+    for part in 0..n / 50_000 {
+        let (from, to) = (part * 50_000 + 1, (part + 1) * 50_000);
+        raw.execute(&format!(
+            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
+                                attempt, created_at, updated_at, started_at, finished_at, \
+                                next_run_at, lease_until) \
+             SELECT uuid_send(gen_random_uuid()), 'fill-' || g, s.state, \
+                    'http://h' || CASE WHEN g % 20 = 0 THEN '' ELSE (g % 20)::text END || '/x', \
+                    '\\x7b7d', 3, 1000000000, \
+                    CASE WHEN s.state = 'pending' THEN 0 ELSE 1 END, g, g, \
+                    CASE WHEN s.state <> 'pending' THEN g END, \
+                    CASE WHEN s.state NOT IN ('pending', 'running') THEN g END, \
+                    CASE WHEN s.state = 'pending' THEN g END, \
+                    CASE WHEN s.state = 'running' THEN g + 30000 END \
+             FROM generate_series({from}, {to}) AS g, LATERAL (SELECT CASE \
+                 WHEN g % 20 < 5 THEN 'pending' WHEN g % 20 = 5 THEN 'running' \
+                 WHEN g % 20 < 14 THEN 'success' WHEN g % 20 < 18 THEN 'failed' \
+                 ELSE 'canceled' END AS state) AS s; \
+             INSERT INTO attempts (task_id, n, started_at, finished_at, duration_ms) \
+             SELECT id, 1, started_at, finished_at, 1 FROM tasks \
+             WHERE state NOT IN ('pending', 'running') AND created_at BETWEEN {from} AND {to};"
+        ))
+        .await
+        .unwrap();
+    }
+    raw.execute("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+}
+
+/// Prepares every hot statement on `raw`'s session, as a pooled
+/// connection keeps them (`hot0`, `hot1`, …).
+async fn prepare(raw: &Raw) {
+    for (k, statement) in hot_statements().iter().enumerate() {
+        raw.execute(&format!("PREPARE hot{k} AS {}", statement.sql))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", statement.name));
+    }
+}
+
+/// The plan of the `k`-th hot statement (prepared) in `mode`
+/// (`force_custom_plan`, `force_generic_plan`), as text lines.
+async fn plan(raw: &Raw, k: usize, statement: &HotStatement, mode: &str) -> Vec<String> {
+    raw.execute(&format!("SET plan_cache_mode = {mode}"))
+        .await
+        .unwrap();
+    let lines = raw
+        .client()
+        .query(&format!("EXPLAIN EXECUTE hot{k}({})", statement.args), &[])
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", statement.name))
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect();
+    raw.execute("RESET plan_cache_mode").await.unwrap();
+    lines
+}
+
+/// Every hot statement's plans in `modes` read no big table whole.
+async fn check(raw: &Raw, when: &str, modes: &[&str]) {
+    for (k, statement) in hot_statements().iter().enumerate() {
+        for mode in modes {
+            let lines = plan(raw, k, statement, mode).await;
+            let whole = lines.iter().find(|line| {
+                line.contains("Seq Scan on tasks") || line.contains("Seq Scan on attempts")
+            });
+            assert!(
+                whole.is_none(),
+                "{when}, {}, {mode}: {whole:?}\n{}",
+                statement.name,
+                lines.join("\n")
+            );
+        }
+    }
+}
+
+/// On a new schema the plans made for the values given (a statement's
+/// first executions) use the indexes. A generic plan made then may read
+/// the young table whole (it is guessed at a few pages, and is); once the
+/// store analyzed the grown table, the same prepared statements, in both
+/// modes, are planned again and use the indexes: a plan made young does
+/// not outlive the table's growth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hot_statements_use_indexes_on_a_new_schema_and_after_100000_tasks() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(tc_store_pg::SCHEMA_VERSION).await.unwrap();
+    let raw = Raw::connect(&db, None, Some(&schema)).await;
+    prepare(&raw).await;
+    check(&raw, "new schema", &["force_custom_plan"]).await;
+    for k in 0..hot_statements().len() {
+        plan(&raw, k, &hot_statements()[k], "force_generic_plan").await;
+    }
+
+    fill(&raw, 100_000).await;
+    let store = PgStore::open(
+        db.url(),
+        PgConfig {
+            schema: Some(schema.clone()),
+            pool_size: 2,
+            ..PgConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let analyzed = store.analyze_grown().await.unwrap();
+    assert!(analyzed.contains(&"tasks"), "{analyzed:?}");
+    assert!(
+        store.analyze_grown().await.unwrap().is_empty(),
+        "analyzed again with nothing changed"
+    );
+    check(
+        &raw,
+        "after 100,000 tasks",
+        &["force_custom_plan", "force_generic_plan"],
+    )
+    .await;
+    store.close();
+    drop(store);
+    db.cleanup().await.unwrap();
+}

@@ -1,0 +1,226 @@
+//! Schema step 19 (issue 38) on a live database: 200,000 tasks in every
+//! state, a node of schema 16 claiming and ending tasks before, during and
+//! after the upgrade, and nodes of both versions ending each other's tries
+//! afterwards: every try is in the history once, and the counts are exact.
+
+use std::time::Duration;
+
+use tc_model::store::{Completion, Guarded, TaskStore};
+use tc_model::{State, TaskId, Timestamp};
+use tc_store_pg::{PgConfig, PgStore};
+
+use crate::support::{Raw, database};
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// 200,000 tasks as schema 16 left them, in four transactions (positions
+/// within one count up to 65,535): pending and due, running (with the open
+/// history row a schema-16 claim wrote; every other one's lease already
+/// over), and ended ones with their closed rows.
+const FILL: &str = "
+INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, attempt,
+                   created_at, updated_at, started_at, finished_at, next_run_at, lease_until)
+SELECT uuid_send(gen_random_uuid()), 'old-' || g, s.state, 'http://h' || (g % 7) || '/x',
+       '\\x7b7d', 3, 1000000000, CASE WHEN s.state = 'pending' THEN 0 ELSE 1 END, g, g,
+       CASE WHEN s.state <> 'pending' THEN g END,
+       CASE WHEN s.state NOT IN ('pending', 'running') THEN g END,
+       CASE WHEN s.state = 'pending' THEN 0 END,
+       CASE WHEN s.state = 'running' THEN
+           CASE WHEN (g / 10) % 2 = 0 THEN 1 ELSE 9000000000000 END END
+FROM generate_series($1::bigint, $2::bigint) AS g, LATERAL (SELECT CASE
+    WHEN g % 10 < 3 THEN 'pending' WHEN g % 10 = 3 THEN 'running'
+    WHEN g % 10 < 7 THEN 'success' WHEN g % 10 < 9 THEN 'failed'
+    ELSE 'canceled' END AS state) AS s";
+
+/// The history rows of the tasks just filled: an open one per running
+/// task, a closed one per ended task.
+const FILL_ATTEMPTS: &str = "
+INSERT INTO attempts (task_id, n, started_at, finished_at, duration_ms)
+SELECT id, 1, started_at, finished_at, CASE WHEN finished_at IS NOT NULL THEN 0 END
+FROM tasks WHERE state <> 'pending'";
+
+/// A claim as a schema-16 node makes it: the task moves to running and
+/// its open history row is inserted; answers the task's id.
+const OLD_CLAIM: &str = "
+WITH due AS (
+    SELECT pos FROM tasks WHERE state = 'pending' AND destination = 'h1:80'
+      AND next_run_at <= 1 ORDER BY next_run_at, pos LIMIT 1 FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE tasks t SET state = 'running', attempt = t.attempt + 1, started_at = 5,
+                       lease_until = 9000000000000, next_run_at = NULL, updated_at = 5
+    FROM due WHERE t.pos = due.pos RETURNING t.id, t.attempt, t.started_at
+), opened AS (
+    INSERT INTO attempts (task_id, n, started_at) SELECT id, attempt, started_at FROM claimed
+)
+SELECT id FROM claimed";
+
+/// A success as a schema-16 node writes it, for the task `$1` on try 1.
+const OLD_COMPLETE: &str = "
+WITH done AS (
+    UPDATE tasks SET state = 'success', http_status = 200, finished_at = 6, updated_at = 6,
+                     lease_until = NULL, ends = ends + 1
+    WHERE id = $1 AND state = 'running' AND attempt = 1 RETURNING id
+)
+UPDATE attempts a SET finished_at = 6, http_status = 200, duration_ms = 1
+FROM done WHERE a.task_id = done.id AND a.n = 1 AND a.finished_at IS NULL";
+
+/// One round of the old node: claim a task and end it.
+async fn old_round(old: &Raw) -> Vec<u8> {
+    let row = old.client().query_one(OLD_CLAIM, &[]).await.unwrap();
+    let id: Vec<u8> = row.get(0);
+    old.client().execute(OLD_COMPLETE, &[&id]).await.unwrap();
+    id
+}
+
+fn task_id(bytes: &[u8]) -> TaskId {
+    TaskId::from_bytes(bytes.try_into().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tries() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(16).await.unwrap();
+    let old = Raw::connect(&db, None, Some(&schema)).await;
+    for part in 0..4i64 {
+        let (from, to) = (part * 50_000 + 1, (part + 1) * 50_000);
+        old.client().execute(FILL, &[&from, &to]).await.unwrap();
+    }
+    old.execute(FILL_ATTEMPTS).await.unwrap();
+    // Claimed by the old node before the upgrade, ended by a new one after.
+    let claimed_before = old.client().query_one(OLD_CLAIM, &[]).await.unwrap();
+    let claimed_before = task_id(&claimed_before.get::<_, Vec<u8>>(0));
+
+    let upgrade = tokio::spawn({
+        let (url, schema) = (db.url().to_owned(), schema.clone());
+        async move {
+            PgStore::open(
+                &url,
+                PgConfig {
+                    schema: Some(schema),
+                    pool_size: 2,
+                    clock: tc_store_pg::PgClock::Caller,
+                    ..PgConfig::default()
+                },
+            )
+            .await
+        }
+    });
+    let mut old_ended = vec![old_round(&old).await];
+    for _ in 0..10_000 {
+        if upgrade.is_finished() {
+            break;
+        }
+        old_ended.push(old_round(&old).await);
+    }
+    let store = upgrade.await.unwrap().unwrap();
+    // The old node goes on after the upgrade.
+    for _ in 0..5 {
+        old_ended.push(old_round(&old).await);
+    }
+
+    // A new node ends the old node's try: its open row is closed, no
+    // second row is written.
+    let now = Timestamp::from_millis(10);
+    let ended = store
+        .complete(
+            claimed_before,
+            1,
+            Completion::Success {
+                http_status: 200,
+                result: b"ok".to_vec(),
+                content_type: None,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ended, Guarded::Applied(State::Success));
+    let task = store.get(claimed_before).await.unwrap();
+    assert_eq!(task.attempts.len(), 1, "{:?}", task.attempts);
+    assert_eq!(task.attempts[0].http_status, Some(200));
+
+    // A new node's claim writes no row; its running task shows its open
+    // try; its end writes the one row.
+    let claimed = store
+        .claim_due(3, now, LEASE, tc_model::destination::ClaimGate::default())
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    for task in &claimed {
+        let running = store.get(task.id).await.unwrap();
+        assert_eq!(running.state, State::Running);
+        let open: Vec<_> = running
+            .attempts
+            .iter()
+            .filter(|a| a.finished_at.is_none())
+            .collect();
+        assert_eq!(open.len(), 1, "{:?}", running.attempts);
+        let answer = store
+            .complete(
+                task.id,
+                task.attempt,
+                Completion::Failed {
+                    reason: "http_400".into(),
+                    http_status: Some(400),
+                },
+                now,
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer, Guarded::Applied(State::Failed));
+        let done = store.get(task.id).await.unwrap();
+        assert_eq!(done.attempts.len(), 1, "{:?}", done.attempts);
+        assert_eq!(done.attempts[0].error.as_deref(), Some("http_400"));
+    }
+
+    // Recovery closes the old node's expired tries (half the running ones).
+    let recovered = store
+        .recover_expired(Timestamp::from_millis(1_000))
+        .await
+        .unwrap();
+    assert_eq!(recovered, 10_000);
+
+    // Every try once: no task has two rows for one try, none an open row
+    // unless it runs, and the old node's tasks each have their one row.
+    let doubled: i64 = old
+        .client()
+        .query_one(
+            "SELECT count(*) FROM (SELECT task_id, n FROM attempts \
+             GROUP BY task_id, n HAVING count(*) > 1) AS d",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(doubled, 0);
+    let open_not_running: i64 = old
+        .client()
+        .query_one(
+            "SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id \
+             WHERE a.finished_at IS NULL AND t.state <> 'running'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(open_not_running, 0);
+    for id in &old_ended {
+        let task = store.get(task_id(id)).await.unwrap();
+        assert_eq!(task.state, State::Success);
+        assert_eq!(task.attempts.len(), 1, "{:?}", task.attempts);
+    }
+
+    let counts = store.count_by_state().await.unwrap();
+    for row in old
+        .client()
+        .query("SELECT state, count(*) FROM tasks GROUP BY state", &[])
+        .await
+        .unwrap()
+    {
+        let state: State = row.get::<_, String>(0).parse().unwrap();
+        assert_eq!(counts.get(state) as i64, row.get::<_, i64>(1), "{state}");
+    }
+    store.close();
+    drop(store);
+    db.cleanup().await.unwrap();
+}

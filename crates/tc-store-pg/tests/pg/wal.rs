@@ -1,0 +1,102 @@
+//! The workload `xtask/perf/pg-wal-per-task-38.sh` reads the WAL of
+//! (issue 38): tasks submitted one by one from 64 callers (grouped by the
+//! store as a node's would be), then drained by claims of 32 whose
+//! completions run concurrently (with `TC_WAL_HEARTBEAT=1`, one heartbeat
+//! per try between its claim and its end). Ignored in ordinary runs; the script runs
+//! it with `--ignored` and `TC_WAL_KEEP=1`, which keeps the schema for
+//! `pg_waldump` and prints the WAL positions around the work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tc_model::store::{Completion, Guarded, TaskStore};
+use tc_model::{State, Timestamp};
+use tc_store_pg::{PgConfig, PgStore};
+
+use crate::support::{database, new_task};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run by xtask/perf/pg-wal-per-task-38.sh"]
+async fn wal_workload_ends_every_task() {
+    let Some(db) = database().await else { return };
+    let tasks: usize = std::env::var("TC_WAL_TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3_000);
+    // One heartbeat per try between its claim and its end (TC_WAL_HEARTBEAT=1).
+    let heartbeat = std::env::var("TC_WAL_HEARTBEAT").is_ok_and(|v| v == "1");
+    let schema = db.fresh_schema();
+    let store = Arc::new(
+        PgStore::open(
+            db.url(),
+            PgConfig {
+                schema: Some(schema.clone()),
+                pool_size: 16,
+                ..PgConfig::default()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let lsn = || db.query_i64("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint");
+    let start = lsn().await.unwrap().unwrap();
+    let now = Timestamp::default();
+    let mut callers = tokio::task::JoinSet::new();
+    for caller in 0..64 {
+        let store = Arc::clone(&store);
+        callers.spawn(async move {
+            for k in (caller..tasks).step_by(64) {
+                store
+                    .submit(new_task(&format!("w-{k}")), now)
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(done) = callers.join_next().await {
+        done.unwrap();
+    }
+    let mut ended = 0;
+    for _ in 0..tasks {
+        if ended == tasks {
+            break;
+        }
+        let claimed = store
+            .claim_due(32, now, Duration::from_secs(60), Default::default())
+            .await
+            .unwrap();
+        if heartbeat {
+            let running = claimed.iter().map(|t| (t.id, t.attempt)).collect();
+            let lost = store
+                .heartbeat(running, now, Duration::from_secs(60))
+                .await
+                .unwrap();
+            assert!(lost.is_empty(), "{lost:?}");
+        }
+        let mut completions = tokio::task::JoinSet::new();
+        for task in claimed {
+            let store = Arc::clone(&store);
+            completions.spawn(async move {
+                let success = Completion::Success {
+                    http_status: 200,
+                    result: b"{}".to_vec(),
+                    content_type: None,
+                };
+                store.complete(task.id, task.attempt, success, now).await
+            });
+        }
+        while let Some(answer) = completions.join_next().await {
+            assert_eq!(answer.unwrap().unwrap(), Guarded::Applied(State::Success));
+            ended += 1;
+        }
+    }
+    assert_eq!(ended, tasks);
+    let end = lsn().await.unwrap().unwrap();
+    #[allow(clippy::print_stdout)]
+    {
+        println!("WAL {start} {end} {tasks} {schema}");
+    }
+    if std::env::var("TC_WAL_KEEP").is_err() {
+        db.cleanup().await.unwrap();
+    }
+}
