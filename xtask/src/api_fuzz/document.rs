@@ -426,6 +426,13 @@ mod tests {
         }
         rewrite_origin(&mut restored, "http://127.0.0.1:4567", EXAMPLE_ORIGIN);
         restored["paths"]["/admin/backup"] = original["paths"]["/admin/backup"].clone();
+        let settings = "/components/schemas/DestinationSettings/properties";
+        for pem in ["client_cert", "client_key", "ca_certs"] {
+            let pointer = format!("{settings}/{pem}");
+            assert!(copy.pointer(&pointer).is_none(), "{pem} left out");
+            restored.pointer_mut(settings).unwrap()[pem] =
+                original.pointer(&pointer).unwrap().clone();
+        }
         assert_eq!(restored, original);
     }
 
