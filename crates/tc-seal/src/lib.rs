@@ -229,10 +229,7 @@ mod tests {
     #[test]
     fn opening_follows_the_listed_keys() {
         fn check(sealer: &Sealer, stored: &str, want: Result<&str, SealError>) {
-            assert_eq!(
-                sealer.open(stored).as_deref(),
-                want.as_deref().map_err(|e| e)
-            );
+            assert_eq!(sealer.open(stored), want.map(str::to_owned));
         }
         let old = Sealer::new(vec![key(1)]);
         let sealed = old.seal("v").unwrap();

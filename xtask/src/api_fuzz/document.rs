@@ -28,6 +28,13 @@
 //!   bounds are held by spec_bounds.rs and its answers by the black-box
 //!   tests (tests/blackbox/backup.rs).
 //!
+//! - A destination's `client_cert`, `client_key` and `ca_certs` are left out
+//!   of its settings: they are PEM whose validity (X.509, a key that is the
+//!   certificate's) no schema says, so every generated one is refused and
+//!   schemathesis would see the whole operation as mismatched. Their
+//!   refusals are held by spec_bounds.rs and tc-http's unit table, their
+//!   use by the black-box tests (tests/blackbox/client_certs.rs).
+//!
 //! Everything else (lengths, ranges, enums, the dot-segment rule, closed
 //! objects) is the document's own, so the server is fuzzed against what it
 //! publishes; the narrowed bounds themselves are held to the server by
@@ -131,6 +138,20 @@ pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value
     seed_parameter(&mut doc, "KeyId", 1, |o| {
         (o == "revokeTenantKey").then(|| seeds.key_id.clone())
     })?;
+
+    let settings = pointer_mut(
+        &mut doc,
+        "/components/schemas/DestinationSettings/properties",
+    )?
+    .as_object_mut()
+    .ok_or("docs/openapi.yaml: DestinationSettings has no properties")?;
+    for pem in ["client_cert", "client_key", "ca_certs"] {
+        if settings.remove(pem).is_none() {
+            return Err(format!(
+                "docs/openapi.yaml: DestinationSettings has no {pem}"
+            ));
+        }
+    }
 
     let paths = doc["paths"]
         .as_object_mut()
@@ -405,6 +426,13 @@ mod tests {
         }
         rewrite_origin(&mut restored, "http://127.0.0.1:4567", EXAMPLE_ORIGIN);
         restored["paths"]["/admin/backup"] = original["paths"]["/admin/backup"].clone();
+        let settings = "/components/schemas/DestinationSettings/properties";
+        for pem in ["client_cert", "client_key", "ca_certs"] {
+            let pointer = format!("{settings}/{pem}");
+            assert!(copy.pointer(&pointer).is_none(), "{pem} left out");
+            restored.pointer_mut(settings).unwrap()[pem] =
+                original.pointer(&pointer).unwrap().clone();
+        }
         assert_eq!(restored, original);
     }
 
