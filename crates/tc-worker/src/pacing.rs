@@ -58,6 +58,10 @@ pub(crate) struct Pacing {
     threshold: u32,
     /// Successes counted towards the next increase.
     successes: u32,
+    /// Answers still due from calls that were in flight at the last
+    /// decrease: their throttles are the same overload, already answered
+    /// (one decrease per window, as TCP halves once per round trip).
+    recovering: u64,
     /// What the server's last rate-limit fields said.
     remaining: Option<u64>,
     reset_at: Option<Timestamp>,
@@ -84,7 +88,10 @@ impl Pacing {
                 paced = Some(Paced::RateLimit);
             }
         }
+        let before_decrease = self.recovering > 0;
+        self.recovering = self.recovering.saturating_sub(1);
         match signal {
+            Signal::Throttled if before_decrease => {}
             Signal::Throttled => {
                 let current = self
                     .window
@@ -93,6 +100,7 @@ impl Pacing {
                 self.window = Some(halved);
                 self.threshold = halved;
                 self.successes = 0;
+                self.recovering = in_flight.saturating_sub(1);
                 paced = paced.or(Some(Paced::Throttled));
             }
             Signal::Success => self.grow(ceiling),
@@ -203,20 +211,44 @@ mod tests {
     #[test]
     fn throttling_halves_and_successes_add_one_per_window() {
         use Signal::*;
+        // After a decrease, the answers of the calls then in flight.
+        let settle = |n: usize, window: u32| vec![(Other, 1, Some(window)); n];
+        let mut steps = vec![(Success, 10, None), (Throttled, 10, Some(5))];
+        steps.extend(settle(9, 5));
+        steps.push((Throttled, 5, Some(2)));
+        steps.extend(settle(4, 2));
+        steps.push((Throttled, 2, Some(1)));
+        steps.extend(settle(1, 1));
+        steps.extend([
+            (Throttled, 1, Some(1)),
+            // One window of one success: 2; of two: 3.
+            (Success, 1, Some(2)),
+            (Success, 1, Some(2)),
+            (Success, 1, Some(3)),
+            (Other, 1, Some(3)),
+        ]);
+        check(None, 100, &steps);
+    }
+
+    #[test]
+    fn throttles_of_calls_already_in_flight_halve_once() {
+        use Signal::*;
         check(
             None,
             100,
             &[
-                (Success, 10, None),
-                (Throttled, 10, Some(5)),
-                (Throttled, 5, Some(2)),
-                (Throttled, 2, Some(1)),
-                (Throttled, 1, Some(1)),
-                // One window of one success: 2; of two: 3.
-                (Success, 1, Some(2)),
-                (Success, 1, Some(2)),
-                (Success, 1, Some(3)),
-                (Other, 1, Some(3)),
+                // 8 in flight: the first 429 halves to 4; the other seven
+                // calls were sent before it, their 429s are the same overload.
+                (Throttled, 8, Some(4)),
+                (Throttled, 7, Some(4)),
+                (Throttled, 6, Some(4)),
+                (Success, 5, Some(4)),
+                (Throttled, 4, Some(4)),
+                (Throttled, 3, Some(4)),
+                (Throttled, 2, Some(4)),
+                (Throttled, 1, Some(4)),
+                // A call sent after the decrease: a new overload.
+                (Throttled, 4, Some(2)),
             ],
         );
     }

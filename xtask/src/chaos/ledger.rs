@@ -119,7 +119,9 @@ enum Kind {
     Ok,
     /// 200 after 300 ms.
     Slow,
-    /// 503, then 200.
+    /// 500, then 200 (a 500, not a 503: a 503 without rate-limit fields
+    /// also halves the destination's calls in flight, issue 40's pacing,
+    /// and this run checks what failures lose, not flow control).
     Flaky,
     /// 400: failed, never retried.
     Bad,
@@ -160,7 +162,7 @@ impl Kind {
                 Duration::from_millis(300),
                 Reply::status(200),
             )),
-            Kind::Flaky => vec![Step::Reply(Reply::status(503))],
+            Kind::Flaky => vec![Step::Reply(Reply::status(500))],
             Kind::Bad => many(Step::Reply(Reply::status(400))),
             Kind::Broken => many(Step::Reply(Reply::status(500))),
             Kind::Hang => many(Step::Hang),
