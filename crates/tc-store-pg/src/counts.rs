@@ -2,9 +2,11 @@
 //! wait on one another; one node at a time folds them into totals, which
 //! only the fold writes; a count reads both.
 //!
-//! Each store runs [`fold_loop`]: every [`FOLD_EVERY`], if this node changed
-//! states since its last fold, it folds whatever deltas any node appended.
-//! An idle node folds nothing and sends no query.
+//! Each store runs [`fold_loop`], which folds only on the upkeep leader
+//! (leader.rs): every [`FOLD_EVERY`], if this node changed states since its
+//! last fold, or one look says another node appended deltas, it folds
+//! whatever deltas any node appended. A node that does not lead sends no
+//! query; an idle leader sends one a second.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,11 +117,13 @@ pub(crate) async fn fold_counts(client: &mut Client) -> Result<usize, StoreError
     Ok(rows.len())
 }
 
-/// Folds the deltas every [`FOLD_EVERY`] while `changed` says this node
-/// wrote since the last fold, until `stop` changes or its sender is gone.
+/// Folds the deltas every [`FOLD_EVERY`] while this node leads upkeep and
+/// deltas wait (this node wrote since the last fold, or the look finds
+/// some), until `stop` changes or its sender is gone.
 pub(crate) async fn fold_loop(
     pool: Pool,
     changed: Arc<AtomicBool>,
+    leading: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(FOLD_EVERY);
@@ -129,11 +133,17 @@ pub(crate) async fn fold_loop(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        if !changed.swap(false, Ordering::Relaxed) {
+        if !*leading.borrow() {
+            // The leader folds every node's deltas; ours wait for it.
+            changed.store(false, Ordering::Relaxed);
             continue;
         }
+        let local = changed.swap(false, Ordering::Relaxed);
         let folded = async {
             let mut client = pool.get().await.map_err(pool_error)?;
+            if !local && !deltas_wait(&client).await? {
+                return Ok(0);
+            }
             fold_counts(&mut client).await
         };
         if let Err(e) = folded.await {
@@ -142,6 +152,21 @@ pub(crate) async fn fold_loop(
             tracing::warn!(error = %e, "store_count_fold_failed");
         }
     }
+}
+
+/// Whether any node appended deltas not folded yet (one index-free look at
+/// the first row).
+async fn deltas_wait(client: &Client) -> Result<bool, StoreError> {
+    let stmt = client
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM task_count_deltas)")
+        .await
+        .map_err(db)?;
+    client
+        .query_one(&stmt, &[])
+        .await
+        .map_err(db)?
+        .try_get(0)
+        .map_err(db)
 }
 
 fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {

@@ -27,7 +27,7 @@ use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
 use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
-use crate::{counts, destinations, schema};
+use crate::{analyze, counts, destinations, leader, schema};
 use crate::{read_ops, schedules, tenants, write_ops};
 
 /// The longest a listing waits for older inserts of tasks to end before it
@@ -65,6 +65,8 @@ pub struct PgStore {
     target: String,
     /// `PgConfig::callback_result_bytes`, for the writes that end tasks.
     callback_bytes: usize,
+    /// Whether this node leads upkeep now (leader.rs).
+    leading: watch::Receiver<bool>,
 }
 
 impl PgStore {
@@ -144,6 +146,13 @@ impl PgStore {
         let (events, _) = broadcast::channel(1024);
         let (stop, stopped) = watch::channel(false);
         let submitted = Arc::new(Notify::new());
+        let leading = leader::start(
+            pg.clone(),
+            tls.clone(),
+            config.leader_check,
+            stopped.clone(),
+        )
+        .await;
         tokio::spawn(notify::listen(
             pg,
             tls,
@@ -162,6 +171,12 @@ impl PgStore {
         tokio::spawn(counts::fold_loop(
             pool.clone(),
             Arc::clone(&states_changed),
+            leading.clone(),
+            stopped.clone(),
+        ));
+        tokio::spawn(analyze::analyze_loop(
+            pool.clone(),
+            leading.clone(),
             stopped,
         ));
         let completer = {
@@ -197,7 +212,14 @@ impl PgStore {
             _stop: stop,
             target,
             callback_bytes: config.callback_result_bytes,
+            leading,
         })
+    }
+
+    /// Whether this node leads upkeep now, as it changes: for tests that
+    /// wait for a hand-over.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        self.leading.clone()
     }
 
     /// What other nodes (and this one) announce: submits to claim, running
@@ -265,6 +287,10 @@ impl PgStore {
 }
 
 impl TaskStore for PgStore {
+    fn leads_upkeep(&self) -> bool {
+        *self.leading.borrow()
+    }
+
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         self.submitter.call((task, now)).await
     }
