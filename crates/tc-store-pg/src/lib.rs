@@ -38,6 +38,7 @@ mod filter;
 mod group_submit;
 mod leader;
 mod notify;
+mod pace;
 mod read_ops;
 mod rows;
 mod schedules;

@@ -27,6 +27,7 @@ use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
 use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
+use crate::pace::{self, Pace};
 use crate::{analyze, counts, destinations, leader, schema};
 use crate::{read_ops, schedules, tenants, write_ops};
 
@@ -163,7 +164,7 @@ impl PgStore {
         ));
         tokio::spawn(notify::announce_submits(
             pool.clone(),
-            channels.wake.clone(),
+            channels.clone(),
             Arc::clone(&submitted),
             stopped.clone(),
         ));
@@ -177,12 +178,14 @@ impl PgStore {
         tokio::spawn(analyze::analyze_loop(
             pool.clone(),
             leading.clone(),
-            stopped,
+            stopped.clone(),
         ));
+        let (pace_tx, pace) = watch::channel(Pace::for_nodes(1));
+        tokio::spawn(pace::count_loop(pool.clone(), pace_tx, stopped));
         let completer = {
             let (pool, states_changed) = (pool.clone(), Arc::clone(&states_changed));
             let callback_bytes = config.callback_result_bytes;
-            Batcher::start(COMPLETIONS, move |asked| {
+            Batcher::start(COMPLETIONS, pace.clone(), move |asked| {
                 completions::flush(
                     pool.clone(),
                     Arc::clone(&states_changed),
@@ -198,7 +201,7 @@ impl PgStore {
                 states_changed: Arc::clone(&states_changed),
                 submitted: Arc::clone(&submitted),
             };
-            Batcher::start(SUBMITS, move |asked| submitter.clone().flush(asked))
+            Batcher::start(SUBMITS, pace, move |asked| submitter.clone().flush(asked))
         };
         Ok(PgStore {
             pool,
@@ -214,6 +217,13 @@ impl PgStore {
             callback_bytes: config.callback_result_bytes,
             leading,
         })
+    }
+
+    /// Runs the leader's `ANALYZE` look once, now (tests; the leader runs
+    /// it every few seconds): the hot tables it analyzed.
+    #[cfg(feature = "testing")]
+    pub async fn analyze_stale_tables(&self) -> Result<Vec<String>, StoreError> {
+        analyze::analyze_stale(&self.client().await?).await
     }
 
     /// Whether this node leads upkeep now, as it changes: for tests that

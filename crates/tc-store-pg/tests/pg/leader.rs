@@ -75,3 +75,35 @@ async fn a_dead_leader_is_replaced_within_one_lease() {
     drop(a);
     db.cleanup().await.unwrap();
 }
+
+/// The leader's `ANALYZE` look: a hot table that changed by more than 500
+/// rows plus a tenth since its last analyze is analyzed; right after, it is
+/// not again. (The server's change counters are flushed by the writing
+/// session before it answers `pg_stat_force_next_flush()`'s next query.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_table_that_grew_is_analyzed_once() {
+    let Some(db) = database().await else { return };
+    let schema = db.fresh_schema();
+    let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let raw = Raw::connect(&db, None, Some(&schema)).await;
+    let rows: Vec<String> = (0..600)
+        .map(|n| Raw::insert_task_sql(&format!("k{n}")))
+        .collect();
+    raw.execute(&rows.join(";")).await.unwrap();
+    raw.execute("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+    raw.execute("SELECT 1").await.unwrap();
+    let analyzed = store.analyze_stale_tables().await.unwrap();
+    assert!(
+        analyzed.iter().any(|t| t == "tasks"),
+        "tasks not analyzed: {analyzed:?}"
+    );
+    let again = store.analyze_stale_tables().await.unwrap();
+    assert!(
+        !again.iter().any(|t| t == "tasks"),
+        "tasks analyzed twice: {again:?}"
+    );
+    drop(store);
+    db.cleanup().await.unwrap();
+}
