@@ -26,7 +26,7 @@ use std::time::Duration;
 /// The least time between two wake-up notifications of one node: submits
 /// within it share the next one. Another node learns of a submit at most
 /// this late; this node's worker is told at once, in-process.
-pub(crate) const WAKE_GAP: Duration = Duration::from_millis(5);
+pub(crate) const WAKE_GAP: Duration = Duration::from_millis(20);
 
 use deadpool_postgres::Pool;
 use tc_model::TaskId;
