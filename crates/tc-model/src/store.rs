@@ -718,6 +718,15 @@ pub trait TaskStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<Guarded, StoreError>> + Send;
 
+    /// Whether this process runs the store's upkeep now (lease recovery,
+    /// pruning): of several processes sharing one store, one at a time
+    /// does, and another takes over when it dies. A store only one process
+    /// opens always leads: the default. Upkeep stays correct run by two at
+    /// once (each write is guarded); leading only spares the repeats.
+    fn leads_upkeep(&self) -> bool {
+        true
+    }
+
     /// Running tasks whose lease ended before `now` → pending, or → failed
     /// with error `interrupted` when no attempt is left. Returns how many.
     fn recover_expired(

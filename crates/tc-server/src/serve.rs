@@ -475,7 +475,8 @@ async fn forward_notifications(
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match events.recv().await {
-            Ok(PgEvent::Wake) | Err(RecvError::Lagged(_)) => control.task_submitted(),
+            Ok(PgEvent::Wake) => control.woken_elsewhere(),
+            Err(RecvError::Lagged(_)) => control.task_submitted(),
             Ok(PgEvent::Canceled(id)) => control.canceled_elsewhere(id),
             Err(RecvError::Closed) => return,
         }

@@ -91,6 +91,13 @@ macro_rules! either {
 }
 
 impl TaskStore for AnyStore {
+    fn leads_upkeep(&self) -> bool {
+        match self {
+            AnyStore::Sqlite(s) => s.leads_upkeep(),
+            AnyStore::Postgres(s) => s.leads_upkeep(),
+        }
+    }
+
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         either!(self, s => s.submit(task, now))
     }

@@ -1,15 +1,23 @@
 //! Group commit: concurrent calls of one kind (completions, single submits)
 //! are queued and a few flushers each take whatever waits (up to a maximum)
 //! into one statement, so calls that arrive while a statement is in flight
-//! share the next one. No timer: a lone call goes out at once; grouping
-//! comes from the statements in flight, which is what lets load amortize
-//! round trips and commits. Each caller gets its own answer, in order.
+//! share the next one. Each caller gets its own answer, in order.
+//!
+//! How many flushers run, and whether a small group waits for company,
+//! follows the cluster's size ([`crate::pace`]): a lone node runs all of
+//! its flushers and never waits (a lone call goes out at once; grouping
+//! comes from the statements in flight); a node of several runs its share
+//! of the cluster's statements in flight, and a group smaller than
+//! [`crate::pace::GROUP`] waits up to the pace's linger for more, so the
+//! groups do not shrink as nodes are added.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tc_model::store::StoreError;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot, watch};
+
+use crate::pace::{GROUP, Pace};
 
 /// One call waiting for its statement.
 type Request<A, R> = (A, oneshot::Sender<Result<R, StoreError>>);
@@ -22,26 +30,36 @@ pub(crate) struct Batcher<A, R> {
 
 /// How a batcher runs.
 pub(crate) struct Shape {
-    /// Statements in flight at once (each on its own pooled connection).
+    /// The most statements in flight at once (each on its own pooled
+    /// connection); the pace may run fewer.
     pub(crate) flushers: usize,
     /// The most calls in one flush.
     pub(crate) max_batch: usize,
 }
 
 impl<A: Send + 'static, R: Send + 'static> Batcher<A, R> {
-    /// Starts the flushers; `flush` answers a batch item by item, in order
-    /// (an `Err` answers every caller of the batch with it).
-    pub(crate) fn start<F, Fut>(shape: Shape, flush: F) -> Batcher<A, R>
+    /// Starts the flushers, as many running as `pace` says; `flush`
+    /// answers a batch item by item, in order (an `Err` answers every
+    /// caller of the batch with it).
+    pub(crate) fn start<F, Fut>(
+        shape: Shape,
+        pace: watch::Receiver<Pace>,
+        flush: F,
+    ) -> Batcher<A, R>
     where
         F: Fn(Vec<A>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<Result<R, StoreError>>, StoreError>> + Send + 'static,
     {
         let (queue, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
-        for _ in 0..shape.flushers.max(1) {
+        for index in 0..shape.flushers.max(1) {
             tokio::spawn(flush_loop(
+                Flusher {
+                    index,
+                    max_batch: shape.max_batch.max(1),
+                    pace: pace.clone(),
+                },
                 Arc::clone(&rx),
-                shape.max_batch.max(1),
                 flush.clone(),
             ));
         }
@@ -60,28 +78,76 @@ impl<A: Send + 'static, R: Send + 'static> Batcher<A, R> {
     }
 }
 
-async fn flush_loop<A, R, F, Fut>(
-    rx: Arc<Mutex<mpsc::UnboundedReceiver<Request<A, R>>>>,
+/// One flusher's place among its batcher's.
+struct Flusher {
+    /// Runs while the pace's flushers are more than this.
+    index: usize,
     max_batch: usize,
+    pace: watch::Receiver<Pace>,
+}
+
+impl Flusher {
+    /// Waits while the pace leaves this flusher out; the linger to use.
+    /// A pace whose sender is gone keeps the last.
+    async fn run_turn(&mut self) -> std::time::Duration {
+        loop {
+            let pace = *self.pace.borrow_and_update();
+            if self.index < pace.flushers || self.pace.changed().await.is_err() {
+                return pace.linger;
+            }
+        }
+    }
+}
+
+/// The next batch: the first call, whatever waits behind it, and with a
+/// linger, what comes within it until [`GROUP`]. `None` once the queue is
+/// closed and empty.
+async fn next_batch<A, R>(
+    rx: &Mutex<mpsc::UnboundedReceiver<Request<A, R>>>,
+    max_batch: usize,
+    linger: std::time::Duration,
+) -> Option<Vec<Request<A, R>>> {
+    let mut rx = rx.lock().await;
+    let first = rx.recv().await?;
+    let mut batch = vec![first];
+    let take_waiting = |rx: &mut mpsc::UnboundedReceiver<Request<A, R>>,
+                        batch: &mut Vec<Request<A, R>>| {
+        while batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+    };
+    take_waiting(&mut rx, &mut batch);
+    if batch.len() < GROUP.min(max_batch) && !linger.is_zero() {
+        let until = tokio::time::Instant::now() + linger;
+        while batch.len() < GROUP.min(max_batch) {
+            tokio::select! {
+                next = rx.recv() => match next {
+                    Some(next) => batch.push(next),
+                    None => break,
+                },
+                () = tokio::time::sleep_until(until) => break,
+            }
+        }
+        take_waiting(&mut rx, &mut batch);
+    }
+    Some(batch)
+}
+
+async fn flush_loop<A, R, F, Fut>(
+    mut flusher: Flusher,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<Request<A, R>>>>,
     flush: F,
 ) where
     F: Fn(Vec<A>) -> Fut,
     Fut: Future<Output = Result<Vec<Result<R, StoreError>>, StoreError>>,
 {
     loop {
-        let batch = {
-            let mut rx = rx.lock().await;
-            let Some(first) = rx.recv().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < max_batch {
-                match rx.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
-                }
-            }
-            batch
+        let linger = flusher.run_turn().await;
+        let Some(batch) = next_batch(&rx, flusher.max_batch, linger).await else {
+            return;
         };
         let (asked, replies): (Vec<A>, Vec<_>) = batch.into_iter().unzip();
         match flush(asked).await {
@@ -115,11 +181,13 @@ mod tests {
         let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
         let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = Arc::clone(&sizes);
+        let (_pace, paced) = watch::channel(Pace::for_nodes(1));
         let batcher: Batcher<u32, u32> = Batcher::start(
             Shape {
                 flushers: 1,
                 max_batch: 100,
             },
+            paced,
             move |batch: Vec<u32>| {
                 let seen = Arc::clone(&seen);
                 let mut gate = gate_rx.clone();

@@ -38,6 +38,10 @@ pub struct PgConfig {
     /// (tc-server's `--callback-result-bytes`): the store builds the
     /// callback in the transaction that ends the task.
     pub callback_result_bytes: usize,
+    /// How often the upkeep leader pings its lock's connection (a failed
+    /// or hung ping ends its lead at once), and how long a node waits
+    /// before reconnecting that connection (leader.rs).
+    pub leader_check: Duration,
 }
 
 impl Default for PgConfig {
@@ -49,6 +53,7 @@ impl Default for PgConfig {
             schema: None,
             listen_retry: Duration::from_millis(500),
             callback_result_bytes: tc_model::callback::DEFAULT_RESULT_BYTES,
+            leader_check: Duration::from_secs(5),
         }
     }
 }

@@ -2,9 +2,11 @@
 //! wait on one another; one node at a time folds them into totals, which
 //! only the fold writes; a count reads both.
 //!
-//! Each store runs [`fold_loop`]: every [`FOLD_EVERY`], if this node changed
-//! states since its last fold, it folds whatever deltas any node appended.
-//! An idle node folds nothing and sends no query.
+//! Each store runs [`fold_loop`], which folds only on the upkeep leader
+//! (leader.rs): every [`FOLD_EVERY`], if this node changed states since its
+//! last fold, or one look says another node appended deltas, it folds
+//! whatever deltas any node appended. A node that does not lead sends no
+//! query; an idle leader sends one a second.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,36 +117,32 @@ pub(crate) async fn fold_counts(client: &mut Client) -> Result<usize, StoreError
     Ok(rows.len())
 }
 
-/// How many folding ticks between two checks of the statistics.
-const ANALYZE_EVERY_TICKS: u64 = 10;
-
-/// Folds the deltas every [`FOLD_EVERY`] while `changed` says this node
-/// wrote since the last fold (and every tenth such tick analyzes the
-/// tables that grew, [`crate::stats::analyze_grown`]), until `stop`
-/// changes or its sender is gone.
+/// Folds the deltas every [`FOLD_EVERY`] while this node leads upkeep and
+/// deltas wait (this node wrote since the last fold, or the look finds
+/// some), until `stop` changes or its sender is gone.
 pub(crate) async fn fold_loop(
     pool: Pool,
     changed: Arc<AtomicBool>,
+    leading: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(FOLD_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ticks: u64 = 0;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        if !changed.swap(false, Ordering::Relaxed) {
+        if !*leading.borrow() {
+            // The leader folds every node's deltas; ours wait for it.
+            changed.store(false, Ordering::Relaxed);
             continue;
         }
-        ticks += 1;
+        let local = changed.swap(false, Ordering::Relaxed);
         let folded = async {
             let mut client = pool.get().await.map_err(pool_error)?;
-            // Statistics follow the tables while they grow (stats.rs),
-            // checked every tenth tick this node wrote in.
-            if ticks.is_multiple_of(ANALYZE_EVERY_TICKS) {
-                crate::stats::analyze_grown(&client).await?;
+            if !local && !deltas_wait(&client).await? {
+                return Ok(0);
             }
             fold_counts(&mut client).await
         };
@@ -154,6 +152,21 @@ pub(crate) async fn fold_loop(
             tracing::warn!(error = %e, "store_count_fold_failed");
         }
     }
+}
+
+/// Whether any node appended deltas not folded yet (one index-free look at
+/// the first row).
+async fn deltas_wait(client: &Client) -> Result<bool, StoreError> {
+    let stmt = client
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM task_count_deltas)")
+        .await
+        .map_err(db)?;
+    client
+        .query_one(&stmt, &[])
+        .await
+        .map_err(db)?
+        .try_get(0)
+        .map_err(db)
 }
 
 fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {

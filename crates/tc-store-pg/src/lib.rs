@@ -18,10 +18,16 @@
 //! - State counts as appended deltas folded by one node at a time (no row two
 //!   writers fight over); listings wait only for transactions that insert
 //!   tasks.
+//! - One node at a time leads upkeep (a session advisory lock on a
+//!   connection of its own, [`leader`]): the count fold and `ANALYZE` of the
+//!   hot tables run there, and [`PgStore::leads_upkeep`] tells the worker
+//!   where to run lease recovery and pruning; the lead passes to another
+//!   node the moment the leader's session ends.
 //!
 //! With the `testing` feature (tests and xtask only) [`testing`] gives a
 //! test database with a schema per store.
 
+mod analyze;
 mod batcher;
 mod completions;
 mod config;
@@ -30,13 +36,14 @@ mod destinations;
 mod error;
 mod filter;
 mod group_submit;
+mod leader;
 mod notify;
+mod pace;
 mod read_ops;
 mod rows;
 mod schedules;
 mod schema;
 mod secrets;
-mod stats;
 mod store;
 mod tenants;
 #[cfg(feature = "testing")]

@@ -4,9 +4,15 @@
 //! Cancels are announced inside the cancel's own transaction (delivered on
 //! commit, never for a cancel that rolled back). Submit wake-ups are
 //! announced after commit by one task per store, coalesced: submits that
-//! arrive while a NOTIFY is on its way share the next one, so a burst of
-//! submits costs a few notifications, not one each (every NOTIFY takes a
-//! cluster-wide lock at commit).
+//! arrive while a NOTIFY is on its way, or within [`WAKE_GAP`] of the last
+//! one, share the next one, so a steady stream of submits costs a node at
+//! most one notification per gap, not one per grouped insert (every NOTIFY
+//! is a transaction of its own, takes a cluster-wide lock at commit, and
+//! wakes every other node's claim loop).
+//!
+//! A wake-up names the node that sent it, and a node ignores its own: its
+//! worker was told of its own submits in-process already, and the echo
+//! cost one more claim that found nothing.
 //!
 //! A notification can be lost (the listener's connection dropped); the
 //! worker's poll interval and its heartbeat, which finds tasks canceled
@@ -16,6 +22,11 @@
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The least time between two wake-up notifications of one node: submits
+/// within it share the next one. Another node learns of a submit at most
+/// this late; this node's worker is told at once, in-process.
+pub(crate) const WAKE_GAP: Duration = Duration::from_millis(20);
 
 use deadpool_postgres::Pool;
 use tc_model::TaskId;
@@ -39,6 +50,8 @@ pub enum PgEvent {
 pub(crate) struct Channels {
     pub(crate) wake: String,
     pub(crate) cancel: String,
+    /// This node's name in its wake-ups' payload (random per store).
+    pub(crate) node: String,
 }
 
 impl Channels {
@@ -46,6 +59,7 @@ impl Channels {
         Channels {
             wake: format!("tc_wake.{schema}"),
             cancel: format!("tc_cancel.{schema}"),
+            node: format!("{:016x}", fastrand::u64(..)),
         }
     }
 }
@@ -132,7 +146,8 @@ async fn listen_once(
 
 fn parse(channels: &Channels, channel: &str, payload: &str) -> Option<PgEvent> {
     if channel == channels.wake {
-        Some(PgEvent::Wake)
+        // Our own echo (an older node's wake-up names no node: heard).
+        (payload != channels.node).then_some(PgEvent::Wake)
     } else if channel == channels.cancel {
         payload.parse().ok().map(PgEvent::Canceled)
     } else {
@@ -145,10 +160,11 @@ fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// Sends one wake-up NOTIFY per burst of `pending` signals until `stop`.
+/// Sends one wake-up NOTIFY, naming `channels.node`, per burst of
+/// `pending` signals, at most one per [`WAKE_GAP`], until `stop`.
 pub(crate) async fn announce_submits(
     pool: Pool,
-    channel: String,
+    channels: Channels,
     pending: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -160,13 +176,21 @@ pub(crate) async fn announce_submits(
         let sent = async {
             let client = pool.get().await.map_err(|e| e.to_string())?;
             client
-                .execute("SELECT pg_notify($1, '')", &[&channel])
+                .execute(
+                    "SELECT pg_notify($1, $2)",
+                    &[&channels.wake, &channels.node],
+                )
                 .await
                 .map_err(|e| describe(&e))
         };
         if let Err(error) = sent.await {
             // Other nodes find the task at their next poll.
             tracing::warn!(error = %error, "store_wake_notify_failed");
+        }
+        // Submits meanwhile leave one signal, answered after the gap.
+        tokio::select! {
+            () = tokio::time::sleep(WAKE_GAP) => {}
+            _ = stop.changed() => return,
         }
     }
 }
@@ -178,6 +202,7 @@ mod tests {
     #[test]
     fn notifications_are_read_per_channel() {
         let channels = Channels::for_schema("s1");
+        let own = channels.node.clone();
         let id = TaskId::new(tc_model::Timestamp::from_millis(1), [7; 10]);
         let check = |channel: &str, payload: &str, want: Option<PgEvent>| {
             assert_eq!(
@@ -187,6 +212,8 @@ mod tests {
             );
         };
         check("tc_wake.s1", "", Some(PgEvent::Wake));
+        check("tc_wake.s1", "0123456789abcdef", Some(PgEvent::Wake));
+        check("tc_wake.s1", &own, None);
         check("tc_cancel.s1", &id.to_string(), Some(PgEvent::Canceled(id)));
         check("tc_cancel.s1", "not an id", None);
         check("tc_wake.s2", "", None);

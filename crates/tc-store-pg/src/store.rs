@@ -27,7 +27,8 @@ use crate::config::{PgClock, PgConfig};
 use crate::error::{OpenError, db, describe, pool};
 use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
-use crate::{counts, destinations, schema};
+use crate::pace::{self, Pace};
+use crate::{analyze, counts, destinations, leader, schema};
 use crate::{read_ops, schedules, tenants, write_ops};
 
 /// The longest a listing waits for older inserts of tasks to end before it
@@ -68,6 +69,8 @@ pub struct PgStore {
     /// Seals the secret columns on their way in and opens them on their
     /// way out ([`PgStore::seal_with`]); none until then.
     sealer: tc_seal::Sealer,
+    /// Whether this node leads upkeep now (leader.rs).
+    leading: watch::Receiver<bool>,
 }
 
 impl PgStore {
@@ -147,6 +150,13 @@ impl PgStore {
         let (events, _) = broadcast::channel(1024);
         let (stop, stopped) = watch::channel(false);
         let submitted = Arc::new(Notify::new());
+        let leading = leader::start(
+            pg.clone(),
+            tls.clone(),
+            config.leader_check,
+            stopped.clone(),
+        )
+        .await;
         tokio::spawn(notify::listen(
             pg,
             tls,
@@ -157,7 +167,7 @@ impl PgStore {
         ));
         tokio::spawn(notify::announce_submits(
             pool.clone(),
-            channels.wake.clone(),
+            channels.clone(),
             Arc::clone(&submitted),
             stopped.clone(),
         ));
@@ -165,12 +175,20 @@ impl PgStore {
         tokio::spawn(counts::fold_loop(
             pool.clone(),
             Arc::clone(&states_changed),
-            stopped,
+            leading.clone(),
+            stopped.clone(),
         ));
+        tokio::spawn(analyze::analyze_loop(
+            pool.clone(),
+            leading.clone(),
+            stopped.clone(),
+        ));
+        let (pace_tx, pace) = watch::channel(Pace::for_nodes(1));
+        tokio::spawn(pace::count_loop(pool.clone(), pace_tx, stopped));
         let completer = {
             let (pool, states_changed) = (pool.clone(), Arc::clone(&states_changed));
             let callback_bytes = config.callback_result_bytes;
-            Batcher::start(COMPLETIONS, move |asked| {
+            Batcher::start(COMPLETIONS, pace.clone(), move |asked| {
                 completions::flush(
                     pool.clone(),
                     Arc::clone(&states_changed),
@@ -186,7 +204,7 @@ impl PgStore {
                 states_changed: Arc::clone(&states_changed),
                 submitted: Arc::clone(&submitted),
             };
-            Batcher::start(SUBMITS, move |asked| submitter.clone().flush(asked))
+            Batcher::start(SUBMITS, pace, move |asked| submitter.clone().flush(asked))
         };
         Ok(PgStore {
             pool,
@@ -201,6 +219,7 @@ impl PgStore {
             target,
             callback_bytes: config.callback_result_bytes,
             sealer: tc_seal::Sealer::none(),
+            leading,
         })
     }
 
@@ -221,6 +240,19 @@ impl PgStore {
         Ok(report)
     }
 
+    /// Runs the leader's `ANALYZE` look once, now (tests; the leader runs
+    /// it every few seconds): the hot tables it analyzed.
+    #[cfg(feature = "testing")]
+    pub async fn analyze_stale_tables(&self) -> Result<Vec<String>, StoreError> {
+        analyze::analyze_stale(&self.client().await?).await
+    }
+
+    /// Whether this node leads upkeep now, as it changes: for tests that
+    /// wait for a hand-over.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        self.leading.clone()
+    }
+
     /// What other nodes (and this one) announce: submits to claim, running
     /// tasks canceled. A receiver that lags has missed some; it should treat
     /// that as a [`PgEvent::Wake`] and rely on the heartbeat for cancels.
@@ -231,15 +263,6 @@ impl PgStore {
     /// The database, as logs name it (without a password).
     pub fn target(&self) -> &str {
         &self.target
-    }
-
-    /// Analyzes the tables the hot statements read (`tasks`, `attempts`)
-    /// that grew or changed by a fifth since their last analyze, so their
-    /// plans follow the data (issue 38 item 2); answers the tables
-    /// analyzed. Cheap when none is due (one read of the server's
-    /// counters). Upkeep: one node at a time is enough.
-    pub async fn analyze_grown(&self) -> Result<Vec<&'static str>, StoreError> {
-        crate::stats::analyze_grown(&self.client().await?).await
     }
 
     /// Closes the pool's connections; operations after this fail as
@@ -295,6 +318,10 @@ impl PgStore {
 }
 
 impl TaskStore for PgStore {
+    fn leads_upkeep(&self) -> bool {
+        *self.leading.borrow()
+    }
+
     async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         self.submitter.call((task, now)).await
     }

@@ -105,6 +105,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_delayed_task_waits_for_its_time_and_keeps_its_schedule,
         submit_many_answers_each_item_as_submit_would,
         prune_deletes_old_finished_tasks_of_one_state_in_batches,
+        a_lone_store_leads_its_upkeep,
         list_filters_list_exactly_the_matching_tasks,
         bulk_actions_apply_to_what_their_filter_covers,
         bulk_actions_go_past_one_chunk,

@@ -59,7 +59,7 @@ use destinations::{
 use due_walk::a_due_task_runs_past_thousands_of_waiting_destinations;
 use faults::{
     claim_errors_back_off, clock_jump_mid_call_delivers_once, outcome_write_retried_until_it_lands,
-    panic_in_attempt_ends_it,
+    panic_in_attempt_ends_it, wake_ups_from_elsewhere_share_claims,
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
 use pacing::{
@@ -271,6 +271,7 @@ macro_rules! worker_scenarios {
             one_runner_per_task,
             outcome_write_retried_until_it_lands,
             claim_errors_back_off,
+            wake_ups_from_elsewhere_share_claims,
             panic_in_attempt_ends_it,
             clock_jump_mid_call_delivers_once,
             destination_cap_holds_while_other_hosts_run,

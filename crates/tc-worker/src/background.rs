@@ -184,8 +184,9 @@ fn stop_taken_away<S: TaskStore>(shared: &Shared<S>, lost: &[LeaseLost]) {
     }
 }
 
-/// Recovers expired leases every `every` (the first run is at start, by the
-/// claim loop).
+/// Recovers expired leases every `every` while the store says this process
+/// leads upkeep (the first run is at start, by the claim loop, on every
+/// process).
 async fn recover_loop<S: TaskStore>(
     shared: Arc<Shared<S>>,
     every: Duration,
@@ -198,7 +199,11 @@ async fn recover_loop<S: TaskStore>(
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tick.tick() => recover_once(&shared, lease).await,
+            // Of several nodes on one store, the upkeep leader recovers
+            // for all (the first recovery at start runs everywhere).
+            _ = tick.tick() => if shared.store.leads_upkeep() {
+                recover_once(&shared, lease).await;
+            },
         }
     }
 }

@@ -20,6 +20,24 @@ use crate::{ShutdownReport, WorkerConfig, WorkerError, background};
 /// The longest the claim loop waits after a failed claim.
 const CLAIM_BACKOFF_CAP: Duration = Duration::from_secs(5);
 
+/// The longest the claim loop waits for a useful number of free permits
+/// ([`useful_claim`]) once it holds one: a claim costs the store about the
+/// same for one task as for a few dozen (issue 38 item 3).
+const CLAIM_GATHER: Duration = Duration::from_millis(2);
+
+/// The least time between the start of a claim and one made for another
+/// process's wake-up (several nodes' announcements share one claim).
+const REMOTE_WAKE_GAP: Duration = Duration::from_millis(2);
+
+/// How many free permits make a claim worth its fixed cost without waiting
+/// longer: a quarter of the pool, at least 16, at most all of it. (At least
+/// 16, not 8: a node of three with a third of the slots then claims as many
+/// at a time as one node alone, so claims per task stay flat as nodes are
+/// added.)
+pub(crate) fn useful_claim(concurrency: usize) -> usize {
+    (concurrency / 4).max(16).min(concurrency.max(1))
+}
+
 /// What the loop does after a step.
 enum Next {
     /// Claim again.
@@ -40,6 +58,9 @@ struct ClaimLoop<S, D> {
     /// Doubles from the poll interval after each failed claim, up to
     /// CLAIM_BACKOFF_CAP; reset by the first claim that works.
     claim_backoff: Option<Duration>,
+    /// When the last claim began, and how many other processes' wake-ups
+    /// had come by then (those the claim saw).
+    last_claim: Option<(tokio::time::Instant, u64)>,
 }
 
 /// Claims due tasks while there are permits, runs them, and on stop drains.
@@ -60,6 +81,7 @@ pub(crate) async fn claim_loop<S: TaskStore, D: Downstream>(
         interrupt_all: CancellationToken::new(),
         attempts: JoinSet::new(),
         claim_backoff: None,
+        last_claim: None,
     };
     while let Next::Claim = this.round().await {}
     let report = this.drain().await;
@@ -124,6 +146,25 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
         while let Ok(p) = Arc::clone(&self.permits).try_acquire_owned() {
             held.push(p);
         }
+        // A few permits: wait a moment for more to free (attempts ending).
+        let useful = useful_claim(self.config.concurrency);
+        if held.len() < useful {
+            let until = tokio::time::Instant::now() + CLAIM_GATHER;
+            while held.len() < useful {
+                tokio::select! {
+                    biased;
+                    _ = self.stop.cancelled() => return None,
+                    permit = Arc::clone(&self.permits).acquire_owned() => match permit {
+                        Ok(permit) => held.push(permit),
+                        Err(_) => break,
+                    },
+                    () = tokio::time::sleep_until(until) => break,
+                }
+            }
+            while let Ok(p) = Arc::clone(&self.permits).try_acquire_owned() {
+                held.push(p);
+            }
+        }
         Some(held)
     }
 
@@ -137,6 +178,12 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
             background::read_settings(shared).await;
         }
         shared.begin_claim();
+        self.last_claim = Some((
+            tokio::time::Instant::now(),
+            shared
+                .remote_wakes
+                .load(std::sync::atomic::Ordering::SeqCst),
+        ));
         let now = shared.clock.now();
         let mut gate = shared.flow.gate(now);
         gate.tenants = shared.tenants.gate();
@@ -225,8 +272,29 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
                 _ = self.stop.cancelled() => return Next::Stop,
                 _ = shared.wake.notified() => return Next::Claim,
                 _ = tokio::time::sleep_until(wake_at) => return Next::Claim,
+                _ = shared.remote_wake.notified() => {
+                    if let Some(soonest) = self.remote_wake_claim_at() {
+                        wake_at = wake_at.min(soonest);
+                    }
+                }
                 Some(joined) = self.attempts.join_next(), if !self.attempts.is_empty() => log_join(joined),
             }
+        }
+    }
+
+    /// Another process's wake-up: when to claim for it, or `None` when the
+    /// last claim began after it came (that claim saw its task). Never
+    /// sooner than [`REMOTE_WAKE_GAP`] after the last claim began.
+    fn remote_wake_claim_at(&self) -> Option<tokio::time::Instant> {
+        let wakes = self
+            .ctx
+            .shared
+            .remote_wakes
+            .load(std::sync::atomic::Ordering::SeqCst);
+        match self.last_claim {
+            Some((_, seen)) if wakes <= seen => None,
+            Some((began, _)) => Some(began + REMOTE_WAKE_GAP),
+            None => Some(tokio::time::Instant::now()),
         }
     }
 
@@ -268,5 +336,24 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
 fn log_join(joined: Result<(), tokio::task::JoinError>) {
     if let Err(e) = joined {
         tracing::error!(error = %e, "attempt_task_failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_waits_for_a_quarter_of_the_pool_at_least_sixteen_at_most_all() {
+        let check = |concurrency: usize, want: usize| {
+            assert_eq!(useful_claim(concurrency), want, "concurrency {concurrency}");
+        };
+        check(0, 1);
+        check(1, 1);
+        check(8, 8);
+        check(16, 16);
+        check(21, 16);
+        check(64, 16);
+        check(256, 64);
     }
 }

@@ -103,8 +103,10 @@ pub struct Pruner {
 }
 
 impl Pruner {
-    /// Starts pruning `store` by `retention` on the current runtime. With
-    /// every state kept for good, nothing runs.
+    /// Starts pruning `store` by `retention` on the current runtime, on
+    /// the rounds when the store says this process leads upkeep
+    /// ([`TaskStore::leads_upkeep`]). With every state kept for good,
+    /// nothing runs.
     pub fn spawn<S: TaskStore>(
         store: Arc<S>,
         retention: Retention,
@@ -122,7 +124,11 @@ impl Pruner {
                         _ = stop.cancelled() => return,
                         _ = tick.tick() => {}
                     }
-                    prune_round(&*store, &retention, &clock, &metrics, &stop).await;
+                    // Of several nodes on one store, the upkeep leader
+                    // prunes for all.
+                    if store.leads_upkeep() {
+                        prune_round(&*store, &retention, &clock, &metrics, &stop).await;
+                    }
                 }
             })
         });

@@ -510,3 +510,39 @@ async fn submits_and_cancels_are_announced_to_other_nodes() {
     drop((a, b));
     db.cleanup().await.unwrap();
 }
+
+/// A node never hears its own submit's wake-up (its worker was told
+/// in-process; the echo cost a claim that found nothing), while the other
+/// node does. Deterministic through PostgreSQL's delivery order: A's
+/// listener gets every notification in commit order, so had A heard its
+/// submit's wake-up it would come before the cancel announced after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_does_not_hear_its_own_wake_up() {
+    let Some(db) = database().await else { return };
+    let schema = db.fresh_schema();
+    // Each listener's own Wake after connecting says it is listening.
+    let a = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let mut a_heard = a.subscribe();
+    next_event(&mut a_heard, PgEvent::Wake).await;
+    let b = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    let mut b_heard = b.subscribe();
+    next_event(&mut b_heard, PgEvent::Wake).await;
+
+    let now = Timestamp::default();
+    let task = a.submit(new_task("run"), now).await.unwrap().task;
+    // B heard it, so the wake-up was committed and delivered.
+    next_event(&mut b_heard, PgEvent::Wake).await;
+    let claimed = a
+        .claim_due(1, now, LEASE, tc_model::destination::ClaimGate::default())
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].id, task.id);
+    a.cancel(task.id, now).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), a_heard.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, PgEvent::Canceled(task.id), "A heard its own wake-up");
+    drop((a, b));
+    db.cleanup().await.unwrap();
+}

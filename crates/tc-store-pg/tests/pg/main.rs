@@ -14,6 +14,7 @@ mod contract;
 mod database;
 mod grouped;
 mod idle;
+mod leader;
 mod listing;
 mod plans;
 mod schedules;

@@ -118,10 +118,10 @@ async fn the_hot_statements_use_indexes_on_a_new_schema_and_after_100000_tasks()
     )
     .await
     .unwrap();
-    let analyzed = store.analyze_grown().await.unwrap();
-    assert!(analyzed.contains(&"tasks"), "{analyzed:?}");
+    let analyzed = store.analyze_stale_tables().await.unwrap();
+    assert!(analyzed.iter().any(|t| t == "tasks"), "{analyzed:?}");
     assert!(
-        store.analyze_grown().await.unwrap().is_empty(),
+        store.analyze_stale_tables().await.unwrap().is_empty(),
         "analyzed again with nothing changed"
     );
     check(

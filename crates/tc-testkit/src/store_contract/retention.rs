@@ -143,3 +143,12 @@ pub async fn prune_deletes_old_finished_tasks_of_one_state_in_batches<S: TaskSto
     create(&store, new_task("old-0"), at(6_000)).await?;
     Ok(())
 }
+
+/// A store opened by one process alone leads its upkeep (lease recovery,
+/// pruning) from its first moment: nothing waits for a lead no one else
+/// could take. (Several processes on one PostgreSQL schema: one leads,
+/// tc-store-pg's `leader` test.)
+pub async fn a_lone_store_leads_its_upkeep<S: TaskStore>(store: S) -> Verdict {
+    ensure_eq!(store.leads_upkeep(), true, "a lone store's lead");
+    Ok(())
+}

@@ -215,3 +215,47 @@ pub(super) async fn clock_jump_mid_call_delivers_once<S: TaskStore, D: Downstrea
     ensure!(task.attempt == 1, "attempt {}", task.attempt);
     Ok(())
 }
+
+/// Other processes' wake-ups (PostgreSQL's NOTIFY of another node's
+/// submits) wake an idle claim loop, which never polls here: the task they
+/// announce runs. A burst of them costs a claim or two, not one each
+/// (issue 38 item 3: a wake-up the last claim already covered costs
+/// nothing).
+pub(super) async fn wake_ups_from_elsewhere_share_claims<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    let store = Arc::new(GatedStore::new(Arc::clone(&rig.store)));
+    rig.script
+        .plan("/elsewhere", [Step::Reply(Reply::status(200))]);
+    let worker = Worker::spawn(
+        Arc::clone(&store),
+        Arc::clone(&rig.downstream),
+        tc_worker::WorkerConfig {
+            poll_interval: Duration::from_secs(3600),
+            ..rig.config()
+        },
+        rig.clock.clone(),
+        WorkerMetrics::default(),
+    );
+    let mut events = worker.control().subscribe();
+    // The first claim, at start, finds nothing; then the loop sleeps.
+    for _ in 0..1_000 {
+        if store.claims() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    ensure!(store.claims() > 0, "the worker never claimed");
+    let before = store.claims();
+    // Submitted through the store alone: only the wake-ups tell the worker.
+    let task = rig.submit("/elsewhere", "k-elsewhere").await?;
+    for _ in 0..20 {
+        worker.control().woken_elsewhere();
+    }
+    let ended = wait_terminal(&mut events, task.id).await?;
+    let claims = store.claims() - before;
+    stop(worker).await?;
+    ensure!(ended.state == State::Success, "ended {}", ended.state);
+    ensure!(claims <= 3, "{claims} claims for 20 wake-ups");
+    Ok(())
+}
