@@ -158,6 +158,14 @@ fn load_where(
     }
 }
 
+/// Whether a task has `id` (one probe of the id index).
+pub(crate) fn exists(conn: &Connection, id: &TaskId) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1)")
+        .map_err(db)?
+        .query_row([id.as_bytes()], |row| row.get(0))
+        .map_err(db)
+}
+
 /// Every try of the task, oldest first. A try's row is written once, when
 /// it ends (schema step 21): a running task's current try is its own
 /// attempt and start, shown last and open.
