@@ -229,9 +229,9 @@ impl TaskStore for SqliteStore {
             if let Some(acting) = tasks.first().and_then(NewTask::acting) {
                 crate::tenants::check_acting(conn, &acting)?;
             }
-            // One multi-row INSERT per chunk (write_ops::submit_all); it
-            // fails the command when the store failed under an item.
-            let answers = write_ops::submit_all(conn, &tasks, &rows, now)?;
+            // One multi-row INSERT per chunk (batch_submit::submit_all);
+            // it fails the command when the store failed under an item.
+            let answers = crate::batch_submit::submit_all(conn, &tasks, &rows, now)?;
             Ok((answers, tasks))
         })
         .await
