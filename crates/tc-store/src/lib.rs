@@ -22,6 +22,7 @@
 //! counter (the `writer_cost` example; docs/performance.md, issue 26).
 
 pub mod backup;
+mod batch_submit;
 mod config;
 mod destinations;
 mod filter;

@@ -11,10 +11,11 @@ use tc_model::{State, Task, TaskId, Timestamp};
 use crate::filter::FilterSql;
 use crate::rows::{self, db, listed_columns, parse_state, task_from_row};
 
-/// The earliest due time, read from the first entry of `tasks_due` (pinned:
-/// see [`crate::destinations::DUE_OF`]).
-pub(crate) const NEXT_DUE: &str =
-    "SELECT min(next_run_at) FROM tasks INDEXED BY tasks_due WHERE state = 'pending'";
+/// The earliest due time: the least of the destinations' earliest due
+/// times, which `destination_tasks` keeps exactly (one row per destination
+/// with pending or running tasks). Schema step 23 dropped `tasks_due`,
+/// which every submit and claim paid an index entry for.
+pub(crate) const NEXT_DUE: &str = "SELECT min(next_due) FROM destination_tasks";
 
 /// Counts per state, in one statement (one snapshot), from what the
 /// triggers keep: pending and running as the sums over `destination_tasks`
@@ -95,7 +96,7 @@ pub(crate) fn list(conn: &mut Connection, query: &ListQuery) -> Result<Page, Sto
     );
     let mut tasks = Vec::with_capacity(found.len());
     for mut stored in found {
-        stored.task.attempts = rows::attempts_of(&tx, &stored.task.id)?;
+        stored.task.attempts = rows::attempts_of(&tx, &stored.task)?;
         tasks.push(stored.task);
     }
     tx.finish().map_err(db)?;

@@ -151,18 +151,29 @@ fn load_where(
         .transpose()?;
     match found {
         Some(mut stored) => {
-            stored.task.attempts = attempts_of(conn, &stored.task.id)?;
+            stored.task.attempts = attempts_of(conn, &stored.task)?;
             Ok(Some(stored))
         }
         None => Ok(None),
     }
 }
 
-/// Every try of the task, oldest first.
+/// Whether a task has `id` (one probe of the id index).
+pub(crate) fn exists(conn: &Connection, id: &TaskId) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1)")
+        .map_err(db)?
+        .query_row([id.as_bytes()], |row| row.get(0))
+        .map_err(db)
+}
+
+/// Every try of the task, oldest first. A try's row is written once, when
+/// it ends (schema step 23): a running task's current try is its own
+/// attempt and start, shown last and open.
 pub(crate) fn attempts_of(
     conn: &Connection,
-    id: &TaskId,
+    task: &Task,
 ) -> Result<Vec<AttemptRecord>, StoreError> {
+    let id = &task.id;
     let mut stmt = conn
         .prepare_cached(
             "SELECT n, started_at, finished_at, http_status, error, duration_ms \
@@ -184,6 +195,16 @@ pub(crate) fn attempts_of(
         .into_attempt()
         .map_err(corrupt)?;
         attempts.push(attempt);
+    }
+    if task.state == State::Running {
+        attempts.push(AttemptRecord {
+            n: task.attempt,
+            started_at: task.started_at.unwrap_or(task.updated_at),
+            finished_at: None,
+            http_status: None,
+            error: None,
+            duration_ms: None,
+        });
     }
     Ok(attempts)
 }

@@ -704,6 +704,25 @@ ALTER TABLE destinations ADD COLUMN client_key TEXT;
 ALTER TABLE destinations ADD COLUMN ca_certs TEXT;
 ";
 
+/// Step 22 → 23 (issue 44, the writer's work per task):
+///
+/// - A try's history row is written once, whole, when the try ends (a
+///   completion, a cancel, a release, an expired lease); a claim writes
+///   none, so a try costs one insert instead of an insert and an update.
+///   While it runs, reads show it from the task's own `attempt` and
+///   `started_at` (`rows::attempts_of`). The open rows that earlier
+///   versions wrote for the tasks running now are deleted: the task row
+///   holds the same number and start, and their end writes them again.
+/// - `tasks_due` goes: the earliest due time is the least of
+///   `destination_tasks.next_due`, which step 12's triggers keep exactly,
+///   and every submit and claim paid one entry of it.
+const V23_TRIES_WRITTEN_ONCE: &str = "
+DELETE FROM attempts
+WHERE finished_at IS NULL
+  AND task_id IN (SELECT id FROM tasks WHERE state = 'running');
+DROP INDEX tasks_due;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -728,6 +747,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V20_SCHEDULE_ERRORS,
     V21_AUTH,
     V22_CLIENT_TLS,
+    V23_TRIES_WRITTEN_ONCE,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -1270,7 +1290,7 @@ mod tests {
                 crate::destinations::NEXT_WAITING,
                 "destination_tasks_waiting",
             ),
-            (crate::read_ops::NEXT_DUE, "tasks_due"),
+            (crate::read_ops::NEXT_DUE, "destination_tasks"),
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
             (crate::write_ops::OPEN_TASKS_OF, "tasks_open_by_tenant"),

@@ -250,13 +250,9 @@ impl TaskStore for SqliteStore {
             if let Some(acting) = tasks.first().and_then(NewTask::acting) {
                 crate::tenants::check_acting(conn, &acting)?;
             }
-            let mut answers = Vec::with_capacity(tasks.len());
-            for (task, row) in tasks.iter().zip(&rows) {
-                match write_ops::submit_prepared(conn, row, task, now) {
-                    Err(e @ StoreError::Unavailable(_)) => return Err(e),
-                    answer => answers.push(answer),
-                }
-            }
+            // One multi-row INSERT per chunk (batch_submit::submit_all);
+            // it fails the command when the store failed under an item.
+            let answers = crate::batch_submit::submit_all(conn, &tasks, &rows, now)?;
             Ok((answers, tasks))
         })
         .await

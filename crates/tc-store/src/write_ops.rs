@@ -31,7 +31,8 @@ pub(crate) const CANCELED: &str = "canceled";
 /// The running tasks whose lease ended, through the partial index
 /// `tasks_leased` (pinned for the same reason as the claim's queries, see
 /// [`crate::destinations::DUE_OF`]).
-pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts + attempts_before_retry \
+pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts + attempts_before_retry, \
+                                   started_at \
      FROM tasks INDEXED BY tasks_leased \
      WHERE state = 'running' AND lease_until < ?1";
 
@@ -105,10 +106,10 @@ impl Made {
 /// url, encoding JSON): made by the caller before the command is queued,
 /// so that the writer thread only binds them.
 pub(crate) struct SubmitRow {
-    destination: String,
-    headers: Option<String>,
-    trace: Option<String>,
-    callback_on: Option<String>,
+    pub(crate) destination: String,
+    pub(crate) headers: Option<String>,
+    pub(crate) trace: Option<String>,
+    pub(crate) callback_on: Option<String>,
 }
 
 impl SubmitRow {
@@ -136,7 +137,7 @@ pub(crate) fn submit_prepared(
 
 /// A new task id at `now`: its random bits come from the writer thread's
 /// generator (tc-model reads no entropy of its own).
-fn new_id(now: Timestamp) -> TaskId {
+pub(crate) fn new_id(now: Timestamp) -> TaskId {
     let mut random = [0; 10];
     fastrand::fill(&mut random);
     TaskId::new(now, random)
@@ -176,11 +177,7 @@ fn submit_as(
     // own next rowid (last + 1) is that: the seq column is left NULL. An
     // explicit seq would make SQLite check it is an integer with an abort,
     // and so give the statement a statement journal (issue 26).
-    let floor_above: bool = conn
-        .prepare_cached(SEQ_FLOOR_ABOVE)
-        .map_err(db)?
-        .query_row([], |row| row.get(0))
-        .map_err(db)?;
+    let floor_above = seq_floor_above(conn)?;
     let inserted = conn
         .prepare_cached(if floor_above {
             SUBMIT_ABOVE_FLOOR
@@ -220,9 +217,22 @@ fn submit_as(
     })
 }
 
+/// Whether deletes raised the seq floor above the table's last seq
+/// ([`SEQ_FLOOR_ABOVE`]).
+pub(crate) fn seq_floor_above(conn: &Connection) -> Result<bool, StoreError> {
+    conn.prepare_cached(SEQ_FLOOR_ABOVE)
+        .map_err(db)?
+        .query_row([], |row| row.get(0))
+        .map_err(db)
+}
+
 /// The task of `tenant` (as stored) that has `new`'s key: known when it
 /// has the same work, else a conflict; `None` when the key is free.
-fn known_task(conn: &Connection, new: &NewTask, tenant: &str) -> Result<Option<Made>, StoreError> {
+pub(crate) fn known_task(
+    conn: &Connection,
+    new: &NewTask,
+    tenant: &str,
+) -> Result<Option<Made>, StoreError> {
     let Some(Stored { task, .. }) = rows::load_by_key(conn, new.idempotency_key(), tenant)? else {
         return Ok(None);
     };
@@ -320,7 +330,7 @@ pub(crate) fn claim(
     })
 }
 
-/// Moves the pending task at `seq` to running and opens its attempt row.
+/// Moves the pending task at `seq` to running.
 fn claim_one(
     conn: &Connection,
     seq: i64,
@@ -346,27 +356,18 @@ fn claim_one(
             lease_until.as_millis()
         ],
     )?;
-    let claimed = conn
-        .prepare_cached(concat!(
-            "SELECT ",
-            rows::task_columns!(),
-            " FROM tasks WHERE seq = ?1"
-        ))
-        .map_err(db)?
-        .query_row([seq], |row| Ok(rows::task_from_row(row)))
-        .map_err(db)??
-        .task;
-    conn.prepare_cached(
-        "INSERT OR FAIL INTO attempts (task_id, n, started_at) VALUES (?1, ?2, ?3)",
-    )
+    // The try's history row is written once, when the try ends
+    // ([`close_attempt`]); while it runs, reads show it from the task's own
+    // attempt and start (`rows::attempts_of`).
+    conn.prepare_cached(concat!(
+        "SELECT ",
+        rows::task_columns!(),
+        " FROM tasks WHERE seq = ?1"
+    ))
     .map_err(db)?
-    .execute(params![
-        claimed.id.as_bytes(),
-        claimed.attempt,
-        now.as_millis()
-    ])
-    .map_err(db)?;
-    Ok(claimed)
+    .query_row([seq], |row| Ok(rows::task_from_row(row)))
+    .map_err(db)?
+    .map(|stored| stored.task)
 }
 
 /// Extends the lease of each `(id, attempt)` still running with that
@@ -470,17 +471,24 @@ pub(crate) fn complete(
     // RETURNING rows in an ephemeral table built for every statement,
     // which cost more than this read (callgrind, docs/performance.md,
     // issue 26). An end is counted (`ends`) in the same UPDATE.
-    let head: Option<(i64, String, u32, bool)> = conn
+    let head: Option<(i64, String, u32, bool, Option<i64>)> = conn
         .prepare_cached(
-            "SELECT seq, state, attempt, callback_url IS NOT NULL FROM tasks WHERE id = ?1",
+            "SELECT seq, state, attempt, callback_url IS NOT NULL, started_at \
+             FROM tasks WHERE id = ?1",
         )
         .map_err(db)?
         .query_row([id.as_bytes()], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
         })
         .optional()
         .map_err(db)?;
-    let Some((seq, state, current, asks_callback)) = head else {
+    let Some((seq, state, current, asks_callback, started_at)) = head else {
         return Err(StoreError::NotFound);
     };
     let state = parse_state(&state)?;
@@ -514,8 +522,11 @@ pub(crate) fn complete(
     )?;
     close_attempt(
         conn,
-        id,
-        attempt,
+        Try {
+            id,
+            n: attempt,
+            started_at,
+        },
         effect.updated_at,
         effect.http_status,
         effect.error.as_deref(),
@@ -592,7 +603,13 @@ pub(crate) fn cancel(
         ],
     )?;
     if task.state == State::Running {
-        close_attempt(conn, id, task.attempt, now, None, Some(CANCELED))?;
+        let started_at = task.started_at.map(Timestamp::as_millis);
+        let tried = Try {
+            id,
+            n: task.attempt,
+            started_at,
+        };
+        close_attempt(conn, tried, now, None, Some(CANCELED))?;
     }
     if task.callback.is_some() {
         ended(conn, seq, now, callback_bytes)?;
@@ -898,9 +915,18 @@ pub(crate) fn release(
         ],
     )?;
     // The history keeps the interrupted try; the next claim reuses its n.
-    close_attempt(conn, id, attempt, now, None, Some(INTERRUPTED))?;
+    let tried = Try {
+        id,
+        n: attempt,
+        started_at: head.started_at,
+    };
+    close_attempt(conn, tried, now, None, Some(INTERRUPTED))?;
     Ok(Guarded::Applied(to))
 }
+
+/// A row of [`EXPIRED`]: seq, id, state, attempt, the attempt limit, and
+/// when the try began.
+type ExpiredRow = (i64, Vec<u8>, String, u32, u32, Option<i64>);
 
 /// Running tasks whose lease ended before `now` → pending, or → failed when
 /// no attempt is left. Returns how many moved.
@@ -909,7 +935,7 @@ pub(crate) fn recover_expired(
     now: Timestamp,
     callback_bytes: usize,
 ) -> Result<usize, StoreError> {
-    let expired: Vec<(i64, Vec<u8>, String, u32, u32)> = conn
+    let expired: Vec<ExpiredRow> = conn
         .prepare_cached(EXPIRED)
         .map_err(db)?
         .query_map([now.as_millis()], |row| {
@@ -919,6 +945,7 @@ pub(crate) fn recover_expired(
                 row.get(2)?,
                 row.get(3)?,
                 row.get(4)?,
+                row.get(5)?,
             ))
         })
         .map_err(db)?
@@ -926,7 +953,7 @@ pub(crate) fn recover_expired(
         .map_err(db)?;
     let now_ms = now.as_millis();
     let moved = expired.len();
-    for (seq, id, state, attempt, attempt_limit) in expired {
+    for (seq, id, state, attempt, attempt_limit, started_at) in expired {
         let from = parse_state(&state)?;
         let to = if attempt < attempt_limit {
             transit(from, State::Pending)?
@@ -954,7 +981,13 @@ pub(crate) fn recover_expired(
                 now_ms
             ],
         )?;
-        close_attempt(conn, &parse_id(id)?, attempt, now, None, Some(INTERRUPTED))?;
+        let id = parse_id(id)?;
+        let tried = Try {
+            id: &id,
+            n: attempt,
+            started_at,
+        };
+        close_attempt(conn, tried, now, None, Some(INTERRUPTED))?;
         if to.is_terminal() {
             ended(conn, seq, now, callback_bytes)?;
         }
@@ -962,10 +995,11 @@ pub(crate) fn recover_expired(
     Ok(moved)
 }
 
-/// The fields a guarded write checks.
+/// The fields a guarded write checks, and when the try began.
 struct Head {
     seq: i64,
     state: State,
+    started_at: Option<i64>,
 }
 
 /// The task's head if it is running with `attempt`; otherwise the `Lost`
@@ -975,20 +1009,24 @@ fn guard(
     id: &TaskId,
     attempt: u32,
 ) -> Result<Result<Head, Guarded>, StoreError> {
-    let row: Option<(i64, String, u32)> = conn
-        .prepare_cached("SELECT seq, state, attempt FROM tasks WHERE id = ?1")
+    let row: Option<(i64, String, u32, Option<i64>)> = conn
+        .prepare_cached("SELECT seq, state, attempt, started_at FROM tasks WHERE id = ?1")
         .map_err(db)?
         .query_row([id.as_bytes()], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })
         .optional()
         .map_err(db)?;
-    let Some((seq, state, current)) = row else {
+    let Some((seq, state, current, started_at)) = row else {
         return Err(StoreError::NotFound);
     };
     let state = parse_state(&state)?;
     if state == State::Running && current == attempt {
-        Ok(Ok(Head { seq, state }))
+        Ok(Ok(Head {
+            seq,
+            state,
+            started_at,
+        }))
     } else {
         Ok(Err(Guarded::Lost(state)))
     }
@@ -1016,27 +1054,45 @@ fn write_one(
     }
 }
 
-/// Closes the open history row of try `n`.
+/// The try that ends: its task, number and start (the task's
+/// `started_at`, set by the claim that began it).
+struct Try<'a> {
+    id: &'a TaskId,
+    n: u32,
+    started_at: Option<i64>,
+}
+
+/// Writes the history row of a try that ended at `now`: once, whole (no
+/// row while it runs, so a claim writes none and an end updates none;
+/// schema step 23).
 fn close_attempt(
     conn: &Connection,
-    id: &TaskId,
-    n: u32,
+    ended: Try<'_>,
     now: Timestamp,
     http_status: Option<u16>,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
+    let now = now.as_millis();
+    let started_at = ended.started_at.unwrap_or(now);
+    let duration_ms = if now > started_at {
+        now - started_at
+    } else {
+        0
+    };
     conn.prepare_cached(
-        "UPDATE OR FAIL attempts SET finished_at = ?3, http_status = ?4, error = ?5, \
-                             duration_ms = CASE WHEN ?3 > started_at THEN ?3 - started_at ELSE 0 END \
-         WHERE task_id = ?1 AND n = ?2 AND finished_at IS NULL",
+        "INSERT OR FAIL INTO attempts (task_id, n, started_at, finished_at, http_status, error, \
+                                       duration_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )
     .map_err(db)?
     .execute(params![
-        id.as_bytes(),
-        n,
-        now.as_millis(),
+        ended.id.as_bytes(),
+        ended.n,
+        started_at,
+        now,
         http_status,
-        error
+        error,
+        duration_ms
     ])
     .map_err(db)?;
     Ok(())

@@ -20,6 +20,7 @@ mod phases;
 mod report;
 mod stats;
 mod store_alone;
+mod wrk;
 
 use std::path::Path;
 use std::process::Command;

@@ -307,7 +307,6 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_by_key",
             "tasks_by_state",
             "tasks_by_tenant",
-            "tasks_due",
             "tasks_due_by_destination",
             "tasks_due_by_tenant",
             "tasks_leased",
@@ -397,6 +396,134 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         (Some(t(90)), Some(traced.id))
     );
     store.close().await;
+}
+
+/// A file as a step-22 build left it, with a task in every state: the
+/// store of this build writes them, then the file is given back what step
+/// 23 changed (the open history row a claim wrote, `tasks_due`, version
+/// 22; steps 21 and 22 only add the destinations' auth and TLS columns). Upgraded, every task reads as before, the running one with its try
+/// open once, and its end writes that try's row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("step22.db");
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    for key in [
+        "done", "failed", "canceled", "running", "retrying", "waiting",
+    ] {
+        store.submit(task(key), t(0)).await.unwrap();
+    }
+    let ids: Vec<TaskId> = store
+        .list(everything())
+        .await
+        .unwrap()
+        .tasks
+        .iter()
+        .map(|task| task.id)
+        .collect();
+    let claimed = store
+        .claim_due(5, t(10), LEASE, tc_model::destination::ClaimGate::default())
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 5);
+    let ok = Completion::Success {
+        http_status: 200,
+        result: b"ok".to_vec(),
+        content_type: None,
+    };
+    store.complete(ids[0], 1, ok, t(20)).await.unwrap();
+    let fail = Completion::Failed {
+        reason: "http_400".into(),
+        http_status: Some(400),
+    };
+    store.complete(ids[1], 1, fail, t(20)).await.unwrap();
+    store.cancel(ids[2], t(20)).await.unwrap();
+    let retry = Completion::Retry {
+        next_run_at: t(50),
+        reason: "http_503".into(),
+        http_status: Some(503),
+    };
+    store.complete(ids[4], 1, retry, t(20)).await.unwrap();
+    let before = store.list(everything()).await.unwrap();
+    let states: Vec<State> = before.tasks.iter().map(|task| task.state).collect();
+    assert_eq!(
+        states,
+        [
+            State::Success,
+            State::Failed,
+            State::Canceled,
+            State::Running,
+            State::Pending,
+            State::Pending
+        ]
+    );
+    let counts = store.count_by_state().await.unwrap();
+    let due = store.next_due().await.unwrap();
+    store.close().await;
+    {
+        // What a step-22 build left: the running task's open history row,
+        // written by its claim, and `tasks_due`.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute(
+            "INSERT INTO attempts (task_id, n, started_at) VALUES (?1, 1, ?2)",
+            params![ids[3].as_bytes(), t(10).as_millis()],
+        )
+        .unwrap();
+        conn.execute_batch(
+            "CREATE INDEX tasks_due ON tasks (next_run_at, seq) WHERE state = 'pending';
+             PRAGMA user_version = 22;",
+        )
+        .unwrap();
+    }
+
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(store.list(everything()).await.unwrap(), before);
+    assert_eq!(store.count_by_state().await.unwrap(), counts);
+    assert_eq!(store.next_due().await.unwrap(), due);
+    let running = store.get(ids[3]).await.unwrap();
+    assert_eq!(running.attempts.len(), 1, "the try shows once");
+    assert_eq!(
+        (running.attempts[0].n, running.attempts[0].started_at),
+        (1, t(10))
+    );
+    assert_eq!(running.attempts[0].finished_at, None);
+    let ok = Completion::Success {
+        http_status: 200,
+        result: b"ok".to_vec(),
+        content_type: None,
+    };
+    store.complete(ids[3], 1, ok, t(40)).await.unwrap();
+    let ended = store.get(ids[3]).await.unwrap();
+    assert_eq!(ended.attempts.len(), 1, "its end wrote it once");
+    assert_eq!(
+        (ended.attempts[0].finished_at, ended.attempts[0].duration_ms),
+        (Some(t(40)), Some(30))
+    );
+    store.close().await;
+
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(pragma(&conn, "user_version"), tc_store::SCHEMA_VERSION);
+    let (open, rows): (i64, i64) = conn
+        .query_row(
+            "SELECT count(*) FILTER (WHERE finished_at IS NULL), count(*) FROM attempts",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    // done, failed, canceled, the retried try, and the running one's end.
+    assert_eq!((open, rows), (0, 5));
+    let due_index: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'tasks_due'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(due_index, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@ mod slow_downstream;
 mod submit;
 mod tenants;
 mod waiters;
+mod wrk_node;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -156,6 +157,7 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         bench.phase(11, "backup", Bench::backup).await;
         bench.phase(12, "one node", Bench::one_node).await;
         bench.phase(13, "tenants", Bench::tenants).await;
+        bench.phase(14, "one node under wrk", Bench::wrk_node).await;
     });
     drop(runtime);
 

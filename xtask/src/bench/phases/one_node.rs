@@ -26,10 +26,10 @@ pub(super) const BATCH: u64 = 1000;
 const BATCH_CONNECTIONS: usize = 8;
 
 /// CPU time of the server's threads at one instant.
-struct CpuSnapshot(Vec<ThreadCpu>);
+pub(super) struct CpuSnapshot(Vec<ThreadCpu>);
 
 impl CpuSnapshot {
-    fn take(pid: u32) -> Result<CpuSnapshot, String> {
+    pub(super) fn take(pid: u32) -> Result<CpuSnapshot, String> {
         let threads = procfs::thread_cpu(pid)?;
         if !threads.iter().any(|t| t.name == WRITER_THREAD) {
             return Err(format!(
@@ -41,7 +41,7 @@ impl CpuSnapshot {
 
     /// CPU spent since `earlier`: the writer thread's and the whole
     /// process's, ns, and per thread name (threads of one name summed).
-    fn since(&self, earlier: &CpuSnapshot) -> CpuSpent {
+    pub(super) fn since(&self, earlier: &CpuSnapshot) -> CpuSpent {
         let before = |t: &ThreadCpu| {
             earlier
                 .0
@@ -61,15 +61,16 @@ impl CpuSnapshot {
     }
 }
 
+/// CPU spent between two snapshots.
 #[derive(Debug, Clone, Default)]
-struct CpuSpent {
-    writer_ns: u64,
+pub(super) struct CpuSpent {
+    pub(super) writer_ns: u64,
     process_ns: u64,
     by_name: BTreeMap<String, u64>,
 }
 
 impl CpuSpent {
-    fn add(&mut self, other: &CpuSpent) {
+    pub(super) fn add(&mut self, other: &CpuSpent) {
         self.writer_ns += other.writer_ns;
         self.process_ns += other.process_ns;
         for (name, ns) in &other.by_name {
@@ -77,7 +78,7 @@ impl CpuSpent {
         }
     }
 
-    fn json(&self, tasks: u64) -> Value {
+    pub(super) fn json(&self, tasks: u64) -> Value {
         let per_task = |ns: u64| ns as f64 / 1000.0 / tasks.max(1) as f64;
         json!({
             "writer_us_per_task": per_task(self.writer_ns),
