@@ -11,6 +11,10 @@
 //! forms they already keep, so the rule is this crate's alone and a new
 //! kind of secret is one more column passed through `seal`/`open`.
 
+mod columns;
+
+pub use columns::{SECRET_COLUMNS, refusal};
+
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;

@@ -1,34 +1,17 @@
 //! Secrets sealed at rest on SQLite (issue 41 item 3): the columns that hold
 //! a secret pass through the store's [`Sealer`] on their way in and out, and
 //! at start [`seal_stored`] seals again what is plain or under an older key.
-//! The rule (format, keys, what needs sealing again) is tc-seal's; this file
-//! only lists the columns.
+//! The rule (format, keys, what needs sealing again, which columns) is
+//! tc-seal's; this file only reads and writes them.
 
 use rusqlite::{Connection, params};
 use tc_model::store::StoreError;
-use tc_seal::{SealError, SealReport, Sealer};
+use tc_seal::{SECRET_COLUMNS, SealError, SealReport, Sealer, refusal};
 
 use crate::rows::db;
 
-/// Every column that holds a secret: (table, key column, secret column).
-/// A new kind of secret is one more row here, and its column's write and
-/// read through [`seal`] and [`open`].
-const SECRET_COLUMNS: &[(&str, &str, &str)] = &[
-    ("destinations", "destination", "headers"),
-    ("destinations", "destination", "signing_secrets"),
-    ("destinations", "destination", "client_key"),
-    ("destinations", "destination", "auth"),
-    ("tenants", "name", "signing_secrets"),
-    ("server_keys", "name", "value"),
-];
-
 fn refused(table: &str, name: &str, column: &str, e: &SealError) -> StoreError {
-    let what = match table {
-        "tenants" => "tenant",
-        "server_keys" => "server key",
-        _ => "destination",
-    };
-    StoreError::Unavailable(format!("{what} {name}: {column}: {e}"))
+    StoreError::Unavailable(refusal(table, name, column, e))
 }
 
 /// The stored form of a secret column's text.
