@@ -1,7 +1,7 @@
 #!/bin/sh
 # Issue 38: WAL records and B-tree entries per task on PostgreSQL, counted
 # from the WAL itself for the relations of one schema (so other work on the
-# same server does not count). Runs the ignored test wal::wal_workload_ends_
+# same server does not count). Runs the test wal::wal_workload_ends_
 # every_task (64 callers submitting one by one, claims of 32, concurrent
 # completions), then pg_waldump over the WAL it wrote.
 #
@@ -17,7 +17,7 @@ pgdata=${PGDATA:-/var/lib/postgresql/15/main}
 waldump=${PG_WALDUMP:-/usr/lib/postgresql/15/bin/pg_waldump}
 url=${TC_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/test}
 line=$(TC_REQUIRE_POSTGRES=1 TC_WAL_KEEP=1 TC_WAL_TASKS=$tasks \
-    cargo test -q -p tc-store-pg --test pg -- --ignored --exact \
+    cargo test -q -p tc-store-pg --test pg -- --exact \
     wal::wal_workload_ends_every_task --nocapture 2>/dev/null | grep '^WAL ')
 set -- $line
 start=$2 end=$3 n=$4 schema=$5

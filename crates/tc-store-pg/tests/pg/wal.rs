@@ -2,9 +2,10 @@
 //! (issue 38): tasks submitted one by one from 64 callers (grouped by the
 //! store as a node's would be), then drained by claims of 32 whose
 //! completions run concurrently (with `TC_WAL_HEARTBEAT=1`, one heartbeat
-//! per try between its claim and its end). Ignored in ordinary runs; the script runs
-//! it with `--ignored` and `TC_WAL_KEEP=1`, which keeps the schema for
-//! `pg_waldump` and prints the WAL positions around the work.
+//! per try between its claim and its end). Ordinary runs play 200 tasks and
+//! check every one ends; the script runs it with `TC_WAL_TASKS=3000` and
+//! `TC_WAL_KEEP=1`, which keeps the schema for `pg_waldump` and prints the
+//! WAL positions around the work.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,13 +17,12 @@ use tc_store_pg::{PgConfig, PgStore};
 use crate::support::{database, new_task};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: run by xtask/perf/pg-wal-per-task-38.sh"]
 async fn wal_workload_ends_every_task() {
     let Some(db) = database().await else { return };
     let tasks: usize = std::env::var("TC_WAL_TASKS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(3_000);
+        .unwrap_or(200);
     // One heartbeat per try between its claim and its end (TC_WAL_HEARTBEAT=1).
     let heartbeat = std::env::var("TC_WAL_HEARTBEAT").is_ok_and(|v| v == "1");
     let schema = db.fresh_schema();
