@@ -83,11 +83,6 @@ impl DestinationSettings {
             None => rate.ceil().max(1.0),
         })
     }
-
-    /// Whether every field is the default: such a row need not be kept.
-    pub fn is_default(&self) -> bool {
-        *self == DestinationSettings::default()
-    }
 }
 
 /// A change to a destination's settings: `None` leaves a field as it is;
@@ -587,7 +582,7 @@ mod tests {
         }
         .apply(&DestinationSettings::default());
         assert_eq!((&set.headers, &set.signing_secrets), (&headers, &secrets));
-        assert!(!set.is_default() && !set.limits_claims());
+        assert!(set != DestinationSettings::default() && !set.limits_claims());
         let paused = DestinationUpdate {
             paused: Some(true),
             ..Default::default()
@@ -604,6 +599,6 @@ mod tests {
             ..Default::default()
         }
         .apply(&paused);
-        assert!(cleared.is_default(), "{cleared:?}");
+        assert_eq!(cleared, DestinationSettings::default());
     }
 }

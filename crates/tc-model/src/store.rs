@@ -667,18 +667,6 @@ pub trait TaskStore: Send + Sync + 'static {
         gate: ClaimGate,
     ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
-    /// [`TaskStore::claim`], answering only the claimed tasks.
-    fn claim_due(
-        &self,
-        n: usize,
-        now: Timestamp,
-        lease: Duration,
-        gate: ClaimGate,
-    ) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send {
-        let claiming = self.claim(n, now, lease, gate);
-        async move { claiming.await.map(|claim| claim.tasks) }
-    }
-
     /// Extends the lease of each `(id, attempt)` whose task is still running
     /// with that very attempt; returns the others, each with the state its
     /// task has now, so the caller learns of taken-away attempts without a

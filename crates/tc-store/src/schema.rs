@@ -67,7 +67,7 @@ CREATE INDEX attempts_by_task ON attempts (task_id, seq);
 /// Step 1 → 2: the indexes the worker's hot queries need, so that they stay
 /// cheap with a million pending rows.
 ///
-/// - `tasks_due` holds only pending rows in due order: `claim_due` and
+/// - `tasks_due` holds only pending rows in due order: `claim` and
 ///   `next_due` read its first entries and never sort.
 /// - `tasks_leased` holds only running rows: `recover_expired` scans the
 ///   expired leases, not the table.

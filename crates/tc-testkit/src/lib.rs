@@ -14,11 +14,17 @@
 //!
 //! [`pg_cluster`] starts a throwaway PostgreSQL cluster of its own, for
 //! tests that restart the database or change its settings.
+//!
+//! [`ClaimDue`] claims and answers the tasks alone, for tests and benches
+//! that do the worker's writes by hand.
 
 // Test support: a failed unwrap here is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod claim_due;
 pub mod memory_store;
 pub mod pg_cluster;
 pub mod store_contract;
 pub mod worker_scenarios;
+
+pub use claim_due::ClaimDue;

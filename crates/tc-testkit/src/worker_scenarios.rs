@@ -46,6 +46,7 @@ mod schedules;
 mod tenants;
 mod trace;
 
+use crate::ClaimDue;
 use auth::a_destination_s_auth_reaches_every_try;
 use callback::a_callback_delivers_the_parent_s_view;
 use credentials::a_tenant_s_task_carries_only_credentials_lent_to_it;
@@ -1279,7 +1280,7 @@ async fn one_runner_per_task<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Re
     Ok(())
 }
 
-/// Claims after which [`GatedStore`] stops failing them (see its `claim_due`).
+/// Claims after which [`GatedStore`] stops failing them (see its `claim`).
 const SPIN_GUARD_CLAIMS: usize = 10_000;
 
 /// A store that, once armed, holds the next claim (between the database and

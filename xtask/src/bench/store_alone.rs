@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::load::LoadResult;
+use tc_testkit::ClaimDue;
 
 /// The wall clock as the store wants it.
 pub(crate) fn now() -> Timestamp {

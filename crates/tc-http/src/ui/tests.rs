@@ -16,6 +16,7 @@ use tc_testkit::memory_store::MemoryStore;
 
 use super::CSP;
 use crate::{App, Control, HttpConfig};
+use tc_testkit::ClaimDue;
 
 const NOW: Timestamp = Timestamp::from_millis(1_767_323_045_678);
 

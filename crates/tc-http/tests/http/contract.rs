@@ -9,6 +9,7 @@ use tc_model::TaskId;
 use tc_model::store::{Completion, TaskStore};
 
 use crate::support::{Harness, NOW_TEXT, harness};
+use tc_testkit::ClaimDue;
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 

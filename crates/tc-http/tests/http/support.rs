@@ -16,6 +16,7 @@ use tc_model::store::{
     TaskStore,
 };
 use tc_model::{NewTask, Task, TaskId, Timestamp};
+use tc_testkit::ClaimDue;
 use tc_testkit::memory_store::MemoryStore;
 
 /// The fixed "now" of the fake control: 2026-01-02T03:04:05.678Z.

@@ -14,6 +14,7 @@ use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store_pg::{PgClock, PgConfig, PgStore};
 
 use crate::support::database;
+use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
 

@@ -13,6 +13,7 @@ use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{Raw, database, new_task};
+use tc_testkit::ClaimDue;
 
 const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 

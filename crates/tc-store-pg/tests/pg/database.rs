@@ -11,6 +11,7 @@ use tc_store_pg::{OpenError, PgConfig, PgEvent, PgStore};
 use tokio::sync::broadcast;
 
 use crate::support::{database, new_task};
+use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
 

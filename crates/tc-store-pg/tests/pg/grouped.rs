@@ -12,6 +12,7 @@ use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{database, new_task};
+use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
 

@@ -10,6 +10,7 @@ use tc_model::{State, TaskId, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{Raw, database};
+use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(60);
 

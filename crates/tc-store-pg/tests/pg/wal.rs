@@ -15,6 +15,7 @@ use tc_model::{State, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{database, new_task};
+use tc_testkit::ClaimDue;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_workload_ends_every_task() {

@@ -13,6 +13,7 @@ use tc_model::store::{Completion, ListQuery, TaskFilter, TaskStore};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::backup::{BackupConfig, BackupError, backup};
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
+use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
 

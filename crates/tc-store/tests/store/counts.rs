@@ -14,6 +14,7 @@ use tc_model::destination::ClaimGate;
 use tc_model::store::{BulkAction, BulkRequest, Completion, StateCounts, TaskFilter, TaskStore};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
+use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
 

@@ -16,6 +16,7 @@ use tc_model::destination::{ClaimGate, DestinationUpdate};
 use tc_model::store::{Completion, ListQuery, TaskStore};
 use tc_model::{Limits, NewTask, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
+use tc_testkit::ClaimDue;
 use tokio::sync::mpsc;
 
 /// Set (to the database path) in the child: the test then ends tasks.

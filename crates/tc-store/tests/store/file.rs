@@ -11,6 +11,7 @@ use rusqlite::{Connection, params};
 use tc_model::store::{BulkRequest, Completion, ListQuery, TaskFilter, TaskStore};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{OpenError, SqliteStore, StoreConfig, Synchronous};
+use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
 

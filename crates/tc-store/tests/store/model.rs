@@ -11,6 +11,7 @@ use tc_model::store::{
 };
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
+use tc_testkit::ClaimDue;
 use tc_testkit::memory_store::MemoryStore;
 
 const CASES: u32 = 24;

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::ClaimDue;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::store::{
     Completion, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, Submitted, TaskFilter,

@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 
 use super::Verdict;
 use super::check::*;
+use crate::ClaimDue;
 
 /// Claims take due tasks by due time (then creation order), skip the ones
 /// not yet due, and mark each running with a lease and an open try.

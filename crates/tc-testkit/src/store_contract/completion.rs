@@ -9,6 +9,7 @@ use tc_model::{State, TaskId};
 
 use super::Verdict;
 use super::check::*;
+use crate::ClaimDue;
 
 /// Success writes the result and closes the try with its status.
 pub async fn complete_success_records_the_result<S: TaskStore>(store: S) -> Verdict {

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::Verdict;
 use super::check::*;
+use crate::ClaimDue;
 
 /// Pages follow creation order, honour the limit and the state filter, and
 /// the last page says so.

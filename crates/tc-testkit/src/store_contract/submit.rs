@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 
 use super::Verdict;
 use super::check::*;
+use crate::ClaimDue;
 
 /// A new key makes a pending task, due now, with what was submitted.
 pub async fn submit_creates_a_pending_task<S: TaskStore>(store: S) -> Verdict {
