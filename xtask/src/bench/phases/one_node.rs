@@ -269,16 +269,14 @@ impl Bench {
 
         // Drain: a backlog queued behind a paused destination, then resumed.
         let destination = down.destination();
-        post(&endpoint, &format!("/destinations/{destination}/pause")).await?;
         let queued = self
-            .batches(
+            .queue_paused_backlog(
                 &endpoint,
                 &url,
-                plan.node_backlog.div_ceil(BATCH),
-                plan.patience,
+                &destination,
+                "  backlog queued (batches of 1000)",
             )
             .await?;
-        self.report_load("  backlog queued (batches of 1000)", &queued);
         let backlog = queued.ok * BATCH;
         let before = CpuSnapshot::take(tc.pid())?;
         let started = Instant::now();
@@ -435,6 +433,31 @@ impl Bench {
             }),
         );
         Ok(())
+    }
+
+    /// Pauses `destination` and queues about `plan.node_backlog` tasks
+    /// for it in random-key batches of [`BATCH`] (reported as `what`):
+    /// the backlog a drain measurement resumes (each answered batch is
+    /// [`BATCH`] tasks).
+    pub(super) async fn queue_paused_backlog(
+        &self,
+        endpoint: &Endpoint,
+        url: &str,
+        destination: &str,
+        what: &str,
+    ) -> Result<LoadResult, String> {
+        let plan = self.plan;
+        post(endpoint, &format!("/destinations/{destination}/pause")).await?;
+        let queued = self
+            .batches(
+                endpoint,
+                url,
+                plan.node_backlog.div_ceil(BATCH),
+                plan.patience,
+            )
+            .await?;
+        self.report_load(what, &queued);
+        Ok(queued)
     }
 
     /// `count` batch submits of [`BATCH`] random-key tasks over

@@ -173,16 +173,14 @@ impl Bench {
 
         // Drain: a backlog queued behind a paused destination, resumed.
         let destination = down.destination();
-        post(&endpoint, &format!("/destinations/{destination}/pause")).await?;
         let queued = self
-            .batches(
+            .queue_paused_backlog(
                 &endpoint,
                 &url,
-                plan.node_backlog.div_ceil(BATCH),
-                plan.patience,
+                &destination,
+                "  backlog queued (batches of 1000 random keys)",
             )
             .await?;
-        self.report_load("  backlog queued (batches of 1000 random keys)", &queued);
         let backlog = queued.ok * BATCH;
         let before = CpuSnapshot::take(tc.pid())?;
         let started = Instant::now();
