@@ -13,38 +13,12 @@ use bytes::Bytes;
 
 use crate::ClientTls;
 use crate::signature::webhook_signature;
+/// A call's HTTP method: the domain's one enum of five, so a task's method
+/// is sent as it was validated and stored, with no second list to keep.
+pub use tc_model::Method;
 
 /// The `User-Agent` of every call.
 pub const USER_AGENT: &str = concat!("taskcenter/", env!("CARGO_PKG_VERSION"));
-
-/// A call's HTTP method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Method {
-    /// `GET` (no body).
-    Get,
-    /// `POST`.
-    #[default]
-    Post,
-    /// `PUT`.
-    Put,
-    /// `PATCH`.
-    Patch,
-    /// `DELETE`.
-    Delete,
-}
-
-impl Method {
-    /// The method as sent.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Get => "GET",
-            Method::Post => "POST",
-            Method::Put => "PUT",
-            Method::Patch => "PATCH",
-            Method::Delete => "DELETE",
-        }
-    }
-}
 
 /// The plain inputs of one try: what the worker maps a task, its
 /// destination's settings and its clock to. This crate knows no task.

@@ -19,10 +19,10 @@ use http_body_util::Full;
 use tc_model::store::TaskStore;
 
 use crate::app::App;
-use crate::control::Control;
 use crate::error::ApiError;
 use crate::metrics::UNMATCHED;
 use crate::reply::{Answer, json};
+use crate::worker_port::Control;
 
 /// How long `/healthz` waits for the store's round trip before it calls the
 /// store unavailable: a probe must answer even while the writer is stuck.
@@ -46,7 +46,7 @@ where
     C: Control,
 {
     let (parts, _body) = req.into_parts();
-    let client = crate::client::client_of(&parts, &app.config().trusted_proxies);
+    let client = crate::client_address::client_of(&parts, &app.config().trusted_proxies);
     let path = parts.uri.path();
     let (label, answer) = match app.site().check(&parts, &client) {
         Err(e) => (UNMATCHED, Err(e)),

@@ -8,8 +8,8 @@ use prometheus_client::registry::Registry;
 use tc_model::store::TaskStore;
 
 use crate::config::HttpConfig;
-use crate::control::Control;
 use crate::metrics::HttpMetrics;
+use crate::worker_port::Control;
 
 /// Everything a request needs: the store, the worker's control port, the
 /// config and the metrics registry. Share it behind an `Arc`.

@@ -15,8 +15,8 @@ use tc_model::tenant::key::{KeyHash, is_key};
 use tc_model::tenant::{Acting, Scope, TenantSettings};
 
 use crate::app::App;
-use crate::control::Control;
 use crate::error::{ApiError, Credential};
+use crate::worker_port::Control;
 
 /// The caller of one request: its scope and, for a tenant, the tenant's
 /// settings as stored now (its quotas).

@@ -10,11 +10,11 @@ use tc_model::auth::DestinationAuth;
 use tc_model::destination::{Destination, DestinationUpdate, SharedWith, parse_destination};
 use tc_model::store::TaskStore;
 
+use crate::call_fields::{parse_headers, parse_signing_secrets};
 use crate::config::HttpConfig;
-use crate::control::{Control, DestinationRuntime};
 use crate::dto::rfc3339;
 use crate::error::{About, ApiError, json_type};
-use crate::outbound::{parse_headers, parse_signing_secrets};
+use crate::worker_port::{Control, DestinationRuntime};
 
 /// A destination as the API shows it.
 #[derive(Debug, Serialize)]

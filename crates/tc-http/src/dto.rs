@@ -8,7 +8,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::store::{BulkAction, BulkOutcome, TaskFilter};
-use tc_model::{Limits, NewTask, Schedule, State, TaskId, Timestamp, ValidationError};
+use tc_model::{FirstRun, Limits, NewTask, State, TaskId, Timestamp, ValidationError};
 
 use crate::config::HttpConfig;
 use crate::error::{ApiError, json_type};
@@ -39,7 +39,7 @@ struct SubmitBody {
     delay_ms: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     method: Option<Value>,
-    /// Kept as text: [`crate::outbound::parse_headers`] reads its members in
+    /// Kept as text: [`crate::call_fields::parse_headers`] reads its members in
     /// order, so a name given twice is refused rather than one copy lost.
     #[serde(default, deserialize_with = "present_raw")]
     headers: Option<Box<RawValue>>,
@@ -120,8 +120,8 @@ pub(crate) fn parse_submit(
         None => config.default_timeout,
         Some(v) => Duration::from_millis(integer("timeout_ms", &v, 1, max_timeout_ms)?),
     };
-    let method = crate::outbound::parse_method(body.method)?;
-    let headers = crate::outbound::parse_headers(body.headers.as_deref())?;
+    let method = crate::call_fields::parse_method(body.method)?;
+    let headers = crate::call_fields::parse_headers(body.headers.as_deref())?;
     // Without `json`, a POST, PUT or PATCH sends `{}`; a GET or DELETE
     // sends nothing.
     let downstream_body = match body.json {
@@ -142,7 +142,7 @@ pub(crate) fn parse_submit(
         timeout,
         &limits,
     )
-    .and_then(|task| task.with_schedule(schedule))
+    .and_then(|task| task.with_first_run(schedule))
     .and_then(|task| task.with_method(method))
     .map(|task| task.with_headers(headers))
     .map(|task| match callback {
@@ -193,13 +193,13 @@ fn parse_schedule(
     run_at: Option<Value>,
     delay_ms: Option<Value>,
     now: Timestamp,
-) -> Result<Schedule, ApiError> {
+) -> Result<FirstRun, ApiError> {
     let invalid = ApiError::InvalidRequest;
-    let max_ms = u64::try_from(Schedule::MAX_AHEAD.as_millis()).unwrap_or(u64::MAX);
+    let max_ms = u64::try_from(FirstRun::MAX_AHEAD.as_millis()).unwrap_or(u64::MAX);
     match (run_at, delay_ms) {
         (Some(_), Some(_)) => Err(invalid("run_at: give run_at or delay_ms, not both".into())),
-        (None, None) => Ok(Schedule::Now),
-        (None, Some(v)) => Ok(Schedule::After(Duration::from_millis(integer(
+        (None, None) => Ok(FirstRun::Now),
+        (None, Some(v)) => Ok(FirstRun::After(Duration::from_millis(integer(
             "delay_ms", &v, 0, max_ms,
         )?))),
         (Some(Value::String(text)), None) => {
@@ -214,10 +214,10 @@ fn parse_schedule(
                         "run_at: not an RFC 3339 time in UTC (e.g. 2026-01-02T03:04:05Z): {text:?}"
                     ))
                 })?;
-            if at.duration_since(now) > Schedule::MAX_AHEAD {
+            if at.duration_since(now) > FirstRun::MAX_AHEAD {
                 return Err(invalid("run_at: must be at most 365 days ahead".into()));
             }
-            Ok(Schedule::At(at))
+            Ok(FirstRun::At(at))
         }
         (Some(other), None) => Err(invalid(format!(
             "run_at: must be a string, got {}",
@@ -799,16 +799,16 @@ mod tests {
         let parse = |extra: &str| {
             parse_submit(format!("{{{URL},{KEY}{extra}}}").as_bytes(), &config(), NOW)
                 .unwrap()
-                .schedule()
+                .first_run()
         };
-        assert_eq!(parse(""), Schedule::Now);
+        assert_eq!(parse(""), FirstRun::Now);
         assert_eq!(
             parse(r#","delay_ms":1500"#),
-            Schedule::After(Duration::from_millis(1500))
+            FirstRun::After(Duration::from_millis(1500))
         );
         assert_eq!(
             parse(r#","run_at":"2026-01-01T00:00:01.250Z""#),
-            Schedule::At(Timestamp::from_millis(NOW.as_millis() + 1250))
+            FirstRun::At(Timestamp::from_millis(NOW.as_millis() + 1250))
         );
     }
 

@@ -332,7 +332,7 @@ fn sample_task() -> Task {
         attempts_before_retry: 0,
         max_attempts: 3,
         timeout: Duration::from_secs(5),
-        schedule: tc_model::Schedule::Now,
+        first_run: tc_model::FirstRun::Now,
         http_status: Some(200),
         result: Some(b"ok".to_vec()),
         result_content_type: None,
@@ -438,7 +438,7 @@ fn the_schedule_schemas_have_the_fields_the_code_reads_and_shows() {
         "method":"PUT","headers":{"x-a":"b"},"max_attempts":2,"timeout_ms":5,"delay_ms":7,
         "callback_url":"http://h/cb","callback_on":["failed"]}}"#;
     let spec = crate::schedules::parse_spec(body, &HttpConfig::default(), now, None).unwrap();
-    let mut schedule = tc_model::recurring::Recurring::new(spec, now);
+    let mut schedule = tc_model::schedule::Schedule::new(spec, now);
     schedule.last_run_at = Some(now);
     schedule.last_task_id = Some(TaskId::new(now, [1; 10]));
     let json_body = serde_json::value::RawValue::from_string(r#"{"a":1}"#.into()).ok();
@@ -573,7 +573,7 @@ fn the_destination_schemas_have_the_fields_the_code_reads_and_shows() {
             pending: 0,
             running: 0,
         },
-        crate::control::DestinationRuntime::default(),
+        crate::worker_port::DestinationRuntime::default(),
     );
     let view = serde_json::to_value(view).unwrap();
     let info = &doc["components"]["schemas"]["DestinationInfo"];

@@ -21,7 +21,6 @@ use tc_model::store::TaskStore;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::body::{AnyBody, BodyLimits, RequestBody, any_body};
-use crate::control::Control;
 use crate::destinations;
 use crate::error::ApiError;
 use crate::metrics::UNMATCHED;
@@ -29,6 +28,7 @@ use crate::reply::{Answer, json};
 use crate::schedules;
 use crate::tasks;
 use crate::tenants;
+use crate::worker_port::Control;
 
 /// One route the API serves: what the router matches and the OpenAPI document
 /// must describe.
@@ -305,7 +305,7 @@ async fn route_request<S: TaskStore, C: Control>(
     body: &mut RequestBody<AnyBody>,
 ) -> (&'static str, Answer) {
     // Before any route: a request refused here was never served.
-    let client = crate::client::client_of(parts, &app.config().trusted_proxies);
+    let client = crate::client_address::client_of(parts, &app.config().trusted_proxies);
     let path = parts.uri.path();
     if let Err(e) = app.site().check(parts, &client) {
         if crate::ui::is_ui_path(path) {
@@ -430,7 +430,7 @@ async fn dispatch<S: TaskStore, C: Control>(
             let bytes = json_body(parts, body).await?;
             let now = app.control().now();
             let change = schedules::parse_spec(&bytes, app.config(), now, Some(&name))
-                .map(|spec| tc_model::recurring::ScheduleChange::Replace(Box::new(spec)));
+                .map(|spec| tc_model::schedule::ScheduleChange::Replace(Box::new(spec)));
             schedules::change(app, name, change).await
         }
         Endpoint::DeleteSchedule => {
@@ -439,7 +439,7 @@ async fn dispatch<S: TaskStore, C: Control>(
         Endpoint::PauseSchedule | Endpoint::ResumeSchedule => {
             let name = schedules::schedule_name(segment)?;
             let paused = endpoint == Endpoint::PauseSchedule;
-            let change = Ok(tc_model::recurring::ScheduleChange::Paused(paused));
+            let change = Ok(tc_model::schedule::ScheduleChange::Paused(paused));
             schedules::change(app, name, change).await
         }
         Endpoint::TriggerSchedule => {

@@ -12,19 +12,19 @@ use http_body_util::Full;
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tc_model::recurring::{
-    CatchUp, CronPattern, Overlap, Recurrence, Recurring, ScheduleChange, ScheduleSpec,
+use tc_model::schedule::{
+    CatchUp, CronPattern, Overlap, Recurrence, Schedule, ScheduleChange, ScheduleSpec,
     TaskTemplate, Zone, check_name, trigger_key,
 };
 use tc_model::store::{StoreError, TaskStore};
-use tc_model::{Schedule, Timestamp};
+use tc_model::{FirstRun, Timestamp};
 
 use crate::app::App;
 use crate::config::HttpConfig;
-use crate::control::Control;
 use crate::dto::{TaskView, parse_submit, rfc3339};
 use crate::error::{About, ApiError, json_type};
 use crate::reply::{Answer, json};
+use crate::worker_port::Control;
 use tc_model::view::HeadersView;
 
 /// A schedule's task as its view shows it: what each firing submits, its
@@ -81,12 +81,12 @@ pub(crate) struct ScheduleView<'a> {
 }
 
 impl<'a> ScheduleView<'a> {
-    pub(crate) fn new(s: &'a Recurring, body: &'a Option<Box<RawValue>>, now: Timestamp) -> Self {
+    pub(crate) fn new(s: &'a Schedule, body: &'a Option<Box<RawValue>>, now: Timestamp) -> Self {
         let task = s.spec.task.new_task();
-        let (delay_ms, run_at) = match task.schedule() {
-            Schedule::Now => (None, None),
-            Schedule::After(d) => (Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)), None),
-            Schedule::At(at) => (None, Some(rfc3339(at))),
+        let (delay_ms, run_at) = match task.first_run() {
+            FirstRun::Now => (None, None),
+            FirstRun::After(d) => (Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)), None),
+            FirstRun::At(at) => (None, Some(rfc3339(at))),
         };
         ScheduleView {
             name: &s.spec.name,
@@ -122,7 +122,7 @@ impl<'a> ScheduleView<'a> {
 }
 
 /// A template's body as JSON text for its view, when it is JSON.
-fn body_of(s: &Recurring) -> Option<Box<RawValue>> {
+fn body_of(s: &Schedule) -> Option<Box<RawValue>> {
     let body = s.spec.task.new_task().body();
     if body.is_empty() {
         return None;
@@ -133,7 +133,7 @@ fn body_of(s: &Recurring) -> Option<Box<RawValue>> {
 }
 
 /// Renders `s` with `status`.
-fn answer(status: StatusCode, s: &Recurring, now: Timestamp) -> Answer {
+fn answer(status: StatusCode, s: &Schedule, now: Timestamp) -> Answer {
     let body = body_of(s);
     json(status, &ScheduleView::new(s, &body, now))
 }

@@ -22,9 +22,9 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::admin::handle_admin;
 use crate::app::App;
-use crate::client::ConnectionInfo;
-use crate::control::Control;
+use crate::client_address::ConnectionInfo;
 use crate::router::handle;
+use crate::worker_port::Control;
 use crate::write_timeout::WriteTimeout;
 
 /// Why the server could not start or did not end cleanly.

@@ -28,7 +28,7 @@ use http::Method;
 use http::header::{HOST, ORIGIN};
 use http::request::Parts;
 
-use crate::client::{Client, connection_of};
+use crate::client_address::{Client, connection_of};
 use crate::config::HttpConfig;
 use crate::error::ApiError;
 

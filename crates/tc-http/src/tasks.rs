@@ -18,12 +18,12 @@ use tc_model::{NewTask, Task, TaskId, TraceContext};
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::control::Control;
 use crate::dto::{CancelView, TaskView, parse_submit};
 use crate::error::ApiError;
 use crate::metrics::SubmitResult;
 use crate::query::parse_list_query;
 use crate::reply::{Answer, json};
+use crate::worker_port::Control;
 
 /// `POST /tasks`: one task, created or found again by its idempotency key;
 /// `body` is what the router read (or why it could not).
@@ -300,7 +300,7 @@ pub(crate) async fn get<S: TaskStore, C: Control>(
     if wait.is_zero() || task.state.is_terminal() {
         return json(StatusCode::OK, &TaskView::new(&task));
     }
-    let client = crate::client::client_of(parts, &app.config().trusted_proxies).addr;
+    let client = crate::client_address::client_of(parts, &app.config().trusted_proxies).addr;
     let waiter = app.waiters().wait_for(app.control(), id, client)?;
     let deadline = tokio::time::Instant::now() + wait;
     // Read again now that the waiter is in place: an end between the first

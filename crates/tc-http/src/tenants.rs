@@ -15,11 +15,11 @@ use tc_model::tenant::key::{ApiKey, KeyHash, SECRET_BYTES, key_id, key_text};
 use tc_model::tenant::{Tenant, TenantDetail, TenantUpdate, check_name};
 
 use crate::app::App;
-use crate::control::Control;
+use crate::call_fields::parse_signing_secrets;
 use crate::dto::rfc3339;
 use crate::error::{About, ApiError, json_type};
-use crate::outbound::parse_signing_secrets;
 use crate::reply::{Answer, json};
+use crate::worker_port::Control;
 
 /// A key as views show it: never its secret nor its hash.
 #[derive(Debug, Serialize)]

@@ -27,8 +27,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
 use crate::config::HttpConfig;
-use crate::control::Control;
 use crate::error::ApiError;
+use crate::worker_port::Control;
 
 /// Every waiting request of one server.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ pub(crate) mod asked;
 
 pub use asked::{Callback, CallbackOn};
 
-use crate::Schedule;
+use crate::FirstRun;
 use crate::view::TaskView;
 use crate::{Headers, Method, NewTask, Task, TaskId};
 
@@ -63,7 +63,7 @@ pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Opti
         idempotency_key: key(parent.id, parent.ends),
         max_attempts: parent.max_attempts,
         timeout: parent.timeout,
-        schedule: Schedule::Now,
+        first_run: FirstRun::Now,
         method: Method::Post,
         headers: Headers::default(),
         trace: parent.trace.clone(),

@@ -1,5 +1,5 @@
 //! When a submitted task first becomes due, as the client asked: now, at a
-//! time, or after a delay ([`Schedule`]); kept as asked, as stores keep it.
+//! time, or after a delay ([`FirstRun`]); kept as asked, as stores keep it.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use crate::Timestamp;
 /// the idempotency payload: a resubmit with the same `delay_ms` is the same
 /// work, though it arrives later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Schedule {
+pub enum FirstRun {
     /// At once.
     #[default]
     Now,
@@ -21,27 +21,27 @@ pub enum Schedule {
     After(Duration),
 }
 
-impl Schedule {
-    /// The schedule as stores keep it, in two nullable columns: an absolute
-    /// time in ms, or a delay in ms; both `None` for [`Schedule::Now`].
+impl FirstRun {
+    /// The first run as stores keep it, in two nullable columns: an absolute
+    /// time in ms, or a delay in ms; both `None` for [`FirstRun::Now`].
     pub fn to_parts(self) -> (Option<i64>, Option<i64>) {
         match self {
-            Schedule::Now => (None, None),
-            Schedule::At(at) => (Some(at.as_millis()), None),
-            Schedule::After(delay) => (
+            FirstRun::Now => (None, None),
+            FirstRun::At(at) => (Some(at.as_millis()), None),
+            FirstRun::After(delay) => (
                 None,
                 Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
             ),
         }
     }
 
-    /// The schedule [`Schedule::to_parts`] wrote; `None` for parts it never
+    /// The first run [`FirstRun::to_parts`] wrote; `None` for parts it never
     /// writes (both set, a negative delay).
-    pub fn from_parts(at_ms: Option<i64>, delay_ms: Option<i64>) -> Option<Schedule> {
+    pub fn from_parts(at_ms: Option<i64>, delay_ms: Option<i64>) -> Option<FirstRun> {
         match (at_ms, delay_ms) {
-            (None, None) => Some(Schedule::Now),
-            (Some(at), None) => Some(Schedule::At(Timestamp::from_millis(at))),
-            (None, Some(ms)) => Some(Schedule::After(Duration::from_millis(
+            (None, None) => Some(FirstRun::Now),
+            (Some(at), None) => Some(FirstRun::At(Timestamp::from_millis(at))),
+            (None, Some(ms)) => Some(FirstRun::After(Duration::from_millis(
                 u64::try_from(ms).ok()?,
             ))),
             (Some(_), Some(_)) => None,
@@ -52,20 +52,20 @@ impl Schedule {
     pub const MAX_AHEAD: Duration = Duration::from_secs(365 * 24 * 3600);
 
     /// When a task submitted at `submitted` first becomes due.
-    pub fn first_run(self, submitted: Timestamp) -> Timestamp {
+    pub fn due_at(self, submitted: Timestamp) -> Timestamp {
         match self {
-            Schedule::Now => submitted,
-            Schedule::At(at) => at.max(submitted),
-            Schedule::After(delay) => submitted.saturating_add(delay),
+            FirstRun::Now => submitted,
+            FirstRun::At(at) => at.max(submitted),
+            FirstRun::After(delay) => submitted.saturating_add(delay),
         }
     }
 
     /// The time asked for, if any: what a task view shows as `run_at`.
     pub fn run_at(self, submitted: Timestamp) -> Option<Timestamp> {
         match self {
-            Schedule::Now => None,
-            Schedule::At(at) => Some(at),
-            Schedule::After(delay) => Some(submitted.saturating_add(delay)),
+            FirstRun::Now => None,
+            FirstRun::At(at) => Some(at),
+            FirstRun::After(delay) => Some(submitted.saturating_add(delay)),
         }
     }
 }
@@ -75,22 +75,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedules_round_trip_through_their_stored_parts() {
-        let check = |schedule: Schedule, parts: (Option<i64>, Option<i64>)| {
-            assert_eq!(schedule.to_parts(), parts, "{schedule:?}");
-            assert_eq!(Schedule::from_parts(parts.0, parts.1), Some(schedule));
+    fn first_runs_round_trip_through_their_stored_parts() {
+        let check = |asked: FirstRun, parts: (Option<i64>, Option<i64>)| {
+            assert_eq!(asked.to_parts(), parts, "{asked:?}");
+            assert_eq!(FirstRun::from_parts(parts.0, parts.1), Some(asked));
         };
-        check(Schedule::Now, (None, None));
+        check(FirstRun::Now, (None, None));
         check(
-            Schedule::At(Timestamp::from_millis(1_500)),
+            FirstRun::At(Timestamp::from_millis(1_500)),
             (Some(1_500), None),
         );
         check(
-            Schedule::After(Duration::from_millis(250)),
+            FirstRun::After(Duration::from_millis(250)),
             (None, Some(250)),
         );
         for never_written in [(Some(1), Some(1)), (None, Some(-1))] {
-            assert_eq!(Schedule::from_parts(never_written.0, never_written.1), None);
+            assert_eq!(FirstRun::from_parts(never_written.0, never_written.1), None);
         }
     }
 }

@@ -16,7 +16,7 @@ pub mod headers;
 mod method;
 mod new_task;
 pub mod outbound;
-pub mod recurring;
+pub mod schedule;
 pub mod setting;
 pub mod share;
 pub mod signing;
@@ -30,7 +30,7 @@ mod url;
 mod validation;
 pub mod view;
 
-pub use first_run::Schedule;
+pub use first_run::FirstRun;
 pub use headers::Headers;
 pub use method::{Method, UnknownMethod};
 pub use new_task::NewTask;

@@ -4,12 +4,12 @@
 use crate::callback::asked::Callback;
 use crate::headers::Headers;
 use crate::validation::{Limits, ValidationError, check_url};
-use crate::{Method, Schedule, State, Task, TaskId, Timestamp};
+use crate::{FirstRun, Method, State, Task, TaskId, Timestamp};
 use std::time::Duration;
 
 /// A valid submission: "call `url` with `method`, these `headers` and
 /// `body`, at most `max_attempts` times, each try within `timeout`", due
-/// as its [`Schedule`] says. One that exists has passed every check.
+/// as its [`FirstRun`] says. One that exists has passed every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
     pub(crate) url: String,
@@ -17,7 +17,7 @@ pub struct NewTask {
     pub(crate) idempotency_key: String,
     pub(crate) max_attempts: u32,
     pub(crate) timeout: Duration,
-    pub(crate) schedule: Schedule,
+    pub(crate) first_run: FirstRun,
     pub(crate) method: Method,
     pub(crate) headers: Headers,
     pub(crate) trace: Option<crate::TraceContext>,
@@ -72,7 +72,7 @@ impl NewTask {
             idempotency_key,
             max_attempts,
             timeout,
-            schedule: Schedule::Now,
+            first_run: FirstRun::Now,
             method: Method::Post,
             headers: Headers::default(),
             trace: None,
@@ -187,24 +187,24 @@ impl NewTask {
         &self.headers
     }
 
-    /// The same submission, first due as `schedule` says. A delay over
-    /// [`Schedule::MAX_AHEAD`] is refused; how far ahead an absolute time
+    /// The same submission, first due as `first_run` says. A delay over
+    /// [`FirstRun::MAX_AHEAD`] is refused; how far ahead an absolute time
     /// lies depends on the clock, which the caller checks.
-    pub fn with_schedule(mut self, schedule: Schedule) -> Result<NewTask, ValidationError> {
-        if let Schedule::After(delay) = schedule
-            && delay > Schedule::MAX_AHEAD
+    pub fn with_first_run(mut self, first_run: FirstRun) -> Result<NewTask, ValidationError> {
+        if let FirstRun::After(delay) = first_run
+            && delay > FirstRun::MAX_AHEAD
         {
             return Err(ValidationError::Delay {
                 got_ms: delay.as_millis(),
             });
         }
-        self.schedule = schedule;
+        self.first_run = first_run;
         Ok(self)
     }
 
     /// When it first becomes due.
-    pub fn schedule(&self) -> Schedule {
-        self.schedule
+    pub fn first_run(&self) -> FirstRun {
+        self.first_run
     }
 
     /// Where the task POSTs.
@@ -274,12 +274,12 @@ impl NewTask {
         differ(!same_json(&self.body, &task.body), "json");
         differ(self.max_attempts != task.max_attempts, "max_attempts");
         differ(self.timeout != task.timeout, "timeout_ms");
-        if self.schedule != task.schedule {
-            for schedule in [self.schedule, task.schedule] {
-                match schedule {
-                    Schedule::Now => {}
-                    Schedule::At(_) => differ(true, "run_at"),
-                    Schedule::After(_) => differ(true, "delay_ms"),
+        if self.first_run != task.first_run {
+            for asked in [self.first_run, task.first_run] {
+                match asked {
+                    FirstRun::Now => {}
+                    FirstRun::At(_) => differ(true, "run_at"),
+                    FirstRun::After(_) => differ(true, "delay_ms"),
                 }
             }
         }
@@ -312,7 +312,7 @@ impl Task {
             attempts_before_retry: 0,
             max_attempts: new.max_attempts(),
             timeout: new.timeout(),
-            schedule: new.schedule(),
+            first_run: new.first_run(),
             http_status: None,
             result: None,
             result_content_type: None,
@@ -321,7 +321,7 @@ impl Task {
             updated_at: now,
             started_at: None,
             finished_at: None,
-            next_run_at: Some(new.schedule().first_run(now)),
+            next_run_at: Some(new.first_run().due_at(now)),
             lease_until: None,
             attempts: Vec::new(),
             trace: new.trace().cloned(),
@@ -442,10 +442,13 @@ mod tests {
             },
             &["json", "max_attempts", "timeout_ms"],
         );
-        check(same().with_schedule(Schedule::At(at)).unwrap(), &["run_at"]);
+        check(
+            same().with_first_run(FirstRun::At(at)).unwrap(),
+            &["run_at"],
+        );
         check(
             same()
-                .with_schedule(Schedule::After(Duration::from_secs(1)))
+                .with_first_run(FirstRun::After(Duration::from_secs(1)))
                 .unwrap(),
             &["delay_ms"],
         );

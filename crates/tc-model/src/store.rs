@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
-use crate::recurring::{FiringError, Recurring, ScheduleChange, ScheduleSpec};
+use crate::schedule::{FiringError, Schedule, ScheduleChange, ScheduleSpec};
 use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use crate::tenant::quota::RetryQuota;
 use crate::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
@@ -824,9 +824,9 @@ pub trait TaskStore: Send + Sync + 'static {
         &self,
         spec: ScheduleSpec,
         now: Timestamp,
-    ) -> impl Future<Output = Result<Recurring, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Schedule, StoreError>> + Send;
 
-    /// Applies `change` to the schedule `name` ([`Recurring::changed`]:
+    /// Applies `change` to the schedule `name` ([`Schedule::changed`]:
     /// its firing record stays, `updated_at` becomes `now`), or
     /// [`StoreError::NotFound`].
     fn update_schedule(
@@ -834,7 +834,7 @@ pub trait TaskStore: Send + Sync + 'static {
         name: String,
         change: ScheduleChange,
         now: Timestamp,
-    ) -> impl Future<Output = Result<Recurring, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Schedule, StoreError>> + Send;
 
     /// Deletes the schedule `name` (its tasks stay), or
     /// [`StoreError::NotFound`].
@@ -842,10 +842,10 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Every schedule, in name order: the firing loop reads them all (a
     /// schedule left out would never fire), so there is no page.
-    fn schedules(&self) -> impl Future<Output = Result<Vec<Recurring>, StoreError>> + Send;
+    fn schedules(&self) -> impl Future<Output = Result<Vec<Schedule>, StoreError>> + Send;
 
     /// The schedule `name`, or [`StoreError::NotFound`].
-    fn schedule(&self, name: String) -> impl Future<Output = Result<Recurring, StoreError>> + Send;
+    fn schedule(&self, name: String) -> impl Future<Output = Result<Schedule, StoreError>> + Send;
 
     /// Records a firing of `name` at `at` that submitted `task`: a guarded
     /// write that applies only when `at` is later than the schedule's

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use crate::callback::{Callback, CallbackOn};
-use crate::{AttemptRecord, Headers, Schedule, Task, TaskId, Timestamp, TraceContext};
+use crate::{AttemptRecord, FirstRun, Headers, Task, TaskId, Timestamp, TraceContext};
 
 /// A stored value that is not what the model allows: the column it was in.
 /// A store answers it as unavailable (a corrupt row), never as a panic.
@@ -120,7 +120,7 @@ impl TaskRow {
             timeout: Duration::from_nanos(
                 u64::try_from(self.timeout_ns).map_err(|_| CorruptColumn("timeout"))?,
             ),
-            schedule: Schedule::from_parts(self.schedule_at, self.schedule_delay_ms)
+            first_run: FirstRun::from_parts(self.schedule_at, self.schedule_delay_ms)
                 .ok_or(CorruptColumn("schedule"))?,
             http_status: status(self.http_status)?,
             result: self.result,

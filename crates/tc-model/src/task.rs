@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::headers::Headers;
-use crate::{Method, Schedule, State};
+use crate::{FirstRun, Method, State};
 
 /// A task's identity: a UUID v7, so that ids sort by creation millisecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -157,7 +157,7 @@ pub struct Task {
     /// Per-try timeout of the downstream call.
     pub timeout: Duration,
     /// When the task was asked to run first (part of its payload).
-    pub schedule: Schedule,
+    pub first_run: FirstRun,
     /// The downstream's status on the last answered try.
     pub http_status: Option<u16>,
     /// The downstream's body on success.
@@ -280,7 +280,7 @@ mod tests {
             attempts_before_retry: 0,
             max_attempts: 2,
             timeout: Duration::from_secs(1),
-            schedule: Schedule::Now,
+            first_run: FirstRun::Now,
             http_status: None,
             result: None,
             result_content_type: None,

@@ -82,7 +82,7 @@ impl<'a> TaskView<'a> {
             updated_at: rfc3339(task.updated_at),
             started_at: task.started_at.map(rfc3339),
             finished_at: task.finished_at.map(rfc3339),
-            run_at: task.schedule.run_at(task.created_at).map(rfc3339),
+            run_at: task.first_run.run_at(task.created_at).map(rfc3339),
             duration_ms: task.attempts.last().and_then(|a| a.duration_ms),
             callback_url: task.callback.as_ref().map(|c| c.url()),
             callback_on: task.callback.as_ref().map(|c| c.on().names()),

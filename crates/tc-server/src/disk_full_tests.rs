@@ -17,7 +17,7 @@ use tc_model::store::TaskStore;
 use tc_store::{SqliteStore, StoreConfig};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
 
-use crate::control::WorkerPort;
+use crate::worker_for_http::WorkerPort;
 
 const TASKS: usize = 8;
 

@@ -11,7 +11,6 @@
 mod backup;
 mod cli;
 mod client;
-mod control;
 mod db_lock;
 mod demo;
 #[cfg(test)]
@@ -24,6 +23,7 @@ mod serve;
 mod store;
 mod telemetry;
 mod tls_check;
+mod worker_for_http;
 
 use std::process::ExitCode;
 

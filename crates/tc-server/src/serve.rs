@@ -15,8 +15,8 @@ use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};
 use tokio::net::TcpListener;
 
 use crate::cli::{ServeArgs, SyncMode};
-use crate::control::WorkerPort;
 use crate::store::{AnyStore, DbTarget};
+use crate::worker_for_http::WorkerPort;
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]

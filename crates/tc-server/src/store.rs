@@ -227,26 +227,26 @@ impl TaskStore for AnyStore {
 
     async fn create_schedule(
         &self,
-        spec: tc_model::recurring::ScheduleSpec,
+        spec: tc_model::schedule::ScheduleSpec,
         now: Timestamp,
-    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+    ) -> Result<tc_model::schedule::Schedule, StoreError> {
         either!(self, s => s.create_schedule(spec, now))
     }
     async fn update_schedule(
         &self,
         name: String,
-        change: tc_model::recurring::ScheduleChange,
+        change: tc_model::schedule::ScheduleChange,
         now: Timestamp,
-    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+    ) -> Result<tc_model::schedule::Schedule, StoreError> {
         either!(self, s => s.update_schedule(name, change, now))
     }
     async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
         either!(self, s => s.delete_schedule(name))
     }
-    async fn schedules(&self) -> Result<Vec<tc_model::recurring::Recurring>, StoreError> {
+    async fn schedules(&self) -> Result<Vec<tc_model::schedule::Schedule>, StoreError> {
         either!(self, s => s.schedules())
     }
-    async fn schedule(&self, name: String) -> Result<tc_model::recurring::Recurring, StoreError> {
+    async fn schedule(&self, name: String) -> Result<tc_model::schedule::Schedule, StoreError> {
         either!(self, s => s.schedule(name))
     }
     async fn record_firing(
@@ -260,7 +260,7 @@ impl TaskStore for AnyStore {
     async fn record_firing_error(
         &self,
         name: String,
-        error: tc_model::recurring::FiringError,
+        error: tc_model::schedule::FiringError,
     ) -> Result<bool, StoreError> {
         either!(self, s => s.record_firing_error(name, error))
     }

@@ -7,9 +7,9 @@
 //! cleared by guarded UPDATEs of the same kind.
 
 use deadpool_postgres::GenericClient;
-use tc_model::recurring::{
-    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Recurring, ScheduleChange,
-    ScheduleSpec, TaskTemplate, Zone,
+use tc_model::schedule::{
+    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Schedule, ScheduleChange, ScheduleSpec,
+    TaskTemplate, Zone,
 };
 use tc_model::store::StoreError;
 use tc_model::{TaskId, Timestamp};
@@ -25,7 +25,7 @@ fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in schedules: bad {what}"))
 }
 
-fn schedule_of(row: &Row) -> Result<Recurring, StoreError> {
+fn schedule_of(row: &Row) -> Result<Schedule, StoreError> {
     let text = |i: usize| row.try_get::<_, String>(i).map_err(db);
     let last_task_id = match row.try_get::<_, Option<Vec<u8>>>(8).map_err(db)? {
         None => None,
@@ -46,7 +46,7 @@ fn schedule_of(row: &Row) -> Result<Recurring, StoreError> {
         (None, None, None) => None,
         _ => return Err(corrupt("last_error")),
     };
-    Ok(Recurring {
+    Ok(Schedule {
         spec: ScheduleSpec {
             name: text(0)?,
             when: Recurrence {
@@ -70,7 +70,7 @@ fn schedule_of(row: &Row) -> Result<Recurring, StoreError> {
 }
 
 /// Every schedule, in name order.
-pub(crate) async fn all(client: &impl GenericClient) -> Result<Vec<Recurring>, StoreError> {
+pub(crate) async fn all(client: &impl GenericClient) -> Result<Vec<Schedule>, StoreError> {
     let stmt = client
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules ORDER BY name"))
         .await
@@ -89,7 +89,7 @@ pub(crate) async fn one(
     client: &impl GenericClient,
     name: &str,
     lock: bool,
-) -> Result<Recurring, StoreError> {
+) -> Result<Schedule, StoreError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM schedules WHERE name = $1{}",
         if lock { " FOR UPDATE" } else { "" }
@@ -103,7 +103,7 @@ pub(crate) async fn one(
 
 /// Writes every column of `s`: an insert that does nothing on a taken name
 /// (the primary key decides races between nodes), or an update.
-async fn write(client: &impl GenericClient, s: &Recurring, insert: bool) -> Result<(), StoreError> {
+async fn write(client: &impl GenericClient, s: &Schedule, insert: bool) -> Result<(), StoreError> {
     let sql = if insert {
         "INSERT INTO schedules (name, cron, timezone, task, paused, overlap, catch_up, \
                                 last_run_at, last_task_id, created_at, updated_at, \
@@ -156,8 +156,8 @@ pub(crate) async fn create(
     client: &impl GenericClient,
     spec: ScheduleSpec,
     now: Timestamp,
-) -> Result<Recurring, StoreError> {
-    let schedule = Recurring::new(spec, now);
+) -> Result<Schedule, StoreError> {
+    let schedule = Schedule::new(spec, now);
     write(client, &schedule, true).await?;
     Ok(schedule)
 }
@@ -169,7 +169,7 @@ pub(crate) async fn update(
     name: &str,
     change: ScheduleChange,
     now: Timestamp,
-) -> Result<Recurring, StoreError> {
+) -> Result<Schedule, StoreError> {
     let schedule = one(client, name, true).await?.changed(change, now);
     write(client, &schedule, false).await?;
     Ok(schedule)

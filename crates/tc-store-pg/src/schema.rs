@@ -536,7 +536,7 @@ ALTER TABLE destinations ADD COLUMN share_with_tenants text;
 ";
 
 /// Step 15 → 16 (issue 37): why a schedule's latest firing created no task
-/// (`tc_model::recurring::FiringError`: a url the allow-list no longer
+/// (`tc_model::schedule::FiringError`: a url the allow-list no longer
 /// admits), all three columns set or none. Nullable columns without a
 /// default: no row is rewritten, the lock is held for an instant.
 const V16_SCHEDULE_ERRORS: &str = "

@@ -10,7 +10,7 @@ use crate::tls::Tls;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
-use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
+use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost,
     ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
@@ -643,7 +643,7 @@ impl TaskStore for PgStore {
         &self,
         spec: ScheduleSpec,
         now: Timestamp,
-    ) -> Result<Recurring, StoreError> {
+    ) -> Result<Schedule, StoreError> {
         schedules::create(&self.client().await?, spec, now).await
     }
 
@@ -652,7 +652,7 @@ impl TaskStore for PgStore {
         name: String,
         change: ScheduleChange,
         now: Timestamp,
-    ) -> Result<Recurring, StoreError> {
+    ) -> Result<Schedule, StoreError> {
         self.write(async |tx| schedules::update(tx, &name, change, now).await)
             .await
     }
@@ -661,11 +661,11 @@ impl TaskStore for PgStore {
         schedules::delete(&self.client().await?, &name).await
     }
 
-    async fn schedules(&self) -> Result<Vec<Recurring>, StoreError> {
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
         schedules::all(&self.client().await?).await
     }
 
-    async fn schedule(&self, name: String) -> Result<Recurring, StoreError> {
+    async fn schedule(&self, name: String) -> Result<Schedule, StoreError> {
         schedules::one(&self.client().await?, &name, false).await
     }
 
@@ -681,7 +681,7 @@ impl TaskStore for PgStore {
     async fn record_firing_error(
         &self,
         name: String,
-        error: tc_model::recurring::FiringError,
+        error: tc_model::schedule::FiringError,
     ) -> Result<bool, StoreError> {
         schedules::record_firing_error(&self.client().await?, &name, &error).await
     }

@@ -553,7 +553,7 @@ impl<'a> BatchColumns<'a> {
         };
         for &i in chunk {
             let task = &tasks[i];
-            let (schedule_at, delay_ms) = task.schedule().to_parts();
+            let (schedule_at, delay_ms) = task.first_run().to_parts();
             let id = ids
                 .get(i)
                 .ok_or_else(|| StoreError::Unavailable("a batch item has no id".into()))?;

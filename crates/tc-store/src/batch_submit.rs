@@ -106,8 +106,8 @@ pub(crate) fn submit_all(
         let mut values: Vec<Box<dyn rusqlite::ToSql + '_>> =
             Vec::with_capacity(size * SUBMIT_COLUMNS);
         for ((new, row), id) in chunk.iter().zip(&rows[at..at + size]).zip(&ids) {
-            let schedule = new.schedule();
-            let (schedule_at, schedule_delay_ms) = schedule.to_parts();
+            let asked = new.first_run();
+            let (schedule_at, schedule_delay_ms) = asked.to_parts();
             values.push(Box::new(*id.as_bytes()));
             values.push(Box::new(new.idempotency_key()));
             values.push(Box::new(State::Pending.as_str()));
@@ -116,7 +116,7 @@ pub(crate) fn submit_all(
             values.push(Box::new(new.max_attempts()));
             values.push(Box::new(nanos(new.timeout())));
             values.push(Box::new(now.as_millis()));
-            values.push(Box::new(schedule.first_run(now).as_millis()));
+            values.push(Box::new(asked.due_at(now).as_millis()));
             values.push(Box::new(schedule_at));
             values.push(Box::new(schedule_delay_ms));
             values.push(Box::new(row.destination.as_str()));

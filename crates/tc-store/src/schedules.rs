@@ -4,9 +4,9 @@
 //! Synchronous functions on a connection, like the other operations.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use tc_model::recurring::{
-    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Recurring, ScheduleChange,
-    ScheduleSpec, TaskTemplate, Zone,
+use tc_model::schedule::{
+    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Schedule, ScheduleChange, ScheduleSpec,
+    TaskTemplate, Zone,
 };
 use tc_model::store::StoreError;
 use tc_model::{TaskId, Timestamp};
@@ -59,7 +59,7 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
     })
 }
 
-fn schedule_of(r: RawRow) -> Result<Recurring, StoreError> {
+fn schedule_of(r: RawRow) -> Result<Schedule, StoreError> {
     let last_task_id = match r.last_task_id {
         None => None,
         Some(bytes) => Some(TaskId::from_bytes(
@@ -75,7 +75,7 @@ fn schedule_of(r: RawRow) -> Result<Recurring, StoreError> {
         (None, None, None) => None,
         _ => return Err(corrupt("last_error")),
     };
-    Ok(Recurring {
+    Ok(Schedule {
         spec: ScheduleSpec {
             when: Recurrence {
                 cron: CronPattern::from_stored(&r.cron).map_err(|_| corrupt("cron"))?,
@@ -96,7 +96,7 @@ fn schedule_of(r: RawRow) -> Result<Recurring, StoreError> {
 }
 
 /// Every schedule, in name order.
-pub(crate) fn all(conn: &Connection) -> Result<Vec<Recurring>, StoreError> {
+pub(crate) fn all(conn: &Connection) -> Result<Vec<Schedule>, StoreError> {
     let mut stmt = conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules ORDER BY name"))
         .map_err(db)?;
@@ -109,7 +109,7 @@ pub(crate) fn all(conn: &Connection) -> Result<Vec<Recurring>, StoreError> {
 }
 
 /// The schedule `name`, if there is one.
-fn find(conn: &Connection, name: &str) -> Result<Option<Recurring>, StoreError> {
+fn find(conn: &Connection, name: &str) -> Result<Option<Schedule>, StoreError> {
     conn.prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE name = ?1"))
         .map_err(db)?
         .query_row([name], raw)
@@ -120,12 +120,12 @@ fn find(conn: &Connection, name: &str) -> Result<Option<Recurring>, StoreError> 
 }
 
 /// The schedule `name`, or not found.
-pub(crate) fn one(conn: &Connection, name: &str) -> Result<Recurring, StoreError> {
+pub(crate) fn one(conn: &Connection, name: &str) -> Result<Schedule, StoreError> {
     find(conn, name)?.ok_or(StoreError::NotFound)
 }
 
 /// Writes every column of `s`, inserting or replacing its row.
-fn write(conn: &Connection, s: &Recurring, insert: bool) -> Result<(), StoreError> {
+fn write(conn: &Connection, s: &Schedule, insert: bool) -> Result<(), StoreError> {
     let sql = if insert {
         "INSERT INTO schedules (name, cron, timezone, task, paused, overlap, catch_up, \
                                 last_run_at, last_task_id, created_at, updated_at, \
@@ -171,8 +171,8 @@ pub(crate) fn create(
     conn: &Connection,
     spec: ScheduleSpec,
     now: Timestamp,
-) -> Result<Recurring, StoreError> {
-    let schedule = Recurring::new(spec, now);
+) -> Result<Schedule, StoreError> {
+    let schedule = Schedule::new(spec, now);
     write(conn, &schedule, true)?;
     Ok(schedule)
 }
@@ -183,7 +183,7 @@ pub(crate) fn update(
     name: &str,
     change: ScheduleChange,
     now: Timestamp,
-) -> Result<Recurring, StoreError> {
+) -> Result<Schedule, StoreError> {
     let schedule = one(conn, name)?.changed(change, now);
     write(conn, &schedule, false)?;
     Ok(schedule)

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 use tc_model::claim::Claim;
 use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
-use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
+use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost, ListQuery,
     Page, StateCounts, StoreError, Submitted, TaskStore,
@@ -508,7 +508,7 @@ impl TaskStore for SqliteStore {
         &self,
         spec: ScheduleSpec,
         now: Timestamp,
-    ) -> Result<Recurring, StoreError> {
+    ) -> Result<Schedule, StoreError> {
         self.write(move |conn| schedules::create(conn, spec, now))
             .await
     }
@@ -518,7 +518,7 @@ impl TaskStore for SqliteStore {
         name: String,
         change: ScheduleChange,
         now: Timestamp,
-    ) -> Result<Recurring, StoreError> {
+    ) -> Result<Schedule, StoreError> {
         self.write(move |conn| schedules::update(conn, &name, change, now))
             .await
     }
@@ -527,11 +527,11 @@ impl TaskStore for SqliteStore {
         self.write(move |conn| schedules::delete(conn, &name)).await
     }
 
-    async fn schedules(&self) -> Result<Vec<Recurring>, StoreError> {
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
         self.readers.run(|conn| schedules::all(conn)).await
     }
 
-    async fn schedule(&self, name: String) -> Result<Recurring, StoreError> {
+    async fn schedule(&self, name: String) -> Result<Schedule, StoreError> {
         self.readers
             .run(move |conn| schedules::one(conn, &name))
             .await
@@ -550,7 +550,7 @@ impl TaskStore for SqliteStore {
     async fn record_firing_error(
         &self,
         name: String,
-        error: tc_model::recurring::FiringError,
+        error: tc_model::schedule::FiringError,
     ) -> Result<bool, StoreError> {
         self.write(move |conn| schedules::record_firing_error(conn, &name, &error))
             .await

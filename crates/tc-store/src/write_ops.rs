@@ -168,9 +168,9 @@ fn submit_as(
             return Err(StoreError::QuotaExceeded { limit });
         }
     }
-    let schedule = new.schedule();
-    let first_run = schedule.first_run(now);
-    let (schedule_at, schedule_delay_ms) = schedule.to_parts();
+    let asked = new.first_run();
+    let first_run = asked.due_at(now);
+    let (schedule_at, schedule_delay_ms) = asked.to_parts();
     // seq above every seq ever handed out, deleted ones included (see
     // schema step 6): a listing cursor must never see a position reused.
     // Unless deletes raised the floor above the table's last seq, SQLite's

@@ -16,7 +16,7 @@ use tc_model::destination::{
     ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
     rotation,
 };
-use tc_model::recurring::{Recurring, ScheduleChange, ScheduleSpec};
+use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
     BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Cursor, Guarded, LeaseLost,
     ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore, results_within,
@@ -65,7 +65,7 @@ struct Tables {
     /// Destination settings by name (`host:port`).
     destinations: BTreeMap<String, DestinationSettings>,
     /// Schedules by name.
-    schedules: BTreeMap<String, Recurring>,
+    schedules: BTreeMap<String, Schedule>,
     /// The server's own keys by name ([`TaskStore::server_key`]).
     server_keys: BTreeMap<String, String>,
     last_seq: i64,
@@ -903,12 +903,12 @@ impl TaskStore for MemoryStore {
         &self,
         spec: ScheduleSpec,
         now: Timestamp,
-    ) -> Result<Recurring, StoreError> {
+    ) -> Result<Schedule, StoreError> {
         let mut t = self.tables();
         if t.schedules.contains_key(&spec.name) {
             return Err(StoreError::Exists);
         }
-        let schedule = Recurring::new(spec, now);
+        let schedule = Schedule::new(spec, now);
         t.schedules
             .insert(schedule.spec.name.clone(), schedule.clone());
         Ok(schedule)
@@ -919,7 +919,7 @@ impl TaskStore for MemoryStore {
         name: String,
         change: ScheduleChange,
         now: Timestamp,
-    ) -> Result<Recurring, StoreError> {
+    ) -> Result<Schedule, StoreError> {
         let mut t = self.tables();
         let old = t.schedules.remove(&name).ok_or(StoreError::NotFound)?;
         let new = old.changed(change, now);
@@ -935,12 +935,12 @@ impl TaskStore for MemoryStore {
             .ok_or(StoreError::NotFound)
     }
 
-    async fn schedules(&self) -> Result<Vec<Recurring>, StoreError> {
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
         let t = self.tables();
         Ok(t.schedules.values().cloned().collect())
     }
 
-    async fn schedule(&self, name: String) -> Result<Recurring, StoreError> {
+    async fn schedule(&self, name: String) -> Result<Schedule, StoreError> {
         let t = self.tables();
         t.schedules.get(&name).cloned().ok_or(StoreError::NotFound)
     }
@@ -968,7 +968,7 @@ impl TaskStore for MemoryStore {
     async fn record_firing_error(
         &self,
         name: String,
-        error: tc_model::recurring::FiringError,
+        error: tc_model::schedule::FiringError,
     ) -> Result<bool, StoreError> {
         let mut t = self.tables();
         match t.schedules.get_mut(&name) {

@@ -1583,26 +1583,26 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     }
     async fn create_schedule(
         &self,
-        spec: tc_model::recurring::ScheduleSpec,
+        spec: tc_model::schedule::ScheduleSpec,
         now: Timestamp,
-    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+    ) -> Result<tc_model::schedule::Schedule, StoreError> {
         self.inner.create_schedule(spec, now).await
     }
     async fn update_schedule(
         &self,
         name: String,
-        change: tc_model::recurring::ScheduleChange,
+        change: tc_model::schedule::ScheduleChange,
         now: Timestamp,
-    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+    ) -> Result<tc_model::schedule::Schedule, StoreError> {
         self.inner.update_schedule(name, change, now).await
     }
     async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
         self.inner.delete_schedule(name).await
     }
-    async fn schedules(&self) -> Result<Vec<tc_model::recurring::Recurring>, StoreError> {
+    async fn schedules(&self) -> Result<Vec<tc_model::schedule::Schedule>, StoreError> {
         self.inner.schedules().await
     }
-    async fn schedule(&self, name: String) -> Result<tc_model::recurring::Recurring, StoreError> {
+    async fn schedule(&self, name: String) -> Result<tc_model::schedule::Schedule, StoreError> {
         self.inner.schedule(name).await
     }
     async fn record_firing(
@@ -1616,7 +1616,7 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     async fn record_firing_error(
         &self,
         name: String,
-        error: tc_model::recurring::FiringError,
+        error: tc_model::schedule::FiringError,
     ) -> Result<bool, StoreError> {
         self.inner.record_firing_error(name, error).await
     }

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::WorkerMetrics;
-use crate::control::{AttemptEnded, Shared};
 use crate::flow::{Answer, Verdict};
+use crate::shared::{AttemptEnded, Shared};
 use crate::trace::AttemptSpan;
 
 /// The ids a task's log lines carry: its trace, and the try's span when

@@ -9,8 +9,8 @@ use tc_model::store::{LeaseLost, TaskStore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::WorkerConfig;
-use crate::control::Shared;
+use crate::config::WorkerConfig;
+use crate::shared::Shared;
 
 /// Recovers expired leases and reads the settings once, then starts the
 /// loops that keep doing so, and the heartbeats. The heartbeats run until

@@ -14,8 +14,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::{AttemptContext, run_attempt};
-use crate::control::AttemptEnded;
-use crate::{ShutdownReport, WorkerConfig, WorkerError, background};
+use crate::background;
+use crate::config::{ShutdownReport, WorkerConfig, WorkerError};
+use crate::shared::AttemptEnded;
 
 /// The longest the claim loop waits after a failed claim.
 const CLAIM_BACKOFF_CAP: Duration = Duration::from_secs(5);

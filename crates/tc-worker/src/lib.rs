@@ -24,19 +24,19 @@ mod auth;
 mod background;
 mod claim_loop;
 mod clock;
-mod control;
+mod config;
+mod delivery_inputs;
 mod flow;
 mod metrics;
-mod outbound;
 mod pacing;
 mod pruner;
 mod registry;
 mod scheduler;
+mod shared;
 mod tenant_share;
 mod trace;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tc_downstream::Downstream;
 use tc_model::store::TaskStore;
@@ -47,99 +47,15 @@ use crate::attempt::AttemptContext;
 pub use crate::auth::JwtSigner;
 use crate::claim_loop::claim_loop;
 pub use crate::clock::Clock;
-use crate::control::Shared;
-pub use crate::control::{AttemptEnded, WorkerControl};
+pub use crate::config::{ShutdownReport, WorkerConfig, WorkerError};
+use crate::delivery_inputs::Outbound;
 use crate::flow::Flow;
 pub use crate::flow::{BreakerPolicy, BreakerState, DestinationState};
 pub use crate::metrics::{DESTINATION_LABELS_LIMIT, OTHER_DESTINATIONS, WorkerMetrics};
-use crate::outbound::Outbound;
 pub use crate::pruner::{PRUNE_BATCH, Pruner, PrunerMetrics, Retention, prune_round};
+use crate::shared::Shared;
+pub use crate::shared::{AttemptEnded, WorkerControl};
 pub use crate::trace::SpanTracer;
-
-/// How the worker runs.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// The most downstream calls in flight at once (at least 1).
-    pub concurrency: usize,
-    /// How long a claim holds a task before another worker may recover it.
-    pub lease: Duration,
-    /// The longest the claim loop sleeps without being woken when it found
-    /// less than it asked for (it sleeps until the earliest task not yet
-    /// due, [`tc_model::claim::Claim::resume_after`], when that is sooner);
-    /// also the first wait after a failed claim.
-    pub poll_interval: Duration,
-    /// How long shutdown waits for in-flight calls before interrupting them.
-    pub shutdown_grace: Duration,
-    /// How often expired leases are recovered.
-    pub recover_interval: Duration,
-    /// Backoff and Retry-After bounds.
-    pub retry: tc_retry::Policy,
-    /// Seed for the backoff jitter; `None` seeds from the OS.
-    pub jitter_seed: Option<u64>,
-    /// When a destination's circuit breaker opens.
-    pub breaker: BreakerPolicy,
-    /// How often destination and tenant settings are read from the store
-    /// (a change through this process is seen at once).
-    pub settings_interval: Duration,
-    /// The Standard Webhooks secrets that sign the calls of tasks without a
-    /// tenant to destinations with none of their own (`--signing-secret`);
-    /// none: those are not signed. Never a tenant's task
-    /// ([`tc_model::outbound`]).
-    pub signing_secrets: tc_model::signing::SigningSecrets,
-    /// Makes one OpenTelemetry span per try (`--otlp-endpoint`); `None`:
-    /// no spans, and each call's `traceparent` names the task's stored
-    /// parent.
-    pub tracer: Option<SpanTracer>,
-    /// The longest the schedules' firing loop sleeps before it reads the
-    /// schedules again (a change through this process wakes it at once;
-    /// one made on another node is seen within this).
-    pub schedules_interval: Duration,
-    /// The allow-list (`--allow-url-prefix`; empty: every url): a
-    /// schedule's firing whose task's `url` or `callback_url` is under no
-    /// prefix creates no task and is recorded as the schedule's
-    /// `last_error` ([`tc_model::urls_allowed`]).
-    pub allow_url_prefixes: Vec<String>,
-    /// What signs the JWTs of destinations whose `auth` is `jwt` (issue
-    /// 41: `--issuer` and the server's keys); `None`: such a call fails
-    /// with `auth_failed`.
-    pub jwt: Option<JwtSigner>,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        WorkerConfig {
-            concurrency: 8,
-            lease: Duration::from_secs(30),
-            poll_interval: Duration::from_secs(1),
-            shutdown_grace: Duration::from_secs(10),
-            recover_interval: Duration::from_secs(15),
-            retry: tc_retry::Policy::default(),
-            jitter_seed: None,
-            breaker: BreakerPolicy::default(),
-            settings_interval: Duration::from_secs(1),
-            signing_secrets: tc_model::signing::SigningSecrets::default(),
-            tracer: None,
-            schedules_interval: Duration::from_secs(30),
-            allow_url_prefixes: Vec::new(),
-            jwt: None,
-        }
-    }
-}
-
-/// What a shutdown did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ShutdownReport {
-    /// Calls still in flight when the grace period ended, put back to pending.
-    pub interrupted: usize,
-}
-
-/// Why the worker stopped abnormally.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    /// A worker task panicked or was aborted.
-    #[error("worker task failed: {0}")]
-    Join(#[from] tokio::task::JoinError),
-}
 
 /// A running worker. Dropping it without [`Worker::shutdown`] aborts its tasks.
 pub struct Worker<S> {

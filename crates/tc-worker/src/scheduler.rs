@@ -1,9 +1,9 @@
 //! The schedules' firing loop (issue 28), on every node beside the claim
 //! loop. It sleeps on the worker's clock until the earliest next firing of
-//! all unpaused schedules (at most [`crate::WorkerConfig::schedules_interval`],
+//! all unpaused schedules (at most [`crate::config::WorkerConfig::schedules_interval`],
 //! so schedules made on other nodes are seen; a change through this node
 //! wakes it at once), reads the schedules again, and fires each one due
-//! ([`Recurring::due`]): a normal submit keyed
+//! ([`Schedule::due`]): a normal submit keyed
 //! `schedule:{name}:{fire time}`, so nodes firing the same time make one
 //! task, then the guarded firing record. A firing whose task's url or
 //! callback url the allow-list no longer admits (it was narrowed after the
@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_model::Timestamp;
-use tc_model::recurring::{FiringError, Overlap, Recurring, firing_key, rfc3339_utc};
+use tc_model::schedule::{FiringError, Overlap, Schedule, firing_key, rfc3339_utc};
 use tc_model::store::{StoreError, TaskStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::control::Shared;
-use crate::{ShutdownReport, WorkerConfig, WorkerError};
+use crate::config::{ShutdownReport, WorkerConfig, WorkerError};
+use crate::shared::Shared;
 
 /// What one firing did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ enum Fired {
 /// the firing.
 async fn fire<S: TaskStore>(
     shared: &Shared<S>,
-    schedule: &Recurring,
+    schedule: &Schedule,
     at: Timestamp,
     now: Timestamp,
     prefixes: &[String],

@@ -14,7 +14,7 @@ use tc_model::{Task, TraceContext};
 use tc_trace::ChildSpan;
 
 /// The tracer the worker makes its spans with (the server's, exporting
-/// over OTLP); `None` in [`crate::WorkerConfig`]: no spans.
+/// over OTLP); `None` in [`crate::config::WorkerConfig`]: no spans.
 pub use tc_trace::SpanTracer;
 
 /// One try's span, if spans are made, and its context as the call's

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tc_model::store::{Completion, TaskStore};
-use tc_model::{Limits, NewTask, Schedule, Timestamp};
+use tc_model::{FirstRun, Limits, NewTask, Timestamp};
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -124,16 +124,16 @@ pub(crate) fn fill(
     key_prefix: &str,
     progress: &dyn Fn(u64),
 ) -> Result<(), String> {
-    fill_scheduled(path, n, (url, key_prefix), Schedule::Now, progress)
+    fill_scheduled(path, n, (url, key_prefix), FirstRun::Now, progress)
 }
 
-/// [`fill`] with every task first due as `schedule` says: a file that holds
+/// [`fill`] with every task first due as `first_run` says: a file that holds
 /// many tasks none of which the worker may claim yet.
 pub(crate) fn fill_scheduled(
     path: &Path,
     n: u64,
     (url, key_prefix): (&str, &str),
-    schedule: Schedule,
+    first_run: FirstRun,
     progress: &dyn Fn(u64),
 ) -> Result<(), String> {
     let config = StoreConfig {
@@ -151,7 +151,7 @@ pub(crate) fn fill_scheduled(
             // Many attempts: the RSS phase later runs these against a closed
             // port and they must stay pending between tries.
             let task = task(url, key_prefix, i, 100)?
-                .with_schedule(schedule)
+                .with_first_run(first_run)
                 .map_err(|e| format!("filling row {i}: {e}"))?;
             tc_store::raw::submit(&conn, &task, at).map_err(|e| format!("filling row {i}: {e}"))?;
         }

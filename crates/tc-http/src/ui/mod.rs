@@ -38,7 +38,7 @@ use prometheus_client::registry::Registry;
 
 use crate::body::{AnyBody, RequestBody};
 use crate::config::HttpConfig;
-use crate::control::Control;
+use crate::worker_port::Control;
 
 pub use activity::{Activity, Event, Series};
 
@@ -305,7 +305,7 @@ where
     S: TaskStore,
     C: Control,
 {
-    let client = crate::client::client_of(parts, &app.config().trusted_proxies);
+    let client = crate::client_address::client_of(parts, &app.config().trusted_proxies);
     let throttle = &app.ui().logins;
     if let Some(wait) = throttle.held(client.addr) {
         let secs = throttle::retry_after_secs(wait);
@@ -408,7 +408,8 @@ where
     match (session, given) {
         (Some(s), Some(g)) if auth::token_matches(&g, &s.csrf) => {
             app.ui().sessions.remove(&s.id);
-            let https = crate::client::client_of(parts, &app.config().trusted_proxies).https;
+            let https =
+                crate::client_address::client_of(parts, &app.config().trusted_proxies).https;
             redirect("/ui/login", Some(auth::clear_cookie(https)))
         }
         // Without a session there is nothing to end; a wrong CSRF token is

@@ -901,7 +901,7 @@ async fn the_schedules_page_lists_next_runs_and_the_last_task_escaped() {
         .unwrap()
         .last_run_at
         .unwrap();
-    let refused = tc_model::recurring::FiringError {
+    let refused = tc_model::schedule::FiringError {
         code: "url_not_allowed".into(),
         message: "url: <b>not</b> allowed".into(),
         at: fired_at.saturating_add(std::time::Duration::from_secs(60)),

@@ -384,7 +384,7 @@ async fn a_refused_firing_shows_as_the_schedule_s_last_error() {
         .store
         .record_firing_error(
             "report".into(),
-            tc_model::recurring::FiringError::url_not_allowed(refusal, at),
+            tc_model::schedule::FiringError::url_not_allowed(refusal, at),
         )
         .await
         .unwrap();

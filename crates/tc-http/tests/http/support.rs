@@ -147,18 +147,18 @@ impl TaskStore for Switchable {
     }
     async fn create_schedule(
         &self,
-        spec: tc_model::recurring::ScheduleSpec,
+        spec: tc_model::schedule::ScheduleSpec,
         now: Timestamp,
-    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+    ) -> Result<tc_model::schedule::Schedule, StoreError> {
         self.check()?;
         self.inner.create_schedule(spec, now).await
     }
     async fn update_schedule(
         &self,
         name: String,
-        change: tc_model::recurring::ScheduleChange,
+        change: tc_model::schedule::ScheduleChange,
         now: Timestamp,
-    ) -> Result<tc_model::recurring::Recurring, StoreError> {
+    ) -> Result<tc_model::schedule::Schedule, StoreError> {
         self.check()?;
         self.inner.update_schedule(name, change, now).await
     }
@@ -166,11 +166,11 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.delete_schedule(name).await
     }
-    async fn schedules(&self) -> Result<Vec<tc_model::recurring::Recurring>, StoreError> {
+    async fn schedules(&self) -> Result<Vec<tc_model::schedule::Schedule>, StoreError> {
         self.check()?;
         self.inner.schedules().await
     }
-    async fn schedule(&self, name: String) -> Result<tc_model::recurring::Recurring, StoreError> {
+    async fn schedule(&self, name: String) -> Result<tc_model::schedule::Schedule, StoreError> {
         self.check()?;
         self.inner.schedule(name).await
     }
@@ -186,7 +186,7 @@ impl TaskStore for Switchable {
     async fn record_firing_error(
         &self,
         name: String,
-        error: tc_model::recurring::FiringError,
+        error: tc_model::schedule::FiringError,
     ) -> Result<bool, StoreError> {
         self.check()?;
         self.inner.record_firing_error(name, error).await

@@ -116,13 +116,13 @@ fn next_run(s: &Value, run: &Value) -> String {
     let utc = text(run);
     let zone = field(s, "timezone")
         .as_str()
-        .and_then(|z| tc_model::recurring::Zone::parse(z).ok());
+        .and_then(|z| tc_model::schedule::Zone::parse(z).ok());
     let at = humantime::parse_rfc3339(&utc)
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .and_then(|d| i64::try_from(d.as_millis()).ok());
     match (zone, at) {
-        (Some(zone), Some(millis)) if zone != tc_model::recurring::Zone::UTC => format!(
+        (Some(zone), Some(millis)) if zone != tc_model::schedule::Zone::UTC => format!(
             "{} ({utc})",
             zone.local_rfc3339(tc_model::Timestamp::from_millis(millis))
         ),

@@ -265,16 +265,16 @@ async fn a_version_9_schema_is_upgraded_in_place() {
     assert_eq!(store.get(created.id).await.unwrap().trace, Some(context));
     // The upgraded schema takes schedules (step 13), kept across a reopen
     // with their firing record.
-    let spec = tc_model::recurring::ScheduleSpec {
+    let spec = tc_model::schedule::ScheduleSpec {
         name: "nightly".into(),
-        when: tc_model::recurring::Recurrence {
-            cron: tc_model::recurring::CronPattern::parse("30 2 * * *").unwrap(),
-            zone: tc_model::recurring::Zone::parse("America/New_York").unwrap(),
+        when: tc_model::schedule::Recurrence {
+            cron: tc_model::schedule::CronPattern::parse("30 2 * * *").unwrap(),
+            zone: tc_model::schedule::Zone::parse("America/New_York").unwrap(),
         },
-        task: tc_model::recurring::TaskTemplate::of(new_task("template")),
+        task: tc_model::schedule::TaskTemplate::of(new_task("template")),
         paused: true,
-        overlap: tc_model::recurring::Overlap::Skip,
-        catch_up: tc_model::recurring::CatchUp::Latest,
+        overlap: tc_model::schedule::Overlap::Skip,
+        catch_up: tc_model::schedule::CatchUp::Latest,
     };
     let made = store
         .create_schedule(spec, Timestamp::from_millis(5))

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tc_downstream::fake::{FakeDownstream, Script};
 use tc_model::store::TaskStore;
-use tc_model::{Limits, NewTask, Schedule, Timestamp};
+use tc_model::{FirstRun, Limits, NewTask, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -162,7 +162,7 @@ async fn an_idle_node_with_delayed_tasks_sends_at_most_20_queries_a_second() {
                 &Limits::default(),
             )
             .unwrap()
-            .with_schedule(Schedule::At(later))
+            .with_first_run(FirstRun::At(later))
             .unwrap()
         })
         .collect();

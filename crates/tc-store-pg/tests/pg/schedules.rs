@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_downstream::fake::{FakeDownstream, Script};
-use tc_model::recurring::{
+use tc_model::schedule::{
     CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
 };
 use tc_model::store::{ListQuery, TaskFilter, TaskStore};
@@ -103,7 +103,7 @@ async fn three_nodes_firing_every_second_make_one_task_per_firing() {
     // The record names the latest firing, whichever node wrote last.
     let schedule = stores[2].schedule("every-second".into()).await.unwrap();
     let latest = distinct.iter().next_back().unwrap();
-    let recorded = tc_model::recurring::firing_key("every-second", schedule.last_run_at.unwrap());
+    let recorded = tc_model::schedule::firing_key("every-second", schedule.last_run_at.unwrap());
     assert_eq!(&recorded.as_str(), latest);
     let task = stores[2].get(schedule.last_task_id.unwrap()).await.unwrap();
     assert_eq!(task.idempotency_key, recorded);

@@ -368,16 +368,16 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(store.get(traced.id).await.unwrap().trace, Some(context));
     // An old file takes schedules (step 14), and keeps them across a reopen
     // with their firing record.
-    let spec = tc_model::recurring::ScheduleSpec {
+    let spec = tc_model::schedule::ScheduleSpec {
         name: "nightly".into(),
-        when: tc_model::recurring::Recurrence {
-            cron: tc_model::recurring::CronPattern::parse("30 2 * * *").unwrap(),
-            zone: tc_model::recurring::Zone::parse("Europe/Berlin").unwrap(),
+        when: tc_model::schedule::Recurrence {
+            cron: tc_model::schedule::CronPattern::parse("30 2 * * *").unwrap(),
+            zone: tc_model::schedule::Zone::parse("Europe/Berlin").unwrap(),
         },
-        task: tc_model::recurring::TaskTemplate::of(task("template")),
+        task: tc_model::schedule::TaskTemplate::of(task("template")),
         paused: false,
-        overlap: tc_model::recurring::Overlap::Skip,
-        catch_up: tc_model::recurring::CatchUp::Latest,
+        overlap: tc_model::schedule::Overlap::Skip,
+        catch_up: tc_model::schedule::CatchUp::Latest,
     };
     let created = store.create_schedule(spec, t(80)).await.unwrap();
     assert!(

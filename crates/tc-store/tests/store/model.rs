@@ -144,7 +144,7 @@ impl<S: TaskStore> Side<S> {
                 let mut new = new_task(*key, *variant);
                 if let Some(ms) = delay_ms {
                     new = new
-                        .with_schedule(tc_model::Schedule::After(Duration::from_millis(*ms)))
+                        .with_first_run(tc_model::FirstRun::After(Duration::from_millis(*ms)))
                         .unwrap();
                 }
                 let got = self.store.submit(new, now).await;

@@ -5,7 +5,7 @@
 
 use tc_model::destination::{ClaimGate, DestinationUpdate};
 use tc_model::store::TaskStore;
-use tc_model::{NewTask, Schedule, State};
+use tc_model::{FirstRun, NewTask, State};
 
 use super::Verdict;
 use super::check::{DEST_A, Step, URL_A, at, claim, create, get, set, task_for};
@@ -46,7 +46,7 @@ async fn wait_everywhere<S: TaskStore>(store: &S) -> Result<ClaimGate, String> {
                 gate.held.insert(name);
                 Ok(task)
             } else {
-                task.with_schedule(Schedule::At(at(LATER_MS)))
+                task.with_first_run(FirstRun::At(at(LATER_MS)))
                     .map_err(|e| format!("a delayed task: {e}"))
             }
         })

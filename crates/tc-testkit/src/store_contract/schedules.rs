@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use tc_model::recurring::{
-    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Recurring, ScheduleChange,
-    ScheduleSpec, TaskTemplate, Zone, firing_key,
+use tc_model::schedule::{
+    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Schedule, ScheduleChange, ScheduleSpec,
+    TaskTemplate, Zone, firing_key,
 };
 use tc_model::store::{StoreError, TaskStore};
-use tc_model::{Headers, Method, NewTask, Schedule};
+use tc_model::{FirstRun, Headers, Method, NewTask};
 
 use super::Verdict;
 use super::check::*;
@@ -29,7 +29,7 @@ fn spec(name: &str, cron: &str) -> Result<ScheduleSpec, String> {
         &tc_model::Limits::default(),
     )
     .and_then(|t| t.with_method(Method::Put))
-    .and_then(|t| t.with_schedule(Schedule::After(Duration::from_secs(30))))
+    .and_then(|t| t.with_first_run(FirstRun::After(Duration::from_secs(30))))
     .map(|t| t.with_headers(headers))
     .map_err(|e| e.to_string())?;
     Ok(ScheduleSpec {
@@ -59,7 +59,7 @@ pub async fn schedules_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdic
         .step("create")?;
     ensure_eq!(
         created,
-        Recurring::new(nightly.clone(), at(0)),
+        Schedule::new(nightly.clone(), at(0)),
         "create's answer"
     );
     let second = store
@@ -110,7 +110,7 @@ pub async fn schedules_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdic
         )
         .await
         .step("replace")?;
-    let want = Recurring {
+    let want = Schedule {
         spec: replacement.clone(),
         last_run_at: Some(at(10)),
         last_task_id: Some(task.id),
@@ -186,7 +186,7 @@ pub async fn schedules_are_kept_field_by_field<S: TaskStore>(store: S) -> Verdic
         .create_schedule(nightly.clone(), at(70))
         .await
         .step("create again")?;
-    ensure_eq!(again, Recurring::new(nightly, at(70)), "recreated, unfired");
+    ensure_eq!(again, Schedule::new(nightly, at(70)), "recreated, unfired");
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_model::store::{StoreError, TaskStore};
-use tc_model::{Schedule, State, TaskId};
+use tc_model::{FirstRun, State, TaskId};
 use tokio::task::JoinSet;
 
 use super::Verdict;
@@ -207,10 +207,10 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
     store: S,
 ) -> Verdict {
     let later = new_task("later")
-        .with_schedule(Schedule::At(at(5_000)))
+        .with_first_run(FirstRun::At(at(5_000)))
         .map_err(|e| format!("schedule: {e}"))?;
     let task = create(&store, later.clone(), at(0)).await?;
-    ensure_eq!(task.schedule, Schedule::At(at(5_000)), "schedule");
+    ensure_eq!(task.first_run, FirstRun::At(at(5_000)), "schedule");
     ensure_eq!(task.next_run_at, Some(at(5_000)), "due at run_at");
     ensure_eq!(
         store.next_due().await.step("next_due")?,
@@ -235,15 +235,15 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
         "resubmit made {again:?}"
     );
     for (other, fields) in [
-        (Schedule::Now, vec!["run_at"]),
-        (Schedule::At(at(5_001)), vec!["run_at"]),
+        (FirstRun::Now, vec!["run_at"]),
+        (FirstRun::At(at(5_001)), vec!["run_at"]),
         (
-            Schedule::After(Duration::from_millis(5_000)),
+            FirstRun::After(Duration::from_millis(5_000)),
             vec!["delay_ms", "run_at"],
         ),
     ] {
         let new = new_task("later")
-            .with_schedule(other)
+            .with_first_run(other)
             .map_err(|e| format!("schedule: {e}"))?;
         ensure_eq!(
             store.submit(new, at(100)).await,
@@ -264,7 +264,7 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
 
     // A delay counts from the submit and repeats as the same delay.
     let delayed = new_task("delayed")
-        .with_schedule(Schedule::After(Duration::from_millis(300)))
+        .with_first_run(FirstRun::After(Duration::from_millis(300)))
         .map_err(|e| format!("schedule: {e}"))?;
     let task = create(&store, delayed.clone(), at(1_000)).await?;
     ensure_eq!(task.next_run_at, Some(at(1_300)), "due after its delay");
@@ -281,7 +281,7 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
 
     // A time that has passed runs at once.
     let past = new_task("past")
-        .with_schedule(Schedule::At(at(10)))
+        .with_first_run(FirstRun::At(at(10)))
         .map_err(|e| format!("schedule: {e}"))?;
     let task = create(&store, past, at(6_000)).await?;
     ensure_eq!(
@@ -289,7 +289,7 @@ pub async fn a_delayed_task_waits_for_its_time_and_keeps_its_schedule<S: TaskSto
         Some(at(6_000)),
         "a past run_at is due now"
     );
-    ensure_eq!(task.schedule, Schedule::At(at(10)), "kept as asked");
+    ensure_eq!(task.first_run, FirstRun::At(at(10)), "kept as asked");
     Ok(())
 }
 

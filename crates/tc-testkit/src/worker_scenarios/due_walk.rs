@@ -6,7 +6,7 @@ use std::time::Duration;
 use tc_downstream::Downstream;
 use tc_model::destination::DestinationUpdate;
 use tc_model::store::TaskStore;
-use tc_model::{Limits, NewTask, Schedule, State};
+use tc_model::{FirstRun, Limits, NewTask, State};
 use tokio::time::Instant;
 
 use super::{Rig, stop, wait_terminal};
@@ -60,7 +60,7 @@ pub(super) async fn a_due_task_runs_past_thousands_of_waiting_destinations<
             if i < PAUSED {
                 Ok(task)
             } else {
-                task.with_schedule(Schedule::At(later))
+                task.with_first_run(FirstRun::At(later))
                     .map_err(|e| format!("a delayed task: {e}"))
             }
         })

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tc_downstream::Downstream;
-use tc_model::recurring::{
+use tc_model::schedule::{
     CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone, firing_key,
 };
 use tc_model::store::{ListQuery, TaskStore};

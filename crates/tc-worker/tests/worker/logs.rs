@@ -254,7 +254,7 @@ async fn a_task_s_log_lines_carry_its_trace_id() {
 #[tokio::test(start_paused = true)]
 async fn schedule_firings_and_skips_carry_their_fields() {
     use std::time::Duration;
-    use tc_model::recurring::{
+    use tc_model::schedule::{
         CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
     };
     use tc_model::store::TaskStore;
@@ -272,7 +272,7 @@ async fn schedule_firings_and_skips_carry_their_fields() {
             Duration::from_secs(5),
             &tc_model::Limits::default(),
         )
-        .and_then(|t| t.with_schedule(tc_model::Schedule::After(Duration::from_secs(600))))
+        .and_then(|t| t.with_first_run(tc_model::FirstRun::After(Duration::from_secs(600))))
         .unwrap();
         let spec = ScheduleSpec {
             name: "tick".into(),
@@ -323,7 +323,7 @@ async fn schedule_firings_and_skips_carry_their_fields() {
 #[tokio::test(start_paused = true)]
 async fn a_refused_firing_carries_its_fields() {
     use std::time::Duration;
-    use tc_model::recurring::{
+    use tc_model::schedule::{
         CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
     };
     use tc_model::store::TaskStore;

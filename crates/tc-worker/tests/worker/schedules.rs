@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_downstream::fake::{FakeDownstream, Script};
-use tc_model::recurring::{
+use tc_model::schedule::{
     CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
 };
 use tc_model::store::{ListQuery, TaskStore};
-use tc_model::{Limits, NewTask, Schedule, Timestamp};
+use tc_model::{FirstRun, Limits, NewTask, Timestamp};
 use tc_testkit::memory_store::MemoryStore;
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
 
@@ -63,7 +63,7 @@ impl Rig {
             Duration::from_secs(5),
             &Limits::default(),
         )
-        .and_then(|t| t.with_schedule(Schedule::After(delay)))
+        .and_then(|t| t.with_first_run(FirstRun::After(delay)))
         .unwrap();
         self.create_of(task, overlap, catch_up).await;
     }
@@ -213,7 +213,7 @@ async fn a_paused_schedule_does_not_fire_and_a_change_wakes_the_loop() {
     rig.store
         .update_schedule(
             "tick".into(),
-            tc_model::recurring::ScheduleChange::Paused(true),
+            tc_model::schedule::ScheduleChange::Paused(true),
             rig.clock.now(),
         )
         .await
@@ -224,7 +224,7 @@ async fn a_paused_schedule_does_not_fire_and_a_change_wakes_the_loop() {
     rig.store
         .update_schedule(
             "tick".into(),
-            tc_model::recurring::ScheduleChange::Paused(false),
+            tc_model::schedule::ScheduleChange::Paused(false),
             rig.clock.now(),
         )
         .await
@@ -257,7 +257,7 @@ async fn a_firing_outside_the_allow_list_creates_no_task_and_is_recorded() {
             &Limits::default(),
         )
         // Pending until the test ends: no callback is made.
-        .and_then(|t| t.with_schedule(Schedule::After(Duration::from_secs(600))))
+        .and_then(|t| t.with_first_run(FirstRun::After(Duration::from_secs(600))))
         .unwrap();
         if let Some(url) = callback {
             let on = tc_model::callback::CallbackOn::parse(["success"]).unwrap();

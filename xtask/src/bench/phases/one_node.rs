@@ -500,7 +500,7 @@ impl Bench {
                 n,
                 (&url, "big"),
                 // A day out: the worker has nothing of the file's to claim.
-                tc_model::Schedule::After(Duration::from_secs(86_400)),
+                tc_model::FirstRun::After(Duration::from_secs(86_400)),
                 &|done| {
                     if done.is_multiple_of(step) || done == n {
                         eprintln!(

@@ -10,8 +10,8 @@ use tc_model::destination::{DESTINATIONS_LIMIT, Destination};
 use tc_model::store::TaskStore;
 
 use super::duration_text;
-use crate::control::{Control, DestinationRuntime};
 use crate::ui::Source;
+use crate::worker_port::{Control, DestinationRuntime};
 
 /// Destinations shown; the rest are counted ("N more").
 pub(crate) const SHOWN: usize = 20;

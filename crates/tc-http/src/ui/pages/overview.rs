@@ -6,10 +6,10 @@ use tc_model::State;
 use tc_model::store::TaskStore;
 
 use super::{Nav, Rendered, duration_text, layout};
-use crate::control::Control;
 use crate::ui::Ctx;
 use crate::ui::Source;
 use crate::ui::activity::{Buckets, Series, WINDOW_SECONDS, quantile};
+use crate::worker_port::Control;
 
 /// The histogram the latency comes from (the worker's, in the shared
 /// registry).

@@ -7,9 +7,9 @@ use maud::html;
 use tc_model::store::TaskStore;
 
 use super::{Nav, Rendered, layout, when};
-use crate::control::Control;
 use crate::error::ApiError;
 use crate::ui::{Ctx, Source};
+use crate::worker_port::Control;
 
 /// Next runs shown per schedule.
 const NEXT_SHOWN: usize = 3;

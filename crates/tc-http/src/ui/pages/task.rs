@@ -7,10 +7,10 @@ use tc_model::store::TaskStore;
 use tc_model::{AttemptRecord, State, Task, TaskId, Timestamp};
 
 use super::{Nav, Rendered, badge, duration_text, layout, size_text, when};
-use crate::control::Control;
 use crate::error::ApiError;
 use crate::ui::Ctx;
 use crate::ui::Source;
+use crate::worker_port::Control;
 
 /// The most result bytes shown inline; the rest is behind the download link.
 const SHOWN_RESULT_BYTES: usize = 64 * 1024;
@@ -141,7 +141,7 @@ fn details(task: &Task, now: Timestamp) -> Markup {
                     dt { "error" } dd { @if let Some(e) = &task.error { span.err { (e) } } @else { "—" } }
                     dt { "created" } dd { (when(task.created_at, now)) }
                     dt { "updated" } dd { (when(task.updated_at, now)) }
-                    dt { "run at" } dd { @if let Some(t) = task.schedule.run_at(task.created_at) { (when(t, now)) } @else { "at once" } }
+                    dt { "run at" } dd { @if let Some(t) = task.first_run.run_at(task.created_at) { (when(t, now)) } @else { "at once" } }
                     dt { "started" } dd { @if let Some(t) = task.started_at { (when(t, now)) } @else { "—" } }
                     dt { "finished" } dd { @if let Some(t) = task.finished_at { (when(t, now)) } @else { "—" } }
                     dt { "next try due" } dd { @if let (State::Pending, Some(t)) = (task.state, task.next_run_at) { (when(t, now)) } @else { "—" } }

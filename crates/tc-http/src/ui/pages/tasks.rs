@@ -6,11 +6,11 @@ use tc_model::store::{Cursor, ListQuery, Page, TaskFilter, TaskStore};
 use tc_model::{State, Task, TaskId, Timestamp};
 
 use super::{Nav, Rendered, badge, layout, query_string, when};
-use crate::control::Control;
 use crate::error::ApiError;
 use crate::query::FilterFields;
 use crate::ui::Source;
 use crate::ui::{Ctx, form_pairs};
+use crate::worker_port::Control;
 
 /// The filter fields a form may carry (the API's names).
 pub(crate) const FIELDS: [(&str, &str, &str); 5] = [

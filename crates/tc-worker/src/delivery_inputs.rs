@@ -5,7 +5,7 @@
 //! which builds and signs the request.
 //!
 //! The destinations' and tenants' settings come from the reads the worker
-//! makes every second ([`crate::WorkerConfig::settings_interval`]). A change
+//! makes every second ([`crate::config::WorkerConfig::settings_interval`]). A change
 //! made through this process must reach the very next claim (an operator
 //! sets a bearer token, then submits): [`Outbound::changed`] marks the copy
 //! stale at once, and the claim loop reads the settings again before it
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use tc_downstream::{ClientTls, Delivery, DeliverySpec, Method, TraceHeaders};
+use tc_downstream::{ClientTls, Delivery, DeliverySpec, TraceHeaders};
 use tc_model::auth::DestinationAuth;
 use tc_model::destination::DestinationSettings;
 use tc_model::headers::Headers;
@@ -190,7 +190,7 @@ impl Outbound {
         }
         let auth = credentials.auth.cloned();
         let delivery = Delivery::build(DeliverySpec {
-            method: method(task.method),
+            method: task.method,
             url: &task.url,
             body: &body,
             timeout: task.timeout,
@@ -227,16 +227,6 @@ impl Outbound {
     }
 }
 
-fn method(method: tc_model::Method) -> Method {
-    match method {
-        tc_model::Method::Get => Method::Get,
-        tc_model::Method::Post => Method::Post,
-        tc_model::Method::Put => Method::Put,
-        tc_model::Method::Patch => Method::Patch,
-        tc_model::Method::Delete => Method::Delete,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -246,6 +236,7 @@ mod tests {
     use tc_model::{Limits, NewTask, TaskId};
 
     use super::*;
+    use tc_model::Method;
 
     /// A secret of 24 bytes: 32 base64 characters, all the `n`th letter.
     fn secret(n: u8) -> SigningSecret {
@@ -257,7 +248,7 @@ mod tests {
         Headers::parse(list.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))).unwrap()
     }
 
-    fn task(method: tc_model::Method, body: &[u8], own: Headers) -> Task {
+    fn task(method: Method, body: &[u8], own: Headers) -> Task {
         let new = NewTask::new(
             "http://127.0.0.1:9/hook".into(),
             body.to_vec(),
@@ -306,7 +297,7 @@ mod tests {
             0,
         );
         let task = task(
-            tc_model::Method::Put,
+            Method::Put,
             b"{\"a\":1}",
             headers(&[("Authorization", "Bearer t")]),
         );
@@ -345,7 +336,7 @@ mod tests {
             &BTreeMap::new(),
             0,
         );
-        let task = task(tc_model::Method::Post, b"{}", Headers::default());
+        let task = task(Method::Post, b"{}", Headers::default());
         let signature = |task: &Task| {
             outbound
                 .delivery(task, NOW, None)
@@ -401,7 +392,7 @@ mod tests {
         );
         let of = |tenant: Option<&str>| Task {
             tenant: tenant.map(str::to_owned),
-            ..task(tc_model::Method::Post, b"{}", Headers::default())
+            ..task(Method::Post, b"{}", Headers::default())
         };
         let sent = |task: &Task| {
             let delivery = outbound.delivery(task, NOW, None);
@@ -428,11 +419,7 @@ mod tests {
     #[test]
     fn a_get_sends_no_body() {
         let outbound = Outbound::new(SigningSecrets::default());
-        let delivery = outbound.delivery(
-            &task(tc_model::Method::Get, b"", Headers::default()),
-            NOW,
-            None,
-        );
+        let delivery = outbound.delivery(&task(Method::Get, b"", Headers::default()), NOW, None);
         assert_eq!((delivery.method, delivery.body.len()), (Method::Get, 0));
         assert_eq!(delivery.header("content-type"), None);
     }
@@ -444,7 +431,7 @@ mod tests {
         let stored = TraceContext::from_headers(Some(CALLER), Some("congo=t61rcWkgMzE")).unwrap();
         let traced = Task {
             trace: Some(stored.clone()),
-            ..task(tc_model::Method::Post, b"{}", Headers::default())
+            ..task(Method::Post, b"{}", Headers::default())
         };
         let check =
             |task: &Task, span: Option<&TraceContext>, expected: (Option<&str>, Option<&str>)| {
@@ -467,7 +454,7 @@ mod tests {
                 Some("congo=t61rcWkgMzE"),
             ),
         );
-        let untraced = task(tc_model::Method::Post, b"{}", Headers::default());
+        let untraced = task(Method::Post, b"{}", Headers::default());
         check(&untraced, None, (None, None));
         // A header of the same name stored before it was refused is not
         // sent besides the context.

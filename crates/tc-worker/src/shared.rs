@@ -12,8 +12,8 @@ use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::Clock;
+use crate::delivery_inputs::Outbound;
 use crate::flow::{DestinationState, Flow};
-use crate::outbound::Outbound;
 use crate::registry::Registry;
 use crate::tenant_share::TenantShare;
 

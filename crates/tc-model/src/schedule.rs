@@ -1,6 +1,6 @@
-//! Schedules (issue 28): a task submitted on a cron pattern in an IANA time
-//! zone. The API calls the resource `schedules`; the domain type is
-//! [`Recurring`] because [`crate::Schedule`] is a task's own first due time.
+//! Schedules: a task submitted on a cron pattern in an IANA time zone
+//! ([`Schedule`], the API's `schedules`). A task's own first due time is
+//! [`crate::FirstRun`], a word apart.
 //!
 //! Everything here is pure: the times come from the caller. The cron
 //! grammar is croner's (five POSIX fields, ranges, lists, steps, `MON`,
@@ -18,7 +18,7 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 use serde_json::{Value, json};
 
-use crate::{Headers, Method, NewTask, Schedule, TaskId, Timestamp, ValidationError};
+use crate::{FirstRun, Headers, Method, NewTask, TaskId, Timestamp, ValidationError};
 
 /// The longest schedule name, in bytes: its firings' idempotency keys
 /// (`schedule:{name}:manual:{time}`) stay within [`crate::Limits::MAX_KEY_BYTES`].
@@ -466,7 +466,7 @@ impl TaskTemplate {
     pub fn to_stored(&self) -> String {
         use base64::Engine as _;
         let t = &self.0;
-        let (at_ms, delay_ms) = t.schedule().to_parts();
+        let (at_ms, delay_ms) = t.first_run().to_parts();
         json!({
             "url": t.url(),
             "body": base64::engine::general_purpose::STANDARD.encode(t.body()),
@@ -502,7 +502,7 @@ impl TaskTemplate {
             .map(std::time::Duration::from_millis)
             .ok_or(CorruptTemplate)?;
         let schedule =
-            Schedule::from_parts(int_of("run_at_ms"), int_of("delay_ms")).ok_or(CorruptTemplate)?;
+            FirstRun::from_parts(int_of("run_at_ms"), int_of("delay_ms")).ok_or(CorruptTemplate)?;
         let text_of = |k: &str| v.get(k).and_then(Value::as_str);
         let callback = match (text_of("callback_url"), text_of("callback_on")) {
             (Some(url), Some(on)) => Some(
@@ -523,7 +523,7 @@ impl TaskTemplate {
                 max_body_bytes: usize::MAX,
             },
         )
-        .and_then(|n| n.with_schedule(schedule))
+        .and_then(|n| n.with_first_run(schedule))
         .and_then(|n| n.with_method(method))
         .map(|n| {
             let n = n.with_headers(headers);
@@ -588,7 +588,7 @@ impl FiringError {
 
 /// A stored schedule: the spec, its firing record and its times.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recurring {
+pub struct Schedule {
     /// As given.
     pub spec: ScheduleSpec,
     /// The fire time of its latest firing (a trigger's: the time it was
@@ -606,10 +606,10 @@ pub struct Recurring {
     pub updated_at: Timestamp,
 }
 
-impl Recurring {
+impl Schedule {
     /// A new schedule, never fired.
-    pub fn new(spec: ScheduleSpec, now: Timestamp) -> Recurring {
-        Recurring {
+    pub fn new(spec: ScheduleSpec, now: Timestamp) -> Schedule {
+        Schedule {
             spec,
             last_run_at: None,
             last_task_id: None,
@@ -620,7 +620,7 @@ impl Recurring {
     }
 
     /// `change` applied at `now`.
-    pub fn changed(mut self, change: ScheduleChange, now: Timestamp) -> Recurring {
+    pub fn changed(mut self, change: ScheduleChange, now: Timestamp) -> Schedule {
         match change {
             ScheduleChange::Replace(spec) => self.spec = *spec,
             ScheduleChange::Paused(paused) => self.spec.paused = paused,
@@ -1069,7 +1069,7 @@ mod tests {
                      up_since: &str,
                      now: &str,
                      expected: Option<&str>| {
-            let mut r = Recurring::new(spec(catch_up, false), created);
+            let mut r = Schedule::new(spec(catch_up, false), created);
             r.last_run_at = last_run.map(at);
             assert_eq!(
                 r.due(at(now), handled.map(at), at(up_since)),
@@ -1128,7 +1128,7 @@ mod tests {
         // Nothing from before the schedule existed.
         check(latest, None, None, up, "2026-01-01T00:45:00Z", None);
         // Paused: nothing.
-        let paused = Recurring::new(spec(latest, true), created);
+        let paused = Schedule::new(spec(latest, true), created);
         assert_eq!(paused.due(at("2026-01-01T05:00:00Z"), None, at(up)), None);
         assert_eq!(paused.next_after(at(up)), None);
         assert_eq!(paused.next_runs(at(up)).len(), NEXT_RUNS);
@@ -1144,7 +1144,7 @@ mod tests {
             std::time::Duration::from_millis(1500),
             &crate::Limits::default(),
         )
-        .and_then(|t| t.with_schedule(Schedule::After(std::time::Duration::from_secs(5))))
+        .and_then(|t| t.with_first_run(FirstRun::After(std::time::Duration::from_secs(5))))
         .and_then(|t| t.with_method(Method::Put))
         .expect("a valid task");
         let callback = crate::callback::Callback::new(
