@@ -1294,8 +1294,8 @@ mod tests {
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
             (crate::write_ops::OPEN_TASKS_OF, "tasks_open_by_tenant"),
-            (crate::tenants::NEXT_TENANT, "tasks_due_by_tenant"),
-            (crate::tenants::DUE_OF_TENANT, "tasks_due_by_tenant"),
+            (crate::write_ops::NEXT_TENANT, "tasks_due_by_tenant"),
+            (crate::write_ops::DUE_OF_TENANT, "tasks_due_by_tenant"),
         ];
         let filtered = |edit: fn(&mut TaskFilter)| {
             let mut filter = TaskFilter::default();

@@ -248,7 +248,7 @@ impl TaskStore for SqliteStore {
         self.write_sized(bytes, Undo::WholeBatch, move |conn| {
             // A batch is one caller's: a key gone refuses it whole.
             if let Some(acting) = tasks.first().and_then(NewTask::acting) {
-                crate::tenants::check_acting(conn, &acting)?;
+                crate::write_ops::check_acting(conn, &acting)?;
             }
             // One multi-row INSERT per chunk (batch_submit::submit_all);
             // it fails the command when the store failed under an item.

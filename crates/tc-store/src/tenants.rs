@@ -1,7 +1,7 @@
-//! Tenants on SQLite (issue 29): the `tenants` and `api_keys` tables of
-//! schema step 16, and the claim's share of one destination's take between
-//! its tenants. Synchronous functions on a connection, like the other
-//! operations.
+//! Tenants on SQLite: the `tenants` and `api_keys` tables. Synchronous
+//! functions on a connection, like the other operations; what the writes
+//! check of a tenant (the acting key, the retry quota, the claim's share
+//! between tenants) is in write_ops.
 
 use std::collections::BTreeMap;
 
@@ -10,10 +10,7 @@ use tc_model::Timestamp;
 use tc_model::store::StoreError;
 use tc_model::stored::{CorruptColumn, TenantRow};
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use tc_model::tenant::quota::{Admission, RetryQuota};
-use tc_model::tenant::{
-    Acting, NO_TENANT, Tenant, TenantDetail, TenantGate, TenantSettings, TenantUpdate,
-};
+use tc_model::tenant::{Tenant, TenantDetail, TenantSettings, TenantUpdate};
 
 use crate::rows::db;
 use crate::secrets;
@@ -348,143 +345,4 @@ pub(crate) fn touch_key(conn: &Connection, id: &str, at: Timestamp) -> Result<()
     .execute(params![id, at.as_millis()])
     .map_err(db)?;
     Ok(())
-}
-
-/// [`StoreError::CredentialGone`] unless `acting`'s key is live: a
-/// tenant's delete revokes its keys in the same transaction, so a live key
-/// is a live tenant. The single writer runs this check and the write it
-/// guards with no revoke or delete in between.
-pub(crate) fn check_acting(conn: &Connection, acting: &Acting) -> Result<(), StoreError> {
-    let live: bool = conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ?1 AND tenant = ?2)")
-        .map_err(db)?
-        .query_row(params![acting.key_id, acting.tenant], |row| row.get(0))
-        .map_err(db)?;
-    if live {
-        Ok(())
-    } else {
-        Err(StoreError::CredentialGone)
-    }
-}
-
-/// Whether `quota` admits one more retry of a task of `tenant` (as stored,
-/// `''` for none): its `max_pending` and its open tasks are read once per
-/// transaction, the count bounded by the limit.
-pub(crate) fn admit_retry(
-    conn: &Connection,
-    tenant: &str,
-    quota: &mut RetryQuota,
-) -> Result<Admission, StoreError> {
-    if !quota.knows(tenant) {
-        let limit: Option<i64> = conn
-            .prepare_cached("SELECT max_pending FROM tenants WHERE name = ?1")
-            .map_err(db)?
-            .query_row([tenant], |row| row.get(0))
-            .optional()
-            .map_err(db)?
-            .flatten();
-        let limit = limit.and_then(|l| u64::try_from(l).ok());
-        let open = match limit {
-            Some(limit) => crate::write_ops::open_tasks_of(conn, tenant, limit)?,
-            None => 0,
-        };
-        quota.learn(tenant, limit, open);
-    }
-    Ok(quota.admit(tenant))
-}
-
-/// The first tenant after `after` (in name order) with a pending task in
-/// a destination, and whether its earliest is due: one seek in
-/// `tasks_due_by_tenant`, whose entries run by tenant then due time.
-pub(crate) const NEXT_TENANT: &str = "SELECT tenant, next_run_at <= ?3 \
-     FROM tasks INDEXED BY tasks_due_by_tenant \
-     WHERE state = 'pending' AND tenant <> '' AND destination = ?1 AND tenant > ?2 \
-     ORDER BY tenant, next_run_at LIMIT 1";
-
-/// A tenant's due tasks in a destination, oldest due first: a named
-/// tenant's or, with `''` ([`NO_TENANT`]), the tasks without one. Since
-/// schema step 18 the index holds every pending task, so the tasks without
-/// a tenant are one seek away however many of a tenant's due tasks come
-/// before them (before, they were found by walking the destination's due
-/// order past the tenants' tasks, a walk that had to be bounded and so
-/// starved them behind a long backlog).
-pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_tenant \
-     WHERE state = 'pending' AND destination = ?1 AND tenant = ?2 AND next_run_at <= ?3 \
-     ORDER BY next_run_at, seq LIMIT ?4";
-
-fn due_of(
-    conn: &Connection,
-    destination: &str,
-    tenant: &str,
-    now: Timestamp,
-    limit: usize,
-) -> Result<Vec<(i64, String)>, StoreError> {
-    conn.prepare_cached(DUE_OF_TENANT)
-        .map_err(db)?
-        .query_map(
-            params![destination, tenant, now.as_millis(), int(limit)],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .map_err(db)?
-        .collect::<rusqlite::Result<_>>()
-        .map_err(db)
-}
-
-/// The tenants with due tasks in `destination`, in name order
-/// ([`NO_TENANT`], first, for the tasks without one).
-fn due_tenants(
-    conn: &Connection,
-    destination: &str,
-    now: Timestamp,
-) -> Result<Vec<String>, StoreError> {
-    let mut due = Vec::new();
-    if !due_of(conn, destination, NO_TENANT, now, 1)?.is_empty() {
-        due.push(NO_TENANT.to_owned());
-    }
-    let mut next = conn.prepare_cached(NEXT_TENANT).map_err(db)?;
-    let mut after = String::new();
-    loop {
-        let found: Option<(String, bool)> = next
-            .query_row(params![destination, after, now.as_millis()], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
-            .optional()
-            .map_err(db)?;
-        let Some((tenant, is_due)) = found else {
-            return Ok(due);
-        };
-        if is_due {
-            due.push(tenant.clone());
-        }
-        after = tenant;
-    }
-}
-
-/// One destination's take of up to `want` due tasks shared between its
-/// tenants by `gate` ([`TenantGate::plan`]), each tenant's oldest due
-/// first; `load` is the node's calls in flight by tenant with this claim's
-/// takes so far, and gets this take's added. `claim_one` claims the task at
-/// a seq (in the state read) and keeps it. Answers how many were taken.
-pub(crate) fn take_shared(
-    conn: &Connection,
-    gate: &TenantGate,
-    destination: &str,
-    want: usize,
-    now: Timestamp,
-    load: &mut BTreeMap<String, usize>,
-    mut claim_one: impl FnMut(i64, &str) -> Result<(), StoreError>,
-) -> Result<usize, StoreError> {
-    let due = due_tenants(conn, destination, now)?;
-    let mut share = gate.plan(want, due, load);
-    let mut took = 0;
-    while let Some((tenant, wanted)) = share.next_take() {
-        let tasks = due_of(conn, destination, &tenant, now, wanted)?;
-        share.taken(tasks.len());
-        took += tasks.len();
-        *load.entry(tenant).or_default() += tasks.len();
-        for (seq, state) in tasks {
-            claim_one(seq, &state)?;
-        }
-    }
-    Ok(took)
 }

@@ -1,0 +1,418 @@
+//! Claim and hold: the claim (destinations' limits, then each destination's
+//! take shared between its tenants), the heartbeat that extends leases, a
+//! release, and the recovery of expired leases.
+
+use std::time::Duration;
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tc_model::claim::{Claim, ClaimWalk};
+use tc_model::destination::{ClaimGate, FairShare};
+use tc_model::store::{Guarded, LeaseLost, StoreError};
+use tc_model::tenant::{NO_TENANT, TenantGate};
+use tc_model::{State, Task, TaskId, Timestamp, transit};
+
+use crate::destinations;
+use crate::rows::{self, db, parse_id, parse_state};
+
+use super::{INTERRUPTED, Try, close_attempt, ended, guard, write_one};
+
+/// The running tasks whose lease ended, through the partial index
+/// `tasks_leased` (pinned for the same reason as the claim's queries, see
+/// [`crate::destinations::DUE_OF`]).
+pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts + attempts_before_retry, \
+                                   started_at \
+     FROM tasks INDEXED BY tasks_leased \
+     WHERE state = 'running' AND lease_until < ?1";
+
+/// Moves up to `n` due pending tasks to running, sharing them fairly over
+/// their destinations within the destinations' settings and `gate` (see
+/// the port's `claim`); oldest due first within a destination.
+pub(crate) fn claim(
+    conn: &Connection,
+    n: usize,
+    now: Timestamp,
+    lease: Duration,
+    gate: &ClaimGate,
+) -> Result<Claim, StoreError> {
+    let limits = destinations::claim_limits(conn)?;
+    let running = if limits.values().any(|s| s.max_in_flight.is_some()) {
+        destinations::running_by_destination(conn)?
+    } else {
+        Default::default()
+    };
+    let mut walk = ClaimWalk::new(n, gate);
+    if !walk.is_done() {
+        destinations::walk_due(conn, now, gate.after.as_deref(), |name| {
+            let busy = running.get(name).copied().unwrap_or(0);
+            walk.visit(name, gate.claim_allowance(name, limits.get(name), busy))
+        })?;
+    }
+    let (candidates, cursor) = walk.finish();
+    let mut plan = FairShare::new(n, candidates, &gate.in_flight);
+    let lease_until = now.saturating_add(lease);
+    let mut claimed = Vec::with_capacity(n);
+    // With tenants, the node's calls in flight by tenant, this claim's
+    // takes added as they are made (every destination's share reads it).
+    let mut load = gate
+        .tenants
+        .as_ref()
+        .map(|tenants| tenants.in_flight.clone())
+        .unwrap_or_default();
+    while let Some((destination, want)) = plan.next_take() {
+        let Some(tenants) = &gate.tenants else {
+            // Tenant-blind (no tenant defined): the destination's oldest.
+            let due = destinations::due_of(conn, &destination, now, want)?;
+            plan.taken(due.len());
+            for (seq, state) in due {
+                claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
+            }
+            continue;
+        };
+        let took = take_shared(
+            conn,
+            tenants,
+            &destination,
+            want,
+            now,
+            &mut load,
+            |seq, state| {
+                claimed.push(claim_one(conn, seq, state, now, lease_until)?);
+                Ok(())
+            },
+        )?;
+        plan.taken(took);
+    }
+    Ok(Claim {
+        tasks: claimed,
+        resume_after: destinations::next_waiting(conn)?,
+        cursor,
+    })
+}
+
+/// Moves the pending task at `seq` to running.
+pub(super) fn claim_one(
+    conn: &Connection,
+    seq: i64,
+    state: &str,
+    now: Timestamp,
+    lease_until: Timestamp,
+) -> Result<Task, StoreError> {
+    let from = parse_state(state)?;
+    let to = transit(from, State::Running)?;
+    // No RETURNING: SQLite collects RETURNING rows in an ephemeral table,
+    // built and torn down for every statement; reading the row back by seq
+    // costs less (callgrind, see docs/performance.md, issue 26).
+    write_one(
+        conn,
+        "UPDATE OR FAIL tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \
+                          lease_until = ?5, next_run_at = NULL, updated_at = ?4 \
+         WHERE seq = ?1 AND state = ?2",
+        params![
+            seq,
+            from.as_str(),
+            to.as_str(),
+            now.as_millis(),
+            lease_until.as_millis()
+        ],
+    )?;
+    // The try's history row is written once, when the try ends
+    // ([`close_attempt`]); while it runs, reads show it from the task's own
+    // attempt and start (`rows::attempts_of`).
+    conn.prepare_cached(concat!(
+        "SELECT ",
+        rows::task_columns!(),
+        " FROM tasks WHERE seq = ?1"
+    ))
+    .map_err(db)?
+    .query_row([seq], |row| Ok(rows::task_from_row(row)))
+    .map_err(db)?
+    .map(|stored| stored.task)
+}
+
+/// Extends the lease of each `(id, attempt)` still running with that
+/// attempt, `RETURNING` the pairs it extended; the others are read back with
+/// their states. Two statements at most, however many pairs: the pairs go
+/// in as one JSON array (`[["<task id>", attempt], …]`).
+pub(crate) fn heartbeat(
+    conn: &Connection,
+    running: &[(TaskId, u32)],
+    now: Timestamp,
+    lease: Duration,
+) -> Result<Vec<LeaseLost>, StoreError> {
+    let mut running = running.to_vec();
+    running.sort_unstable();
+    running.dedup();
+    let lease_until = now.saturating_add(lease).as_millis();
+    let pairs = format!(
+        "[{}]",
+        running
+            .iter()
+            .map(|(id, n)| format!("[\"{id}\",{n}]"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut extend = conn
+        .prepare_cached(
+            // Never shortens a lease: a late heartbeat must not hand a task to
+            // recovery earlier than the lease it already had.
+            "UPDATE tasks SET lease_until = max(coalesce(tasks.lease_until, ?2), ?2) \
+             FROM (SELECT unhex(value ->> 0, '-') AS id, value ->> 1 AS attempt \
+                   FROM json_each(?1)) AS r \
+             WHERE tasks.id = r.id AND tasks.attempt = r.attempt AND tasks.state = 'running' \
+             RETURNING tasks.id, tasks.attempt",
+        )
+        .map_err(db)?;
+    let mut extended = std::collections::HashSet::with_capacity(running.len());
+    let mut rows = extend.query(params![pairs, lease_until]).map_err(db)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let id: Vec<u8> = row.get(0).map_err(db)?;
+        let attempt: u32 = row.get(1).map_err(db)?;
+        extended.insert((parse_id(id)?, attempt));
+    }
+    drop(rows);
+    let lost: Vec<(TaskId, u32)> = running
+        .into_iter()
+        .filter(|pair| !extended.contains(pair))
+        .collect();
+    if lost.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = format!(
+        "[{}]",
+        lost.iter()
+            .map(|(id, _)| format!("\"{id}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut read = conn
+        .prepare_cached(
+            "SELECT id, state FROM tasks \
+             WHERE id IN (SELECT unhex(value, '-') FROM json_each(?1))",
+        )
+        .map_err(db)?;
+    let mut states = std::collections::HashMap::with_capacity(lost.len());
+    let mut rows = read.query(params![ids]).map_err(db)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let id: Vec<u8> = row.get(0).map_err(db)?;
+        let state: String = row.get(1).map_err(db)?;
+        states.insert(parse_id(id)?, parse_state(&state)?);
+    }
+    Ok(lost
+        .into_iter()
+        .map(|(id, attempt)| LeaseLost {
+            id,
+            attempt,
+            state: states.get(&id).copied(),
+        })
+        .collect())
+}
+
+/// Running → pending without using up the attempt, if still on `attempt`.
+pub(crate) fn release(
+    conn: &Connection,
+    id: &TaskId,
+    attempt: u32,
+    now: Timestamp,
+) -> Result<Guarded, StoreError> {
+    let head = match guard(conn, id, attempt)? {
+        Ok(head) => head,
+        Err(lost) => return Ok(lost),
+    };
+    let to = transit(head.state, State::Pending)?;
+    write_one(
+        conn,
+        "UPDATE tasks SET state = ?4, attempt = attempt - 1, next_run_at = ?5, \
+                          lease_until = NULL, error = ?6, updated_at = ?5 \
+         WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+        params![
+            head.seq,
+            head.state.as_str(),
+            attempt,
+            to.as_str(),
+            now.as_millis(),
+            INTERRUPTED
+        ],
+    )?;
+    // The history keeps the interrupted try; the next claim reuses its n.
+    let tried = Try {
+        id,
+        n: attempt,
+        started_at: head.started_at,
+    };
+    close_attempt(conn, tried, now, None, Some(INTERRUPTED))?;
+    Ok(Guarded::Applied(to))
+}
+
+/// A row of [`EXPIRED`]: seq, id, state, attempt, the attempt limit, and
+/// when the try began.
+pub(super) type ExpiredRow = (i64, Vec<u8>, String, u32, u32, Option<i64>);
+
+/// Running tasks whose lease ended before `now` → pending, or → failed when
+/// no attempt is left. Returns how many moved.
+pub(crate) fn recover_expired(
+    conn: &Connection,
+    now: Timestamp,
+    callback_bytes: usize,
+) -> Result<usize, StoreError> {
+    let expired: Vec<ExpiredRow> = conn
+        .prepare_cached(EXPIRED)
+        .map_err(db)?
+        .query_map([now.as_millis()], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+            ))
+        })
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    let now_ms = now.as_millis();
+    let moved = expired.len();
+    for (seq, id, state, attempt, attempt_limit, started_at) in expired {
+        let from = parse_state(&state)?;
+        let to = if attempt < attempt_limit {
+            transit(from, State::Pending)?
+        } else {
+            transit(from, State::Failed)?
+        };
+        let (next_run_at, finished_at) = match to {
+            State::Pending => (Some(now_ms), None),
+            _ => (None, Some(now_ms)),
+        };
+        write_one(
+            conn,
+            "UPDATE tasks SET state = ?4, next_run_at = ?5, finished_at = ?6, \
+                              lease_until = NULL, error = ?7, updated_at = ?8, \
+                              ends = ends + (?4 <> 'pending') \
+             WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
+            params![
+                seq,
+                from.as_str(),
+                attempt,
+                to.as_str(),
+                next_run_at,
+                finished_at,
+                INTERRUPTED,
+                now_ms
+            ],
+        )?;
+        let id = parse_id(id)?;
+        let tried = Try {
+            id: &id,
+            n: attempt,
+            started_at,
+        };
+        close_attempt(conn, tried, now, None, Some(INTERRUPTED))?;
+        if to.is_terminal() {
+            ended(conn, seq, now, callback_bytes)?;
+        }
+    }
+    Ok(moved)
+}
+
+/// The first tenant after `after` (in name order) with a pending task in
+/// a destination, and whether its earliest is due: one seek in
+/// `tasks_due_by_tenant`, whose entries run by tenant then due time.
+pub(crate) const NEXT_TENANT: &str = "SELECT tenant, next_run_at <= ?3 \
+     FROM tasks INDEXED BY tasks_due_by_tenant \
+     WHERE state = 'pending' AND tenant <> '' AND destination = ?1 AND tenant > ?2 \
+     ORDER BY tenant, next_run_at LIMIT 1";
+
+/// A tenant's due tasks in a destination, oldest due first: a named
+/// tenant's or, with `''` ([`NO_TENANT`]), the tasks without one. Since
+/// schema step 18 the index holds every pending task, so the tasks without
+/// a tenant are one seek away however many of a tenant's due tasks come
+/// before them (before, they were found by walking the destination's due
+/// order past the tenants' tasks, a walk that had to be bounded and so
+/// starved them behind a long backlog).
+pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_tenant \
+     WHERE state = 'pending' AND destination = ?1 AND tenant = ?2 AND next_run_at <= ?3 \
+     ORDER BY next_run_at, seq LIMIT ?4";
+
+pub(super) fn due_of(
+    conn: &Connection,
+    destination: &str,
+    tenant: &str,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<(i64, String)>, StoreError> {
+    conn.prepare_cached(DUE_OF_TENANT)
+        .map_err(db)?
+        .query_map(
+            params![
+                destination,
+                tenant,
+                now.as_millis(),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)
+}
+
+/// The tenants with due tasks in `destination`, in name order
+/// ([`NO_TENANT`], first, for the tasks without one).
+pub(super) fn due_tenants(
+    conn: &Connection,
+    destination: &str,
+    now: Timestamp,
+) -> Result<Vec<String>, StoreError> {
+    let mut due = Vec::new();
+    if !due_of(conn, destination, NO_TENANT, now, 1)?.is_empty() {
+        due.push(NO_TENANT.to_owned());
+    }
+    let mut next = conn.prepare_cached(NEXT_TENANT).map_err(db)?;
+    let mut after = String::new();
+    loop {
+        let found: Option<(String, bool)> = next
+            .query_row(params![destination, after, now.as_millis()], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+            .map_err(db)?;
+        let Some((tenant, is_due)) = found else {
+            return Ok(due);
+        };
+        if is_due {
+            due.push(tenant.clone());
+        }
+        after = tenant;
+    }
+}
+
+/// One destination's take of up to `want` due tasks shared between its
+/// tenants by `gate` ([`TenantGate::plan`]), each tenant's oldest due
+/// first; `load` is the node's calls in flight by tenant with this claim's
+/// takes so far, and gets this take's added. `claim_one` claims the task at
+/// a seq (in the state read) and keeps it. Answers how many were taken.
+pub(crate) fn take_shared(
+    conn: &Connection,
+    gate: &TenantGate,
+    destination: &str,
+    want: usize,
+    now: Timestamp,
+    load: &mut BTreeMap<String, usize>,
+    mut claim_one: impl FnMut(i64, &str) -> Result<(), StoreError>,
+) -> Result<usize, StoreError> {
+    let due = due_tenants(conn, destination, now)?;
+    let mut share = gate.plan(want, due, load);
+    let mut took = 0;
+    while let Some((tenant, wanted)) = share.next_take() {
+        let tasks = due_of(conn, destination, &tenant, now, wanted)?;
+        share.taken(tasks.len());
+        took += tasks.len();
+        *load.entry(tenant).or_default() += tasks.len();
+        for (seq, state) in tasks {
+            claim_one(seq, &state)?;
+        }
+    }
+    Ok(took)
+}
