@@ -68,13 +68,13 @@ fn find(
     Ok(Some(event))
 }
 
-/// What the event `id` made, with each task's state now, in creation order
+/// What the event `id` made, with each task's state now, in the order made
 /// (a task deleted since is left out).
 fn deliveries(conn: &Connection, id: &str) -> Result<Vec<Delivery>, StoreError> {
     let rows: Vec<(String, Vec<u8>, String)> = conn
         .prepare_cached(
             "SELECT e.subscription, e.task_id, t.state FROM event_tasks e \
-             JOIN tasks t ON t.id = e.task_id WHERE e.event_id = ?1 ORDER BY t.seq",
+             JOIN tasks t ON t.id = e.task_id WHERE e.event_id = ?1 ORDER BY e.rowid",
         )
         .map_err(db)?
         .query_map([id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))

@@ -728,8 +728,8 @@ DROP INDEX tasks_due;
 /// sealed at rest like a destination's (tc-seal's `SECRET_COLUMNS`), its
 /// `event_types` the entries separated by a space (NULL: every event). An
 /// event keeps its payload (a repeat is compared with it, a replay sends
-/// it again); `event_tasks` is what each event made, `n` 0 for the publish
-/// and the replay's number after.
+/// it again); `event_tasks` is what each event made, in rowid order, `n` 0 for
+/// the publish and the replay's number after.
 const V24_TOPICS: &str = "
 CREATE TABLE topics (
     tenant          TEXT    NOT NULL,
@@ -778,7 +778,7 @@ CREATE TABLE event_tasks (
     n            INTEGER NOT NULL CHECK (n >= 0),
     task_id      BLOB    NOT NULL CHECK (length(task_id) = 16),
     PRIMARY KEY (event_id, subscription, n)
-) STRICT, WITHOUT ROWID;
+) STRICT;
 ";
 
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
