@@ -336,6 +336,8 @@ impl ApiError {
             ApiError::Forbidden("x".into()),
             ApiError::TenantExists("x".into()),
             ApiError::TenantNotEmpty("x".into()),
+            ApiError::TopicNotEmpty("x".into()),
+            ApiError::TopicFull("x".into()),
             ApiError::QuotaExceeded {
                 message: "x".into(),
                 retry_after: 1,
@@ -511,9 +513,11 @@ mod tests {
                 ApiError::TenantNotEmpty(_) => 23,
                 ApiError::QuotaExceeded { .. } => 24,
                 ApiError::TenantsNeedToken(_) => 25,
+                ApiError::TopicNotEmpty(_) => 26,
+                ApiError::TopicFull(_) => 27,
             })
             .collect();
-        assert_eq!(numbers, (0..=25).collect());
+        assert_eq!(numbers, (0..=27).collect());
     }
 
     #[test]
