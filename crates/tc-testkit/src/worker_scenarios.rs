@@ -44,6 +44,7 @@ mod pacing;
 mod schedules;
 // Tenants: the weighted share of the slots (issue 29).
 mod tenants;
+mod topics;
 mod trace;
 
 use crate::ClaimDue;
@@ -72,6 +73,7 @@ use tenants::{
     tasks_without_a_tenant_keep_their_share_behind_a_backlog,
     tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights,
 };
+use topics::an_event_reaches_each_matching_subscriber_with_its_id_and_type;
 use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
@@ -294,6 +296,7 @@ macro_rules! worker_scenarios {
             the_worker_reads_only_the_tenants_weights,
             a_tenant_s_task_carries_only_credentials_lent_to_it,
             a_destination_s_auth_reaches_every_try,
+            an_event_reaches_each_matching_subscriber_with_its_id_and_type,
         }
     };
 }
