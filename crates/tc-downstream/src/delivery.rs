@@ -90,7 +90,8 @@ impl Delivery {
     /// 2. `user-agent: taskcenter/<version>`;
     /// 3. `idempotency-key`, `x-task-id`, `x-task-attempt`;
     /// 4. with a trace context: `traceparent`, then `tracestate` if any;
-    /// 5. with signing keys: `webhook-id` (the task id), `webhook-timestamp`
+    /// 5. with signing keys: `webhook-id` (the task id, or the `webhook-id`
+    ///    of `spec.headers`: a topic's event id), `webhook-timestamp`
     ///    (`sent_at_s`) and `webhook-signature` (one `v1` signature per key,
     ///    over the body exactly as sent);
     /// 6. `spec.headers`, in their order.
@@ -110,16 +111,28 @@ impl Delivery {
                 add("tracestate", tracestate.to_owned());
             }
         }
-        if !spec.signing_keys.is_empty() {
-            add("webhook-id", spec.task_id.to_owned());
+        // A topic's task carries its event's id as its own `webhook-id`
+        // (every subscriber gets one id per event): signed, that id is the
+        // one signed, and it is sent once.
+        let own_id = spec
+            .headers
+            .iter()
+            .find(|(name, _)| *name == "webhook-id")
+            .map(|(_, value)| *value);
+        let signed = !spec.signing_keys.is_empty();
+        if signed {
+            let id = own_id.unwrap_or(spec.task_id);
+            add("webhook-id", id.to_owned());
             add("webhook-timestamp", spec.sent_at_s.to_string());
             add(
                 "webhook-signature",
-                webhook_signature(spec.signing_keys, spec.task_id, spec.sent_at_s, spec.body),
+                webhook_signature(spec.signing_keys, id, spec.sent_at_s, spec.body),
             );
         }
         for (name, value) in spec.headers {
-            add(name, (*value).to_owned());
+            if !(signed && *name == "webhook-id") {
+                add(name, (*value).to_owned());
+            }
         }
         Delivery {
             method: spec.method,
@@ -258,6 +271,29 @@ mod tests {
             later.header("webhook-signature"),
             delivery.header("webhook-signature")
         );
+    }
+
+    #[test]
+    fn an_event_s_webhook_id_is_signed_and_sent_once() {
+        let body = Bytes::from_static(b"{}");
+        let headers = [("webhook-id", "event-1"), ("event-type", "invoice.paid")];
+        for keys in [&[KEY_A][..], &[]] {
+            let delivery = Delivery::build(DeliverySpec {
+                headers: &headers,
+                ..spec(&body, keys)
+            });
+            let ids = delivery.headers.iter().filter(|(n, _)| n == "webhook-id");
+            assert_eq!(ids.count(), 1, "signed: {}", !keys.is_empty());
+            assert_eq!(delivery.header("webhook-id"), Some("event-1"));
+            assert_eq!(delivery.header("event-type"), Some("invoice.paid"));
+            if !keys.is_empty() {
+                let expected = webhook_signature(keys, "event-1", 1_767_225_600, b"{}");
+                assert_eq!(
+                    delivery.header("webhook-signature"),
+                    Some(expected.as_str())
+                );
+            }
+        }
     }
 
     #[test]

@@ -50,19 +50,21 @@ struct SubmitBody {
 }
 
 /// Deserializes a field that is present, even as `null`, to `Some`.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
 }
 
 /// Like [`present`], for a value kept as its JSON text.
-fn present_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+pub(crate) fn present_raw<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Box<RawValue>>, D::Error> {
     Box::<RawValue>::deserialize(d).map(Some)
 }
 
 /// `json` without its insignificant whitespace, every other byte as sent.
 /// The input is valid JSON (serde checked it), so whitespace outside
 /// strings is exactly what may go.
-fn compact(json: &str) -> Vec<u8> {
+pub(crate) fn compact(json: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(json.len());
     let (mut in_string, mut escaped) = (false, false);
     for &b in json.as_bytes() {
@@ -189,7 +191,7 @@ fn parse_callback(url: Option<Value>, on: Option<Value>) -> Result<Option<Callba
 
 /// `run_at` (RFC 3339, at most 365 days after `now`; a past time runs at
 /// once) or `delay_ms` (0..=365 days), not both.
-fn parse_schedule(
+pub(crate) fn parse_schedule(
     run_at: Option<Value>,
     delay_ms: Option<Value>,
     now: Timestamp,
@@ -313,7 +315,7 @@ pub(crate) fn parse_retry(bytes: &[u8]) -> Result<Duration, ApiError> {
 
 /// A body that must be a JSON object, read straight into `T`: anything
 /// else, or a field `T` refuses, is 400 naming the body.
-fn object_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn object_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let invalid = ApiError::InvalidRequest;
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(invalid("body: must be a JSON object".into()));
@@ -324,7 +326,7 @@ fn object_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErr
     })
 }
 
-fn required_string(field: &str, value: Option<Value>) -> Result<String, ApiError> {
+pub(crate) fn required_string(field: &str, value: Option<Value>) -> Result<String, ApiError> {
     match value {
         Some(Value::String(s)) => Ok(s),
         None => Err(ApiError::InvalidRequest(format!("{field}: is required"))),
@@ -338,7 +340,7 @@ fn required_string(field: &str, value: Option<Value>) -> Result<String, ApiError
 /// A non-negative integer in `min..=max`, however the number is written
 /// (`3`, `3.0`, `3e0`); a fraction, a negative and a number too large for
 /// u64 are refused, naming the field.
-fn integer(field: &str, value: &Value, min: u64, max: u64) -> Result<u64, ApiError> {
+pub(crate) fn integer(field: &str, value: &Value, min: u64, max: u64) -> Result<u64, ApiError> {
     match value {
         Value::Number(n) => match whole_number(n) {
             Some(n) if (min..=max).contains(&n) => Ok(n),

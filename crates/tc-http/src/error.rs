@@ -71,6 +71,10 @@ pub(crate) enum ApiError {
     TenantExists(String),
     /// 409: a tenant that still has tasks cannot be deleted.
     TenantNotEmpty(String),
+    /// 409: a topic that still has subscriptions cannot be deleted.
+    TopicNotEmpty(String),
+    /// 409: a topic has as many subscriptions as it may.
+    TopicFull(String),
     /// 429: a tenant's submit past its `max_pending` or its submit rate;
     /// the message starts with the limit's name, `retry_after` is the
     /// `Retry-After` in seconds.
@@ -100,7 +104,10 @@ impl ApiError {
             ApiError::BackupNeedsToken(_)
             | ApiError::TenantsNeedToken(_)
             | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::TenantExists(_) | ApiError::TenantNotEmpty(_) => StatusCode::CONFLICT,
+            ApiError::TenantExists(_)
+            | ApiError::TenantNotEmpty(_)
+            | ApiError::TopicNotEmpty(_)
+            | ApiError::TopicFull(_) => StatusCode::CONFLICT,
             ApiError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -136,6 +143,8 @@ impl ApiError {
             ApiError::Forbidden(_) => "forbidden",
             ApiError::TenantExists(_) => "tenant_exists",
             ApiError::TenantNotEmpty(_) => "tenant_not_empty",
+            ApiError::TopicNotEmpty(_) => "topic_not_empty",
+            ApiError::TopicFull(_) => "topic_full",
             ApiError::QuotaExceeded { .. } => "quota_exceeded",
             ApiError::Internal(_) => "internal",
             ApiError::Unavailable(_) => "unavailable",
@@ -163,6 +172,8 @@ impl ApiError {
             | ApiError::Forbidden(m)
             | ApiError::TenantExists(m)
             | ApiError::TenantNotEmpty(m)
+            | ApiError::TopicNotEmpty(m)
+            | ApiError::TopicFull(m)
             | ApiError::QuotaExceeded { message: m, .. }
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Internal(m)
@@ -325,6 +336,8 @@ impl ApiError {
             ApiError::Forbidden("x".into()),
             ApiError::TenantExists("x".into()),
             ApiError::TenantNotEmpty("x".into()),
+            ApiError::TopicNotEmpty("x".into()),
+            ApiError::TopicFull("x".into()),
             ApiError::QuotaExceeded {
                 message: "x".into(),
                 retry_after: 1,
@@ -356,6 +369,12 @@ pub(crate) enum About<'a> {
     Schedule(&'a str),
     /// The destination of this name.
     Destination,
+    /// The caller's topic of this name.
+    Topic(&'a str),
+    /// The subscription of this id (of a topic that is there).
+    Subscription(&'a str),
+    /// The event of this id (of a topic that is there).
+    Event(&'a str),
 }
 
 /// A store error about a task: [`ApiError::from_store`] with [`About::Task`].
@@ -377,6 +396,9 @@ impl ApiError {
                 About::Destination => {
                     "no destination with this name: it has neither tasks nor settings".into()
                 }
+                About::Topic(name) => format!("no topic named {name:?}"),
+                About::Subscription(id) => format!("no subscription {id:?} on this topic"),
+                About::Event(id) => format!("no event {id:?} on this topic"),
             }),
             StoreError::IdempotencyConflict { fields } => ApiError::IdempotencyConflict(format!(
                 "idempotency_key: already used for a task with other work; \
@@ -397,11 +419,31 @@ impl ApiError {
                     ApiError::ScheduleExists(format!("name: a schedule named {name:?} exists"))
                 }
                 // Only tenants and schedules are created by name.
-                About::Task | About::Key { .. } | About::Destination => {
+                About::Task
+                | About::Key { .. }
+                | About::Destination
+                | About::Topic(_)
+                | About::Subscription(_)
+                | About::Event(_) => {
                     tracing::error!(?about, "store_exists_unexpected");
                     ApiError::Internal(format!("the store says {about:?} exists"))
                 }
             },
+            StoreError::NotEmpty if matches!(about, About::Topic(_)) => {
+                ApiError::TopicNotEmpty(format!(
+                    "the topic still has subscriptions: delete them first ({})",
+                    match about {
+                        About::Topic(name) => format!("DELETE /topics/{name}/subscriptions/{{id}}"),
+                        _ => String::new(),
+                    }
+                ))
+            }
+            StoreError::NotEmpty if matches!(about, About::Subscription(_)) => {
+                ApiError::TopicFull(format!(
+                    "the topic has {} subscriptions, as many as it may",
+                    tc_model::topic::MAX_SUBSCRIPTIONS
+                ))
+            }
             StoreError::NotEmpty => ApiError::TenantNotEmpty(match about {
                 About::Tenant(name) => format!(
                     "tenant {name:?} still has tasks: delete them first \
@@ -471,9 +513,11 @@ mod tests {
                 ApiError::TenantNotEmpty(_) => 23,
                 ApiError::QuotaExceeded { .. } => 24,
                 ApiError::TenantsNeedToken(_) => 25,
+                ApiError::TopicNotEmpty(_) => 26,
+                ApiError::TopicFull(_) => 27,
             })
             .collect();
-        assert_eq!(numbers, (0..=25).collect());
+        assert_eq!(numbers, (0..=27).collect());
     }
 
     #[test]

@@ -57,6 +57,8 @@ mod server;
 mod site;
 mod tasks;
 mod tenants;
+mod topic_body;
+mod topics;
 mod trace;
 mod ui;
 mod waiters;

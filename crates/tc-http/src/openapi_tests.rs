@@ -269,6 +269,10 @@ fn refusals_before_routing_are_documented_where_they_apply() {
             // A retry is a submit for the tenant's quotas; a bulk retry
             // counts the refused in its 200.
             ("POST", "/tasks/{id}/retry") => Some("#/components/responses/QuotaExceeded"),
+            // An event's tasks and a replay's count against the quotas.
+            ("POST", "/topics/{name}/events" | "/topics/{name}/subscriptions/{id}/replay") => {
+                Some("#/components/responses/QuotaExceeded")
+            }
             _ => None,
         };
         assert_eq!(reference(op, "429").as_deref(), too_many, "{what}");
@@ -508,10 +512,12 @@ fn links_carry_real_ids_to_every_operation_that_takes_one() {
             .map(|(_, op)| op["operationId"].as_str().unwrap().to_owned())
             .collect()
     };
-    // `{id}` is a task's id under /tasks (a key's under /tenants).
-    let task_ops: BTreeSet<String> = takes("id")
-        .into_iter()
-        .filter(|id| !id.contains("Tenant"))
+    // `{id}` is a task's id under /tasks (a key's under /tenants, a
+    // subscription's or an event's under /topics).
+    let task_ops: BTreeSet<String> = ops
+        .iter()
+        .filter(|((_, path), _)| path.starts_with("/tasks/{id}"))
+        .map(|(_, op)| op["operationId"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(task_ops.len(), 5, "{task_ops:?}");
     for producer in ["submitTask", "submitBatch"] {

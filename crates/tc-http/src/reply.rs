@@ -23,3 +23,10 @@ pub(crate) fn json<T: Serialize>(status: StatusCode, value: &T) -> Answer {
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
 }
+
+/// An empty `204 No Content`.
+pub(crate) fn no_content() -> Answer {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    Ok(response)
+}

@@ -28,6 +28,7 @@ use crate::reply::{Answer, json};
 use crate::schedules;
 use crate::tasks;
 use crate::tenants;
+use crate::topics;
 use crate::worker_port::Control;
 
 /// One route the API serves: what the router matches and the OpenAPI document
@@ -74,6 +75,18 @@ enum Endpoint {
     DeleteTenant,
     CreateKey,
     RevokeKey,
+    PutTopic,
+    Topics,
+    Topic,
+    DeleteTopic,
+    Subscribe,
+    Subscriptions,
+    Subscription,
+    PatchSubscription,
+    Unsubscribe,
+    Replay,
+    Publish,
+    Event,
     Health,
     Metrics,
     Backup,
@@ -82,9 +95,9 @@ enum Endpoint {
 }
 
 impl Endpoint {
-    /// Whether a tenant's key may call it: the task routes only. Every
-    /// other route manages the server (destinations, schedules, tenants,
-    /// backups): the admin's.
+    /// Whether a tenant's key may call it: the task routes and the topic
+    /// routes (a tenant's topics are its own). Every other route manages
+    /// the server (destinations, schedules, tenants, backups): the admin's.
     fn tenant_may_call(self) -> bool {
         matches!(
             self,
@@ -97,6 +110,18 @@ impl Endpoint {
                 | Endpoint::Cancel
                 | Endpoint::Retry
                 | Endpoint::Delete
+                | Endpoint::PutTopic
+                | Endpoint::Topics
+                | Endpoint::Topic
+                | Endpoint::DeleteTopic
+                | Endpoint::Subscribe
+                | Endpoint::Subscriptions
+                | Endpoint::Subscription
+                | Endpoint::PatchSubscription
+                | Endpoint::Unsubscribe
+                | Endpoint::Replay
+                | Endpoint::Publish
+                | Endpoint::Event
         )
     }
 }
@@ -174,6 +199,38 @@ pub const ROUTES: &[Route] = &[
     route("DELETE", "/tenants/{name}", Endpoint::DeleteTenant),
     route("POST", "/tenants/{name}/keys", Endpoint::CreateKey),
     route("DELETE", "/tenants/{name}/keys/{id}", Endpoint::RevokeKey),
+    route("PUT", "/topics/{name}", Endpoint::PutTopic),
+    route("GET", "/topics", Endpoint::Topics),
+    route("GET", "/topics/{name}", Endpoint::Topic),
+    route("DELETE", "/topics/{name}", Endpoint::DeleteTopic),
+    route("POST", "/topics/{name}/subscriptions", Endpoint::Subscribe),
+    route(
+        "GET",
+        "/topics/{name}/subscriptions",
+        Endpoint::Subscriptions,
+    ),
+    route(
+        "GET",
+        "/topics/{name}/subscriptions/{id}",
+        Endpoint::Subscription,
+    ),
+    route(
+        "PATCH",
+        "/topics/{name}/subscriptions/{id}",
+        Endpoint::PatchSubscription,
+    ),
+    route(
+        "DELETE",
+        "/topics/{name}/subscriptions/{id}",
+        Endpoint::Unsubscribe,
+    ),
+    route(
+        "POST",
+        "/topics/{name}/subscriptions/{id}/replay",
+        Endpoint::Replay,
+    ),
+    route("POST", "/topics/{name}/events", Endpoint::Publish),
+    route("GET", "/topics/{name}/events/{id}", Endpoint::Event),
     route("GET", "/healthz", Endpoint::Health),
     route("GET", "/metrics", Endpoint::Metrics),
     route("POST", "/admin/backup", Endpoint::Backup),
@@ -461,6 +518,18 @@ async fn dispatch<S: TaskStore, C: Control>(
             let name = tenants::tenant_name(params.parent)?;
             tenants::revoke_key(app, name, segment.unwrap_or_default()).await
         }
+        Endpoint::PutTopic
+        | Endpoint::Topics
+        | Endpoint::Topic
+        | Endpoint::DeleteTopic
+        | Endpoint::Subscribe
+        | Endpoint::Subscriptions
+        | Endpoint::Subscription
+        | Endpoint::PatchSubscription
+        | Endpoint::Unsubscribe
+        | Endpoint::Replay
+        | Endpoint::Publish
+        | Endpoint::Event => topic_route(app, caller, endpoint, params, parts, body).await,
         Endpoint::Health => crate::admin::health(app).await,
         Endpoint::Metrics => crate::admin::metrics(app, &parts.headers).await,
         Endpoint::Backup => {
@@ -469,6 +538,46 @@ async fn dispatch<S: TaskStore, C: Control>(
         }
         Endpoint::Jwks => crate::well_known::jwks(app.config()),
         Endpoint::OpenIdConfiguration => crate::well_known::openid_configuration(app.config()),
+    }
+}
+
+/// The `/topics` routes (topics.rs): the topic is the caller's, its name
+/// checked first, then the body.
+async fn topic_route<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    caller: &Caller,
+    endpoint: Endpoint,
+    params: Params<'_>,
+    parts: &Parts,
+    body: &mut RequestBody<AnyBody>,
+) -> Answer {
+    let (name, id) = match params.parent {
+        Some(parent) => (Some(parent), params.last.unwrap_or_default()),
+        None => (params.last, ""),
+    };
+    if endpoint == Endpoint::PutTopic {
+        let bytes = optional_json_body(parts, body).await?;
+        return topics::put(app, caller, name, &bytes).await;
+    }
+    if endpoint == Endpoint::Topics {
+        return topics::list(app, caller).await;
+    }
+    let at = topics::topic_at(caller, name)?;
+    match endpoint {
+        Endpoint::Topic => topics::get(app, at).await,
+        Endpoint::DeleteTopic => topics::delete(app, at).await,
+        Endpoint::Subscribe => topics::subscribe(app, at, &json_body(parts, body).await?).await,
+        Endpoint::Subscriptions => topics::subscriptions(app, at).await,
+        Endpoint::Subscription => topics::subscription(app, at, id).await,
+        Endpoint::PatchSubscription => {
+            topics::patch(app, at, id, &json_body(parts, body).await?).await
+        }
+        Endpoint::Unsubscribe => topics::unsubscribe(app, at, id).await,
+        Endpoint::Replay => {
+            topics::replay(app, caller, at, id, &json_body(parts, body).await?).await
+        }
+        Endpoint::Publish => topics::publish(app, caller, at, &json_body(parts, body).await?).await,
+        _ => topics::event(app, at, id).await,
     }
 }
 

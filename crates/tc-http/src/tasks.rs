@@ -197,7 +197,7 @@ fn for_caller(new: tc_model::NewTask, caller: &Caller) -> tc_model::NewTask {
 
 /// One submit's token from the caller's bucket on this node (the admin
 /// has no rate).
-fn take_submit_token<S: TaskStore, C: Control>(
+pub(crate) fn take_submit_token<S: TaskStore, C: Control>(
     app: &App<S, C>,
     caller: &Caller,
 ) -> Result<(), ApiError> {
@@ -214,7 +214,7 @@ fn take_submit_token<S: TaskStore, C: Control>(
 
 /// A store error of the caller's submit, counted when it is the tenant's
 /// `max_pending`.
-fn quota_refusal<S: TaskStore, C: Control>(
+pub(crate) fn quota_refusal<S: TaskStore, C: Control>(
     app: &App<S, C>,
     caller: &Caller,
     e: StoreError,

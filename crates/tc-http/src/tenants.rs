@@ -308,7 +308,7 @@ fn need_token<S: TaskStore, C: Control>(app: &App<S, C>, route: &str) -> Result<
 }
 
 /// Random bytes from the OS, or 503.
-fn random<const N: usize>() -> Result<[u8; N], ApiError> {
+pub(crate) fn random<const N: usize>() -> Result<[u8; N], ApiError> {
     let mut bytes = [0u8; N];
     getrandom::fill(&mut bytes)
         .map_err(|e| ApiError::Unavailable(format!("no entropy for a key: {e}")))?;

@@ -223,6 +223,15 @@ impl Headers {
             .map(Headers)
     }
 
+    /// These headers with `name` set to `value` by taskcenter itself (a
+    /// topic's task carries its event's `webhook-id` and `event-type`):
+    /// not checked against the rules a client's headers pass, as the name
+    /// may be one of taskcenter's own.
+    pub(crate) fn with_own(mut self, name: &str, value: String) -> Headers {
+        self.0.insert(name.to_owned(), value);
+        self
+    }
+
     /// These headers over `defaults`, in name order: every default whose
     /// name is not set here, and all of these (a task's own header wins
     /// over its destination's).

@@ -25,6 +25,7 @@ pub mod store;
 pub mod stored;
 mod task;
 pub mod tenant;
+pub mod topic;
 pub mod trace;
 mod url;
 mod validation;

@@ -336,7 +336,7 @@ impl Task {
 
 /// Equal bytes, or equal JSON values (object keys in any order, any
 /// insignificant whitespace).
-fn same_json(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_json(a: &[u8], b: &[u8]) -> bool {
     if a == b {
         return true;
     }
@@ -349,7 +349,7 @@ fn same_json(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-fn check_key(key: &str) -> Result<(), ValidationError> {
+pub(crate) fn check_key(key: &str) -> Result<(), ValidationError> {
     if key.is_empty() {
         return Err(ValidationError::IdempotencyKey("must not be empty".into()));
     }

@@ -14,6 +14,7 @@ pub const SECRET_COLUMNS: &[(&str, &str, &str)] = &[
     ("destinations", "destination", "auth"),
     ("tenants", "name", "signing_secrets"),
     ("server_keys", "name", "value"),
+    ("subscriptions", "id", "signing_secrets"),
 ];
 
 /// Why the start stops on a secret of `table`'s row `name` in `column`:
@@ -23,6 +24,7 @@ pub fn refusal(table: &str, name: &str, column: &str, e: &SealError) -> String {
     let what = match table {
         "tenants" => "tenant",
         "server_keys" => "server key",
+        "subscriptions" => "subscription",
         _ => "destination",
     };
     format!("{what} {name}: {column}: {e}")

@@ -34,6 +34,7 @@ mod config;
 mod counts;
 mod destinations;
 mod error;
+mod events;
 mod filter;
 mod group_submit;
 mod leader;
@@ -49,6 +50,7 @@ mod tenants;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;
+mod topics;
 mod write_ops;
 
 pub use config::{PgClock, PgConfig};

@@ -601,6 +601,66 @@ ALTER TABLE tasks SET (fillfactor = 70);
 ALTER TABLE attempts SET (fillfactor = 70);
 ";
 
+/// Step 19 → 20: topics (issue 43), new and small tables: no backfill. A
+/// topic is its tenant's (`''` for the admin's, as in `tasks`); a
+/// subscription's `signing_secrets` are sealed at rest (tc-seal's
+/// `SECRET_COLUMNS`); an event keeps its payload (a repeat is compared
+/// with it, a replay sends it again); `event_tasks` is what each event
+/// made, in `seq` order, `n` 0 for the publish and the replay's number
+/// after.
+const V20_TOPICS: &str = "
+CREATE TABLE topics (
+    tenant          text    NOT NULL,
+    name            text    NOT NULL,
+    description     text    NOT NULL,
+    callback_url    text,
+    disable_after_s bigint  NOT NULL CHECK (disable_after_s > 0),
+    created_at      bigint  NOT NULL,
+    updated_at      bigint  NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE subscriptions (
+    id              text    PRIMARY KEY,
+    tenant          text    NOT NULL,
+    topic           text    NOT NULL,
+    url             text    NOT NULL,
+    event_types     text,
+    headers         text,
+    signing_secrets text,
+    enabled         boolean NOT NULL,
+    failing_since   bigint,
+    disabled_reason text,
+    created_at      bigint  NOT NULL,
+    updated_at      bigint  NOT NULL,
+    FOREIGN KEY (tenant, topic) REFERENCES topics (tenant, name)
+);
+CREATE INDEX subscriptions_of_topic ON subscriptions (tenant, topic, created_at);
+CREATE TABLE events (
+    pos               bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id                text    NOT NULL UNIQUE,
+    tenant            text    NOT NULL,
+    topic             text    NOT NULL,
+    event_type        text    NOT NULL,
+    body              bytea   NOT NULL,
+    idempotency_key   text    NOT NULL,
+    max_attempts      integer NOT NULL,
+    timeout_ns        bigint  NOT NULL,
+    schedule_at       bigint,
+    schedule_delay_ms bigint,
+    created_at        bigint  NOT NULL,
+    UNIQUE (tenant, topic, idempotency_key)
+);
+CREATE INDEX events_of_topic ON events (tenant, topic, created_at);
+CREATE TABLE event_tasks (
+    seq          bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id     text    NOT NULL,
+    subscription text    NOT NULL,
+    n            integer NOT NULL CHECK (n >= 0),
+    task_id      bytea   NOT NULL CHECK (length(task_id) = 16),
+    UNIQUE (event_id, subscription, n)
+);
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -660,6 +720,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V17_AUTH),
     step(V18_CLIENT_TLS),
     step(V19_HOT_PATH),
+    step(V20_TOPICS),
 ];
 
 /// The version this build writes and reads.

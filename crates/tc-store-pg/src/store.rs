@@ -17,6 +17,10 @@ use tc_model::store::{
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
+use tc_model::topic::event::{Event, NewEvent, Published};
+use tc_model::topic::{
+    Delivery, Subscription, SubscriptionSpec, SubscriptionUpdate, Topic, TopicRef, TopicSpec,
+};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_postgres::config::Host;
@@ -29,7 +33,7 @@ use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
 use crate::pace::{self, Pace};
 use crate::{analyze, counts, destinations, leader, schema};
-use crate::{read_ops, schedules, tenants, write_ops};
+use crate::{events, read_ops, schedules, tenants, topics, write_ops};
 
 /// The longest a listing waits for older inserts of tasks to end before it
 /// answers a page that stops short (see `read_ops::list`).
@@ -765,6 +769,101 @@ impl TaskStore for PgStore {
 
     async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
         tenants::touch_key(&self.client().await?, &id, at).await
+    }
+
+    async fn put_topic(
+        &self,
+        at: TopicRef,
+        spec: TopicSpec,
+        now: Timestamp,
+    ) -> Result<(Topic, bool), StoreError> {
+        topics::put(&self.client().await?, &at, &spec, now).await
+    }
+
+    async fn topics(&self, tenant: Option<String>) -> Result<Vec<Topic>, StoreError> {
+        topics::all(&self.client().await?, tenant.as_deref()).await
+    }
+
+    async fn topic(&self, at: TopicRef) -> Result<Topic, StoreError> {
+        topics::one(&self.client().await?, &at).await
+    }
+
+    async fn delete_topic(&self, at: TopicRef) -> Result<(), StoreError> {
+        self.write(async |tx| topics::delete(tx, &at).await).await
+    }
+
+    async fn create_subscription(
+        &self,
+        at: TopicRef,
+        id: String,
+        spec: SubscriptionSpec,
+        now: Timestamp,
+    ) -> Result<Subscription, StoreError> {
+        let sealer = &self.sealer;
+        self.write(async |tx| topics::create_subscription(tx, sealer, at, id, spec, now).await)
+            .await
+    }
+
+    async fn update_subscription(
+        &self,
+        at: TopicRef,
+        id: String,
+        update: SubscriptionUpdate,
+        now: Timestamp,
+    ) -> Result<Subscription, StoreError> {
+        let sealer = &self.sealer;
+        self.write(async |tx| topics::update_subscription(tx, sealer, &at, &id, update, now).await)
+            .await
+    }
+
+    async fn delete_subscription(&self, at: TopicRef, id: String) -> Result<(), StoreError> {
+        topics::delete_subscription(&self.client().await?, &at, &id).await
+    }
+
+    async fn subscriptions(&self, at: TopicRef) -> Result<Vec<Subscription>, StoreError> {
+        let sealer = &self.sealer;
+        self.read(async |tx| topics::subscriptions(tx, sealer, &at).await)
+            .await
+    }
+
+    async fn publish(
+        &self,
+        event: NewEvent,
+        id: String,
+        now: Timestamp,
+    ) -> Result<Published, StoreError> {
+        let (sealer, stamp) = (&self.sealer, self.stamp(now));
+        let (published, created) = self
+            .write(async |tx| events::publish(tx, sealer, &event, id, now, stamp).await)
+            .await?;
+        if created {
+            self.states_changed();
+            self.submitted.notify_one();
+        }
+        Ok(published)
+    }
+
+    async fn event(&self, at: TopicRef, id: String) -> Result<Event, StoreError> {
+        self.read(async |tx| events::event(tx, &at, &id).await)
+            .await
+    }
+
+    async fn replay(
+        &self,
+        at: TopicRef,
+        id: String,
+        since: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let (sealer, stamp) = (&self.sealer, (now, self.stamp(now)));
+        let (deliveries, created) = self
+            .write(async |tx| events::replay(tx, sealer, &at, &id, since, stamp).await)
+            .await?;
+        if created {
+            self.states_changed();
+            self.submitted.notify_one();
+        }
+        Ok(deliveries)
     }
 
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {

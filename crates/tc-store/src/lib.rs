@@ -25,6 +25,7 @@ pub mod backup;
 mod batch_submit;
 mod config;
 mod destinations;
+mod events;
 mod filter;
 mod private_file;
 mod read_ops;
@@ -35,6 +36,7 @@ mod schema;
 mod secrets;
 mod store;
 mod tenants;
+mod topics;
 mod write_ops;
 mod writer;
 #[cfg(feature = "raw")]

@@ -723,6 +723,64 @@ WHERE finished_at IS NULL
 DROP INDEX tasks_due;
 ";
 
+/// Step 23 → 24: topics (issue 43). A topic is its tenant's (`''` for
+/// the admin's, as in `tasks`); a subscription's `signing_secrets` are
+/// sealed at rest like a destination's (tc-seal's `SECRET_COLUMNS`), its
+/// `event_types` the entries separated by a space (NULL: every event). An
+/// event keeps its payload (a repeat is compared with it, a replay sends
+/// it again); `event_tasks` is what each event made, in rowid order, `n` 0 for
+/// the publish and the replay's number after.
+const V24_TOPICS: &str = "
+CREATE TABLE topics (
+    tenant          TEXT    NOT NULL,
+    name            TEXT    NOT NULL,
+    description     TEXT    NOT NULL,
+    callback_url    TEXT,
+    disable_after_s INTEGER NOT NULL CHECK (disable_after_s > 0),
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE subscriptions (
+    id              TEXT    PRIMARY KEY,
+    tenant          TEXT    NOT NULL,
+    topic           TEXT    NOT NULL,
+    url             TEXT    NOT NULL,
+    event_types     TEXT,
+    headers         TEXT,
+    signing_secrets TEXT,
+    enabled         INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+    failing_since   INTEGER,
+    disabled_reason TEXT,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    FOREIGN KEY (tenant, topic) REFERENCES topics (tenant, name)
+) STRICT;
+CREATE INDEX subscriptions_of_topic ON subscriptions (tenant, topic, created_at);
+CREATE TABLE events (
+    id                TEXT    PRIMARY KEY,
+    tenant            TEXT    NOT NULL,
+    topic             TEXT    NOT NULL,
+    event_type        TEXT    NOT NULL,
+    body              BLOB    NOT NULL,
+    idempotency_key   TEXT    NOT NULL,
+    max_attempts      INTEGER NOT NULL,
+    timeout_ns        INTEGER NOT NULL,
+    schedule_at       INTEGER,
+    schedule_delay_ms INTEGER,
+    created_at        INTEGER NOT NULL,
+    UNIQUE (tenant, topic, idempotency_key)
+) STRICT;
+CREATE INDEX events_of_topic ON events (tenant, topic, created_at);
+CREATE TABLE event_tasks (
+    event_id     TEXT    NOT NULL,
+    subscription TEXT    NOT NULL,
+    n            INTEGER NOT NULL CHECK (n >= 0),
+    task_id      BLOB    NOT NULL CHECK (length(task_id) = 16),
+    PRIMARY KEY (event_id, subscription, n)
+) STRICT;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -748,6 +806,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V21_AUTH,
     V22_CLIENT_TLS,
     V23_TRIES_WRITTEN_ONCE,
+    V24_TOPICS,
 ];
 
 /// The `user_version` this build writes and reads.

@@ -26,7 +26,13 @@ use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{
     Acting, NO_TENANT, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
 };
+use tc_model::topic::event::{Event, NewEvent, Published};
+use tc_model::topic::{
+    Delivery, Subscription, SubscriptionSpec, SubscriptionUpdate, Topic, TopicRef, TopicSpec,
+};
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
+
+mod topics;
 
 /// The error a try carries when it was cut short by a release or an expired
 /// lease (the same word every adapter writes).
@@ -68,6 +74,8 @@ struct Tables {
     schedules: BTreeMap<String, Schedule>,
     /// The server's own keys by name ([`TaskStore::server_key`]).
     server_keys: BTreeMap<String, String>,
+    /// Topics, their subscriptions and events (issue 43).
+    topics: topics::Topics,
     last_seq: i64,
     /// Feeds the ids' random bits: deterministic, so a test's ids repeat.
     rng: u64,
@@ -289,6 +297,39 @@ impl Tables {
         }
     }
 
+    /// A submit, as the port's [`TaskStore::submit`] answers it.
+    fn submit_one(&mut self, new: &NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
+        self.check_acting(new.acting().as_ref())?;
+        if let Some(seq) = self
+            .by_key
+            .get(&key_of(new.tenant(), new.idempotency_key()))
+        {
+            let task = &self.tasks[seq];
+            let fields = new.differing_fields(task);
+            return if fields.is_empty() {
+                Ok(Submitted {
+                    task: task.clone(),
+                    created: false,
+                })
+            } else {
+                Err(StoreError::IdempotencyConflict { fields })
+            };
+        }
+        // The quota after the key: a resubmit of an existing task answers
+        // it even when the tenant is full.
+        if let (Some(limit), Some(tenant)) = (new.pending_limit(), new.tenant())
+            && self.open_tasks_of(tenant) >= limit
+        {
+            return Err(StoreError::QuotaExceeded { limit });
+        }
+        let id = self.next_id(now);
+        let task = self.insert(id, new, now);
+        Ok(Submitted {
+            task,
+            created: true,
+        })
+    }
+
     fn next_id(&mut self, now: Timestamp) -> TaskId {
         // splitmix64: a few lines, no dependency, good enough for test ids.
         self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -322,33 +363,7 @@ fn close_attempt(
 
 impl TaskStore for MemoryStore {
     async fn submit(&self, new: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
-        let mut t = self.tables();
-        t.check_acting(new.acting().as_ref())?;
-        if let Some(seq) = t.by_key.get(&key_of(new.tenant(), new.idempotency_key())) {
-            let task = &t.tasks[seq];
-            let fields = new.differing_fields(task);
-            return if fields.is_empty() {
-                Ok(Submitted {
-                    task: task.clone(),
-                    created: false,
-                })
-            } else {
-                Err(StoreError::IdempotencyConflict { fields })
-            };
-        }
-        // The quota after the key: a resubmit of an existing task answers
-        // it even when the tenant is full.
-        if let (Some(limit), Some(tenant)) = (new.pending_limit(), new.tenant())
-            && t.open_tasks_of(tenant) >= limit
-        {
-            return Err(StoreError::QuotaExceeded { limit });
-        }
-        let id = t.next_id(now);
-        let task = t.insert(id, &new, now);
-        Ok(Submitted {
-            task,
-            created: true,
-        })
+        self.tables().submit_one(&new, now)
     }
 
     async fn submit_many(
@@ -1127,6 +1142,78 @@ impl TaskStore for MemoryStore {
             .entry(name)
             .or_insert(candidate)
             .clone())
+    }
+
+    async fn put_topic(
+        &self,
+        at: TopicRef,
+        spec: TopicSpec,
+        now: Timestamp,
+    ) -> Result<(Topic, bool), StoreError> {
+        Ok(self.tables().put_topic(at, spec, now))
+    }
+
+    async fn topics(&self, tenant: Option<String>) -> Result<Vec<Topic>, StoreError> {
+        Ok(self.tables().topics_of(tenant.as_deref()))
+    }
+
+    async fn topic(&self, at: TopicRef) -> Result<Topic, StoreError> {
+        self.tables().topic(&at)
+    }
+
+    async fn delete_topic(&self, at: TopicRef) -> Result<(), StoreError> {
+        self.tables().delete_topic(&at)
+    }
+
+    async fn create_subscription(
+        &self,
+        at: TopicRef,
+        id: String,
+        spec: SubscriptionSpec,
+        now: Timestamp,
+    ) -> Result<Subscription, StoreError> {
+        self.tables().create_subscription(at, id, spec, now)
+    }
+
+    async fn update_subscription(
+        &self,
+        at: TopicRef,
+        id: String,
+        update: SubscriptionUpdate,
+        now: Timestamp,
+    ) -> Result<Subscription, StoreError> {
+        self.tables().update_subscription(&at, &id, update, now)
+    }
+
+    async fn delete_subscription(&self, at: TopicRef, id: String) -> Result<(), StoreError> {
+        self.tables().delete_subscription(&at, &id)
+    }
+
+    async fn subscriptions(&self, at: TopicRef) -> Result<Vec<Subscription>, StoreError> {
+        self.tables().subscriptions(&at)
+    }
+
+    async fn publish(
+        &self,
+        event: NewEvent,
+        id: String,
+        now: Timestamp,
+    ) -> Result<Published, StoreError> {
+        self.tables().publish(event, id, now)
+    }
+
+    async fn event(&self, at: TopicRef, id: String) -> Result<Event, StoreError> {
+        self.tables().event(&at, &id)
+    }
+
+    async fn replay(
+        &self,
+        at: TopicRef,
+        id: String,
+        since: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.tables().replay(&at, &id, since, now)
     }
 }
 

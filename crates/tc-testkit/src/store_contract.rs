@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`; `check` holds what they
+//! `listing` (and bulk), `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`, `topics`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -142,6 +142,11 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_write_made_with_a_key_gone_is_refused_whole,
         retries_count_against_max_pending_and_the_rate,
         a_bulk_retry_leaves_the_tasks_the_allow_list_no_longer_admits,
+        topics_and_subscriptions_are_kept_field_by_field,
+        a_publish_makes_one_task_per_matching_subscription,
+        a_refused_publish_writes_nothing,
+        a_replay_sends_again_the_events_since_a_time,
+        topics_are_each_tenant_s_own,
     ]
 }
 
@@ -239,6 +244,7 @@ mod schedules;
 mod submit;
 // Tenants (issue 29).
 mod tenants;
+mod topics;
 // Writes made for a tenant: its key checked in the write, its quotas on
 // retries.
 mod tenant_writes;
@@ -258,4 +264,5 @@ pub use schedules::*;
 pub use submit::*;
 pub use tenant_writes::*;
 pub use tenants::*;
+pub use topics::*;
 pub use trace::*;

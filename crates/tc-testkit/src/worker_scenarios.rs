@@ -44,6 +44,7 @@ mod pacing;
 mod schedules;
 // Tenants: the weighted share of the slots (issue 29).
 mod tenants;
+mod topics;
 mod trace;
 
 use crate::ClaimDue;
@@ -72,6 +73,7 @@ use tenants::{
     tasks_without_a_tenant_keep_their_share_behind_a_backlog,
     tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights,
 };
+use topics::an_event_reaches_each_matching_subscriber_with_its_id_and_type;
 use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
@@ -294,6 +296,7 @@ macro_rules! worker_scenarios {
             the_worker_reads_only_the_tenants_weights,
             a_tenant_s_task_carries_only_credentials_lent_to_it,
             a_destination_s_auth_reaches_every_try,
+            an_event_reaches_each_matching_subscriber_with_its_id_and_type,
         }
     };
 }
@@ -1680,5 +1683,94 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
 
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
         self.inner.server_key(name, candidate).await
+    }
+
+    async fn put_topic(
+        &self,
+        at: tc_model::topic::TopicRef,
+        spec: tc_model::topic::TopicSpec,
+        now: Timestamp,
+    ) -> Result<(tc_model::topic::Topic, bool), StoreError> {
+        self.inner.put_topic(at, spec, now).await
+    }
+
+    async fn topics(
+        &self,
+        tenant: Option<String>,
+    ) -> Result<Vec<tc_model::topic::Topic>, StoreError> {
+        self.inner.topics(tenant).await
+    }
+
+    async fn topic(
+        &self,
+        at: tc_model::topic::TopicRef,
+    ) -> Result<tc_model::topic::Topic, StoreError> {
+        self.inner.topic(at).await
+    }
+
+    async fn delete_topic(&self, at: tc_model::topic::TopicRef) -> Result<(), StoreError> {
+        self.inner.delete_topic(at).await
+    }
+
+    async fn create_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        spec: tc_model::topic::SubscriptionSpec,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::Subscription, StoreError> {
+        self.inner.create_subscription(at, id, spec, now).await
+    }
+
+    async fn update_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        update: tc_model::topic::SubscriptionUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::Subscription, StoreError> {
+        self.inner.update_subscription(at, id, update, now).await
+    }
+
+    async fn delete_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+    ) -> Result<(), StoreError> {
+        self.inner.delete_subscription(at, id).await
+    }
+
+    async fn subscriptions(
+        &self,
+        at: tc_model::topic::TopicRef,
+    ) -> Result<Vec<tc_model::topic::Subscription>, StoreError> {
+        self.inner.subscriptions(at).await
+    }
+
+    async fn publish(
+        &self,
+        event: tc_model::topic::event::NewEvent,
+        id: String,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::event::Published, StoreError> {
+        self.inner.publish(event, id, now).await
+    }
+
+    async fn event(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+    ) -> Result<tc_model::topic::event::Event, StoreError> {
+        self.inner.event(at, id).await
+    }
+
+    async fn replay(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        since: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::topic::Delivery>, StoreError> {
+        self.inner.replay(at, id, since, now).await
     }
 }

@@ -15,3 +15,4 @@ mod spec_bounds;
 mod support;
 mod tenant_writes;
 mod tenants;
+mod topics;

@@ -258,6 +258,106 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.server_key(name, candidate).await
     }
+
+    async fn put_topic(
+        &self,
+        at: tc_model::topic::TopicRef,
+        spec: tc_model::topic::TopicSpec,
+        now: Timestamp,
+    ) -> Result<(tc_model::topic::Topic, bool), StoreError> {
+        self.check()?;
+        self.inner.put_topic(at, spec, now).await
+    }
+
+    async fn topics(
+        &self,
+        tenant: Option<String>,
+    ) -> Result<Vec<tc_model::topic::Topic>, StoreError> {
+        self.check()?;
+        self.inner.topics(tenant).await
+    }
+
+    async fn topic(
+        &self,
+        at: tc_model::topic::TopicRef,
+    ) -> Result<tc_model::topic::Topic, StoreError> {
+        self.check()?;
+        self.inner.topic(at).await
+    }
+
+    async fn delete_topic(&self, at: tc_model::topic::TopicRef) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.delete_topic(at).await
+    }
+
+    async fn create_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        spec: tc_model::topic::SubscriptionSpec,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::Subscription, StoreError> {
+        self.check()?;
+        self.inner.create_subscription(at, id, spec, now).await
+    }
+
+    async fn update_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        update: tc_model::topic::SubscriptionUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::Subscription, StoreError> {
+        self.check()?;
+        self.inner.update_subscription(at, id, update, now).await
+    }
+
+    async fn delete_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.delete_subscription(at, id).await
+    }
+
+    async fn subscriptions(
+        &self,
+        at: tc_model::topic::TopicRef,
+    ) -> Result<Vec<tc_model::topic::Subscription>, StoreError> {
+        self.check()?;
+        self.inner.subscriptions(at).await
+    }
+
+    async fn publish(
+        &self,
+        event: tc_model::topic::event::NewEvent,
+        id: String,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::event::Published, StoreError> {
+        self.check()?;
+        self.inner.publish(event, id, now).await
+    }
+
+    async fn event(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+    ) -> Result<tc_model::topic::event::Event, StoreError> {
+        self.check()?;
+        self.inner.event(at, id).await
+    }
+
+    async fn replay(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        since: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::topic::Delivery>, StoreError> {
+        self.check()?;
+        self.inner.replay(at, id, since, now).await
+    }
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
         self.check()?;
         self.inner.delete(id).await

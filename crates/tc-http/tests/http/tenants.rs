@@ -40,7 +40,7 @@ pub(crate) async fn call(
 }
 
 /// Makes tenant `name` with `settings` and one key; returns the key.
-async fn tenant_with_key(h: &Harness, name: &str, settings: Value) -> String {
+pub(crate) async fn tenant_with_key(h: &Harness, name: &str, settings: Value) -> String {
     tenant_with_key_and_id(h, name, settings).await.0
 }
 

@@ -1,0 +1,128 @@
+//! An event through the worker on any store (issue 43): published to a
+//! topic, it makes a task for the subscription whose types match and none
+//! for the other, and its call carries `webhook-id` (the event's id, the
+//! one signed) and `event-type`.
+
+use std::time::Duration;
+
+use tc_downstream::fake::{Reply, Step};
+use tc_downstream::{Downstream, webhook_signature};
+use tc_model::destination::DestinationUpdate;
+use tc_model::signing::SigningSecrets;
+use tc_model::store::TaskStore;
+use tc_model::topic::event::NewEvent;
+use tc_model::topic::{EventTypes, SubscriptionSpec, TopicRef, TopicSpec};
+use tc_model::{Limits, State, destination_of};
+
+use super::{Rig, stop, wait_terminal};
+
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+async fn subscribe<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+    at: &TopicRef,
+    id: &str,
+    path: &str,
+    pattern: &str,
+) -> Result<(), String> {
+    let types = EventTypes::parse(Some(vec![pattern.to_owned()])).map_err(|e| e.to_string())?;
+    let spec = SubscriptionSpec::new(rig.url(path), types).map_err(|e| e.to_string())?;
+    rig.store
+        .create_subscription(at.clone(), id.to_owned(), spec, rig.clock.now())
+        .await
+        .map_err(|e| format!("subscribe: {e}"))?;
+    Ok(())
+}
+
+/// One event, two subscriptions of which one takes it: one call, to that
+/// one, with the event's id as `webhook-id` (signed over it, the
+/// destination having a secret) and its `event-type`.
+pub(super) async fn an_event_reaches_each_matching_subscriber_with_its_id_and_type<
+    S: TaskStore,
+    D: Downstream,
+>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    let at = TopicRef {
+        tenant: None,
+        name: "orders".to_owned(),
+    };
+    let now = rig.clock.now();
+    rig.store
+        .put_topic(at.clone(), TopicSpec::default(), now)
+        .await
+        .map_err(|e| format!("put_topic: {e}"))?;
+    let secrets = SigningSecrets::parse(&[SECRET]).map_err(|e| format!("fixture: {e}"))?;
+    let update = DestinationUpdate {
+        signing_secrets: Some(secrets.clone()),
+        ..DestinationUpdate::default()
+    };
+    rig.store
+        .update_destination(destination_of(&rig.url("/")), update, now)
+        .await
+        .map_err(|e| format!("update_destination: {e}"))?;
+    subscribe(rig, &at, "sub-orders", "/orders-hook", "order.*").await?;
+    subscribe(rig, &at, "sub-users", "/users-hook", "user.*").await?;
+    rig.script
+        .plan("/orders-hook", [Step::Reply(Reply::status(200))]);
+
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    let event = NewEvent::new(
+        at,
+        "order.placed".to_owned(),
+        br#"{"order":7}"#.to_vec(),
+        "order-7".to_owned(),
+        3,
+        Duration::from_secs(2),
+        &Limits::default(),
+    )
+    .map_err(|e| format!("fixture: {e}"))?;
+    let published = rig
+        .store
+        .publish(event, "event-7".to_owned(), rig.clock.now())
+        .await
+        .map_err(|e| format!("publish: {e}"))?;
+    let tasks = &published.event.tasks;
+    ensure!(
+        tasks.len() == 1 && tasks[0].subscription == "sub-orders",
+        "one task, for the matching subscription: {tasks:?}"
+    );
+    worker.control().task_submitted();
+    let ended = wait_terminal(&mut events, tasks[0].task_id).await?;
+    stop(worker).await?;
+    ensure!(
+        ended.state == State::Success,
+        "the call succeeds: {ended:?}"
+    );
+
+    let calls = rig.script.calls("/orders-hook");
+    ensure!(calls.len() == 1, "one call: {}", calls.len());
+    let call = &calls[0];
+    let header = |name: &str| call.header(name).unwrap_or("");
+    ensure!(
+        header("webhook-id") == "event-7" && header("event-type") == "order.placed",
+        "webhook-id {:?}, event-type {:?}",
+        call.header("webhook-id"),
+        call.header("event-type")
+    );
+    let ids = call
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "webhook-id")
+        .count();
+    ensure!(ids == 1, "webhook-id sent {ids} times");
+    let timestamp: i64 = header("webhook-timestamp")
+        .parse()
+        .map_err(|_| format!("webhook-timestamp {:?}", call.header("webhook-timestamp")))?;
+    let keys: Vec<&[u8]> = secrets.iter().map(|s| s.key()).collect();
+    let expected = webhook_signature(&keys, "event-7", timestamp, &call.body);
+    ensure!(
+        header("webhook-signature") == expected,
+        "signed over the event's id: {:?}",
+        call.header("webhook-signature")
+    );
+    let others = rig.script.calls("/users-hook");
+    ensure!(others.is_empty(), "the other subscriber was called");
+    Ok(())
+}
