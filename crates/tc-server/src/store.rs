@@ -321,15 +321,26 @@ impl TaskStore for AnyStore {
         either!(self, s => s.server_key(name, candidate))
     }
 
-    async fn put_topic(&self, at: tc_model::topic::TopicRef, spec: tc_model::topic::TopicSpec, now: Timestamp) -> Result<(tc_model::topic::Topic, bool), StoreError> {
+    async fn put_topic(
+        &self,
+        at: tc_model::topic::TopicRef,
+        spec: tc_model::topic::TopicSpec,
+        now: Timestamp,
+    ) -> Result<(tc_model::topic::Topic, bool), StoreError> {
         either!(self, s => s.put_topic(at, spec, now))
     }
 
-    async fn topics(&self, tenant: Option<String>) -> Result<Vec<tc_model::topic::Topic>, StoreError> {
+    async fn topics(
+        &self,
+        tenant: Option<String>,
+    ) -> Result<Vec<tc_model::topic::Topic>, StoreError> {
         either!(self, s => s.topics(tenant))
     }
 
-    async fn topic(&self, at: tc_model::topic::TopicRef) -> Result<tc_model::topic::Topic, StoreError> {
+    async fn topic(
+        &self,
+        at: tc_model::topic::TopicRef,
+    ) -> Result<tc_model::topic::Topic, StoreError> {
         either!(self, s => s.topic(at))
     }
 
@@ -337,31 +348,65 @@ impl TaskStore for AnyStore {
         either!(self, s => s.delete_topic(at))
     }
 
-    async fn create_subscription(&self, at: tc_model::topic::TopicRef, id: String, spec: tc_model::topic::SubscriptionSpec, now: Timestamp) -> Result<tc_model::topic::Subscription, StoreError> {
+    async fn create_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        spec: tc_model::topic::SubscriptionSpec,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::Subscription, StoreError> {
         either!(self, s => s.create_subscription(at, id, spec, now))
     }
 
-    async fn update_subscription(&self, at: tc_model::topic::TopicRef, id: String, update: tc_model::topic::SubscriptionUpdate, now: Timestamp) -> Result<tc_model::topic::Subscription, StoreError> {
+    async fn update_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        update: tc_model::topic::SubscriptionUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::Subscription, StoreError> {
         either!(self, s => s.update_subscription(at, id, update, now))
     }
 
-    async fn delete_subscription(&self, at: tc_model::topic::TopicRef, id: String) -> Result<(), StoreError> {
+    async fn delete_subscription(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+    ) -> Result<(), StoreError> {
         either!(self, s => s.delete_subscription(at, id))
     }
 
-    async fn subscriptions(&self, at: tc_model::topic::TopicRef) -> Result<Vec<tc_model::topic::Subscription>, StoreError> {
+    async fn subscriptions(
+        &self,
+        at: tc_model::topic::TopicRef,
+    ) -> Result<Vec<tc_model::topic::Subscription>, StoreError> {
         either!(self, s => s.subscriptions(at))
     }
 
-    async fn publish(&self, event: tc_model::topic::event::NewEvent, id: String, now: Timestamp) -> Result<tc_model::topic::event::Published, StoreError> {
+    async fn publish(
+        &self,
+        event: tc_model::topic::event::NewEvent,
+        id: String,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::event::Published, StoreError> {
         either!(self, s => s.publish(event, id, now))
     }
 
-    async fn event(&self, at: tc_model::topic::TopicRef, id: String) -> Result<tc_model::topic::event::Event, StoreError> {
+    async fn event(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+    ) -> Result<tc_model::topic::event::Event, StoreError> {
         either!(self, s => s.event(at, id))
     }
 
-    async fn replay(&self, at: tc_model::topic::TopicRef, id: String, since: Timestamp, now: Timestamp) -> Result<Vec<tc_model::topic::Delivery>, StoreError> {
+    async fn replay(
+        &self,
+        at: tc_model::topic::TopicRef,
+        id: String,
+        since: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::topic::Delivery>, StoreError> {
         either!(self, s => s.replay(at, id, since, now))
     }
 }
