@@ -324,6 +324,7 @@ fn keys(v: &Value) -> BTreeSet<String> {
 fn sample_task() -> Task {
     let t = Timestamp::from_millis(1_767_323_045_678);
     Task {
+        topic: None,
         id: TaskId::new(Timestamp::from_millis(0), [0xee; 10]),
         state: State::Success,
         url: "http://127.0.0.1:9/hook".into(),

@@ -98,7 +98,7 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
 }
 
 /// The filter fields `GET /tasks` and `POST /tasks/bulk` take.
-pub(crate) const FILTER_FIELDS: [&str; 7] = [
+pub(crate) const FILTER_FIELDS: [&str; 10] = [
     "state",
     "destination",
     "error",
@@ -106,6 +106,9 @@ pub(crate) const FILTER_FIELDS: [&str; 7] = [
     "created_before",
     "idempotency_key",
     "tenant",
+    "topic",
+    "event_id",
+    "subscription",
 ];
 
 /// The longest error reason or idempotency key a filter takes, in
@@ -125,6 +128,10 @@ pub(crate) struct FilterFields {
     /// The admin's filter by tenant; a tenant's own requests are narrowed
     /// to it whatever this says ([`tc_model::store::TaskFilter::within`]).
     tenant: Option<String>,
+    /// A topic's tasks (issue 43): the caller's topic of this name.
+    topic: Option<String>,
+    event_id: Option<String>,
+    subscription: Option<String>,
 }
 
 impl FilterFields {
@@ -139,6 +146,9 @@ impl FilterFields {
             "created_before" => &mut self.created_before,
             "idempotency_key" => &mut self.idempotency_key,
             "tenant" => &mut self.tenant,
+            "topic" => &mut self.topic,
+            "event_id" => &mut self.event_id,
+            "subscription" => &mut self.subscription,
             _ => return None,
         })
     }
@@ -178,6 +188,9 @@ impl FilterFields {
             }),
         };
         Ok(TaskFilter {
+            topic: text("topic", self.topic)?,
+            event_id: text("event_id", self.event_id)?,
+            subscription: text("subscription", self.subscription)?,
             state,
             destination,
             error: text("error", self.error)?,

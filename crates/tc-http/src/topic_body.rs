@@ -12,10 +12,10 @@ use tc_model::topic::event::NewEvent;
 use tc_model::topic::{EventTypes, SubscriptionSpec, SubscriptionUpdate, TopicRef, TopicSpec};
 use tc_model::{Limits, Timestamp};
 
+use crate::call_fields::{parse_headers, parse_signing_secrets};
 use crate::config::HttpConfig;
 use crate::dto::{compact, integer, object_body, parse_schedule, present, present_raw};
 use crate::error::{ApiError, json_type};
-use crate::call_fields::{parse_headers, parse_signing_secrets};
 
 fn invalid(e: InvalidSetting) -> ApiError {
     ApiError::InvalidRequest(e.to_string())

@@ -58,6 +58,7 @@ pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Opti
     // and timeout are the parent's (valid), and a body the server writes is
     // not held to the submit limit.
     Some(NewTask {
+        topic: None,
         url: callback.url().to_owned(),
         body,
         idempotency_key: key(parent.id, parent.ends),

@@ -37,6 +37,9 @@ pub struct NewTask {
     /// key was revoked or the tenant deleted before it commits. Not stored,
     /// not part of the work.
     pub(crate) key_id: Option<String>,
+    /// The event and subscription it is a task of (set by tc-model's
+    /// topics only, [`crate::topic::event::NewEvent::task_for`]).
+    pub(crate) topic: Option<crate::topic::TopicLink>,
 }
 
 impl NewTask {
@@ -81,6 +84,7 @@ impl NewTask {
             tenant: None,
             pending_limit: None,
             key_id: None,
+            topic: None,
         })
     }
 
@@ -110,6 +114,11 @@ impl NewTask {
             (Some(tenant), Some(key)) => Some(crate::tenant::Acting::new(tenant, key)),
             _ => None,
         }
+    }
+
+    /// The event and subscription it is a task of, if any.
+    pub fn topic_link(&self) -> Option<&crate::topic::TopicLink> {
+        self.topic.as_ref()
     }
 
     /// The tenant it belongs to.
@@ -330,6 +339,7 @@ impl Task {
             callback_task_id: None,
             ends: 0,
             tenant: new.tenant().map(str::to_owned),
+            topic: new.topic_link().cloned(),
         }
     }
 }

@@ -194,6 +194,12 @@ pub struct TaskFilter {
     /// Only the tasks of this tenant ([`TaskFilter::within`]
     /// sets it for a tenant's requests).
     pub tenant: Option<String>,
+    /// Only the tasks of events published on this topic (issue 43).
+    pub topic: Option<String>,
+    /// Only the tasks of this event.
+    pub event_id: Option<String>,
+    /// Only the tasks of this subscription.
+    pub subscription: Option<String>,
 }
 
 /// The index a filtered scan walks, in position order; the filter's other
@@ -256,6 +262,23 @@ impl TaskFilter {
                 .tenant
                 .as_ref()
                 .is_none_or(|t| Some(t) == task.tenant.as_ref())
+            && self.matches_topic(task)
+    }
+
+    /// Whether `task` is covered by the topic fields alone.
+    fn matches_topic(&self, task: &Task) -> bool {
+        let link = task.topic.as_ref();
+        self.topic
+            .as_ref()
+            .is_none_or(|t| link.is_some_and(|l| l.topic == *t))
+            && self
+                .event_id
+                .as_ref()
+                .is_none_or(|e| link.is_some_and(|l| l.event_id == *e))
+            && self
+                .subscription
+                .as_ref()
+                .is_none_or(|s| link.is_some_and(|l| l.subscription == *s))
     }
 
     /// Whether `task` is reached by the [`TaskFilter::driving`] index.
@@ -301,6 +324,9 @@ impl TaskFilter {
             || (self.tenant.is_some() && driving != Driving::Tenant)
             || self.created_after.is_some()
             || self.created_before.is_some()
+            || self.topic.is_some()
+            || self.event_id.is_some()
+            || self.subscription.is_some()
     }
     /// The filter's given fields as column tests, in a fixed order: what
     /// both SQL adapters write (each in its own parameter syntax), so that
@@ -335,6 +361,17 @@ impl TaskFilter {
         if let Some(tenant) = &self.tenant {
             // Stored as `''` for none: a named tenant is never `''`.
             terms.push(text(Driving::Tenant, "tenant", "tenant", tenant));
+        }
+        // No index of their own: checked row by row (a listing by event
+        // is bounded by `max_scan`, as any scanned filter).
+        for (column, value) in [
+            ("topic", &self.topic),
+            ("event_id", &self.event_id),
+            ("subscription", &self.subscription),
+        ] {
+            if let Some(value) = value {
+                terms.push(text(Driving::All, column, column, value));
+            }
         }
         let range = |op, name, at: Timestamp| FilterTerm {
             field: Driving::All,

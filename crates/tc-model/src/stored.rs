@@ -98,6 +98,12 @@ pub struct TaskRow {
     pub ends: i64,
     /// `''` for none ([`crate::tenant::stored_tenant`]).
     pub tenant: String,
+    /// A topic's task: its topic, event and subscription (all or none).
+    pub topic: Option<String>,
+    /// See `topic`.
+    pub event_id: Option<String>,
+    /// See `topic`.
+    pub subscription: Option<String>,
 }
 
 impl TaskRow {
@@ -152,6 +158,11 @@ impl TaskRow {
             callback_task_id: optional_id(self.callback_task_id, "callback_task_id")?,
             ends: count(self.ends, "ends")?,
             tenant: crate::tenant::tenant_from_stored(self.tenant),
+            topic: crate::topic::TopicLink::from_parts(
+                self.topic,
+                self.event_id,
+                self.subscription,
+            )?,
         })
     }
 }

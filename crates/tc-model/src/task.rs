@@ -194,6 +194,8 @@ pub struct Task {
     pub ends: u32,
     /// The tenant it belongs to ([`crate::tenant`]); `None`: the admin's.
     pub tenant: Option<String>,
+    /// The topic's event and subscription it is a task of ([`crate::topic`]).
+    pub topic: Option<crate::topic::TopicLink>,
 }
 
 impl Task {
@@ -268,6 +270,7 @@ mod tests {
     #[test]
     fn can_retry_until_attempts_are_used() {
         let mut task = Task {
+            topic: None,
             id: TaskId::new(Timestamp::from_millis(0), [0; 10]),
             state: State::Running,
             url: "http://example.test/".into(),

@@ -358,6 +358,37 @@ pub fn new_id(now: Timestamp, random: [u8; 10]) -> String {
     TaskId::new(now, random).to_string()
 }
 
+/// What ties a task to the event that made it: shown in its view and
+/// filtered on (`topic`, `event_id`, `subscription`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicLink {
+    /// The topic's name (the task's tenant is the topic's).
+    pub topic: String,
+    /// The event's id.
+    pub event_id: String,
+    /// The subscription's id.
+    pub subscription: String,
+}
+
+impl TopicLink {
+    /// The link from its three stored columns: all or none.
+    pub fn from_parts(
+        topic: Option<String>,
+        event_id: Option<String>,
+        subscription: Option<String>,
+    ) -> Result<Option<TopicLink>, crate::stored::CorruptColumn> {
+        match (topic, event_id, subscription) {
+            (None, None, None) => Ok(None),
+            (Some(topic), Some(event_id), Some(subscription)) => Ok(Some(TopicLink {
+                topic,
+                event_id,
+                subscription,
+            })),
+            _ => Err(crate::stored::CorruptColumn("topic")),
+        }
+    }
+}
+
 /// One task an event made: for which subscription, which task, and the
 /// task's state now.
 #[derive(Debug, Clone, PartialEq, Eq)]

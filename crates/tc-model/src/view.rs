@@ -24,6 +24,11 @@ pub struct TaskView<'a> {
     /// The tenant it belongs to (null: submitted with the admin credential,
     /// or before tenants existed).
     tenant: Option<&'a str>,
+    /// A topic's task (issue 43): its topic, event and subscription (null
+    /// for other tasks).
+    topic: Option<&'a str>,
+    event_id: Option<&'a str>,
+    subscription: Option<&'a str>,
     /// The W3C trace id its calls carry (null for tasks stored before
     /// traces were kept).
     trace_id: Option<String>,
@@ -71,6 +76,9 @@ impl<'a> TaskView<'a> {
             destination: &task.destination,
             idempotency_key: &task.idempotency_key,
             tenant: task.tenant.as_deref(),
+            topic: task.topic.as_ref().map(|l| l.topic.as_str()),
+            event_id: task.topic.as_ref().map(|l| l.event_id.as_str()),
+            subscription: task.topic.as_ref().map(|l| l.subscription.as_str()),
             trace_id: task.trace.as_ref().map(crate::TraceContext::trace_id_hex),
             attempt: task.attempt,
             max_attempts: task.max_attempts,

@@ -607,8 +607,13 @@ ALTER TABLE attempts SET (fillfactor = 70);
 /// `SECRET_COLUMNS`); an event keeps its payload (a repeat is compared
 /// with it, a replay sends it again); `event_tasks` is what each event
 /// made, in `seq` order, `n` 0 for the publish and the replay's number
-/// after.
+/// after. A topic's task names its topic, event and subscription
+/// (`tasks.topic`, `event_id`, `subscription`: nullable columns added
+/// without a rewrite; NULL for other tasks).
 const V20_TOPICS: &str = "
+ALTER TABLE tasks ADD COLUMN topic text;
+ALTER TABLE tasks ADD COLUMN event_id text;
+ALTER TABLE tasks ADD COLUMN subscription text;
 CREATE TABLE topics (
     tenant          text    NOT NULL,
     name            text    NOT NULL,

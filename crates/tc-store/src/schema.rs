@@ -729,8 +729,13 @@ DROP INDEX tasks_due;
 /// `event_types` the entries separated by a space (NULL: every event). An
 /// event keeps its payload (a repeat is compared with it, a replay sends
 /// it again); `event_tasks` is what each event made, in rowid order, `n` 0 for
-/// the publish and the replay's number after.
+/// the publish and the replay's number after. A topic's task names its
+/// topic, event and subscription (`tasks.topic`, `event_id`, `subscription`,
+/// all NULL for other tasks; listings filter on them row by row).
 const V24_TOPICS: &str = "
+ALTER TABLE tasks ADD COLUMN topic TEXT;
+ALTER TABLE tasks ADD COLUMN event_id TEXT;
+ALTER TABLE tasks ADD COLUMN subscription TEXT;
 CREATE TABLE topics (
     tenant          TEXT    NOT NULL,
     name            TEXT    NOT NULL,

@@ -137,6 +137,16 @@ async fn a_topic_publishes_one_task_per_matching_subscription() {
         .json();
     assert_eq!(task["headers"]["webhook-id"], view["id"]);
     assert_eq!(task["headers"]["event-type"], "invoice.paid");
+    assert_eq!(task["topic"], "billing");
+    assert_eq!(task["event_id"], view["id"]);
+    assert_eq!(task["subscription"], all["id"]);
+    let by_event = format!("/tasks?event_id={}", view["id"].as_str().unwrap());
+    let listed = call(&h, ADMIN, "GET", &by_event, &Value::Null).await.json();
+    assert_eq!(
+        listed["tasks"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
     assert_eq!(
         task["idempotency_key"],
         format!("e1:{}", all["id"].as_str().unwrap())

@@ -252,6 +252,11 @@ fn topic_task(
         tenant: subscription.topic.tenant.clone(),
         pending_limit: None,
         key_id: None,
+        topic: Some(crate::topic::TopicLink {
+            topic: subscription.topic.name.clone(),
+            event_id: event_id.to_owned(),
+            subscription: subscription.id.clone(),
+        }),
     }
 }
 

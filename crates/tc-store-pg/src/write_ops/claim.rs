@@ -155,7 +155,7 @@ macro_rules! claim_sql {
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
              t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context, \
              t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
-             t.tenant \
+             t.tenant, t.topic, t.event_id, t.subscription \
              ) \
              SELECT ",
             task_columns!(),

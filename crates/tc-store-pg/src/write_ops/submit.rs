@@ -344,20 +344,22 @@ pub(crate) const INSERT_BATCH: &str = concat!(
     "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
                         timeout_ns, attempt, created_at, updated_at, next_run_at, \
                         schedule_at, schedule_delay_ms, destination, method, headers, \
-                        trace_context, callback_url, callback_on, callback_of, tenant) \
+                        trace_context, callback_url, callback_on, callback_of, tenant, \
+                        topic, event_id, subscription) \
      SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
             r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
             greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
                 + coalesce(r.delay_ms, 0), \
             r.schedule_at, r.delay_ms, r.destination, r.method, r.headers, \
-            r.trace_context, r.callback_url, r.callback_on, r.callback_of, r.tenant \
+            r.trace_context, r.callback_url, r.callback_on, r.callback_of, r.tenant, \
+            r.topic, r.event_id, r.subscription \
      FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
                  $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
                  $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
-                 $17::bytea[], $18::text[]) \
+                 $17::bytea[], $18::text[], $19::text[], $20::text[], $21::text[]) \
           AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
                delay_ms, destination, method, headers, trace_context, callback_url, \
-               callback_on, callback_of, tenant) \
+               callback_on, callback_of, tenant, topic, event_id, subscription) \
      ORDER BY r.key, r.tenant, r.within \
      ON CONFLICT (idempotency_key, tenant) DO NOTHING \
      RETURNING ",
@@ -427,6 +429,9 @@ pub(super) async fn insert_batch<C: GenericClient>(
                         &columns.callback_ons,
                         &columns.callback_ofs,
                         &columns.tenants,
+                        &columns.topics,
+                        &columns.event_ids,
+                        &columns.subscriptions,
                     ],
                 )
                 .await
@@ -507,6 +512,9 @@ pub(super) struct BatchColumns<'a> {
     callback_ons: Vec<Option<String>>,
     callback_ofs: Vec<Option<Vec<u8>>>,
     tenants: Vec<&'a str>,
+    topics: Vec<Option<&'a str>>,
+    event_ids: Vec<Option<&'a str>>,
+    subscriptions: Vec<Option<&'a str>>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -533,6 +541,9 @@ impl<'a> BatchColumns<'a> {
             callback_ons: Vec::with_capacity(chunk.len()),
             callback_ofs: Vec::with_capacity(chunk.len()),
             tenants: Vec::with_capacity(chunk.len()),
+            topics: Vec::with_capacity(chunk.len()),
+            event_ids: Vec::with_capacity(chunk.len()),
+            subscriptions: Vec::with_capacity(chunk.len()),
         };
         for &i in chunk {
             let task = &tasks[i];
@@ -572,6 +583,12 @@ impl<'a> BatchColumns<'a> {
             columns
                 .tenants
                 .push(tc_model::tenant::stored_tenant(task.tenant()));
+            let link = task.topic_link();
+            columns.topics.push(link.map(|l| l.topic.as_str()));
+            columns.event_ids.push(link.map(|l| l.event_id.as_str()));
+            columns
+                .subscriptions
+                .push(link.map(|l| l.subscription.as_str()));
         }
         Ok(columns)
     }

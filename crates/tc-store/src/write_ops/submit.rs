@@ -21,11 +21,12 @@ macro_rules! submit_sql {
             "INSERT OR FAIL INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
-                            trace_context, callback_url, callback_on, callback_of, tenant) \
+                            trace_context, callback_url, callback_on, callback_of, tenant, \
+                            topic, event_id, subscription) \
              VALUES (",
             $seq,
             ", ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                     ?16, ?17, ?18, ?19) \
+                     ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
              ON CONFLICT (idempotency_key, tenant) DO NOTHING"
         )
     };
@@ -178,6 +179,9 @@ pub(super) fn submit_as(
             row.callback_on,
             new.callback_of().map(|id| *id.as_bytes()),
             tenant,
+            new.topic_link().map(|l| l.topic.as_str()),
+            new.topic_link().map(|l| l.event_id.as_str()),
+            new.topic_link().map(|l| l.subscription.as_str()),
         ])
         .map_err(db)?;
     if inserted == 1 {

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use tc_model::signing::SigningSecrets;
-use tc_model::store::{StoreError, TaskStore};
+use tc_model::store::{ListQuery, StoreError, TaskFilter, TaskStore};
 use tc_model::topic::event::{NewEvent, WEBHOOK_ID};
 use tc_model::topic::{
-    EventTypes, Subscription, SubscriptionSpec, SubscriptionUpdate, TopicRef, TopicSpec,
+    EventTypes, Subscription, SubscriptionSpec, SubscriptionUpdate, TopicLink, TopicRef, TopicSpec,
 };
 use tc_model::{Headers, Limits, State};
 
@@ -214,11 +214,54 @@ pub async fn a_publish_makes_one_task_per_matching_subscription<S: TaskStore>(st
             Some("billing"),
             "subscription header"
         );
+        let link = TopicLink {
+            topic: "billing".into(),
+            event_id: "ev-1".into(),
+            subscription: delivery.subscription.clone(),
+        };
+        ensure_eq!(task.topic, Some(link), "the task's topic link");
         ensure_eq!(
             (task.tenant.as_deref(), task.state, task.max_attempts),
             (Some("acme"), State::Pending, 3),
             "task"
         );
+    }
+    for (filter, expected) in [
+        (
+            TaskFilter {
+                event_id: Some("ev-1".into()),
+                ..TaskFilter::default()
+            },
+            2,
+        ),
+        (
+            TaskFilter {
+                subscription: Some("inv".into()),
+                ..TaskFilter::default()
+            },
+            1,
+        ),
+        (
+            TaskFilter {
+                topic: Some("billing".into()),
+                ..TaskFilter::default()
+            },
+            2,
+        ),
+        (
+            TaskFilter {
+                topic: Some("other".into()),
+                ..TaskFilter::default()
+            },
+            0,
+        ),
+    ] {
+        let query = ListQuery {
+            filter: filter.clone(),
+            ..ListQuery::default()
+        };
+        let listed = store.list(query).await.step("list")?;
+        ensure_eq!(listed.tasks.len(), expected, "listed by {filter:?}");
     }
     let read = store
         .event(at_.clone(), "ev-1".into())
