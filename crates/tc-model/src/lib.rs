@@ -9,6 +9,7 @@ pub mod auth;
 pub mod callback;
 pub mod claim;
 pub mod client_tls;
+pub mod cluster;
 pub mod completion;
 pub mod destination;
 mod first_run;

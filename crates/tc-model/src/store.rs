@@ -947,6 +947,29 @@ pub trait TaskStore: Send + Sync + 'static {
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Gives back the tokens each ask returns and takes a grant from its
+    /// destination's shared token bucket ([`crate::cluster::Bucket::settle`],
+    /// a bucket first met starting full), one answer per ask in order. On
+    /// a store several nodes share, one bucket holds for all of them: the
+    /// calls of every node together stay within the destination's rate
+    /// and burst. Each ask is applied atomically.
+    fn take_tokens(
+        &self,
+        asks: Vec<crate::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<crate::cluster::TokenGrant>, StoreError>> + Send;
+
+    /// Merges the destination holds this node learned (each hold to the
+    /// later end, [`crate::cluster::DestinationHolds::merge`]) and answers
+    /// every destination's holds still in force at `now`, in name order
+    /// (`learned` empty: a read). What makes a breaker opened or a
+    /// backoff asked for on one node hold on every node.
+    fn share_holds(
+        &self,
+        learned: Vec<(String, crate::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<(String, crate::cluster::DestinationHolds)>, StoreError>> + Send;
+
     /// The server's own key called `name` (issue 41: [`JWT_KEY`], the key
     /// JWTs are signed with when none is given): the one stored, or else
     /// `candidate`, stored now. Insert-if-absent, never replaced: the first

@@ -320,6 +320,20 @@ impl TaskStore for AnyStore {
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
         either!(self, s => s.server_key(name, candidate))
     }
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        either!(self, s => s.take_tokens(asks, now))
+    }
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        either!(self, s => s.share_holds(learned, now))
+    }
 }
 
 #[cfg(test)]

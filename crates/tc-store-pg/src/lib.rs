@@ -29,6 +29,7 @@
 
 mod analyze;
 mod batcher;
+mod cluster;
 mod completions;
 mod config;
 mod counts;

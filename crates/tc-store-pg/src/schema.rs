@@ -601,6 +601,26 @@ ALTER TABLE tasks SET (fillfactor = 70);
 ALTER TABLE attempts SET (fillfactor = 70);
 ";
 
+/// Step 19 → 20 (issue 40 item 1): destination limits across the
+/// cluster. One token bucket per rated destination (`tokens` at
+/// `refilled_at`, ms), which every node's grants come from
+/// (`cluster::take_tokens`), and the holds every node shares
+/// (`cluster::share_holds`: until when, in ms, a breaker is open, a
+/// Retry-After backoff and a rate-limit hold last). New tables only.
+const V20_CLUSTER_FLOW: &str = "
+CREATE TABLE destination_tokens (
+    destination  text PRIMARY KEY,
+    tokens       double precision NOT NULL,
+    refilled_at  bigint NOT NULL
+);
+CREATE TABLE destination_holds (
+    destination         text PRIMARY KEY,
+    breaker_open_until  bigint,
+    backoff_until       bigint,
+    ratelimit_until     bigint
+);
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -660,6 +680,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V17_AUTH),
     step(V18_CLIENT_TLS),
     step(V19_HOT_PATH),
+    step(V20_CLUSTER_FLOW),
 ];
 
 /// The version this build writes and reads.

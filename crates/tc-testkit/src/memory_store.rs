@@ -68,6 +68,8 @@ struct Tables {
     schedules: BTreeMap<String, Recurring>,
     /// The server's own keys by name ([`TaskStore::server_key`]).
     server_keys: BTreeMap<String, String>,
+    /// Token buckets and holds (issue 40 item 1): one process, in memory.
+    cluster: tc_model::cluster::local::LocalCluster,
     last_seq: i64,
     /// Feeds the ids' random bits: deterministic, so a test's ids repeat.
     rng: u64,
@@ -1127,6 +1129,20 @@ impl TaskStore for MemoryStore {
             .entry(name)
             .or_insert(candidate)
             .clone())
+    }
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        Ok(self.tables().cluster.take_tokens(&asks, now))
+    }
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        Ok(self.tables().cluster.share_holds(learned, now))
     }
 }
 

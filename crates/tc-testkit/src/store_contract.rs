@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`; `check` holds what they
+//! `listing` (and bulk), `cluster` (tokens and holds), `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -142,6 +142,9 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_write_made_with_a_key_gone_is_refused_whole,
         retries_count_against_max_pending_and_the_rate,
         a_bulk_retry_leaves_the_tasks_the_allow_list_no_longer_admits,
+        tokens_come_from_one_bucket_per_destination,
+        concurrent_token_takers_share_one_bucket,
+        destination_holds_are_shared_until_they_end,
     ]
 }
 
@@ -227,6 +230,8 @@ mod auth;
 // Callbacks (issue 28).
 mod callback;
 mod claims;
+// Destination limits across the cluster (issue 40 item 1).
+mod cluster;
 mod completion;
 mod destinations;
 mod listing;
@@ -248,6 +253,7 @@ mod trace;
 pub use auth::*;
 pub use callback::*;
 pub use claims::*;
+pub use cluster::*;
 pub use completion::*;
 pub use destinations::*;
 pub use due_walk::*;

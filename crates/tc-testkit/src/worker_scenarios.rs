@@ -1681,4 +1681,18 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
         self.inner.server_key(name, candidate).await
     }
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        self.inner.take_tokens(asks, now).await
+    }
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        self.inner.share_holds(learned, now).await
+    }
 }
