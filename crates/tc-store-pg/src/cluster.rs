@@ -125,20 +125,20 @@ struct Clocks {
 }
 
 impl Clocks {
-    fn to_db(self, t: Option<Timestamp>) -> Option<i64> {
+    fn db_time(self, t: Option<Timestamp>) -> Option<i64> {
         t.map(|t| t.as_millis().saturating_add(self.skew))
     }
 
-    fn from_db(self, t: Option<i64>) -> Option<Timestamp> {
+    fn caller_time(self, t: Option<i64>) -> Option<Timestamp> {
         t.map(|t| Timestamp::from_millis(t.saturating_sub(self.skew)))
     }
 }
 
 fn holds_of(row: &tokio_postgres::Row, clocks: Clocks) -> Result<DestinationHolds, StoreError> {
     Ok(DestinationHolds {
-        breaker_open_until: clocks.from_db(row.try_get(1).map_err(db)?),
-        backoff_until: clocks.from_db(row.try_get(2).map_err(db)?),
-        ratelimit_until: clocks.from_db(row.try_get(3).map_err(db)?),
+        breaker_open_until: clocks.caller_time(row.try_get(1).map_err(db)?),
+        backoff_until: clocks.caller_time(row.try_get(2).map_err(db)?),
+        ratelimit_until: clocks.caller_time(row.try_get(3).map_err(db)?),
     })
 }
 
@@ -218,7 +218,7 @@ async fn write_holds(
     }
     let names: Vec<&str> = changed.keys().map(String::as_str).collect();
     let column = |f: fn(&DestinationHolds) -> Option<Timestamp>| -> Vec<Option<i64>> {
-        changed.values().map(|h| clocks.to_db(f(h))).collect()
+        changed.values().map(|h| clocks.db_time(f(h))).collect()
     };
     let breaker = column(|h| h.breaker_open_until);
     let backoff = column(|h| h.backoff_until);
