@@ -98,7 +98,7 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
 }
 
 /// The filter fields `GET /tasks` and `POST /tasks/bulk` take.
-pub(crate) const FILTER_FIELDS: [&str; 7] = [
+pub(crate) const FILTER_FIELDS: [&str; 8] = [
     "state",
     "destination",
     "error",
@@ -106,6 +106,7 @@ pub(crate) const FILTER_FIELDS: [&str; 7] = [
     "created_before",
     "idempotency_key",
     "tenant",
+    "priority",
 ];
 
 /// The longest error reason or idempotency key a filter takes, in
@@ -125,6 +126,7 @@ pub(crate) struct FilterFields {
     /// The admin's filter by tenant; a tenant's own requests are narrowed
     /// to it whatever this says ([`tc_model::store::TaskFilter::within`]).
     tenant: Option<String>,
+    priority: Option<String>,
 }
 
 impl FilterFields {
@@ -139,6 +141,7 @@ impl FilterFields {
             "created_before" => &mut self.created_before,
             "idempotency_key" => &mut self.idempotency_key,
             "tenant" => &mut self.tenant,
+            "priority" => &mut self.priority,
             _ => return None,
         })
     }
@@ -191,6 +194,20 @@ impl FilterFields {
                         .map_err(|e| invalid(format!("tenant: {}; got {t:?}", e.message)))?;
                     Some(t)
                 }
+            },
+            priority: match self.priority {
+                None => None,
+                Some(p) => Some(
+                    p.parse::<u8>()
+                        .ok()
+                        .filter(|p| *p <= tc_model::priority::MAX_PRIORITY)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "priority: must be an integer from 0 to {}; got {p:?}",
+                                tc_model::priority::MAX_PRIORITY
+                            ))
+                        })?,
+                ),
             },
         })
     }

@@ -17,6 +17,7 @@ pub mod headers;
 mod method;
 mod new_task;
 pub mod outbound;
+pub mod priority;
 pub mod recurring;
 pub mod setting;
 pub mod share;

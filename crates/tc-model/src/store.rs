@@ -190,6 +190,8 @@ pub struct TaskFilter {
     /// Only the tasks of this tenant ([`TaskFilter::within`]
     /// sets it for a tenant's requests).
     pub tenant: Option<String>,
+    /// Only the tasks of this priority (0 to 9).
+    pub priority: Option<u8>,
 }
 
 /// The index a filtered scan walks, in position order; the filter's other
@@ -252,6 +254,7 @@ impl TaskFilter {
                 .tenant
                 .as_ref()
                 .is_none_or(|t| Some(t) == task.tenant.as_ref())
+            && self.priority.is_none_or(|p| task.priority == p)
     }
 
     /// Whether `task` is reached by the [`TaskFilter::driving`] index.
@@ -297,6 +300,7 @@ impl TaskFilter {
             || (self.tenant.is_some() && driving != Driving::Tenant)
             || self.created_after.is_some()
             || self.created_before.is_some()
+            || self.priority.is_some()
     }
     /// The filter's given fields as column tests, in a fixed order: what
     /// both SQL adapters write (each in its own parameter syntax), so that
@@ -339,6 +343,15 @@ impl TaskFilter {
             name,
             value: TermValue::Millis(at.as_millis()),
         };
+        if let Some(p) = self.priority {
+            terms.push(FilterTerm {
+                field: Driving::All,
+                column: "priority",
+                op: "=",
+                name: "priority",
+                value: TermValue::Int(i32::from(p)),
+            });
+        }
         if let Some(t) = self.created_after {
             terms.push(range(">=", "created_after", t));
         }
@@ -380,6 +393,8 @@ pub enum TermValue {
     Text(String),
     /// A time column's value, in milliseconds since the epoch.
     Millis(i64),
+    /// An integer column's value (`priority`).
+    Int(i32),
 }
 
 /// How many rows one listing page may examine, by default, when its filter

@@ -98,6 +98,7 @@ pub struct TaskRow {
     pub ends: i64,
     /// `''` for none ([`crate::tenant::stored_tenant`]).
     pub tenant: String,
+    pub priority: i64,
 }
 
 impl TaskRow {
@@ -152,6 +153,10 @@ impl TaskRow {
             callback_task_id: optional_id(self.callback_task_id, "callback_task_id")?,
             ends: count(self.ends, "ends")?,
             tenant: crate::tenant::tenant_from_stored(self.tenant),
+            priority: u8::try_from(self.priority)
+                .ok()
+                .filter(|p| *p <= crate::priority::MAX_PRIORITY)
+                .ok_or(CorruptColumn("priority"))?,
         })
     }
 }

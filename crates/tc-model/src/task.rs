@@ -194,6 +194,8 @@ pub struct Task {
     pub ends: u32,
     /// The tenant it belongs to ([`crate::tenant`]); `None`: the admin's.
     pub tenant: Option<String>,
+    /// Higher first within its destination ([`crate::priority`]); 0 to 9.
+    pub priority: u8,
 }
 
 impl Task {
@@ -298,6 +300,7 @@ mod tests {
             callback_task_id: None,
             ends: 0,
             tenant: None,
+            priority: 0,
         };
         assert!(task.can_retry());
         task.attempt = 2;

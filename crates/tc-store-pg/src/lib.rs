@@ -40,6 +40,7 @@ mod group_submit;
 mod leader;
 mod notify;
 mod pace;
+mod priority;
 mod read_ops;
 mod rows;
 mod schedules;

@@ -19,7 +19,7 @@ macro_rules! columns_after_body {
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
          schedule_at, schedule_delay_ms, destination, method, headers, trace_context, \
-         callback_url, callback_on, callback_of, callback_task_id, ends, tenant"
+         callback_url, callback_on, callback_of, callback_task_id, ends, tenant, priority"
     };
 }
 
@@ -96,6 +96,7 @@ pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
         callback_task_id: row.try_get(29).map_err(db)?,
         ends: wide(30)?,
         tenant: row.try_get(31).map_err(db)?,
+        priority: wide(32)?,
     }
     .into_task()
     .map_err(corrupt)?;

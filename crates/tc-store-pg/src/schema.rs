@@ -621,6 +621,20 @@ CREATE TABLE destination_holds (
 );
 ";
 
+/// Step 20 → 21 (issue 40 item 4): a task's priority, 0 to 9 (every task
+/// stored before has 0: a constant default, no rewrite; the rule a check
+/// added without reading the rows, which all hold it), and the due tasks
+/// of priority above 0 by destination, which a claim asks first
+/// (`priority::has_prioritized`): empty unless priorities are used, so
+/// tasks without one cost it nothing. Building the index reads `tasks`
+/// once while writes wait.
+const V21_PRIORITY: &str = "
+ALTER TABLE tasks ADD COLUMN priority integer NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD CONSTRAINT tasks_priority CHECK (priority BETWEEN 0 AND 9) NOT VALID;
+CREATE INDEX tasks_prioritized ON tasks (destination, next_run_at, pos)
+    WHERE state = 'pending' AND priority > 0;
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -681,6 +695,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V18_CLIENT_TLS),
     step(V19_HOT_PATH),
     step(V20_CLUSTER_FLOW),
+    step(V21_PRIORITY),
 ];
 
 /// The version this build writes and reads.

@@ -361,20 +361,22 @@ pub(crate) const INSERT_BATCH: &str = concat!(
     "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
                         timeout_ns, attempt, created_at, updated_at, next_run_at, \
                         schedule_at, schedule_delay_ms, destination, method, headers, \
-                        trace_context, callback_url, callback_on, callback_of, tenant) \
+                        trace_context, callback_url, callback_on, callback_of, tenant, \
+                        priority) \
      SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
             r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
             greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
                 + coalesce(r.delay_ms, 0), \
             r.schedule_at, r.delay_ms, r.destination, r.method, r.headers, \
-            r.trace_context, r.callback_url, r.callback_on, r.callback_of, r.tenant \
+            r.trace_context, r.callback_url, r.callback_on, r.callback_of, r.tenant, \
+            r.priority \
      FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
                  $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
                  $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
-                 $17::bytea[], $18::text[]) \
+                 $17::bytea[], $18::text[], $19::integer[]) \
           AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
                delay_ms, destination, method, headers, trace_context, callback_url, \
-               callback_on, callback_of, tenant) \
+               callback_on, callback_of, tenant, priority) \
      ORDER BY r.key, r.tenant, r.within \
      ON CONFLICT (idempotency_key, tenant) DO NOTHING \
      RETURNING ",
@@ -444,6 +446,7 @@ async fn insert_batch<C: GenericClient>(
                         &columns.callback_ons,
                         &columns.callback_ofs,
                         &columns.tenants,
+                        &columns.priorities,
                     ],
                 )
                 .await
@@ -524,6 +527,7 @@ struct BatchColumns<'a> {
     callback_ons: Vec<Option<String>>,
     callback_ofs: Vec<Option<Vec<u8>>>,
     tenants: Vec<&'a str>,
+    priorities: Vec<i32>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -550,6 +554,7 @@ impl<'a> BatchColumns<'a> {
             callback_ons: Vec::with_capacity(chunk.len()),
             callback_ofs: Vec::with_capacity(chunk.len()),
             tenants: Vec::with_capacity(chunk.len()),
+            priorities: Vec::with_capacity(chunk.len()),
         };
         for &i in chunk {
             let task = &tasks[i];
@@ -589,6 +594,7 @@ impl<'a> BatchColumns<'a> {
             columns
                 .tenants
                 .push(tc_model::tenant::stored_tenant(task.tenant()));
+            columns.priorities.push(i32::from(task.priority()));
         }
         Ok(columns)
     }
@@ -767,9 +773,10 @@ pub(crate) async fn claim(
     while let Some((destination, want)) = plan.next_take() {
         let got = match (&gate.tenants, &mut load) {
             (Some(tenants), Some(load)) => {
-                claim_shared(tx, &destination, want, now, lease, tenants, load).await?
+                let aging = gate.aging();
+                claim_shared(tx, &destination, want, now, lease, aging, tenants, load).await?
             }
-            _ => claim_of(tx, &destination, want, now, lease).await?,
+            _ => claim_of(tx, &destination, want, now, lease, gate.aging()).await?,
         };
         plan.taken(got.len());
         claimed.extend(got);
@@ -798,8 +805,18 @@ macro_rules! claim_sql {
             $tenant,
             " AND next_run_at <= tc_now_ms($1) \
                  ORDER BY next_run_at, pos LIMIT $2 \
-                 FOR UPDATE SKIP LOCKED \
-             ), claimed AS ( \
+                 FOR UPDATE SKIP LOCKED",
+            claim_tail!()
+        )
+    };
+}
+
+/// What every claim statement does with its `due` rows (the positions and
+/// due times it locked): moves them to running and answers them.
+macro_rules! claim_tail {
+    () => {
+        concat!(
+            "), claimed AS ( \
                  UPDATE tasks t SET state = 'running', attempt = t.attempt + 1, \
                                     started_at = tc_now_ms($1), \
                                     lease_until = tc_now_ms($1) + $3, \
@@ -812,7 +829,7 @@ macro_rules! claim_sql {
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
              t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context, \
              t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
-             t.tenant \
+             t.tenant, t.priority \
              ) \
              SELECT ",
             task_columns!(),
@@ -820,6 +837,7 @@ macro_rules! claim_sql {
         )
     };
 }
+pub(crate) use claim_tail;
 
 /// The claim's statement for tasks of any tenant ([`claim_of`]).
 pub(crate) const CLAIM: &str = claim_sql!("");
@@ -832,8 +850,12 @@ pub(crate) async fn claim_of(
     n: usize,
     now: Option<i64>,
     lease: Duration,
+    aging: Duration,
 ) -> Result<Vec<Task>, StoreError> {
     transit(State::Pending, State::Running)?;
+    if crate::priority::has_prioritized(tx, destination, None, now).await? {
+        return crate::priority::claim(tx, destination, None, n, now, lease, aging).await;
+    }
     let stmt = tx.prepare_cached(CLAIM).await.map_err(db)?;
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = tx
@@ -857,12 +879,14 @@ fn claimed_tasks(found: &[tokio_postgres::Row]) -> Result<Vec<Task>, StoreError>
 /// [`TenantGate::plan`], each tenant's due tasks oldest first; `load` is
 /// the node's calls in flight by tenant, with every take of this claim
 /// added (here too).
+#[allow(clippy::too_many_arguments)]
 async fn claim_shared(
     tx: &Transaction<'_>,
     destination: &str,
     want: usize,
     now: Option<i64>,
     lease: Duration,
+    aging: Duration,
     gate: &TenantGate,
     load: &mut BTreeMap<String, usize>,
 ) -> Result<Vec<Task>, StoreError> {
@@ -873,7 +897,7 @@ async fn claim_shared(
     let mut plan = gate.plan(want, due, load);
     let mut got = Vec::with_capacity(want);
     while let Some((tenant, n)) = plan.next_take() {
-        let taken = claim_of_tenant(tx, destination, &tenant, n, now, lease).await?;
+        let taken = claim_of_tenant(tx, destination, &tenant, n, now, lease, aging).await?;
         plan.taken(taken.len());
         *load.entry(tenant).or_default() += taken.len();
         got.extend(taken);
@@ -923,6 +947,7 @@ async fn due_tenants(
 }
 
 /// [`claim_of`] for one tenant's tasks (`''`: those without a tenant).
+#[allow(clippy::too_many_arguments)]
 async fn claim_of_tenant(
     tx: &Transaction<'_>,
     destination: &str,
@@ -930,8 +955,13 @@ async fn claim_of_tenant(
     n: usize,
     now: Option<i64>,
     lease: Duration,
+    aging: Duration,
 ) -> Result<Vec<Task>, StoreError> {
     transit(State::Pending, State::Running)?;
+    if crate::priority::has_prioritized(tx, destination, Some(tenant), now).await? {
+        let tenant = Some(tenant);
+        return crate::priority::claim(tx, destination, tenant, n, now, lease, aging).await;
+    }
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = if tenant.is_empty() {
         let stmt = tx

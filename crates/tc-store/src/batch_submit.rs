@@ -16,7 +16,7 @@ use crate::write_ops::{Made, SubmitRow, known_task, new_id, seq_floor_above, sub
 const CHUNKS: [usize; 4] = [64, 16, 4, 1];
 
 /// The columns one row of [`submit_all`]'s INSERT binds, in order.
-const SUBMIT_COLUMNS: usize = 19;
+const SUBMIT_COLUMNS: usize = 20;
 
 /// [`submit_rows_sql`] for each of [`CHUNKS`], made once.
 static SUBMIT_ROWS_SQL: std::sync::LazyLock<[String; 4]> =
@@ -29,7 +29,8 @@ fn submit_rows_sql(rows: usize) -> String {
         "INSERT OR FAIL INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
-                            trace_context, callback_url, callback_on, callback_of, tenant) VALUES ",
+                            trace_context, callback_url, callback_on, callback_of, tenant, \
+                            priority) VALUES ",
     );
     for r in 0..rows {
         let p = |k: usize| r * SUBMIT_COLUMNS + k;
@@ -38,7 +39,7 @@ fn submit_rows_sql(rows: usize) -> String {
         }
         sql.push_str(&format!(
             "(NULL, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, 0, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, \
-             ?{}, ?{}, ?{}, ?{}, ?{})",
+             ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
             p(1),
             p(2),
             p(3),
@@ -58,7 +59,8 @@ fn submit_rows_sql(rows: usize) -> String {
             p(16),
             p(17),
             p(18),
-            p(19)
+            p(19),
+            p(20)
         ));
     }
     sql.push_str(" ON CONFLICT (idempotency_key, tenant) DO NOTHING");
@@ -127,6 +129,7 @@ pub(crate) fn submit_all(
             values.push(Box::new(row.callback_on.as_deref()));
             values.push(Box::new(new.callback_of().map(|id| *id.as_bytes())));
             values.push(Box::new(tc_model::tenant::stored_tenant(new.tenant())));
+            values.push(Box::new(new.priority()));
         }
         let inserted = conn
             .prepare_cached(&SUBMIT_ROWS_SQL[shape])

@@ -26,6 +26,7 @@ mod batch_submit;
 mod config;
 mod destinations;
 mod filter;
+mod priority;
 mod private_file;
 mod read_ops;
 mod read_pool;

@@ -16,7 +16,7 @@ macro_rules! columns_after_body {
          http_status, result, result_content_type, error, created_at, updated_at, \
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
          schedule_at, schedule_delay_ms, destination, method, headers, trace_context, \
-         callback_url, callback_on, callback_of, callback_task_id, ends, tenant"
+         callback_url, callback_on, callback_of, callback_task_id, ends, tenant, priority"
     };
 }
 
@@ -92,6 +92,7 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
         callback_task_id: row.get(29).map_err(db)?,
         ends: row.get(30).map_err(db)?,
         tenant: row.get(31).map_err(db)?,
+        priority: row.get(32).map_err(db)?,
     }
     .into_task()
     .map_err(corrupt)?;

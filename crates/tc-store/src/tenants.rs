@@ -412,7 +412,7 @@ pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY 
      WHERE state = 'pending' AND destination = ?1 AND tenant = ?2 AND next_run_at <= ?3 \
      ORDER BY next_run_at, seq LIMIT ?4";
 
-fn due_of(
+pub(crate) fn due_of(
     conn: &Connection,
     destination: &str,
     tenant: &str,
@@ -464,13 +464,17 @@ fn due_tenants(
 /// tenants by `gate` ([`TenantGate::plan`]), each tenant's oldest due
 /// first; `load` is the node's calls in flight by tenant with this claim's
 /// takes so far, and gets this take's added. `claim_one` claims the task at
-/// a seq (in the state read) and keeps it. Answers how many were taken.
+/// a seq (in the state read) and keeps it; `aging` orders each tenant's
+/// due tasks by priority ([`crate::priority::due_of`]). Answers how many
+/// were taken.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn take_shared(
     conn: &Connection,
     gate: &TenantGate,
     destination: &str,
     want: usize,
     now: Timestamp,
+    aging: std::time::Duration,
     load: &mut BTreeMap<String, usize>,
     mut claim_one: impl FnMut(i64, &str) -> Result<(), StoreError>,
 ) -> Result<usize, StoreError> {
@@ -478,7 +482,7 @@ pub(crate) fn take_shared(
     let mut share = gate.plan(want, due, load);
     let mut took = 0;
     while let Some((tenant, wanted)) = share.next_take() {
-        let tasks = due_of(conn, destination, &tenant, now, wanted)?;
+        let tasks = crate::priority::due_of(conn, destination, Some(&tenant), now, wanted, aging)?;
         share.taken(tasks.len());
         took += tasks.len();
         *load.entry(tenant).or_default() += tasks.len();

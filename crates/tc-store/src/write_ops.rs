@@ -48,11 +48,12 @@ macro_rules! submit_sql {
             "INSERT OR FAIL INTO tasks (seq, id, idempotency_key, state, url, body, max_attempts, \
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
-                            trace_context, callback_url, callback_on, callback_of, tenant) \
+                            trace_context, callback_url, callback_on, callback_of, tenant, \
+                            priority) \
              VALUES (",
             $seq,
             ", ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                     ?16, ?17, ?18, ?19) \
+                     ?16, ?17, ?18, ?19, ?20) \
              ON CONFLICT (idempotency_key, tenant) DO NOTHING"
         )
     };
@@ -205,6 +206,7 @@ fn submit_as(
             row.callback_on,
             new.callback_of().map(|id| *id.as_bytes()),
             tenant,
+            new.priority(),
         ])
         .map_err(db)?;
     if inserted == 1 {
@@ -302,7 +304,7 @@ pub(crate) fn claim(
     while let Some((destination, want)) = plan.next_take() {
         let Some(tenants) = &gate.tenants else {
             // Tenant-blind (no tenant defined): the destination's oldest.
-            let due = destinations::due_of(conn, &destination, now, want)?;
+            let due = crate::priority::due_of(conn, &destination, None, now, want, gate.aging())?;
             plan.taken(due.len());
             for (seq, state) in due {
                 claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
@@ -315,6 +317,7 @@ pub(crate) fn claim(
             &destination,
             want,
             now,
+            gate.aging(),
             &mut load,
             |seq, state| {
                 claimed.push(claim_one(conn, seq, state, now, lease_until)?);

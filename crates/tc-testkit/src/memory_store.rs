@@ -437,9 +437,10 @@ impl TaskStore for MemoryStore {
         gate: ClaimGate,
     ) -> Result<Claim, StoreError> {
         let mut t = self.tables();
-        // Each destination's due tasks, oldest due first, and its running
-        // tasks; the earliest task not due yet.
-        let mut due: BTreeMap<String, Vec<(Timestamp, i64)>> = BTreeMap::new();
+        // Each destination's due tasks in claim order (priority, then the
+        // oldest due, tc-model's `claim_key`), and its running tasks; the
+        // earliest task not due yet.
+        let mut due: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
         let mut tenant_of: HashMap<i64, &str> = HashMap::new();
         let mut running: HashMap<&str, u64> = HashMap::new();
         let mut resume_after: Option<Timestamp> = None;
@@ -447,9 +448,10 @@ impl TaskStore for MemoryStore {
             match (task.state, task.next_run_at) {
                 (State::Pending, Some(at)) if at <= now => {
                     tenant_of.insert(*seq, stored_tenant(task.tenant.as_deref()));
+                    let key = tc_model::priority::claim_key(at, task.priority, gate.aging());
                     due.entry(task.destination.clone())
                         .or_default()
-                        .push((at, *seq));
+                        .push((key, *seq));
                 }
                 (State::Pending, Some(at)) => {
                     resume_after = Some(resume_after.map_or(at, |r| r.min(at)));

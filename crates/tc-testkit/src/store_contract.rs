@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `cluster` (tokens and holds), `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`; `check` holds what they
+//! `listing` (and bulk), `cluster` (tokens and holds), `priority`, `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -145,6 +145,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         tokens_come_from_one_bucket_per_destination,
         concurrent_token_takers_share_one_bucket,
         destination_holds_are_shared_until_they_end,
+        claims_take_higher_priorities_first_and_age_the_rest,
     ]
 }
 
@@ -236,6 +237,8 @@ mod completion;
 mod destinations;
 mod listing;
 mod outbound;
+// Priorities (issue 40 item 4).
+mod priority;
 // How a claim walks the destinations with due tasks (issue 22).
 mod due_walk;
 mod retention;
@@ -259,6 +262,7 @@ pub use destinations::*;
 pub use due_walk::*;
 pub use listing::*;
 pub use outbound::*;
+pub use priority::*;
 pub use retention::*;
 pub use schedules::*;
 pub use submit::*;

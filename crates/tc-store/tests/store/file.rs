@@ -311,11 +311,14 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_due_by_destination",
             "tasks_due_by_tenant",
             "tasks_leased",
-            "tasks_open_by_tenant"
+            "tasks_open_by_tenant",
+            "tasks_prioritized"
         ]
     );
     // Tasks from before trace contexts have none; new ones keep theirs.
     assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
+    // Tasks from before priorities (step 24) have 0.
+    assert_eq!(old.priority, 0);
     // Step 14 rewrote the tasks CHECKs without IN lists: the same rules,
     // still enforced on the upgraded file.
     let tasks_sql: String = conn
@@ -472,8 +475,11 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
             params![ids[3].as_bytes(), t(10).as_millis()],
         )
         .unwrap();
+        // Step 24's priority column goes too: a step-22 file had none.
         conn.execute_batch(
             "CREATE INDEX tasks_due ON tasks (next_run_at, seq) WHERE state = 'pending';
+             DROP INDEX tasks_prioritized;
+             ALTER TABLE tasks DROP COLUMN priority;
              PRAGMA user_version = 22;",
         )
         .unwrap();
