@@ -165,6 +165,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             schedules_interval: Duration::from_secs(30),
             allow_url_prefixes: Vec::new(),
             jwt: None,
+            priority_aging: tc_model::priority::DEFAULT_AGING,
         }
     }
 

@@ -194,6 +194,7 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
         self.grants = crate::cluster::take_grants(shared, now, wanted).await;
         let mut gate = shared.flow.gate(now);
         gate.tenants = shared.tenants.gate();
+        gate.priority_aging = Some(self.config.priority_aging);
         let claim = shared
             .store
             .claim(wanted, now, self.config.lease, gate)
