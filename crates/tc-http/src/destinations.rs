@@ -266,7 +266,10 @@ pub(crate) async fn view_of<S: TaskStore, C: Control>(
 ) -> Result<DestinationView, ApiError> {
     match store.destination(name).await {
         Ok(d) => {
-            let runtime = control.destination_state(&d.name);
+            let holds = cluster_holds(store, control).await;
+            let runtime = control
+                .destination_state(&d.name)
+                .with_cluster(holds.get(&d.name), control.now());
             Ok(DestinationView::new(d, runtime))
         }
         Err(e) => Err(ApiError::from_store(e, About::Destination)),
@@ -278,12 +281,15 @@ pub(crate) async fn list_of<S: TaskStore, C: Control>(
     store: &S,
     control: &C,
 ) -> Result<DestinationList, ApiError> {
+    let holds = cluster_holds(store, control).await;
     let destinations = store
         .destinations()
         .await?
         .into_iter()
         .map(|d| {
-            let runtime = control.destination_state(&d.name);
+            let runtime = control
+                .destination_state(&d.name)
+                .with_cluster(holds.get(&d.name), control.now());
             DestinationView::new(d, runtime)
         })
         .collect();
@@ -315,8 +321,26 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
         "destination_updated"
     );
     control.destinations_changed();
-    let runtime = control.destination_state(&updated.name);
+    let holds = cluster_holds(store, control).await;
+    let runtime = control
+        .destination_state(&updated.name)
+        .with_cluster(holds.get(&updated.name), control.now());
     Ok(DestinationView::new(updated, runtime))
+}
+
+/// The holds every node shares (issue 40 item 1); none when the store
+/// cannot say, and the view shows this node's alone.
+pub(crate) async fn cluster_holds<S: TaskStore, C: Control>(
+    store: &S,
+    control: &C,
+) -> std::collections::BTreeMap<String, tc_model::cluster::DestinationHolds> {
+    match store.share_holds(Vec::new(), control.now()).await {
+        Ok(holds) => holds.into_iter().collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "destination_holds_read_failed");
+            std::collections::BTreeMap::new()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ struct SubmitBody {
     callback_url: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     callback_on: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    priority: Option<Value>,
 }
 
 /// Deserializes a field that is present, even as `null`, to `Some`.
@@ -133,6 +135,14 @@ pub(crate) fn parse_submit(
     };
     let schedule = parse_schedule(body.run_at, body.delay_ms, now)?;
     let callback = parse_callback(body.callback_url, body.callback_on)?;
+    let max_priority = tc_model::priority::MAX_PRIORITY;
+    let priority = match body.priority {
+        None => 0,
+        Some(v) => {
+            let p = integer("priority", &v, 0, u64::from(max_priority))?;
+            u8::try_from(p).map_err(|_| range_error("priority", 0, max_priority))?
+        }
+    };
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
     };
@@ -146,6 +156,7 @@ pub(crate) fn parse_submit(
     )
     .and_then(|task| task.with_first_run(schedule))
     .and_then(|task| task.with_method(method))
+    .and_then(|task| task.with_priority(priority))
     .map(|task| task.with_headers(headers))
     .map(|task| match callback {
         Some(callback) => task.with_callback(callback),
@@ -488,6 +499,21 @@ pub(crate) fn parse_bulk(bytes: &[u8]) -> Result<BulkRequest, ApiError> {
             crate::error::unknown_field(&format!("filter.{name}"), &FILTER_FIELDS)
         })?;
         match value {
+            // The one number among the filter's fields: any number with an
+            // integer value, as everywhere in the API.
+            Value::Number(n) if name == "priority" => {
+                *slot = Some(match whole_number(&n) {
+                    Some(whole) => whole.to_string(),
+                    None => n.to_string(),
+                });
+            }
+            other if name == "priority" => {
+                return Err(invalid(format!(
+                    "filter.priority: must be an integer from 0 to {}, got {}",
+                    tc_model::priority::MAX_PRIORITY,
+                    json_type(&other)
+                )));
+            }
             Value::String(s) => *slot = Some(s),
             other => {
                 return Err(invalid(format!(

@@ -371,6 +371,7 @@ fn sample_task() -> Task {
         callback_task_id: Some(TaskId::new(Timestamp::from_millis(1), [0xdd; 10])),
         ends: 1,
         tenant: Some("acme".into()),
+        priority: 7,
     }
 }
 
@@ -423,7 +424,7 @@ fn the_submit_schema_has_the_fields_the_parser_accepts() {
         .split(", ")
         .map(str::to_owned)
         .collect();
-    assert_eq!(accepted.len(), 11, "{message}");
+    assert_eq!(accepted.len(), 12, "{message}");
     assert_eq!(schema_fields(&doc, "SubmitRequest"), accepted);
     assert_eq!(
         required(&doc, "SubmitRequest"),
@@ -463,6 +464,8 @@ fn the_schedule_schemas_have_the_fields_the_code_reads_and_shows() {
 
     let mut submit = schema_fields(&doc, "SubmitRequest");
     submit.remove("idempotency_key");
+    // A schedule's tasks have priority 0: its template takes none (yet).
+    submit.remove("priority");
     assert_eq!(schema_fields(&doc, "ScheduleTask"), submit);
     let request = schema_fields(&doc, "ScheduleRequest");
     assert_eq!(schema_fields(&doc, "ScheduleReplacement"), request);

@@ -98,7 +98,7 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
 }
 
 /// The filter fields `GET /tasks` and `POST /tasks/bulk` take.
-pub(crate) const FILTER_FIELDS: [&str; 10] = [
+pub(crate) const FILTER_FIELDS: [&str; 11] = [
     "state",
     "destination",
     "error",
@@ -109,6 +109,7 @@ pub(crate) const FILTER_FIELDS: [&str; 10] = [
     "topic",
     "event_id",
     "subscription",
+    "priority",
 ];
 
 /// The longest error reason or idempotency key a filter takes, in
@@ -132,6 +133,7 @@ pub(crate) struct FilterFields {
     topic: Option<String>,
     event_id: Option<String>,
     subscription: Option<String>,
+    priority: Option<String>,
 }
 
 impl FilterFields {
@@ -149,6 +151,7 @@ impl FilterFields {
             "topic" => &mut self.topic,
             "event_id" => &mut self.event_id,
             "subscription" => &mut self.subscription,
+            "priority" => &mut self.priority,
             _ => return None,
         })
     }
@@ -204,6 +207,20 @@ impl FilterFields {
                         .map_err(|e| invalid(format!("tenant: {}; got {t:?}", e.message)))?;
                     Some(t)
                 }
+            },
+            priority: match self.priority {
+                None => None,
+                Some(p) => Some(
+                    p.parse::<u8>()
+                        .ok()
+                        .filter(|p| *p <= tc_model::priority::MAX_PRIORITY)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "priority: must be an integer from 0 to {}; got {p:?}",
+                                tc_model::priority::MAX_PRIORITY
+                            ))
+                        })?,
+                ),
             },
         })
     }

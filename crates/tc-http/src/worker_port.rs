@@ -72,6 +72,31 @@ pub struct DestinationRuntime {
     pub ratelimit_reset_at: Option<Timestamp>,
 }
 
+impl DestinationRuntime {
+    /// This node's view with the cluster's holds over it (issue 40 item
+    /// 1): a breaker another node opened shows open here, and the later
+    /// backoff and rate-limit reset show, before this node adopts them.
+    pub fn with_cluster(
+        mut self,
+        holds: Option<&tc_model::cluster::DestinationHolds>,
+        now: Timestamp,
+    ) -> DestinationRuntime {
+        let Some(holds) = holds.and_then(|h| h.current(now)) else {
+            return self;
+        };
+        if holds.breaker_open_until.is_some() {
+            self.breaker = "open";
+        }
+        let later = |a: Option<Timestamp>, b: Option<Timestamp>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.backoff_until = later(self.backoff_until, holds.backoff_until);
+        self.ratelimit_reset_at = later(self.ratelimit_reset_at, holds.ratelimit_until);
+        self
+    }
+}
+
 impl Default for DestinationRuntime {
     fn default() -> Self {
         DestinationRuntime {

@@ -75,6 +75,8 @@ pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Opti
         tenant: parent.tenant.clone(),
         pending_limit: None,
         key_id: None,
+        // Reported as urgently as the parent's own call.
+        priority: parent.priority,
     })
 }
 

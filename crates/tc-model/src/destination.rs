@@ -214,9 +214,18 @@ pub struct ClaimGate {
     /// The share between tenants inside each destination's, when tenants
     /// exist; `None`: the claim is tenant-blind ([`crate::tenant::TenantGate`]).
     pub tenants: Option<crate::tenant::TenantGate>,
+    /// How long a due task waits to count one priority level higher
+    /// (`--priority-aging-ms`); `None`: [`crate::priority::DEFAULT_AGING`].
+    pub priority_aging: Option<std::time::Duration>,
 }
 
 impl ClaimGate {
+    /// The priority aging in force ([`crate::priority::claim_key`]).
+    pub fn aging(&self) -> std::time::Duration {
+        self.priority_aging
+            .unwrap_or(crate::priority::DEFAULT_AGING)
+    }
+
     /// The claiming node's calls in flight to `destination`.
     pub fn in_flight(&self, destination: &str) -> usize {
         self.in_flight.get(destination).copied().unwrap_or(0)

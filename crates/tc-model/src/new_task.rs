@@ -32,6 +32,8 @@ pub struct NewTask {
     /// refuses the submit ([`crate::store::StoreError::QuotaExceeded`]) when
     /// the tenant has that many tasks not yet terminal. Not stored.
     pub(crate) pending_limit: Option<u64>,
+    /// Higher first within its destination ([`crate::priority`]); 0 to 9.
+    pub(crate) priority: u8,
     /// The id of the tenant's key it is submitted with: the store refuses
     /// the submit ([`crate::store::StoreError::CredentialGone`]) when the
     /// key was revoked or the tenant deleted before it commits. Not stored,
@@ -85,7 +87,23 @@ impl NewTask {
             pending_limit: None,
             key_id: None,
             topic: None,
+            priority: 0,
         })
+    }
+
+    /// The same submission at `priority` (0 by default, at most
+    /// [`crate::priority::MAX_PRIORITY`]).
+    pub fn with_priority(mut self, priority: u8) -> Result<NewTask, ValidationError> {
+        if priority > crate::priority::MAX_PRIORITY {
+            return Err(ValidationError::Priority { got: priority });
+        }
+        self.priority = priority;
+        Ok(self)
+    }
+
+    /// Its priority.
+    pub fn priority(&self) -> u8 {
+        self.priority
     }
 
     /// The same submission for `tenant` (none by default), under its
@@ -283,6 +301,7 @@ impl NewTask {
         differ(!same_json(&self.body, &task.body), "json");
         differ(self.max_attempts != task.max_attempts, "max_attempts");
         differ(self.timeout != task.timeout, "timeout_ms");
+        differ(self.priority != task.priority, "priority");
         if self.first_run != task.first_run {
             for asked in [self.first_run, task.first_run] {
                 match asked {
@@ -340,6 +359,7 @@ impl Task {
             ends: 0,
             tenant: new.tenant().map(str::to_owned),
             topic: new.topic_link().cloned(),
+            priority: new.priority(),
         }
     }
 }

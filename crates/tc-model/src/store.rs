@@ -200,6 +200,8 @@ pub struct TaskFilter {
     pub event_id: Option<String>,
     /// Only the tasks of this subscription.
     pub subscription: Option<String>,
+    /// Only the tasks of this priority (0 to 9).
+    pub priority: Option<u8>,
 }
 
 /// The index a filtered scan walks, in position order; the filter's other
@@ -262,6 +264,7 @@ impl TaskFilter {
                 .tenant
                 .as_ref()
                 .is_none_or(|t| Some(t) == task.tenant.as_ref())
+            && self.priority.is_none_or(|p| task.priority == p)
             && self.matches_topic(task)
     }
 
@@ -327,6 +330,7 @@ impl TaskFilter {
             || self.topic.is_some()
             || self.event_id.is_some()
             || self.subscription.is_some()
+            || self.priority.is_some()
     }
     /// The filter's given fields as column tests, in a fixed order: what
     /// both SQL adapters write (each in its own parameter syntax), so that
@@ -380,6 +384,15 @@ impl TaskFilter {
             name,
             value: TermValue::Millis(at.as_millis()),
         };
+        if let Some(p) = self.priority {
+            terms.push(FilterTerm {
+                field: Driving::All,
+                column: "priority",
+                op: "=",
+                name: "priority",
+                value: TermValue::Int(i32::from(p)),
+            });
+        }
         if let Some(t) = self.created_after {
             terms.push(range(">=", "created_after", t));
         }
@@ -421,6 +434,8 @@ pub enum TermValue {
     Text(String),
     /// A time column's value, in milliseconds since the epoch.
     Millis(i64),
+    /// An integer column's value (`priority`).
+    Int(i32),
 }
 
 /// How many rows one listing page may examine, by default, when its filter
@@ -987,6 +1002,29 @@ pub trait TaskStore: Send + Sync + 'static {
         id: String,
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Gives back the tokens each ask returns and takes a grant from its
+    /// destination's shared token bucket ([`crate::cluster::Bucket::settle`],
+    /// a bucket first met starting full), one answer per ask in order. On
+    /// a store several nodes share, one bucket holds for all of them: the
+    /// calls of every node together stay within the destination's rate
+    /// and burst. Each ask is applied atomically.
+    fn take_tokens(
+        &self,
+        asks: Vec<crate::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<crate::cluster::TokenGrant>, StoreError>> + Send;
+
+    /// Merges the destination holds this node learned (each hold to the
+    /// later end, [`crate::cluster::DestinationHolds::merge`]) and answers
+    /// every destination's holds still in force at `now`, in name order
+    /// (`learned` empty: a read). What makes a breaker opened or a
+    /// backoff asked for on one node hold on every node.
+    fn share_holds(
+        &self,
+        learned: Vec<(String, crate::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<(String, crate::cluster::DestinationHolds)>, StoreError>> + Send;
 
     /// The server's own key called `name` (issue 41: [`JWT_KEY`], the key
     /// JWTs are signed with when none is given): the one stored, or else

@@ -104,6 +104,7 @@ pub struct TaskRow {
     pub event_id: Option<String>,
     /// See `topic`.
     pub subscription: Option<String>,
+    pub priority: i64,
 }
 
 impl TaskRow {
@@ -163,6 +164,10 @@ impl TaskRow {
                 self.event_id,
                 self.subscription,
             )?,
+            priority: u8::try_from(self.priority)
+                .ok()
+                .filter(|p| *p <= crate::priority::MAX_PRIORITY)
+                .ok_or(CorruptColumn("priority"))?,
         })
     }
 }

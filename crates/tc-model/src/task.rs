@@ -196,6 +196,8 @@ pub struct Task {
     pub tenant: Option<String>,
     /// The topic's event and subscription it is a task of ([`crate::topic`]).
     pub topic: Option<crate::topic::TopicLink>,
+    /// Higher first within its destination ([`crate::priority`]); 0 to 9.
+    pub priority: u8,
 }
 
 impl Task {
@@ -301,6 +303,7 @@ mod tests {
             callback_task_id: None,
             ends: 0,
             tenant: None,
+            priority: 0,
         };
         assert!(task.can_retry());
         task.attempt = 2;

@@ -86,6 +86,12 @@ pub enum ValidationError {
     /// `headers.<name>` or `headers`).
     #[error("{0}")]
     Headers(HeaderError),
+    /// priority is above [`crate::priority::MAX_PRIORITY`].
+    #[error("priority: must be between 0 and {max}, got {got}", max = crate::priority::MAX_PRIORITY)]
+    Priority {
+        /// The value given.
+        got: u8,
+    },
     /// The callback url breaks a rule of [`ValidationError::Url`].
     #[error("callback_url: {0}")]
     CallbackUrl(String),
@@ -107,6 +113,7 @@ impl ValidationError {
             ValidationError::Delay { .. } => "delay_ms",
             ValidationError::BodyNotSent { .. } => "body",
             ValidationError::Headers(_) => "headers",
+            ValidationError::Priority { .. } => "priority",
             ValidationError::CallbackUrl(_) => "callback_url",
             ValidationError::CallbackOn(_) => "callback_on",
         }

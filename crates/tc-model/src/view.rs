@@ -34,6 +34,8 @@ pub struct TaskView<'a> {
     trace_id: Option<String>,
     attempt: u32,
     max_attempts: u32,
+    /// 0 to 9, higher first within its destination.
+    priority: u8,
     http_status: Option<u16>,
     error: Option<&'a str>,
     result: Option<Cow<'a, str>>,
@@ -82,6 +84,7 @@ impl<'a> TaskView<'a> {
             trace_id: task.trace.as_ref().map(crate::TraceContext::trace_id_hex),
             attempt: task.attempt,
             max_attempts: task.max_attempts,
+            priority: task.priority,
             http_status: task.http_status,
             error: task.error.as_deref(),
             result: task.result.as_deref().map(String::from_utf8_lossy),

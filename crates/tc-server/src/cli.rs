@@ -171,6 +171,13 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub(crate) breaker_open_ms: u64,
 
+    /// How long a due task waits to count one priority level higher within
+    /// its destination (issue 40): a task of priority 0 that waited this
+    /// long is claimed like one of priority 1 due now, so none starves.
+    #[arg(long, env = "TC_PRIORITY_AGING_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub(crate) priority_aging_ms: u64,
+
     /// How long a claimed task is held before a restarted server may take it
     /// back; renewed every third of it while the call runs.
     #[arg(long, env = "TC_LEASE_MS", default_value_t = 30_000,

@@ -177,6 +177,7 @@ impl Settings {
                 allow_url_prefixes: args.allow_url_prefix.clone(),
                 // Set by `start` once the keys are read (`--issuer`).
                 jwt: None,
+                priority_aging: Duration::from_millis(args.priority_aging_ms),
             },
             http: tc_http::HttpConfig {
                 max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),

@@ -409,6 +409,21 @@ impl TaskStore for AnyStore {
     ) -> Result<Vec<tc_model::topic::Delivery>, StoreError> {
         either!(self, s => s.replay(at, id, since, now))
     }
+
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        either!(self, s => s.take_tokens(asks, now))
+    }
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        either!(self, s => s.share_holds(learned, now))
+    }
 }
 
 #[cfg(test)]

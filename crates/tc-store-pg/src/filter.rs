@@ -33,6 +33,7 @@ impl FilterSql {
             values.push(match term.value {
                 TermValue::Text(text) => Box::new(text),
                 TermValue::Millis(ms) => Box::new(ms),
+                TermValue::Int(n) => Box::new(n),
             });
             if drives {
                 driving = sql;

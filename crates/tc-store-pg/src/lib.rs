@@ -29,6 +29,7 @@
 
 mod analyze;
 mod batcher;
+mod cluster;
 mod completions;
 mod config;
 mod counts;
@@ -40,6 +41,7 @@ mod group_submit;
 mod leader;
 mod notify;
 mod pace;
+mod priority;
 mod read_ops;
 mod rows;
 mod schedules;

@@ -666,6 +666,40 @@ CREATE TABLE event_tasks (
 );
 ";
 
+/// Step 20 → 21 (issue 40 item 1): destination limits across the
+/// cluster. One token bucket per rated destination (`tokens` at
+/// `refilled_at`, ms), which every node's grants come from
+/// (`cluster::take_tokens`), and the holds every node shares
+/// (`cluster::share_holds`: until when, in ms, a breaker is open, a
+/// Retry-After backoff and a rate-limit hold last). New tables only.
+const V21_CLUSTER_FLOW: &str = "
+CREATE TABLE destination_tokens (
+    destination  text PRIMARY KEY,
+    tokens       double precision NOT NULL,
+    refilled_at  bigint NOT NULL
+);
+CREATE TABLE destination_holds (
+    destination         text PRIMARY KEY,
+    breaker_open_until  bigint,
+    backoff_until       bigint,
+    ratelimit_until     bigint
+);
+";
+
+/// Step 21 → 22 (issue 40 item 4): a task's priority, 0 to 9 (every task
+/// stored before has 0: a constant default, no rewrite; the rule a check
+/// added without reading the rows, which all hold it), and the due tasks
+/// of priority above 0 by destination, which a claim asks first
+/// (`priority::has_prioritized`): empty unless priorities are used, so
+/// tasks without one cost it nothing. Building the index reads `tasks`
+/// once while writes wait.
+const V22_PRIORITY: &str = "
+ALTER TABLE tasks ADD COLUMN priority integer NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD CONSTRAINT tasks_priority CHECK (priority BETWEEN 0 AND 9) NOT VALID;
+CREATE INDEX tasks_prioritized ON tasks (destination, next_run_at, pos)
+    WHERE state = 'pending' AND priority > 0;
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -726,6 +760,8 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V18_CLIENT_TLS),
     step(V19_HOT_PATH),
     step(V20_TOPICS),
+    step(V21_CLUSTER_FLOW),
+    step(V22_PRIORITY),
 ];
 
 /// The version this build writes and reads.

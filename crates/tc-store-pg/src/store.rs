@@ -869,6 +869,34 @@ impl TaskStore for PgStore {
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
         destinations::server_key(&self.client().await?, &self.sealer, &name, &candidate).await
     }
+
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let caller = self.stamp(now);
+        crate::cluster::create_buckets(&self.client().await?, &asks, caller).await?;
+        self.write(async |tx| crate::cluster::take_tokens(tx, &asks, caller).await)
+            .await
+    }
+
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        let caller = self.stamp(now);
+        if learned.is_empty() {
+            return crate::cluster::read_holds(&self.client().await?, now, caller).await;
+        }
+        crate::cluster::create_holds(&self.client().await?, &learned).await?;
+        self.write(async |tx| crate::cluster::share_holds(tx, learned, now, caller).await)
+            .await
+    }
 }
 
 /// A read-only transaction on one snapshot (a task and its history, a page

@@ -25,7 +25,7 @@ use crate::read_ops;
 use crate::rows::{self, parse_state, task_columns};
 
 pub(crate) use bulk::{BulkApplied, RetryAdmit, bulk_apply, bulk_covered, bulk_snapshot};
-pub(crate) use claim::{CLAIM, RECOVER, claim, heartbeat, recover_expired, release};
+pub(crate) use claim::{CLAIM, RECOVER, claim, claim_tail, heartbeat, recover_expired, release};
 use end::admit_retry;
 pub(crate) use end::{cancel, delete, ended, mark_inserting, prune, retry};
 pub(crate) use submit::{

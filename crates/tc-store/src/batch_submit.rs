@@ -16,7 +16,7 @@ use crate::write_ops::{Made, SubmitRow, known_task, new_id, seq_floor_above, sub
 const CHUNKS: [usize; 4] = [64, 16, 4, 1];
 
 /// The columns one row of [`submit_all`]'s INSERT binds, in order.
-const SUBMIT_COLUMNS: usize = 22;
+const SUBMIT_COLUMNS: usize = 23;
 
 /// [`submit_rows_sql`] for each of [`CHUNKS`], made once.
 static SUBMIT_ROWS_SQL: std::sync::LazyLock<[String; 4]> =
@@ -30,7 +30,7 @@ fn submit_rows_sql(rows: usize) -> String {
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
                             trace_context, callback_url, callback_on, callback_of, tenant, \
-                            topic, event_id, subscription) VALUES ",
+                            topic, event_id, subscription, priority) VALUES ",
     );
     for r in 0..rows {
         let p = |k: usize| r * SUBMIT_COLUMNS + k;
@@ -39,7 +39,7 @@ fn submit_rows_sql(rows: usize) -> String {
         }
         sql.push_str(&format!(
             "(NULL, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, 0, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, \
-             ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+             ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
             p(1),
             p(2),
             p(3),
@@ -62,7 +62,8 @@ fn submit_rows_sql(rows: usize) -> String {
             p(19),
             p(20),
             p(21),
-            p(22)
+            p(22),
+            p(23)
         ));
     }
     sql.push_str(" ON CONFLICT (idempotency_key, tenant) DO NOTHING");
@@ -135,6 +136,7 @@ pub(crate) fn submit_all(
             values.push(Box::new(link.map(|l| l.topic.as_str())));
             values.push(Box::new(link.map(|l| l.event_id.as_str())));
             values.push(Box::new(link.map(|l| l.subscription.as_str())));
+            values.push(Box::new(new.priority()));
         }
         let inserted = conn
             .prepare_cached(&SUBMIT_ROWS_SQL[shape])

@@ -41,6 +41,7 @@ impl FilterSql {
             let value = match term.value {
                 TermValue::Text(text) => Value::Text(text),
                 TermValue::Millis(ms) => Value::Integer(ms),
+                TermValue::Int(n) => Value::Integer(i64::from(n)),
             };
             values.push((format!(":{}", term.name), value));
         }

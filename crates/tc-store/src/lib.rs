@@ -27,6 +27,7 @@ mod config;
 mod destinations;
 mod events;
 mod filter;
+mod priority;
 mod private_file;
 mod read_ops;
 mod read_pool;

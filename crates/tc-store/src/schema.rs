@@ -786,6 +786,18 @@ CREATE TABLE event_tasks (
 ) STRICT;
 ";
 
+/// Step 24 → 25 (issue 40 item 4): a task's priority, 0 to 9 (every task
+/// stored before has 0), and the due tasks of priority above 0 by
+/// destination: a claim looks there (`priority::due_of`) and finds none in
+/// one seek when no task has a priority, which costs the tasks without
+/// one nothing.
+const V25_PRIORITY: &str = "
+ALTER TABLE tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0
+    CHECK (priority BETWEEN 0 AND 9);
+CREATE INDEX tasks_prioritized ON tasks (destination, next_run_at, seq)
+    WHERE state = 'pending' AND priority > 0;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -812,6 +824,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V22_CLIENT_TLS,
     V23_TRIES_WRITTEN_ONCE,
     V24_TOPICS,
+    V25_PRIORITY,
 ];
 
 /// The `user_version` this build writes and reads.

@@ -52,6 +52,9 @@ pub struct SqliteStore {
     /// Seals the secret columns on their way in and opens them on their
     /// way out ([`SqliteStore::seal_with`]); none until then.
     sealer: tc_seal::Sealer,
+    /// Token buckets and destination holds (issue 40 item 1): one process
+    /// opens the file, so they are this process's, in memory.
+    cluster: Arc<std::sync::Mutex<tc_model::cluster::local::LocalCluster>>,
 }
 
 impl SqliteStore {
@@ -99,7 +102,15 @@ impl SqliteStore {
             readers: Arc::new(Readers::new(target, config.busy_timeout, config.readers)),
             callback_bytes: config.callback_result_bytes,
             sealer: tc_seal::Sealer::none(),
+            cluster: Arc::default(),
         })
+    }
+
+    fn cluster(&self) -> std::sync::MutexGuard<'_, tc_model::cluster::local::LocalCluster> {
+        // Each call leaves the maps consistent before it could panic.
+        self.cluster
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// From now on seals every secret written with `sealer`'s first key and
@@ -758,6 +769,23 @@ impl TaskStore for SqliteStore {
         let sealer = self.sealer.clone();
         self.write(move |conn| destinations::server_key(conn, &sealer, &name, &candidate))
             .await
+    }
+
+    /// One process opens an SQLite file: its buckets are this process's,
+    /// in memory, and no writer time is spent on them.
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        Ok(self.cluster().take_tokens(&asks, now))
+    }
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        Ok(self.cluster().share_holds(learned, now))
     }
 }
 

@@ -76,6 +76,8 @@ struct Tables {
     server_keys: BTreeMap<String, String>,
     /// Topics, their subscriptions and events (issue 43).
     topics: topics::Topics,
+    /// Token buckets and holds (issue 40 item 1): one process, in memory.
+    cluster: tc_model::cluster::local::LocalCluster,
     last_seq: i64,
     /// Feeds the ids' random bits: deterministic, so a test's ids repeat.
     rng: u64,
@@ -450,9 +452,10 @@ impl TaskStore for MemoryStore {
         gate: ClaimGate,
     ) -> Result<Claim, StoreError> {
         let mut t = self.tables();
-        // Each destination's due tasks, oldest due first, and its running
-        // tasks; the earliest task not due yet.
-        let mut due: BTreeMap<String, Vec<(Timestamp, i64)>> = BTreeMap::new();
+        // Each destination's due tasks in claim order (priority, then the
+        // oldest due, tc-model's `claim_key`), and its running tasks; the
+        // earliest task not due yet.
+        let mut due: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
         let mut tenant_of: HashMap<i64, &str> = HashMap::new();
         let mut running: HashMap<&str, u64> = HashMap::new();
         let mut resume_after: Option<Timestamp> = None;
@@ -460,9 +463,10 @@ impl TaskStore for MemoryStore {
             match (task.state, task.next_run_at) {
                 (State::Pending, Some(at)) if at <= now => {
                     tenant_of.insert(*seq, stored_tenant(task.tenant.as_deref()));
+                    let key = tc_model::priority::claim_key(at, task.priority, gate.aging());
                     due.entry(task.destination.clone())
                         .or_default()
-                        .push((at, *seq));
+                        .push((key, *seq));
                 }
                 (State::Pending, Some(at)) => {
                     resume_after = Some(resume_after.map_or(at, |r| r.min(at)));
@@ -1214,6 +1218,21 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
     ) -> Result<Vec<Delivery>, StoreError> {
         self.tables().replay(&at, &id, since, now)
+    }
+
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        Ok(self.tables().cluster.take_tokens(&asks, now))
+    }
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        Ok(self.tables().cluster.share_holds(learned, now))
     }
 }
 

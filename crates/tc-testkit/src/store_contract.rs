@@ -30,7 +30,7 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`, `topics`; `check` holds what they
+//! `listing` (and bulk), `cluster` (tokens and holds), `priority`, `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`, `topics`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -147,6 +147,10 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_refused_publish_writes_nothing,
         a_replay_sends_again_the_events_since_a_time,
         topics_are_each_tenant_s_own,
+        tokens_come_from_one_bucket_per_destination,
+        concurrent_token_takers_share_one_bucket,
+        destination_holds_are_shared_until_they_end,
+        claims_take_higher_priorities_first_and_age_the_rest,
     ]
 }
 
@@ -232,10 +236,14 @@ mod auth;
 // Callbacks (issue 28).
 mod callback;
 mod claims;
+// Destination limits across the cluster (issue 40 item 1).
+mod cluster;
 mod completion;
 mod destinations;
 mod listing;
 mod outbound;
+// Priorities (issue 40 item 4).
+mod priority;
 // How a claim walks the destinations with due tasks (issue 22).
 mod due_walk;
 mod retention;
@@ -254,11 +262,13 @@ mod trace;
 pub use auth::*;
 pub use callback::*;
 pub use claims::*;
+pub use cluster::*;
 pub use completion::*;
 pub use destinations::*;
 pub use due_walk::*;
 pub use listing::*;
 pub use outbound::*;
+pub use priority::*;
 pub use retention::*;
 pub use schedules::*;
 pub use submit::*;

@@ -167,6 +167,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             schedules_interval: Duration::from_secs(30),
             allow_url_prefixes: Vec::new(),
             jwt: None,
+            priority_aging: tc_model::priority::DEFAULT_AGING,
         }
     }
 
@@ -1772,5 +1773,20 @@ impl<S: TaskStore> TaskStore for GatedStore<S> {
         now: Timestamp,
     ) -> Result<Vec<tc_model::topic::Delivery>, StoreError> {
         self.inner.replay(at, id, since, now).await
+    }
+
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        self.inner.take_tokens(asks, now).await
+    }
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        self.inner.share_holds(learned, now).await
     }
 }

@@ -24,6 +24,7 @@ pub(crate) async fn start<S: TaskStore>(
     let mut background = JoinSet::new();
     recover_once(shared, config.lease).await;
     read_settings(shared).await;
+    crate::cluster::exchange_holds(shared, shared.clock.now()).await;
     background.spawn(heartbeat_loop(Arc::clone(shared), config.lease));
     background.spawn(settings_loop(
         Arc::clone(shared),
@@ -110,6 +111,7 @@ async fn settings_loop<S: TaskStore>(
             _ = shared.settings_changed.notified() => true,
         };
         read_settings(&shared).await;
+        crate::cluster::exchange_holds(&shared, shared.clock.now()).await;
         if told {
             shared.wake.notify_one();
         }

@@ -62,6 +62,8 @@ struct ClaimLoop<S, D> {
     /// When the last claim began, and how many other processes' wake-ups
     /// had come by then (those the claim saw).
     last_claim: Option<(tokio::time::Instant, u64)>,
+    /// The token grants of the claim under way, settled after it.
+    grants: Vec<tc_model::cluster::TokenAsk>,
 }
 
 /// Claims due tasks while there are permits, runs them, and on stop drains.
@@ -83,6 +85,7 @@ pub(crate) async fn claim_loop<S: TaskStore, D: Downstream>(
         attempts: JoinSet::new(),
         claim_backoff: None,
         last_claim: None,
+        grants: Vec::new(),
     };
     while let Next::Claim = this.round().await {}
     let report = this.drain().await;
@@ -103,6 +106,7 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
             Ok(claimed) => claimed,
             Err(e) => {
                 drop(held);
+                self.give_back(self.ctx.shared.clock.now()).await;
                 return self.claim_failed(&e).await;
             }
         };
@@ -113,8 +117,9 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
         } = claim;
         self.ctx.shared.flow.walked(cursor);
         let got = tasks.len();
-        self.start(tasks, now, &mut held);
+        self.start(tasks, &mut held);
         drop(held);
+        self.give_back(now).await;
         if got == wanted {
             // The pool, not the store, was the limit: go straight back for
             // more as permits free up.
@@ -186,8 +191,11 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
                 .load(std::sync::atomic::Ordering::SeqCst),
         ));
         let now = shared.clock.now();
+        crate::cluster::publish_learned(shared, now).await;
+        self.grants = crate::cluster::take_grants(shared, now, wanted).await;
         let mut gate = shared.flow.gate(now);
         gate.tenants = shared.tenants.gate();
+        gate.priority_aging = Some(self.config.priority_aging);
         let claim = shared
             .store
             .claim(wanted, now, self.config.lease, gate)
@@ -196,6 +204,14 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
             tracing::info!("claims_resumed");
         }
         claim.map(|claim| (claim, now))
+    }
+
+    /// Gives back what the claim's grants did not use (issue 40 item 1).
+    async fn give_back(&mut self, now: Timestamp) {
+        let asks = std::mem::take(&mut self.grants);
+        if !asks.is_empty() {
+            crate::cluster::give_back(&self.ctx.shared, &asks, now).await;
+        }
     }
 
     /// A failing store must not be hammered: wait, longer each time, without
@@ -220,12 +236,12 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
         }
     }
 
-    /// Registers the tasks claimed at `now` and starts an attempt for each,
+    /// Registers the tasks claimed and starts an attempt for each,
     /// one permit each; a task canceled while the claim was on its way ends
     /// here, never called.
-    fn start(&mut self, tasks: Vec<Task>, now: Timestamp, held: &mut Vec<OwnedSemaphorePermit>) {
+    fn start(&mut self, tasks: Vec<Task>, held: &mut Vec<OwnedSemaphorePermit>) {
         let shared = &self.ctx.shared;
-        let tokens = shared.register(&tasks, now);
+        let tokens = shared.register(&tasks);
         for (task, token) in tasks.into_iter().zip(tokens) {
             let Some(permit) = held.pop() else { break };
             match token {
@@ -259,6 +275,8 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
     /// spin. What ends a hold wakes it, or the poll interval.
     async fn sleep(&mut self, resume_after: Option<Timestamp>) -> Next {
         let shared = &self.ctx.shared;
+        // Whatever wakes the loop, tasks may be due anywhere again.
+        shared.flow.forget_empty();
         let mut wake_at = tokio::time::Instant::now() + self.config.poll_interval;
         let now = shared.clock.now();
         if let Some(due) = resume_after.filter(|due| *due > now) {

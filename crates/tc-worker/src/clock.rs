@@ -25,6 +25,13 @@ enum Kind {
         base: Instant,
         jumped_ms: Arc<AtomicU64>,
     },
+    /// A time that moves only by [`Clock::jump`]: for tests against a
+    /// store in real time that must count what a span of time allows
+    /// (a token bucket's refill), whatever the machine's speed.
+    Frozen {
+        base_wall_ms: i64,
+        jumped_ms: Arc<AtomicU64>,
+    },
 }
 
 impl Clock {
@@ -52,6 +59,17 @@ impl Clock {
         }
     }
 
+    /// A clock that reads `start` until [`Clock::jump`] moves it (every
+    /// clone with it).
+    pub fn frozen_at(start: Timestamp) -> Clock {
+        Clock {
+            kind: Kind::Frozen {
+                base_wall_ms: start.as_millis(),
+                jumped_ms: Arc::new(AtomicU64::new(0)),
+            },
+        }
+    }
+
     /// Steps this clock and every clone of it forward by `by` without any
     /// tokio time passing, as an NTP step of the host's clock would: what
     /// tests of clock jumps need. The system clock cannot be stepped from
@@ -59,7 +77,7 @@ impl Clock {
     pub fn jump(&self, by: Duration) -> bool {
         match &self.kind {
             Kind::Wall => false,
-            Kind::Tokio { jumped_ms, .. } => {
+            Kind::Tokio { jumped_ms, .. } | Kind::Frozen { jumped_ms, .. } => {
                 let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
                 jumped_ms.fetch_add(ms, Ordering::SeqCst);
                 true
@@ -77,6 +95,11 @@ impl Clock {
                 jumped_ms,
             } => Timestamp::from_millis(*base_wall_ms)
                 .saturating_add(base.elapsed())
+                .saturating_add(Duration::from_millis(jumped_ms.load(Ordering::SeqCst))),
+            Kind::Frozen {
+                base_wall_ms,
+                jumped_ms,
+            } => Timestamp::from_millis(*base_wall_ms)
                 .saturating_add(Duration::from_millis(jumped_ms.load(Ordering::SeqCst))),
         }
     }
@@ -125,5 +148,14 @@ mod tests {
         assert_eq!(clone.now(), Timestamp::from_millis(3_601_000));
         assert_eq!(Instant::now(), before);
         assert!(!Clock::system().jump(Duration::from_secs(1)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frozen_clock_moves_only_by_jumps() {
+        let clock = Clock::frozen_at(Timestamp::from_millis(1_000));
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(clock.now(), Timestamp::from_millis(1_000));
+        assert!(clock.clone().jump(Duration::from_millis(250)));
+        assert_eq!(clock.now(), Timestamp::from_millis(1_250));
     }
 }

@@ -56,6 +56,10 @@ pub struct WorkerConfig {
     /// 41: `--issuer` and the server's keys); `None`: such a call fails
     /// with `auth_failed`.
     pub jwt: Option<JwtSigner>,
+    /// How long a due task waits to count one priority level higher in
+    /// its destination's claim order (`--priority-aging-ms`;
+    /// [`tc_model::priority`]).
+    pub priority_aging: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -75,6 +79,7 @@ impl Default for WorkerConfig {
             schedules_interval: Duration::from_secs(30),
             allow_url_prefixes: Vec::new(),
             jwt: None,
+            priority_aging: tc_model::priority::DEFAULT_AGING,
         }
     }
 }

@@ -5,10 +5,16 @@
 //! slots fairly by them); the store adds the durable settings it enforces
 //! itself (paused, `max_in_flight`).
 //!
-//! This state is per process: on a shared database every node keeps its own
-//! buckets (a rate of 5/s on three nodes allows up to 15/s), its own
-//! breaker and its own fair sharing of its slots, while pause and caps hold
-//! across nodes (the store counts them).
+//! The tokens and the holds are the cluster's (issue 40 item 1, the rules
+//! in [`tc_model::cluster`], the exchange with the store in
+//! [`crate::cluster`]): each claim takes a grant from the store's one bucket
+//! per destination and gives back what it did not use, and a breaker
+//! opened, a Retry-After backoff or a rate-limit hold learned here is
+//! shared with every node, which holds too ([`cluster`] adopts them). A
+//! node keeps its own failure count, pacing window and fair sharing of its
+//! slots; pause and caps hold across nodes (the store counts them).
+
+mod cluster;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -125,8 +131,16 @@ enum Breaker {
 
 #[derive(Debug)]
 struct Dest {
+    /// Tokens of this claim's grant not used yet (given back after it).
     tokens: f64,
-    refilled: Timestamp,
+    /// When the store's bucket has a whole token again, after a grant
+    /// short of the ask: no ask before then.
+    next_token: Option<Timestamp>,
+    /// A grant went unused (nothing of it due): no ask before then,
+    /// unless the claim loop slept and woke meanwhile.
+    empty_until: Option<Timestamp>,
+    /// Another node's rate-limit hold, adopted from the store.
+    shared_hold: Option<Timestamp>,
     backoff_until: Option<Timestamp>,
     breaker: Breaker,
     /// Consecutive failures while closed.
@@ -140,12 +154,12 @@ struct Dest {
 }
 
 impl Dest {
-    fn new(now: Timestamp, settings: Option<&DestinationSettings>) -> Dest {
+    fn new() -> Dest {
         Dest {
-            tokens: settings
-                .and_then(DestinationSettings::bucket_size)
-                .unwrap_or(0.0),
-            refilled: now,
+            tokens: 0.0,
+            next_token: None,
+            empty_until: None,
+            shared_hold: None,
             backoff_until: None,
             breaker: Breaker::Closed,
             failures: 0,
@@ -157,19 +171,6 @@ impl Dest {
         }
     }
 
-    /// Adds the tokens earned since the last refill, up to the bucket.
-    fn refill(&mut self, now: Timestamp, settings: Option<&DestinationSettings>) {
-        let (Some(rate), Some(size)) = (
-            settings.and_then(|s| s.rate_per_s),
-            settings.and_then(DestinationSettings::bucket_size),
-        ) else {
-            return;
-        };
-        let earned = now.duration_since(self.refilled).as_secs_f64() * rate;
-        self.tokens = (self.tokens + earned).min(size);
-        self.refilled = now;
-    }
-
     /// Open periods that ended become half-open.
     fn settle(&mut self, now: Timestamp) {
         if let Breaker::Open { until } = self.breaker
@@ -179,6 +180,18 @@ impl Dest {
         }
         if self.backoff_until.is_some_and(|until| until <= now) {
             self.backoff_until = None;
+        }
+        if self.shared_hold.is_some_and(|until| until <= now) {
+            self.shared_hold = None;
+        }
+    }
+
+    /// Whether a rate-limit hold, this node's or another's, holds it now.
+    fn rate_limited(&self, now: Timestamp) -> Option<Timestamp> {
+        let shared = self.shared_hold.filter(|until| *until > now);
+        match (self.pacing.held_until(now), shared) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -192,6 +205,7 @@ impl Dest {
             && self.failures == 0
             && self.opens == 0
             && self.backoff_until.is_none()
+            && self.shared_hold.is_none()
             && self.pacing.is_idle(now)
     }
 
@@ -208,6 +222,8 @@ impl Dest {
 struct FlowState {
     settings: HashMap<String, DestinationSettings>,
     dests: HashMap<String, Dest>,
+    /// Holds learned here that the store has not been told of yet.
+    learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
     /// The destination the last claim's walk met last: the next one starts
     /// after it.
     cursor: Option<String>,
@@ -278,25 +294,13 @@ impl Flow {
         } = &mut *guard;
         for (name, s) in &settings {
             let Some(dest) = dests.get_mut(name) else {
-                dests.insert(name.clone(), Dest::new(now, Some(s)));
+                dests.insert(name.clone(), Dest::new());
                 continue;
             };
-            // Earned at the old rate until now, then the new bucket: a new
-            // one starts full, a smaller one keeps what fits.
             let before = old.get(name);
             if before.is_some_and(|b| b.paused) && !s.paused {
                 let paced = dest.pacing.slow_start(self.ceiling(Some(s)));
                 self.paced(name, paced, dest, now);
-            }
-            dest.refill(now, before);
-            dest.refilled = now;
-            match (
-                before.and_then(DestinationSettings::bucket_size),
-                s.bucket_size(),
-            ) {
-                (None, Some(size)) => dest.tokens = size,
-                (Some(_), Some(size)) => dest.tokens = dest.tokens.min(size),
-                _ => {}
             }
         }
         *old = settings;
@@ -309,6 +313,7 @@ impl Flow {
             settings,
             dests,
             cursor,
+            ..
         } = &mut *guard;
         let mut gate = ClaimGate {
             after: cursor.clone(),
@@ -316,9 +321,7 @@ impl Flow {
         };
         for (name, s) in settings.iter() {
             if s.rate_per_s.is_some() {
-                dests
-                    .entry(name.clone())
-                    .or_insert_with(|| Dest::new(now, Some(s)));
+                dests.entry(name.clone()).or_insert_with(Dest::new);
             }
         }
         // A backoff that ended leaves an idle destination: forget it, so
@@ -329,10 +332,9 @@ impl Flow {
         });
         for (name, dest) in dests.iter_mut() {
             let s = settings.get(name);
-            dest.refill(now, s);
             let mut at_most: Option<usize> = dest.pacing.room(dest.in_flight);
             let held = dest.backoff_until.is_some()
-                || dest.pacing.held_until(now).is_some()
+                || dest.rate_limited(now).is_some()
                 || match dest.breaker {
                     Breaker::Open { .. } | Breaker::HalfOpen { probe: Some(_) } => true,
                     Breaker::HalfOpen { probe: None } => {
@@ -376,18 +378,19 @@ impl Flow {
             if let Some(until) = dest.backoff_until {
                 consider(until);
             }
-            if let Some(until) = dest.pacing.held_until(now) {
+            if let Some(until) = dest.rate_limited(now) {
                 consider(until);
             }
             if let Breaker::Open { until } = dest.breaker {
                 consider(until);
             }
-            if let Some(rate) = state.settings.get(name).and_then(|s| s.rate_per_s)
-                && dest.tokens < 1.0
+            if state
+                .settings
+                .get(name)
+                .is_some_and(|s| s.rate_per_s.is_some())
+                && let Some(at) = dest.next_token
             {
-                let wait = ((1.0 - dest.tokens) / rate).max(0.0);
-                let ms = (wait * 1000.0).ceil().min(3_600_000.0) as u64;
-                consider(now.saturating_add(Duration::from_millis(ms.max(1))));
+                consider(at.max(now));
             }
         }
         earliest
@@ -396,7 +399,7 @@ impl Flow {
     /// Counts the attempts a claim started (their tokens, a half-open
     /// probe, their calls in flight). Only the registry's insert calls it
     /// (`Shared::register`), as only its removal calls [`Flow::ended`].
-    pub(crate) fn started(&self, tasks: &[Task], now: Timestamp) {
+    pub(crate) fn started(&self, tasks: &[Task]) {
         let mut guard = self.lock();
         let FlowState {
             settings, dests, ..
@@ -405,7 +408,7 @@ impl Flow {
             let s = settings.get(&task.destination);
             let dest = dests
                 .entry(task.destination.clone())
-                .or_insert_with(|| Dest::new(now, s));
+                .or_insert_with(Dest::new);
             if s.is_some_and(|s| s.rate_per_s.is_some()) {
                 dest.tokens -= 1.0;
             }
@@ -443,7 +446,8 @@ impl Flow {
         let dest = state
             .dests
             .entry(destination.to_owned())
-            .or_insert_with(|| Dest::new(now, s.as_ref()));
+            .or_insert_with(Dest::new);
+        let shared_before = cluster::shareable(dest, now);
         if status.is_some() {
             dest.last_status = status;
         }
@@ -497,6 +501,10 @@ impl Flow {
             }
             (Breaker::Closed, Verdict::Healthy) => dest.failures = 0,
             _ => {}
+        }
+        let shared_after = cluster::shareable(dest, now);
+        if shared_after != shared_before && shared_after.current(now).is_some() {
+            state.learned.push((destination.to_owned(), shared_after));
         }
     }
 
@@ -557,7 +565,11 @@ impl Flow {
         match state.dests.get_mut(destination) {
             Some(dest) => {
                 dest.settle(now);
-                let (ratelimit_remaining, ratelimit_reset_at) = dest.pacing.rate_limit();
+                let (ratelimit_remaining, reset_at) = dest.pacing.rate_limit();
+                let ratelimit_reset_at = match (reset_at, dest.shared_hold) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
                 DestinationState {
                     breaker: dest.breaker_state(),
                     backoff_until: dest.backoff_until,
@@ -603,7 +615,7 @@ impl Flow {
             ) {
                 return Some(HoldReason::Breaker);
             }
-            if dest.backoff_until.is_some() || dest.pacing.held_until(now).is_some() {
+            if dest.backoff_until.is_some() || dest.rate_limited(now).is_some() {
                 return Some(HoldReason::Backoff);
             }
         }
@@ -614,12 +626,10 @@ impl Flow {
             return Some(HoldReason::InFlight);
         }
         if settings.rate_per_s.is_some()
-            && let Some(dest) = state.dests.get_mut(destination)
+            && let Some(dest) = state.dests.get(destination)
+            && dest.next_token.is_some_and(|at| at > now)
         {
-            dest.refill(now, Some(settings));
-            if dest.tokens < 1.0 {
-                return Some(HoldReason::Rate);
-            }
+            return Some(HoldReason::Rate);
         }
         None
     }
@@ -671,7 +681,7 @@ mod tests {
             .map(|i| task(&format!("h{i}.example"), 1))
             .collect();
         for chunk in tasks.chunks(64) {
-            flow.started(chunk, at(1));
+            flow.started(chunk);
         }
         assert_eq!(kept(&flow), 40_000, "in flight, each is kept");
         assert_eq!(flow.gate(at(2)).in_flight.len(), 40_000);
@@ -703,7 +713,7 @@ mod tests {
         let flow = flow();
         let check = |host: &str, verdict: Verdict, backoff: Option<Duration>, kept_now: bool| {
             let t = task(host, 7);
-            flow.started(std::slice::from_ref(&t), at(0));
+            flow.started(std::slice::from_ref(&t));
             let id = (t.id, t.attempt);
             flow.answered(
                 Answer {
@@ -758,7 +768,7 @@ mod tests {
     fn attempt(flow: &Flow, host: &str, n: u32, ms: i64, verdict: Verdict, backoff: Option<u64>) {
         let t = task(host, n);
         flow.gate(at(ms));
-        flow.started(std::slice::from_ref(&t), at(ms));
+        flow.started(std::slice::from_ref(&t));
         let id = (t.id, t.attempt);
         flow.answered(
             Answer {

@@ -24,6 +24,7 @@ mod auth;
 mod background;
 mod claim_loop;
 mod clock;
+mod cluster;
 mod config;
 mod delivery_inputs;
 mod flow;

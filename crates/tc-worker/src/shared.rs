@@ -105,17 +105,13 @@ impl<S> Shared<S> {
         self.registry().end_claim();
     }
 
-    /// Registers the attempts a claim made at `now` and ends the claim: the
+    /// Registers the attempts a claim made and ends the claim: the
     /// one place an attempt enters, in the registry and in its
     /// destination's flow together. Returns, for each task, its cancel
     /// token, or `None` when it was canceled while being claimed (its
     /// attempt must still end through [`Self::end_attempt`]).
-    pub(crate) fn register(
-        &self,
-        tasks: &[Task],
-        now: Timestamp,
-    ) -> Vec<Option<CancellationToken>> {
-        self.flow.started(tasks, now);
+    pub(crate) fn register(&self, tasks: &[Task]) -> Vec<Option<CancellationToken>> {
+        self.flow.started(tasks);
         self.tenants.started(tasks);
         let mut registry = self.registry();
         let tokens = tasks.iter().map(|task| registry.insert(task)).collect();

@@ -61,7 +61,8 @@ usage: cargo xtask bench [--quick] [--phase N]... [--store sqlite|postgres]
 Builds tc-server in release and measures, in one run, each figure beside its
 ceiling on this machine; prints a table and writes target/bench/results.json.
   --quick   a smoke run: smaller counts and shorter windows (under 60 s)
-  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13 or 14; repeatable), to look into one
+  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13 or 14; 7 or 15 with
+            --store postgres; repeatable), to look into one
             figure; a figure beside another phase's result leaves that row out
             (phase 3 needs phase 1 picked too)
   --backup-tasks N
@@ -71,7 +72,9 @@ ceiling on this machine; prints a table and writes target/bench/results.json.
             submit and end-to-end rates of 1, 2 and 3 tc-server nodes on the
             PostgreSQL test database (TC_TEST_POSTGRES_URL, default
             postgresql://postgres@127.0.0.1:5432/test) beside one node on
-            SQLite, with CPU per task of the nodes and of PostgreSQL
+            SQLite, with CPU per task of the nodes and of PostgreSQL (phase 7);
+            the busiest 1-s window of calls to a destination at rate_per_s 50
+            from 3 nodes (phase 15)
   --big-file N
             phase 12's batches of random keys go into a file already holding
             N tasks (default 500000; 20000 with --quick)
@@ -80,8 +83,11 @@ ceiling on this machine; prints a table and writes target/bench/results.json.
             core counts on one machine; run the bench itself on other cores
 ";
 
-/// The phases `--phase` can pick (7 is `--store postgres`).
+/// The phases `--phase` can pick (7 and 15 are `--store postgres`'s).
 pub(crate) const PHASES: [u8; 13] = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14];
+
+/// The phases `--phase` can pick with `--store postgres`.
+pub(crate) const NODE_PHASES: [u8; 2] = [7, 15];
 
 /// Parses the arguments that follow `bench`.
 pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
@@ -113,7 +119,9 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
             "--phase" => {
                 let n = value("--phase")?;
                 match n.parse::<u8>() {
-                    Ok(n) if PHASES.contains(&n) => phases.push(n),
+                    Ok(k) if PHASES.contains(&k) || NODE_PHASES.contains(&k) => {
+                        phases.push((k, n));
+                    }
                     _ => return Err(format!("--phase: no phase {n:?} (phases: {PHASES:?})")),
                 }
             }
@@ -161,6 +169,11 @@ pub(crate) fn parse(args: &[String]) -> Result<Invocation, String> {
             other => return Err(format!("bench: unknown argument {other:?}\n\n{USAGE}")),
         }
     }
+    let allowed: &[u8] = if postgres { &NODE_PHASES } else { &PHASES };
+    if let Some((_, n)) = phases.iter().find(|(k, _)| !allowed.contains(k)) {
+        return Err(format!("--phase: no phase {n:?} (phases: {allowed:?})"));
+    }
+    let phases: Vec<u8> = phases.into_iter().map(|(k, _)| k).collect();
     match (peer, response_body, location) {
         (None, None, None) => Ok(Invocation::Run {
             quick,
@@ -282,6 +295,21 @@ mod tests {
         );
         check(&["--backup-tasks", "many"], Err("--backup-tasks"));
         check(&["--phase", "7"], Err("no phase \"7\""));
+        check(&["--phase", "15"], Err("no phase \"15\""));
+        check(&["--phase", "15", "--store", "postgres"], {
+            Ok(Invocation::Run {
+                quick: false,
+                postgres: true,
+                phases: vec![15],
+                big_file: None,
+                server_cores: None,
+                backup_tasks: None,
+            })
+        });
+        check(
+            &["--store", "postgres", "--phase", "12"],
+            Err("no phase \"12\""),
+        );
         check(&["--phase", "x"], Err("no phase \"x\""));
         check(&["--phase"], Err("--phase needs a value"));
         let full = ["--response-body", "/tmp/b", "--location", "/tasks/x"];

@@ -185,7 +185,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 server_cores,
             };
             if postgres {
-                phases::run_nodes(plan, setup)
+                phases::run_nodes(plan, &phases, setup)
             } else {
                 phases::run(plan, &phases, setup)
             }

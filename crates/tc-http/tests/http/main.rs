@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod browsers;
+mod cluster_view;
 mod contract;
 mod props;
 mod schedules;

@@ -352,6 +352,10 @@ fn fields() -> Vec<Field> {
                 ),
         ]);
     }
+    // A schedule's template takes no priority (its tasks have 0).
+    for place in [Place::Submit, Place::BatchTask] {
+        rows.push(field(place, "priority").samples(Accepted, &[json!(9.0), json!(0)]));
+    }
     rows.extend([
         field(Place::Batch, "tasks").item(
             |i| json!({"url": "http://127.0.0.1:9/hook", "idempotency_key": format!("batch-{i}")}),
@@ -483,6 +487,7 @@ fn fields() -> Vec<Field> {
                     Refused,
                     &strings(&["", "-a", "_a", "A", "a b", "a.b", &"a".repeat(64)]),
                 ),
+            field(place, "priority"),
         ]);
     }
     rows.extend([

@@ -358,6 +358,23 @@ impl TaskStore for Switchable {
         self.check()?;
         self.inner.replay(at, id, since, now).await
     }
+
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        self.check()?;
+        self.inner.take_tokens(asks, now).await
+    }
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        self.check()?;
+        self.inner.share_holds(learned, now).await
+    }
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
         self.check()?;
         self.inner.delete(id).await

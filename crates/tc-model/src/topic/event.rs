@@ -257,6 +257,7 @@ fn topic_task(
             event_id: event_id.to_owned(),
             subscription: subscription.id.clone(),
         }),
+        priority: 0,
     }
 }
 

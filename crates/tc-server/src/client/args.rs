@@ -140,6 +140,11 @@ pub(crate) struct SubmitArgs {
           value_parser = ["success", "failed", "canceled"])]
     pub(crate) callback_on: Vec<String>,
 
+    /// Higher first within its destination: 0 (the default) to 9. A task
+    /// that waited `--priority-aging-ms` counts one level higher.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+    pub(crate) priority: Option<u8>,
+
     /// Wait until the task is finished and print how it ended.
     #[arg(long)]
     pub(crate) wait: bool,
@@ -236,6 +241,17 @@ pub(crate) struct FilterArgs {
     /// covers its own tasks whatever this says).
     #[arg(long, value_name = "NAME")]
     pub(crate) tenant: Option<String>,
+    /// Tasks of this priority (0 to 9).
+    #[arg(long, value_parser = priority_text)]
+    pub(crate) priority: Option<String>,
+}
+
+/// A priority filter, checked (0 to 9) and kept as written for the query.
+fn priority_text(s: &str) -> Result<String, String> {
+    match s.parse::<u8>() {
+        Ok(p) if p <= 9 => Ok(p.to_string()),
+        _ => Err(format!("must be an integer from 0 to 9, got {s:?}")),
+    }
 }
 
 impl FilterArgs {
@@ -249,6 +265,7 @@ impl FilterArgs {
             ("created_before", self.created_before.as_deref()),
             ("idempotency_key", self.key.as_deref()),
             ("tenant", self.tenant.as_deref()),
+            ("priority", self.priority.as_deref()),
         ];
         fields
             .into_iter()

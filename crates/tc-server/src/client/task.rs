@@ -111,6 +111,7 @@ fn submit_body(args: &SubmitArgs, key: &str) -> Result<String, ClientError> {
         ("max_attempts", args.max_attempts.map(u64::from)),
         ("timeout_ms", args.timeout_ms),
         ("delay_ms", args.delay_ms),
+        ("priority", args.priority.map(u64::from)),
     ];
     for (name, value) in numbers {
         if let Some(value) = value {
@@ -439,7 +440,14 @@ fn bulk_body(args: &BulkArgs, dry_run: bool) -> String {
         .filter
         .fields()
         .into_iter()
-        .map(|(name, value)| (name.to_owned(), Value::from(value)))
+        .map(|(name, value)| {
+            // The API's one numeric filter field.
+            let value = match (name, value.parse::<u8>()) {
+                ("priority", Ok(p)) => Value::from(p),
+                _ => Value::from(value),
+            };
+            (name.to_owned(), value)
+        })
         .collect();
     serde_json::json!({
         "action": args.action.as_str(),
@@ -495,6 +503,7 @@ mod tests {
             delay_ms: None,
             callback_url: None,
             callback_on: Vec::new(),
+            priority: None,
             wait: false,
         }
     }
@@ -509,9 +518,10 @@ mod tests {
         args.max_attempts = Some(5);
         args.timeout_ms = Some(2000);
         args.delay_ms = Some(0);
+        args.priority = Some(7);
         let body = submit_body(&args, "k").unwrap();
         assert!(
-            body.ends_with(r#","max_attempts":5,"timeout_ms":2000,"delay_ms":0}"#),
+            body.ends_with(r#","max_attempts":5,"timeout_ms":2000,"delay_ms":0,"priority":7}"#),
             "{body}"
         );
         let parsed: Value = serde_json::from_str(&body).unwrap();

@@ -111,6 +111,10 @@ pub(crate) fn task_fields(task: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
     if !field(task, "trace_id").is_null() {
         rows.push(row("trace", text(field(task, "trace_id"))));
     }
+    // Absent from older servers' views.
+    if !field(task, "priority").is_null() {
+        rows.push(row("priority", text(field(task, "priority"))));
+    }
     rows.extend([
         row("attempt", attempts_text(task)),
         row("http status", text(field(task, "http_status"))),

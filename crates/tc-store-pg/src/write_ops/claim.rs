@@ -110,9 +110,10 @@ pub(crate) async fn claim(
     while let Some((destination, want)) = plan.next_take() {
         let got = match (&gate.tenants, &mut load) {
             (Some(tenants), Some(load)) => {
-                claim_shared(tx, &destination, want, now, lease, tenants, load).await?
+                let aging = gate.aging();
+                claim_shared(tx, &destination, want, now, lease, aging, tenants, load).await?
             }
-            _ => claim_of(tx, &destination, want, now, lease).await?,
+            _ => claim_of(tx, &destination, want, now, lease, gate.aging()).await?,
         };
         plan.taken(got.len());
         claimed.extend(got);
@@ -141,8 +142,18 @@ macro_rules! claim_sql {
             $tenant,
             " AND next_run_at <= tc_now_ms($1) \
                  ORDER BY next_run_at, pos LIMIT $2 \
-                 FOR UPDATE SKIP LOCKED \
-             ), claimed AS ( \
+                 FOR UPDATE SKIP LOCKED",
+            claim_tail!()
+        )
+    };
+}
+
+/// What every claim statement does with its `due` rows (the positions and
+/// due times it locked): moves them to running and answers them.
+macro_rules! claim_tail {
+    () => {
+        concat!(
+            "), claimed AS ( \
                  UPDATE tasks t SET state = 'running', attempt = t.attempt + 1, \
                                     started_at = tc_now_ms($1), \
                                     lease_until = tc_now_ms($1) + $3, \
@@ -155,7 +166,7 @@ macro_rules! claim_sql {
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
              t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context, \
              t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
-             t.tenant, t.topic, t.event_id, t.subscription \
+             t.tenant, t.topic, t.event_id, t.subscription, t.priority \
              ) \
              SELECT ",
             task_columns!(),
@@ -163,6 +174,7 @@ macro_rules! claim_sql {
         )
     };
 }
+pub(crate) use claim_tail;
 
 /// The claim's statement for tasks of any tenant ([`claim_of`]).
 pub(crate) const CLAIM: &str = claim_sql!("");
@@ -175,8 +187,12 @@ pub(crate) async fn claim_of(
     n: usize,
     now: Option<i64>,
     lease: Duration,
+    aging: Duration,
 ) -> Result<Vec<Task>, StoreError> {
     transit(State::Pending, State::Running)?;
+    if crate::priority::has_prioritized(tx, destination, None, now).await? {
+        return crate::priority::claim(tx, destination, None, n, now, lease, aging).await;
+    }
     let stmt = tx.prepare_cached(CLAIM).await.map_err(db)?;
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = tx
@@ -200,12 +216,14 @@ pub(super) fn claimed_tasks(found: &[tokio_postgres::Row]) -> Result<Vec<Task>, 
 /// [`TenantGate::plan`], each tenant's due tasks oldest first; `load` is
 /// the node's calls in flight by tenant, with every take of this claim
 /// added (here too).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn claim_shared(
     tx: &Transaction<'_>,
     destination: &str,
     want: usize,
     now: Option<i64>,
     lease: Duration,
+    aging: Duration,
     gate: &TenantGate,
     load: &mut BTreeMap<String, usize>,
 ) -> Result<Vec<Task>, StoreError> {
@@ -216,7 +234,7 @@ pub(super) async fn claim_shared(
     let mut plan = gate.plan(want, due, load);
     let mut got = Vec::with_capacity(want);
     while let Some((tenant, n)) = plan.next_take() {
-        let taken = claim_of_tenant(tx, destination, &tenant, n, now, lease).await?;
+        let taken = claim_of_tenant(tx, destination, &tenant, n, now, lease, aging).await?;
         plan.taken(taken.len());
         *load.entry(tenant).or_default() += taken.len();
         got.extend(taken);
@@ -266,6 +284,7 @@ pub(super) async fn due_tenants(
 }
 
 /// [`claim_of`] for one tenant's tasks (`''`: those without a tenant).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn claim_of_tenant(
     tx: &Transaction<'_>,
     destination: &str,
@@ -273,8 +292,13 @@ pub(super) async fn claim_of_tenant(
     n: usize,
     now: Option<i64>,
     lease: Duration,
+    aging: Duration,
 ) -> Result<Vec<Task>, StoreError> {
     transit(State::Pending, State::Running)?;
+    if crate::priority::has_prioritized(tx, destination, Some(tenant), now).await? {
+        let tenant = Some(tenant);
+        return crate::priority::claim(tx, destination, tenant, n, now, lease, aging).await;
+    }
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = if tenant.is_empty() {
         let stmt = tx

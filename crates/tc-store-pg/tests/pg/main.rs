@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod callbacks;
+mod cluster_flow;
 mod contention;
 mod contract;
 mod database;

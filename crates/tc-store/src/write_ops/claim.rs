@@ -63,7 +63,7 @@ pub(crate) fn claim(
     while let Some((destination, want)) = plan.next_take() {
         let Some(tenants) = &gate.tenants else {
             // Tenant-blind (no tenant defined): the destination's oldest.
-            let due = destinations::due_of(conn, &destination, now, want)?;
+            let due = crate::priority::due_of(conn, &destination, None, now, want, gate.aging())?;
             plan.taken(due.len());
             for (seq, state) in due {
                 claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
@@ -76,6 +76,7 @@ pub(crate) fn claim(
             &destination,
             want,
             now,
+            gate.aging(),
             &mut load,
             |seq, state| {
                 claimed.push(claim_one(conn, seq, state, now, lease_until)?);
@@ -335,7 +336,7 @@ pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY 
      WHERE state = 'pending' AND destination = ?1 AND tenant = ?2 AND next_run_at <= ?3 \
      ORDER BY next_run_at, seq LIMIT ?4";
 
-pub(super) fn due_of(
+pub(crate) fn due_of(
     conn: &Connection,
     destination: &str,
     tenant: &str,
@@ -392,13 +393,17 @@ pub(super) fn due_tenants(
 /// tenants by `gate` ([`TenantGate::plan`]), each tenant's oldest due
 /// first; `load` is the node's calls in flight by tenant with this claim's
 /// takes so far, and gets this take's added. `claim_one` claims the task at
-/// a seq (in the state read) and keeps it. Answers how many were taken.
+/// a seq (in the state read) and keeps it; `aging` orders each tenant's
+/// due tasks by priority ([`crate::priority::due_of`]). Answers how many
+/// were taken.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn take_shared(
     conn: &Connection,
     gate: &TenantGate,
     destination: &str,
     want: usize,
     now: Timestamp,
+    aging: std::time::Duration,
     load: &mut BTreeMap<String, usize>,
     mut claim_one: impl FnMut(i64, &str) -> Result<(), StoreError>,
 ) -> Result<usize, StoreError> {
@@ -406,7 +411,7 @@ pub(crate) fn take_shared(
     let mut share = gate.plan(want, due, load);
     let mut took = 0;
     while let Some((tenant, wanted)) = share.next_take() {
-        let tasks = due_of(conn, destination, &tenant, now, wanted)?;
+        let tasks = crate::priority::due_of(conn, destination, Some(&tenant), now, wanted, aging)?;
         share.taken(tasks.len());
         took += tasks.len();
         *load.entry(tenant).or_default() += tasks.len();

@@ -313,11 +313,14 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_due_by_destination",
             "tasks_due_by_tenant",
             "tasks_leased",
-            "tasks_open_by_tenant"
+            "tasks_open_by_tenant",
+            "tasks_prioritized"
         ]
     );
     // Tasks from before trace contexts have none; new ones keep theirs.
     assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
+    // Tasks from before priorities (step 24) have 0.
+    assert_eq!(old.priority, 0);
     // Step 14 rewrote the tasks CHECKs without IN lists: the same rules,
     // still enforced on the upgraded file.
     let tasks_sql: String = conn
@@ -474,12 +477,14 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
             params![ids[3].as_bytes(), t(10).as_millis()],
         )
         .unwrap();
-        // Nor any of the later steps' (step 24: topics).
+        // Nor any of the later steps' (step 24: topics; step 25: priority).
         conn.execute_batch(
             "CREATE INDEX tasks_due ON tasks (next_run_at, seq) WHERE state = 'pending';
              DROP TABLE event_tasks; DROP TABLE events; DROP TABLE subscriptions;
              DROP TABLE topics; ALTER TABLE tasks DROP COLUMN topic;
              ALTER TABLE tasks DROP COLUMN event_id; ALTER TABLE tasks DROP COLUMN subscription;
+             DROP INDEX tasks_prioritized;
+             ALTER TABLE tasks DROP COLUMN priority;
              PRAGMA user_version = 22;",
         )
         .unwrap();

@@ -121,6 +121,12 @@ pub async fn same_key_different_payload_is_a_conflict<S: TaskStore>(store: S) ->
         ("json", task_with("k", URL, b"{\"x\":1}", 3, 5_000)),
         ("max_attempts", task_with("k", URL, b"{}", 4, 5_000)),
         ("timeout_ms", task_with("k", URL, b"{}", 3, 5_001)),
+        (
+            "priority",
+            task_with("k", URL, b"{}", 3, 5_000)
+                .with_priority(4)
+                .map_err(|e| e.to_string())?,
+        ),
     ];
     for (field, variant) in &variants {
         let got = store.submit(variant.clone(), at(10)).await;

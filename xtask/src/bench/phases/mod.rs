@@ -4,6 +4,7 @@
 
 mod backup;
 mod cancel;
+mod cluster_rate;
 mod end_to_end;
 mod head_of_line;
 mod naive_peer;
@@ -83,10 +84,11 @@ pub(crate) fn run(plan: Plan, only: &[u8], setup: Setup<'_>) -> Result<(), Strin
     run_with(plan, only, setup, false)
 }
 
-/// `--store postgres`: the several-nodes phase alone (see [`nodes`]); its
-/// results go to results-nodes.json.
-pub(crate) fn run_nodes(plan: Plan, setup: Setup<'_>) -> Result<(), String> {
-    run_with(plan, &[], setup, true)
+/// `--store postgres`: the several-nodes phases alone (see [`nodes`] and
+/// [`cluster_rate`]), or those of them in `only`; their results go to
+/// results-nodes.json.
+pub(crate) fn run_nodes(plan: Plan, only: &[u8], setup: Setup<'_>) -> Result<(), String> {
+    run_with(plan, only, setup, true)
 }
 
 fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<(), String> {
@@ -141,6 +143,7 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
     runtime.block_on(async {
         if nodes {
             bench.phase(7, "nodes", Bench::nodes).await;
+            bench.phase(15, "cluster rate", Bench::cluster_rate).await;
             return;
         }
         bench.phase(1, "submit", Bench::submit).await;
@@ -180,9 +183,9 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         "seconds": bench.clock.elapsed().as_secs_f64(),
         "plan": format!("{plan:?}"),
         "phases": match (nodes, only) {
-            (true, _) => "7".to_owned(),
+            (true, []) => "7, 15".to_owned(),
             (false, []) => "all".to_owned(),
-            (false, only) => format!("{only:?}"),
+            (_, only) => format!("{only:?}"),
         },
         "figures": bench.figures.iter().map(report::to_json).collect::<Vec<_>>(),
         "details": bench.details,

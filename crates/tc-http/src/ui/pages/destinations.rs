@@ -140,13 +140,17 @@ pub(crate) async fn section<S: TaskStore, C: Control>(
     now: Timestamp,
 ) -> Markup {
     let listed = app.store().destinations().await;
+    let holds = crate::destinations::cluster_holds(app.store(), app.control()).await;
     let body = match listed {
         Ok(all) => {
             let total = all.len();
             let rows = all
                 .iter()
                 .map(|d| {
-                    let runtime = app.control().destination_state(&d.name);
+                    let runtime = app
+                        .control()
+                        .destination_state(&d.name)
+                        .with_cluster(holds.get(&d.name), now);
                     Row::new(d, &runtime, now, app.ui().sources.signs_by_default)
                 })
                 .collect();
