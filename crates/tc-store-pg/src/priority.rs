@@ -5,7 +5,7 @@
 //!
 //! Tasks without a priority (0) keep the claim's oldest-due-first
 //! statement, which skips rows another node locked and reads on. A claim
-//! first asks `tasks_prioritized` (schema step 21: the due tasks of
+//! first asks `tasks_prioritized` (schema step 22: the due tasks of
 //! priority above 0) whether the destination has any, one seek into an
 //! index that is empty unless priorities are used; only then does it run
 //! [`claim`], which merges the oldest tasks of priority 0 with every due
@@ -21,6 +21,13 @@ use crate::error::db;
 use crate::rows::{self, millis, task_columns};
 use crate::write_ops::claim_tail;
 
+/// Whether destination `$2` has due tasks of priority above 0 (of tenant
+/// `$3`, when not NULL).
+pub(crate) const HAS_PRIORITIZED: &str = "SELECT EXISTS (SELECT 1 FROM tasks \
+     WHERE state = 'pending' AND priority > 0 AND destination = $2 \
+       AND next_run_at <= tc_now_ms($1) \
+       AND ($3::text IS NULL OR tenant = $3))";
+
 /// Whether `destination` has due tasks of priority above 0 (of `tenant`,
 /// when given: `''` for the tasks without one).
 pub(crate) async fn has_prioritized(
@@ -29,15 +36,7 @@ pub(crate) async fn has_prioritized(
     tenant: Option<&str>,
     now: Option<i64>,
 ) -> Result<bool, StoreError> {
-    let stmt = tx
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM tasks \
-                 WHERE state = 'pending' AND priority > 0 AND destination = $2 \
-                   AND next_run_at <= tc_now_ms($1) \
-                   AND ($3::text IS NULL OR tenant = $3))",
-        )
-        .await
-        .map_err(db)?;
+    let stmt = tx.prepare_cached(HAS_PRIORITIZED).await.map_err(db)?;
     tx.query_one(&stmt, &[&now, &destination, &tenant])
         .await
         .map_err(db)?

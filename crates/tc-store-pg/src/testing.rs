@@ -226,7 +226,7 @@ pub struct HotStatement {
 /// The statements every task passes through: a batch submit's insert and
 /// its read of taken keys, the claim, the grouped completion, and
 /// recovery (which finds running tasks without the lease's index).
-pub fn hot_statements() -> [HotStatement; 5] {
+pub fn hot_statements() -> [HotStatement; 6] {
     [
         HotStatement {
             name: "submit batch: insert",
@@ -237,6 +237,11 @@ pub fn hot_statements() -> [HotStatement; 5] {
             name: "submit batch: taken keys",
             sql: crate::write_ops::BY_KEYS,
             args: "ARRAY['k-1', 'k-2'], ARRAY['', '']",
+        },
+        HotStatement {
+            name: "claim: any priority above 0",
+            sql: crate::priority::HAS_PRIORITIZED,
+            args: "NULL, 'h:80', NULL",
         },
         HotStatement {
             name: "claim",
@@ -264,7 +269,8 @@ mod hot_args {
         ARRAY['http://h/x'], ARRAY['\\x7b7d'::bytea], ARRAY[3], ARRAY[1000000000]::bigint[], \
         ARRAY[NULL]::bigint[], ARRAY[NULL]::bigint[], ARRAY['h:80'], ARRAY['POST'], \
         ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], \
-        ARRAY[NULL]::bytea[], ARRAY['']";
+        ARRAY[NULL]::bytea[], ARRAY[''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], \
+        ARRAY[NULL]::text[], ARRAY[0]";
     /// For `COMPLETE_MANY`: two completions.
     pub(super) const COMPLETE: &str = "\
         ARRAY['\\x0123456789abcdef0123456789abcdef'::bytea, \

@@ -5,7 +5,7 @@
 //!
 //! Tasks without a priority (0) keep the oldest-due-first order of the
 //! due indexes, so the claim first asks `tasks_prioritized` (schema step
-//! 24: the due tasks of priority above 0) whether the destination has any:
+//! 25: the due tasks of priority above 0) whether the destination has any:
 //! one seek into an index that is empty unless priorities are used. Only
 //! then does it merge the oldest `limit` tasks of priority 0 with every due
 //! task of a higher one, by the key.
