@@ -7,6 +7,7 @@
 //! operation completes at once, so it is exact on tokio's paused clock.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +40,9 @@ pub struct MemoryStore {
     state: Mutex<Tables>,
     /// The most result bytes a callback body carries.
     callback_result_bytes: usize,
+    /// The test hook [`MemoryStore::set_unavailable`]: while set, every
+    /// call fails as a full disk would, so no test wraps the port to fail it.
+    unavailable: AtomicBool,
 }
 
 impl Default for MemoryStore {
@@ -46,6 +50,7 @@ impl Default for MemoryStore {
         MemoryStore {
             state: Mutex::default(),
             callback_result_bytes: tc_model::callback::DEFAULT_RESULT_BYTES,
+            unavailable: AtomicBool::new(false),
         }
     }
 }
@@ -101,10 +106,21 @@ impl MemoryStore {
         }
     }
 
-    fn tables(&self) -> MutexGuard<'_, Tables> {
+    /// Makes every call of the port fail with [`StoreError::Unavailable`]
+    /// (`true`), as a full disk or a held lock looks to a caller, or work
+    /// again (`false`).
+    pub fn set_unavailable(&self, down: bool) {
+        self.unavailable.store(down, Ordering::SeqCst);
+    }
+
+    /// The tables, or the failure [`MemoryStore::set_unavailable`] asked for.
+    fn tables(&self) -> Result<MutexGuard<'_, Tables>, StoreError> {
+        if self.unavailable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("database or disk is full".into()));
+        }
         // A panic while holding the lock leaves the maps consistent: every
         // operation checks before it changes anything.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        Ok(self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -322,7 +338,7 @@ fn close_attempt(
 
 impl TaskStore for MemoryStore {
     async fn submit(&self, new: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         t.check_acting(new.acting().as_ref())?;
         if let Some(seq) = t.by_key.get(&key_of(new.tenant(), new.idempotency_key())) {
             let task = &t.tasks[seq];
@@ -357,7 +373,7 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
     ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
         if let Some(first) = tasks.first() {
-            self.tables().check_acting(first.acting().as_ref())?;
+            self.tables()?.check_acting(first.acting().as_ref())?;
         }
         let mut results = Vec::with_capacity(tasks.len());
         for task in tasks {
@@ -367,13 +383,13 @@ impl TaskStore for MemoryStore {
     }
 
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let seq = t.seq_of(id)?;
         Ok(t.tasks[&seq].clone())
     }
 
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let after = query.after.map_or(0, Cursor::position);
         // The rows the driving index reaches, at most scan_rows of them, as
         // an SQL adapter walks them; the rest of the filter on each.
@@ -421,7 +437,7 @@ impl TaskStore for MemoryStore {
 
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
         let mut counts = StateCounts::default();
-        for task in self.tables().tasks.values() {
+        for task in self.tables()?.tasks.values() {
             counts.set(task.state, counts.get(task.state) + 1);
         }
         Ok(counts)
@@ -434,7 +450,7 @@ impl TaskStore for MemoryStore {
         lease: Duration,
         gate: ClaimGate,
     ) -> Result<Claim, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         // Each destination's due tasks, oldest due first, and its running
         // tasks; the earliest task not due yet.
         let mut due: BTreeMap<String, Vec<(Timestamp, i64)>> = BTreeMap::new();
@@ -576,7 +592,7 @@ impl TaskStore for MemoryStore {
         running.sort_unstable();
         running.dedup();
         let until = now.saturating_add(lease);
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let mut lost = Vec::new();
         for (id, attempt) in running {
             let Some(&seq) = t.by_id.get(&id) else {
@@ -609,7 +625,7 @@ impl TaskStore for MemoryStore {
         outcome: Completion,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let seq = match t.guard(id, attempt)? {
             Ok(seq) => seq,
             Err(lost) => return Ok(lost),
@@ -626,7 +642,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let seq = t.seq_of(id)?;
         let task = t.task_mut(seq)?;
         if task.state.is_terminal() {
@@ -653,7 +669,7 @@ impl TaskStore for MemoryStore {
         attempt: u32,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let seq = match t.guard(id, attempt)? {
             Ok(seq) => seq,
             Err(lost) => return Ok(lost),
@@ -671,7 +687,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let expired: Vec<i64> = t
             .tasks
             .iter()
@@ -705,7 +721,7 @@ impl TaskStore for MemoryStore {
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         Ok(self
-            .tables()
+            .tables()?
             .tasks
             .values()
             .filter(|task| task.state == State::Pending)
@@ -726,7 +742,7 @@ impl TaskStore for MemoryStore {
         let cutoff = now
             .as_millis()
             .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let doomed: Vec<i64> = t
             .tasks
             .iter()
@@ -743,7 +759,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let seq = t.seq_of(id)?;
         let state = t.task_mut(seq)?.state;
         if !state.is_terminal() {
@@ -760,7 +776,7 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
         acting: Option<Acting>,
     ) -> Result<Task, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         t.check_acting(acting.as_ref())?;
         let seq = t.seq_of(id)?;
         let task = &t.tasks[&seq];
@@ -790,7 +806,7 @@ impl TaskStore for MemoryStore {
         // The covered set, fixed now; each operation below takes the lock
         // again, as a later chunk of an SQL adapter would.
         let covered: Vec<(TaskId, State)> = self
-            .tables()
+            .tables()?
             .tasks
             .values()
             .filter(|task| filter.matches(task))
@@ -812,7 +828,7 @@ impl TaskStore for MemoryStore {
             // The state now, not when the set was fixed: a worker may have
             // moved the task meanwhile.
             let state = {
-                let mut t = self.tables();
+                let mut t = self.tables()?;
                 t.check_acting(acting.as_ref())?;
                 let seq = t.seq_of(id)?;
                 t.task_mut(seq)?.state
@@ -822,7 +838,7 @@ impl TaskStore for MemoryStore {
             }
             match action {
                 BulkAction::Retry => {
-                    let mut t = self.tables();
+                    let mut t = self.tables()?;
                     let seq = t.seq_of(id)?;
                     let task = &t.tasks[&seq];
                     let callback_url = task.callback.as_ref().map(|c| c.url());
@@ -851,7 +867,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         Ok(t.destinations
             .iter()
             .map(|(name, settings)| (name.clone(), settings.clone()))
@@ -859,7 +875,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let mut names: Vec<&str> = t
             .tasks
             .values()
@@ -876,7 +892,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn destination(&self, name: String) -> Result<Destination, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let known = t.destinations.contains_key(&name)
             || t.tasks.values().any(|task| task.destination == name);
         if !known {
@@ -891,7 +907,7 @@ impl TaskStore for MemoryStore {
         update: DestinationUpdate,
         _now: Timestamp,
     ) -> Result<Destination, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let settings = update.apply(&t.destinations.get(&name).cloned().unwrap_or_default());
         // A destination keeps its settings row once it has one, defaults or
         // not: it was named by an operator, so it is listed.
@@ -904,7 +920,7 @@ impl TaskStore for MemoryStore {
         spec: ScheduleSpec,
         now: Timestamp,
     ) -> Result<Schedule, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if t.schedules.contains_key(&spec.name) {
             return Err(StoreError::Exists);
         }
@@ -920,7 +936,7 @@ impl TaskStore for MemoryStore {
         change: ScheduleChange,
         now: Timestamp,
     ) -> Result<Schedule, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let old = t.schedules.remove(&name).ok_or(StoreError::NotFound)?;
         let new = old.changed(change, now);
         t.schedules.insert(name, new.clone());
@@ -928,7 +944,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         t.schedules
             .remove(&name)
             .map(drop)
@@ -936,12 +952,12 @@ impl TaskStore for MemoryStore {
     }
 
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         Ok(t.schedules.values().cloned().collect())
     }
 
     async fn schedule(&self, name: String) -> Result<Schedule, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         t.schedules.get(&name).cloned().ok_or(StoreError::NotFound)
     }
 
@@ -951,7 +967,7 @@ impl TaskStore for MemoryStore {
         at: Timestamp,
         task: TaskId,
     ) -> Result<bool, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         match t.schedules.get_mut(&name) {
             Some(s) if s.last_run_at.is_none_or(|last| last < at) => {
                 s.last_run_at = Some(at);
@@ -970,7 +986,7 @@ impl TaskStore for MemoryStore {
         name: String,
         error: tc_model::schedule::FiringError,
     ) -> Result<bool, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         match t.schedules.get_mut(&name) {
             Some(s)
                 if s.last_run_at.is_none_or(|last| last < error.at)
@@ -985,7 +1001,7 @@ impl TaskStore for MemoryStore {
 
     async fn health(&self) -> Result<(), StoreError> {
         // Taking the lock is the whole write path here.
-        drop(self.tables());
+        drop(self.tables()?);
         Ok(())
     }
 
@@ -995,7 +1011,7 @@ impl TaskStore for MemoryStore {
         settings: TenantUpdate,
         now: Timestamp,
     ) -> Result<Tenant, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if t.tenants.contains_key(&name) {
             return Err(StoreError::Exists);
         }
@@ -1015,7 +1031,7 @@ impl TaskStore for MemoryStore {
         update: TenantUpdate,
         now: Timestamp,
     ) -> Result<Tenant, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let tenant = t.tenants.get_mut(&name).ok_or(StoreError::NotFound)?;
         tenant.settings = update.apply(&tenant.settings);
         tenant.updated_at = now;
@@ -1023,7 +1039,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if !t.tenants.contains_key(&name) {
             return Err(StoreError::NotFound);
         }
@@ -1039,12 +1055,12 @@ impl TaskStore for MemoryStore {
     }
 
     async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         Ok(t.tenants.values().map(|tenant| t.detail(tenant)).collect())
     }
 
     async fn tenant_settings(&self) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         Ok(t.tenants
             .values()
             .map(|tenant| (tenant.name.clone(), tenant.settings.clone()))
@@ -1052,7 +1068,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let tenant = t.tenants.get(&name).ok_or(StoreError::NotFound)?;
         Ok(t.detail(tenant))
     }
@@ -1064,7 +1080,7 @@ impl TaskStore for MemoryStore {
         hash: KeyHash,
         now: Timestamp,
     ) -> Result<ApiKey, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if !t.tenants.contains_key(&tenant) {
             return Err(StoreError::NotFound);
         }
@@ -1087,7 +1103,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let at = t
             .keys
             .iter()
@@ -1098,7 +1114,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let Some(key) = t.keys.iter().find(|k| k.hash == hash) else {
             return Ok(None);
         };
@@ -1114,7 +1130,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if let Some(key) = t.keys.iter_mut().find(|k| k.key.id == id) {
             key.key.last_used_at = Some(key.key.last_used_at.map_or(at, |last| last.max(at)));
         }
@@ -1122,7 +1138,7 @@ impl TaskStore for MemoryStore {
     }
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
         Ok(self
-            .tables()
+            .tables()?
             .server_keys
             .entry(name)
             .or_insert(candidate)
