@@ -1,26 +1,15 @@
 //! One generic forwarder of the store port, for tests that stand between
 //! the store and its caller: [`Hooked`] passes every call to the store it
 //! wraps, and lets its [`Hooks`] act before the call (fail it, hold it,
-//! count it) and after the answer (hold it, count it). The list below is
-//! the one place, beside the port and the adapters, where a port method is
-//! written: a wrapper is a set of hooks, not a forwarding of every method.
+//! count it) and after the answer (hold it, count it). Its methods are
+//! written from the port's own list ([`tc_model::port_methods`]), so a
+//! wrapper is a set of hooks, not a forwarding of every method.
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tc_model::claim::Claim;
-use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
-use tc_model::schedule::{FiringError, Schedule, ScheduleChange, ScheduleSpec};
-use tc_model::store::{
-    BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost, ListQuery, Page, StateCounts,
-    StoreError, Submitted, TaskStore,
-};
-use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
-use tc_model::{NewTask, State, Task, TaskId, Timestamp};
+use tc_model::store::{StoreError, TaskStore};
 
 /// A store answer as a hook sees it: the value (to downcast to the
 /// method's own `Ok` type), or the error.
@@ -92,61 +81,15 @@ macro_rules! forward {
     };
 }
 
-forward! {
-    Submit => fn submit(&self, task: NewTask, now: Timestamp) -> Submitted;
-    SubmitMany => fn submit_many(&self, tasks: Vec<NewTask>, now: Timestamp)
-        -> Vec<Result<Submitted, StoreError>>;
-    Get => fn get(&self, id: TaskId) -> Task;
-    List => fn list(&self, query: ListQuery) -> Page;
-    CountByState => fn count_by_state(&self) -> StateCounts;
-    Claim => fn claim(&self, n: usize, now: Timestamp, lease: Duration, gate: ClaimGate) -> Claim;
-    Heartbeat => fn heartbeat(&self, running: Vec<(TaskId, u32)>, now: Timestamp, lease: Duration)
-        -> Vec<LeaseLost>;
-    Complete => fn complete(&self, id: TaskId, attempt: u32, outcome: Completion, now: Timestamp)
-        -> Guarded;
-    Cancel => fn cancel(&self, id: TaskId, now: Timestamp) -> Task;
-    Release => fn release(&self, id: TaskId, attempt: u32, now: Timestamp) -> Guarded;
-    RecoverExpired => fn recover_expired(&self, now: Timestamp) -> usize;
-    Delete => fn delete(&self, id: TaskId) -> ();
-    Prune => fn prune(&self, state: State, older_than: Duration, now: Timestamp, limit: usize)
-        -> usize;
-    Retry => fn retry(&self, id: TaskId, run_at: Timestamp, now: Timestamp, acting: Option<Acting>)
-        -> Task;
-    NextDue => fn next_due(&self) -> Option<Timestamp>;
-    Health => fn health(&self) -> ();
-    Bulk => fn bulk(&self, request: BulkRequest) -> BulkOutcome;
-    DestinationSettings => fn destination_settings(&self) -> Vec<(String, DestinationSettings)>;
-    Destinations => fn destinations(&self) -> Vec<Destination>;
-    Destination => fn destination(&self, name: String) -> Destination;
-    UpdateDestination => fn update_destination(
-        &self, name: String, update: DestinationUpdate, now: Timestamp) -> Destination;
-    CreateSchedule => fn create_schedule(&self, spec: ScheduleSpec, now: Timestamp) -> Schedule;
-    UpdateSchedule => fn update_schedule(
-        &self, name: String, change: ScheduleChange, now: Timestamp) -> Schedule;
-    DeleteSchedule => fn delete_schedule(&self, name: String) -> ();
-    Schedules => fn schedules(&self) -> Vec<Schedule>;
-    Schedule => fn schedule(&self, name: String) -> Schedule;
-    RecordFiring => fn record_firing(&self, name: String, at: Timestamp, task: TaskId) -> bool;
-    RecordFiringError => fn record_firing_error(&self, name: String, error: FiringError) -> bool;
-    CreateTenant => fn create_tenant(&self, name: String, settings: TenantUpdate, now: Timestamp)
-        -> Tenant;
-    UpdateTenant => fn update_tenant(&self, name: String, update: TenantUpdate, now: Timestamp)
-        -> Tenant;
-    DeleteTenant => fn delete_tenant(&self, name: String) -> ();
-    Tenants => fn tenants(&self) -> Vec<TenantDetail>;
-    TenantSettings => fn tenant_settings(&self) -> BTreeMap<String, TenantSettings>;
-    Tenant => fn tenant(&self, name: String) -> TenantDetail;
-    CreateApiKey => fn create_api_key(
-        &self, tenant: String, id: String, hash: KeyHash, now: Timestamp) -> ApiKey;
-    RevokeApiKey => fn revoke_api_key(&self, tenant: String, id: String) -> ();
-    ApiKey => fn api_key(&self, hash: KeyHash) -> Option<KeyOwner>;
-    TouchApiKey => fn touch_api_key(&self, id: String, at: Timestamp) -> ();
-    ServerKey => fn server_key(&self, name: String, candidate: String) -> String;
-}
+tc_model::port_methods!(forward);
 
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::time::Duration;
+
+    use tc_model::store::Submitted;
+    use tc_model::{NewTask, Timestamp};
 
     use super::*;
     use crate::memory_store::MemoryStore;
