@@ -102,22 +102,6 @@ const FNS_LEFT: &[(&str, &str)] = &[
         "the pool's start in order",
     ),
     (
-        "crates/tc-store-pg/src/write_ops/bulk.rs::bulk_apply",
-        "the chunk's cancel and retry statements",
-    ),
-    (
-        "crates/tc-store-pg/src/write_ops/claim.rs::claim",
-        "the claim walk's SQL steps",
-    ),
-    (
-        "crates/tc-store-pg/src/write_ops/submit.rs::admit",
-        "the quota check under the tenants' locks",
-    ),
-    (
-        "crates/tc-store-pg/src/write_ops/submit.rs::insert_batch",
-        "the batch insert and its answers",
-    ),
-    (
         "crates/tc-worker/src/attempt.rs::run",
         "one try's race of the call against cancel and shutdown",
     ),
