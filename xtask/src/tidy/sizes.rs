@@ -82,14 +82,6 @@ const FNS_LEFT: &[(&str, &str)] = &[
         "the writer's open sequence (pragmas, migration, checks)",
     ),
     (
-        "crates/tc-store/src/write_ops/bulk.rs::bulk_chunk",
-        "one chunk's walk: to split as PostgreSQL's bulk_apply",
-    ),
-    (
-        "crates/tc-store/src/write_ops/end.rs::complete",
-        "the completion's effect written column by column",
-    ),
-    (
         "crates/tc-store-pg/src/read_ops.rs::list",
         "the listing's query built clause by clause",
     ),
