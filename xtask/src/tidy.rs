@@ -24,8 +24,13 @@
 //! crate without one of its test-only features.
 //!
 //! And, from rustdoc ([`doc_links`]): no doc link leads nowhere.
+//!
+//! And, from the source text ([`sizes`]): no product file over 700 lines
+//! and no product function over 80, tests apart, but for a short list
+//! each with its reason.
 
 mod doc_links;
+mod sizes;
 mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -134,6 +139,7 @@ fn all_violations(root: &Path) -> Result<(usize, Vec<String>), String> {
     violations.extend(check_binaries(&parse_binaries(&meta)?));
     let sources = source::load_all(root)?;
     violations.extend(source::check_module_docs(&sources));
+    violations.extend(sizes::check(&sources));
     violations.extend(doc_links::check(root)?);
     for krate in workspace
         .iter()

@@ -22,6 +22,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod claim_due;
+pub mod hooked;
 pub mod memory_store;
 pub mod pg_cluster;
 pub mod store_contract;

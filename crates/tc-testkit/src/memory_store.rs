@@ -7,6 +7,7 @@
 //! operation completes at once, so it is exact on tokio's paused clock.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -45,6 +46,9 @@ pub struct MemoryStore {
     state: Mutex<Tables>,
     /// The most result bytes a callback body carries.
     callback_result_bytes: usize,
+    /// The test hook [`MemoryStore::set_unavailable`]: while set, every
+    /// call fails as a full disk would, so no test wraps the port to fail it.
+    unavailable: AtomicBool,
 }
 
 impl Default for MemoryStore {
@@ -52,6 +56,7 @@ impl Default for MemoryStore {
         MemoryStore {
             state: Mutex::default(),
             callback_result_bytes: tc_model::callback::DEFAULT_RESULT_BYTES,
+            unavailable: AtomicBool::new(false),
         }
     }
 }
@@ -111,10 +116,21 @@ impl MemoryStore {
         }
     }
 
-    fn tables(&self) -> MutexGuard<'_, Tables> {
+    /// Makes every call of the port fail with [`StoreError::Unavailable`]
+    /// (`true`), as a full disk or a held lock looks to a caller, or work
+    /// again (`false`).
+    pub fn set_unavailable(&self, down: bool) {
+        self.unavailable.store(down, Ordering::SeqCst);
+    }
+
+    /// The tables, or the failure [`MemoryStore::set_unavailable`] asked for.
+    fn tables(&self) -> Result<MutexGuard<'_, Tables>, StoreError> {
+        if self.unavailable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("database or disk is full".into()));
+        }
         // A panic while holding the lock leaves the maps consistent: every
         // operation checks before it changes anything.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        Ok(self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -365,7 +381,7 @@ fn close_attempt(
 
 impl TaskStore for MemoryStore {
     async fn submit(&self, new: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
-        self.tables().submit_one(&new, now)
+        self.tables()?.submit_one(&new, now)
     }
 
     async fn submit_many(
@@ -374,7 +390,7 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
     ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
         if let Some(first) = tasks.first() {
-            self.tables().check_acting(first.acting().as_ref())?;
+            self.tables()?.check_acting(first.acting().as_ref())?;
         }
         let mut results = Vec::with_capacity(tasks.len());
         for task in tasks {
@@ -384,13 +400,13 @@ impl TaskStore for MemoryStore {
     }
 
     async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let seq = t.seq_of(id)?;
         Ok(t.tasks[&seq].clone())
     }
 
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let after = query.after.map_or(0, Cursor::position);
         // The rows the driving index reaches, at most scan_rows of them, as
         // an SQL adapter walks them; the rest of the filter on each.
@@ -438,7 +454,7 @@ impl TaskStore for MemoryStore {
 
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
         let mut counts = StateCounts::default();
-        for task in self.tables().tasks.values() {
+        for task in self.tables()?.tasks.values() {
             counts.set(task.state, counts.get(task.state) + 1);
         }
         Ok(counts)
@@ -451,7 +467,7 @@ impl TaskStore for MemoryStore {
         lease: Duration,
         gate: ClaimGate,
     ) -> Result<Claim, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         // Each destination's due tasks in claim order (priority, then the
         // oldest due, tc-model's `claim_key`), and its running tasks; the
         // earliest task not due yet.
@@ -595,7 +611,7 @@ impl TaskStore for MemoryStore {
         running.sort_unstable();
         running.dedup();
         let until = now.saturating_add(lease);
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let mut lost = Vec::new();
         for (id, attempt) in running {
             let Some(&seq) = t.by_id.get(&id) else {
@@ -628,7 +644,7 @@ impl TaskStore for MemoryStore {
         outcome: Completion,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let seq = match t.guard(id, attempt)? {
             Ok(seq) => seq,
             Err(lost) => return Ok(lost),
@@ -645,7 +661,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let seq = t.seq_of(id)?;
         let task = t.task_mut(seq)?;
         if task.state.is_terminal() {
@@ -672,7 +688,7 @@ impl TaskStore for MemoryStore {
         attempt: u32,
         now: Timestamp,
     ) -> Result<Guarded, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let seq = match t.guard(id, attempt)? {
             Ok(seq) => seq,
             Err(lost) => return Ok(lost),
@@ -690,7 +706,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let expired: Vec<i64> = t
             .tasks
             .iter()
@@ -724,7 +740,7 @@ impl TaskStore for MemoryStore {
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         Ok(self
-            .tables()
+            .tables()?
             .tasks
             .values()
             .filter(|task| task.state == State::Pending)
@@ -745,7 +761,7 @@ impl TaskStore for MemoryStore {
         let cutoff = now
             .as_millis()
             .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let doomed: Vec<i64> = t
             .tasks
             .iter()
@@ -762,7 +778,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let seq = t.seq_of(id)?;
         let state = t.task_mut(seq)?.state;
         if !state.is_terminal() {
@@ -779,7 +795,7 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
         acting: Option<Acting>,
     ) -> Result<Task, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         t.check_acting(acting.as_ref())?;
         let seq = t.seq_of(id)?;
         let task = &t.tasks[&seq];
@@ -809,7 +825,7 @@ impl TaskStore for MemoryStore {
         // The covered set, fixed now; each operation below takes the lock
         // again, as a later chunk of an SQL adapter would.
         let covered: Vec<(TaskId, State)> = self
-            .tables()
+            .tables()?
             .tasks
             .values()
             .filter(|task| filter.matches(task))
@@ -831,7 +847,7 @@ impl TaskStore for MemoryStore {
             // The state now, not when the set was fixed: a worker may have
             // moved the task meanwhile.
             let state = {
-                let mut t = self.tables();
+                let mut t = self.tables()?;
                 t.check_acting(acting.as_ref())?;
                 let seq = t.seq_of(id)?;
                 t.task_mut(seq)?.state
@@ -841,7 +857,7 @@ impl TaskStore for MemoryStore {
             }
             match action {
                 BulkAction::Retry => {
-                    let mut t = self.tables();
+                    let mut t = self.tables()?;
                     let seq = t.seq_of(id)?;
                     let task = &t.tasks[&seq];
                     let callback_url = task.callback.as_ref().map(|c| c.url());
@@ -870,7 +886,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         Ok(t.destinations
             .iter()
             .map(|(name, settings)| (name.clone(), settings.clone()))
@@ -878,7 +894,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let mut names: Vec<&str> = t
             .tasks
             .values()
@@ -895,7 +911,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn destination(&self, name: String) -> Result<Destination, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let known = t.destinations.contains_key(&name)
             || t.tasks.values().any(|task| task.destination == name);
         if !known {
@@ -910,7 +926,7 @@ impl TaskStore for MemoryStore {
         update: DestinationUpdate,
         _now: Timestamp,
     ) -> Result<Destination, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let settings = update.apply(&t.destinations.get(&name).cloned().unwrap_or_default());
         // A destination keeps its settings row once it has one, defaults or
         // not: it was named by an operator, so it is listed.
@@ -923,7 +939,7 @@ impl TaskStore for MemoryStore {
         spec: ScheduleSpec,
         now: Timestamp,
     ) -> Result<Schedule, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if t.schedules.contains_key(&spec.name) {
             return Err(StoreError::Exists);
         }
@@ -939,7 +955,7 @@ impl TaskStore for MemoryStore {
         change: ScheduleChange,
         now: Timestamp,
     ) -> Result<Schedule, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let old = t.schedules.remove(&name).ok_or(StoreError::NotFound)?;
         let new = old.changed(change, now);
         t.schedules.insert(name, new.clone());
@@ -947,7 +963,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         t.schedules
             .remove(&name)
             .map(drop)
@@ -955,12 +971,12 @@ impl TaskStore for MemoryStore {
     }
 
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         Ok(t.schedules.values().cloned().collect())
     }
 
     async fn schedule(&self, name: String) -> Result<Schedule, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         t.schedules.get(&name).cloned().ok_or(StoreError::NotFound)
     }
 
@@ -970,7 +986,7 @@ impl TaskStore for MemoryStore {
         at: Timestamp,
         task: TaskId,
     ) -> Result<bool, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         match t.schedules.get_mut(&name) {
             Some(s) if s.last_run_at.is_none_or(|last| last < at) => {
                 s.last_run_at = Some(at);
@@ -989,7 +1005,7 @@ impl TaskStore for MemoryStore {
         name: String,
         error: tc_model::schedule::FiringError,
     ) -> Result<bool, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         match t.schedules.get_mut(&name) {
             Some(s)
                 if s.last_run_at.is_none_or(|last| last < error.at)
@@ -1004,7 +1020,7 @@ impl TaskStore for MemoryStore {
 
     async fn health(&self) -> Result<(), StoreError> {
         // Taking the lock is the whole write path here.
-        drop(self.tables());
+        drop(self.tables()?);
         Ok(())
     }
 
@@ -1014,7 +1030,7 @@ impl TaskStore for MemoryStore {
         settings: TenantUpdate,
         now: Timestamp,
     ) -> Result<Tenant, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if t.tenants.contains_key(&name) {
             return Err(StoreError::Exists);
         }
@@ -1034,7 +1050,7 @@ impl TaskStore for MemoryStore {
         update: TenantUpdate,
         now: Timestamp,
     ) -> Result<Tenant, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let tenant = t.tenants.get_mut(&name).ok_or(StoreError::NotFound)?;
         tenant.settings = update.apply(&tenant.settings);
         tenant.updated_at = now;
@@ -1042,7 +1058,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if !t.tenants.contains_key(&name) {
             return Err(StoreError::NotFound);
         }
@@ -1058,12 +1074,12 @@ impl TaskStore for MemoryStore {
     }
 
     async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         Ok(t.tenants.values().map(|tenant| t.detail(tenant)).collect())
     }
 
     async fn tenant_settings(&self) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         Ok(t.tenants
             .values()
             .map(|tenant| (tenant.name.clone(), tenant.settings.clone()))
@@ -1071,7 +1087,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let tenant = t.tenants.get(&name).ok_or(StoreError::NotFound)?;
         Ok(t.detail(tenant))
     }
@@ -1083,7 +1099,7 @@ impl TaskStore for MemoryStore {
         hash: KeyHash,
         now: Timestamp,
     ) -> Result<ApiKey, StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if !t.tenants.contains_key(&tenant) {
             return Err(StoreError::NotFound);
         }
@@ -1106,7 +1122,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         let at = t
             .keys
             .iter()
@@ -1117,7 +1133,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {
-        let t = self.tables();
+        let t = self.tables()?;
         let Some(key) = t.keys.iter().find(|k| k.hash == hash) else {
             return Ok(None);
         };
@@ -1133,7 +1149,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
-        let mut t = self.tables();
+        let mut t = self.tables()?;
         if let Some(key) = t.keys.iter_mut().find(|k| k.key.id == id) {
             key.key.last_used_at = Some(key.key.last_used_at.map_or(at, |last| last.max(at)));
         }
@@ -1141,7 +1157,7 @@ impl TaskStore for MemoryStore {
     }
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
         Ok(self
-            .tables()
+            .tables()?
             .server_keys
             .entry(name)
             .or_insert(candidate)
@@ -1154,19 +1170,19 @@ impl TaskStore for MemoryStore {
         spec: TopicSpec,
         now: Timestamp,
     ) -> Result<(Topic, bool), StoreError> {
-        Ok(self.tables().put_topic(at, spec, now))
+        Ok(self.tables()?.put_topic(at, spec, now))
     }
 
     async fn topics(&self, tenant: Option<String>) -> Result<Vec<Topic>, StoreError> {
-        Ok(self.tables().topics_of(tenant.as_deref()))
+        Ok(self.tables()?.topics_of(tenant.as_deref()))
     }
 
     async fn topic(&self, at: TopicRef) -> Result<Topic, StoreError> {
-        self.tables().topic(&at)
+        self.tables()?.topic(&at)
     }
 
     async fn delete_topic(&self, at: TopicRef) -> Result<(), StoreError> {
-        self.tables().delete_topic(&at)
+        self.tables()?.delete_topic(&at)
     }
 
     async fn create_subscription(
@@ -1176,7 +1192,7 @@ impl TaskStore for MemoryStore {
         spec: SubscriptionSpec,
         now: Timestamp,
     ) -> Result<Subscription, StoreError> {
-        self.tables().create_subscription(at, id, spec, now)
+        self.tables()?.create_subscription(at, id, spec, now)
     }
 
     async fn update_subscription(
@@ -1186,15 +1202,15 @@ impl TaskStore for MemoryStore {
         update: SubscriptionUpdate,
         now: Timestamp,
     ) -> Result<Subscription, StoreError> {
-        self.tables().update_subscription(&at, &id, update, now)
+        self.tables()?.update_subscription(&at, &id, update, now)
     }
 
     async fn delete_subscription(&self, at: TopicRef, id: String) -> Result<(), StoreError> {
-        self.tables().delete_subscription(&at, &id)
+        self.tables()?.delete_subscription(&at, &id)
     }
 
     async fn subscriptions(&self, at: TopicRef) -> Result<Vec<Subscription>, StoreError> {
-        self.tables().subscriptions(&at)
+        self.tables()?.subscriptions(&at)
     }
 
     async fn publish(
@@ -1203,11 +1219,11 @@ impl TaskStore for MemoryStore {
         id: String,
         now: Timestamp,
     ) -> Result<Published, StoreError> {
-        self.tables().publish(event, id, now)
+        self.tables()?.publish(event, id, now)
     }
 
     async fn event(&self, at: TopicRef, id: String) -> Result<Event, StoreError> {
-        self.tables().event(&at, &id)
+        self.tables()?.event(&at, &id)
     }
 
     async fn replay(
@@ -1217,7 +1233,7 @@ impl TaskStore for MemoryStore {
         since: Timestamp,
         now: Timestamp,
     ) -> Result<Vec<Delivery>, StoreError> {
-        self.tables().replay(&at, &id, since, now)
+        self.tables()?.replay(&at, &id, since, now)
     }
 
     async fn take_tokens(
@@ -1225,14 +1241,14 @@ impl TaskStore for MemoryStore {
         asks: Vec<tc_model::cluster::TokenAsk>,
         now: Timestamp,
     ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
-        Ok(self.tables().cluster.take_tokens(&asks, now))
+        Ok(self.tables()?.cluster.take_tokens(&asks, now))
     }
     async fn share_holds(
         &self,
         learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
         now: Timestamp,
     ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
-        Ok(self.tables().cluster.share_holds(learned, now))
+        Ok(self.tables()?.cluster.share_holds(learned, now))
     }
 }
 

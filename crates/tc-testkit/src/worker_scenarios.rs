@@ -10,10 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_downstream::Downstream;
-use tc_model::destination::{Destination, DestinationSettings, DestinationUpdate};
-use tc_model::store::{
-    BulkOutcome, Completion, Cursor, Guarded, ListQuery, StoreError, TaskFilter, TaskStore,
-};
+use tc_model::store::{Cursor, ListQuery, StoreError, TaskFilter, TaskStore};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_worker::{AttemptEnded, Clock, Worker, WorkerConfig, WorkerMetrics};
 use tokio::sync::broadcast;
@@ -48,6 +45,7 @@ mod topics;
 mod trace;
 
 use crate::ClaimDue;
+use crate::hooked::{Answer, Call, Hooked, Hooks};
 use auth::a_destination_s_auth_reaches_every_try;
 use callback::a_callback_delivers_the_parent_s_view;
 use credentials::a_tenant_s_task_carries_only_credentials_lent_to_it;
@@ -648,10 +646,10 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
     let control = worker.control();
     let mut events = control.subscribe();
     // Armed before the task exists, so its first claim is the one held.
-    gated.arm_claim();
+    gated.hooks().arm_claim();
     let task = rig.submit("/claimed", "k-claimed").await?;
     control.task_submitted();
-    guard("claim", gated.held()).await?;
+    guard("claim", gated.hooks().held()).await?;
     let canceled = control
         .cancel(task.id)
         .await
@@ -661,7 +659,7 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
         "cancel returned {}",
         canceled.state
     );
-    gated.release();
+    gated.hooks().release();
     let ended = wait_terminal(&mut events, task.id).await?;
     stop(worker).await?;
     ensure!(
@@ -737,12 +735,12 @@ async fn cancel_caller_gone<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Res
     );
     let mut events = worker.control().subscribe();
     let task = hanging_call(rig, &worker, "/gone").await?;
-    gated.arm_cancel();
+    gated.hooks().arm_cancel();
     let control = worker.control();
     let caller = tokio::spawn(async move { control.cancel(task.id).await });
-    guard("the cancel to be written", gated.held()).await?;
+    guard("the cancel to be written", gated.hooks().held()).await?;
     caller.abort();
-    gated.release();
+    gated.hooks().release();
     guard("the call to be dropped", rig.script.wait_abandoned(1)).await?;
     let ended = wait_terminal(&mut events, task.id).await?;
     stop(worker).await?;
@@ -914,7 +912,7 @@ async fn lost_leases_are_found_without_reading_tasks<S: TaskStore, D: Downstream
     let canceled: Vec<TaskId> = tasks[..2].iter().map(|t| t.id).collect();
     wait_all_terminal(&mut events, &canceled).await?;
     guard("both calls dropped", rig.script.wait_abandoned(2)).await?;
-    let reads = gated.gets();
+    let reads = gated.hooks().gets();
     let kept = rig.get(tasks[2].id).await?;
     stop(worker).await?;
     ensure!(
@@ -1294,8 +1292,17 @@ const SPIN_GUARD_CLAIMS: usize = 10_000;
 /// completes, or every claim while claims are set to fail. It counts claims,
 /// lease recoveries and the tenants' reads so that scenarios can wait on
 /// them.
-pub struct GatedStore<S> {
-    inner: Arc<S>,
+pub type GatedStore<S> = Hooked<S, Gates>;
+
+impl<S> GatedStore<S> {
+    /// Wraps `inner`; everything passes straight through until armed.
+    pub fn new(inner: Arc<S>) -> GatedStore<S> {
+        Hooked::with_hooks(inner, Gates::new())
+    }
+}
+
+/// The hooks of a [`GatedStore`]: what is armed, what fails, what was counted.
+pub struct Gates {
     claim_armed: std::sync::atomic::AtomicBool,
     cancel_armed: std::sync::atomic::AtomicBool,
     settings_armed: std::sync::atomic::AtomicBool,
@@ -1311,11 +1318,9 @@ pub struct GatedStore<S> {
     recoveries: tokio::sync::watch::Sender<usize>,
 }
 
-impl<S> GatedStore<S> {
-    /// Wraps `inner`; everything passes straight through until armed.
-    pub fn new(inner: Arc<S>) -> GatedStore<S> {
-        GatedStore {
-            inner,
+impl Gates {
+    fn new() -> Gates {
+        Gates {
             claim_armed: std::sync::atomic::AtomicBool::new(false),
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
             settings_armed: std::sync::atomic::AtomicBool::new(false),
@@ -1424,369 +1429,69 @@ impl<S> GatedStore<S> {
     }
 }
 
-impl<S: TaskStore> TaskStore for GatedStore<S> {
-    fn submit(
-        &self,
-        task: NewTask,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<tc_model::store::Submitted, StoreError>> + Send {
-        self.inner.submit(task, now)
-    }
-    fn submit_many(
-        &self,
-        tasks: Vec<NewTask>,
-        now: Timestamp,
-    ) -> impl Future<
-        Output = Result<Vec<Result<tc_model::store::Submitted, StoreError>>, StoreError>,
-    > + Send {
-        self.inner.submit_many(tasks, now)
-    }
-    fn get(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send {
-        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.get(id)
-    }
-    fn list(
-        &self,
-        query: ListQuery,
-    ) -> impl Future<Output = Result<tc_model::store::Page, StoreError>> + Send {
-        self.inner.list(query)
-    }
-    fn count_by_state(
-        &self,
-    ) -> impl Future<Output = Result<tc_model::store::StateCounts, StoreError>> + Send {
-        self.inner.count_by_state()
-    }
-    async fn claim(
-        &self,
-        n: usize,
-        now: Timestamp,
-        lease: Duration,
-        gate: tc_model::destination::ClaimGate,
-    ) -> Result<tc_model::claim::Claim, StoreError> {
-        let claims = self
-            .claims
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        // A claim loop that spins on errors would never let a paused clock
-        // move: past this many claims the failure stops, so such a loop ends
-        // its scenario (failed, by the claim count) instead of hanging it.
-        if claims >= SPIN_GUARD_CLAIMS {
-            self.fail_claims(false);
+impl Hooks for Gates {
+    async fn before(&self, call: Call) -> Result<(), StoreError> {
+        match call {
+            Call::Get => {
+                self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            Call::Tenants => {
+                self.tenant_details
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            Call::DestinationSettings => self.hold_if(&self.settings_armed).await,
+            Call::Claim => {
+                let claims = self
+                    .claims
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                // A claim loop that spins on errors would never let a paused
+                // clock move: past this many claims the failure stops, so
+                // such a loop ends its scenario (failed, by the claim count)
+                // instead of hanging it.
+                if claims >= SPIN_GUARD_CLAIMS {
+                    self.fail_claims(false);
+                }
+                if self.claims_fail.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(StoreError::Unavailable("claims fail (test)".to_owned()));
+                }
+            }
+            Call::Complete => {
+                let fail = self
+                    .completes_to_fail
+                    .fetch_update(
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                        |left| left.checked_sub(1),
+                    )
+                    .is_ok();
+                if fail {
+                    self.completes_failed
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    return Err(StoreError::Unavailable(
+                        "database or disk is full (test)".to_owned(),
+                    ));
+                }
+            }
+            _ => {}
         }
-        if self.claims_fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("claims fail (test)".to_owned()));
+        Ok(())
+    }
+
+    async fn after(&self, call: Call, answer: Answer<'_>) {
+        match call {
+            Call::Claim => {
+                let took = answer
+                    .ok()
+                    .and_then(|a| a.downcast_ref::<tc_model::claim::Claim>())
+                    .is_some_and(|claim| !claim.tasks.is_empty());
+                if took {
+                    self.hold_if(&self.claim_armed).await;
+                }
+            }
+            Call::Cancel if answer.is_ok() => self.hold_if(&self.cancel_armed).await,
+            Call::RecoverExpired => self.recoveries.send_modify(|done| *done += 1),
+            Call::TenantSettings => self.weight_reads.send_modify(|n| *n += 1),
+            _ => {}
         }
-        let claim = self.inner.claim(n, now, lease, gate).await?;
-        if !claim.tasks.is_empty() {
-            self.hold_if(&self.claim_armed).await;
-        }
-        Ok(claim)
-    }
-    fn heartbeat(
-        &self,
-        running: Vec<(TaskId, u32)>,
-        now: Timestamp,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Vec<tc_model::store::LeaseLost>, StoreError>> + Send {
-        self.inner.heartbeat(running, now, lease)
-    }
-    async fn complete(
-        &self,
-        id: TaskId,
-        attempt: u32,
-        outcome: Completion,
-        now: Timestamp,
-    ) -> Result<Guarded, StoreError> {
-        let fail = self
-            .completes_to_fail
-            .fetch_update(
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-                |left| left.checked_sub(1),
-            )
-            .is_ok();
-        if fail {
-            self.completes_failed
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            return Err(StoreError::Unavailable(
-                "database or disk is full (test)".to_owned(),
-            ));
-        }
-        self.inner.complete(id, attempt, outcome, now).await
-    }
-    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        let task = self.inner.cancel(id, now).await?;
-        self.hold_if(&self.cancel_armed).await;
-        Ok(task)
-    }
-    fn release(
-        &self,
-        id: TaskId,
-        attempt: u32,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
-        self.inner.release(id, attempt, now)
-    }
-    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let recovered = self.inner.recover_expired(now).await;
-        self.recoveries.send_modify(|done| *done += 1);
-        recovered
-    }
-    fn next_due(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send {
-        self.inner.next_due()
-    }
-    fn delete(&self, id: TaskId) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.inner.delete(id)
-    }
-    fn prune(
-        &self,
-        state: State,
-        older_than: Duration,
-        now: Timestamp,
-        limit: usize,
-    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
-        self.inner.prune(state, older_than, now, limit)
-    }
-    fn retry(
-        &self,
-        id: TaskId,
-        run_at: Timestamp,
-        now: Timestamp,
-        acting: Option<tc_model::tenant::Acting>,
-    ) -> impl Future<Output = Result<Task, StoreError>> + Send {
-        self.inner.retry(id, run_at, now, acting)
-    }
-    fn bulk(
-        &self,
-        request: tc_model::store::BulkRequest,
-    ) -> impl Future<Output = Result<BulkOutcome, StoreError>> + Send {
-        self.inner.bulk(request)
-    }
-    fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.inner.health()
-    }
-    async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
-        self.hold_if(&self.settings_armed).await;
-        self.inner.destination_settings().await
-    }
-    fn destinations(&self) -> impl Future<Output = Result<Vec<Destination>, StoreError>> + Send {
-        self.inner.destinations()
-    }
-    fn destination(
-        &self,
-        name: String,
-    ) -> impl Future<Output = Result<Destination, StoreError>> + Send {
-        self.inner.destination(name)
-    }
-    fn update_destination(
-        &self,
-        name: String,
-        update: DestinationUpdate,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Destination, StoreError>> + Send {
-        self.inner.update_destination(name, update, now)
-    }
-    async fn create_schedule(
-        &self,
-        spec: tc_model::schedule::ScheduleSpec,
-        now: Timestamp,
-    ) -> Result<tc_model::schedule::Schedule, StoreError> {
-        self.inner.create_schedule(spec, now).await
-    }
-    async fn update_schedule(
-        &self,
-        name: String,
-        change: tc_model::schedule::ScheduleChange,
-        now: Timestamp,
-    ) -> Result<tc_model::schedule::Schedule, StoreError> {
-        self.inner.update_schedule(name, change, now).await
-    }
-    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
-        self.inner.delete_schedule(name).await
-    }
-    async fn schedules(&self) -> Result<Vec<tc_model::schedule::Schedule>, StoreError> {
-        self.inner.schedules().await
-    }
-    async fn schedule(&self, name: String) -> Result<tc_model::schedule::Schedule, StoreError> {
-        self.inner.schedule(name).await
-    }
-    async fn record_firing(
-        &self,
-        name: String,
-        at: Timestamp,
-        task: TaskId,
-    ) -> Result<bool, StoreError> {
-        self.inner.record_firing(name, at, task).await
-    }
-    async fn record_firing_error(
-        &self,
-        name: String,
-        error: tc_model::schedule::FiringError,
-    ) -> Result<bool, StoreError> {
-        self.inner.record_firing_error(name, error).await
-    }
-
-    async fn create_tenant(
-        &self,
-        name: String,
-        settings: tc_model::tenant::TenantUpdate,
-        now: Timestamp,
-    ) -> Result<tc_model::tenant::Tenant, StoreError> {
-        self.inner.create_tenant(name, settings, now).await
-    }
-    async fn update_tenant(
-        &self,
-        name: String,
-        update: tc_model::tenant::TenantUpdate,
-        now: Timestamp,
-    ) -> Result<tc_model::tenant::Tenant, StoreError> {
-        self.inner.update_tenant(name, update, now).await
-    }
-    async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
-        self.inner.delete_tenant(name).await
-    }
-    async fn tenants(&self) -> Result<Vec<tc_model::tenant::TenantDetail>, StoreError> {
-        self.tenant_details
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.tenants().await
-    }
-    async fn tenant_settings(
-        &self,
-    ) -> Result<std::collections::BTreeMap<String, tc_model::tenant::TenantSettings>, StoreError>
-    {
-        let weights = self.inner.tenant_settings().await;
-        self.weight_reads.send_modify(|n| *n += 1);
-        weights
-    }
-    async fn tenant(&self, name: String) -> Result<tc_model::tenant::TenantDetail, StoreError> {
-        self.inner.tenant(name).await
-    }
-    async fn create_api_key(
-        &self,
-        tenant: String,
-        id: String,
-        hash: tc_model::tenant::key::KeyHash,
-        now: Timestamp,
-    ) -> Result<tc_model::tenant::key::ApiKey, StoreError> {
-        self.inner.create_api_key(tenant, id, hash, now).await
-    }
-    async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
-        self.inner.revoke_api_key(tenant, id).await
-    }
-    async fn api_key(
-        &self,
-        hash: tc_model::tenant::key::KeyHash,
-    ) -> Result<Option<tc_model::tenant::key::KeyOwner>, StoreError> {
-        self.inner.api_key(hash).await
-    }
-    async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
-        self.inner.touch_api_key(id, at).await
-    }
-
-    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
-        self.inner.server_key(name, candidate).await
-    }
-
-    async fn put_topic(
-        &self,
-        at: tc_model::topic::TopicRef,
-        spec: tc_model::topic::TopicSpec,
-        now: Timestamp,
-    ) -> Result<(tc_model::topic::Topic, bool), StoreError> {
-        self.inner.put_topic(at, spec, now).await
-    }
-
-    async fn topics(
-        &self,
-        tenant: Option<String>,
-    ) -> Result<Vec<tc_model::topic::Topic>, StoreError> {
-        self.inner.topics(tenant).await
-    }
-
-    async fn topic(
-        &self,
-        at: tc_model::topic::TopicRef,
-    ) -> Result<tc_model::topic::Topic, StoreError> {
-        self.inner.topic(at).await
-    }
-
-    async fn delete_topic(&self, at: tc_model::topic::TopicRef) -> Result<(), StoreError> {
-        self.inner.delete_topic(at).await
-    }
-
-    async fn create_subscription(
-        &self,
-        at: tc_model::topic::TopicRef,
-        id: String,
-        spec: tc_model::topic::SubscriptionSpec,
-        now: Timestamp,
-    ) -> Result<tc_model::topic::Subscription, StoreError> {
-        self.inner.create_subscription(at, id, spec, now).await
-    }
-
-    async fn update_subscription(
-        &self,
-        at: tc_model::topic::TopicRef,
-        id: String,
-        update: tc_model::topic::SubscriptionUpdate,
-        now: Timestamp,
-    ) -> Result<tc_model::topic::Subscription, StoreError> {
-        self.inner.update_subscription(at, id, update, now).await
-    }
-
-    async fn delete_subscription(
-        &self,
-        at: tc_model::topic::TopicRef,
-        id: String,
-    ) -> Result<(), StoreError> {
-        self.inner.delete_subscription(at, id).await
-    }
-
-    async fn subscriptions(
-        &self,
-        at: tc_model::topic::TopicRef,
-    ) -> Result<Vec<tc_model::topic::Subscription>, StoreError> {
-        self.inner.subscriptions(at).await
-    }
-
-    async fn publish(
-        &self,
-        event: tc_model::topic::event::NewEvent,
-        id: String,
-        now: Timestamp,
-    ) -> Result<tc_model::topic::event::Published, StoreError> {
-        self.inner.publish(event, id, now).await
-    }
-
-    async fn event(
-        &self,
-        at: tc_model::topic::TopicRef,
-        id: String,
-    ) -> Result<tc_model::topic::event::Event, StoreError> {
-        self.inner.event(at, id).await
-    }
-
-    async fn replay(
-        &self,
-        at: tc_model::topic::TopicRef,
-        id: String,
-        since: Timestamp,
-        now: Timestamp,
-    ) -> Result<Vec<tc_model::topic::Delivery>, StoreError> {
-        self.inner.replay(at, id, since, now).await
-    }
-
-    async fn take_tokens(
-        &self,
-        asks: Vec<tc_model::cluster::TokenAsk>,
-        now: Timestamp,
-    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
-        self.inner.take_tokens(asks, now).await
-    }
-    async fn share_holds(
-        &self,
-        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
-        now: Timestamp,
-    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
-        self.inner.share_holds(learned, now).await
     }
 }

@@ -175,106 +175,155 @@ pub(crate) async fn bulk_apply(
             for state in &from {
                 transit(*state, State::Canceled)?;
             }
-            // Callbacks are fixed at submit: known before the first write.
-            let asks = tx
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM tasks \
-                                    WHERE pos = ANY($1) AND callback_url IS NOT NULL)",
-                )
-                .await
-                .map_err(db)?;
-            let any_callback: bool = tx
-                .query_one(&asks, &[&positions])
-                .await
-                .map_err(db)?
-                .try_get(0)
-                .map_err(db)?;
-            if any_callback {
-                mark_inserting(tx).await?;
-            }
-            let stmt = tx
-                .prepare_cached(
-                    "WITH locked AS ( \
-                         SELECT pos, state AS was, attempt FROM tasks \
-                         WHERE pos = ANY($2) AND state = ANY($3) ORDER BY pos FOR UPDATE \
-                     ), moved AS ( \
-                         UPDATE tasks t SET state = 'canceled', finished_at = tc_now_ms($1), \
-                                            updated_at = tc_now_ms($1), lease_until = NULL, \
-                                            next_run_at = NULL, ends = t.ends + 1, \
-                                            error = CASE WHEN l.was = 'running' THEN $4 \
-                                                         ELSE t.error END \
-                         FROM locked l WHERE t.pos = ANY($2) AND t.pos = l.pos \
-                         RETURNING t.id, l.was, l.attempt, t.pos, t.started_at, \
-                                   t.callback_url IS NOT NULL AS asks_callback \
-                     ), closed AS ( \
-                         UPDATE attempts a SET finished_at = tc_now_ms($1), error = $4, \
-                                               duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
-                         FROM moved m \
-                         WHERE a.task_id = ANY (ARRAY(SELECT id FROM moved)) \
-                           AND m.was = 'running' AND a.task_id = m.id AND a.n = m.attempt \
-                           AND a.finished_at IS NULL \
-                         RETURNING a.task_id \
-                     ), written AS ( \
-                         INSERT INTO attempts (task_id, n, started_at, finished_at, error, \
-                                               duration_ms) \
-                         SELECT m.id, m.attempt, coalesce(m.started_at, tc_now_ms($1)), \
-                                tc_now_ms($1), $4, \
-                                greatest(tc_now_ms($1) - coalesce(m.started_at, tc_now_ms($1)), 0) \
-                         FROM moved m \
-                         WHERE m.was = 'running' AND m.id NOT IN (SELECT task_id FROM closed) \
-                     ) \
-                     SELECT id, was = 'running', pos, asks_callback FROM moved",
-                )
-                .await
-                .map_err(db)?;
-            let rows = tx
-                .query(&stmt, &[&now, &positions, &names, &CANCELED])
-                .await
-                .map_err(db)?;
-            let mut canceled_running = Vec::new();
-            let mut with_callback = Vec::new();
-            for row in &rows {
-                if row.try_get::<_, bool>(1).map_err(db)? {
-                    canceled_running.push(rows::parse_id(row.try_get(0).map_err(db)?)?);
-                }
-                if row.try_get::<_, bool>(3).map_err(db)? {
-                    with_callback.push(row.try_get::<_, i64>(2).map_err(db)?);
-                }
-            }
-            ended(tx, &with_callback, now_ms, now, callback_bytes).await?;
-            if !canceled_running.is_empty() {
-                let notify = tx
-                    .prepare_cached("SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id")
-                    .await
-                    .map_err(db)?;
-                let ids: Vec<String> = canceled_running.iter().map(TaskId::to_string).collect();
-                tx.execute(&notify, &[&channel, &ids]).await.map_err(db)?;
-            }
-            Ok(BulkApplied {
-                applied: rows.len() as u64,
-                canceled_running,
-                refused_url: 0,
-            })
+            bulk_cancel(
+                tx,
+                positions,
+                &names,
+                (now_ms, now),
+                channel,
+                callback_bytes,
+            )
+            .await
         }
-        BulkAction::Delete => {
-            let stmt = tx
-                .prepare_cached(
-                    "WITH locked AS ( \
-                         SELECT pos, id FROM tasks WHERE pos = ANY($1) AND state = ANY($2) \
-                         ORDER BY pos FOR UPDATE \
-                     ), gone AS ( \
-                         DELETE FROM attempts a USING locked WHERE a.task_id = locked.id \
-                     ) \
-                     DELETE FROM tasks t USING locked WHERE t.pos = locked.pos",
-                )
-                .await
-                .map_err(db)?;
-            let applied = tx.execute(&stmt, &[&positions, &names]).await.map_err(db)?;
-            Ok(BulkApplied {
-                applied,
-                canceled_running: Vec::new(),
-                refused_url: 0,
-            })
+        BulkAction::Delete => bulk_delete(tx, positions, &names).await,
+    }
+}
+
+/// A bulk cancel of the tasks at `positions` in the states `names`: one
+/// statement moves them, closes the running ones' tries, and answers which
+/// were running (their workers are told on `channel`) and which ask for a
+/// callback (made in the same transaction).
+async fn bulk_cancel(
+    tx: &Transaction<'_>,
+    positions: &[i64],
+    names: &[&str],
+    (now_ms, now): (tc_model::Timestamp, Option<i64>),
+    channel: &str,
+    callback_bytes: usize,
+) -> Result<BulkApplied, StoreError> {
+    mark_if_callbacks(tx, positions).await?;
+    let stmt = tx
+        .prepare_cached(
+            "WITH locked AS ( \
+                 SELECT pos, state AS was, attempt FROM tasks \
+                 WHERE pos = ANY($2) AND state = ANY($3) ORDER BY pos FOR UPDATE \
+             ), moved AS ( \
+                 UPDATE tasks t SET state = 'canceled', finished_at = tc_now_ms($1), \
+                                    updated_at = tc_now_ms($1), lease_until = NULL, \
+                                    next_run_at = NULL, ends = t.ends + 1, \
+                                    error = CASE WHEN l.was = 'running' THEN $4 \
+                                                 ELSE t.error END \
+                 FROM locked l WHERE t.pos = ANY($2) AND t.pos = l.pos \
+                 RETURNING t.id, l.was, l.attempt, t.pos, t.started_at, \
+                           t.callback_url IS NOT NULL AS asks_callback \
+             ), closed AS ( \
+                 UPDATE attempts a SET finished_at = tc_now_ms($1), error = $4, \
+                                       duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
+                 FROM moved m \
+                 WHERE a.task_id = ANY (ARRAY(SELECT id FROM moved)) \
+                   AND m.was = 'running' AND a.task_id = m.id AND a.n = m.attempt \
+                   AND a.finished_at IS NULL \
+                 RETURNING a.task_id \
+             ), written AS ( \
+                 INSERT INTO attempts (task_id, n, started_at, finished_at, error, \
+                                       duration_ms) \
+                 SELECT m.id, m.attempt, coalesce(m.started_at, tc_now_ms($1)), \
+                        tc_now_ms($1), $4, \
+                        greatest(tc_now_ms($1) - coalesce(m.started_at, tc_now_ms($1)), 0) \
+                 FROM moved m \
+                 WHERE m.was = 'running' AND m.id NOT IN (SELECT task_id FROM closed) \
+             ) \
+             SELECT id, was = 'running', pos, asks_callback FROM moved",
+        )
+        .await
+        .map_err(db)?;
+    let rows = tx
+        .query(&stmt, &[&now, &positions, &names, &CANCELED])
+        .await
+        .map_err(db)?;
+    let mut canceled_running = Vec::new();
+    let mut with_callback = Vec::new();
+    for row in &rows {
+        if row.try_get::<_, bool>(1).map_err(db)? {
+            canceled_running.push(rows::parse_id(row.try_get(0).map_err(db)?)?);
+        }
+        if row.try_get::<_, bool>(3).map_err(db)? {
+            with_callback.push(row.try_get::<_, i64>(2).map_err(db)?);
         }
     }
+    ended(tx, &with_callback, now_ms, now, callback_bytes).await?;
+    notify_canceled(tx, channel, &canceled_running).await?;
+    Ok(BulkApplied {
+        applied: rows.len() as u64,
+        canceled_running,
+        refused_url: 0,
+    })
+}
+
+/// Takes the insert marker when any task at `positions` asks for a
+/// callback: callbacks are fixed at submit, so known before the first write.
+async fn mark_if_callbacks(tx: &Transaction<'_>, positions: &[i64]) -> Result<(), StoreError> {
+    let asks = tx
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM tasks \
+                            WHERE pos = ANY($1) AND callback_url IS NOT NULL)",
+        )
+        .await
+        .map_err(db)?;
+    let any_callback: bool = tx
+        .query_one(&asks, &[&positions])
+        .await
+        .map_err(db)?
+        .try_get(0)
+        .map_err(db)?;
+    if any_callback {
+        mark_inserting(tx).await?;
+    }
+    Ok(())
+}
+
+/// Tells every node's worker on `channel` that these running tasks were
+/// canceled.
+async fn notify_canceled(
+    tx: &Transaction<'_>,
+    channel: &str,
+    canceled_running: &[TaskId],
+) -> Result<(), StoreError> {
+    if canceled_running.is_empty() {
+        return Ok(());
+    }
+    let notify = tx
+        .prepare_cached("SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id")
+        .await
+        .map_err(db)?;
+    let ids: Vec<String> = canceled_running.iter().map(TaskId::to_string).collect();
+    tx.execute(&notify, &[&channel, &ids]).await.map_err(db)?;
+    Ok(())
+}
+
+/// A bulk delete of the tasks at `positions` in the states `names`, their
+/// tries with them.
+async fn bulk_delete(
+    tx: &Transaction<'_>,
+    positions: &[i64],
+    names: &[&str],
+) -> Result<BulkApplied, StoreError> {
+    let stmt = tx
+        .prepare_cached(
+            "WITH locked AS ( \
+                 SELECT pos, id FROM tasks WHERE pos = ANY($1) AND state = ANY($2) \
+                 ORDER BY pos FOR UPDATE \
+             ), gone AS ( \
+                 DELETE FROM attempts a USING locked WHERE a.task_id = locked.id \
+             ) \
+             DELETE FROM tasks t USING locked WHERE t.pos = locked.pos",
+        )
+        .await
+        .map_err(db)?;
+    let applied = tx.execute(&stmt, &[&positions, &names]).await.map_err(db)?;
+    Ok(BulkApplied {
+        applied,
+        canceled_running: Vec::new(),
+        refused_url: 0,
+    })
 }

@@ -65,28 +65,7 @@ pub(crate) async fn claim(
         .map(|(name, _)| name.as_str())
         .filter(|name| is_capped(name))
         .collect();
-    let mut running: HashMap<String, u64> = HashMap::new();
-    if !capped.is_empty() {
-        let lock = tx
-            .prepare_cached(
-                "SELECT destination FROM destinations WHERE destination = ANY($1) \
-                 ORDER BY destination FOR UPDATE",
-            )
-            .await
-            .map_err(db)?;
-        tx.query(&lock, &[&capped]).await.map_err(db)?;
-        let count = tx
-            .prepare_cached(
-                "SELECT destination, count(*) FROM tasks \
-                 WHERE state = 'running' AND destination = ANY($1) GROUP BY destination",
-            )
-            .await
-            .map_err(db)?;
-        for row in tx.query(&count, &[&capped]).await.map_err(db)? {
-            let busy: i64 = row.try_get(1).map_err(db)?;
-            running.insert(row.try_get(0).map_err(db)?, busy.unsigned_abs());
-        }
-    }
+    let running = lock_and_count_running(tx, &capped).await?;
     let candidates = candidates
         .into_iter()
         .map(|(name, allowed)| {
@@ -127,6 +106,38 @@ pub(crate) async fn claim(
         cursor,
         resume_after,
     })
+}
+
+/// Locks the `capped` destinations' rows (in name order, as every claim
+/// does) and counts each one's running tasks: a capped destination's room
+/// is only known under its lock.
+async fn lock_and_count_running(
+    tx: &Transaction<'_>,
+    capped: &[&str],
+) -> Result<HashMap<String, u64>, StoreError> {
+    let mut running: HashMap<String, u64> = HashMap::new();
+    if !capped.is_empty() {
+        let lock = tx
+            .prepare_cached(
+                "SELECT destination FROM destinations WHERE destination = ANY($1) \
+                 ORDER BY destination FOR UPDATE",
+            )
+            .await
+            .map_err(db)?;
+        tx.query(&lock, &[&capped]).await.map_err(db)?;
+        let count = tx
+            .prepare_cached(
+                "SELECT destination, count(*) FROM tasks \
+                 WHERE state = 'running' AND destination = ANY($1) GROUP BY destination",
+            )
+            .await
+            .map_err(db)?;
+        for row in tx.query(&count, &[&capped]).await.map_err(db)? {
+            let busy: i64 = row.try_get(1).map_err(db)?;
+            running.insert(row.try_get(0).map_err(db)?, busy.unsigned_abs());
+        }
+    }
+    Ok(running)
 }
 
 /// The claim's statement: takes up to `$2` due pending tasks of the

@@ -246,6 +246,45 @@ pub(super) async fn admit<C: GenericClient>(
     if limits.is_empty() {
         return Ok(refused);
     }
+    let (mut pending, mut taken) = open_counts_and_keys(client, tasks, &limits).await?;
+    for (i, task) in tasks.iter().enumerate() {
+        let Some(tenant) = task.tenant().filter(|t| limits.contains_key(t)) else {
+            continue;
+        };
+        if refused[i].is_some() {
+            continue;
+        }
+        let ident = (task.idempotency_key().to_owned(), tenant.to_owned());
+        if taken.contains(&ident) {
+            continue;
+        }
+        let count = pending.entry(tenant.to_owned()).or_insert(0);
+        if let Some(limit) = task.pending_limit()
+            && *count >= limit
+        {
+            refused[i] = Some(Refused::Quota(limit));
+            continue;
+        }
+        *count += 1;
+        taken.insert(ident);
+    }
+    Ok(refused)
+}
+
+/// For each limited tenant in `limits`, its open tasks counted up to its
+/// limit; and which of the batch's keys of those tenants are taken already
+/// (a resubmit takes no quota).
+async fn open_counts_and_keys<C: GenericClient>(
+    client: &C,
+    tasks: &[NewTask],
+    limits: &std::collections::BTreeMap<&str, u64>,
+) -> Result<
+    (
+        HashMap<String, u64>,
+        std::collections::HashSet<(String, String)>,
+    ),
+    StoreError,
+> {
     let names: Vec<&str> = limits.keys().copied().collect();
     let caps: Vec<i64> = limits
         .values()
@@ -286,32 +325,11 @@ pub(super) async fn admit<C: GenericClient>(
         let n: i64 = row.try_get(1).map_err(db)?;
         pending.insert(row.try_get(0).map_err(db)?, n.unsigned_abs());
     }
-    let mut taken: std::collections::HashSet<(String, String)> = held
+    let taken: std::collections::HashSet<(String, String)> = held
         .iter()
         .map(|row| Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?)))
         .collect::<Result<_, StoreError>>()?;
-    for (i, task) in tasks.iter().enumerate() {
-        let Some(tenant) = task.tenant().filter(|t| limits.contains_key(t)) else {
-            continue;
-        };
-        if refused[i].is_some() {
-            continue;
-        }
-        let ident = (task.idempotency_key().to_owned(), tenant.to_owned());
-        if taken.contains(&ident) {
-            continue;
-        }
-        let count = pending.entry(tenant.to_owned()).or_insert(0);
-        if let Some(limit) = task.pending_limit()
-            && *count >= limit
-        {
-            refused[i] = Some(Refused::Quota(limit));
-            continue;
-        }
-        *count += 1;
-        taken.insert(ident);
-    }
-    Ok(refused)
+    Ok((pending, taken))
 }
 
 /// A task's identity for its key: the key and its tenant as stored.
@@ -404,44 +422,7 @@ pub(super) async fn insert_batch<C: GenericClient>(
     // Two rounds: a key found taken whose task then vanished (deleted in
     // between) is inserted once more rather than reported as an error.
     for _ in 0..2 {
-        let mut created: HashMap<(String, String), Task> = HashMap::new();
-        for chunk in order.chunks(BATCH_CHUNK) {
-            let columns = BatchColumns::of(tasks, ids, chunk)?;
-            let rows = client
-                .query(
-                    &insert,
-                    &[
-                        &now,
-                        &columns.within,
-                        &columns.ids,
-                        &columns.keys,
-                        &columns.urls,
-                        &columns.bodies,
-                        &columns.max_attempts,
-                        &columns.timeouts,
-                        &columns.schedule_at,
-                        &columns.delay_ms,
-                        &columns.destinations,
-                        &columns.methods,
-                        &columns.headers,
-                        &columns.trace_contexts,
-                        &columns.callback_urls,
-                        &columns.callback_ons,
-                        &columns.callback_ofs,
-                        &columns.tenants,
-                        &columns.topics,
-                        &columns.event_ids,
-                        &columns.subscriptions,
-                        &columns.priorities,
-                    ],
-                )
-                .await
-                .map_err(db)?;
-            for row in &rows {
-                let task = rows::task_from_row(row)?.task;
-                created.insert(stored_ident(&task), task);
-            }
-        }
+        let mut created = insert_chunks(client, &insert, tasks, ids, &order, now).await?;
         // The first item of each created key made it (the rows went in by
         // key, then place); the later ones find it.
         let mut made: HashMap<(&str, &str), Task> = HashMap::new();
@@ -458,22 +439,7 @@ pub(super) async fn insert_batch<C: GenericClient>(
             }
         }
         taken.dedup();
-        let mut found: HashMap<(String, String), Task> = HashMap::new();
-        if !taken.is_empty() {
-            let (keys, tenants): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
-            let mut existing: Vec<Task> = client
-                .query(&by_keys, &[&keys, &tenants])
-                .await
-                .map_err(db)?
-                .iter()
-                .map(|row| rows::task_from_row(row).map(|s| s.task))
-                .collect::<Result<_, _>>()?;
-            read_ops::fill_attempts(client, &mut existing).await?;
-            found = existing
-                .into_iter()
-                .map(|t| (stored_ident(&t), t))
-                .collect();
-        }
+        let found = read_taken(client, &by_keys, &taken).await?;
         let mut missing = Vec::new();
         for &i in &order {
             if answers[i].is_none() {
@@ -492,6 +458,83 @@ pub(super) async fn insert_batch<C: GenericClient>(
     Err(StoreError::Unavailable(
         "idempotency key taken and released twice during one batch".into(),
     ))
+}
+
+/// Inserts the tasks at `order` (sorted by key and tenant), a chunk at a
+/// time; answers the rows made, by key and tenant (a key already taken
+/// makes none).
+async fn insert_chunks<C: GenericClient>(
+    client: &C,
+    insert: &tokio_postgres::Statement,
+    tasks: &[NewTask],
+    ids: &[TaskId],
+    order: &[usize],
+    now: Option<i64>,
+) -> Result<HashMap<(String, String), Task>, StoreError> {
+    let mut created = HashMap::new();
+    for chunk in order.chunks(BATCH_CHUNK) {
+        let columns = BatchColumns::of(tasks, ids, chunk)?;
+        let rows = client
+            .query(
+                insert,
+                &[
+                    &now,
+                    &columns.within,
+                    &columns.ids,
+                    &columns.keys,
+                    &columns.urls,
+                    &columns.bodies,
+                    &columns.max_attempts,
+                    &columns.timeouts,
+                    &columns.schedule_at,
+                    &columns.delay_ms,
+                    &columns.destinations,
+                    &columns.methods,
+                    &columns.headers,
+                    &columns.trace_contexts,
+                    &columns.callback_urls,
+                    &columns.callback_ons,
+                    &columns.callback_ofs,
+                    &columns.tenants,
+                    &columns.topics,
+                    &columns.event_ids,
+                    &columns.subscriptions,
+                    &columns.priorities,
+                ],
+            )
+            .await
+            .map_err(db)?;
+        for row in &rows {
+            let task = rows::task_from_row(row)?.task;
+            created.insert(stored_ident(&task), task);
+        }
+    }
+    Ok(created)
+}
+
+/// The stored tasks that hold the `taken` keys (each a key and a tenant),
+/// with their tries, by key and tenant.
+async fn read_taken<C: GenericClient>(
+    client: &C,
+    by_keys: &tokio_postgres::Statement,
+    taken: &[(&str, &str)],
+) -> Result<HashMap<(String, String), Task>, StoreError> {
+    if taken.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (keys, tenants): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
+    let mut existing: Vec<Task> = client
+        .query(by_keys, &[&keys, &tenants])
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|row| rows::task_from_row(row).map(|s| s.task))
+        .collect::<Result<_, _>>()?;
+    read_ops::fill_attempts(client, &mut existing).await?;
+    Ok(existing
+        .into_iter()
+        .map(|t| (stored_ident(&t), t))
+        .collect())
 }
 
 /// A chunk of a batch as one array per column, for `unnest`.

@@ -63,35 +63,7 @@ pub(crate) fn bulk_chunk(
         check_acting(conn, acting)?;
     }
     quota.new_transaction();
-    let sql = format!(
-        "SELECT seq, id, state, tenant, url, callback_url FROM {table} \
-         WHERE {driving} AND {rest} AND seq > :after AND seq <= :horizon \
-         ORDER BY seq LIMIT :n",
-        table = filter.table,
-        driving = filter.driving,
-        rest = filter.rest,
-    );
-    let n = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
-    type Covered = (i64, Vec<u8>, String, String, String, Option<String>);
-    let covered: Vec<Covered> = conn
-        .prepare_cached(&sql)
-        .map_err(db)?
-        .query_map(
-            &filter.params(&[(":after", &after), (":horizon", &horizon), (":n", &n)])[..],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                ))
-            },
-        )
-        .map_err(db)?
-        .collect::<Result<_, _>>()
-        .map_err(db)?;
+    let covered = covered_tasks(conn, filter, after, horizon)?;
     let mut chunk = BulkChunk::default();
     for (seq, id, state, tenant, url, callback_url) in covered {
         let id = rows::parse_id(id)?;
@@ -126,4 +98,45 @@ pub(crate) fn bulk_chunk(
         reclaim_free_pages(conn)?;
     }
     Ok(chunk)
+}
+
+/// A covered task as a bulk step reads it: seq, id, state, tenant, url and
+/// callback url.
+type Covered = (i64, Vec<u8>, String, String, String, Option<String>);
+
+/// The filter's tasks in the seq range (`after`, `horizon`], a chunk at
+/// most, in seq order.
+fn covered_tasks(
+    conn: &Connection,
+    filter: &FilterSql,
+    after: i64,
+    horizon: i64,
+) -> Result<Vec<Covered>, StoreError> {
+    let sql = format!(
+        "SELECT seq, id, state, tenant, url, callback_url FROM {table} \
+         WHERE {driving} AND {rest} AND seq > :after AND seq <= :horizon \
+         ORDER BY seq LIMIT :n",
+        table = filter.table,
+        driving = filter.driving,
+        rest = filter.rest,
+    );
+    let n = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
+    conn.prepare_cached(&sql)
+        .map_err(db)?
+        .query_map(
+            &filter.params(&[(":after", &after), (":horizon", &horizon), (":n", &n)])[..],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                ))
+            },
+        )
+        .map_err(db)?
+        .collect::<Result<_, _>>()
+        .map_err(db)
 }

@@ -40,23 +40,7 @@ pub(crate) fn complete(
     // RETURNING rows in an ephemeral table built for every statement,
     // which cost more than this read (callgrind, docs/performance.md,
     // issue 26). An end is counted (`ends`) in the same UPDATE.
-    let head: Option<(i64, String, u32, bool, Option<i64>)> = conn
-        .prepare_cached(
-            "SELECT seq, state, attempt, callback_url IS NOT NULL, started_at \
-             FROM tasks WHERE id = ?1",
-        )
-        .map_err(db)?
-        .query_row([id.as_bytes()], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-            ))
-        })
-        .optional()
-        .map_err(db)?;
+    let head = completion_head(conn, id)?;
     let Some((seq, state, current, asks_callback, started_at)) = head else {
         return Err(StoreError::NotFound);
     };
@@ -104,6 +88,31 @@ pub(crate) fn complete(
         ended(conn, seq, effect.updated_at, callback_bytes)?;
     }
     Ok(Guarded::Applied(to))
+}
+
+/// What a completion's guard reads of the task: its seq, state, attempt,
+/// whether it asked for a callback, and when its try started.
+type CompletionHead = (i64, String, u32, bool, Option<i64>);
+
+/// Reads the [`CompletionHead`] of `id` (`None`: no such task): one probe
+/// of the id index.
+fn completion_head(conn: &Connection, id: &TaskId) -> Result<Option<CompletionHead>, StoreError> {
+    conn.prepare_cached(
+        "SELECT seq, state, attempt, callback_url IS NOT NULL, started_at \
+             FROM tasks WHERE id = ?1",
+    )
+    .map_err(db)?
+    .query_row([id.as_bytes()], |row| {
+        Ok((
+            row.get(0)?,
+            row.get(1)?,
+            row.get(2)?,
+            row.get(3)?,
+            row.get(4)?,
+        ))
+    })
+    .optional()
+    .map_err(db)
 }
 
 /// What a task's end creates, after the write that ended the task at

@@ -66,7 +66,7 @@ pub(super) async fn outcome_write_retried_until_it_lands<S: TaskStore, D: Downst
     rig: &Rig<S, D>,
 ) -> Result<(), String> {
     let store = Arc::new(GatedStore::new(Arc::clone(&rig.store)));
-    store.fail_completes(3);
+    store.hooks().fail_completes(3);
     rig.script.plan("/full", [Step::Reply(Reply::status(200))]);
     let worker = worker_on(rig, &store, WorkerMetrics::default());
     let mut events = worker.control().subscribe();
@@ -76,9 +76,9 @@ pub(super) async fn outcome_write_retried_until_it_lands<S: TaskStore, D: Downst
     stop(worker).await?;
     ensure!(ended.state == State::Success, "ended {}", ended.state);
     ensure!(
-        store.completes_failed() == 3,
+        store.hooks().completes_failed() == 3,
         "{} completes failed, want 3",
-        store.completes_failed()
+        store.hooks().completes_failed()
     );
     let calls = rig.script.calls("/full").len();
     ensure!(calls == 1, "{calls} calls, want 1");
@@ -99,7 +99,7 @@ pub(super) async fn claim_errors_back_off<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
 ) -> Result<(), String> {
     let store = Arc::new(GatedStore::new(Arc::clone(&rig.store)));
-    store.fail_claims(true);
+    store.hooks().fail_claims(true);
     rig.script.plan("/later", [Step::Reply(Reply::status(200))]);
     let config = rig.config();
     let worker = worker_on(rig, &store, WorkerMetrics::default());
@@ -114,7 +114,7 @@ pub(super) async fn claim_errors_back_off<S: TaskStore, D: Downstream>(
         tokio::time::sleep(failing_for / 10).await;
     }
     let elapsed = started.elapsed();
-    let claims = store.claims();
+    let claims = store.hooks().claims();
     let bound = elapsed.as_millis() / config.poll_interval.as_millis() + 1;
     ensure!(
         (claims as u128) <= bound,
@@ -122,7 +122,7 @@ pub(super) async fn claim_errors_back_off<S: TaskStore, D: Downstream>(
         config.poll_interval
     );
     ensure!(claims >= 2, "claims were not tried again ({claims})");
-    store.fail_claims(false);
+    store.hooks().fail_claims(false);
     let ended = wait_terminal(&mut events, task.id).await?;
     stop(worker).await?;
     ensure!(ended.state == State::Success, "ended {}", ended.state);
@@ -203,8 +203,12 @@ pub(super) async fn clock_jump_mid_call_delivers_once<S: TaskStore, D: Downstrea
         "the rig's clock cannot jump"
     );
     // Two full recovery rounds after the jump.
-    let seen = store.recoveries();
-    guard("lease recovery to run", store.wait_recoveries(seen + 2)).await?;
+    let seen = store.hooks().recoveries();
+    guard(
+        "lease recovery to run",
+        store.hooks().wait_recoveries(seen + 2),
+    )
+    .await?;
     rig.script.open_gate();
     let ended = wait_terminal(&mut events, task.id).await?;
     stop(worker).await?;
@@ -240,20 +244,20 @@ pub(super) async fn wake_ups_from_elsewhere_share_claims<S: TaskStore, D: Downst
     let mut events = worker.control().subscribe();
     // The first claim, at start, finds nothing; then the loop sleeps.
     for _ in 0..1_000 {
-        if store.claims() > 0 {
+        if store.hooks().claims() > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    ensure!(store.claims() > 0, "the worker never claimed");
-    let before = store.claims();
+    ensure!(store.hooks().claims() > 0, "the worker never claimed");
+    let before = store.hooks().claims();
     // Submitted through the store alone: only the wake-ups tell the worker.
     let task = rig.submit("/elsewhere", "k-elsewhere").await?;
     for _ in 0..20 {
         worker.control().woken_elsewhere();
     }
     let ended = wait_terminal(&mut events, task.id).await?;
-    let claims = store.claims() - before;
+    let claims = store.hooks().claims() - before;
     stop(worker).await?;
     ensure!(ended.state == State::Success, "ended {}", ended.state);
     ensure!(claims <= 3, "{claims} claims for 20 wake-ups");

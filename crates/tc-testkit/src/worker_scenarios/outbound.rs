@@ -124,9 +124,9 @@ pub(super) async fn outbound_calls_carry_headers_and_signatures_on_every_try<
         )
         .await
         .map_err(|e| format!("update_destination: {e}"))?;
-    gated.arm_settings();
+    gated.hooks().arm_settings();
     worker.control().destinations_changed();
-    guard("the settings loop's read", gated.held()).await?;
+    guard("the settings loop's read", gated.hooks().held()).await?;
 
     rig.script.plan(
         "/signed",
@@ -162,7 +162,7 @@ pub(super) async fn outbound_calls_carry_headers_and_signatures_on_every_try<
         ended.state == State::Success,
         "the third try succeeds: {ended:?}"
     );
-    gated.release();
+    gated.hooks().release();
     stop(worker).await?;
 
     let calls = rig.script.calls("/signed");

@@ -200,9 +200,13 @@ pub(super) async fn the_worker_reads_only_the_tenants_weights<S: TaskStore, D: D
         WorkerMetrics::default(),
     );
     // The read at start, then two of the loop's.
-    guard("three reads of the weights", gated.wait_weight_reads(3)).await?;
+    guard(
+        "three reads of the weights",
+        gated.hooks().wait_weight_reads(3),
+    )
+    .await?;
     stop(worker).await?;
-    let details = gated.tenant_details();
+    let details = gated.hooks().tenant_details();
     ensure!(
         details == 0,
         "the worker read the tenants with their counts and keys {details} times"
