@@ -78,10 +78,6 @@ const FNS_LEFT: &[(&str, &str)] = &[
         "the service's wiring in start order",
     ),
     (
-        "crates/tc-store-pg/src/read_ops.rs::list",
-        "the listing's query built clause by clause",
-    ),
-    (
         "crates/tc-store-pg/src/schema.rs::migrate_on",
         "the migration's lock, check and steps",
     ),
