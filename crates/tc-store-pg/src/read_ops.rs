@@ -133,27 +133,12 @@ pub(crate) async fn list(
         .query(&stmt, &filter.params(&[&after, &scan]))
         .await
         .map_err(db)?;
-    let mut matched: Vec<(i64, usize)> = Vec::new();
-    let mut held_back = false;
-    let mut scanned = 0i64;
-    let mut last_scanned = after;
-    for row in &scanned_rows {
-        let pos: i64 = row.try_get(0).map_err(db)?;
-        let horizon: i64 = row.try_get(3).map_err(db)?;
-        if pos >= horizon {
-            held_back = true;
-            break;
-        }
-        scanned += 1;
-        last_scanned = pos;
-        if row.try_get::<_, bool>(1).map_err(db)? {
-            let len: i64 = row.try_get(2).map_err(db)?;
-            matched.push((pos, usize::try_from(len).unwrap_or(usize::MAX)));
-            if matched.len() > query.limit {
-                break;
-            }
-        }
-    }
+    let Scanned {
+        matched,
+        held_back,
+        scanned,
+        last_scanned,
+    } = scanned(&scanned_rows, after, query.limit)?;
     let candidates = &matched[..matched.len().min(query.limit)];
     let lens: Vec<usize> = candidates.iter().map(|&(_, len)| len).collect();
     let take = results_within(&lens, query.max_result_bytes);
@@ -188,6 +173,51 @@ pub(crate) async fn list(
     let mut tasks: Vec<Task> = found.into_iter().map(|s| s.task).collect();
     fill_attempts(tx, &mut tasks).await?;
     Ok((Page { tasks, next }, held_back))
+}
+
+/// What a listing's scan along the driving index found.
+struct Scanned {
+    /// The matching rows' positions and result sizes, one past the limit at
+    /// most (telling whether more follow).
+    matched: Vec<(i64, usize)>,
+    /// Whether a row past the horizon stopped the scan.
+    held_back: bool,
+    /// How many rows were read before the horizon.
+    scanned: i64,
+    /// The last of them (`after` when none).
+    last_scanned: i64,
+}
+
+/// Reads the scan's rows (position, match, result size, horizon) up to the
+/// horizon or one match past `limit`.
+fn scanned(rows: &[tokio_postgres::Row], after: i64, limit: usize) -> Result<Scanned, StoreError> {
+    let mut matched: Vec<(i64, usize)> = Vec::new();
+    let mut held_back = false;
+    let mut scanned = 0i64;
+    let mut last_scanned = after;
+    for row in rows {
+        let pos: i64 = row.try_get(0).map_err(db)?;
+        let horizon: i64 = row.try_get(3).map_err(db)?;
+        if pos >= horizon {
+            held_back = true;
+            break;
+        }
+        scanned += 1;
+        last_scanned = pos;
+        if row.try_get::<_, bool>(1).map_err(db)? {
+            let len: i64 = row.try_get(2).map_err(db)?;
+            matched.push((pos, usize::try_from(len).unwrap_or(usize::MAX)));
+            if matched.len() > limit {
+                break;
+            }
+        }
+    }
+    Ok(Scanned {
+        matched,
+        held_back,
+        scanned,
+        last_scanned,
+    })
 }
 
 /// A dry run: how many tasks the filter covers, and the first `sample`.

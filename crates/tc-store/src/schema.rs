@@ -982,29 +982,7 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
             });
         }
     }
-    let sync = match config.synchronous {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-    };
-    conn.pragma_update(None, "synchronous", sync)
-        .map_err(fail("set synchronous"))?;
-    conn.pragma_update(None, "foreign_keys", "ON")
-        .map_err(fail("enable foreign keys"))?;
-    // The writer runs the automatic checkpoints inside its COMMITs, where they
-    // stall every caller of the batch; checkpointing every 40 MiB of WAL
-    // instead of SQLite's 4 MiB gave 15-25% more durable submits/s at 64
-    // callers (cargo xtask bench-store), at the price of a larger -wal file.
-    conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
-        .map_err(fail("set wal_autocheckpoint"))?;
-    // After a checkpoint the -wal file is cut back to this size, so a burst
-    // does not leave a large file behind for good.
-    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT_BYTES)
-        .map_err(fail("set journal_size_limit"))?;
-    // SQLite's default page cache (2 MiB) held less than the index pages a
-    // stream of inserts touches, so the writer read them back from the
-    // kernel again and again.
-    conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
-        .map_err(fail("set cache_size"))?;
+    writer_pragmas(&conn, config).map_err(|(doing, e)| fail(doing)(e))?;
     migrate(&mut conn, &path)?;
     make_vacuum_incremental(&conn, &path).map_err(fail("switch auto_vacuum to incremental"))?;
     // A command of several statements runs in a savepoint (the hot writes
@@ -1025,6 +1003,39 @@ pub(crate) fn open_writer(target: &Target, config: &StoreConfig) -> Result<Conne
     )
     .map_err(fail("create the pruner's temp table"))?;
     Ok(conn)
+}
+
+/// The writer's settings that hold for its whole life: durability, foreign
+/// keys, when it checkpoints, how large the -wal file stays, its page
+/// cache. A refusal names what was being set.
+fn writer_pragmas(
+    conn: &Connection,
+    config: &StoreConfig,
+) -> Result<(), (&'static str, rusqlite::Error)> {
+    let sync = match config.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(|e| ("set synchronous", e))?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(|e| ("enable foreign keys", e))?;
+    // The writer runs the automatic checkpoints inside its COMMITs, where they
+    // stall every caller of the batch; checkpointing every 40 MiB of WAL
+    // instead of SQLite's 4 MiB gave 15-25% more durable submits/s at 64
+    // callers (cargo xtask bench-store), at the price of a larger -wal file.
+    conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+        .map_err(|e| ("set wal_autocheckpoint", e))?;
+    // After a checkpoint the -wal file is cut back to this size, so a burst
+    // does not leave a large file behind for good.
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT_BYTES)
+        .map_err(|e| ("set journal_size_limit", e))?;
+    // SQLite's default page cache (2 MiB) held less than the index pages a
+    // stream of inserts touches, so the writer read them back from the
+    // kernel again and again.
+    conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
+        .map_err(|e| ("set cache_size", e))?;
+    Ok(())
 }
 
 /// SQLite's `auto_vacuum = INCREMENTAL`: pages freed by deletes can be

@@ -443,24 +443,7 @@ async fn finish<S: TaskStore, D>(
     };
     match written {
         Ok(Guarded::Applied(State::Pending)) => Some(retried(ctx, &report, &planned)),
-        Ok(Guarded::Applied(state)) => {
-            log_done(&report, state, planned.reason.as_deref());
-            if task
-                .callback
-                .as_ref()
-                .is_some_and(|c| c.on().includes(state))
-            {
-                // This end made a callback task, due now: claim it without
-                // waiting for the next poll.
-                ctx.shared.wake.notify_one();
-            }
-            ctx.metrics.count(if state == State::Success {
-                "success"
-            } else {
-                "failed"
-            });
-            Some(state)
-        }
+        Ok(Guarded::Applied(state)) => Some(ended(ctx, &report, state, planned.reason.as_deref())),
         // Canceled or recovered meanwhile: the store kept its state.
         Ok(Guarded::Lost(state)) => Some(lost(ctx, &report, state)),
         Err(WriteAbandoned::Canceled) => {
@@ -478,6 +461,33 @@ async fn finish<S: TaskStore, D>(
             release(ctx, task, duration_ms, ids).await
         }
     }
+}
+
+/// The try ended the task in `state` (written): log it, count it, and wake
+/// the claim loop when the end made a callback task, due now.
+fn ended<S, D>(
+    ctx: &AttemptContext<S, D>,
+    report: &Report<'_>,
+    state: State,
+    reason: Option<&str>,
+) -> State {
+    log_done(report, state, reason);
+    if report
+        .task
+        .callback
+        .as_ref()
+        .is_some_and(|c| c.on().includes(state))
+    {
+        // This end made a callback task, due now: claim it without
+        // waiting for the next poll.
+        ctx.shared.wake.notify_one();
+    }
+    ctx.metrics.count(if state == State::Success {
+        "success"
+    } else {
+        "failed"
+    });
+    state
 }
 
 /// What tc-retry decides for this answer of this attempt.

@@ -78,14 +78,6 @@ const FNS_LEFT: &[(&str, &str)] = &[
         "the service's wiring in start order",
     ),
     (
-        "crates/tc-store/src/schema.rs::open_writer",
-        "the writer's open sequence (pragmas, migration, checks)",
-    ),
-    (
-        "crates/tc-store-pg/src/read_ops.rs::list",
-        "the listing's query built clause by clause",
-    ),
-    (
         "crates/tc-store-pg/src/schema.rs::migrate_on",
         "the migration's lock, check and steps",
     ),
@@ -96,10 +88,6 @@ const FNS_LEFT: &[(&str, &str)] = &[
     (
         "crates/tc-worker/src/attempt.rs::run",
         "one try's race of the call against cancel and shutdown",
-    ),
-    (
-        "crates/tc-worker/src/attempt.rs::finish",
-        "the outcome's write and its retries",
     ),
 ];
 
