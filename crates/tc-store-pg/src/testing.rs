@@ -257,7 +257,7 @@ mod hot_args {
         ARRAY['http://h/x'], ARRAY['\\x7b7d'::bytea], ARRAY[3], ARRAY[1000000000]::bigint[], \
         ARRAY[NULL]::bigint[], ARRAY[NULL]::bigint[], ARRAY['h:80'], ARRAY['POST'], \
         ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], \
-        ARRAY[NULL]::bytea[], ARRAY['']";
+        ARRAY[NULL]::bytea[], ARRAY[''], ARRAY[0]";
     /// For `COMPLETE_MANY`: two completions.
     pub(super) const COMPLETE: &str = "\
         ARRAY['\\x0123456789abcdef0123456789abcdef'::bytea, \
