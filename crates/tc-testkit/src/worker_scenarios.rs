@@ -37,6 +37,8 @@ mod faults;
 mod outbound;
 // Paced by the destination's own signals (issue 40 item 5).
 mod pacing;
+// Priorities (issue 40 item 4).
+mod priority;
 // Schedules: a firing per fire time on every store (issue 28).
 mod schedules;
 // Tenants: the weighted share of the slots (issue 29).
@@ -66,6 +68,7 @@ use pacing::{
     rate_limit_fields_hold_the_destination_until_their_reset,
     throttling_without_fields_halves_the_calls_in_flight,
 };
+use priority::higher_priorities_are_called_first;
 use schedules::a_schedule_fires_one_task_per_time_and_records_it;
 use tenants::{
     tasks_without_a_tenant_keep_their_share_behind_a_backlog,
@@ -296,6 +299,7 @@ macro_rules! worker_scenarios {
             a_tenant_s_task_carries_only_credentials_lent_to_it,
             a_destination_s_auth_reaches_every_try,
             an_event_reaches_each_matching_subscriber_with_its_id_and_type,
+            higher_priorities_are_called_first,
         }
     };
 }

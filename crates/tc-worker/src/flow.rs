@@ -644,7 +644,7 @@ mod tests {
     use super::*;
     use tc_model::{Limits, NewTask};
 
-    fn task(host: &str, n: u32) -> Task {
+    pub(super) fn task(host: &str, n: u32) -> Task {
         let new = NewTask::new(
             format!("http://{host}/"),
             b"{}".to_vec(),
@@ -659,11 +659,11 @@ mod tests {
         task
     }
 
-    fn at(ms: i64) -> Timestamp {
+    pub(super) fn at(ms: i64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + ms)
     }
 
-    fn flow() -> Flow {
+    pub(super) fn flow() -> Flow {
         Flow::new(BreakerPolicy::default(), DestinationMetrics::default(), 8)
     }
 

@@ -815,6 +815,8 @@ async fn method_headers_and_signing_show_without_any_secret() {
     .unwrap()
     .with_method(tc_model::Method::Get)
     .unwrap()
+    .with_priority(3)
+    .unwrap()
     .with_headers(headers);
     let id = f.store.submit(new, NOW).await.unwrap().task.id;
     f.set(
@@ -843,6 +845,7 @@ async fn method_headers_and_signing_show_without_any_secret() {
         .await
         .body;
     assert!(page.contains(r#"id="task-method">GET<"#), "{page}");
+    assert!(page.contains(r#"id="task-priority">3<"#), "{page}");
     assert!(page.contains("authorization: [redacted]"), "{page}");
     assert!(page.contains("x-tenant: acme"), "{page}");
     assert!(page.contains("sends no body"), "{page}");

@@ -177,3 +177,89 @@ impl Flow {
         !self.lock().learned.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tc_model::cluster::{DestinationHolds, TokenGrant};
+    use tc_model::destination::DestinationSettings;
+
+    use super::super::tests::{at, flow, task};
+    use crate::flow::BreakerState;
+
+    const DEST: &str = "r.example:80";
+
+    fn rated(flow: &crate::flow::Flow) {
+        let settings = DestinationSettings {
+            rate_per_s: Some(50.0),
+            burst: Some(5),
+            ..DestinationSettings::default()
+        };
+        flow.set_settings(vec![(DEST.to_owned(), settings)], at(0));
+    }
+
+    /// A claim asks for what it can use (its slots, the bucket's size),
+    /// claims within the grant, and gives back the rest; a grant short of
+    /// the ask waits for the next token; an unused grant pauses the asks
+    /// until the loop sleeps.
+    #[test]
+    fn a_claim_asks_claims_within_its_grant_and_gives_back_the_rest() {
+        let flow = flow();
+        rated(&flow);
+        let asks = flow.token_asks(at(0), 16);
+        assert_eq!(asks.len(), 1);
+        assert_eq!((asks[0].take, asks[0].give_back), (5, 0));
+        let grant = TokenGrant {
+            granted: 3,
+            next_in: Some(Duration::from_millis(20)),
+        };
+        flow.granted(&asks, &[grant], at(0));
+        assert_eq!(flow.gate(at(0)).at_most.get(DEST), Some(&3));
+        flow.started(&[task("r.example", 1)]);
+        let back = flow.leftovers(&asks, at(0));
+        assert_eq!(back.len(), 1);
+        assert_eq!((back[0].take, back[0].give_back), (0, 2));
+        // No ask before the next token; then one.
+        assert!(flow.token_asks(at(10), 16).is_empty());
+        assert_eq!(flow.next_release(at(10)), Some(at(20)));
+        let asks = flow.token_asks(at(20), 16);
+        assert_eq!(asks.len(), 1);
+        // A grant none of which was used: no ask for a while, unless the
+        // loop slept.
+        let full = TokenGrant {
+            granted: 5,
+            next_in: None,
+        };
+        flow.granted(&asks, &[full], at(20));
+        let back = flow.leftovers(&asks, at(20));
+        assert_eq!(back[0].give_back, 5);
+        assert!(flow.token_asks(at(30), 16).is_empty());
+        flow.forget_empty();
+        assert_eq!(flow.token_asks(at(30), 16).len(), 1);
+    }
+
+    /// Another node's open breaker and backoff hold here too, and show in
+    /// this node's state; this node's own learned holds are shared once.
+    #[test]
+    fn holds_from_other_nodes_are_adopted_and_own_ones_shared() {
+        let flow = flow();
+        let holds = DestinationHolds {
+            breaker_open_until: Some(at(30_000)),
+            backoff_until: Some(at(5_000)),
+            ratelimit_until: None,
+        };
+        flow.adopt(&[(DEST.to_owned(), holds)], at(0));
+        let state = flow.state_of(DEST, at(1));
+        assert_eq!(state.breaker, BreakerState::Open);
+        assert_eq!(state.backoff_until, Some(at(5_000)));
+        assert!(flow.gate(at(1)).held.contains(DEST));
+        assert_eq!(
+            flow.state_of(DEST, at(30_000)).breaker,
+            BreakerState::HalfOpen
+        );
+        // Nothing was learned here: nothing to share.
+        assert!(!flow.has_learned());
+        assert!(flow.take_learned().is_empty());
+    }
+}
