@@ -111,32 +111,7 @@ pub(crate) fn submit_all(
         let mut values: Vec<Box<dyn rusqlite::ToSql + '_>> =
             Vec::with_capacity(size * SUBMIT_COLUMNS);
         for ((new, row), id) in chunk.iter().zip(&rows[at..at + size]).zip(&ids) {
-            let asked = new.first_run();
-            let (schedule_at, schedule_delay_ms) = asked.to_parts();
-            values.push(Box::new(*id.as_bytes()));
-            values.push(Box::new(new.idempotency_key()));
-            values.push(Box::new(State::Pending.as_str()));
-            values.push(Box::new(new.url()));
-            values.push(Box::new(new.body()));
-            values.push(Box::new(new.max_attempts()));
-            values.push(Box::new(nanos(new.timeout())));
-            values.push(Box::new(now.as_millis()));
-            values.push(Box::new(asked.due_at(now).as_millis()));
-            values.push(Box::new(schedule_at));
-            values.push(Box::new(schedule_delay_ms));
-            values.push(Box::new(row.destination.as_str()));
-            values.push(Box::new(new.method().as_str()));
-            values.push(Box::new(row.headers.as_deref()));
-            values.push(Box::new(row.trace.as_deref()));
-            values.push(Box::new(new.callback().map(Callback::url)));
-            values.push(Box::new(row.callback_on.as_deref()));
-            values.push(Box::new(new.callback_of().map(|id| *id.as_bytes())));
-            values.push(Box::new(tc_model::tenant::stored_tenant(new.tenant())));
-            let link = new.topic_link();
-            values.push(Box::new(link.map(|l| l.topic.as_str())));
-            values.push(Box::new(link.map(|l| l.event_id.as_str())));
-            values.push(Box::new(link.map(|l| l.subscription.as_str())));
-            values.push(Box::new(new.priority()));
+            push_row(&mut values, new, row, *id, now);
         }
         let inserted = conn
             .prepare_cached(&SUBMIT_ROWS_SQL[shape])
@@ -162,6 +137,43 @@ pub(crate) fn submit_all(
         at += size;
     }
     Ok(answers)
+}
+
+/// Binds one new task's row of [`submit_rows_sql`], in its column order
+/// ([`SUBMIT_COLUMNS`] values).
+fn push_row<'a>(
+    values: &mut Vec<Box<dyn rusqlite::ToSql + 'a>>,
+    new: &'a NewTask,
+    row: &'a SubmitRow,
+    id: TaskId,
+    now: Timestamp,
+) {
+    let asked = new.first_run();
+    let (schedule_at, schedule_delay_ms) = asked.to_parts();
+    values.push(Box::new(*id.as_bytes()));
+    values.push(Box::new(new.idempotency_key()));
+    values.push(Box::new(State::Pending.as_str()));
+    values.push(Box::new(new.url()));
+    values.push(Box::new(new.body()));
+    values.push(Box::new(new.max_attempts()));
+    values.push(Box::new(nanos(new.timeout())));
+    values.push(Box::new(now.as_millis()));
+    values.push(Box::new(asked.due_at(now).as_millis()));
+    values.push(Box::new(schedule_at));
+    values.push(Box::new(schedule_delay_ms));
+    values.push(Box::new(row.destination.as_str()));
+    values.push(Box::new(new.method().as_str()));
+    values.push(Box::new(row.headers.as_deref()));
+    values.push(Box::new(row.trace.as_deref()));
+    values.push(Box::new(new.callback().map(Callback::url)));
+    values.push(Box::new(row.callback_on.as_deref()));
+    values.push(Box::new(new.callback_of().map(|id| *id.as_bytes())));
+    values.push(Box::new(tc_model::tenant::stored_tenant(new.tenant())));
+    let link = new.topic_link();
+    values.push(Box::new(link.map(|l| l.topic.as_str())));
+    values.push(Box::new(link.map(|l| l.event_id.as_str())));
+    values.push(Box::new(link.map(|l| l.subscription.as_str())));
+    values.push(Box::new(new.priority()));
 }
 
 #[cfg(test)]
