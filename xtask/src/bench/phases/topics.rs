@@ -34,7 +34,11 @@ fn publishes() -> MakeRequest {
         let body = format!(
             r#"{{"event_type":"order.placed","json":{{"n":{i}}},"idempotency_key":"event-{i}"}}"#
         );
-        endpoint.request(Method::POST, "/topics/bench/events", Some(Bytes::from(body)))
+        endpoint.request(
+            Method::POST,
+            "/topics/bench/events",
+            Some(Bytes::from(body)),
+        )
     })
 }
 
@@ -92,7 +96,10 @@ impl Bench {
                 topic_rate,
                 "/s",
             )
-            .beside(batch_rate, &format!("batch submits of {FAN_OUT}, same server"))
+            .beside(
+                batch_rate,
+                &format!("batch submits of {FAN_OUT}, same server"),
+            )
             .target(Target::RatioAtLeast(1.0))
             .note(format!(
                 "{CONNECTIONS} connections, {:.0} s each, destination paused. {} {} {warnings}",
