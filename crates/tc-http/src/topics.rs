@@ -299,6 +299,11 @@ pub(crate) async fn publish<S: TaskStore, C: Control>(
         .await
         .map_err(|e| match e {
             StoreError::NotFound => not_found(About::Topic(&at.name)),
+            StoreError::IdempotencyConflict { fields } => ApiError::IdempotencyConflict(format!(
+                "idempotency_key: already used for an event (or one of its tasks' keys) \
+                     with other work; differs in {}",
+                fields.join(", ")
+            )),
             e => crate::tasks::quota_refusal(app, caller, e),
         })?;
     let made = published.event.tasks.len();

@@ -281,6 +281,9 @@ where
         "/bulk" if !fragment => pages::bulk::page(&ctx, query),
         "/schedules" if fragment => pages::schedules::fragment(app).await,
         "/schedules" => pages::schedules::page(app, &ctx).await,
+        "/topics" if fragment => pages::topics::fragment(app, &ctx).await,
+        "/topics" => pages::topics::page(app, &ctx).await,
+        _ if page.starts_with("/topics/") && !fragment => topic_page(app, &ctx, page).await,
         _ => match page.strip_prefix("/tasks/") {
             Some(id) if !id.is_empty() && !id.contains('/') => {
                 pages::task::render(app, &ctx, id, fragment).await
@@ -289,6 +292,21 @@ where
         },
     };
     html(rendered.status, rendered.markup)
+}
+
+/// `/ui/topics/{name}` and `/ui/topics/{name}/events/{id}` (issue 43).
+async fn topic_page<S: TaskStore, C: Control>(
+    app: &Source<'_, S, C>,
+    ctx: &Ctx,
+    page: &str,
+) -> pages::Rendered {
+    let rest = page.strip_prefix("/topics/").unwrap_or_default();
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        [name] if !name.is_empty() => pages::topics::topic(app, ctx, name).await,
+        [name, "events", id] if !id.is_empty() => pages::topics::event(app, ctx, name, id).await,
+        _ => pages::Rendered::not_found(ctx, "No such page."),
+    }
 }
 
 /// `POST /ui/login` with `token=...` (a form): the right token gets a

@@ -1169,3 +1169,64 @@ async fn a_login_through_a_trusted_tls_proxy_passes_and_a_refusal_says_what_to_s
         api.body
     );
 }
+
+#[tokio::test]
+async fn the_topic_pages_show_subscriptions_health_and_an_event_s_tasks() {
+    let f = fixture(None);
+    let json = [("content-type", "application/json")];
+    let empty = f.call("GET", "/ui/topics", &[], "").await;
+    assert_eq!(empty.status, 200);
+    assert!(empty.body.contains("No topics"), "{}", empty.body);
+    assert_eq!(
+        f.call("PUT", "/topics/billing", &json, "{}").await.status,
+        201
+    );
+    let sub = r#"{"url":"http://127.0.0.1:9/in","event_types":["invoice.*"],
+        "headers":{"authorization":"Bearer s3cr3t"},
+        "signing_secrets":["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]}"#;
+    let made = f
+        .call("POST", "/topics/billing/subscriptions", &json, sub)
+        .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let sub: serde_json::Value = serde_json::from_str(&made.body).unwrap();
+    let event = r#"{"event_type":"invoice.paid","idempotency_key":"e1"}"#;
+    let published = f.call("POST", "/topics/billing/events", &json, event).await;
+    assert_eq!(published.status, 201, "{}", published.body);
+    let event: serde_json::Value = serde_json::from_str(&published.body).unwrap();
+
+    let list = f.call("GET", "/ui/topics", &[], "").await;
+    assert!(
+        list.body.contains("href=\"/ui/topics/billing\""),
+        "{}",
+        list.body
+    );
+    let topic = f.call("GET", "/ui/topics/billing", &[], "").await;
+    assert_eq!(topic.status, 200, "{}", topic.body);
+    for expected in [sub["id"].as_str().unwrap(), "invoice.*", "healthy"] {
+        assert!(topic.body.contains(expected), "{expected}: {}", topic.body);
+    }
+    let path = format!(
+        "/ui/topics/billing/events/{}",
+        event["id"].as_str().unwrap()
+    );
+    let page = f.call("GET", &path, &[], "").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let task = event["tasks"][0]["task_id"].as_str().unwrap();
+    assert!(
+        page.body.contains(&format!("/ui/tasks/{task}")),
+        "{}",
+        page.body
+    );
+    for body in [&list.body, &topic.body, &page.body] {
+        for secret in ["s3cr3t", "whsec_", "C2FVsBQ"] {
+            assert!(!body.contains(secret), "{secret} shown: {body}");
+        }
+    }
+    for (path, status) in [
+        ("/ui/topics/nope", 404),
+        ("/ui/topics/Bad", 404),
+        ("/ui/topics/billing/events/nope", 404),
+    ] {
+        assert_eq!(f.call("GET", path, &[], "").await.status, status, "{path}");
+    }
+}

@@ -481,6 +481,9 @@ fn fields() -> Vec<Field> {
                 .samples(Accepted, &times(Accepted))
                 .samples(Refused, &times(Refused)),
             field(place, "idempotency_key").fill(|n| "é".repeat(n)),
+            field(place, "topic").fill(|n| "é".repeat(n)),
+            field(place, "event_id").fill(|n| "é".repeat(n)),
+            field(place, "subscription").fill(|n| "é".repeat(n)),
             field(place, "tenant")
                 .samples(Accepted, &strings(&["a", "0", "team-1_x", &"a".repeat(63)]))
                 .samples(

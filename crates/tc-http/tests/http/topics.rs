@@ -97,13 +97,11 @@ async fn a_topic_publishes_one_task_per_matching_subscription() {
     )
     .await;
     // A secret never reaches a view.
-    for reply in [&listed] {
-        let text = String::from_utf8_lossy(&reply.body);
-        assert!(
-            !text.contains("whsec_") && !text.contains("s3cr3t"),
-            "{text}"
-        );
-    }
+    let text = String::from_utf8_lossy(&listed.body);
+    assert!(
+        !text.contains("whsec_") && !text.contains("s3cr3t"),
+        "{text}"
+    );
     assert_eq!(
         listed.json()["subscriptions"].as_array().map(Vec::len),
         Some(3)

@@ -829,7 +829,7 @@ impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for Quiet
 #[derive(Debug, Clone)]
 pub(crate) struct Payload(pub(crate) Box<RawValue>);
 
-fn payload(value: &str) -> Result<Payload, String> {
+pub(crate) fn payload(value: &str) -> Result<Payload, String> {
     let text = match value.strip_prefix('@') {
         Some(path) => {
             std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?

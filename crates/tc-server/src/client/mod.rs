@@ -1,5 +1,5 @@
 //! The command-line client: `tc-server task …`, `tc-server destination …`,
-//! `tc-server schedule …` and `tc-server tenant …` talk to a running server
+//! `tc-server schedule …`, `tc-server tenant …` and `tc-server topic …` talk to a running server
 //! over its HTTP API; `tc-server healthcheck` asks its `/healthz`.
 //!
 //! Exit codes: 0 ok, 1 the API refused (its error code and message on
@@ -14,6 +14,8 @@ mod output;
 mod schedule;
 mod task;
 mod tenant;
+mod topic;
+pub(crate) mod topic_args;
 mod view;
 mod watch;
 
@@ -63,6 +65,11 @@ async fn schedule_command(args: &ScheduleArgs) -> Result<(), ClientError> {
             schedule::delete(&api, &Out::new(json(a.output)), &a.name).await
         }
     }
+}
+
+/// Runs `tc-server topic …`.
+pub(crate) fn run_topic(args: &topic_args::TopicArgs) -> ExitCode {
+    finish(block_on(topic::run(args)))
 }
 
 /// Runs `tc-server tenant …`.

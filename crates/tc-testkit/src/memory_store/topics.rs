@@ -89,11 +89,17 @@ impl Tables {
         spec: SubscriptionSpec,
         now: Timestamp,
     ) -> Result<Subscription, StoreError> {
+        // An id is unique across every topic, as the SQL stores' key.
+        let taken = self
+            .topics
+            .topics
+            .values()
+            .any(|(_, subs)| subs.iter().any(|s| s.id == id));
         let (_, subs) = self.topic_entry(&at)?;
         if subs.len() >= MAX_SUBSCRIPTIONS {
             return Err(StoreError::NotEmpty);
         }
-        if subs.iter().any(|s| s.id == id) {
+        if taken {
             return Err(StoreError::Exists);
         }
         let sub = Subscription::created(id, at, spec, now);

@@ -15,6 +15,7 @@ mod scale;
 mod slow_downstream;
 mod submit;
 mod tenants;
+mod topics;
 mod waiters;
 mod wrk_node;
 
@@ -161,6 +162,7 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         bench.phase(12, "one node", Bench::one_node).await;
         bench.phase(13, "tenants", Bench::tenants).await;
         bench.phase(14, "one node under wrk", Bench::wrk_node).await;
+        bench.phase(16, "topics", Bench::topics).await;
     });
     drop(runtime);
 

@@ -9,6 +9,7 @@ pub(crate) mod refused;
 pub(crate) mod schedules;
 pub(crate) mod task;
 pub(crate) mod tasks;
+pub(crate) mod topics;
 
 use http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
@@ -82,6 +83,7 @@ pub(crate) enum Nav {
     Tasks,
     Bulk,
     Schedules,
+    Topics,
     None,
 }
 
@@ -114,6 +116,7 @@ pub(crate) fn layout(ctx: &Ctx, title: &str, nav: Nav, body: Markup) -> Markup {
                         }
                         (tab(Nav::Tasks, "/ui/tasks", "Tasks"))
                         (tab(Nav::Bulk, "/ui/bulk", "Bulk actions"))
+                        (tab(Nav::Topics, "/ui/topics", "Topics"))
                         @if ctx.scope.is_admin() {
                             (tab(Nav::Schedules, "/ui/schedules", "Schedules"))
                         }
