@@ -388,18 +388,7 @@ impl ApiError {
     /// The one place where store errors become HTTP errors.
     pub(crate) fn from_store(e: StoreError, about: About<'_>) -> ApiError {
         match e {
-            StoreError::NotFound => ApiError::NotFound(match about {
-                About::Task => "no task with this id".into(),
-                About::Tenant(name) => format!("no tenant named {name:?}"),
-                About::Key { tenant, id } => format!("tenant {tenant:?} has no key {id:?}"),
-                About::Schedule(name) => format!("no schedule named {name:?}"),
-                About::Destination => {
-                    "no destination with this name: it has neither tasks nor settings".into()
-                }
-                About::Topic(name) => format!("no topic named {name:?}"),
-                About::Subscription(id) => format!("no subscription {id:?} on this topic"),
-                About::Event(id) => format!("no event {id:?} on this topic"),
-            }),
+            StoreError::NotFound => ApiError::NotFound(about.not_found()),
             StoreError::IdempotencyConflict { fields } => ApiError::IdempotencyConflict(format!(
                 "idempotency_key: already used for a task with other work; \
                      differs in {}",
@@ -429,31 +418,7 @@ impl ApiError {
                     ApiError::Internal(format!("the store says {about:?} exists"))
                 }
             },
-            StoreError::NotEmpty if matches!(about, About::Topic(_)) => {
-                ApiError::TopicNotEmpty(format!(
-                    "the topic still has subscriptions: delete them first ({})",
-                    match about {
-                        About::Topic(name) => format!("DELETE /topics/{name}/subscriptions/{{id}}"),
-                        _ => String::new(),
-                    }
-                ))
-            }
-            StoreError::NotEmpty if matches!(about, About::Subscription(_)) => {
-                ApiError::TopicFull(format!(
-                    "the topic has {} subscriptions, as many as it may",
-                    tc_model::topic::MAX_SUBSCRIPTIONS
-                ))
-            }
-            StoreError::NotEmpty => ApiError::TenantNotEmpty(match about {
-                About::Tenant(name) => format!(
-                    "tenant {name:?} still has tasks: delete them first \
-                     (POST /tasks/bulk {{\"action\":\"delete\",\"filter\":{{\"tenant\":\"{name}\"}}}} \
-                     once they are finished)"
-                ),
-                _ => "the tenant still has tasks: delete them first (POST /tasks/bulk \
-                      with action delete and tenant=<name>)"
-                    .into(),
-            }),
+            StoreError::NotEmpty => not_empty(about),
             // The store's message starts with the limit's name.
             StoreError::QuotaExceeded { .. } => ApiError::QuotaExceeded {
                 message: e.to_string(),
@@ -473,6 +438,49 @@ impl ApiError {
                 ApiError::Unavailable(format!("store unavailable: {reason}"))
             }
         }
+    }
+}
+
+impl About<'_> {
+    /// What a 404 about this thing says.
+    fn not_found(&self) -> String {
+        match self {
+            About::Task => "no task with this id".into(),
+            About::Tenant(name) => format!("no tenant named {name:?}"),
+            About::Key { tenant, id } => format!("tenant {tenant:?} has no key {id:?}"),
+            About::Schedule(name) => format!("no schedule named {name:?}"),
+            About::Destination => {
+                "no destination with this name: it has neither tasks nor settings".into()
+            }
+            About::Topic(name) => format!("no topic named {name:?}"),
+            About::Subscription(id) => format!("no subscription {id:?} on this topic"),
+            About::Event(id) => format!("no event {id:?} on this topic"),
+        }
+    }
+}
+
+/// [`StoreError::NotEmpty`] about `about`: a topic with subscriptions, a
+/// topic at its most subscriptions, or a tenant with tasks.
+fn not_empty(about: About<'_>) -> ApiError {
+    match about {
+        About::Topic(name) => ApiError::TopicNotEmpty(format!(
+            "the topic still has subscriptions: delete them first \
+             (DELETE /topics/{name}/subscriptions/{{id}})"
+        )),
+        About::Subscription(_) => ApiError::TopicFull(format!(
+            "the topic has {} subscriptions, as many as it may",
+            tc_model::topic::MAX_SUBSCRIPTIONS
+        )),
+        About::Tenant(name) => ApiError::TenantNotEmpty(format!(
+            "tenant {name:?} still has tasks: delete them first \
+             (POST /tasks/bulk {{\"action\":\"delete\",\"filter\":{{\"tenant\":\"{name}\"}}}} \
+             once they are finished)"
+        )),
+        _ => ApiError::TenantNotEmpty(
+            "the tenant still has tasks: delete them first (POST /tasks/bulk \
+             with action delete and tenant=<name>)"
+                .into(),
+        ),
     }
 }
 
