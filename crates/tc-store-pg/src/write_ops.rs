@@ -25,13 +25,17 @@ use crate::read_ops;
 use crate::rows::{self, parse_state, task_columns};
 
 pub(crate) use bulk::{BulkApplied, RetryAdmit, bulk_apply, bulk_covered, bulk_snapshot};
-pub(crate) use claim::{CLAIM, RECOVER, claim, claim_tail, heartbeat, recover_expired, release};
+// The statements whose plans the `testing` module's hot list checks.
+#[cfg(feature = "testing")]
+pub(crate) use claim::{CLAIM, RECOVER};
+pub(crate) use claim::{claim, claim_tail, heartbeat, recover_expired, release};
 use end::admit_retry;
 pub(crate) use end::{cancel, delete, ended, mark_inserting, prune, retry};
 pub(crate) use submit::{
-    BATCH_CHUNK, BY_KEYS, INSERT_BATCH, Inserted, answers, check_acting, lock_tenants,
-    submit_batch, takes_quota,
+    BATCH_CHUNK, Inserted, answers, check_acting, lock_tenants, submit_batch, takes_quota,
 };
+#[cfg(feature = "testing")]
+pub(crate) use submit::{BY_KEYS, INSERT_BATCH};
 use submit::{insert_batch, new_id};
 
 /// The error an attempt row and the task carry when a try was cut short by a
