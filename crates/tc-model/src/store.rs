@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use crate::schedule::{FiringError, Schedule, ScheduleChange, ScheduleSpec};
+use crate::signing::SigningSecrets;
 use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use crate::tenant::quota::RetryQuota;
 use crate::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
@@ -1096,6 +1097,13 @@ pub trait TaskStore: Send + Sync + 'static {
         at: TopicRef,
     ) -> impl Future<Output = Result<Vec<Subscription>, StoreError>> + Send;
 
+    /// The signing secrets of every subscription (of every tenant) that has
+    /// some, by subscription id: what the worker signs a topic task's call
+    /// with ([`crate::outbound::outbound_for`]).
+    fn subscription_secrets(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, SigningSecrets)>, StoreError>> + Send;
+
     /// Publishes `event` as `id` in one transaction: one task per
     /// subscription that [`Subscription::takes`] it
     /// ([`NewEvent::task_for`]), and the event with its deliveries. The
@@ -1211,6 +1219,8 @@ macro_rules! port_methods {
             -> $crate::topic::Subscription;
         DeleteSubscription => fn delete_subscription(&self, at: $crate::topic::TopicRef, id: ::std::string::String) -> ();
         Subscriptions => fn subscriptions(&self, at: $crate::topic::TopicRef) -> ::std::vec::Vec<$crate::topic::Subscription>;
+        SubscriptionSecrets => fn subscription_secrets(&self)
+            -> ::std::vec::Vec<(::std::string::String, $crate::signing::SigningSecrets)>;
         Publish => fn publish(&self, event: $crate::topic::event::NewEvent, id: ::std::string::String, now: $crate::Timestamp)
             -> $crate::topic::event::Published;
         Event => fn event(&self, at: $crate::topic::TopicRef, id: ::std::string::String) -> $crate::topic::event::Event;

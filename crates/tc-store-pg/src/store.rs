@@ -11,6 +11,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
+use tc_model::signing::SigningSecrets;
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost,
     ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
@@ -823,6 +824,12 @@ impl TaskStore for PgStore {
     async fn subscriptions(&self, at: TopicRef) -> Result<Vec<Subscription>, StoreError> {
         let sealer = &self.sealer;
         self.read(async |tx| topics::subscriptions(tx, sealer, &at).await)
+            .await
+    }
+
+    async fn subscription_secrets(&self) -> Result<Vec<(String, SigningSecrets)>, StoreError> {
+        let sealer = &self.sealer;
+        self.read(async |tx| topics::all_secrets(tx, sealer).await)
             .await
     }
 

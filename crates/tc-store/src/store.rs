@@ -10,6 +10,7 @@ use tc_model::claim::Claim;
 use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
+use tc_model::signing::SigningSecrets;
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost, ListQuery,
     Page, StateCounts, StoreError, Submitted, TaskStore,
@@ -557,6 +558,13 @@ impl TaskStore for SqliteStore {
         let sealer = self.sealer.clone();
         self.readers
             .run(move |conn| topics::subscriptions(conn, &sealer, &at))
+            .await
+    }
+
+    async fn subscription_secrets(&self) -> Result<Vec<(String, SigningSecrets)>, StoreError> {
+        let sealer = self.sealer.clone();
+        self.readers
+            .run(move |conn| topics::all_secrets(conn, &sealer))
             .await
     }
 

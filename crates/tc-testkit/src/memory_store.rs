@@ -1213,6 +1213,12 @@ impl TaskStore for MemoryStore {
         self.tables()?.subscriptions(&at)
     }
 
+    async fn subscription_secrets(
+        &self,
+    ) -> Result<Vec<(String, tc_model::signing::SigningSecrets)>, StoreError> {
+        Ok(self.tables()?.subscription_secrets())
+    }
+
     async fn publish(
         &self,
         event: NewEvent,

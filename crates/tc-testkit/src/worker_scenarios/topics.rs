@@ -1,7 +1,8 @@
 //! An event through the worker on any store (issue 43): published to a
 //! topic, it makes a task for the subscription whose types match and none
 //! for the other, and its call carries `webhook-id` (the event's id, the
-//! one signed) and `event-type`.
+//! one signed) and `event-type`; a subscription's own signing secrets
+//! sign its calls.
 
 use std::time::Duration;
 
@@ -124,5 +125,94 @@ pub(super) async fn an_event_reaches_each_matching_subscriber_with_its_id_and_ty
     );
     let others = rig.script.calls("/users-hook");
     ensure!(others.is_empty(), "the other subscriber was called");
+    Ok(())
+}
+
+const OWN_SECRET: &str = "whsec_Eer8TRcpJKHDJXIhuwHjOAlHoNVAhIMf";
+
+/// A subscription with signing secrets of its own: its call is signed with
+/// them, not with its destination's; another subscription on the same
+/// destination without any is signed with the destination's.
+pub(super) async fn a_subscriptions_own_secrets_sign_its_calls<S: TaskStore, D: Downstream>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    let at = TopicRef {
+        tenant: None,
+        name: "bills".to_owned(),
+    };
+    let now = rig.clock.now();
+    rig.store
+        .put_topic(at.clone(), TopicSpec::default(), now)
+        .await
+        .map_err(|e| format!("put_topic: {e}"))?;
+    let dest = SigningSecrets::parse(&[SECRET]).map_err(|e| format!("fixture: {e}"))?;
+    let own = SigningSecrets::parse(&[OWN_SECRET]).map_err(|e| format!("fixture: {e}"))?;
+    let update = DestinationUpdate {
+        signing_secrets: Some(dest.clone()),
+        ..DestinationUpdate::default()
+    };
+    rig.store
+        .update_destination(destination_of(&rig.url("/")), update, now)
+        .await
+        .map_err(|e| format!("update_destination: {e}"))?;
+    let mut spec =
+        SubscriptionSpec::new(rig.url("/own"), EventTypes::all()).map_err(|e| e.to_string())?;
+    spec.signing_secrets = own.clone();
+    rig.store
+        .create_subscription(at.clone(), "sub-own".to_owned(), spec, now)
+        .await
+        .map_err(|e| format!("subscribe: {e}"))?;
+    subscribe(rig, &at, "sub-plain", "/plain", "*").await?;
+    rig.script.plan("/own", [Step::Reply(Reply::status(200))]);
+    rig.script.plan("/plain", [Step::Reply(Reply::status(200))]);
+
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    let event = NewEvent::new(
+        at,
+        "bill.sent".to_owned(),
+        br#"{"bill":1}"#.to_vec(),
+        "bill-1".to_owned(),
+        1,
+        Duration::from_secs(2),
+        &Limits::default(),
+    )
+    .map_err(|e| format!("fixture: {e}"))?;
+    let published = rig
+        .store
+        .publish(event, "event-b1".to_owned(), rig.clock.now())
+        .await
+        .map_err(|e| format!("publish: {e}"))?;
+    worker.control().task_submitted();
+    for task in &published.event.tasks {
+        let ended = wait_terminal(&mut events, task.task_id).await?;
+        ensure!(
+            ended.state == State::Success,
+            "the call succeeds: {ended:?}"
+        );
+    }
+    stop(worker).await?;
+    for (path, secrets) in [("/own", &own), ("/plain", &dest)] {
+        let calls = rig.script.calls(path);
+        ensure!(calls.len() == 1, "{path}: {} calls", calls.len());
+        let call = &calls[0];
+        let timestamp: i64 = call
+            .header("webhook-timestamp")
+            .unwrap_or("")
+            .parse()
+            .map_err(|_| {
+                format!(
+                    "{path}: webhook-timestamp {:?}",
+                    call.header("webhook-timestamp")
+                )
+            })?;
+        let keys: Vec<&[u8]> = secrets.iter().map(|s| s.key()).collect();
+        let expected = webhook_signature(&keys, "event-b1", timestamp, &call.body);
+        ensure!(
+            call.header("webhook-signature") == Some(expected.as_str()),
+            "{path}: signed with the wrong secrets: {:?}",
+            call.header("webhook-signature")
+        );
+    }
     Ok(())
 }

@@ -10,9 +10,9 @@ use tc_model::store::{StoreError, TaskStore};
 use tc_model::topic::TopicRef;
 
 use super::{Nav, Rendered, badge, layout, when};
-use crate::worker_port::Control;
 use crate::error::{About, ApiError};
 use crate::ui::{Ctx, Source};
+use crate::worker_port::Control;
 
 /// `/ui/topics`.
 pub(crate) async fn page<S: TaskStore, C: Control>(app: &Source<'_, S, C>, ctx: &Ctx) -> Rendered {
