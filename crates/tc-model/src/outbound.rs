@@ -416,12 +416,13 @@ mod tests {
             SigningSecrets::default(),
         );
         // (case, task's tenant, the subscription's secrets, expected signer)
-        let rows: [(
-            &str,
-            Option<&str>,
-            Option<&SigningSecrets>,
-            Option<&SigningSecrets>,
-        ); 5] = [
+        type SubRow<'a> = (
+            &'a str,
+            Option<&'a str>,
+            Option<&'a SigningSecrets>,
+            Option<&'a SigningSecrets>,
+        );
+        let rows: [SubRow; 5] = [
             ("admin's, own", None, Some(&own), Some(&own)),
             ("tenant's, own", Some("t"), Some(&own), Some(&own)),
             (
