@@ -242,8 +242,30 @@ pub(crate) async fn subscription(
     sub_of(sealer, &row)
 }
 
+/// The subscription `id` of any topic, or [`StoreError::NotFound`];
+/// `lock`: its row locked until the transaction ends.
+pub(crate) async fn by_id(
+    client: &impl GenericClient,
+    sealer: &Sealer,
+    id: &str,
+    lock: bool,
+) -> Result<Subscription, StoreError> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {SUB_COLUMNS} FROM subscriptions WHERE id = $1{}",
+                if lock { " FOR UPDATE" } else { "" }
+            ),
+            &[&id],
+        )
+        .await
+        .map_err(db)?
+        .ok_or(StoreError::NotFound)?;
+    sub_of(sealer, &row)
+}
+
 /// Writes `sub` whole (a new row, or over the row of its id).
-async fn write_sub(
+pub(crate) async fn write_sub(
     client: &impl GenericClient,
     sealer: &Sealer,
     sub: &Subscription,

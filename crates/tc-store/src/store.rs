@@ -17,6 +17,7 @@ use tc_model::store::{
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
+use tc_model::topic::health::HealthChange;
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -566,6 +567,19 @@ impl TaskStore for SqliteStore {
         self.readers
             .run(move |conn| topics::all_secrets(conn, &sealer))
             .await
+    }
+
+    async fn subscription_try_ended(
+        &self,
+        id: String,
+        ok: bool,
+        now: Timestamp,
+    ) -> Result<HealthChange, StoreError> {
+        let (sealer, callback_bytes) = (self.sealer.clone(), self.callback_bytes);
+        self.write(move |conn| {
+            crate::sub_health::try_ended(conn, &sealer, &id, ok, now, callback_bytes)
+        })
+        .await
     }
 
     async fn publish(

@@ -262,8 +262,30 @@ pub(crate) fn subscription(
     sub_of(sealer, row)
 }
 
+/// The subscription `id` of any topic, or [`StoreError::NotFound`].
+pub(crate) fn by_id(
+    conn: &Connection,
+    sealer: &Sealer,
+    id: &str,
+) -> Result<Subscription, StoreError> {
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {SUB_COLUMNS} FROM subscriptions WHERE id = ?1"
+        ))
+        .map_err(db)?
+        .query_row([id], raw_sub)
+        .optional()
+        .map_err(db)?
+        .ok_or(StoreError::NotFound)?;
+    sub_of(sealer, row)
+}
+
 /// Writes `sub` whole (a new row, or over the row of its id).
-fn write_sub(conn: &Connection, sealer: &Sealer, sub: &Subscription) -> Result<(), StoreError> {
+pub(crate) fn write_sub(
+    conn: &Connection,
+    sealer: &Sealer,
+    sub: &Subscription,
+) -> Result<(), StoreError> {
     conn.prepare_cached(&format!(
         "INSERT OR REPLACE INTO subscriptions ({SUB_COLUMNS}) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"

@@ -26,7 +26,7 @@ pub(super) struct StoredEvent {
 /// events (in publish order).
 #[derive(Default)]
 pub(super) struct Topics {
-    topics: BTreeMap<TopicRef, (Topic, Vec<Subscription>)>,
+    pub(super) topics: BTreeMap<TopicRef, (Topic, Vec<Subscription>)>,
     events: Vec<StoredEvent>,
 }
 
