@@ -75,6 +75,7 @@ use tenants::{
     tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights,
 };
 use topics::{
+    a_subscriber_failing_past_disable_after_is_disabled,
     a_subscriptions_own_secrets_sign_its_calls,
     an_event_reaches_each_matching_subscriber_with_its_id_and_type,
 };
@@ -303,6 +304,7 @@ macro_rules! worker_scenarios {
             a_destination_s_auth_reaches_every_try,
             an_event_reaches_each_matching_subscriber_with_its_id_and_type,
             a_subscriptions_own_secrets_sign_its_calls,
+            a_subscriber_failing_past_disable_after_is_disabled,
             higher_priorities_are_called_first,
         }
     };

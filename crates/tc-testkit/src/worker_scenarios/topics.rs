@@ -2,7 +2,8 @@
 //! topic, it makes a task for the subscription whose types match and none
 //! for the other, and its call carries `webhook-id` (the event's id, the
 //! one signed) and `event-type`; a subscription's own signing secrets
-//! sign its calls.
+//! sign its calls; a subscriber failing for its topic's `disable_after_s`
+//! is disabled.
 
 use std::time::Duration;
 
@@ -214,5 +215,95 @@ pub(super) async fn a_subscriptions_own_secrets_sign_its_calls<S: TaskStore, D: 
             call.header("webhook-signature")
         );
     }
+    Ok(())
+}
+
+/// A subscriber that answers only 500s for longer than its topic's
+/// `disable_after_s` (1 s) is disabled by the worker's own tries: its task,
+/// waiting for a retry, is canceled with `subscription_disabled`, and the
+/// topic's `callback_url` receives `subscription.disabled`.
+pub(super) async fn a_subscriber_failing_past_disable_after_is_disabled<
+    S: TaskStore,
+    D: Downstream,
+>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    let at = TopicRef {
+        tenant: None,
+        name: "alerts".to_owned(),
+    };
+    let spec =
+        TopicSpec::new(String::new(), Some(rig.url("/ops")), Some(1)).map_err(|e| e.to_string())?;
+    rig.store
+        .put_topic(at.clone(), spec, rig.clock.now())
+        .await
+        .map_err(|e| format!("put_topic: {e}"))?;
+    subscribe(rig, &at, "sub-dead", "/dead", "*").await?;
+    rig.script.plan(
+        "/dead",
+        std::iter::repeat_n(Step::Reply(Reply::status(500)), 100),
+    );
+    let mut config = rig.config();
+    // The notice goes to the same host: its breaker must not hold it.
+    config.breaker.failures = 1000;
+    let worker = rig.spawn_worker(config);
+    let mut events = worker.control().subscribe();
+    let event = NewEvent::new(
+        at.clone(),
+        "alert.raised".to_owned(),
+        b"{}".to_vec(),
+        "alert-1".to_owned(),
+        100,
+        Duration::from_secs(2),
+        &Limits::default(),
+    )
+    .map_err(|e| format!("fixture: {e}"))?;
+    let published = rig
+        .store
+        .publish(event, "event-a1".to_owned(), rig.clock.now())
+        .await
+        .map_err(|e| format!("publish: {e}"))?;
+    worker.control().task_submitted();
+    let noticed = async {
+        while rig.script.calls("/ops").is_empty() {
+            let _ = events.recv().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), noticed)
+        .await
+        .map_err(|_| "no notice reached the callback_url".to_owned())?;
+    stop(worker).await?;
+
+    let subs = rig
+        .store
+        .subscriptions(at)
+        .await
+        .map_err(|e| format!("subscriptions: {e}"))?;
+    ensure!(
+        !subs[0].spec.enabled
+            && subs[0].disabled_reason.as_deref() == Some("subscription_disabled"),
+        "disabled: {:?}",
+        subs[0]
+    );
+    let task = rig
+        .store
+        .get(published.event.tasks[0].task_id)
+        .await
+        .map_err(|e| format!("get: {e}"))?;
+    ensure!(
+        task.state == State::Canceled && task.error.as_deref() == Some("subscription_disabled"),
+        "the subscriber's task: {:?} {:?}",
+        task.state,
+        task.error
+    );
+    let tries = rig.script.calls("/dead").len();
+    ensure!(tries >= 2, "failed tries before the disable: {tries}");
+    let notice = &rig.script.calls("/ops")[0];
+    let body: serde_json::Value =
+        serde_json::from_slice(&notice.body).map_err(|e| format!("notice: {e}"))?;
+    ensure!(
+        body["type"] == "subscription.disabled" && body["subscription"] == "sub-dead",
+        "the notice: {body}"
+    );
     Ok(())
 }
