@@ -209,6 +209,9 @@ pub(crate) async fn subscribe<S: TaskStore, C: Control>(
             StoreError::NotEmpty => ApiError::from_store(e, About::Subscription("")),
             e => ApiError::from_store(e, About::Topic(&at.name)),
         })?;
+    // The worker reads subscriptions' secrets with the destinations'
+    // settings: the next claim signs with the new ones.
+    app.control().destinations_changed();
     json(StatusCode::CREATED, &SubscriptionView::new(&sub))
 }
 
@@ -262,6 +265,7 @@ pub(crate) async fn patch<S: TaskStore, C: Control>(
         .update_subscription(at, id.to_owned(), update, app.control().now())
         .await
         .map_err(|e| ApiError::from_store(e, About::Subscription(id)))?;
+    app.control().destinations_changed();
     json(StatusCode::OK, &SubscriptionView::new(&sub))
 }
 

@@ -19,6 +19,10 @@
 //!   tenant could otherwise make the server vouch for any body to any
 //!   receiver.
 //!
+//! A **topic's task** (issue 43) whose subscription has `signing_secrets`
+//! is signed with those, whoever's it is: the subscriber set them for its
+//! own calls. Without them it is signed as any task, by the rule above.
+//!
 //! A callback task belongs to its parent's tenant ([`crate::callback`]), so
 //! the same rule covers it. A tenant the worker does not know (deleted, or
 //! created since its last read) has no secrets: its tasks go unsigned.
@@ -124,6 +128,9 @@ pub struct OutboundInputs<'a> {
     pub tenant_secrets: Option<&'a SigningSecrets>,
     /// The server's own secrets (`--signing-secret`).
     pub server_secrets: &'a SigningSecrets,
+    /// The secrets of the subscription whose task this is (a topic's
+    /// task), as the worker last read them; `None` for any other task.
+    pub subscription_secrets: Option<&'a SigningSecrets>,
 }
 
 /// The credentials one call carries: the destination headers it sends
@@ -154,6 +161,21 @@ pub fn outbound_for<'a>(inputs: OutboundInputs<'a>) -> Credentials<'a> {
         .map(|d| &d.headers)
         .filter(|h| !h.is_empty());
     let auth = inputs.destination.and_then(|d| d.auth.as_ref());
+    let mut credentials = by_tenant(inputs, destination_headers, destination_secrets, auth);
+    if let Some(own) = inputs.subscription_secrets.and_then(non_empty) {
+        credentials.secrets = Some(own);
+    }
+    credentials
+}
+
+/// [`outbound_for`] for any task, a topic's own secrets apart.
+fn by_tenant<'a>(
+    inputs: OutboundInputs<'a>,
+    destination_headers: Option<&'a Headers>,
+    destination_secrets: Option<&'a SigningSecrets>,
+    auth: Option<&'a DestinationAuth>,
+) -> Credentials<'a> {
+    let non_empty = |s: &'a SigningSecrets| (!s.is_empty()).then_some(s);
     match inputs.task_tenant {
         None => Credentials {
             headers: destination_headers,
@@ -243,6 +265,7 @@ mod tests {
             destination: settings.as_ref(),
             tenant_secrets: tenant_has.then_some(&tenant_secrets),
             server_secrets: if server_has { &server_secrets } else { &none },
+            subscription_secrets: None,
         });
         let signer = match got.secrets {
             None => Signer::Unsigned,
@@ -381,6 +404,59 @@ mod tests {
     }
 
     #[test]
+    fn a_subscriptions_own_secrets_sign_its_tasks_else_the_rule_does() {
+        let dest = DestinationSettings {
+            signing_secrets: secrets(1),
+            ..DestinationSettings::default()
+        };
+        let (tenant, server, own, none) = (
+            secrets(2),
+            secrets(3),
+            secrets(4),
+            SigningSecrets::default(),
+        );
+        // (case, task's tenant, the subscription's secrets, expected signer)
+        type SubRow<'a> = (
+            &'a str,
+            Option<&'a str>,
+            Option<&'a SigningSecrets>,
+            Option<&'a SigningSecrets>,
+        );
+        let rows: [SubRow; 5] = [
+            ("admin's, own", None, Some(&own), Some(&own)),
+            ("tenant's, own", Some("t"), Some(&own), Some(&own)),
+            (
+                "admin's, none of its own",
+                None,
+                Some(&none),
+                Some(&dest.signing_secrets),
+            ),
+            (
+                "tenant's, none of its own",
+                Some("t"),
+                Some(&none),
+                Some(&tenant),
+            ),
+            (
+                "not a topic's task",
+                None,
+                None,
+                Some(&dest.signing_secrets),
+            ),
+        ];
+        for (case, task_tenant, subscription_secrets, want) in rows {
+            let got = outbound_for(OutboundInputs {
+                task_tenant,
+                destination: Some(&dest),
+                tenant_secrets: Some(&tenant),
+                server_secrets: &server,
+                subscription_secrets,
+            });
+            assert_eq!(got.secrets, want, "{case}");
+        }
+    }
+
+    #[test]
     fn share_lists_parse_or_name_the_field() {
         let ok = |names: &[&str], want: &[&str]| {
             let got = SharedWith::parse(names).unwrap();
@@ -441,6 +517,7 @@ mod tests {
                 destination: Some(&settings),
                 tenant_secrets: None,
                 server_secrets: &none,
+                subscription_secrets: None,
             });
             assert_eq!(got.auth.is_some(), applies, "{case}");
         }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::claim::Claim;
 use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use crate::schedule::{FiringError, Schedule, ScheduleChange, ScheduleSpec};
+use crate::signing::SigningSecrets;
 use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use crate::tenant::quota::RetryQuota;
 use crate::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
@@ -1096,6 +1097,27 @@ pub trait TaskStore: Send + Sync + 'static {
         at: TopicRef,
     ) -> impl Future<Output = Result<Vec<Subscription>, StoreError>> + Send;
 
+    /// The signing secrets of every subscription (of every tenant) that has
+    /// some, by subscription id: what the worker signs a topic task's call
+    /// with ([`crate::outbound::outbound_for`]).
+    fn subscription_secrets(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, SigningSecrets)>, StoreError>> + Send;
+
+    /// Records, in one transaction, that a try of a task of the
+    /// subscription `id` (any tenant's) ended at `now`, `ok` or not
+    /// ([`Subscription::after_try`]). When that disables it, its pending
+    /// tasks are canceled with the error [`crate::topic::DISABLED_REASON`]
+    /// and the notice to its topic's `callback_url` is submitted
+    /// ([`crate::topic::health::disabled_notice`]). Answers what changed;
+    /// [`StoreError::NotFound`] for a subscription deleted since.
+    fn subscription_try_ended(
+        &self,
+        id: String,
+        ok: bool,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<crate::topic::health::HealthChange, StoreError>> + Send;
+
     /// Publishes `event` as `id` in one transaction: one task per
     /// subscription that [`Subscription::takes`] it
     /// ([`NewEvent::task_for`]), and the event with its deliveries. The
@@ -1211,6 +1233,10 @@ macro_rules! port_methods {
             -> $crate::topic::Subscription;
         DeleteSubscription => fn delete_subscription(&self, at: $crate::topic::TopicRef, id: ::std::string::String) -> ();
         Subscriptions => fn subscriptions(&self, at: $crate::topic::TopicRef) -> ::std::vec::Vec<$crate::topic::Subscription>;
+        SubscriptionSecrets => fn subscription_secrets(&self)
+            -> ::std::vec::Vec<(::std::string::String, $crate::signing::SigningSecrets)>;
+        SubscriptionTryEnded => fn subscription_try_ended(&self, id: ::std::string::String, ok: bool, now: $crate::Timestamp)
+            -> $crate::topic::health::HealthChange;
         Publish => fn publish(&self, event: $crate::topic::event::NewEvent, id: ::std::string::String, now: $crate::Timestamp)
             -> $crate::topic::event::Published;
         Event => fn event(&self, at: $crate::topic::TopicRef, id: ::std::string::String) -> $crate::topic::event::Event;

@@ -6,6 +6,7 @@
 //! here once, and every store adapter applies them in its own transaction.
 
 pub mod event;
+pub mod health;
 
 use std::time::Duration;
 

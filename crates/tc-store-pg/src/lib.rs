@@ -48,6 +48,7 @@ mod schedules;
 mod schema;
 mod secrets;
 mod store;
+mod sub_health;
 mod tenants;
 #[cfg(feature = "testing")]
 pub mod testing;

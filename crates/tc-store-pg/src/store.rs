@@ -11,6 +11,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tc_model::claim::Claim;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
+use tc_model::signing::SigningSecrets;
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost,
     ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
@@ -18,6 +19,7 @@ use tc_model::store::{
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
 use tc_model::topic::event::{Event, NewEvent, Published};
+use tc_model::topic::health::HealthChange;
 use tc_model::topic::{
     Delivery, Subscription, SubscriptionSpec, SubscriptionUpdate, Topic, TopicRef, TopicSpec,
 };
@@ -824,6 +826,33 @@ impl TaskStore for PgStore {
         let sealer = &self.sealer;
         self.read(async |tx| topics::subscriptions(tx, sealer, &at).await)
             .await
+    }
+
+    async fn subscription_secrets(&self) -> Result<Vec<(String, SigningSecrets)>, StoreError> {
+        let sealer = &self.sealer;
+        self.read(async |tx| topics::all_secrets(tx, sealer).await)
+            .await
+    }
+
+    async fn subscription_try_ended(
+        &self,
+        id: String,
+        ok: bool,
+        now: Timestamp,
+    ) -> Result<HealthChange, StoreError> {
+        let (sealer, stamp) = (&self.sealer, (now, self.stamp(now)));
+        let (channel, callback_bytes) = (&self.channels.cancel, self.callback_bytes);
+        let change = self
+            .write(async |tx| {
+                crate::sub_health::try_ended(tx, sealer, &id, ok, stamp, channel, callback_bytes)
+                    .await
+            })
+            .await?;
+        if change == HealthChange::Disabled {
+            self.states_changed();
+            self.submitted.notify_one();
+        }
+        Ok(change)
     }
 
     async fn publish(

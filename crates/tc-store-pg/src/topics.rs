@@ -193,6 +193,31 @@ pub(crate) async fn subscriptions(
         .collect()
 }
 
+/// The signing secrets of every subscription that has some, by id.
+pub(crate) async fn all_secrets(
+    client: &impl GenericClient,
+    sealer: &Sealer,
+) -> Result<Vec<(String, SigningSecrets)>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT id, signing_secrets FROM subscriptions WHERE signing_secrets IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    let mut all = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: String = row.try_get(0).map_err(db)?;
+        let text = secrets::open(sealer, row.try_get(1).map_err(db)?)?;
+        let secrets =
+            SigningSecrets::from_stored(text.as_deref()).map_err(|_| corrupt("signing_secrets"))?;
+        if !secrets.is_empty() {
+            all.push((id, secrets));
+        }
+    }
+    Ok(all)
+}
+
 /// The subscription `id` of the topic `at`, or [`StoreError::NotFound`];
 /// `lock`: its row locked until the transaction ends.
 pub(crate) async fn subscription(
@@ -217,8 +242,30 @@ pub(crate) async fn subscription(
     sub_of(sealer, &row)
 }
 
+/// The subscription `id` of any topic, or [`StoreError::NotFound`];
+/// `lock`: its row locked until the transaction ends.
+pub(crate) async fn by_id(
+    client: &impl GenericClient,
+    sealer: &Sealer,
+    id: &str,
+    lock: bool,
+) -> Result<Subscription, StoreError> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {SUB_COLUMNS} FROM subscriptions WHERE id = $1{}",
+                if lock { " FOR UPDATE" } else { "" }
+            ),
+            &[&id],
+        )
+        .await
+        .map_err(db)?
+        .ok_or(StoreError::NotFound)?;
+    sub_of(sealer, &row)
+}
+
 /// Writes `sub` whole (a new row, or over the row of its id).
-async fn write_sub(
+pub(crate) async fn write_sub(
     client: &impl GenericClient,
     sealer: &Sealer,
     sub: &Subscription,

@@ -36,6 +36,7 @@ mod schedules;
 mod schema;
 mod secrets;
 mod store;
+mod sub_health;
 mod tenants;
 mod topics;
 mod write_ops;

@@ -10,12 +10,14 @@ use tc_model::claim::Claim;
 use tc_model::completion::CompletionEffect;
 use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
 use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
+use tc_model::signing::SigningSecrets;
 use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost, ListQuery,
     Page, StateCounts, StoreError, Submitted, TaskStore,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
+use tc_model::topic::health::HealthChange;
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -558,6 +560,26 @@ impl TaskStore for SqliteStore {
         self.readers
             .run(move |conn| topics::subscriptions(conn, &sealer, &at))
             .await
+    }
+
+    async fn subscription_secrets(&self) -> Result<Vec<(String, SigningSecrets)>, StoreError> {
+        let sealer = self.sealer.clone();
+        self.readers
+            .run(move |conn| topics::all_secrets(conn, &sealer))
+            .await
+    }
+
+    async fn subscription_try_ended(
+        &self,
+        id: String,
+        ok: bool,
+        now: Timestamp,
+    ) -> Result<HealthChange, StoreError> {
+        let (sealer, callback_bytes) = (self.sealer.clone(), self.callback_bytes);
+        self.write(move |conn| {
+            crate::sub_health::try_ended(conn, &sealer, &id, ok, now, callback_bytes)
+        })
+        .await
     }
 
     async fn publish(

@@ -214,6 +214,32 @@ pub(crate) fn subscriptions(
     rows.into_iter().map(|r| sub_of(sealer, r)).collect()
 }
 
+/// The signing secrets of every subscription that has some, by id.
+pub(crate) fn all_secrets(
+    conn: &Connection,
+    sealer: &Sealer,
+) -> Result<Vec<(String, SigningSecrets)>, StoreError> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT id, signing_secrets FROM subscriptions WHERE signing_secrets IS NOT NULL",
+        )
+        .map_err(db)?
+        .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
+        .map_err(db)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(db)?;
+    let mut all = Vec::with_capacity(rows.len());
+    for (id, sealed) in rows {
+        let text = secrets::open(sealer, sealed)?;
+        let secrets =
+            SigningSecrets::from_stored(text.as_deref()).map_err(|_| corrupt("signing_secrets"))?;
+        if !secrets.is_empty() {
+            all.push((id, secrets));
+        }
+    }
+    Ok(all)
+}
+
 /// The subscription `id` of the topic `at`, or [`StoreError::NotFound`].
 pub(crate) fn subscription(
     conn: &Connection,
@@ -236,8 +262,30 @@ pub(crate) fn subscription(
     sub_of(sealer, row)
 }
 
+/// The subscription `id` of any topic, or [`StoreError::NotFound`].
+pub(crate) fn by_id(
+    conn: &Connection,
+    sealer: &Sealer,
+    id: &str,
+) -> Result<Subscription, StoreError> {
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {SUB_COLUMNS} FROM subscriptions WHERE id = ?1"
+        ))
+        .map_err(db)?
+        .query_row([id], raw_sub)
+        .optional()
+        .map_err(db)?
+        .ok_or(StoreError::NotFound)?;
+    sub_of(sealer, row)
+}
+
 /// Writes `sub` whole (a new row, or over the row of its id).
-fn write_sub(conn: &Connection, sealer: &Sealer, sub: &Subscription) -> Result<(), StoreError> {
+pub(crate) fn write_sub(
+    conn: &Connection,
+    sealer: &Sealer,
+    sub: &Subscription,
+) -> Result<(), StoreError> {
     conn.prepare_cached(&format!(
         "INSERT OR REPLACE INTO subscriptions ({SUB_COLUMNS}) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"

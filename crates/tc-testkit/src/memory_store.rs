@@ -33,6 +33,7 @@ use tc_model::topic::{
 };
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
 
+mod sub_health;
 mod topics;
 
 /// The error a try carries when it was cut short by a release or an expired
@@ -1211,6 +1212,22 @@ impl TaskStore for MemoryStore {
 
     async fn subscriptions(&self, at: TopicRef) -> Result<Vec<Subscription>, StoreError> {
         self.tables()?.subscriptions(&at)
+    }
+
+    async fn subscription_secrets(
+        &self,
+    ) -> Result<Vec<(String, tc_model::signing::SigningSecrets)>, StoreError> {
+        Ok(self.tables()?.subscription_secrets())
+    }
+
+    async fn subscription_try_ended(
+        &self,
+        id: String,
+        ok: bool,
+        now: Timestamp,
+    ) -> Result<tc_model::topic::health::HealthChange, StoreError> {
+        let bytes = self.callback_result_bytes;
+        self.tables()?.subscription_try_ended(&id, ok, now, bytes)
     }
 
     async fn publish(

@@ -147,6 +147,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_refused_publish_writes_nothing,
         a_replay_sends_again_the_events_since_a_time,
         topics_are_each_tenant_s_own,
+        a_subscription_failing_past_disable_after_is_disabled,
         tokens_come_from_one_bucket_per_destination,
         concurrent_token_takers_share_one_bucket,
         destination_holds_are_shared_until_they_end,
@@ -253,6 +254,8 @@ mod submit;
 // Tenants (issue 29).
 mod tenants;
 mod topics;
+// Auto-disable of a failing subscription (issue 43 item 3).
+mod topic_health;
 // Writes made for a tenant: its key checked in the write, its quotas on
 // retries.
 mod tenant_writes;
@@ -274,5 +277,6 @@ pub use schedules::*;
 pub use submit::*;
 pub use tenant_writes::*;
 pub use tenants::*;
+pub use topic_health::*;
 pub use topics::*;
 pub use trace::*;

@@ -74,7 +74,11 @@ use tenants::{
     tasks_without_a_tenant_keep_their_share_behind_a_backlog,
     tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights,
 };
-use topics::an_event_reaches_each_matching_subscriber_with_its_id_and_type;
+use topics::{
+    a_subscriber_failing_past_disable_after_is_disabled,
+    a_subscriptions_own_secrets_sign_its_calls,
+    an_event_reaches_each_matching_subscriber_with_its_id_and_type,
+};
 use trace::trace_context_reaches_every_try;
 
 /// The longest any single wait in a scenario may take before it fails.
@@ -299,6 +303,8 @@ macro_rules! worker_scenarios {
             a_tenant_s_task_carries_only_credentials_lent_to_it,
             a_destination_s_auth_reaches_every_try,
             an_event_reaches_each_matching_subscriber_with_its_id_and_type,
+            a_subscriptions_own_secrets_sign_its_calls,
+            a_subscriber_failing_past_disable_after_is_disabled,
             higher_priorities_are_called_first,
         }
     };

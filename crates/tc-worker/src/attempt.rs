@@ -435,6 +435,9 @@ async fn finish<S: TaskStore, D>(
         interrupt,
     )
     .await;
+    if let (Ok(Guarded::Applied(state)), Some(link)) = (&written, &task.topic) {
+        crate::topic_health::try_ended(&ctx.shared, link, *state, now).await;
+    }
     let report = Report {
         task,
         duration_ms,

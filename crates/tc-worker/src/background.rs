@@ -42,7 +42,8 @@ pub(crate) async fn start<S: TaskStore>(
 
 /// Reads the destination settings into the worker's flow control and its
 /// outbound copy, and the tenants' settings into their share (weights)
-/// and the outbound copy (their own signing secrets).
+/// and the outbound copy (their own signing secrets), and the topic
+/// subscriptions' secrets into the outbound copy.
 pub(crate) async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
     let read = shared.outbound.read_begins();
     let destinations_read = match shared.store.destination_settings().await {
@@ -82,9 +83,20 @@ pub(crate) async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
             false
         }
     };
-    // A change announced before this read is covered only when both parts
-    // were read: a tenant's new secret matters as much as a destination's.
-    if destinations_read && tenants_read {
+    // The topics' subscriptions' own secrets (issue 43), at the same pace.
+    let subscriptions_read = match shared.store.subscription_secrets().await {
+        Ok(secrets) => {
+            shared.outbound.set_subscriptions(secrets);
+            true
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "subscription_secrets_read_failed");
+            false
+        }
+    };
+    // A change announced before this read is covered only when every part
+    // was read: a tenant's new secret matters as much as a destination's.
+    if destinations_read && tenants_read && subscriptions_read {
         shared.outbound.caught_up(read);
     }
 }

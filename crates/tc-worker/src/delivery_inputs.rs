@@ -1,6 +1,6 @@
 //! What a try sends: the task, the credentials [`tc_model::outbound`]'s
 //! rule gives it (its destination's headers and signing secrets, its
-//! tenant's own secrets, the server's), and the worker's clock, mapped to
+//! tenant's own secrets, the server's, a topic subscription's), and the worker's clock, mapped to
 //! tc-downstream's plain delivery inputs ([`tc_downstream::DeliverySpec`]),
 //! which builds and signs the request.
 //!
@@ -38,6 +38,8 @@ pub(crate) struct Outbound {
     tls: Mutex<HashMap<String, Arc<ClientTls>>>,
     /// The tenants with secrets.
     by_tenant: Mutex<HashMap<String, SigningSecrets>>,
+    /// The topics' subscriptions with secrets, by id (issue 43).
+    by_subscription: Mutex<HashMap<String, SigningSecrets>>,
     default_secrets: SigningSecrets,
     /// Changes announced ([`Outbound::changed`]).
     asked: AtomicU64,
@@ -54,6 +56,7 @@ impl Outbound {
             by_destination: Mutex::default(),
             tls: Mutex::default(),
             by_tenant: Mutex::default(),
+            by_subscription: Mutex::default(),
             default_secrets,
             asked: AtomicU64::new(0),
             seen: AtomicU64::new(0),
@@ -120,6 +123,14 @@ impl Outbound {
             .unwrap_or_else(PoisonError::into_inner) = copy;
     }
 
+    /// Keeps the subscriptions' own secrets.
+    pub(crate) fn set_subscriptions(&self, secrets: Vec<(String, SigningSecrets)>) {
+        *self
+            .by_subscription
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = secrets.into_iter().collect();
+    }
+
     /// Both reads that began when [`Outbound::read_begins`] returned `read`
     /// were kept: the changes announced before it are covered.
     pub(crate) fn caught_up(&self, read: u64) {
@@ -164,11 +175,19 @@ impl Outbound {
             .by_tenant
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let by_subscription = self
+            .by_subscription
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let credentials = outbound_for(OutboundInputs {
             task_tenant: task.tenant.as_deref(),
             destination: by_destination.get(&task.destination),
             tenant_secrets: task.tenant.as_deref().and_then(|t| by_tenant.get(t)),
             server_secrets: &self.default_secrets,
+            subscription_secrets: task
+                .topic
+                .as_ref()
+                .and_then(|link| by_subscription.get(&link.subscription)),
         });
         let keys: Vec<&[u8]> = credentials
             .secrets

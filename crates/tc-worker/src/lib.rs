@@ -35,6 +35,7 @@ mod registry;
 mod scheduler;
 mod shared;
 mod tenant_share;
+mod topic_health;
 mod trace;
 
 use std::sync::{Arc, Mutex};

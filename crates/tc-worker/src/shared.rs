@@ -261,8 +261,8 @@ impl<S: TaskStore> WorkerControl<S> {
         self.shared.changes.subscribe()
     }
 
-    /// A destination's or a tenant's settings changed in the store: the
-    /// worker reads them again at once (otherwise within a second) and
+    /// A destination's, a tenant's or a topic subscription's settings
+    /// changed in the store: the worker reads them again at once (otherwise within a second) and
     /// claims again. A claim that starts after this returned sends the new
     /// headers and secrets.
     pub fn destinations_changed(&self) {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use tc_model::signing::SigningSecrets;
 use tc_model::store::{StoreError, Submitted};
 use tc_model::topic::event::{Event, NewEvent, Published};
 use tc_model::topic::{
@@ -25,7 +26,7 @@ pub(super) struct StoredEvent {
 /// events (in publish order).
 #[derive(Default)]
 pub(super) struct Topics {
-    topics: BTreeMap<TopicRef, (Topic, Vec<Subscription>)>,
+    pub(super) topics: BTreeMap<TopicRef, (Topic, Vec<Subscription>)>,
     events: Vec<StoredEvent>,
 }
 
@@ -140,6 +141,14 @@ impl Tables {
     pub(super) fn subscriptions(&self, at: &TopicRef) -> Result<Vec<Subscription>, StoreError> {
         let (_, subs) = self.topics.topics.get(at).ok_or(StoreError::NotFound)?;
         Ok(subs.clone())
+    }
+
+    /// The signing secrets of every subscription that has some, by id.
+    pub(super) fn subscription_secrets(&self) -> Vec<(String, SigningSecrets)> {
+        let subs = self.topics.topics.values().flat_map(|(_, subs)| subs);
+        subs.filter(|s| !s.spec.signing_secrets.is_empty())
+            .map(|s| (s.id.clone(), s.spec.signing_secrets.clone()))
+            .collect()
     }
 
     /// The stored event with its deliveries' states now (a deleted task

@@ -35,7 +35,12 @@ fn full_spec(types: Option<&[&str]>, enabled: bool) -> Result<SubscriptionSpec, 
     Ok(spec)
 }
 
-fn event(at: &TopicRef, event_type: &str, json: &str, key: &str) -> Result<NewEvent, String> {
+pub(super) fn event(
+    at: &TopicRef,
+    event_type: &str,
+    json: &str,
+    key: &str,
+) -> Result<NewEvent, String> {
     NewEvent::new(
         at.clone(),
         event_type.to_owned(),
@@ -48,7 +53,7 @@ fn event(at: &TopicRef, event_type: &str, json: &str, key: &str) -> Result<NewEv
     .map_err(|e| e.to_string())
 }
 
-async fn subscribe<S: TaskStore>(
+pub(super) async fn subscribe<S: TaskStore>(
     store: &S,
     at: &TopicRef,
     id: &str,
