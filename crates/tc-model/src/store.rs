@@ -368,14 +368,19 @@ impl TaskFilter {
             terms.push(text(Driving::Tenant, "tenant", "tenant", tenant));
         }
         // No index of their own: checked row by row (a listing by event
-        // is bounded by `max_scan`, as any scanned filter).
+        // is bounded by `max_scan`, as any scanned filter). The columns are
+        // NULL for tasks of no topic, where `=` answers NULL, not false:
+        // a scan that reads the test as a boolean must get false.
         for (column, value) in [
             ("topic", &self.topic),
             ("event_id", &self.event_id),
             ("subscription", &self.subscription),
         ] {
             if let Some(value) = value {
-                terms.push(text(Driving::All, column, column, value));
+                terms.push(FilterTerm {
+                    op: "IS NOT DISTINCT FROM",
+                    ..text(Driving::All, column, column, value)
+                });
             }
         }
         let range = |op, name, at: Timestamp| FilterTerm {
@@ -412,7 +417,8 @@ pub struct FilterTerm {
     pub field: Driving,
     /// The `tasks` column it tests.
     pub column: &'static str,
-    /// The comparison: `=`, `>=` or `<`.
+    /// The comparison: `=`, `>=`, `<`, or `IS NOT DISTINCT FROM` for a
+    /// nullable column.
     pub op: &'static str,
     /// A name for its parameter, unique within one filter.
     pub name: &'static str,

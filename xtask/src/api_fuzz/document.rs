@@ -73,15 +73,29 @@ pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value
         let narrowed = format!("^{}{path_and_query}", regex_escape(origin));
         *pointer_mut(&mut doc, &format!("{submit}/{field}/pattern"))? = Value::String(narrowed);
     }
+    // So is a subscriber's: its url is a task's url.
+    let task_url = pointer_mut(&mut doc, &format!("{submit}/url"))?.clone();
+    for schema in ["SubscriptionCreate", "SubscriptionPatch"] {
+        *pointer_mut(
+            &mut doc,
+            &format!("/components/schemas/{schema}/properties/url"),
+        )? = task_url.clone();
+    }
 
     let time = string_at(&doc, "/components/schemas/UtcTime/pattern")?;
     let (before, after) = split_once_exactly(time, YEARS)?;
     let past = format!("{before}{PAST_YEARS}{after}");
-    *pointer_mut(&mut doc, &format!("{submit}/run_at"))? = serde_json::json!({
-        "type": "string",
-        "format": "date-time",
-        "pattern": past,
-    });
+    // An event's `run_at` is a task's.
+    for schema in ["SubmitRequest", "EventCreate"] {
+        *pointer_mut(
+            &mut doc,
+            &format!("/components/schemas/{schema}/properties/run_at"),
+        )? = serde_json::json!({
+            "type": "string",
+            "format": "date-time",
+            "pattern": past,
+        });
+    }
 
     let get = pointer_mut(&mut doc, "/paths/~1tasks~1{id}/get/parameters")?;
     let wait = get
@@ -137,6 +151,18 @@ pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value
     })?;
     seed_parameter(&mut doc, "KeyId", 1, |o| {
         (o == "revokeTenantKey").then(|| seeds.key_id.clone())
+    })?;
+    // Each operation on a topic names a seeded topic (the delete an empty
+    // one), each on a subscription a seeded subscription (the delete its
+    // own), and the event's read a seeded event.
+    seed_parameter(&mut doc, "TopicName", 11, |o| {
+        super::seed::topic_for_operation(o).map(str::to_owned)
+    })?;
+    seed_parameter(&mut doc, "SubscriptionId", 4, |o| {
+        seeds.subscription_for_operation(o)
+    })?;
+    seed_parameter(&mut doc, "EventId", 1, |o| {
+        (o == "getEvent").then(|| seeds.event.clone())
     })?;
 
     let settings = pointer_mut(

@@ -29,6 +29,29 @@ pub(crate) struct Seeds {
     pub(crate) pending: String,
     /// A key of [`TENANT`]: revoked.
     pub(crate) key_id: String,
+    /// A subscription of [`TOPIC`]: read, patched and replayed.
+    pub(crate) subscription: String,
+    /// A subscription of [`TOPIC`]: deleted.
+    pub(crate) subscription_to_delete: String,
+    /// An event published on [`TOPIC`]: read.
+    pub(crate) event: String,
+}
+
+/// The seeded topic every operation on a topic but the delete uses; it has
+/// subscriptions, so a delete of it is refused.
+pub(crate) const TOPIC: &str = "seed-topic";
+/// The seeded topic (without subscriptions) the delete's example deletes.
+pub(crate) const TOPIC_TO_DELETE: &str = "seed-topic-delete";
+
+/// The seeded topic the examples of `operation_id` use.
+pub(crate) fn topic_for_operation(operation_id: &str) -> Option<&'static str> {
+    match operation_id {
+        "deleteTopic" => Some(TOPIC_TO_DELETE),
+        "putTopic" | "getTopic" | "subscribe" | "listSubscriptions" | "getSubscription"
+        | "patchSubscription" | "unsubscribe" | "replaySubscription" | "publishEvent"
+        | "getEvent" => Some(TOPIC),
+        _ => None,
+    }
 }
 
 /// The seeded schedule every operation on a schedule but the delete uses
@@ -72,6 +95,17 @@ impl Seeds {
             "cancelTask" => &self.pending,
             _ => return None,
         })
+    }
+
+    /// The seeded subscription the examples of `operation_id` use.
+    pub(crate) fn subscription_for_operation(&self, operation_id: &str) -> Option<String> {
+        match operation_id {
+            "unsubscribe" => Some(self.subscription_to_delete.clone()),
+            "getSubscription" | "patchSubscription" | "replaySubscription" => {
+                Some(self.subscription.clone())
+            }
+            _ => None,
+        }
     }
 }
 
@@ -128,6 +162,7 @@ pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<
         .await?
         .submit(&url, "seed-tenant-task", r#","delay_ms":86400000"#)
         .await?;
+    let (subscription, subscription_to_delete, event) = seed_topics(&mut client, &url).await?;
     for (id, state) in [
         (&succeeded, "success"),
         (&finished, "success"),
@@ -144,7 +179,49 @@ pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<
         finished,
         pending,
         key_id,
+        subscription,
+        subscription_to_delete,
+        event,
     })
+}
+
+/// Makes [`TOPIC`] with two subscriptions to `url` and one event, and the
+/// empty [`TOPIC_TO_DELETE`]; answers the subscriptions' ids and the event's.
+async fn seed_topics(client: &mut Client, url: &str) -> Result<(String, String, String), String> {
+    for name in [TOPIC, TOPIC_TO_DELETE] {
+        let body = r#"{"description":"seeded"}"#.to_owned();
+        client
+            .send(Method::PUT, &format!("/topics/{name}"), Some(body))
+            .await?;
+    }
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let body = format!(r#"{{"url":"{url}"}}"#);
+        let made = client
+            .send(
+                Method::POST,
+                &format!("/topics/{TOPIC}/subscriptions"),
+                Some(body),
+            )
+            .await?;
+        ids.push(
+            made["id"]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("a subscribe answered no id: {made}"))?,
+        );
+    }
+    let body = r#"{"event_type":"seed.made","json":{},"idempotency_key":"seed-event"}"#.to_owned();
+    let event = client
+        .send(Method::POST, &format!("/topics/{TOPIC}/events"), Some(body))
+        .await?;
+    let event = event["id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("a publish answered no id: {event}"))?;
+    let to_delete = ids.pop().ok_or("no subscription made")?;
+    let kept = ids.pop().ok_or("no subscription made")?;
+    Ok((kept, to_delete, event))
 }
 
 struct Client {

@@ -231,6 +231,12 @@ pub async fn a_publish_makes_one_task_per_matching_subscription<S: TaskStore>(st
             "task"
         );
     }
+    // A task of no topic: its NULL topic columns are no match, not an
+    // error (a scanned `topic = ?` was NULL, read as a boolean).
+    store
+        .submit(new_task("no-topic"), at(0))
+        .await
+        .step("submit a task of no topic")?;
     for (filter, expected) in [
         (
             TaskFilter {
@@ -293,7 +299,8 @@ pub async fn a_publish_makes_one_task_per_matching_subscription<S: TaskStore>(st
         "conflict"
     );
     let counts = store.count_by_state().await.step("counts")?;
-    ensure_eq!(counts.get(State::Pending), 2, "tasks written");
+    // The event's two and the task of no topic.
+    ensure_eq!(counts.get(State::Pending), 3, "tasks written");
     let none = store
         .publish(
             event(&topic_at(None, "billing"), "a.b", "{}", "k")?,
