@@ -298,6 +298,9 @@ mod tests {
             finished: "d".into(),
             pending: "p".into(),
             key_id: "key_0011223344556677".into(),
+            subscription: "sub-kept".into(),
+            subscription_to_delete: "sub-gone".into(),
+            event: "ev-seed".into(),
         }
     }
 
@@ -340,6 +343,11 @@ mod tests {
         // A callback's url is narrowed as the task's is.
         let callback = "/components/schemas/SubmitRequest/properties/callback_url/pattern";
         assert_eq!(copy.pointer(callback).unwrap().as_str(), Some(pattern));
+        // So is a subscriber's, with the task url's other rules.
+        for schema in ["SubscriptionCreate", "SubscriptionPatch"] {
+            let sub = format!("/components/schemas/{schema}/properties/url");
+            assert_eq!(copy.pointer(&sub), copy.pointer(url), "{schema}");
+        }
         let run_at = copy
             .pointer("/components/schemas/SubmitRequest/properties/run_at/pattern")
             .unwrap();
@@ -449,6 +457,90 @@ mod tests {
             assert_eq!(parameter["example"], example, "{pointer}");
             assert_eq!(parameter["name"], name);
             *parameter = serde_json::json!({"$ref": format!("#/components/parameters/{param}")});
+        }
+        // Each operation on a topic names a seeded topic (the delete an empty
+        // one), on a subscription a seeded one (the delete its own), and the
+        // event's read a seeded event.
+        let topic = |path: &'static str, method: &'static str, name: &'static str| {
+            (path, method, 0, "name", "TopicName", name)
+        };
+        for (path, method, index, name, param, example) in [
+            topic("/topics~1{name}", "put", "seed-topic"),
+            topic("/topics~1{name}", "get", "seed-topic"),
+            topic("/topics~1{name}", "delete", "seed-topic-delete"),
+            topic("/topics~1{name}~1subscriptions", "post", "seed-topic"),
+            topic("/topics~1{name}~1subscriptions", "get", "seed-topic"),
+            topic("/topics~1{name}~1subscriptions~1{id}", "get", "seed-topic"),
+            topic(
+                "/topics~1{name}~1subscriptions~1{id}",
+                "patch",
+                "seed-topic",
+            ),
+            topic(
+                "/topics~1{name}~1subscriptions~1{id}",
+                "delete",
+                "seed-topic",
+            ),
+            topic(
+                "/topics~1{name}~1subscriptions~1{id}~1replay",
+                "post",
+                "seed-topic",
+            ),
+            topic("/topics~1{name}~1events", "post", "seed-topic"),
+            topic("/topics~1{name}~1events~1{id}", "get", "seed-topic"),
+            (
+                "/topics~1{name}~1subscriptions~1{id}",
+                "get",
+                1,
+                "id",
+                "SubscriptionId",
+                "sub-kept",
+            ),
+            (
+                "/topics~1{name}~1subscriptions~1{id}",
+                "patch",
+                1,
+                "id",
+                "SubscriptionId",
+                "sub-kept",
+            ),
+            (
+                "/topics~1{name}~1subscriptions~1{id}",
+                "delete",
+                1,
+                "id",
+                "SubscriptionId",
+                "sub-gone",
+            ),
+            (
+                "/topics~1{name}~1subscriptions~1{id}~1replay",
+                "post",
+                1,
+                "id",
+                "SubscriptionId",
+                "sub-kept",
+            ),
+            (
+                "/topics~1{name}~1events~1{id}",
+                "get",
+                1,
+                "id",
+                "EventId",
+                "ev-seed",
+            ),
+        ] {
+            let pointer = format!("/paths/~1{}/{method}/parameters/{index}", &path[1..]);
+            let parameter = restored.pointer_mut(&pointer).unwrap();
+            assert_eq!(parameter["example"], example, "{pointer}");
+            assert_eq!(parameter["name"], name);
+            *parameter = serde_json::json!({"$ref": format!("#/components/parameters/{param}")});
+        }
+        for narrowed in [
+            "/components/schemas/SubscriptionCreate/properties/url",
+            "/components/schemas/SubscriptionPatch/properties/url",
+            "/components/schemas/EventCreate/properties/run_at",
+        ] {
+            *restored.pointer_mut(narrowed).unwrap() = original.pointer(narrowed).unwrap().clone();
         }
         rewrite_origin(&mut restored, "http://127.0.0.1:4567", EXAMPLE_ORIGIN);
         restored["paths"]["/admin/backup"] = original["paths"]["/admin/backup"].clone();
