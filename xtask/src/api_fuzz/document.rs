@@ -18,7 +18,11 @@
 //! - A schedule name names a schedule of this run's server: each operation on
 //!   a schedule gets a seeded one as its `{name}`'s example (the delete its
 //!   own), as task ids do; so does each operation on a tenant, and the
-//!   key's revoke gets a seeded key's id.
+//!   key's revoke gets a seeded key's id; each operation on a topic names a
+//!   seeded topic, on a subscription a seeded subscription (the deletes
+//!   their own), and the event's read a seeded event.
+//! - A subscriber's `url` is held to the allow-list as a task's is: the
+//!   fuzz copy gives it the task url's narrowed schema.
 //! - `GET /tasks/{id}?wait_ms=` may hold a request 60 s on a pending task:
 //!   the fuzz copy waits at most [`MAX_WAIT_MS`], so a run's length does
 //!   not depend on how many generated waits meet a pending task.
