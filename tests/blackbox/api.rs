@@ -410,7 +410,7 @@ async fn with_a_token_every_tasks_route_needs_it_and_healthz_stays_open() {
     assert_eq!(health.status, 200);
 }
 
-/// Issue 37, item 10: with a token, `/metrics` (whose labels name every
+/// With a token, `/metrics` (whose labels name every
 /// tenant) takes it on the main listener; the `--admin-listen` address
 /// serves it without a credential; `--metrics-public` (or
 /// `TC_METRICS_PUBLIC`) keeps it open on the main listener.

@@ -1,4 +1,4 @@
-//! A destination's `auth` through the real binary (issue 41): HTTP Basic;
+//! A destination's `auth` through the real binary: HTTP Basic;
 //! an OAuth2 client credentials token from a loopback token endpoint
 //! (fetched once and shared, a `401` to the kept token answered by one
 //! repeat with a fresh one, a failing endpoint making the try fail with

@@ -214,7 +214,7 @@ fn mode(path: &std::path::Path) -> u32 {
         & 0o777
 }
 
-/// Issue 37, item 5: the database, its `-wal` and `-shm`, and every backup
+/// The database, its `-wal` and `-shm`, and every backup
 /// hold destination headers and signing secrets, so they are created for
 /// the owner alone (0600), whatever the umask lets through; an existing
 /// file's mode is left as it is, with a warning at start when others may

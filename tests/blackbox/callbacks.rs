@@ -1,4 +1,4 @@
-//! Callbacks end to end (issue 28): a task with a `callback_url` on the
+//! Callbacks end to end: a task with a `callback_url` on the
 //! loopback sink succeeds; the sink then receives the callback task's POST
 //! with the task's view as JSON (its result cut to
 //! `--callback-result-bytes`), keyed `callback:{id}`; the callback is an

@@ -1145,7 +1145,7 @@ async fn tenants_and_their_keys_are_managed_and_a_key_is_a_token() {
     run.expect(0);
     assert_eq!(run.field("name"), "acme", "{}", run.out());
     assert_eq!(run.field("weight"), "3", "{}", run.out());
-    // The secret's count, never the secret (issue 37).
+    // The secret's count, never the secret.
     assert_eq!(run.field("signing secrets"), "1", "{}", run.out());
     assert!(!run.out().contains("C2FVsBQ"), "{}", run.out());
     let run = admin
@@ -1263,7 +1263,7 @@ async fn tenants_and_their_keys_are_managed_and_a_key_is_a_token() {
     .await;
 }
 
-/// Issue 37, item 7: a usage error names the argument (a `--header` by its
+/// A usage error names the argument (a `--header` by its
 /// position), never the value given: a malformed header, token or JSON
 /// body may hold a credential. Every run is refused before any request
 /// (exit 2), so no server is needed.

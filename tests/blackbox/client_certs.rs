@@ -1,4 +1,4 @@
-//! Client certificates (issue 41 item 2), through the real binary: a
+//! Client certificates, through the real binary: a
 //! loopback TLS server that requires a client certificate (tokio-rustls,
 //! certificates made by rcgen here) answers the server's call once the
 //! destination has the certificate, set with the CLI from files; without

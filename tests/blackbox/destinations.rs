@@ -1,4 +1,4 @@
-//! Destinations through the real binary (issue 12): two downstreams on two
+//! Destinations through the real binary: two downstreams on two
 //! loopback hosts (127.0.0.1 and 127.0.0.2, so two destinations that differ
 //! by host), one that never answers with thousands of tasks queued and one
 //! that answers at once; the caps, pause and resume, and settings kept

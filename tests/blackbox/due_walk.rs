@@ -1,5 +1,5 @@
-//! A due task is claimed however many other destinations wait (issue 22,
-//! item 1), through the real binary: one task to the downstream succeeds
+//! A due task is claimed however many other destinations wait, through the real
+//! binary: one task to the downstream succeeds
 //! (the worker's rotation now starts after its host), then 5,000 other
 //! hosts named after it get tasks that cannot run now (300 paused, the rest
 //! delayed an hour), then a new task to the downstream must succeed at

@@ -258,7 +258,7 @@ async fn bad_flags_and_values_exit_2_naming_the_flag() {
     )
     .await;
     check(&[], &[("TC_CONCURRENCY", "0")], "--concurrency").await;
-    // https:// is taken (issue 42); another scheme is not.
+    // https:// is taken; another scheme is not.
     check(
         &[("--otlp-endpoint", "ftp://collector:4318")],
         &[],

@@ -2,7 +2,7 @@
 //! database) against a loopback downstream, and talks to it over HTTP only.
 //!
 //! - `api`: every row of the HTTP contract, status by status.
-//! - `auth`: a destination's `auth` (issue 41): Basic, an OAuth2 token from a
+//! - `auth`: a destination's `auth`: Basic, an OAuth2 token from a
 //!   loopback token endpoint, a JWT verified against the served JWK Set by
 //!   the `jsonwebtoken` crate; no secret in a view, the CLI or a log line.
 //! - `backup`: `POST /admin/backup` and `tc-server backup` under load; the
@@ -10,9 +10,9 @@
 //! - `delivery`: what the worker does with real downstream answers (retry,
 //!   Retry-After, reset, 4xx, timeout), idempotent delivery, concurrency.
 //! - `callbacks`: a task's view POSTed to its `callback_url` when it ends,
-//!   as a callback task of its own (issue 28).
+//!   as a callback task of its own.
 //! - `client_certs`: a partner that requires a client certificate,
-//!   called with the destination's (issue 41); the key shown nowhere.
+//!   called with the destination's; the key shown nowhere.
 //! - `cli`: the command-line client (`tc-server task …`, `destination …`)
 //!   as its own process: output, exit codes, the token, a terminal.
 //! - `operations`: retry a failed or canceled task, delete a finished one.
@@ -29,14 +29,14 @@
 //! - `lifecycle`: cancel closes the downstream connection, SIGTERM drains and
 //!   puts calls back, SIGKILL loses nothing, flags and environment, a foreign
 //!   database file.
-//! - `tenants`: two tenants and the admin (issue 29): each key reaches
+//! - `tenants`: two tenants and the admin: each key reaches
 //!   only its tenant's tasks, the admin's routes are 403 for a key, quotas
 //!   429, a revoked key 401 at once, tenants kept across a restart.
-//! - `secrets`: secrets sealed at rest (issue 41): no byte of a
+//! - `secrets`: secrets sealed at rest: no byte of a
 //!   destination's token in the file or a backup, rotation, a start refused
 //!   without the key, the warning of a server without one.
 //! - `traces`: W3C trace context from the submit to every try, and the
-//!   spans a loopback OTLP collector receives (issue 27).
+//!   spans a loopback OTLP collector receives.
 
 // Signals and process control go through `kill`: Unix only.
 #![cfg(unix)]

@@ -1,4 +1,4 @@
-//! Outbound calls through the real binary (issue 23): a task PUTs to an
+//! Outbound calls through the real binary: a task PUTs to an
 //! endpoint that wants a bearer token set on its destination, and the
 //! receiver verifies the Standard Webhooks signature of every try, retries
 //! included, with the Standard Webhooks project's own Rust library
@@ -29,7 +29,7 @@ const OLD: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const NEW: &str = "whsec_b3V0Ym91bmQtbmV3LXNlY3JldC0zMi1ieXRlcyEhISE=";
 /// The server's own secret (`--signing-secret`), for destinations without.
 const SERVER: &str = "whsec_c2VydmVyLXdpZGUtc2VjcmV0LTI0Ynl0";
-/// A tenant's own secret (issue 37).
+/// A tenant's own secret.
 const TENANT: &str = "whsec_dGVuYW50LW93bi1zZWNyZXQtMjQtYnl0ZXMh";
 /// The bearer token the receiver wants, set on the destination.
 const TOKEN: &str = "Bearer dest-t0ken-s3cr3t";
@@ -377,7 +377,7 @@ async fn a_bad_signing_secret_stops_the_start_without_being_repeated() {
     assert!(!stderr.contains(&OLD[6..]), "{stderr}");
 }
 
-/// Issue 37: a tenant's task carries only credentials lent to it. With the
+/// A tenant's task carries only credentials lent to it. With the
 /// server's own secret set and a destination holding a bearer token and a
 /// secret: a tenant's task is signed with the tenant's own secret and gets
 /// no token, another tenant's (no secret of its own) is neither signed nor

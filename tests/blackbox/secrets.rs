@@ -1,4 +1,4 @@
-//! Secrets sealed at rest (issue 41 item 3), through the real binary:
+//! Secrets sealed at rest, through the real binary:
 //! `tc-server secret-key new` prints a key; with `--secret-key-file` a
 //! destination's bearer token and signing secret still reach the downstream
 //! while neither the database file nor a backup holds a byte of them; a

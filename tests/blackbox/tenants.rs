@@ -1,4 +1,4 @@
-//! Tenants against the real server on SQLite (issue 29): the admin makes
+//! Tenants against the real server on SQLite: the admin makes
 //! two tenants and their keys; each key reaches only its tenant's tasks
 //! (another's id is 404 on every task route, listings and bulk actions are
 //! narrowed, idempotency keys are per tenant), the admin's routes are 403
@@ -195,7 +195,7 @@ async fn two_tenants_and_the_admin() {
     assert_eq!(tenant_view["pending"], 2);
     assert_eq!(tenant_view["keys"][0]["id"], b_key_id.as_str());
     assert!(!String::from_utf8_lossy(&admin.get("/tenants").await.body).contains("tck_"));
-    // The admin's to read with a token set (issue 37): it names every tenant.
+    // The admin's to read with a token set: it names every tenant.
     let metrics = String::from_utf8_lossy(&admin.get("/metrics").await.body).into_owned();
     for line in [
         r#"taskcenter_tenant_pending{tenant="team-b"} 2"#,
@@ -237,7 +237,7 @@ async fn two_tenants_and_the_admin() {
     assert_eq!(admin.list_all("tenant=team-b").await.len(), 2);
 }
 
-/// Issue 37, item 9: without `--api-token` a request without a credential
+/// Without `--api-token` a request without a credential
 /// is the admin, so tenants' keys would keep nothing apart. `POST /tenants`
 /// is refused there, and a server whose database holds tenants does not
 /// start without a token (exit 2, saying why); once they are deleted it

@@ -1,4 +1,4 @@
-//! Traces through the real binary (issue 27): the W3C trace context of a
+//! Traces through the real binary: the W3C trace context of a
 //! submit reaches the downstream on every try, with spans exported or not;
 //! with `--otlp-endpoint` a loopback collector (support/collector.rs,
 //! decoding OTLP protobuf with the OpenTelemetry proto types) receives the

@@ -28,7 +28,11 @@
 //! And, from the source text ([`sizes`]): no product file over 700 lines
 //! and no product function over 80, tests apart, but for a short list
 //! each with its reason.
+//!
+//! And, from the source text ([`comments`]): no code comment names an
+//! issue by number.
 
+mod comments;
 mod doc_links;
 mod sizes;
 mod source;
@@ -140,6 +144,7 @@ fn all_violations(root: &Path) -> Result<(usize, Vec<String>), String> {
     let sources = source::load_all(root)?;
     violations.extend(source::check_module_docs(&sources));
     violations.extend(sizes::check(&sources));
+    violations.extend(comments::check(&sources));
     violations.extend(doc_links::check(root)?);
     for krate in workspace
         .iter()

@@ -762,7 +762,7 @@ async fn checks(
     })?;
     eprintln!("[ui-test] ok: the right token gets in; the page's buttons act with the session");
 
-    // 10. A tenant's key logs in too (issue 29) and its session sees only
+    // 10. A tenant's key logs in too and its session sees only
     // the tenant's tasks: not the admin's, not the overview.
     let (status, _) = api
         .call(Method::POST, "/tenants", Some(json!({"name": "acme"})))
@@ -823,6 +823,6 @@ async fn checks(
     eprintln!("[ui-test] ok: a tenant's key logs in and sees only its own tasks");
     drop(server);
 
-    // 11 and 12. Behind a TLS-terminating proxy (issue 42).
+    // 11 and 12. Behind a TLS-terminating proxy.
     crate::ui_test_proxy::behind_a_tls_proxy(browser, binary, shots, TOKEN).await
 }

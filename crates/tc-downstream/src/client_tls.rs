@@ -1,5 +1,5 @@
-//! A destination's TLS settings as a delivery carries them (issue 41 item
-//! 2): the client certificate chain and key presented on every TLS
+//! A destination's TLS settings as a delivery carries them: the client
+//! certificate chain and key presented on every TLS
 //! connection to it, and the CA certificates it alone trusts besides the
 //! client's roots. Plain text (PEM) here; the real client builds, caches
 //! and reuses one connector per distinct value (`HyperDownstream`), the

@@ -1,4 +1,4 @@
-//! The server's own JWT keys (issue 41): ES256 (ECDSA P-256 with SHA-256,
+//! The server's own JWT keys: ES256 (ECDSA P-256 with SHA-256,
 //! RFC 7518 §3.4) through ring, the crypto the TLS stack already links, so
 //! no crate is added for it. A key is a PKCS#8 PEM (`--jwt-key-file`, or one
 //! [`JwtKeys::generate_pem`] made and the store keeps); the first of

@@ -7,7 +7,7 @@
 //!   plain inputs and signed by [`webhook_signature`] (Standard Webhooks):
 //!   pure code, tested without a network.
 //! - [`JwtKeys`] signs a destination's JWTs (ES256) with the server's own
-//!   keys and writes the JWK Set that publishes them (issue 41).
+//!   keys and writes the JWK Set that publishes them.
 //! - [`Downstream`] is the port; [`Delivery`], [`DownResponse`] and
 //!   [`DownError`] are its vocabulary. Its docs state the contract every
 //!   implementation keeps: it sends the delivery as built, the timeout

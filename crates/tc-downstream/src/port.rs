@@ -63,7 +63,7 @@ pub enum DownError {
     #[error("downstream destination denied: {0}")]
     DestinationDenied(String),
     /// The destination's credentials could not be had: its OAuth2 token
-    /// endpoint failed or answered no token (issue 41), so the call was not
+    /// endpoint failed or answered no token, so the call was not
     /// sent. Made by the worker's auth layer around a downstream, never by a
     /// transport; the text names the endpoint's status, never a secret.
     #[error("auth_failed: {0}")]

@@ -1,5 +1,5 @@
-//! A destination's TLS settings in `PUT /destinations/{d}` (issue 41 item
-//! 2): `client_cert` (a PEM chain), `client_key` (PEM, write-only) and
+//! A destination's TLS settings in `PUT /destinations/{d}`: `client_cert` (a
+//! PEM chain), `client_key` (PEM, write-only) and
 //! `ca_certs` (PEM), each `null` to clear. Reading certificates is not this
 //! crate's job: whoever wires the service gives a [`TlsCheck`] (tc-server:
 //! the downstream client's own reading, so what is accepted here is what

@@ -78,7 +78,7 @@ pub struct HttpConfig {
     /// requests before they are dropped (default 10 s).
     pub shutdown_grace: Duration,
     /// The `iss` of the JWTs this server signs for destinations whose
-    /// `auth` is `jwt` (`--issuer`, issue 41); `None`: such an `auth` is
+    /// `auth` is `jwt` (`--issuer`); `None`: such an `auth` is
     /// refused and `/.well-known/openid-configuration` is not found.
     pub issuer: Option<String>,
     /// The JWK Set of the server's JWT keys, as JSON text, served at

@@ -328,7 +328,7 @@ pub(crate) async fn update<S: TaskStore, C: Control>(
     Ok(DestinationView::new(updated, runtime))
 }
 
-/// The holds every node shares (issue 40 item 1); none when the store
+/// The holds every node shares; none when the store
 /// cannot say, and the view shows this node's alone.
 pub(crate) async fn cluster_holds<S: TaskStore, C: Control>(
     store: &S,

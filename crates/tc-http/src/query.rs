@@ -1,4 +1,5 @@
-//! The query strings of `GET /tasks` and `GET /tasks/{id}`, and the filter fields `POST /tasks/bulk` shares with the listing.
+//! The query strings of `GET /tasks` and `GET /tasks/{id}`, and the filter
+//! fields `POST /tasks/bulk` shares with the listing.
 
 use tc_model::destination::parse_destination;
 use tc_model::store::{Cursor, ListQuery, TaskFilter};
@@ -129,7 +130,7 @@ pub(crate) struct FilterFields {
     /// The admin's filter by tenant; a tenant's own requests are narrowed
     /// to it whatever this says ([`tc_model::store::TaskFilter::within`]).
     tenant: Option<String>,
-    /// A topic's tasks (issue 43): the caller's topic of this name.
+    /// A topic's tasks: the caller's topic of this name.
     topic: Option<String>,
     event_id: Option<String>,
     subscription: Option<String>,

@@ -1,4 +1,4 @@
-//! The `/schedules` routes (issue 28): tasks submitted on a cron pattern.
+//! The `/schedules` routes: tasks submitted on a cron pattern.
 //! A schedule's `task` is a submit body without `idempotency_key`, checked
 //! by the very parser `POST /tasks` uses (its refusals name
 //! `task.<field>`); each firing's key is set by the firing loop
@@ -49,7 +49,7 @@ struct TemplateView<'a> {
     callback_on: Option<Vec<&'static str>>,
 }
 
-/// Why the schedule's latest firing created no task (issue 37).
+/// Why the schedule's latest firing created no task.
 #[derive(Debug, Serialize)]
 struct FiringErrorView<'a> {
     code: &'a str,

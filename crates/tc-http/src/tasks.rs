@@ -80,7 +80,7 @@ async fn try_submit<S: TaskStore, C: Control>(
 }
 
 /// A task's own `Authorization` and its destination's `auth` cannot both
-/// apply (issue 41): such a task is refused, naming
+/// apply: such a task is refused, naming
 /// `headers.authorization`. The destination is read only for a task that
 /// carries the header.
 async fn check_own_authorization<S: TaskStore, C: Control>(

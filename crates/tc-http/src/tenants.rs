@@ -1,4 +1,4 @@
-//! The `/tenants` routes (issue 29), the admin credential's only: tenants
+//! The `/tenants` routes, the admin credential's only: tenants
 //! (name, weight, quotas) and their API keys. A key's secret is in exactly
 //! one answer, its creation's `201`; the store keeps its SHA-256, and no
 //! view, log line or metric carries it after that.

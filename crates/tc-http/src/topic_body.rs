@@ -1,4 +1,4 @@
-//! The bodies of the `/topics` routes (issue 43), parsed and checked field
+//! The bodies of the `/topics` routes, parsed and checked field
 //! by field: a topic's settings, a subscription (whole, or a patch), an
 //! event, a replay. Every refusal is 400 and names its field.
 

@@ -1,4 +1,4 @@
-//! The `/topics` routes (issue 43): a tenant's topics and their
+//! The `/topics` routes: a tenant's topics and their
 //! subscriptions, publishing an event to every matching subscription in one
 //! transaction, reading an event with its deliveries, replays. A tenant's
 //! key sees its own topics only (an admin's request, the admin's own);

@@ -1,4 +1,4 @@
-//! The two public documents of the server's JWT keys (issue 41): the JWK
+//! The two public documents of the server's JWT keys: the JWK
 //! Set at `/.well-known/jwks.json` and the OpenID discovery document at
 //! `/.well-known/openid-configuration` (`issuer`, `jwks_uri`), served
 //! without a credential so that a receiver verifies the JWTs a

@@ -73,8 +73,8 @@ pub struct DestinationRuntime {
 }
 
 impl DestinationRuntime {
-    /// This node's view with the cluster's holds over it (issue 40 item
-    /// 1): a breaker another node opened shows open here, and the later
+    /// This node's view with the cluster's holds over it: a breaker another
+    /// node opened shows open here, and the later
     /// backoff and rate-limit reset show, before this node adopts them.
     pub fn with_cluster(
         mut self,

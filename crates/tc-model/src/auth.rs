@@ -1,4 +1,4 @@
-//! A destination's `auth` (issue 41, item 1): how every call to it proves
+//! A destination's `auth`: how every call to it proves
 //! who taskcenter is, exactly one of HTTP Basic, an OAuth2 client
 //! credentials grant (RFC 6749 §4.4) or a JWT signed by the server's own
 //! key. The rules live here, pure: the JSON an operator sends and its

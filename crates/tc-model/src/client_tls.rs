@@ -1,4 +1,4 @@
-//! A destination's TLS settings (issue 41 item 2): the client certificate
+//! A destination's TLS settings: the client certificate
 //! (a PEM chain) and its private key presented on every TLS connection to
 //! it, and the CA certificates it alone trusts besides the server's roots.
 //!

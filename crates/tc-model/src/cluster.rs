@@ -1,4 +1,4 @@
-//! Destination limits that hold across the cluster (issue 40 item 1): the
+//! Destination limits that hold across the cluster: the
 //! rules of the state every node shares through the store, which each
 //! adapter only reads and writes.
 //!

@@ -55,7 +55,7 @@ pub struct DestinationSettings {
     /// The tenants whose tasks get `headers` and `signing_secrets` (names,
     /// or `"*"` for every tenant; default none).
     pub share_with_tenants: SharedWith,
-    /// How its calls authenticate (issue 41): Basic, an OAuth2 token or a
+    /// How its calls authenticate: Basic, an OAuth2 token or a
     /// JWT of the server's; its secrets are write-only. It applies to every
     /// task of the destination, a tenant's too: it names taskcenter, not
     /// the tenant (a JWT's `sub` does).
@@ -515,7 +515,7 @@ mod tests {
             (":80", None),
             ("a/b:80", None),
             ("[zz]:80", None),
-            // Issue 37: every spelling of a host names its one destination.
+            // Every spelling of a host names its one destination.
             ("127.0.0.1.:9", Some("127.0.0.1:9")),
             ("127.1:9", Some("127.0.0.1:9")),
             ("0x7f.0.0.1:9", Some("127.0.0.1:9")),

@@ -1,4 +1,4 @@
-//! Whose credentials a call carries (issue 37, item 11): the one rule that
+//! Whose credentials a call carries: the one rule that
 //! picks, for a task's try, the destination headers it sends and the
 //! secrets it is signed with ([`outbound_for`]), and the destination
 //! setting that lends a destination's credentials to tenants
@@ -19,7 +19,7 @@
 //!   tenant could otherwise make the server vouch for any body to any
 //!   receiver.
 //!
-//! A **topic's task** (issue 43) whose subscription has `signing_secrets`
+//! A **topic's task** whose subscription has `signing_secrets`
 //! is signed with those, whoever's it is: the subscriber set them for its
 //! own calls. Without them it is signed as any task, by the rule above.
 //!
@@ -142,7 +142,7 @@ pub struct Credentials<'a> {
     pub headers: Option<&'a Headers>,
     /// The secrets that sign the call; `None`: it is not signed.
     pub secrets: Option<&'a SigningSecrets>,
-    /// The destination's `auth` (issue 41), when it applies: to a tenant's
+    /// The destination's `auth`, when it applies: to a tenant's
     /// task as its headers do (when shared), except a JWT, which is the
     /// server's own word and names the tenant (`sub`), so it applies to
     /// every task.

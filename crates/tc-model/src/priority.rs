@@ -1,4 +1,4 @@
-//! A task's priority (issue 40 item 4): an integer from 0 to 9, higher
+//! A task's priority: an integer from 0 to 9, higher
 //! first within a destination, and the aging that keeps a low one from
 //! starving: a task counts one level higher for each
 //! [`DEFAULT_AGING`] (`--priority-aging-ms`) it has waited since it was

@@ -563,7 +563,7 @@ pub enum ScheduleChange {
 }
 
 /// Why a firing of a schedule created no task, kept on the schedule as
-/// its `last_error` until a later firing creates one (issue 37: a url the
+/// its `last_error` until a later firing creates one (a url the
 /// allow-list no longer admits).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FiringError {

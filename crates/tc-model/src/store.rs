@@ -195,7 +195,7 @@ pub struct TaskFilter {
     /// Only the tasks of this tenant ([`TaskFilter::within`]
     /// sets it for a tenant's requests).
     pub tenant: Option<String>,
-    /// Only the tasks of events published on this topic (issue 43).
+    /// Only the tasks of events published on this topic.
     pub topic: Option<String>,
     /// Only the tasks of this event.
     pub event_id: Option<String>,
@@ -1033,7 +1033,7 @@ pub trait TaskStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<Vec<(String, crate::cluster::DestinationHolds)>, StoreError>> + Send;
 
-    /// The server's own key called `name` (issue 41: [`JWT_KEY`], the key
+    /// The server's own key called `name` ([`JWT_KEY`], the key
     /// JWTs are signed with when none is given): the one stored, or else
     /// `candidate`, stored now. Insert-if-absent, never replaced: the first
     /// node to ask decides for every node that shares the store.

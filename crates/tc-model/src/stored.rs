@@ -17,7 +17,7 @@ use crate::{AttemptRecord, FirstRun, Headers, Task, TaskId, Timestamp, TraceCont
 #[error("corrupt row: bad {0}")]
 pub struct CorruptColumn(pub &'static str);
 
-/// The columns of a tenant row (issue 29), in their stored types; each
+/// The columns of a tenant row, in their stored types; each
 /// field is the column of the same name.
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Default)]

@@ -1,4 +1,4 @@
-//! Tenants (issue 29): the teams one server serves, kept apart. A tenant
+//! Tenants: the teams one server serves, kept apart. A tenant
 //! has a name, a weight (its share of the workers' slots) and quotas on what
 //! it submits; its API keys ([`key`]) reach only its own tasks ([`Scope`]).
 //! The rules are here once: every adapter stores these records, the HTTP

@@ -1,4 +1,4 @@
-//! Topics (issue 43): one event to every subscriber. A [`Topic`] is a
+//! Topics: one event to every subscriber. A [`Topic`] is a
 //! tenant's named channel; its [`Subscription`]s are receivers, each with
 //! its url, the [`EventTypes`] it wants, its own headers and signing
 //! secrets. Publishing ([`event::NewEvent`]) makes one task per enabled,

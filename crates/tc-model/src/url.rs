@@ -345,7 +345,7 @@ mod tests {
         check("nonsense", "invalid");
     }
 
-    /// Issue 37: every spelling of one host names one destination, as the
+    /// Every spelling of one host names one destination, as the
     /// WHATWG URL standard parses hosts (and an IPv4-mapped IPv6 address is
     /// its IPv4 address).
     #[test]

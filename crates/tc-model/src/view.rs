@@ -24,7 +24,7 @@ pub struct TaskView<'a> {
     /// The tenant it belongs to (null: submitted with the admin credential,
     /// or before tenants existed).
     tenant: Option<&'a str>,
-    /// A topic's task (issue 43): its topic, event and subscription (null
+    /// A topic's task: its topic, event and subscription (null
     /// for other tasks).
     topic: Option<&'a str>,
     event_id: Option<&'a str>,

@@ -21,7 +21,7 @@ pub enum Outcome {
     /// The client refused the destination (not a public address).
     DestinationDenied,
     /// The destination's credentials could not be had (its OAuth2 token
-    /// endpoint failed, issue 41): the call was not sent. Retried: the
+    /// endpoint failed): the call was not sent. Retried: the
     /// endpoint may recover, and nothing reached the destination.
     AuthFailed,
     /// Any other error, e.g. a reply that is not HTTP.

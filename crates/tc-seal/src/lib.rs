@@ -1,4 +1,4 @@
-//! Secrets sealed at rest (issue 41 item 3): every secret a store keeps
+//! Secrets sealed at rest: every secret a store keeps
 //! (a destination's header values and signing secrets, its client key, a
 //! tenant's signing secrets, …) is written as the text
 //! `sealed:v1:<key id>:<base64 of nonce + ciphertext>`, AES-256-GCM under

@@ -175,7 +175,7 @@ pub(crate) struct ServeArgs {
     pub(crate) breaker_open_ms: u64,
 
     /// How long a due task waits to count one priority level higher within
-    /// its destination (issue 40): a task of priority 0 that waited this
+    /// its destination: a task of priority 0 that waited this
     /// long is claimed like one of priority 1 due now, so none starves.
     #[arg(long, env = "TC_PRIORITY_AGING_MS", default_value_t = 60_000,
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]

@@ -1,4 +1,4 @@
-//! The server's JWT keys at start (issue 41): with `--issuer`, the keys of
+//! The server's JWT keys at start: with `--issuer`, the keys of
 //! `--jwt-key-file` (PKCS#8 PEM, the first signs, all published) or, with
 //! none, the one key kept in the store (`TaskStore::server_key`: made by the
 //! first node that starts, shared by every node of a PostgreSQL store).

@@ -1,4 +1,4 @@
-//! Secrets sealed at rest, the server's part (issue 41 item 3): the keys
+//! Secrets sealed at rest, the server's part: the keys
 //! `--secret-key-file` names (read at start; the first seals, every one
 //! opens), the start's pass that the store runs with them (plain and
 //! older-key secrets sealed again; a secret no key opens stops the start,

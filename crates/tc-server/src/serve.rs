@@ -121,7 +121,7 @@ pub(crate) struct Settings {
     pub(crate) postgres: PgConfig,
     /// Where spans are exported (`--otlp-endpoint`), if anywhere.
     pub(crate) otlp: Option<crate::telemetry::OtlpConfig>,
-    /// `--issuer` and `--jwt-key-file` (issue 41).
+    /// `--issuer` and `--jwt-key-file`.
     pub(crate) jwt: crate::jwt::JwtSetup,
     /// The key files that seal stored secrets (`--secret-key-file`; the
     /// first seals, every one opens).
@@ -419,7 +419,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
 }
 
 /// Refuses a database that holds tenants when no `--api-token` is set: every
-/// request without a credential would be the admin (issue 37).
+/// request without a credential would be the admin.
 async fn tenants_have_a_token(
     store: &AnyStore,
     http: &tc_http::HttpConfig,

@@ -1,5 +1,5 @@
 //! tc-http's [`tc_http::TlsCheck`] port over the downstream client's own
-//! reading of certificates (issue 41 item 2): what `PUT /destinations/{d}`
+//! reading of certificates: what `PUT /destinations/{d}`
 //! accepts is what the client can present. tc-http and tc-downstream never
 //! see each other.
 

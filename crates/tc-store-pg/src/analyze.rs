@@ -1,5 +1,5 @@
-//! Statistics kept current while the hot tables grow (issue 38 items 2 and
-//! 4): the upkeep leader (leader.rs) runs `ANALYZE` on a hot table once its
+//! Statistics kept current while the hot tables grow: the upkeep leader
+//! (leader.rs) runs `ANALYZE` on a hot table once its
 //! rows changed by [`MIN_CHANGES`] plus [`CHANGED_SHARE`] of its live rows
 //! since the last analyze, looking every [`ANALYZE_EVERY`].
 //!

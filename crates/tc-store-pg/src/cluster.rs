@@ -1,4 +1,4 @@
-//! Destination limits across the cluster (issue 40 item 1), the rows of
+//! Destination limits across the cluster, the rows of
 //! `destination_tokens` and `destination_holds`: each call reads the rows
 //! it needs under a lock, applies tc-model's rules
 //! ([`tc_model::cluster`]) and writes the result back.

@@ -7,7 +7,7 @@
 //! outcome alone: the statement binds its fields as arrays and contains no
 //! rule of its own beyond "a retry keeps the finish time and the result".
 //! That is the one place to replace with tc-model's effect-as-data when it
-//! lands (issue 24 item 1).
+//! lands.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -78,7 +78,8 @@ pub(crate) fn written(outcome: &Completion, now_ms: i64) -> Written {
 /// history row is written here, once (schema step 19), or the open row a
 /// node of schema 16 wrote at its claim is closed. A retry keeps the
 /// finish time and the result; the others close the task and count its
-/// end (`ended`, 1 for a terminal state). `$10` picks the rows it may change: false, those whose completion
+/// end (`ended`, 1 for a terminal state). `$10` picks the rows it may change:
+/// false, those whose completion
 /// makes no callback (every retry, every task without a `callback_url`),
 /// on a connection in autocommit; true, the ends that make one, in a
 /// transaction that then inserts the callbacks ([`crate::write_ops::ended`]).

@@ -1,4 +1,4 @@
-//! Publishing on PostgreSQL (issue 43): an event and the tasks it makes in
+//! Publishing on PostgreSQL: an event and the tasks it makes in
 //! one transaction (the tasks through the batch submit's
 //! `INSERT … SELECT FROM unnest(…)`, what each made in one more such
 //! insert); the event read back with its deliveries; replays.

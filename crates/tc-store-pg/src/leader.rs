@@ -1,4 +1,4 @@
-//! One leader for upkeep (issue 38 item 4): of all the nodes on one schema,
+//! One leader for upkeep: of all the nodes on one schema,
 //! the one whose dedicated connection holds a session advisory lock runs
 //! lease recovery, the count fold, pruning and `ANALYZE`; the others skip
 //! them, so upkeep costs the database once however many nodes there are.

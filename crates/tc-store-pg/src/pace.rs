@@ -1,5 +1,5 @@
-//! Grouped statements sized for the cluster, not per node (issue 38 item
-//! 3): how many grouped statements of one kind a node keeps in flight, and
+//! Grouped statements sized for the cluster, not per node: how many grouped
+//! statements of one kind a node keeps in flight, and
 //! how long a small group waits for company, from the number of nodes on
 //! the schema.
 //!

@@ -1,4 +1,4 @@
-//! Claims in priority order (issue 40 item 4): higher priority first
+//! Claims in priority order: higher priority first
 //! within a destination, a task counting one level higher for each aging
 //! period it waited (tc-model's [`tc_model::priority::claim_key`], written
 //! here in SQL as `next_run_at - priority * aging`).

@@ -1,8 +1,8 @@
-//! Schedules on PostgreSQL (issue 28): the `schedules` table of schema
+//! Schedules on PostgreSQL: the `schedules` table of schema
 //! step 13, one row per schedule, its task template as tc-model's text
 //! form. Every node's firing loop reads them all; the firing record is a
 //! guarded UPDATE (`last_run_at` only moves forward), so nodes that fire
-//! the same time in any order leave the latest record. Step 15 (issue 37)
+//! the same time in any order leave the latest record. Step 15
 //! adds why the latest firing created no task (`last_error`), recorded and
 //! cleared by guarded UPDATEs of the same kind.
 

@@ -384,7 +384,7 @@ END
 $$;
 ";
 
-/// Step 9 → 10: the W3C trace context a task's calls belong to (issue 27):
+/// Step 9 → 10: the W3C trace context a task's calls belong to:
 /// `tc_model::TraceContext::to_stored` (the `traceparent`, then a line with
 /// the `tracestate`); NULL for tasks written before, which are called
 /// without one. Nullable with no default: no row is rewritten, no backfill.
@@ -393,7 +393,7 @@ ALTER TABLE tasks ADD COLUMN trace_context text;
 ";
 
 /// Step 10 → 11: the destinations with pending tasks by their earliest due
-/// time (issue 22, item 1), so that a claim meets only destinations that
+/// time, so that a claim meets only destinations that
 /// have due tasks, however many others wait.
 ///
 /// State changes never wait for it: a statement trigger appends, for each
@@ -443,7 +443,7 @@ CREATE TRIGGER tasks_mark_due_update AFTER UPDATE ON tasks
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_mark_due();
 ";
 
-/// Step 11 → 12: callbacks (issue 28). A task's `callback_url` and
+/// Step 11 → 12: callbacks. A task's `callback_url` and
 /// `callback_on` (`tc_model::callback::CallbackOn::to_stored`, both NULL
 /// for none); a callback task's `callback_of` (its parent's id); the
 /// callback made at a task's latest end (`callback_task_id`) and how many
@@ -457,7 +457,7 @@ ALTER TABLE tasks ADD COLUMN callback_task_id bytea;
 ALTER TABLE tasks ADD COLUMN ends integer NOT NULL DEFAULT 0;
 ";
 
-/// Step 12 → 13: schedules (issue 28): one row per schedule, its task
+/// Step 12 → 13: schedules: one row per schedule, its task
 /// template in tc-model's text form, its firing record (`last_run_at`
 /// only moves forward). A new, small table: no backfill.
 const V13_SCHEDULES: &str = "
@@ -476,7 +476,7 @@ CREATE TABLE schedules (
 );
 ";
 
-/// Step 13 → 14: tenants (issue 29).
+/// Step 13 → 14: tenants.
 ///
 /// - `tasks.tenant`: the tenant a task belongs to, `''` for none
 ///   (`tc_model::tenant::stored_tenant`), a constant default: no row is
@@ -522,7 +522,7 @@ CREATE TABLE api_keys (
 CREATE INDEX api_keys_by_tenant ON api_keys (tenant, created_at, id);
 ";
 
-/// Step 14 → 15 (issue 37, item 11: a tenant's calls carry only its own
+/// Step 14 → 15 (a tenant's calls carry only its own
 /// credentials): a tenant's own signing secrets
 /// (`tc_model::signing::SigningSecrets::to_stored`), and the tenants a
 /// destination lends its headers and secrets to
@@ -535,7 +535,7 @@ ALTER TABLE tenants ADD COLUMN signing_secrets text;
 ALTER TABLE destinations ADD COLUMN share_with_tenants text;
 ";
 
-/// Step 15 → 16 (issue 37): why a schedule's latest firing created no task
+/// Step 15 → 16: why a schedule's latest firing created no task
 /// (`tc_model::schedule::FiringError`: a url the allow-list no longer
 /// admits), all three columns set or none. Nullable columns without a
 /// default: no row is rewritten, the lock is held for an instant.
@@ -545,7 +545,7 @@ ALTER TABLE schedules ADD COLUMN last_error_message text;
 ALTER TABLE schedules ADD COLUMN last_error_at bigint;
 ";
 
-/// Step 16 → 17 (issue 41): a destination's `auth`
+/// Step 16 → 17: a destination's `auth`
 /// (`tc_model::auth::DestinationAuth::to_stored`, its secrets with it: the
 /// one column sealing at rest wraps), NULL for none; and the server's own
 /// keys by name (`jwt_key`: the PKCS#8 PEM JWTs are signed with when no
@@ -559,7 +559,7 @@ CREATE TABLE server_keys (
 );
 ";
 
-/// Step 17 → 18 (issue 41 item 2): a destination's client certificate (its PEM
+/// Step 17 → 18: a destination's client certificate (its PEM
 /// and facts, as `ClientCert::to_stored` writes them), its key (sealed at
 /// rest when the node has a key) and its own CA certificates.
 const V18_CLIENT_TLS: &str = "
@@ -568,7 +568,7 @@ ALTER TABLE destinations ADD COLUMN client_key text;
 ALTER TABLE destinations ADD COLUMN ca_certs text;
 ";
 
-/// Step 18 → 19 (issue 38, items 1 and 5): a running task's hot writes
+/// Step 18 → 19: a running task's hot writes
 /// touch fewer index entries, on a live database.
 ///
 /// - A try's history row is written once, when the try ends (the claim
@@ -601,7 +601,7 @@ ALTER TABLE tasks SET (fillfactor = 70);
 ALTER TABLE attempts SET (fillfactor = 70);
 ";
 
-/// Step 19 → 20: topics (issue 43), new and small tables: no backfill. A
+/// Step 19 → 20: topics, new and small tables: no backfill. A
 /// topic is its tenant's (`''` for the admin's, as in `tasks`); a
 /// subscription's `signing_secrets` are sealed at rest (tc-seal's
 /// `SECRET_COLUMNS`); an event keeps its payload (a repeat is compared
@@ -666,7 +666,7 @@ CREATE TABLE event_tasks (
 );
 ";
 
-/// Step 20 → 21 (issue 40 item 1): destination limits across the
+/// Step 20 → 21: destination limits across the
 /// cluster. One token bucket per rated destination (`tokens` at
 /// `refilled_at`, ms), which every node's grants come from
 /// (`cluster::take_tokens`), and the holds every node shares
@@ -686,7 +686,7 @@ CREATE TABLE destination_holds (
 );
 ";
 
-/// Step 21 → 22 (issue 40 item 4): a task's priority, 0 to 9 (every task
+/// Step 21 → 22: a task's priority, 0 to 9 (every task
 /// stored before has 0: a constant default, no rewrite; the rule a check
 /// added without reading the rows, which all hold it), and the due tasks
 /// of priority above 0 by destination, which a claim asks first

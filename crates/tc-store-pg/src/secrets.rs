@@ -1,4 +1,4 @@
-//! Secrets sealed at rest on PostgreSQL (issue 41 item 3): the columns that
+//! Secrets sealed at rest on PostgreSQL: the columns that
 //! hold a secret pass through the store's [`Sealer`] on their way in and
 //! out, and at start [`seal_stored`] seals again what is plain or under an
 //! older key. The rule (format, keys, what needs sealing again, which

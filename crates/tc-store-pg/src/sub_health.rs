@@ -1,4 +1,4 @@
-//! Auto-disable on PostgreSQL (issue 43, item 3): a try's end recorded for
+//! Auto-disable on PostgreSQL: a try's end recorded for
 //! its subscription ([`tc_model::topic::Subscription::after_try`]) and,
 //! when that disables it, the notice to its topic's `callback_url`
 //! submitted and its pending tasks canceled, in one transaction.

@@ -1,4 +1,4 @@
-//! Tenants on PostgreSQL (issue 29): the `tenants` and `api_keys` tables of
+//! Tenants on PostgreSQL: the `tenants` and `api_keys` tables of
 //! schema step 14. A tenant's settings are tc-model's
 //! [`TenantSettings`], its keys only their SHA-256 (a key's row goes with
 //! its tenant). Counts of a tenant's tasks read `tasks_unfinished_by_tenant`;

@@ -1,4 +1,4 @@
-//! Topics and subscriptions on PostgreSQL (issue 43): the tables of schema
+//! Topics and subscriptions on PostgreSQL: the tables of schema
 //! step 20, a subscription's signing secrets sealed at rest. Events,
 //! publish and replay are in [`crate::events`].
 

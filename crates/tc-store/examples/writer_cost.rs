@@ -1,9 +1,9 @@
-//! The writer thread's instructions per task (issue 26): runs
+//! The writer thread's instructions per task: runs
 //! [`tc_store::writer_cost::run`] for N tasks on a fresh file with
 //! `synchronous = NORMAL`. Meant to run under
 //! `valgrind --tool=callgrind --toggle-collect='*writer_batch*'` twice, for
 //! N and 2N: the difference over N is the writer's instructions per task.
-//! See docs/performance.md, "Issue 26: the writer thread's CPU per task".
+//! See docs/performance.md, "the writer thread's CPU per task".
 //!
 //! Usage: `writer_cost N DIR` (DIR: where the fresh file goes).
 

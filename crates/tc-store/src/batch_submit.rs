@@ -1,4 +1,4 @@
-//! A batch submit as one multi-row INSERT per chunk (issue 44): the
+//! A batch submit as one multi-row INSERT per chunk: the
 //! batch path of `submit_many`, answering each item as
 //! [`submit_prepared`] would.
 
@@ -73,7 +73,7 @@ fn submit_rows_sql(rows: usize) -> String {
 /// Submits every task of a batch (`rows[i]` is [`SubmitRow::of`]
 /// `tasks[i]`), each answering for itself as [`submit_prepared`] would, in
 /// one multi-row INSERT per chunk of [`CHUNKS`] instead of a statement per
-/// task (issue 44). A chunk whose rows all went in (new keys, the common
+/// task. A chunk whose rows all went in (new keys, the common
 /// case) costs nothing more; otherwise each of its rows is looked up by the
 /// id it was given, and a missing one answers as a taken key does. Tasks
 /// under a tenant's `max_pending`, and a file whose seq floor deletes

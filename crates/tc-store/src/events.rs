@@ -1,4 +1,4 @@
-//! Publishing on SQLite (issue 43): an event and the tasks it makes, in
+//! Publishing on SQLite: an event and the tasks it makes, in
 //! the one command (so one transaction) of the writer thread; the event
 //! read back with its deliveries; replays. The tasks go in through the
 //! batch submit's multi-row insert ([`crate::batch_submit::submit_all`]).

@@ -19,7 +19,7 @@
 //! submit operation are also reachable synchronously in `raw`, to measure the
 //! store against plain rusqlite on the very same statements, and
 //! [`writer_cost`] runs the writer's work for N tasks for an instruction
-//! counter (the `writer_cost` example; docs/performance.md, issue 26).
+//! counter (the `writer_cost` example; docs/performance.md).
 
 pub mod backup;
 mod batch_submit;

@@ -1,4 +1,4 @@
-//! The due tasks of one destination in claim order (issue 40 item 4):
+//! The due tasks of one destination in claim order:
 //! higher priority first, a task counting one level higher for each aging
 //! period it waited (tc-model's [`tc_model::priority::claim_key`], written
 //! here in SQL as `next_run_at - priority * aging`).

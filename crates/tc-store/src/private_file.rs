@@ -1,4 +1,4 @@
-//! The files that hold secrets (issue 37): a database keeps destination
+//! The files that hold secrets: a database keeps destination
 //! headers and signing secrets, and so does every backup of it. A file this
 //! crate creates is readable and writable by its owner alone (0600),
 //! whatever the umask lets through; SQLite gives the `-wal` and `-shm` files

@@ -1,6 +1,6 @@
-//! Schedules on SQLite (issue 28): the `schedules` table of schema step
+//! Schedules on SQLite: the `schedules` table of schema step
 //! 14, one row per schedule, its task template as tc-model's text form,
-//! and (step 18, issue 37) why its latest firing created no task.
+//! and (step 18) why its latest firing created no task.
 //! Synchronous functions on a connection, like the other operations.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};

@@ -211,7 +211,7 @@ ALTER TABLE tasks ADD COLUMN trace_context TEXT;
 ";
 
 /// Step 11 → 12: each destination's pending and running tasks and the
-/// earliest due time of its pending ones (issue 22, items 1 and 12), kept
+/// earliest due time of its pending ones, kept
 /// by triggers in the same transaction as every insert, state change and
 /// delete (a destination's row exists while it has pending or running
 /// tasks). A claim walks only destinations that have due tasks:
@@ -314,7 +314,7 @@ fn fill_destination_tasks(tx: &Connection) -> rusqlite::Result<usize> {
     )
 }
 
-/// Step 12 → 13: callbacks (issue 28). A task's `callback_url` and
+/// Step 12 → 13: callbacks. A task's `callback_url` and
 /// `callback_on` (`tc_model::callback::CallbackOn::to_stored`, both NULL
 /// for none); a callback task's `callback_of` (its parent's id); the
 /// callback made at a task's latest end (`callback_task_id`) and how many
@@ -328,7 +328,7 @@ ALTER TABLE tasks ADD COLUMN callback_task_id BLOB CHECK (length(callback_task_i
 ALTER TABLE tasks ADD COLUMN ends INTEGER NOT NULL DEFAULT 0 CHECK (ends >= 0);
 ";
 
-/// Step 13 → 14: schedules (issue 28): one row per schedule, its task
+/// Step 13 → 14: schedules: one row per schedule, its task
 /// template in tc-model's text form, its firing record (`last_run_at`
 /// only moves forward). A small table read whole by every firing loop.
 const V14_SCHEDULES: &str = "
@@ -347,7 +347,7 @@ CREATE TABLE schedules (
 ) STRICT, WITHOUT ROWID;
 ";
 
-/// Step 14 → 15 (issue 26, the writer's CPU per task): the two hot
+/// Step 14 → 15 (the writer's CPU per task): the two hot
 /// triggers of step 12 again, with the same effect, written so that the
 /// statements that fire them need no statement journal. SQLite gives a
 /// statement a journal (a copy of every page it touches, undone if it
@@ -359,7 +359,7 @@ CREATE TABLE schedules (
 /// a CASE. The hot writes (submit, claim, complete) run `OR FAIL`, which
 /// the trigger bodies inherit, so they abort nowhere and journal nothing
 /// (see `write_ops`). Measured with the writer_cost harness under
-/// callgrind: docs/performance.md, issue 26.
+/// callgrind: docs/performance.md.
 const V15_TRIGGERS_WITHOUT_UPSERT: &str = "
 DROP TRIGGER destination_tasks_insert;
 CREATE TRIGGER destination_tasks_insert AFTER INSERT ON tasks
@@ -416,7 +416,7 @@ const CHECKS_STEP: i64 = 15;
 ///   equalities is the same rule, evaluated in registers.
 /// - The three `length(…) = 16` checks go: a function call makes SQLite
 ///   give every insert a statement journal (a copy of each page it
-///   touches), 39k of a task's 307k instructions on the writer (issue 26).
+///   touches), 39k of a task's 307k instructions on the writer.
 ///   The columns are written only from `TaskId`s, 16 bytes by type, and
 ///   read back through `TaskId` parsing, which refuses another length.
 const REWRITTEN_CHECKS: [(&str, &str); 5] = [
@@ -473,7 +473,7 @@ fn rewrite_task_checks(tx: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Step 15 → 16: tenants (issue 29).
+/// Step 15 → 16: tenants.
 ///
 /// - `tasks.tenant`: the task's tenant, `''` for none (`tc_model::tenant::
 ///   stored_tenant`). A constant default: no row is rewritten, and every
@@ -590,7 +590,7 @@ fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute_batch("DROP INDEX tasks_key_before_tenants")
 }
 
-/// Step 16 → 17 (issue 26, the writer's CPU per task): `state_counts`
+/// Step 16 → 17 (the writer's CPU per task): `state_counts`
 /// keeps only the finished states (success, failed, canceled); the pending
 /// and running totals are the sums of `destination_tasks` (step 12), which
 /// already counts them exactly per destination, in the same transaction as
@@ -603,7 +603,7 @@ fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
 /// with them and 259,583 with none. Now a submit and a claim run none of
 /// their statements (the WHEN is false; SQLite still enters the trigger's
 /// frame to evaluate it), a completion runs one increment: 270,030
-/// (docs/performance.md, issue 26; folding these statements into the
+/// (docs/performance.md; folding these statements into the
 /// `destination_tasks` triggers instead, to save the frames, measured
 /// worse). The guards
 /// are ORs of equalities, not `IN (…)` lists of three constants, which
@@ -659,7 +659,7 @@ CREATE INDEX tasks_due_by_tenant ON tasks (destination, tenant, next_run_at, seq
     WHERE state = 'pending';
 ";
 
-/// Step 18 → 19 (issue 37, item 11: a tenant's calls carry only its own
+/// Step 18 → 19 (a tenant's calls carry only its own
 /// credentials): a tenant's own signing secrets
 /// (`tc_model::signing::SigningSecrets::to_stored`), and the tenants a
 /// destination lends its headers and secrets to
@@ -672,7 +672,7 @@ ALTER TABLE tenants ADD COLUMN signing_secrets TEXT;
 ALTER TABLE destinations ADD COLUMN share_with_tenants TEXT;
 ";
 
-/// Step 19 → 20 (issue 37): why a schedule's latest firing created no task
+/// Step 19 → 20: why a schedule's latest firing created no task
 /// (`tc_model::schedule::FiringError`: a url the allow-list no longer
 /// admits), all three columns set or none. Nullable columns without a
 /// default: no row is rewritten.
@@ -682,7 +682,7 @@ ALTER TABLE schedules ADD COLUMN last_error_message TEXT;
 ALTER TABLE schedules ADD COLUMN last_error_at INTEGER;
 ";
 
-/// Step 20 → 21 (issue 41): a destination's `auth`
+/// Step 20 → 21: a destination's `auth`
 /// (`tc_model::auth::DestinationAuth::to_stored`, its secrets with it: the
 /// one column sealing at rest wraps), NULL for none; and the server's own
 /// keys by name (`jwt_key`: the PKCS#8 PEM JWTs are signed with when no
@@ -695,7 +695,7 @@ CREATE TABLE server_keys (
 ) STRICT;
 ";
 
-/// Step 21 → 22 (issue 41 item 2): a destination's client certificate (its PEM
+/// Step 21 → 22: a destination's client certificate (its PEM
 /// and facts, as `ClientCert::to_stored` writes them), its key (sealed at
 /// rest when the server has a key) and its own CA certificates.
 const V22_CLIENT_TLS: &str = "
@@ -704,7 +704,7 @@ ALTER TABLE destinations ADD COLUMN client_key TEXT;
 ALTER TABLE destinations ADD COLUMN ca_certs TEXT;
 ";
 
-/// Step 22 → 23 (issue 44, the writer's work per task):
+/// Step 22 → 23 (the writer's work per task):
 ///
 /// - A try's history row is written once, whole, when the try ends (a
 ///   completion, a cancel, a release, an expired lease); a claim writes
@@ -723,7 +723,7 @@ WHERE finished_at IS NULL
 DROP INDEX tasks_due;
 ";
 
-/// Step 23 → 24: topics (issue 43). A topic is its tenant's (`''` for
+/// Step 23 → 24: topics. A topic is its tenant's (`''` for
 /// the admin's, as in `tasks`); a subscription's `signing_secrets` are
 /// sealed at rest like a destination's (tc-seal's `SECRET_COLUMNS`), its
 /// `event_types` the entries separated by a space (NULL: every event). An
@@ -786,7 +786,7 @@ CREATE TABLE event_tasks (
 ) STRICT;
 ";
 
-/// Step 24 → 25 (issue 40 item 4): a task's priority, 0 to 9 (every task
+/// Step 24 → 25: a task's priority, 0 to 9 (every task
 /// stored before has 0), and the due tasks of priority above 0 by
 /// destination: a claim looks there (`priority::due_of`) and finds none in
 /// one seek when no task has a priority, which costs the tasks without

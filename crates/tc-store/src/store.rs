@@ -52,7 +52,7 @@ pub struct SqliteStore {
     /// Seals the secret columns on their way in and opens them on their
     /// way out ([`SqliteStore::seal_with`]); none until then.
     sealer: tc_seal::Sealer,
-    /// Token buckets and destination holds (issue 40 item 1): one process
+    /// Token buckets and destination holds: one process
     /// opens the file, so they are this process's, in memory.
     cluster: Arc<std::sync::Mutex<tc_model::cluster::local::LocalCluster>>,
 }

@@ -1,4 +1,4 @@
-//! Auto-disable on SQLite (issue 43, item 3): a try's end recorded for its
+//! Auto-disable on SQLite: a try's end recorded for its
 //! subscription ([`tc_model::topic::Subscription::after_try`]) and, when
 //! that disables it, its pending tasks canceled and the notice to its
 //! topic's `callback_url` submitted, all in the writer's one command.

@@ -1,4 +1,4 @@
-//! Topics and subscriptions on SQLite (issue 43): the tables of schema step
+//! Topics and subscriptions on SQLite: the tables of schema step
 //! 24, a subscription's signing secrets sealed at rest. Events, publish and
 //! replay are in [`crate::events`]. Synchronous functions on a connection,
 //! like the other operations.

@@ -3,7 +3,7 @@
 //! commands and batch loop ([`crate::writer::commit_batch`]) the store's
 //! writer thread runs, but on the caller's thread and with fixed batches,
 //! so that an instruction counter (`valgrind --tool=callgrind`) sees the
-//! same work on every run. See docs/performance.md, "Issue 26: the writer
+//! same work on every run. See docs/performance.md, "the writer
 //! thread's CPU per task".
 
 use std::time::Duration;

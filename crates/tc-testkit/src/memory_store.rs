@@ -80,9 +80,9 @@ struct Tables {
     schedules: BTreeMap<String, Schedule>,
     /// The server's own keys by name ([`TaskStore::server_key`]).
     server_keys: BTreeMap<String, String>,
-    /// Topics, their subscriptions and events (issue 43).
+    /// Topics, their subscriptions and events.
     topics: topics::Topics,
-    /// Token buckets and holds (issue 40 item 1): one process, in memory.
+    /// Token buckets and holds: one process, in memory.
     cluster: tc_model::cluster::local::LocalCluster,
     last_seq: i64,
     /// Feeds the ids' random bits: deterministic, so a test's ids repeat.

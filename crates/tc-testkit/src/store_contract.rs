@@ -30,7 +30,9 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `cluster` (tokens and holds), `priority`, `retention`, `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`, `topics`; `check` holds what they
+//! `listing` (and bulk), `cluster` (tokens and holds), `priority`, `retention`,
+//! `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`,
+//! `topics`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
 use std::future::Future;
@@ -232,34 +234,34 @@ fn panic_message(join: tokio::task::JoinError) -> String {
 // The scenarios by topic. `check` comes first: its macros reach the others.
 #[macro_use]
 mod check;
-// A destination's `auth` and the server's own keys (issue 41).
+// A destination's `auth` and the server's own keys.
 mod auth;
-// Callbacks (issue 28).
+// Callbacks.
 mod callback;
 mod claims;
-// Destination limits across the cluster (issue 40 item 1).
+// Destination limits across the cluster.
 mod cluster;
 mod completion;
 mod destinations;
 mod listing;
 mod outbound;
-// Priorities (issue 40 item 4).
+// Priorities.
 mod priority;
-// How a claim walks the destinations with due tasks (issue 22).
+// How a claim walks the destinations with due tasks.
 mod due_walk;
 mod retention;
-// Schedules: tasks on a cron (issue 28).
+// Schedules: tasks on a cron.
 mod schedules;
 mod submit;
-// Tenants (issue 29).
+// Tenants.
 mod tenants;
 mod topics;
-// Auto-disable of a failing subscription (issue 43 item 3).
+// Auto-disable of a failing subscription.
 mod topic_health;
 // Writes made for a tenant: its key checked in the write, its quotas on
 // retries.
 mod tenant_writes;
-// A task's trace context (issue 27).
+// A task's trace context.
 mod trace;
 
 pub use auth::*;

@@ -26,22 +26,22 @@ macro_rules! ensure {
     };
 }
 
-// A destination's auth on every try (issue 41).
+// A destination's auth on every try.
 mod auth;
 mod callback;
-// Whose credentials a tenant's try carries (issue 37).
+// Whose credentials a tenant's try carries.
 mod credentials;
 mod destinations;
 mod due_walk;
 mod faults;
 mod outbound;
-// Paced by the destination's own signals (issue 40 item 5).
+// Paced by the destination's own signals.
 mod pacing;
-// Priorities (issue 40 item 4).
+// Priorities.
 mod priority;
-// Schedules: a firing per fire time on every store (issue 28).
+// Schedules: a firing per fire time on every store.
 mod schedules;
-// Tenants: the weighted share of the slots (issue 29).
+// Tenants: the weighted share of the slots.
 mod tenants;
 mod topics;
 mod trace;

@@ -1,4 +1,4 @@
-//! A destination's `auth` on each try (issue 41): the layer between a
+//! A destination's `auth` on each try: the layer between a
 //! built [`Delivery`] and the [`Downstream`] that sets its `Authorization`.
 //!
 //! - **basic**: `Basic base64(username:password)` (tc-model writes it).

@@ -83,7 +83,7 @@ pub(crate) async fn read_settings<S: TaskStore>(shared: &Shared<S>) {
             false
         }
     };
-    // The topics' subscriptions' own secrets (issue 43), at the same pace.
+    // The topics' subscriptions' own secrets, at the same pace.
     let subscriptions_read = match shared.store.subscription_secrets().await {
         Ok(secrets) => {
             shared.outbound.set_subscriptions(secrets);

@@ -23,7 +23,7 @@ const CLAIM_BACKOFF_CAP: Duration = Duration::from_secs(5);
 
 /// The longest the claim loop waits for a useful number of free permits
 /// ([`useful_claim`]) once it holds one: a claim costs the store about the
-/// same for one task as for a few dozen (issue 38 item 3).
+/// same for one task as for a few dozen.
 const CLAIM_GATHER: Duration = Duration::from_millis(2);
 
 /// The least time between the start of a claim and one made for another
@@ -206,7 +206,7 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
         claim.map(|claim| (claim, now))
     }
 
-    /// Gives back what the claim's grants did not use (issue 40 item 1).
+    /// Gives back what the claim's grants did not use.
     async fn give_back(&mut self, now: Timestamp) {
         let asks = std::mem::take(&mut self.grants);
         if !asks.is_empty() {

@@ -1,5 +1,5 @@
 //! The store calls that make a destination's limits hold across the
-//! cluster (issue 40 item 1): a claim's token grants and what it gives
+//! cluster: a claim's token grants and what it gives
 //! back, and the holds shared and adopted. What to ask and what an answer
 //! does is the flow's ([`crate::flow`]); a store that fails here costs
 //! this claim its rated destinations (no grant, no call), never a call

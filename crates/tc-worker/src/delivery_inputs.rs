@@ -38,7 +38,7 @@ pub(crate) struct Outbound {
     tls: Mutex<HashMap<String, Arc<ClientTls>>>,
     /// The tenants with secrets.
     by_tenant: Mutex<HashMap<String, SigningSecrets>>,
-    /// The topics' subscriptions with secrets, by id (issue 43).
+    /// The topics' subscriptions with secrets, by id.
     by_subscription: Mutex<HashMap<String, SigningSecrets>>,
     default_secrets: SigningSecrets,
     /// Changes announced ([`Outbound::changed`]).

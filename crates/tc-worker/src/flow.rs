@@ -5,7 +5,7 @@
 //! slots fairly by them); the store adds the durable settings it enforces
 //! itself (paused, `max_in_flight`).
 //!
-//! The tokens and the holds are the cluster's (issue 40 item 1, the rules
+//! The tokens and the holds are the cluster's (the rules
 //! in [`tc_model::cluster`], the exchange with the store in
 //! [`crate::cluster`]): each claim takes a grant from the store's one bucket
 //! per destination and gives back what it did not use, and a breaker

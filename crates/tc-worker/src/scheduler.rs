@@ -1,4 +1,4 @@
-//! The schedules' firing loop (issue 28), on every node beside the claim
+//! The schedules' firing loop, on every node beside the claim
 //! loop. It sleeps on the worker's clock until the earliest next firing of
 //! all unpaused schedules (at most [`crate::config::WorkerConfig::schedules_interval`],
 //! so schedules made on other nodes are seen; a change through this node
@@ -8,7 +8,7 @@
 //! task, then the guarded firing record. A firing whose task's url or
 //! callback url the allow-list no longer admits (it was narrowed after the
 //! schedule was made) submits nothing and is recorded as the schedule's
-//! `last_error` (issue 37).
+//! `last_error`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The worker's side of the tenants' fair share (issue 29): each tenant's
+//! The worker's side of the tenants' fair share: each tenant's
 //! weight, as last read from the store, and this node's calls in flight by
 //! tenant. Each claim gets them as a [`TenantGate`], and the store shares
 //! every destination's slots among the tenants with due tasks there in

@@ -1,4 +1,4 @@
-//! Auto-disable's input (issue 43, item 3): when a try of a topic's task
+//! Auto-disable's input: when a try of a topic's task
 //! ends, the worker tells the store whether it succeeded, for that task's
 //! subscription ([`TaskStore::subscription_try_ended`]); the store decides,
 //! in the same transaction, whether the subscription's calls have all

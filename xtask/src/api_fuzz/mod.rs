@@ -97,7 +97,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             &binary,
             &dir.path().join("fuzz.db"),
             // An issuer, so that the JWT keys' documents exist and a jwt
-            // auth is accepted (issue 41).
+            // auth is accepted.
             &[
                 "--api-token",
                 &token,

@@ -1,5 +1,5 @@
 //! `cargo xtask bench`: builds tc-server in release, then measures, in one
-//! run, each figure of issue 6 beside its ceiling on this machine, prints a
+//! run, each figure beside its ceiling on this machine, prints a
 //! table and writes `target/bench/results.json`.
 //!
 //! `cargo xtask` builds this tool in debug; a load generator and ceilings

@@ -1,7 +1,7 @@
 //! Driving `wrk` (Debian's package `wrk`), a load generator in C with Lua
 //! scripts, for the figures whose load must not be the bound (phase 14):
 //! the bench's own HTTP producer tops out well below what tc-server takes
-//! on a small machine (issue 44). The script is `wrk_submit.lua`; its
+//! on a small machine. The script is `wrk_submit.lua`; its
 //! `done` prints one `WRK_SUMMARY` line that [`parse_summary`] reads.
 
 use std::net::SocketAddr;

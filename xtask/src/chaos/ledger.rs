@@ -120,7 +120,7 @@ enum Kind {
     /// 200 after 300 ms.
     Slow,
     /// 500, then 200 (a 500, not a 503: a 503 without rate-limit fields
-    /// also halves the destination's calls in flight, issue 40's pacing,
+    /// also halves the destination's calls in flight,
     /// and this run checks what failures lose, not flow control).
     Flaky,
     /// 400: failed, never retried.

@@ -1,5 +1,5 @@
 //! Client certificates and per-destination roots on the real client
-//! (issue 41 item 2): reading a PEM chain, its key and CA certificates (what
+//!: reading a PEM chain, its key and CA certificates (what
 //! the server checks before it stores them: the certificate's subject and
 //! `notAfter`, and that the key is the certificate's), and the rustls
 //! configuration of a destination's own connector.

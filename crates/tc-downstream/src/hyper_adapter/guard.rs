@@ -9,7 +9,8 @@
 //! does not ask the resolver for those), and the connected peer address is
 //! checked once more before a byte is sent.
 //!
-//! [`DownstreamConfig::deny_private_destinations`]: super::DownstreamConfig::deny_private_destinations
+//! [`DownstreamConfig::deny_private_destinations`]:
+//! super::DownstreamConfig::deny_private_destinations
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -263,7 +264,7 @@ mod tests {
         assert_eq!(is_denied(addr), denied, "{ip}");
     }
 
-    /// Issue 37: every spelling of an IP address in a url is read as that
+    /// Every spelling of an IP address in a url is read as that
     /// address before connecting, so the literal gate judges it (a name is
     /// left to the resolver).
     #[test]

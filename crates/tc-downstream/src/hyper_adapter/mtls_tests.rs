@@ -1,4 +1,4 @@
-//! Client certificates (issue 41 item 2) against a TLS server on 127.0.0.1
+//! Client certificates against a TLS server on 127.0.0.1
 //! that requires one: a CA, the server's certificate and a client
 //! certificate, all made by rcgen per test. The destination's settings
 //! carry the CA (trusted for it alone: the client has no other root) and

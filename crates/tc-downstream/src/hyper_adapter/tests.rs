@@ -577,7 +577,7 @@ async fn private_destinations_are_refused_at_connect_time_when_asked() {
         format!("http://localhost:{port}/hook"),
         format!("http://[::ffff:127.0.0.1]:{port}/hook"),
         format!("http://[::1]:{port}/hook"),
-        // Issue 37: IPv4's number forms are the same address.
+        // IPv4's number forms are the same address.
         format!("http://2130706433:{port}/hook"),
         format!("http://0x7f.1:{port}/hook"),
         format!("http://127.0.0.1.:{port}/hook"),

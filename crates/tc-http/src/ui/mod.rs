@@ -294,7 +294,7 @@ where
     html(rendered.status, rendered.markup)
 }
 
-/// `/ui/topics/{name}` and `/ui/topics/{name}/events/{id}` (issue 43).
+/// `/ui/topics/{name}` and `/ui/topics/{name}/events/{id}`.
 async fn topic_page<S: TaskStore, C: Control>(
     app: &Source<'_, S, C>,
     ctx: &Ctx,

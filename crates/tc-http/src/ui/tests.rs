@@ -895,7 +895,7 @@ async fn the_schedules_page_lists_next_runs_and_the_last_task_escaped() {
         assert!(page.body.contains(expected), "{expected}: {}", page.body);
     }
     assert!(!page.body.contains("s3cr3t"));
-    // Issue 37: a later firing the allow-list refused shows as the last
+    // A later firing the allow-list refused shows as the last
     // error, its message escaped.
     let fired_at = f
         .store

@@ -1,4 +1,4 @@
-//! A destination's view shows the cluster's holds (issue 40 item 1): a
+//! A destination's view shows the cluster's holds: a
 //! breaker another node opened and its backoff, read from the store, over
 //! what this node's worker knows (here: nothing, a closed breaker).
 

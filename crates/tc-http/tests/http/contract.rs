@@ -1442,7 +1442,7 @@ async fn the_token_guards_every_route_but_health() {
     assert_eq!(reply.status, 201, "the scheme is case-insensitive");
 }
 
-/// Issue 37, item 10: `/metrics` names every tenant, so with a token it is
+/// `/metrics` names every tenant, so with a token it is
 /// the admin's on the main listener (401 without a credential, 403 for a
 /// tenant's key); `metrics_public` keeps it open, as it is without a token.
 /// The admin listener serves it without a credential (tests/http/socket.rs).
@@ -2175,7 +2175,7 @@ async fn a_submit_s_trace_context_is_kept_and_an_invalid_one_ignored() {
     }
 }
 
-/// Issue 37: every spelling of one host names one destination. A task's
+/// Every spelling of one host names one destination. A task's
 /// view shows the canonical destination and its url as given (the url is
 /// sent as given); the destination routes and the `destination=` filter
 /// take any spelling and mean the canonical name, so a setting made under
@@ -2240,7 +2240,7 @@ async fn one_destination_has_one_name_whatever_the_url_spells() {
     assert_eq!(tasks, loopback.len(), "{listed:?}");
 }
 
-/// Issue 37: a task stored before the allow-list was narrowed is not
+/// A task stored before the allow-list was narrowed is not
 /// retried outside it. A single retry answers `403 url_not_allowed` naming
 /// the field (its url or its callback's); a bulk retry retries the others
 /// and counts these as `refused_url` (its dry run too); without refusals
@@ -2365,7 +2365,7 @@ async fn a_retry_outside_the_allow_list_is_refused() {
     );
 }
 
-/// Issue 37: the allow-list judges a url's canonical host, so another
+/// The allow-list judges a url's canonical host, so another
 /// spelling of an allowed address is allowed and another spelling of a
 /// refused one is refused.
 #[tokio::test]

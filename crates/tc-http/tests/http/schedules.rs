@@ -368,7 +368,7 @@ async fn schedules_need_the_token_and_the_allow_list_holds_for_their_tasks() {
     assert_eq!(reply.status, 201, "{reply:?}");
 }
 
-/// Issue 37: a firing the allow-list refused is the schedule's
+/// A firing the allow-list refused is the schedule's
 /// `last_error`, in its view and the list; a trigger that submits clears
 /// it.
 #[tokio::test]

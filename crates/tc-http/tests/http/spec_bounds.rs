@@ -402,7 +402,7 @@ fn fields() -> Vec<Field> {
         ),
         field(Place::Destination, "ca_certs")
             .samples(RefusedAsDescribed("Invalid PEM"), &[json!("not pem")]),
-        // issue 41: one of three shapes, read member by member (auth.rs's
+        // One of three shapes, read member by member (auth.rs's
         // table in tc-model holds every refusal); jwt needs --issuer.
         field(Place::Destination, "auth")
             .samples(

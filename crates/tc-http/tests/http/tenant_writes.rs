@@ -1,4 +1,4 @@
-//! Writes made for a tenant through the handler (issue 37): a key revoked,
+//! Writes made for a tenant through the handler: a key revoked,
 //! or its tenant deleted, while a request's body is still arriving writes
 //! nothing (401), and the name made again inherits no task; retries, by
 //! the tenant or the admin, alone or in bulk, count against the tenant's

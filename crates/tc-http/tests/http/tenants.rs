@@ -1,4 +1,4 @@
-//! Tenants through the handler (issue 29): the `/tenants` routes and their
+//! Tenants through the handler: the `/tenants` routes and their
 //! refusals, two tenants' keys kept apart on every task route, the admin's
 //! routes refused to a key, the quotas' 429s alone and in a batch, and a
 //! revoked key refused at once.
@@ -430,7 +430,7 @@ async fn quotas_answer_429_naming_the_limit_alone_and_per_batch_item() {
         );
     }
 
-    // The admin's to read (issue 37): it names every tenant.
+    // The admin's to read: it names every tenant.
     let metrics = call(&h, ADMIN, "GET", "/metrics", &Value::Null).await;
     let text = String::from_utf8_lossy(&metrics.body);
     for line in [
@@ -500,7 +500,7 @@ async fn a_revoked_key_is_refused_at_once() {
     assert_eq!(keys[0]["last_used_at"], crate::support::NOW_TEXT);
 }
 
-/// Issue 37, item 9: without `--api-token` every request without a
+/// Without `--api-token` every request without a
 /// credential is the admin, so a tenant's key would keep nothing apart from
 /// anonymous callers: tenants and keys are not made there.
 #[tokio::test]
@@ -559,7 +559,7 @@ async fn without_an_admin_token_a_key_is_still_scoped() {
     assert_eq!(reply.status, 403);
 }
 
-/// A tenant's signing secrets (issue 37) are write-only: taken on create
+/// A tenant's signing secrets are write-only: taken on create
 /// and update, shown as a count by every view, never repeated (not even in
 /// a refusal); each change wakes the worker. A destination shows whom it
 /// shares its headers and secrets with, and refuses a list that is not
@@ -646,7 +646,7 @@ async fn signing_secrets_are_write_only_and_destinations_name_whom_they_share_wi
     assert_eq!(read.json()["share_with_tenants"], json!(["acme", "zeta"]));
 }
 
-/// The issue's reproduction (issue 37, item 6): a tenant whose submit bucket
+/// The issue's reproduction: a tenant whose submit bucket
 /// is empty is deleted and made again, here and on another node (straight
 /// in the shared store, at a later time); a change of its rate settings
 /// likewise. Each time the first submit passes: the new tenant, or the new

@@ -1,4 +1,4 @@
-//! Topics through the handler (issue 43): a topic's life, subscriptions
+//! Topics through the handler: a topic's life, subscriptions
 //! with write-only secrets, publishing (one task per matching enabled
 //! subscription, `200` with the same tasks for a repeat, `409` for another
 //! payload), the event read back, replays, tenants kept apart, and every

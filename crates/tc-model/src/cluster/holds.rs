@@ -14,7 +14,7 @@ pub struct DestinationHolds {
     /// Until when it backs off after a `Retry-After`.
     pub backoff_until: Option<Timestamp>,
     /// Until when it holds because its rate-limit fields said no calls
-    /// are left in the window (issue 40 item 5).
+    /// are left in the window.
     pub ratelimit_until: Option<Timestamp>,
 }
 

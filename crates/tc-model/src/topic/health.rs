@@ -1,4 +1,4 @@
-//! Auto-disable (issue 43, item 3): a subscription's health after each try
+//! Auto-disable: a subscription's health after each try
 //! of one of its tasks ([`Subscription::after_try`]), and the operational
 //! event a disable sends to its topic's `callback_url`
 //! ([`disabled_notice`]). Every store adapter applies both in the one

@@ -223,7 +223,7 @@ mod tests {
     use super::*;
     use crate::client::args::Payload;
 
-    /// Issue 42: `get` and `list` say paused the same way; next runs show
+    /// `get` and `list` say paused the same way; next runs show
     /// in the schedule's zone and in UTC.
     #[test]
     fn get_and_list_say_paused_and_next_runs_alike() {
@@ -246,7 +246,7 @@ mod tests {
         check(Value::Null, "Nowhere/Else", "no", "2026-01-05T01:30:00Z");
     }
 
-    /// Issue 37: a refused firing shows in `schedule get` (code, time and
+    /// A refused firing shows in `schedule get` (code, time and
     /// message) and `schedule list` (the code).
     #[test]
     fn a_schedule_s_last_error_is_shown() {

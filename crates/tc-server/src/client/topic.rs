@@ -1,4 +1,4 @@
-//! `tc-server topic …` (issue 43): topics, subscriptions, publishing and
+//! `tc-server topic …`: topics, subscriptions, publishing and
 //! replays over the `/topics` routes. Text for people (a table for lists,
 //! one field a line otherwise), or the API's JSON with `--json`. A
 //! subscription's secrets go to the server and never come back: its

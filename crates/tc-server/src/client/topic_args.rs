@@ -1,4 +1,4 @@
-//! The arguments of `tc-server topic …` (issue 43): topics, their
+//! The arguments of `tc-server topic …`: topics, their
 //! subscriptions, publishing and replays, with a tenant's key or the admin
 //! token (each works on its own topics).
 

@@ -1,4 +1,4 @@
-//! Destination limits across the cluster (issue 40 item 1): three worker
+//! Destination limits across the cluster: three worker
 //! nodes on one PostgreSQL schema share one destination's token bucket and
 //! its breaker.
 //!

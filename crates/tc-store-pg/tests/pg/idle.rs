@@ -1,5 +1,5 @@
-//! An idle node sleeps until the next due time or a wake-up (issue 22,
-//! item 9): with 300 destinations holding tasks due in an hour, a node
+//! An idle node sleeps until the next due time or a wake-up: with 300
+//! destinations holding tasks due in an hour, a node
 //! with a running worker sends at most 20 queries a second. Counted by a
 //! loopback proxy in front of PostgreSQL that reads the protocol's
 //! frontend messages: each simple query (`Q`) and each execution of a

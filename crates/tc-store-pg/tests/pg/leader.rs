@@ -1,4 +1,4 @@
-//! One leader for upkeep (issue 38 item 4): of two stores on one schema one
+//! One leader for upkeep: of two stores on one schema one
 //! leads; when the leader's session dies (its connection killed, or its
 //! store gone with its process) the other takes over within one lease,
 //! waiting on the lead's own signal, not on a timer.

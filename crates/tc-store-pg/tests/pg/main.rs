@@ -19,7 +19,7 @@ mod leader;
 mod listing;
 mod plans;
 mod schedules;
-// Secrets sealed at rest (issue 41 item 3).
+// Secrets sealed at rest.
 mod sealed;
 mod support;
 mod tenants;

@@ -1,4 +1,4 @@
-//! The hot statements' plans (issue 38, item 2): on a new schema and after
+//! The hot statements' plans: on a new schema and after
 //! 100,000 tasks in every state, analyzed by the store itself, neither the
 //! plan made for given values nor the generic one a pooled connection
 //! keeps reads `tasks` or `attempts` whole.

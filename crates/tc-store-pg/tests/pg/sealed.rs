@@ -1,4 +1,4 @@
-//! Secrets sealed at rest on PostgreSQL (issue 41 item 3): with a key, no
+//! Secrets sealed at rest on PostgreSQL: with a key, no
 //! table holds a byte of a destination's headers, signing secrets or `auth`
 //! nor of a tenant's secrets or the server's JWT key (the rows read as text
 //! and grepped); plain secrets are

@@ -1,4 +1,4 @@
-//! Tenants on PostgreSQL (issue 29), what only a shared database shows: a
+//! Tenants on PostgreSQL, what only a shared database shows: a
 //! tenant's `max_pending` holds when its submits race on two nodes (the
 //! quota's advisory lock), and a schema of the previous version keeps its
 //! tasks, keyed as before, when step 14 makes keys unique per tenant.

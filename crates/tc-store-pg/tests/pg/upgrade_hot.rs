@@ -1,4 +1,4 @@
-//! Schema step 19 (issue 38) on a live database: 200,000 tasks in every
+//! Schema step 19 on a live database: 200,000 tasks in every
 //! state, a node of schema 16 claiming and ending tasks before, during and
 //! after the upgrade, and nodes of both versions ending each other's tries
 //! afterwards: every try is in the history once, and the counts are exact.

@@ -1,5 +1,5 @@
 //! The workload `xtask/perf/pg-wal-per-task-38.sh` reads the WAL of
-//! (issue 38): tasks submitted one by one from 64 callers (grouped by the
+//!: tasks submitted one by one from 64 callers (grouped by the
 //! store as a node's would be), then drained by claims of 32 whose
 //! completions run concurrently (with `TC_WAL_HEARTBEAT=1`, one heartbeat
 //! per try between its claim and its end). Ordinary runs play 200 tasks and

@@ -104,7 +104,7 @@ pub(super) fn claim_one(
     let to = transit(from, State::Running)?;
     // No RETURNING: SQLite collects RETURNING rows in an ephemeral table,
     // built and torn down for every statement; reading the row back by seq
-    // costs less (callgrind, see docs/performance.md, issue 26).
+    // costs less (callgrind, see docs/performance.md).
     write_one(
         conn,
         "UPDATE OR FAIL tasks SET state = ?3, attempt = attempt + 1, started_at = ?4, \

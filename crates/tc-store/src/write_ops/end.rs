@@ -38,8 +38,8 @@ pub(crate) fn complete(
     // asked for a callback: only then is it read back at its end), then
     // the UPDATE by seq. Not an UPDATE … RETURNING: SQLite collects
     // RETURNING rows in an ephemeral table built for every statement,
-    // which cost more than this read (callgrind, docs/performance.md,
-    // issue 26). An end is counted (`ends`) in the same UPDATE.
+    // which cost more than this read (callgrind, docs/performance.md).
+    // An end is counted (`ends`) in the same UPDATE.
     let head = completion_head(conn, id)?;
     let Some((seq, state, current, asks_callback, started_at)) = head else {
         return Err(StoreError::NotFound);

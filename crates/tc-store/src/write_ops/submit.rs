@@ -150,7 +150,7 @@ pub(super) fn submit_as(
     // Unless deletes raised the floor above the table's last seq, SQLite's
     // own next rowid (last + 1) is that: the seq column is left NULL. An
     // explicit seq would make SQLite check it is an integer with an abort,
-    // and so give the statement a statement journal (issue 26).
+    // and so give the statement a statement journal.
     let floor_above = seq_floor_above(conn)?;
     let inserted = conn
         .prepare_cached(if floor_above {

@@ -407,7 +407,8 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
 /// A file as a step-22 build left it, with a task in every state: the
 /// store of this build writes them, then the file is given back what step
 /// 23 changed (the open history row a claim wrote, `tasks_due`, version
-/// 22; steps 21 and 22 only add the destinations' auth and TLS columns). Upgraded, every task reads as before, the running one with its try
+/// 22; steps 21 and 22 only add the destinations' auth and TLS columns).
+/// Upgraded, every task reads as before, the running one with its try
 /// open once, and its end writes that try's row once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
@@ -860,7 +861,7 @@ fn mode(path: &Path) -> u32 {
         & 0o777
 }
 
-/// Issue 37, item 5: a new database holds destination headers and signing
+/// A new database holds destination headers and signing
 /// secrets, so the file and its `-wal` and `-shm` (which SQLite creates
 /// with the database file's mode) are the owner's alone; so is a backup.
 /// An existing file keeps the mode its owner gave it.

@@ -7,11 +7,11 @@
 mod backup;
 mod contract;
 mod crash;
-// A crash while tasks end makes no callback twice and loses none (issue 28).
+// A crash while tasks end makes no callback twice and loses none.
 mod crash_callbacks;
 // The counts by state after every write path (schema step 17).
 mod counts;
 mod file;
 mod model;
-// Secrets sealed at rest (issue 41 item 3).
+// Secrets sealed at rest.
 mod sealed;

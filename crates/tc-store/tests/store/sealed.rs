@@ -1,4 +1,4 @@
-//! Secrets sealed at rest (issue 41 item 3): with a key, the database file
+//! Secrets sealed at rest: with a key, the database file
 //! and a backup hold no byte of a destination's headers, signing secrets or `auth`
 //! nor of a tenant's secrets or the server's JWT key; plain secrets written before a key are sealed
 //! at start; a rotated key opens the old ones and seals them again; a store

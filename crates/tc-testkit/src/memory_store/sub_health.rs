@@ -1,5 +1,5 @@
-//! Auto-disable on the [`MemoryStore`](super::MemoryStore) (issue 43, item
-//! 3): a try's end recorded for its subscription and, when that disables
+//! Auto-disable on the [`MemoryStore`](super::MemoryStore): a try's end
+//! recorded for its subscription and, when that disables
 //! it, its pending tasks canceled and the notice to its topic's
 //! `callback_url` submitted, under the one lock.
 

@@ -1,4 +1,4 @@
-//! Topics on the [`MemoryStore`](super::MemoryStore) (issue 43): the
+//! Topics on the [`MemoryStore`](super::MemoryStore): the
 //! plainest reading of the port's topic methods, on the same tables as its
 //! tasks, so that a publish is as atomic as any of its writes (one lock).
 

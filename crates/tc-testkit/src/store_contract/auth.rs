@@ -1,4 +1,4 @@
-//! The contract for issue 41's stored credentials: a destination's `auth`
+//! The contract for stored credentials: a destination's `auth`
 //! kept whole (its secrets too, which only the worker reads) and cleared
 //! by `null`, other fields left alone; the server's own key stored once,
 //! the first candidate kept.

@@ -1,4 +1,4 @@
-//! Callbacks (issue 28): a task with a `callback_url` gets its callback
+//! Callbacks: a task with a `callback_url` gets its callback
 //! task in the same write that ends it, once per end, keyed by the end; the
 //! callback fields round-trip through every read.
 

@@ -1,4 +1,4 @@
-//! The contract of issue 40 item 1: one token bucket per destination that
+//! The contract of destination limits across the cluster: one token bucket per destination that
 //! every caller's grants come from (so the calls of every node stay within
 //! the rate), given-back tokens counted again, and the destination holds
 //! shared, each kept to its later end and dropped once ended.

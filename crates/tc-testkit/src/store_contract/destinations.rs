@@ -393,8 +393,8 @@ pub async fn claim_serves_the_destinations_with_fewest_calls_in_flight_first<S: 
     Ok(())
 }
 
-/// A destination's client certificate, key and CA certificates (issue 41
-/// item 2) are kept as written and read back the same by every read (the
+/// A destination's client certificate, key and CA certificates are kept as
+/// written and read back the same by every read (the
 /// key included, which the store seals at rest); an update that names
 /// neither keeps them, `null` clears each alone.
 pub async fn a_destination_s_client_tls_is_kept_and_cleared<S: TaskStore>(store: S) -> Verdict {

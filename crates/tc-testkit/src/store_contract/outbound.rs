@@ -237,7 +237,7 @@ pub async fn destinations_keep_their_headers_and_signing_secrets<S: TaskStore>(
     Ok(())
 }
 
-/// Whom a destination shares its headers and secrets with (issue 37) is
+/// Whom a destination shares its headers and secrets with is
 /// kept as written (names sorted, or `*`) and read back by every call; an
 /// update that does not name it keeps it; it is replaced or cleared
 /// (empty) on its own, leaving the headers and secrets as they are.

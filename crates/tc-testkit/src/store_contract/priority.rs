@@ -1,4 +1,4 @@
-//! The contract of issue 40 item 4: a task's priority is kept, read back
+//! The contract of priorities: a task's priority is kept, read back
 //! and filtered on; within a destination due tasks are claimed higher
 //! priority first, a task counting one level higher for each aging period
 //! it waited since it was due, the oldest due first within a level.

@@ -1,7 +1,7 @@
-//! Schedules (issue 28): created once per name, kept field by field,
+//! Schedules: created once per name, kept field by field,
 //! changed, paused, deleted (their tasks stay), and the firing record, a
 //! guarded write that never moves backwards, with the error of a firing
-//! that created no task (issue 37).
+//! that created no task.
 
 use std::time::Duration;
 
@@ -234,7 +234,7 @@ pub async fn a_firing_record_never_moves_backwards<S: TaskStore>(store: S) -> Ve
     Ok(())
 }
 
-/// A refused firing (issue 37: its url no longer allowed) is kept as the
+/// A refused firing (its url no longer allowed) is kept as the
 /// schedule's `last_error`, field by field, through a pause; an earlier
 /// refusal does not replace a later one, a refusal at or before the last
 /// firing does not apply; a firing that submits a task clears an error of

@@ -1,4 +1,4 @@
-//! Writes made for a tenant (issue 37): a write made with a tenant's key
+//! Writes made for a tenant: a write made with a tenant's key
 //! ([`tc_model::tenant::Acting`]) is refused whole once the key is revoked
 //! or its tenant deleted, checked inside the write itself (a request's
 //! body may arrive long after its caller was resolved); a re-created

@@ -1,5 +1,6 @@
-//! Tenants (issue 29): tenants kept field by field (their signing secrets
-//! too, issue 37), their settings alone as the worker reads them, deleted only when they have no task, idempotency keys unique per tenant, the tenant seen by
+//! Tenants: tenants kept field by field (their signing secrets
+//! too), their settings alone as the worker reads them, deleted only when they
+//! have no task, idempotency keys unique per tenant, the tenant seen by
 //! every read and write path, the `max_pending` quota, API keys found by
 //! hash until revoked, callbacks in their parent's tenant, and the claim's
 //! share of a destination between tenants by weight.

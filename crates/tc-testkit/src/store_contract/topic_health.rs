@@ -1,4 +1,4 @@
-//! Auto-disable (issue 43, item 3): a subscription's calls that have all
+//! Auto-disable: a subscription's calls that have all
 //! failed for its topic's `disable_after` disable it, cancel its pending
 //! tasks with the error `subscription_disabled` and submit the
 //! `subscription.disabled` notice to the topic's `callback_url`; a success

@@ -1,4 +1,4 @@
-//! Topics (issue 43): topics and subscriptions kept field by field and per
+//! Topics: topics and subscriptions kept field by field and per
 //! tenant, a publish that makes one task per matching enabled subscription
 //! in one transaction (all or nothing), the same event again answering the
 //! same tasks, and replays keyed `…:replay:{n}`.

@@ -1,4 +1,4 @@
-//! A destination's `auth` on every try, on every store (issue 41): the
+//! A destination's `auth` on every try, on every store: the
 //! store keeps it, the worker reads it with the settings and adds it as
 //! the call is made: Basic over the destination's own `Authorization`
 //! header, a JWT signed for the call, an OAuth2 token fetched from the

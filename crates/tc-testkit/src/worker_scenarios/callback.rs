@@ -1,4 +1,4 @@
-//! Callbacks through the worker (issue 28): a task with a `callback_url`
+//! Callbacks through the worker: a task with a `callback_url`
 //! succeeds, and the callback task the store made with its end is claimed
 //! and delivered like any task: a POST of the parent's view as JSON, keyed
 //! `callback:{id}`.

@@ -1,4 +1,4 @@
-//! Whose credentials a try carries (issue 37, item 11): a tenant's task
+//! Whose credentials a try carries: a tenant's task
 //! gets its destination's headers and signing secrets only when the
 //! destination shares them with the tenant (`share_with_tenants`), is
 //! otherwise signed with the tenant's own secrets or not at all, and never

@@ -1,5 +1,5 @@
 //! A due task is called within one poll interval however many other
-//! destinations wait: not yet due, or paused (issue 22, item 1).
+//! destinations wait: not yet due, or paused.
 
 use std::time::Duration;
 

@@ -223,7 +223,7 @@ pub(super) async fn clock_jump_mid_call_delivers_once<S: TaskStore, D: Downstrea
 /// Other processes' wake-ups (PostgreSQL's NOTIFY of another node's
 /// submits) wake an idle claim loop, which never polls here: the task they
 /// announce runs. A burst of them costs a claim or two, not one each
-/// (issue 38 item 3: a wake-up the last claim already covered costs
+/// (a wake-up the last claim already covered costs
 /// nothing).
 pub(super) async fn wake_ups_from_elsewhere_share_claims<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,

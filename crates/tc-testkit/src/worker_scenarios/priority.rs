@@ -1,4 +1,4 @@
-//! Priorities (issue 40 item 4) through a worker: the due tasks of one
+//! Priorities through a worker: the due tasks of one
 //! destination are called higher priority first.
 
 use std::time::Duration;

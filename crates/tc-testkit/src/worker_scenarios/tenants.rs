@@ -1,4 +1,4 @@
-//! Tenants share the worker's slots by weight (issue 29): inside one
+//! Tenants share the worker's slots by weight: inside one
 //! destination, a tenant with a backlog takes every slot while no other
 //! tenant has due tasks, and cannot keep another's share once it has. The
 //! worker reads the tenants' settings alone, never their counts and keys.

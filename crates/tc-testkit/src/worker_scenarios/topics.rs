@@ -1,4 +1,4 @@
-//! An event through the worker on any store (issue 43): published to a
+//! An event through the worker on any store: published to a
 //! topic, it makes a task for the subscription whose types match and none
 //! for the other, and its call carries `webhook-id` (the event's id, the
 //! one signed) and `event-type`; a subscription's own signing secrets

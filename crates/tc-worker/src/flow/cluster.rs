@@ -1,4 +1,4 @@
-//! The flow's side of the cluster's limits (issue 40 item 1): which token
+//! The flow's side of the cluster's limits: which token
 //! grants a claim asks the store for and what it gives back, and the holds
 //! this node shares and adopts. The store calls themselves are
 //! [`crate::cluster`]'s; the rules of buckets and holds are tc-model's.

@@ -318,7 +318,7 @@ async fn schedule_firings_and_skips_carry_their_fields() {
     assert_eq!(skipped["previous_task_id"], fired["task_id"]);
 }
 
-/// A firing the allow-list refuses (issue 37) logs the schedule, the fire
+/// A firing the allow-list refuses logs the schedule, the fire
 /// time and the refusal, which names the field and never the url.
 #[tokio::test(start_paused = true)]
 async fn a_refused_firing_carries_its_fields() {

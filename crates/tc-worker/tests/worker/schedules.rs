@@ -239,7 +239,7 @@ async fn a_paused_schedule_does_not_fire_and_a_change_wakes_the_loop() {
     worker.shutdown().await.unwrap();
 }
 
-/// Issue 37: a schedule made before the allow-list was narrowed fires
+/// A schedule made before the allow-list was narrowed fires
 /// nothing outside it. Each case: the template's callback url, the
 /// worker's allow-list, and the field its refusal names. The refused
 /// firing creates no task and is the schedule's `last_error`; once a

@@ -1,4 +1,4 @@
-//! Phase 15 (`--store postgres`), issue 40 item 1: a destination's rate
+//! Phase 15 (`--store postgres`): a destination's rate
 //! across the cluster. Three tc-server nodes on one PostgreSQL schema
 //! share a backlog to one destination given `rate_per_s: 50` (and
 //! `burst: 5`, so that a full bucket adds at most 5 to a window); the

@@ -99,7 +99,7 @@ impl Bench {
             )
             .beside(alone_rate, "SqliteStore, FULL, rounds of 64"),
         );
-        // Issue 13's target: 20,000 tasks/s, beside what the store alone
+        // The target: 20,000 tasks/s, beside what the store alone
         // does for a task's three writes (its submit from phase 1, then its
         // claim and complete), one after the other.
         if let Some(submit_rate) = self.store_submit_rate {

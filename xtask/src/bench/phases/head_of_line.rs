@@ -1,4 +1,4 @@
-//! Phase 9, head of line (issue 12): the end-to-end rate of a fast
+//! Phase 9, head of line: the end-to-end rate of a fast
 //! destination while a slow one (answers after 2 s, on another loopback
 //! host) has a backlog, beside the fast one alone in the same run.
 //!

@@ -5,7 +5,7 @@
 //!
 //! One node of each store also queues a backlog in batch submits of 1000
 //! (random UUIDv4 keys) while its destination is paused, then resumes it:
-//! the batch submit rate and the drain rate (issue 25), the same way on
+//! the batch submit rate and the drain rate, the same way on
 //! SQLite and PostgreSQL.
 //!
 //! On this machine every node, PostgreSQL and the load generator share the

@@ -1,4 +1,4 @@
-//! Phase 12, one node (issue 26): one tc-server on SQLite as its users meet
+//! Phase 12, one node: one tc-server on SQLite as its users meet
 //! it, every figure a ratio within this run.
 //!
 //! - **cold**: a new server loaded at once; its first window's submits/s

@@ -1,4 +1,4 @@
-//! Phase 8, operations (issue 11): batch submit, a bulk retry over a
+//! Phase 8, operations: batch submit, a bulk retry over a
 //! filter, and the database file under a steady load with short retention.
 
 use super::*;

@@ -1,4 +1,4 @@
-//! Phase 13, tenants (issue 29): a light tenant's end-to-end latency beside
+//! Phase 13, tenants: a light tenant's end-to-end latency beside
 //! a heavy tenant's backlog on the same instant destination, against the
 //! light tenant alone in the same run; and whether the heavy tenant still
 //! uses every slot the light one leaves.

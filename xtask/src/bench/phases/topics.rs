@@ -1,4 +1,4 @@
-//! Phase 16, topics (issue 43): tasks created per second through topics
+//! Phase 16, topics: tasks created per second through topics
 //! (each event to 100 subscriptions: its 100 tasks in one transaction)
 //! beside batch submits of 100 tasks, on the same server in the same run.
 //! The subscriptions' destination is paused, so the worker claims nothing

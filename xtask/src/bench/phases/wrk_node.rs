@@ -1,4 +1,4 @@
-//! Phase 14, one node under `wrk` (issue 44): phase 12's stream, drain and
+//! Phase 14, one node under `wrk`: phase 12's stream, drain and
 //! cold-start ratios again with a load generator that is not the bound
 //! (the bench's own HTTP producer tops out at about a quarter of what
 //! tc-server takes here). Without `wrk` on the PATH the phase says so and

@@ -33,13 +33,13 @@ pub(crate) struct Row {
     pub(crate) header_names: Vec<String>,
     /// How its calls are signed: `signed`, `signed ×2` while rotating,
     /// `signed (server; …)` with the server's secret, which signs only the
-    /// tasks without a tenant (issue 37); `None`: not signed.
+    /// tasks without a tenant; `None`: not signed.
     pub(crate) signed: Option<&'static str>,
-    /// Its `auth` (issue 41): the type and the non-secret fields, as
+    /// Its `auth`: the type and the non-secret fields, as
     /// `jwt (audience=…, lifetime_s=300)`; `None`: none.
     pub(crate) auth: Option<String>,
     /// Its client certificate's subject and expiry (RFC 3339), never the
-    /// key (issue 41).
+    /// key.
     pub(crate) client_cert: Option<(String, String)>,
 }
 

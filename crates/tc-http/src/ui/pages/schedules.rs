@@ -1,7 +1,7 @@
-//! The schedules page (issue 28): every schedule with its pattern and zone,
+//! The schedules page: every schedule with its pattern and zone,
 //! whether it is paused, its next runs, its last firing's task (a link
 //! to the task's page) and why a later firing created none (its
-//! `last_error`, issue 37). The same data as `GET /schedules`.
+//! `last_error`). The same data as `GET /schedules`.
 
 use maud::html;
 use tc_model::store::TaskStore;
@@ -66,7 +66,7 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
                                     None => "-",
                                 }
                             }
-                            // Why the latest firing created no task (issue 37).
+                            // Why the latest firing created no task.
                             td {
                                 @match &s.last_error {
                                     Some(e) => span title=(e.message) {

@@ -1,4 +1,4 @@
-//! The topic pages (issue 43), a tenant's own as its key sees them (the
+//! The topic pages, a tenant's own as its key sees them (the
 //! admin's for the admin token): every topic with its subscription count;
 //! one topic with its subscriptions and their health (failing since when,
 //! disabled and why; their secrets counted, never shown); one event with
