@@ -20,8 +20,8 @@ use tc_model::store::TaskStore;
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::body::{AnyBody, BodyLimits, RequestBody, any_body};
 use crate::destinations;
+use crate::edge::body::{AnyBody, BodyLimits, RequestBody, any_body};
 use crate::error::ApiError;
 use crate::metrics::UNMATCHED;
 use crate::reply::{Answer, json};
@@ -453,7 +453,7 @@ async fn route_request<S: TaskStore, C: Control>(
     body: &mut RequestBody<AnyBody>,
 ) -> (&'static str, Answer) {
     // Before any route: a request refused here was never served.
-    let client = crate::client_address::client_of(parts, &app.config().trusted_proxies);
+    let client = crate::edge::client_address::client_of(parts, &app.config().trusted_proxies);
     let path = parts.uri.path();
     if let Err(e) = app.site().check(parts, &client) {
         if crate::ui::is_ui_path(path) {

@@ -50,10 +50,6 @@ const FILES_LEFT: &[(&str, &str)] = &[
 /// Product functions (`path::name`) still over [`MAX_FN_LINES`], and why.
 const FNS_LEFT: &[(&str, &str)] = &[
     (
-        "crates/tc-http/src/server.rs::accept_loop",
-        "the accept loop's select over shutdown, the bound and the listener",
-    ),
-    (
         "crates/tc-http/src/ui/mod.rs::answer",
         "one arm a dashboard page, as dispatch",
     ),
