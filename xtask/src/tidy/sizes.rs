@@ -22,10 +22,6 @@ const NOT_PRODUCT: &[&str] = &["tc-testkit"];
 /// Product files still over [`MAX_FILE_LINES`], and why they are left.
 const FILES_LEFT: &[(&str, &str)] = &[
     (
-        "crates/tc-downstream/src/fake.rs",
-        "the fake's script and its loopback server: to split into script and server",
-    ),
-    (
         "crates/tc-model/src/store.rs",
         "the store port: to split by resource (tasks, destinations, schedules, tenants, worker)",
     ),
