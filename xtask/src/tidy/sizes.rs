@@ -58,14 +58,6 @@ const FNS_LEFT: &[(&str, &str)] = &[
         "one maud template",
     ),
     (
-        "crates/tc-server/src/serve.rs::from_args",
-        "one field a flag",
-    ),
-    (
-        "crates/tc-server/src/serve.rs::start",
-        "the service's wiring in start order",
-    ),
-    (
         "crates/tc-store-pg/src/schema.rs::migrate_on",
         "the migration's lock, check and steps",
     ),
