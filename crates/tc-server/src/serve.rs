@@ -599,16 +599,8 @@ impl Signals {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::cli::Cli;
-
-    fn settings(args: &[&str]) -> Settings {
-        let cli =
-            Cli::try_parse_from(std::iter::once("tc-server").chain(args.iter().copied())).unwrap();
-        Settings::from_args(cli.serve_args())
-    }
+    use crate::settings::tests::settings;
 
     /// A CA file that cannot be used stops the start, naming the file, before
     /// the database is created.

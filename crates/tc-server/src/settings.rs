@@ -145,13 +145,14 @@ fn http_config(args: &ServeArgs) -> tc_http::HttpConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use clap::Parser;
 
     use super::*;
     use crate::cli::Cli;
 
-    fn settings(args: &[&str]) -> Settings {
+    /// The settings these flags make, as `serve` makes them.
+    pub(crate) fn settings(args: &[&str]) -> Settings {
         let cli =
             Cli::try_parse_from(std::iter::once("tc-server").chain(args.iter().copied())).unwrap();
         Settings::from_args(cli.serve_args())

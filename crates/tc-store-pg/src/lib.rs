@@ -40,6 +40,7 @@ mod filter;
 mod group_submit;
 mod leader;
 mod notify;
+mod open;
 mod pace;
 mod priority;
 mod read_ops;
