@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tc_downstream::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
-use tc_model::store::TaskStore;
+use tc_model::store::Tenants;
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
 use tc_store_pg::{PgConfig, PgEvent, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};

@@ -26,10 +26,6 @@ const FILES_LEFT: &[(&str, &str)] = &[
         "the fake's script and its loopback server: to split into script and server",
     ),
     (
-        "crates/tc-model/src/store.rs",
-        "the store port: to split by resource (tasks, destinations, schedules, tenants, worker)",
-    ),
-    (
         "crates/tc-server/src/client/args.rs",
         "the CLI's clap structs, one per command: to split by command",
     ),
@@ -40,10 +36,6 @@ const FILES_LEFT: &[(&str, &str)] = &[
     (
         "crates/tc-store-pg/src/schema.rs",
         "the PostgreSQL migration steps, which are never edited: to move into a file of their own",
-    ),
-    (
-        "crates/tc-store-pg/src/store.rs",
-        "the port's impl and the pool's start: to split as the port is",
     ),
 ];
 
