@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use tc_downstream::fake::{FakeDownstream, Reply, Script, Step};
 use tc_model::State;
-use tc_model::store::TaskStore;
+use tc_model::store::Tasks;
 use tc_store::{SqliteStore, StoreConfig};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
 

@@ -13,7 +13,7 @@ use tc_seal::Sealer;
 use crate::error::db;
 use crate::{topics, write_ops};
 
-/// [`tc_model::store::TaskStore::subscription_try_ended`]; `stamp` as the
+/// [`tc_model::store::Topics::subscription_try_ended`]; `stamp` as the
 /// store's other writes take it, `channel` the cancel channel.
 pub(crate) async fn try_ended(
     tx: &Transaction<'_>,

@@ -14,7 +14,7 @@ use crate::rows::db;
 use crate::topics;
 use crate::write_ops::SubmitRow;
 
-/// [`tc_model::store::TaskStore::subscription_try_ended`].
+/// [`tc_model::store::Topics::subscription_try_ended`].
 pub(crate) fn try_ended(
     conn: &Connection,
     sealer: &Sealer,

@@ -10,7 +10,8 @@ use http::{HeaderMap, Request};
 use http_body_util::{BodyExt, Full};
 use prometheus_client::registry::Registry;
 use tc_model::destination::{ClaimGate, DestinationUpdate};
-use tc_model::store::{Completion, StoreError, TaskStore};
+use tc_model::store::{Completion, StoreError};
+use tc_model::store::{Destinations, Schedules, Tasks, Tenants, Work};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_testkit::memory_store::MemoryStore;
 

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use tc_http::HttpConfig;
 use tc_model::TaskId;
-use tc_model::store::{Completion, TaskStore};
+use tc_model::store::Completion;
+use tc_model::store::Tasks;
 
 use crate::support::{Harness, NOW_TEXT, harness};
 use tc_testkit::ClaimDue;

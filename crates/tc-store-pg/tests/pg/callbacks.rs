@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::{ClaimGate, DestinationUpdate};
-use tc_model::store::{Completion, Guarded, ListQuery, TaskStore};
+use tc_model::store::{Completion, Guarded, ListQuery};
+use tc_model::store::{Destinations, Tasks, Work};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store_pg::{PgClock, PgConfig, PgStore};
 

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use tc_model::destination::ClaimGate;
-use tc_model::store::{BulkAction, BulkRequest, Completion, StoreError, TaskFilter, TaskStore};
+use tc_model::store::{BulkAction, BulkRequest, Completion, StoreError, TaskFilter};
+use tc_model::store::{Tasks, Work};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{PgConfig, PgStore};

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use tc_model::store::{Completion, TaskStore};
+use tc_model::store::Completion;
+use tc_model::store::{Destinations, Schedules, Tasks, Work};
 use tc_model::{State, Timestamp};
 use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{OpenError, PgConfig, PgEvent, PgStore};

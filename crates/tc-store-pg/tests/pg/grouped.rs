@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_model::destination::ClaimGate;
-use tc_model::store::{Completion, Guarded, StoreError, TaskStore};
+use tc_model::store::{Completion, Guarded, StoreError};
+use tc_model::store::{Tasks, Work};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 

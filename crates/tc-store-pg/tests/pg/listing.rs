@@ -3,7 +3,8 @@
 //! database or another; it never hands out a cursor past a task that an
 //! insert still in flight may commit.
 
-use tc_model::store::{Cursor, ListQuery, Page, TaskFilter, TaskStore};
+use tc_model::store::Tasks;
+use tc_model::store::{Cursor, ListQuery, Page, TaskFilter};
 use tc_model::{Task, Timestamp};
 use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{PgConfig, PgStore};

@@ -14,7 +14,8 @@ use tc_downstream::fake::{FakeDownstream, Script};
 use tc_model::schedule::{
     CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
 };
-use tc_model::store::{ListQuery, TaskFilter, TaskStore};
+use tc_model::store::{ListQuery, TaskFilter};
+use tc_model::store::{Schedules, Tasks};
 use tc_store_pg::{PgConfig, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
 

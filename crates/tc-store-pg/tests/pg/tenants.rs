@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use tc_model::store::{StoreError, Submitted, TaskFilter, TaskStore};
+use tc_model::store::{StoreError, Submitted, TaskFilter};
+use tc_model::store::{Tasks, Tenants};
 use tc_model::tenant::TenantUpdate;
 use tc_model::tenant::key::KeyHash;
 use tc_model::{NewTask, Timestamp};

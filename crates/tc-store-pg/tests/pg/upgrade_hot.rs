@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use tc_model::store::{Completion, Guarded, TaskStore};
+use tc_model::store::{Completion, Guarded};
+use tc_model::store::{Tasks, Work};
 use tc_model::{State, TaskId, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tc_model::destination::ClaimGate;
-use tc_model::store::{Completion, ListQuery, TaskFilter, TaskStore};
+use tc_model::store::{Completion, ListQuery, TaskFilter};
+use tc_model::store::{Tasks, Work};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::backup::{BackupConfig, BackupError, backup};
 use tc_store::{SqliteStore, StoreConfig, Synchronous};

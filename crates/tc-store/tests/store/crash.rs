@@ -10,7 +10,7 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tc_model::store::TaskStore;
+use tc_model::store::Tasks;
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tokio::sync::mpsc;

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::{ClaimGate, DestinationUpdate};
-use tc_model::store::{Completion, ListQuery, TaskStore};
+use tc_model::store::{Completion, ListQuery};
+use tc_model::store::{Destinations, Tasks, Work};
 use tc_model::{Limits, NewTask, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::ClaimDue;

@@ -8,7 +8,8 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
-use tc_model::store::{BulkRequest, Completion, ListQuery, TaskFilter, TaskStore};
+use tc_model::store::{BulkRequest, Completion, ListQuery, TaskFilter};
+use tc_model::store::{Destinations, Schedules, Tasks, Work};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{OpenError, SqliteStore, StoreConfig, Synchronous};
 use tc_testkit::ClaimDue;

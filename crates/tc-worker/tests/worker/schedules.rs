@@ -11,7 +11,7 @@ use tc_downstream::fake::{FakeDownstream, Script};
 use tc_model::schedule::{
     CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
 };
-use tc_model::store::{ListQuery, TaskStore};
+use tc_model::store::{ListQuery, Schedules, Tasks};
 use tc_model::{FirstRun, Limits, NewTask, Timestamp};
 use tc_testkit::memory_store::MemoryStore;
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
