@@ -203,6 +203,9 @@ pub struct TaskFilter {
     pub subscription: Option<String>,
     /// Only the tasks of this priority (0 to 9).
     pub priority: Option<u8>,
+    /// Only the tasks of this flow key (of the filter's tenant's keys, as
+    /// a tenant's listing is narrowed to its own tasks).
+    pub flow_key: Option<String>,
 }
 
 /// The index a filtered scan walks, in position order; the filter's other
@@ -266,6 +269,10 @@ impl TaskFilter {
                 .as_ref()
                 .is_none_or(|t| Some(t) == task.tenant.as_ref())
             && self.priority.is_none_or(|p| task.priority == p)
+            && self
+                .flow_key
+                .as_ref()
+                .is_none_or(|k| Some(k) == task.flow_key.as_ref())
             && self.matches_topic(task)
     }
 
@@ -332,6 +339,7 @@ impl TaskFilter {
             || self.event_id.is_some()
             || self.subscription.is_some()
             || self.priority.is_some()
+            || self.flow_key.is_some()
     }
     /// The filter's given fields as column tests, in a fixed order: what
     /// both SQL adapters write (each in its own parameter syntax), so that
@@ -398,6 +406,10 @@ impl TaskFilter {
                 name: "priority",
                 value: TermValue::Int(i32::from(p)),
             });
+        }
+        if let Some(key) = &self.flow_key {
+            // Stored as `''` for none: a key is never `''`.
+            terms.push(text(Driving::All, "flow_key", "flow_key", key));
         }
         if let Some(t) = self.created_after {
             terms.push(range(">=", "created_after", t));
@@ -1033,6 +1045,43 @@ pub trait TaskStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<Vec<(String, crate::cluster::DestinationHolds)>, StoreError>> + Send;
 
+    /// Applies `update` to the settings of `tenant`'s flow key `key`
+    /// (`None`: the admin's keys; another tenant's key of the same name is
+    /// another key), creating them, and answers the key with its counts.
+    /// The caller has validated the update
+    /// ([`crate::flow_key::FlowKeyUpdate::validate`]).
+    fn put_flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+        update: crate::flow_key::FlowKeyUpdate,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<crate::flow_key::FlowKey, StoreError>> + Send;
+
+    /// `tenant`'s flow key `key` with its settings (the defaults when it
+    /// has none) and its running and pending tasks, or
+    /// [`StoreError::NotFound`] when it has neither settings nor tasks.
+    fn flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+    ) -> impl Future<Output = Result<crate::flow_key::FlowKey, StoreError>> + Send;
+
+    /// `tenant`'s flow keys that have settings, in name order, with their
+    /// counts; at most [`crate::flow_key::FLOW_KEYS_LIMIT`].
+    fn flow_keys(
+        &self,
+        tenant: Option<String>,
+    ) -> impl Future<Output = Result<Vec<crate::flow_key::FlowKey>, StoreError>> + Send;
+
+    /// Removes the settings of `tenant`'s flow key `key` (its tasks stay,
+    /// unlimited), or [`StoreError::NotFound`] when it has none.
+    fn delete_flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// The server's own key called `name` ([`JWT_KEY`], the key
     /// JWTs are signed with when none is given): the one stored, or else
     /// `candidate`, stored now. Insert-if-absent, never replaced: the first
@@ -1226,6 +1275,15 @@ macro_rules! port_methods {
         ShareHolds => fn share_holds(
             &self, learned: ::std::vec::Vec<(::std::string::String, $crate::cluster::DestinationHolds)>, now: $crate::Timestamp)
             -> ::std::vec::Vec<(::std::string::String, $crate::cluster::DestinationHolds)>;
+        PutFlowKey => fn put_flow_key(
+            &self, tenant: ::core::option::Option<::std::string::String>, key: ::std::string::String,
+            update: $crate::flow_key::FlowKeyUpdate, now: $crate::Timestamp) -> $crate::flow_key::FlowKey;
+        FlowKey => fn flow_key(&self, tenant: ::core::option::Option<::std::string::String>, key: ::std::string::String)
+            -> $crate::flow_key::FlowKey;
+        FlowKeys => fn flow_keys(&self, tenant: ::core::option::Option<::std::string::String>)
+            -> ::std::vec::Vec<$crate::flow_key::FlowKey>;
+        DeleteFlowKey => fn delete_flow_key(&self, tenant: ::core::option::Option<::std::string::String>, key: ::std::string::String)
+            -> ();
         PutTopic => fn put_topic(&self, at: $crate::topic::TopicRef, spec: $crate::topic::TopicSpec, now: $crate::Timestamp)
             -> ($crate::topic::Topic, bool);
         Topics => fn topics(&self, tenant: ::core::option::Option<::std::string::String>) -> ::std::vec::Vec<$crate::topic::Topic>;
