@@ -486,9 +486,6 @@ mod tests {
             got.push((key, n));
         }
         // A round's takes come in rotation order.
-        assert_eq!(
-            got,
-            vec![("".into(), 1), ("b".into(), 1), ("a".into(), 2)]
-        );
+        assert_eq!(got, vec![("".into(), 1), ("b".into(), 1), ("a".into(), 2)]);
     }
 }
