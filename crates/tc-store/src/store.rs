@@ -623,6 +623,44 @@ impl TaskStore for SqliteStore {
 
     /// One process opens an SQLite file: its buckets are this process's,
     /// in memory, and no writer time is spent on them.
+    async fn put_flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+        update: tc_model::flow_key::FlowKeyUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let at = tc_model::flow_key::KeyRef::new(tenant.as_deref(), &key);
+        self.write(move |conn| crate::flow_keys::put(conn, &at, &update, now))
+            .await
+    }
+
+    async fn flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let at = tc_model::flow_key::KeyRef::new(tenant.as_deref(), &key);
+        self.readers
+            .run(move |conn| crate::flow_keys::get(conn, &at))
+            .await
+    }
+
+    async fn flow_keys(
+        &self,
+        tenant: Option<String>,
+    ) -> Result<Vec<tc_model::flow_key::FlowKey>, StoreError> {
+        self.readers
+            .run(move |conn| crate::flow_keys::list(conn, tenant.as_deref()))
+            .await
+    }
+
+    async fn delete_flow_key(&self, tenant: Option<String>, key: String) -> Result<(), StoreError> {
+        let at = tc_model::flow_key::KeyRef::new(tenant.as_deref(), &key);
+        self.write(move |conn| crate::flow_keys::delete(conn, &at))
+            .await
+    }
+
     async fn take_tokens(
         &self,
         asks: Vec<tc_model::cluster::TokenAsk>,
