@@ -193,6 +193,9 @@ pub struct KeyState {
     pub running: u64,
     /// Its bucket as stored.
     pub bucket: Option<Bucket>,
+    /// Another claim holds the key now (a shared database's row lock, not
+    /// waited for): this claim takes none of its tasks.
+    pub held: bool,
 }
 
 /// What each key may still give in one claim, across every destination
@@ -243,6 +246,9 @@ impl KeyRoom {
     pub fn allowance(&self, key: &KeyRef) -> Option<usize> {
         let now = self.now?;
         let (state, taken) = self.keys.get(key)?;
+        if state.held {
+            return Some(0);
+        }
         let cap = state
             .settings
             .max_in_flight
@@ -275,6 +281,7 @@ impl KeyRoom {
         };
         self.keys
             .iter()
+            .filter(|(_, (state, _))| !state.held)
             .filter_map(|(key, (state, taken))| {
                 let ask = Self::ask(state, u32::try_from(*taken).unwrap_or(u32::MAX))?;
                 let bucket = state.bucket.unwrap_or_else(|| Bucket::full(ask.size, now));
@@ -425,6 +432,7 @@ mod tests {
                     },
                     running,
                     bucket: tokens.map(|tokens| Bucket { tokens, at: now }),
+                    held: false,
                 },
             );
             room.taken(&key, before);
@@ -460,6 +468,7 @@ mod tests {
                 },
                 running: 0,
                 bucket: None,
+                held: false,
             },
         );
         room.taken(&key, 3);

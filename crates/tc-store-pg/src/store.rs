@@ -899,6 +899,41 @@ impl TaskStore for PgStore {
         destinations::server_key(&self.client().await?, &self.sealer, &name, &candidate).await
     }
 
+    async fn put_flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+        update: tc_model::flow_key::FlowKeyUpdate,
+        now: Timestamp,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let at = tc_model::flow_key::KeyRef::new(tenant.as_deref(), &key);
+        self.write(async |tx| crate::flow_keys::put(tx, &at, &update, now).await)
+            .await
+    }
+
+    async fn flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let at = tc_model::flow_key::KeyRef::new(tenant.as_deref(), &key);
+        crate::flow_keys::get(&self.client().await?, &at).await
+    }
+
+    async fn flow_keys(
+        &self,
+        tenant: Option<String>,
+    ) -> Result<Vec<tc_model::flow_key::FlowKey>, StoreError> {
+        self.read(async |tx| crate::flow_keys::list(tx, tenant.as_deref()).await)
+            .await
+    }
+
+    async fn delete_flow_key(&self, tenant: Option<String>, key: String) -> Result<(), StoreError> {
+        let at = tc_model::flow_key::KeyRef::new(tenant.as_deref(), &key);
+        self.write(async |tx| crate::flow_keys::delete(tx, &at).await)
+            .await
+    }
+
     async fn take_tokens(
         &self,
         asks: Vec<tc_model::cluster::TokenAsk>,

@@ -342,6 +342,7 @@ impl Keyed {
                     settings,
                     running,
                     bucket,
+                    held: false,
                 },
             );
         }

@@ -97,6 +97,7 @@ impl FlowKeys {
             settings,
             running,
             bucket,
+            held: false,
         }
     }
 
