@@ -41,6 +41,7 @@ mod flow_keys;
 mod group_submit;
 mod leader;
 mod notify;
+mod open;
 mod pace;
 mod priority;
 mod read_ops;

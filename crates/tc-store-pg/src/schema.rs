@@ -885,23 +885,9 @@ async fn migrate_on(
         }
         let k = usize::try_from(version).unwrap_or(0);
         let step = &steps[k];
-        let tx = client.transaction().await.map_err(fail("begin"))?;
-        tx.batch_execute(step.schema)
-            .await
-            .map_err(|e| OpenError::Postgres {
-                target: target.to_owned(),
-                message: format!(
-                    "migration step {k} -> {}: {}",
-                    k + 1,
-                    crate::error::describe(&e)
-                ),
-            })?;
         version += 1;
         backfill_after = step.backfill.as_ref().map(|_| -1);
-        record(&tx, version, backfill_after)
-            .await
-            .map_err(fail("record the version"))?;
-        tx.commit().await.map_err(fail("commit"))?;
+        apply_step(client, target, version, step, backfill_after).await?;
     }
     client
         .execute(
@@ -920,6 +906,31 @@ async fn migrate_on(
         );
     }
     Ok(())
+}
+
+/// Runs one step in a transaction of its own, recording `version` (the
+/// step's, after it) and where its backfill starts.
+async fn apply_step(
+    client: &mut tokio_postgres::Client,
+    target: &str,
+    version: i32,
+    step: &Step,
+    backfill_after: Option<i64>,
+) -> Result<(), OpenError> {
+    let fail = |doing: String| {
+        move |e: tokio_postgres::Error| OpenError::Postgres {
+            target: target.to_owned(),
+            message: format!("{doing}: {}", crate::error::describe(&e)),
+        }
+    };
+    let tx = client.transaction().await.map_err(fail("begin".into()))?;
+    tx.batch_execute(step.schema)
+        .await
+        .map_err(fail(format!("migration step {} -> {version}", version - 1)))?;
+    record(&tx, version, backfill_after)
+        .await
+        .map_err(fail("record the version".into()))?;
+    tx.commit().await.map_err(fail("commit".into()))
 }
 
 /// Writes the version row (and the column for a backfill's progress, which

@@ -58,22 +58,6 @@ const FNS_LEFT: &[(&str, &str)] = &[
         "one maud template",
     ),
     (
-        "crates/tc-server/src/serve.rs::from_args",
-        "one field a flag",
-    ),
-    (
-        "crates/tc-server/src/serve.rs::start",
-        "the service's wiring in start order",
-    ),
-    (
-        "crates/tc-store-pg/src/schema.rs::migrate_on",
-        "the migration's lock, check and steps",
-    ),
-    (
-        "crates/tc-store-pg/src/store.rs::open",
-        "the pool's start in order",
-    ),
-    (
         "crates/tc-worker/src/attempt.rs::run",
         "one try's race of the call against cancel and shutdown",
     ),
