@@ -81,7 +81,30 @@ pub struct KeyRef {
     pub key: String,
 }
 
+/// What a key's hold is named among the destinations' shared holds
+/// ([`crate::store::TaskStore::share_holds`]): no destination's name has a
+/// space, so none is taken for a key's.
+const HOLD_PREFIX: &str = "flow-key ";
+
 impl KeyRef {
+    /// The name the key's rate-limit hold is shared under (with the
+    /// destinations' holds, [`crate::cluster::DestinationHolds`]), so that
+    /// a hold one node learned from a downstream's headers holds the key on
+    /// every node.
+    pub fn hold_name(&self) -> String {
+        format!("{HOLD_PREFIX}{} {}", self.tenant, self.key)
+    }
+
+    /// The key a shared hold's name stands for, or `None` for a
+    /// destination's.
+    pub fn from_hold_name(name: &str) -> Option<KeyRef> {
+        let (tenant, key) = name.strip_prefix(HOLD_PREFIX)?.split_once(' ')?;
+        Some(KeyRef {
+            tenant: tenant.to_owned(),
+            key: key.to_owned(),
+        })
+    }
+
     /// `key` of `tenant` (`None`: the admin's).
     pub fn new(tenant: Option<&str>, key: &str) -> KeyRef {
         KeyRef {
@@ -208,6 +231,8 @@ pub struct KeyState {
 #[derive(Debug, Default)]
 pub struct KeyRoom {
     now: Option<Timestamp>,
+    /// Keys held now ([`crate::destination::ClaimGate::held_keys`]).
+    held: std::collections::BTreeSet<KeyRef>,
     keys: BTreeMap<KeyRef, (KeyState, u64)>,
 }
 
@@ -216,8 +241,16 @@ impl KeyRoom {
     pub fn new(now: Timestamp) -> KeyRoom {
         KeyRoom {
             now: Some(now),
+            held: std::collections::BTreeSet::new(),
             keys: BTreeMap::new(),
         }
+    }
+
+    /// The same room, giving nothing of the keys in `held` (a downstream
+    /// said no calls are left; the worker passes them in its gate).
+    pub fn holding(mut self, held: &std::collections::BTreeSet<KeyRef>) -> KeyRoom {
+        self.held = held.clone();
+        self
     }
 
     /// Whether `key`'s state was read already.
@@ -245,6 +278,9 @@ impl KeyRoom {
     /// the tasks without a key have none).
     pub fn allowance(&self, key: &KeyRef) -> Option<usize> {
         let now = self.now?;
+        if self.held.contains(key) {
+            return Some(0);
+        }
         let (state, taken) = self.keys.get(key)?;
         if state.held {
             return Some(0);
@@ -451,6 +487,24 @@ mod tests {
         let room = KeyRoom::new(now);
         assert_eq!(room.allowance(&KeyRef::new(Some("u"), "k")), None);
         assert!(room.knows(&KeyRef::new(None, NO_KEY)));
+        // A held key gives nothing, whatever its settings.
+        let held = std::collections::BTreeSet::from([KeyRef::new(Some("u"), "k")]);
+        let room = KeyRoom::new(now).holding(&held);
+        assert_eq!(room.allowance(&KeyRef::new(Some("u"), "k")), Some(0));
+        assert_eq!(room.allowance(&KeyRef::new(None, "k")), None);
+    }
+
+    #[test]
+    fn a_key_s_hold_name_reads_back_and_is_no_destination_s() {
+        let check = |tenant: Option<&str>, key: &str| {
+            let at = KeyRef::new(tenant, key);
+            assert_eq!(KeyRef::from_hold_name(&at.hold_name()), Some(at.clone()));
+            assert!(!crate::destination::is_destination_host(&at.hold_name()));
+        };
+        check(None, "k");
+        check(Some("acme"), "a b c");
+        check(None, " ");
+        assert_eq!(KeyRef::from_hold_name("api.example.com:443"), None);
     }
 
     #[test]

@@ -221,14 +221,21 @@ pub(crate) struct Keyed {
     /// Made when the claim first meets a keyed destination (it reads the
     /// database's time once).
     room: Option<KeyRoom>,
+    /// The keys the worker holds ([`tc_model::destination::ClaimGate::held_keys`]).
+    held: std::collections::BTreeSet<KeyRef>,
     load: BTreeMap<KeyRef, usize>,
     now: Option<i64>,
     aging: Duration,
 }
 
 impl Keyed {
-    pub(crate) fn new(now: Option<i64>, aging: Duration) -> Keyed {
+    pub(crate) fn new(
+        now: Option<i64>,
+        aging: Duration,
+        held: std::collections::BTreeSet<KeyRef>,
+    ) -> Keyed {
         Keyed {
+            held,
             room: None,
             load: BTreeMap::new(),
             now,
@@ -374,7 +381,7 @@ impl Keyed {
     async fn room_mut(&mut self, tx: &Transaction<'_>) -> Result<&mut KeyRoom, StoreError> {
         if self.room.is_none() {
             let now = crate::cluster::db_now(tx, self.now).await?;
-            self.room = Some(KeyRoom::new(Timestamp::from_millis(now)));
+            self.room = Some(KeyRoom::new(Timestamp::from_millis(now)).holding(&self.held));
         }
         self.room
             .as_mut()

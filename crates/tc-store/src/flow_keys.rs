@@ -213,9 +213,13 @@ pub(crate) struct Keyed {
 }
 
 impl Keyed {
-    pub(crate) fn new(now: Timestamp, aging: Duration) -> Keyed {
+    pub(crate) fn new(
+        now: Timestamp,
+        aging: Duration,
+        held: &std::collections::BTreeSet<KeyRef>,
+    ) -> Keyed {
         Keyed {
-            room: KeyRoom::new(now),
+            room: KeyRoom::new(now).holding(held),
             load: BTreeMap::new(),
             now,
             aging,

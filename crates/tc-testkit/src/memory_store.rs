@@ -526,7 +526,7 @@ impl TaskStore for MemoryStore {
         }
         let (candidates, cursor) = walk.finish();
         let mut plan = FairShare::new(n, candidates, &gate.in_flight);
-        let mut room = KeyRoom::new(now);
+        let mut room = KeyRoom::new(now).holding(&gate.held_keys);
         for (key, busy) in &key_running {
             room.learn(key.clone(), t.flow_keys.state(key, *busy as u64));
         }

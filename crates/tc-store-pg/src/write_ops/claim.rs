@@ -80,7 +80,7 @@ pub(crate) async fn claim(
         })
         .collect();
     let mut plan = FairShare::new(n, candidates, &gate.in_flight);
-    let mut keyed = Keyed::new(now, gate.aging());
+    let mut keyed = Keyed::new(now, gate.aging(), gate.held_keys.clone());
     let mut claimed = Vec::with_capacity(n);
     let mut asked: Vec<String> = Vec::new();
     // The node's calls in flight by tenant, with this claim's takes added.

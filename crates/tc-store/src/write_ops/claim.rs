@@ -52,7 +52,7 @@ pub(crate) fn claim(
     }
     let (candidates, cursor) = walk.finish();
     let mut plan = FairShare::new(n, candidates, &gate.in_flight);
-    let mut keyed = Keyed::new(now, gate.aging());
+    let mut keyed = Keyed::new(now, gate.aging(), &gate.held_keys);
     let lease_until = now.saturating_add(lease);
     let mut claimed = Vec::with_capacity(n);
     // With tenants, the node's calls in flight by tenant, this claim's
