@@ -45,6 +45,7 @@ mod destinations;
 mod dto;
 mod edge;
 mod error;
+mod flow_keys;
 mod key_use;
 mod metrics;
 mod query;

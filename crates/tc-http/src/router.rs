@@ -23,6 +23,7 @@ use crate::auth::Caller;
 use crate::destinations;
 use crate::edge::body::{AnyBody, BodyLimits, RequestBody, any_body};
 use crate::error::ApiError;
+use crate::flow_keys;
 use crate::metrics::UNMATCHED;
 use crate::reply::{Answer, json};
 use crate::schedules;
@@ -286,6 +287,18 @@ route_table! {
     },
     Event: GET "/topics/{name}/events/{id}", Tenant => |c| {
         topics::event(c.app, c.topic()?, c.topic_item()).await
+    },
+    PutFlowKey: PUT "/flow-keys/{key}", Tenant => |c| {
+        let key = flow_keys::key_name(c.segment())?;
+        let update = flow_keys::parse_update(&c.json().await?)?;
+        flow_keys::put(c.app, c.caller, key, update).await
+    },
+    FlowKeys: GET "/flow-keys", Tenant => |c| flow_keys::list(c.app, c.caller).await,
+    FlowKey: GET "/flow-keys/{key}", Tenant => |c| {
+        flow_keys::get(c.app, c.caller, flow_keys::key_name(c.segment())?).await
+    },
+    DeleteFlowKey: DELETE "/flow-keys/{key}", Tenant => |c| {
+        flow_keys::delete(c.app, c.caller, flow_keys::key_name(c.segment())?).await
     },
     Health: GET "/healthz", Open => |c| crate::admin::health(c.app).await,
     Metrics: GET "/metrics", Admin => |c| crate::admin::metrics(c.app, &c.parts.headers).await,

@@ -37,6 +37,7 @@ mod destinations;
 mod error;
 mod events;
 mod filter;
+mod flow_keys;
 mod group_submit;
 mod leader;
 mod notify;

@@ -23,6 +23,7 @@ use crate::pace::{self, Pace};
 use crate::{analyze, counts, leader};
 
 mod destinations;
+mod flow_keys;
 mod schedules;
 mod tasks;
 mod tenants;
