@@ -31,7 +31,8 @@
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
 //! `listing` (and bulk), `cluster` (tokens and holds), `priority`, `retention`,
-//! `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`,
+//! `outbound`, `auth`, `callback`, `schedules`, `scope` (a tenant's own
+//! tasks only), `tenants`, `tenant_writes`,
 //! `topics`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
@@ -154,6 +155,9 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         concurrent_token_takers_share_one_bucket,
         destination_holds_are_shared_until_they_end,
         claims_take_higher_priorities_first_and_age_the_rest,
+        a_tenant_reads_only_its_own_tasks_by_id,
+        a_tenant_lists_only_its_own_tasks,
+        a_tenant_cannot_cancel_retry_or_delete_another_s_task,
     ]
 }
 
@@ -253,6 +257,8 @@ mod retention;
 // Schedules: tasks on a cron.
 mod schedules;
 mod submit;
+// A tenant's scope: reads, listings and writes by id reach only its tasks.
+mod scope;
 // Tenants.
 mod tenants;
 mod topics;
@@ -276,6 +282,7 @@ pub use outbound::*;
 pub use priority::*;
 pub use retention::*;
 pub use schedules::*;
+pub use scope::*;
 pub use submit::*;
 pub use tenant_writes::*;
 pub use tenants::*;
