@@ -49,6 +49,8 @@ struct SubmitBody {
     callback_on: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     priority: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    flow_key: Option<Value>,
 }
 
 /// Deserializes a field that is present, even as `null`, to `Some`.
@@ -143,6 +145,16 @@ pub(crate) fn parse_submit(
             u8::try_from(p).map_err(|_| range_error("priority", 0, max_priority))?
         }
     };
+    let flow_key = match body.flow_key {
+        None => None,
+        Some(Value::String(k)) => Some(k),
+        Some(other) => {
+            return Err(invalid(format!(
+                "flow_key: must be a string, got {}",
+                json_type(&other)
+            )));
+        }
+    };
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
     };
@@ -157,6 +169,7 @@ pub(crate) fn parse_submit(
     .and_then(|task| task.with_first_run(schedule))
     .and_then(|task| task.with_method(method))
     .and_then(|task| task.with_priority(priority))
+    .and_then(|task| task.with_flow_key(flow_key))
     .map(|task| task.with_headers(headers))
     .map(|task| match callback {
         Some(callback) => task.with_callback(callback),

@@ -271,7 +271,7 @@ pub(crate) async fn get<S: TaskStore, C: Control>(
     if wait.is_zero() || task.state.is_terminal() {
         return json(StatusCode::OK, &TaskView::new(&task));
     }
-    let client = crate::client_address::client_of(parts, &app.config().trusted_proxies).addr;
+    let client = crate::edge::client_address::client_of(parts, &app.config().trusted_proxies).addr;
     let waiter = app.waiters().wait_for(app.control(), id, client)?;
     let deadline = tokio::time::Instant::now() + wait;
     // Read again now that the waiter is in place: an end between the first

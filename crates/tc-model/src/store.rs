@@ -17,6 +17,7 @@ use crate::tenant::quota::RetryQuota;
 use crate::{IllegalTransition, State, Task, TaskId, Timestamp};
 
 mod destinations;
+mod flow_keys;
 mod methods;
 mod schedules;
 mod tasks;
@@ -25,6 +26,7 @@ mod topics;
 mod work;
 
 pub use destinations::Destinations;
+pub use flow_keys::FlowKeys;
 pub use schedules::Schedules;
 pub use tasks::Tasks;
 pub use tenants::Tenants;
@@ -210,6 +212,9 @@ pub struct TaskFilter {
     pub subscription: Option<String>,
     /// Only the tasks of this priority (0 to 9).
     pub priority: Option<u8>,
+    /// Only the tasks of this flow key (of the filter's tenant's keys, as
+    /// a tenant's listing is narrowed to its own tasks).
+    pub flow_key: Option<String>,
 }
 
 /// The index a filtered scan walks, in position order; the filter's other
@@ -273,6 +278,10 @@ impl TaskFilter {
                 .as_ref()
                 .is_none_or(|t| Some(t) == task.tenant.as_ref())
             && self.priority.is_none_or(|p| task.priority == p)
+            && self
+                .flow_key
+                .as_ref()
+                .is_none_or(|k| Some(k) == task.flow_key.as_ref())
             && self.matches_topic(task)
     }
 
@@ -339,6 +348,7 @@ impl TaskFilter {
             || self.event_id.is_some()
             || self.subscription.is_some()
             || self.priority.is_some()
+            || self.flow_key.is_some()
     }
     /// The filter's given fields as column tests, in a fixed order: what
     /// both SQL adapters write (each in its own parameter syntax), so that
@@ -405,6 +415,10 @@ impl TaskFilter {
                 name: "priority",
                 value: TermValue::Int(i32::from(p)),
             });
+        }
+        if let Some(key) = &self.flow_key {
+            // Stored as `''` for none: a key is never `''`.
+            terms.push(text(Driving::All, "flow_key", "flow_key", key));
         }
         if let Some(t) = self.created_after {
             terms.push(range(">=", "created_after", t));
@@ -683,9 +697,12 @@ fn index(state: State) -> usize {
 /// into [`crate::port_methods`], and one impl per adapter: the forwarders
 /// (tc-server's `AnyStore`, tc-testkit's `Hooked`) are written from that
 /// list.
-pub trait TaskStore: Tasks + Work + Destinations + Schedules + Tenants + Topics {}
+pub trait TaskStore: Tasks + Work + Destinations + FlowKeys + Schedules + Tenants + Topics {}
 
-impl<S> TaskStore for S where S: Tasks + Work + Destinations + Schedules + Tenants + Topics {}
+impl<S> TaskStore for S where
+    S: Tasks + Work + Destinations + FlowKeys + Schedules + Tenants + Topics
+{
+}
 
 /// The name of the JWT signing key (a PKCS#8 PEM) in
 /// [`Tenants::server_key`].

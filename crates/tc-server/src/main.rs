@@ -20,6 +20,7 @@ mod jwt;
 mod logging;
 mod secrets;
 mod serve;
+mod settings;
 mod store;
 mod telemetry;
 mod tls_check;

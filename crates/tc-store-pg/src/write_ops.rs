@@ -28,7 +28,7 @@ pub(crate) use bulk::{BulkApplied, RetryAdmit, bulk_apply, bulk_covered, bulk_sn
 // The statements whose plans the `testing` module's hot list checks.
 #[cfg(feature = "testing")]
 pub(crate) use claim::{CLAIM, RECOVER};
-pub(crate) use claim::{claim, claim_tail, heartbeat, recover_expired, release};
+pub(crate) use claim::{claim, claim_tail, claimed_tasks, heartbeat, recover_expired, release};
 use end::admit_retry;
 pub(crate) use end::{cancel, delete, ended, mark_inserting, prune, retry};
 pub(crate) use submit::{

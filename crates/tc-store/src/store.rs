@@ -13,6 +13,7 @@ use crate::read_pool::Readers;
 use crate::writer;
 
 mod destinations;
+mod flow_keys;
 mod lifecycle;
 mod schedules;
 mod tasks;

@@ -18,16 +18,17 @@ use tc_model::destination::{
     ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
     rotation,
 };
+use tc_model::flow_key::{KeyRef, KeyRoom, stored_key};
 use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
-    BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Cursor, Destinations, Guarded,
-    LeaseLost, ListQuery, Page, Schedules, StateCounts, StoreError, Submitted, Tasks, Tenants,
-    Topics, Work, results_within,
+    BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Cursor, Destinations, FlowKeys,
+    Guarded, LeaseLost, ListQuery, Page, Schedules, StateCounts, StoreError, Submitted, Tasks,
+    Tenants, Topics, Work, results_within,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{
-    Acting, NO_TENANT, Scope, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
+    Acting, Scope, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
 };
 use tc_model::topic::event::{Event, NewEvent, Published};
 use tc_model::topic::{
@@ -35,6 +36,7 @@ use tc_model::topic::{
 };
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
 
+mod flow_keys;
 mod sub_health;
 mod topics;
 
@@ -85,6 +87,8 @@ struct Tables {
     server_keys: BTreeMap<String, String>,
     /// Topics, their subscriptions and events.
     topics: topics::Topics,
+    /// Flow keys' settings and buckets.
+    flow_keys: flow_keys::FlowKeys,
     /// Token buckets and holds: one process, in memory.
     cluster: tc_model::cluster::local::LocalCluster,
     last_seq: i64,
@@ -652,16 +656,16 @@ impl Work for MemoryStore {
     ) -> Result<Claim, StoreError> {
         let mut t = self.tables()?;
         // Each destination's due tasks in claim order (priority, then the
-        // oldest due, tc-model's `claim_key`), and its running tasks; the
-        // earliest task not due yet.
+        // oldest due, tc-model's `claim_key`), by tenant and flow key; the
+        // running tasks by destination and by key; the earliest task not
+        // due yet.
         let mut due: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
-        let mut tenant_of: HashMap<i64, &str> = HashMap::new();
         let mut running: HashMap<&str, u64> = HashMap::new();
+        let mut key_running: BTreeMap<KeyRef, usize> = BTreeMap::new();
         let mut resume_after: Option<Timestamp> = None;
         for (seq, task) in &t.tasks {
             match (task.state, task.next_run_at) {
                 (State::Pending, Some(at)) if at <= now => {
-                    tenant_of.insert(*seq, stored_tenant(task.tenant.as_deref()));
                     let key = tc_model::priority::claim_key(at, task.priority, gate.aging());
                     due.entry(task.destination.clone())
                         .or_default()
@@ -670,12 +674,25 @@ impl Work for MemoryStore {
                 (State::Pending, Some(at)) => {
                     resume_after = Some(resume_after.map_or(at, |r| r.min(at)));
                 }
-                (State::Running, _) => *running.entry(task.destination.as_str()).or_default() += 1,
+                (State::Running, _) => {
+                    *running.entry(task.destination.as_str()).or_default() += 1;
+                    *key_running.entry(key_ref(task)).or_default() += 1;
+                }
                 _ => {}
             }
         }
-        for tasks in due.values_mut() {
+        let mut lanes: BTreeMap<String, Lanes> = BTreeMap::new();
+        for (dest, tasks) in &mut due {
             tasks.sort_unstable();
+            let lane = lanes.entry(dest.clone()).or_default();
+            for (_, seq) in tasks.iter() {
+                let task = &t.tasks[seq];
+                lane.entry(stored_tenant(task.tenant.as_deref()).to_owned())
+                    .or_default()
+                    .entry(stored_key(task.flow_key.as_deref()).to_owned())
+                    .or_default()
+                    .push(*seq);
+            }
         }
         let names: Vec<String> = due.keys().cloned().collect();
         // The port's walk: only destinations with due tasks, in rotation
@@ -693,68 +710,53 @@ impl Work for MemoryStore {
         }
         let (candidates, cursor) = walk.finish();
         let mut plan = FairShare::new(n, candidates, &gate.in_flight);
-        let mut picked = Vec::new();
-        let mut used: HashMap<String, usize> = HashMap::new();
-        // With tenants: each destination's due tasks by tenant (oldest due
-        // first), what the claim has taken of each, and the node's load by
-        // tenant with this claim's takes added.
-        let mut by_tenant: BTreeMap<&str, BTreeMap<&str, Vec<i64>>> = BTreeMap::new();
-        if gate.tenants.is_some() {
-            for (dest, tasks) in &due {
-                let tenants = by_tenant.entry(dest.as_str()).or_default();
-                for (_, seq) in tasks {
-                    let tenant = tenant_of.get(seq).copied().unwrap_or(NO_TENANT);
-                    tenants.entry(tenant).or_default().push(*seq);
-                }
-            }
+        let mut room = KeyRoom::new(now).holding(&gate.held_keys);
+        for (key, busy) in &key_running {
+            room.learn(key.clone(), t.flow_keys.state(key, *busy as u64));
         }
-        let mut tenant_used: HashMap<(String, String), usize> = HashMap::new();
-        let mut load = gate
-            .tenants
-            .as_ref()
-            .map(|tg| tg.in_flight.clone())
-            .unwrap_or_default();
+        let mut take = Take {
+            picked: Vec::new(),
+            room,
+            key_load: key_running,
+            tenant_load: gate
+                .tenants
+                .as_ref()
+                .map(|tg| tg.in_flight.clone())
+                .unwrap_or_default(),
+        };
         while let Some((dest, want)) = plan.next_take() {
-            let Some(tg) = &gate.tenants else {
-                let from = used.get(&dest).copied().unwrap_or(0);
-                let tasks = due.get(&dest).map_or(&[][..], |v| &v[from.min(v.len())..]);
-                let take = want.min(tasks.len());
-                picked.extend(tasks[..take].iter().map(|(_, seq)| *seq));
-                *used.entry(dest).or_default() += take;
-                plan.taken(take);
-                continue;
+            let lane = lanes.entry(dest).or_default();
+            let got = match &gate.tenants {
+                Some(tg) => {
+                    let due_tenants = lane
+                        .iter()
+                        .filter(|(_, keys)| keys.values().any(|v| !v.is_empty()))
+                        .map(|(tenant, _)| tenant.clone())
+                        .collect();
+                    let mut share = tg.plan(want, due_tenants, &take.tenant_load);
+                    let mut total = 0;
+                    while let Some((tenant, wanted)) = share.next_take() {
+                        let got = take.keyed(&t.flow_keys, lane, &tenant, wanted);
+                        share.taken(got);
+                        total += got;
+                    }
+                    total
+                }
+                // Tenant-blind (no tenant defined): the tenants' tasks (if
+                // any are left from one deleted since) in name order.
+                None => {
+                    let tenants: Vec<String> = lane.keys().cloned().collect();
+                    let mut total = 0;
+                    for tenant in tenants {
+                        total += take.keyed(&t.flow_keys, lane, &tenant, want - total);
+                    }
+                    total
+                }
             };
-            // The destination's take shared between its tenants with due
-            // tasks left, in name order.
-            let empty = BTreeMap::new();
-            let tenants = by_tenant.get(dest.as_str()).unwrap_or(&empty);
-            let left = |tenant: &str, used: &HashMap<(String, String), usize>| {
-                let from = used
-                    .get(&(dest.clone(), tenant.to_owned()))
-                    .copied()
-                    .unwrap_or(0);
-                tenants
-                    .get(tenant)
-                    .map_or(&[][..], |v| &v[from.min(v.len())..])
-            };
-            let due_tenants: Vec<String> = tenants
-                .keys()
-                .filter(|tenant| !left(tenant, &tenant_used).is_empty())
-                .map(|tenant| (*tenant).to_owned())
-                .collect();
-            let mut share = tg.plan(want, due_tenants, &load);
-            let mut total = 0;
-            while let Some((tenant, wanted)) = share.next_take() {
-                let tasks = left(&tenant, &tenant_used);
-                let take = wanted.min(tasks.len());
-                picked.extend(&tasks[..take]);
-                share.taken(take);
-                total += take;
-                *load.entry(tenant.clone()).or_default() += take;
-                *tenant_used.entry((dest.clone(), tenant)).or_default() += take;
-            }
-            plan.taken(total);
+            plan.taken(got);
         }
+        t.flow_keys.charge(take.room.buckets(), now);
+        let picked = take.picked;
         let mut claimed = Vec::with_capacity(picked.len());
         for seq in picked {
             let task = t.task_mut(seq)?;
@@ -1206,6 +1208,45 @@ impl Tenants for MemoryStore {
     }
 }
 
+impl FlowKeys for MemoryStore {
+    async fn put_flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+        update: tc_model::flow_key::FlowKeyUpdate,
+        _now: Timestamp,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let t = &mut *self.tables()?;
+        let at = KeyRef::new(tenant.as_deref(), &key);
+        Ok(t.flow_keys.put(at, update, t.tasks.values()))
+    }
+
+    async fn flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let t = self.tables()?;
+        t.flow_keys
+            .get(&KeyRef::new(tenant.as_deref(), &key), t.tasks.values())
+    }
+
+    async fn flow_keys(
+        &self,
+        tenant: Option<String>,
+    ) -> Result<Vec<tc_model::flow_key::FlowKey>, StoreError> {
+        let t = self.tables()?;
+        Ok(t.flow_keys
+            .list(stored_tenant(tenant.as_deref()), t.tasks.values()))
+    }
+
+    async fn delete_flow_key(&self, tenant: Option<String>, key: String) -> Result<(), StoreError> {
+        self.tables()?
+            .flow_keys
+            .delete(&KeyRef::new(tenant.as_deref(), &key))
+    }
+}
+
 impl Topics for MemoryStore {
     async fn put_topic(
         &self,
@@ -1293,6 +1334,68 @@ impl Topics for MemoryStore {
         now: Timestamp,
     ) -> Result<Vec<Delivery>, StoreError> {
         self.tables()?.replay(&at, &id, since, now)
+    }
+}
+
+/// One destination's due tasks by stored tenant, then stored flow key, each
+/// list in claim order.
+type Lanes = BTreeMap<String, BTreeMap<String, Vec<i64>>>;
+
+/// A task's key as the claim counts it.
+fn key_ref(task: &Task) -> KeyRef {
+    KeyRef::new(task.tenant.as_deref(), stored_key(task.flow_key.as_deref()))
+}
+
+/// What a claim has picked and the loads its shares read.
+struct Take {
+    picked: Vec<i64>,
+    room: KeyRoom,
+    /// Running tasks by key (every node's), with this claim's takes.
+    key_load: BTreeMap<KeyRef, usize>,
+    /// The node's calls in flight by tenant, with this claim's takes.
+    tenant_load: BTreeMap<String, usize>,
+}
+
+impl Take {
+    /// Up to `want` of `tenant`'s due tasks in `lane` shared between its
+    /// keys ([`KeyRoom::plan`]); answers how many were picked.
+    fn keyed(
+        &mut self,
+        keys: &flow_keys::FlowKeys,
+        lane: &mut Lanes,
+        tenant: &str,
+        want: usize,
+    ) -> usize {
+        let Some(by_key) = lane.get_mut(tenant) else {
+            return 0;
+        };
+        let due: Vec<String> = by_key
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut load = BTreeMap::new();
+        for key in &due {
+            let at = KeyRef::new(Some(tenant).filter(|t| !t.is_empty()), key);
+            if !self.room.knows(&at) {
+                self.room.learn(at.clone(), keys.state(&at, 0));
+            }
+            load.insert(key.clone(), self.key_load.get(&at).copied().unwrap_or(0));
+        }
+        let mut share = self.room.plan(want, tenant, due, &load);
+        let mut total = 0;
+        while let Some((key, wanted)) = share.next_take() {
+            let tasks = by_key.entry(key.clone()).or_default();
+            let n = wanted.min(tasks.len());
+            self.picked.extend(tasks.drain(..n));
+            share.taken(n);
+            total += n;
+            let at = KeyRef::new(Some(tenant).filter(|t| !t.is_empty()), &key);
+            self.room.taken(&at, n);
+            *self.key_load.entry(at).or_default() += n;
+        }
+        *self.tenant_load.entry(tenant.to_owned()).or_default() += total;
+        total
     }
 }
 

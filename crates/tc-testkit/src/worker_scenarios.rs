@@ -34,6 +34,8 @@ mod credentials;
 mod destinations;
 mod due_walk;
 mod faults;
+// Flow keys: their caps and holds on a worker.
+mod flow_keys;
 mod outbound;
 // Paced by the destination's own signals.
 mod pacing;
@@ -62,6 +64,9 @@ use due_walk::a_due_task_runs_past_thousands_of_waiting_destinations;
 use faults::{
     claim_errors_back_off, clock_jump_mid_call_delivers_once, outcome_write_retried_until_it_lands,
     panic_in_attempt_ends_it, wake_ups_from_elsewhere_share_claims,
+};
+use flow_keys::{
+    a_flow_key_s_cap_holds_across_hosts, rate_limit_fields_hold_the_task_s_flow_key_too,
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
 use pacing::{
@@ -307,6 +312,8 @@ macro_rules! worker_scenarios {
             a_subscriptions_own_secrets_sign_its_calls,
             a_subscriber_failing_past_disable_after_is_disabled,
             higher_priorities_are_called_first,
+            a_flow_key_s_cap_holds_across_hosts,
+            rate_limit_fields_hold_the_task_s_flow_key_too,
         }
     };
 }

@@ -77,6 +77,17 @@ macro_rules! port_methods {
                 TouchApiKey => fn touch_api_key(&self, id: ::std::string::String, at: $crate::Timestamp) -> ();
                 ServerKey => fn server_key(&self, name: ::std::string::String, candidate: ::std::string::String) -> ::std::string::String;
             }
+            $crate::store::FlowKeys [] {
+                PutFlowKey => fn put_flow_key(
+                    &self, tenant: ::core::option::Option<::std::string::String>, key: ::std::string::String,
+                    update: $crate::flow_key::FlowKeyUpdate, now: $crate::Timestamp) -> $crate::flow_key::FlowKey;
+                FlowKey => fn flow_key(&self, tenant: ::core::option::Option<::std::string::String>, key: ::std::string::String)
+                    -> $crate::flow_key::FlowKey;
+                FlowKeys => fn flow_keys(&self, tenant: ::core::option::Option<::std::string::String>)
+                    -> ::std::vec::Vec<$crate::flow_key::FlowKey>;
+                DeleteFlowKey => fn delete_flow_key(&self, tenant: ::core::option::Option<::std::string::String>, key: ::std::string::String)
+                    -> ();
+            }
             $crate::store::Topics [] {
                 PutTopic => fn put_topic(&self, at: $crate::topic::TopicRef, spec: $crate::topic::TopicSpec, now: $crate::Timestamp)
                     -> ($crate::topic::Topic, bool);

@@ -106,6 +106,7 @@ pub fn disabled_notice(
         key_id: None,
         topic: None,
         priority: 0,
+        flow_key: None,
     })
 }
 

@@ -319,16 +319,20 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_by_state",
             "tasks_by_tenant",
             "tasks_due_by_destination",
+            "tasks_due_by_key",
             "tasks_due_by_tenant",
             "tasks_leased",
             "tasks_open_by_tenant",
-            "tasks_prioritized"
+            "tasks_prioritized",
+            "tasks_running_by_key"
         ]
     );
     // Tasks from before trace contexts have none; new ones keep theirs.
     assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
     // Tasks from before priorities (step 24) have 0.
     assert_eq!(old.priority, 0);
+    // Tasks from before flow keys (step 26) have none.
+    assert_eq!(old.flow_key, None);
     // Step 14 rewrote the tasks CHECKs without IN lists: the same rules,
     // still enforced on the upgraded file.
     let tasks_sql: String = conn
@@ -489,7 +493,8 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
             params![ids[3].as_bytes(), t(10).as_millis()],
         )
         .unwrap();
-        // Nor any of the later steps' (step 24: topics; step 25: priority).
+        // Nor any of the later steps' (step 24: topics; step 25: priority;
+        // step 26: flow keys).
         conn.execute_batch(
             "CREATE INDEX tasks_due ON tasks (next_run_at, seq) WHERE state = 'pending';
              DROP TABLE event_tasks; DROP TABLE events; DROP TABLE subscriptions;
@@ -497,6 +502,8 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
              ALTER TABLE tasks DROP COLUMN event_id; ALTER TABLE tasks DROP COLUMN subscription;
              DROP INDEX tasks_prioritized;
              ALTER TABLE tasks DROP COLUMN priority;
+             DROP INDEX tasks_due_by_key; DROP INDEX tasks_running_by_key;
+             DROP TABLE flow_keys; ALTER TABLE tasks DROP COLUMN flow_key;
              PRAGMA user_version = 22;",
         )
         .unwrap();
