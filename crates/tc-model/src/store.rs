@@ -506,6 +506,13 @@ impl Default for ListQuery {
 }
 
 impl ListQuery {
+    /// This query narrowed to what `scope` sees ([`TaskFilter::within`]):
+    /// what every adapter's listing runs.
+    pub fn within(mut self, scope: &crate::tenant::Scope) -> ListQuery {
+        self.filter = self.filter.within(scope);
+        self
+    }
+
     /// How many rows of the driving index this page examines: one more
     /// than the limit (to know whether a page follows) when every given
     /// field is the driving one, else `max_scan` (never fewer).

@@ -103,6 +103,7 @@ mod tests {
     use super::*;
     use crate::memory_store::MemoryStore;
     use tc_model::store::Tasks;
+    use tc_model::tenant::Scope;
 
     /// Records the calls it sees and fails `Get`.
     #[derive(Default)]
@@ -138,7 +139,7 @@ mod tests {
         )
         .unwrap();
         let submitted = store.submit(task, Timestamp::from_millis(1)).await.unwrap();
-        let refused = store.get(submitted.task.id).await;
+        let refused = store.get(submitted.task.id, Scope::Admin).await;
         assert!(
             matches!(refused, Err(StoreError::Unavailable(_))),
             "{refused:?}"

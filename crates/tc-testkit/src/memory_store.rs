@@ -27,7 +27,9 @@ use tc_model::store::{
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::quota::{Admission, RetryQuota};
-use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant};
+use tc_model::tenant::{
+    Acting, Scope, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
+};
 use tc_model::topic::event::{Event, NewEvent, Published};
 use tc_model::topic::{
     Delivery, Subscription, SubscriptionSpec, SubscriptionUpdate, Topic, TopicRef, TopicSpec,
@@ -143,6 +145,17 @@ impl MemoryStore {
 impl Tables {
     fn seq_of(&self, id: TaskId) -> Result<i64, StoreError> {
         self.by_id.get(&id).copied().ok_or(StoreError::NotFound)
+    }
+
+    /// The task `id`'s position if `scope` sees it; else as unknown as a
+    /// task that never was.
+    fn seq_in(&self, id: TaskId, scope: &Scope) -> Result<i64, StoreError> {
+        let seq = self.seq_of(id)?;
+        if scope.sees(&self.tasks[&seq]) {
+            Ok(seq)
+        } else {
+            Err(StoreError::NotFound)
+        }
     }
 
     fn task_mut(&mut self, seq: i64) -> Result<&mut Task, StoreError> {
@@ -405,13 +418,14 @@ impl Tasks for MemoryStore {
         Ok(results)
     }
 
-    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
+    async fn get(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
         let t = self.tables()?;
-        let seq = t.seq_of(id)?;
+        let seq = t.seq_in(id, &scope)?;
         Ok(t.tasks[&seq].clone())
     }
 
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+    async fn list(&self, query: ListQuery, scope: Scope) -> Result<Page, StoreError> {
+        let query = query.within(&scope);
         let t = self.tables()?;
         let after = query.after.map_or(0, Cursor::position);
         // The rows the driving index reaches, at most scan_rows of them, as
@@ -466,9 +480,9 @@ impl Tasks for MemoryStore {
         Ok(counts)
     }
 
-    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+    async fn cancel(&self, id: TaskId, scope: Scope, now: Timestamp) -> Result<Task, StoreError> {
         let mut t = self.tables()?;
-        let seq = t.seq_of(id)?;
+        let seq = t.seq_in(id, &scope)?;
         let task = t.task_mut(seq)?;
         if task.state.is_terminal() {
             return Ok(task.clone());
@@ -517,9 +531,9 @@ impl Tasks for MemoryStore {
         Ok(doomed.len())
     }
 
-    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
+    async fn delete(&self, id: TaskId, scope: Scope) -> Result<(), StoreError> {
         let mut t = self.tables()?;
-        let seq = t.seq_of(id)?;
+        let seq = t.seq_in(id, &scope)?;
         let state = t.task_mut(seq)?.state;
         if !state.is_terminal() {
             return Err(StoreError::NotTerminal(state));
@@ -611,12 +625,12 @@ impl Tasks for MemoryStore {
                     t.retry_at(seq, now, now)?;
                 }
                 BulkAction::Cancel => {
-                    self.cancel(id, now).await?;
+                    self.cancel(id, Scope::Admin, now).await?;
                     if state == State::Running {
                         outcome.canceled_running.push(id);
                     }
                 }
-                BulkAction::Delete => self.delete(id).await?,
+                BulkAction::Delete => self.delete(id, Scope::Admin).await?,
             }
             outcome.applied += 1;
         }

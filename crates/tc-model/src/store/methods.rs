@@ -17,11 +17,11 @@ macro_rules! port_methods {
                 Submit => fn submit(&self, task: $crate::NewTask, now: $crate::Timestamp) -> $crate::store::Submitted;
                 SubmitMany => fn submit_many(&self, tasks: ::std::vec::Vec<$crate::NewTask>, now: $crate::Timestamp)
                     -> ::std::vec::Vec<::core::result::Result<$crate::store::Submitted, $crate::store::StoreError>>;
-                Get => fn get(&self, id: $crate::TaskId) -> $crate::Task;
-                List => fn list(&self, query: $crate::store::ListQuery) -> $crate::store::Page;
+                Get => fn get(&self, id: $crate::TaskId, scope: $crate::tenant::Scope) -> $crate::Task;
+                List => fn list(&self, query: $crate::store::ListQuery, scope: $crate::tenant::Scope) -> $crate::store::Page;
                 CountByState => fn count_by_state(&self) -> $crate::store::StateCounts;
-                Cancel => fn cancel(&self, id: $crate::TaskId, now: $crate::Timestamp) -> $crate::Task;
-                Delete => fn delete(&self, id: $crate::TaskId) -> ();
+                Cancel => fn cancel(&self, id: $crate::TaskId, scope: $crate::tenant::Scope, now: $crate::Timestamp) -> $crate::Task;
+                Delete => fn delete(&self, id: $crate::TaskId, scope: $crate::tenant::Scope) -> ();
                 Prune => fn prune(&self, state: $crate::State, older_than: ::core::time::Duration, now: $crate::Timestamp, limit: usize)
                     -> usize;
                 Retry => fn retry(&self, id: $crate::TaskId, run_at: $crate::Timestamp, now: $crate::Timestamp, acting: ::core::option::Option<$crate::tenant::Acting>)

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{BulkOutcome, BulkRequest, ListQuery, Page, StateCounts, StoreError, Submitted};
-use crate::tenant::Acting;
+use crate::tenant::{Acting, Scope};
 use crate::{NewTask, State, Task, TaskId, Timestamp};
 
 /// The tasks as the API sees them.
@@ -34,29 +34,47 @@ pub trait Tasks: Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<Vec<Result<Submitted, StoreError>>, StoreError>> + Send;
 
-    /// The task with its attempt history, or [`StoreError::NotFound`].
-    fn get(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send;
+    /// The task with its attempt history, or [`StoreError::NotFound`]:
+    /// also for a task `scope` does not see ([`Scope::sees`]), so that
+    /// another tenant's task is as unknown as one that never was.
+    fn get(
+        &self,
+        id: TaskId,
+        scope: Scope,
+    ) -> impl Future<Output = Result<Task, StoreError>> + Send;
 
     /// A page of tasks in creation order (keyset pagination: no task skipped
     /// or repeated while others are inserted), without their request bodies,
-    /// within [`ListQuery::max_result_bytes`].
-    fn list(&self, query: ListQuery) -> impl Future<Output = Result<Page, StoreError>> + Send;
+    /// within [`ListQuery::max_result_bytes`]; only the tasks `scope` sees
+    /// ([`ListQuery::within`]), whatever tenant the filter names.
+    fn list(
+        &self,
+        query: ListQuery,
+        scope: Scope,
+    ) -> impl Future<Output = Result<Page, StoreError>> + Send;
 
     /// How many tasks are in each state.
     fn count_by_state(&self) -> impl Future<Output = Result<StateCounts, StoreError>> + Send;
 
     /// Pending or running → canceled; a terminal task is returned unchanged.
+    /// A task `scope` does not see is [`StoreError::NotFound`], and
+    /// nothing changes.
     fn cancel(
         &self,
         id: TaskId,
+        scope: Scope,
         now: Timestamp,
     ) -> impl Future<Output = Result<Task, StoreError>> + Send;
 
     /// Deletes a finished task with its attempt history and result; its
     /// idempotency key is free again. A pending or running task is
     /// [`StoreError::NotTerminal`] (cancel it first), an unknown one
-    /// [`StoreError::NotFound`].
-    fn delete(&self, id: TaskId) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// [`StoreError::NotFound`], as is one `scope` does not see.
+    fn delete(
+        &self,
+        id: TaskId,
+        scope: Scope,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Retention: deletes up to `limit` tasks in the terminal `state` whose
     /// `finished_at` is more than `older_than` before now, with their

@@ -8,7 +8,7 @@ use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, ListQuery, Page, StateCounts,
     StoreError, Submitted,
 };
-use tc_model::tenant::Acting;
+use tc_model::tenant::{Acting, Scope};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 
 use super::{LIST_HOLD, PgStore};
@@ -49,11 +49,14 @@ impl Tasks for PgStore {
         Ok(results)
     }
 
-    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
-        self.read(async |tx| read_ops::get(tx, &id).await).await
+    async fn get(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
+        self.read(async |tx| read_ops::get(tx, &id).await)
+            .await
+            .and_then(|task| scope.seen(task))
     }
 
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+    async fn list(&self, query: ListQuery, scope: Scope) -> Result<Page, StoreError> {
+        let query = query.within(&scope);
         let mut pause = Duration::from_millis(1);
         let mut waited = Duration::ZERO;
         loop {
@@ -77,11 +80,12 @@ impl Tasks for PgStore {
         counts::count_by_state(&self.client().await?).await
     }
 
-    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+    async fn cancel(&self, id: TaskId, scope: Scope, now: Timestamp) -> Result<Task, StoreError> {
         let stamp = (now, self.stamp(now));
         let canceled = self
             .write(async |tx| {
-                write_ops::cancel(tx, &id, stamp, &self.channels.cancel, self.callback_bytes).await
+                let channel = &self.channels.cancel;
+                write_ops::cancel(tx, &id, &scope, stamp, channel, self.callback_bytes).await
             })
             .await?;
         self.states_changed();
@@ -110,8 +114,8 @@ impl Tasks for PgStore {
         Ok(deleted)
     }
 
-    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
-        self.write(async |tx| write_ops::delete(tx, &id).await)
+    async fn delete(&self, id: TaskId, scope: Scope) -> Result<(), StoreError> {
+        self.write(async |tx| write_ops::delete(tx, &id, &scope).await)
             .await?;
         self.states_changed();
         Ok(())

@@ -10,15 +10,19 @@ use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{Raw, database, new_task};
+use tc_model::tenant::Scope;
 
 async fn list(store: &PgStore, filter: TaskFilter, after: Option<Cursor>) -> Page {
     store
-        .list(ListQuery {
-            filter,
-            limit: 10,
-            after,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter,
+                limit: 10,
+                after,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .unwrap()
 }

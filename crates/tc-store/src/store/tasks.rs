@@ -10,7 +10,7 @@ use tc_model::store::{
     BULK_CHUNK, BULK_SAMPLE, BulkOutcome, BulkRequest, ListQuery, Page, StateCounts, StoreError,
     Submitted,
 };
-use tc_model::tenant::Acting;
+use tc_model::tenant::{Acting, Scope};
 use tc_model::{NewTask, Task, TaskId, Timestamp};
 use tokio::sync::mpsc;
 
@@ -70,11 +70,15 @@ impl Tasks for SqliteStore {
         })
     }
 
-    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
-        self.readers.run(move |conn| read_ops::get(conn, &id)).await
+    async fn get(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
+        self.readers
+            .run(move |conn| read_ops::get(conn, &id))
+            .await
+            .and_then(|task| scope.seen(task))
     }
 
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+    async fn list(&self, query: ListQuery, scope: Scope) -> Result<Page, StoreError> {
+        let query = query.within(&scope);
         self.readers
             .run(move |conn| read_ops::list(conn, &query))
             .await
@@ -86,9 +90,9 @@ impl Tasks for SqliteStore {
             .await
     }
 
-    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
+    async fn cancel(&self, id: TaskId, scope: Scope, now: Timestamp) -> Result<Task, StoreError> {
         let callback_bytes = self.callback_bytes;
-        self.write(move |conn| write_ops::cancel(conn, &id, now, callback_bytes))
+        self.write(move |conn| write_ops::cancel(conn, &id, &scope, now, callback_bytes))
             .await
     }
 
@@ -121,8 +125,9 @@ impl Tasks for SqliteStore {
             .await
     }
 
-    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
-        self.write(move |conn| write_ops::delete(conn, &id)).await
+    async fn delete(&self, id: TaskId, scope: Scope) -> Result<(), StoreError> {
+        self.write(move |conn| write_ops::delete(conn, &id, &scope))
+            .await
     }
 
     async fn retry(
