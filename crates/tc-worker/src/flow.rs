@@ -518,12 +518,7 @@ impl Flow {
         if shared_after != shared_before && shared_after.current(now).is_some() {
             state.learned.push((destination.to_owned(), shared_after));
         }
-        if let Some((key, until)) = key_hold
-            && let Some(shared) = state.key_holds.learn(key, until)
-        {
-            tracing::info!(flow_key = shared.0.as_str(), "flow_key_paced");
-            state.learned.push(shared);
-        }
+        state.hold_key(key_hold);
     }
 
     fn open(&self, destination: &str, dest: &mut Dest, now: Timestamp) {
