@@ -1,0 +1,254 @@
+//! Steps 13 → 14 onwards: tenants, credentials, the hot path, topics,
+//! cluster flow, priorities, flow keys. A new step goes at the end of this
+//! file and of [`super::MIGRATIONS`]; a step is never edited once it has
+//! shipped.
+
+/// Step 13 → 14: tenants.
+///
+/// - `tasks.tenant`: the tenant a task belongs to, `''` for none
+///   (`tc_model::tenant::stored_tenant`), a constant default: no row is
+///   rewritten. The idempotency key becomes unique per tenant: the unique
+///   index on `(idempotency_key, tenant)` replaces the key's own (every
+///   submit names it in `ON CONFLICT`). Nodes of the previous version name
+///   the key alone there and fail their submits (503, retried by clients)
+///   from this step until they are upgraded; their other writes go on.
+/// - Partial indexes `WHERE tenant <> ''`, so tasks without a tenant cost
+///   nothing more: a tenant's tasks in position order (the `tenant` filter's
+///   driving index, and the check before a tenant is deleted), its
+///   unfinished ones (the `max_pending` count, its counts), and its pending
+///   ones by destination in due order (the claim's share between tenants;
+///   tasks without a tenant are found through `tasks_due_by_destination`).
+/// - `tenants` (settings as `tc_model::tenant::TenantSettings`) and
+///   `api_keys` (only each key's SHA-256, unique; a tenant's keys go with
+///   it). Small new tables.
+pub(crate) const V14_TENANTS: &str = "
+ALTER TABLE tasks ADD COLUMN tenant text NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX tasks_by_key_in_tenant ON tasks (idempotency_key, tenant);
+ALTER TABLE tasks DROP CONSTRAINT tasks_idempotency_key_key;
+CREATE INDEX tasks_by_tenant ON tasks (tenant, pos) WHERE tenant <> '';
+CREATE INDEX tasks_unfinished_by_tenant ON tasks (tenant, state)
+    WHERE tenant <> '' AND state IN ('pending', 'running');
+CREATE INDEX tasks_due_by_tenant ON tasks (destination, tenant, next_run_at, pos)
+    WHERE state = 'pending' AND tenant <> '';
+CREATE TABLE tenants (
+    name              text    PRIMARY KEY,
+    weight            integer NOT NULL CHECK (weight BETWEEN 1 AND 1000),
+    max_pending       bigint  CHECK (max_pending >= 1),
+    submit_rate_per_s double precision CHECK (submit_rate_per_s > 0),
+    submit_burst      integer CHECK (submit_burst >= 1),
+    created_at        bigint  NOT NULL,
+    updated_at        bigint  NOT NULL
+);
+CREATE TABLE api_keys (
+    id           text   PRIMARY KEY,
+    tenant       text   NOT NULL REFERENCES tenants (name) ON DELETE CASCADE,
+    hash         bytea  NOT NULL UNIQUE CHECK (length(hash) = 32),
+    created_at   bigint NOT NULL,
+    last_used_at bigint
+);
+CREATE INDEX api_keys_by_tenant ON api_keys (tenant, created_at, id);
+";
+
+/// Step 14 → 15 (a tenant's calls carry only its own
+/// credentials): a tenant's own signing secrets
+/// (`tc_model::signing::SigningSecrets::to_stored`), and the tenants a
+/// destination lends its headers and secrets to
+/// (`tc_model::outbound::SharedWith::to_stored`: names separated by a
+/// space, or `*`); NULL for none. Nullable columns without a default: no
+/// row is rewritten, and no destination is shared until an operator says
+/// so.
+pub(crate) const V15_TENANT_SECRETS: &str = "
+ALTER TABLE tenants ADD COLUMN signing_secrets text;
+ALTER TABLE destinations ADD COLUMN share_with_tenants text;
+";
+
+/// Step 15 → 16: why a schedule's latest firing created no task
+/// (`tc_model::schedule::FiringError`: a url the allow-list no longer
+/// admits), all three columns set or none. Nullable columns without a
+/// default: no row is rewritten, the lock is held for an instant.
+pub(crate) const V16_SCHEDULE_ERRORS: &str = "
+ALTER TABLE schedules ADD COLUMN last_error_code text;
+ALTER TABLE schedules ADD COLUMN last_error_message text;
+ALTER TABLE schedules ADD COLUMN last_error_at bigint;
+";
+
+/// Step 16 → 17: a destination's `auth`
+/// (`tc_model::auth::DestinationAuth::to_stored`, its secrets with it: the
+/// one column sealing at rest wraps), NULL for none; and the server's own
+/// keys by name (`jwt_key`: the PKCS#8 PEM JWTs are signed with when no
+/// `--jwt-key-file` is given), inserted once by whichever node comes
+/// first and shared by all.
+pub(crate) const V17_AUTH: &str = "
+ALTER TABLE destinations ADD COLUMN auth text;
+CREATE TABLE server_keys (
+    name  text PRIMARY KEY,
+    value text NOT NULL
+);
+";
+
+/// Step 17 → 18: a destination's client certificate (its PEM
+/// and facts, as `ClientCert::to_stored` writes them), its key (sealed at
+/// rest when the node has a key) and its own CA certificates.
+pub(crate) const V18_CLIENT_TLS: &str = "
+ALTER TABLE destinations ADD COLUMN client_cert text;
+ALTER TABLE destinations ADD COLUMN client_key text;
+ALTER TABLE destinations ADD COLUMN ca_certs text;
+";
+
+/// Step 18 → 19: a running task's hot writes
+/// touch fewer index entries, on a live database.
+///
+/// - A try's history row is written once, when the try ends (the claim
+///   no longer inserts an open row that its end then rewrites); a running
+///   task's open try is read from the task itself (`read_ops::
+///   fill_attempts`). Its foreign key goes: it locked the task's row on
+///   every insert (a WAL record) and every writer checks the task first.
+/// - `tasks_leased` goes: the lease alone changed for a heartbeat, so each
+///   heartbeat wrote a new version of the row in every index. Recovery
+///   finds running tasks through `tasks_running_by_destination` (bounded
+///   by the tasks in flight) and checks their leases there.
+/// - `fillfactor = 70` on `tasks` and `attempts`: room on the page for an
+///   update whose indexed columns did not change (a heartbeat) to stay HOT.
+///   New pages only: no rewrite.
+///
+/// Nodes of the previous version keep serving, mixed with this one, and
+/// need no fence: their claims and completions are unchanged. A try they
+/// opened (an open history row) is closed by whichever node ends it (every
+/// end closes the open row when one exists, and writes the row when none
+/// does), so no try is written twice. Every statement here takes its lock
+/// for an instant (no rewrite, no index built), after both tables' locks
+/// are taken in the order every writer takes them (`tasks`, then
+/// `attempts`): taken as each statement comes, an old node's claim holding
+/// `tasks` and waiting for `attempts` deadlocked with the step.
+pub(crate) const V19_HOT_PATH: &str = "
+LOCK TABLE tasks, attempts IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE attempts DROP CONSTRAINT IF EXISTS attempts_task_id_fkey;
+DROP INDEX tasks_leased;
+ALTER TABLE tasks SET (fillfactor = 70);
+ALTER TABLE attempts SET (fillfactor = 70);
+";
+
+/// Step 19 → 20: topics, new and small tables: no backfill. A
+/// topic is its tenant's (`''` for the admin's, as in `tasks`); a
+/// subscription's `signing_secrets` are sealed at rest (tc-seal's
+/// `SECRET_COLUMNS`); an event keeps its payload (a repeat is compared
+/// with it, a replay sends it again); `event_tasks` is what each event
+/// made, in `seq` order, `n` 0 for the publish and the replay's number
+/// after. A topic's task names its topic, event and subscription
+/// (`tasks.topic`, `event_id`, `subscription`: nullable columns added
+/// without a rewrite; NULL for other tasks).
+pub(crate) const V20_TOPICS: &str = "
+ALTER TABLE tasks ADD COLUMN topic text;
+ALTER TABLE tasks ADD COLUMN event_id text;
+ALTER TABLE tasks ADD COLUMN subscription text;
+CREATE TABLE topics (
+    tenant          text    NOT NULL,
+    name            text    NOT NULL,
+    description     text    NOT NULL,
+    callback_url    text,
+    disable_after_s bigint  NOT NULL CHECK (disable_after_s > 0),
+    created_at      bigint  NOT NULL,
+    updated_at      bigint  NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE subscriptions (
+    id              text    PRIMARY KEY,
+    tenant          text    NOT NULL,
+    topic           text    NOT NULL,
+    url             text    NOT NULL,
+    event_types     text,
+    headers         text,
+    signing_secrets text,
+    enabled         boolean NOT NULL,
+    failing_since   bigint,
+    disabled_reason text,
+    created_at      bigint  NOT NULL,
+    updated_at      bigint  NOT NULL,
+    FOREIGN KEY (tenant, topic) REFERENCES topics (tenant, name)
+);
+CREATE INDEX subscriptions_of_topic ON subscriptions (tenant, topic, created_at);
+CREATE TABLE events (
+    pos               bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id                text    NOT NULL UNIQUE,
+    tenant            text    NOT NULL,
+    topic             text    NOT NULL,
+    event_type        text    NOT NULL,
+    body              bytea   NOT NULL,
+    idempotency_key   text    NOT NULL,
+    max_attempts      integer NOT NULL,
+    timeout_ns        bigint  NOT NULL,
+    schedule_at       bigint,
+    schedule_delay_ms bigint,
+    created_at        bigint  NOT NULL,
+    UNIQUE (tenant, topic, idempotency_key)
+);
+CREATE INDEX events_of_topic ON events (tenant, topic, created_at);
+CREATE TABLE event_tasks (
+    seq          bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id     text    NOT NULL,
+    subscription text    NOT NULL,
+    n            integer NOT NULL CHECK (n >= 0),
+    task_id      bytea   NOT NULL CHECK (length(task_id) = 16),
+    UNIQUE (event_id, subscription, n)
+);
+";
+
+/// Step 20 → 21: destination limits across the
+/// cluster. One token bucket per rated destination (`tokens` at
+/// `refilled_at`, ms), which every node's grants come from
+/// (`cluster::take_tokens`), and the holds every node shares
+/// (`cluster::share_holds`: until when, in ms, a breaker is open, a
+/// Retry-After backoff and a rate-limit hold last). New tables only.
+pub(crate) const V21_CLUSTER_FLOW: &str = "
+CREATE TABLE destination_tokens (
+    destination  text PRIMARY KEY,
+    tokens       double precision NOT NULL,
+    refilled_at  bigint NOT NULL
+);
+CREATE TABLE destination_holds (
+    destination         text PRIMARY KEY,
+    breaker_open_until  bigint,
+    backoff_until       bigint,
+    ratelimit_until     bigint
+);
+";
+
+/// Step 21 → 22: a task's priority, 0 to 9 (every task
+/// stored before has 0: a constant default, no rewrite; the rule a check
+/// added without reading the rows, which all hold it), and the due tasks
+/// of priority above 0 by destination, which a claim asks first
+/// (`priority::has_prioritized`): empty unless priorities are used, so
+/// tasks without one cost it nothing. Building the index reads `tasks`
+/// once while writes wait.
+pub(crate) const V22_PRIORITY: &str = "
+ALTER TABLE tasks ADD COLUMN priority integer NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD CONSTRAINT tasks_priority CHECK (priority BETWEEN 0 AND 9) NOT VALID;
+CREATE INDEX tasks_prioritized ON tasks (destination, next_run_at, pos)
+    WHERE state = 'pending' AND priority > 0;
+";
+
+/// Step 22 → 23: a task's flow key (`''` for none, as a tenant: a
+/// constant default, no rewrite) and each tenant's keys' settings with
+/// their token bucket (`tokens` at `refilled_at`, the database's ms),
+/// locked and charged by the claim (`flow_keys`). The due and running
+/// tasks of a key are partial indexes of keyed tasks alone, empty unless
+/// keys are used, so building them reads `tasks` once and tasks without a
+/// key cost nothing more.
+pub(crate) const V23_FLOW_KEYS: &str = "
+ALTER TABLE tasks ADD COLUMN flow_key text NOT NULL DEFAULT '';
+CREATE INDEX tasks_due_by_key ON tasks (destination, tenant, flow_key, next_run_at, pos)
+    WHERE state = 'pending' AND flow_key <> '';
+CREATE INDEX tasks_running_by_key ON tasks (tenant, flow_key)
+    WHERE state = 'running' AND flow_key <> '';
+CREATE TABLE flow_keys (
+    tenant        text NOT NULL,
+    key           text NOT NULL,
+    max_in_flight integer,
+    rate_per_s    double precision,
+    burst         integer,
+    tokens        double precision,
+    refilled_at   bigint,
+    updated_at    bigint NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+";
