@@ -53,6 +53,18 @@ struct SubmitBody {
     flow_key: Option<Value>,
 }
 
+/// A submit's `flow_key`: a string (tc-model checks its characters).
+fn parse_flow_key(value: Option<Value>) -> Result<Option<String>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(Value::String(k)) => Ok(Some(k)),
+        Some(other) => Err(ApiError::InvalidRequest(format!(
+            "flow_key: must be a string, got {}",
+            json_type(&other)
+        ))),
+    }
+}
+
 /// Deserializes a field that is present, even as `null`, to `Some`.
 pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
@@ -145,16 +157,7 @@ pub(crate) fn parse_submit(
             u8::try_from(p).map_err(|_| range_error("priority", 0, max_priority))?
         }
     };
-    let flow_key = match body.flow_key {
-        None => None,
-        Some(Value::String(k)) => Some(k),
-        Some(other) => {
-            return Err(invalid(format!(
-                "flow_key: must be a string, got {}",
-                json_type(&other)
-            )));
-        }
-    };
+    let flow_key = parse_flow_key(body.flow_key)?;
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
     };

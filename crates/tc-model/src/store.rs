@@ -16,6 +16,7 @@ use crate::tenant::Acting;
 use crate::tenant::quota::RetryQuota;
 use crate::{IllegalTransition, State, Task, TaskId, Timestamp};
 
+mod counts;
 mod destinations;
 mod flow_keys;
 mod methods;
@@ -25,6 +26,7 @@ mod tenants;
 mod topics;
 mod work;
 
+pub use counts::StateCounts;
 pub use destinations::Destinations;
 pub use flow_keys::FlowKeys;
 pub use schedules::Schedules;
@@ -658,37 +660,6 @@ pub struct Page {
     pub tasks: Vec<Task>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<Cursor>,
-}
-
-/// How many tasks are in each state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StateCounts([u64; 5]);
-
-impl StateCounts {
-    /// The count for `state`.
-    pub fn get(&self, state: State) -> u64 {
-        self.0[index(state)]
-    }
-
-    /// Sets the count for `state`.
-    pub fn set(&mut self, state: State, count: u64) {
-        self.0[index(state)] = count;
-    }
-
-    /// Every state with its count.
-    pub fn iter(&self) -> impl Iterator<Item = (State, u64)> + '_ {
-        State::ALL.into_iter().map(|s| (s, self.get(s)))
-    }
-}
-
-fn index(state: State) -> usize {
-    match state {
-        State::Pending => 0,
-        State::Running => 1,
-        State::Success => 2,
-        State::Failed => 3,
-        State::Canceled => 4,
-    }
 }
 
 /// The store port: the sum of its parts, one by resource. Callers name

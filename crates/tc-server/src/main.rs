@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         Some(Command::Schedule(args)) => client::run_schedule(args),
         Some(Command::Tenant(args)) => client::run_tenant(args),
         Some(Command::Topic(args)) => client::run_topic(args),
+        Some(Command::FlowKey(args)) => client::run_flow_key(args),
         Some(Command::Healthcheck(args)) => client::run_healthcheck(args),
         Some(Command::Demo) => run_demo(),
         Some(Command::Backup(args)) => backup::run(args),

@@ -69,7 +69,7 @@ struct Tables {
     tasks: BTreeMap<i64, Task>,
     by_id: HashMap<TaskId, i64>,
     /// Tasks by (stored tenant, idempotency key): a key is unique per
-    /// tenant ([`NO_TENANT`] for the admin's tasks).
+    /// tenant ([`tc_model::tenant::NO_TENANT`] for the admin's tasks).
     by_key: HashMap<(String, String), i64>,
     /// Tenants by name.
     tenants: BTreeMap<String, Tenant>,

@@ -89,27 +89,12 @@ pub(crate) async fn claim(
         .as_ref()
         .map(|tenants| tenants.in_flight.clone());
     while let Some((destination, want)) = plan.next_take() {
-        let got = match (&gate.tenants, &mut load) {
-            (Some(tenants), Some(load)) => {
-                let take = Take {
-                    destination: &destination,
-                    want,
-                    lease,
-                };
-                claim_shared(tx, take, &mut keyed, tenants, load).await?
-            }
-            _ if keyed.in_play(tx, &destination, None).await? => {
-                // Tenant-blind, the destination's take shared between its
-                // flow keys (tenant by tenant, should any be left).
-                let mut got = Vec::new();
-                for tenant in due_tenants(tx, &destination, now).await? {
-                    let left = want.saturating_sub(got.len());
-                    got.extend(keyed.claim(tx, &destination, &tenant, left, lease).await?);
-                }
-                got
-            }
-            _ => claim_of(tx, &destination, want, now, lease, gate.aging()).await?,
+        let take = Take {
+            destination: &destination,
+            want,
+            lease,
         };
+        let got = take_destination(tx, take, gate, &mut keyed, load.as_mut()).await?;
         plan.taken(got.len());
         claimed.extend(got);
         asked.push(destination);
@@ -123,6 +108,38 @@ pub(crate) async fn claim(
         cursor,
         resume_after,
     })
+}
+
+/// One destination's take of a claim: shared between its tenants when
+/// they share the claim (`load`: the node's calls in flight by tenant,
+/// this claim's takes added), and between its flow keys when it has keyed
+/// tasks due; else its due tasks by priority, oldest first.
+async fn take_destination(
+    tx: &Transaction<'_>,
+    take: Take<'_>,
+    gate: &ClaimGate,
+    keyed: &mut Keyed,
+    load: Option<&mut BTreeMap<String, usize>>,
+) -> Result<Vec<Task>, StoreError> {
+    if let (Some(tenants), Some(load)) = (&gate.tenants, load) {
+        return claim_shared(tx, take, keyed, tenants, load).await;
+    }
+    let Take {
+        destination,
+        want,
+        lease,
+    } = take;
+    if keyed.in_play(tx, destination, None).await? {
+        // Tenant-blind, shared between the flow keys (tenant by tenant,
+        // should any tenant's tasks be left).
+        let mut got = Vec::new();
+        for tenant in due_tenants(tx, destination, keyed.now()).await? {
+            let left = want.saturating_sub(got.len());
+            got.extend(keyed.claim(tx, destination, &tenant, left, lease).await?);
+        }
+        return Ok(got);
+    }
+    claim_of(tx, destination, want, keyed.now(), lease, gate.aging()).await
 }
 
 /// Locks the `capped` destinations' rows (in name order, as every claim

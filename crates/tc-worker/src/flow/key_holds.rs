@@ -12,6 +12,19 @@ use tc_model::Timestamp;
 use tc_model::cluster::DestinationHolds;
 use tc_model::flow_key::KeyRef;
 
+impl super::FlowState {
+    /// Holds the answered task's key (with the end of its destination's
+    /// own rate-limit hold) and queues the hold to share when it is new.
+    pub(super) fn hold_key(&mut self, hold: Option<(KeyRef, Timestamp)>) {
+        if let Some((key, until)) = hold
+            && let Some(shared) = self.key_holds.learn(key, until)
+        {
+            tracing::info!(flow_key = shared.0.as_str(), "flow_key_paced");
+            self.learned.push(shared);
+        }
+    }
+}
+
 /// Until when each held key holds.
 #[derive(Debug, Default)]
 pub(super) struct KeyHolds(HashMap<KeyRef, Timestamp>);

@@ -11,6 +11,7 @@ mod naive_peer;
 mod nodes;
 mod one_node;
 mod operations;
+mod paced;
 mod scale;
 mod slow_downstream;
 mod submit;
@@ -163,6 +164,9 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         bench.phase(13, "tenants", Bench::tenants).await;
         bench.phase(14, "one node under wrk", Bench::wrk_node).await;
         bench.phase(16, "topics", Bench::topics).await;
+        bench
+            .phase(17, "paced by the downstream", Bench::paced)
+            .await;
     });
     drop(runtime);
 
