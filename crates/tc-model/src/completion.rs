@@ -7,6 +7,14 @@
 use crate::store::Completion;
 use crate::{State, Task, Timestamp};
 
+/// The error a try and its task carry when the try was cut short by a
+/// release or an expired lease: the same word on every adapter.
+pub const INTERRUPTED: &str = "interrupted";
+
+/// The error an open try gets when its task is canceled (and the task,
+/// when it was running): the same word on every adapter.
+pub const CANCELED: &str = "canceled";
+
 /// The fields a completion writes to a task that was running with the
 /// completed attempt. The lease always ends (`lease_until` becomes null).
 #[derive(Debug, Clone, PartialEq, Eq)]

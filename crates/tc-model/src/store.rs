@@ -505,6 +505,17 @@ impl Default for ListQuery {
     }
 }
 
+/// `task` if `scope` sees it ([`crate::tenant::Scope::sees`]), else
+/// [`StoreError::NotFound`]: a store's answer to a read by id, so that
+/// another tenant's task is as unknown as one that never was.
+pub fn seen_by(scope: &crate::tenant::Scope, task: Task) -> Result<Task, StoreError> {
+    if scope.sees(&task) {
+        Ok(task)
+    } else {
+        Err(StoreError::NotFound)
+    }
+}
+
 impl ListQuery {
     /// This query narrowed to what `scope` sees ([`TaskFilter::within`]):
     /// what every adapter's listing runs.

@@ -60,6 +60,71 @@ impl TenantRow {
     }
 }
 
+/// The columns of a schedule row, in their stored types; each field is the
+/// column of the same name (`paused` read as a boolean by either driver).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Default)]
+pub struct ScheduleRow {
+    pub name: String,
+    pub cron: String,
+    pub timezone: String,
+    pub task: String,
+    pub paused: bool,
+    pub overlap: String,
+    pub catch_up: String,
+    pub last_run_at: Option<i64>,
+    pub last_task_id: Option<Vec<u8>>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub last_error_code: Option<String>,
+    pub last_error_message: Option<String>,
+    pub last_error_at: Option<i64>,
+}
+
+impl ScheduleRow {
+    /// The schedule this row holds; a bad column is named (the three
+    /// `last_error` columns are set together or not at all).
+    pub fn into_schedule(self) -> Result<crate::schedule::Schedule, CorruptColumn> {
+        use crate::schedule::{
+            CatchUp, CronPattern, FiringError, Overlap, Recurrence, Schedule, ScheduleSpec,
+            TaskTemplate, Zone,
+        };
+        let last_task_id = optional_id(self.last_task_id, "last_task_id")?;
+        let last_error = match (
+            self.last_error_code,
+            self.last_error_message,
+            self.last_error_at,
+        ) {
+            (Some(code), Some(message), Some(at)) => Some(FiringError {
+                code,
+                message,
+                at: Timestamp::from_millis(at),
+            }),
+            (None, None, None) => None,
+            _ => return Err(CorruptColumn("last_error")),
+        };
+        Ok(Schedule {
+            spec: ScheduleSpec {
+                when: Recurrence {
+                    cron: CronPattern::from_stored(&self.cron)
+                        .map_err(|_| CorruptColumn("cron"))?,
+                    zone: Zone::parse(&self.timezone).map_err(|_| CorruptColumn("timezone"))?,
+                },
+                task: TaskTemplate::from_stored(&self.task).map_err(|_| CorruptColumn("task"))?,
+                paused: self.paused,
+                overlap: Overlap::parse(&self.overlap).map_err(|_| CorruptColumn("overlap"))?,
+                catch_up: CatchUp::parse(&self.catch_up).map_err(|_| CorruptColumn("catch_up"))?,
+                name: self.name,
+            },
+            last_run_at: self.last_run_at.map(Timestamp::from_millis),
+            last_task_id,
+            last_error,
+            created_at: Timestamp::from_millis(self.created_at),
+            updated_at: Timestamp::from_millis(self.updated_at),
+        })
+    }
+}
+
 /// The columns of a task row, in their stored types; each field is the
 /// column of the same name. Integers are `i64` whatever width the store uses
 /// for them.

@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 
 use crate::setting::InvalidSetting;
 use crate::signing::SigningSecrets;
-use crate::store::StoreError;
 use crate::{Task, Timestamp};
 
 /// The longest tenant name, in bytes.
@@ -220,16 +219,6 @@ impl Scope {
     /// (`''` for none, [`stored_tenant`]).
     pub fn owns_stored(&self, stored: &str) -> bool {
         self.owns((!stored.is_empty()).then_some(stored))
-    }
-
-    /// `task` if this scope sees it, else [`StoreError::NotFound`]: a
-    /// store's answer to a read by id.
-    pub fn seen(&self, task: Task) -> Result<Task, StoreError> {
-        if self.sees(&task) {
-            Ok(task)
-        } else {
-            Err(StoreError::NotFound)
-        }
     }
 
     /// The tenant new tasks submitted in this scope belong to.

@@ -85,16 +85,15 @@ pub(crate) async fn settings_where(
         .collect()
 }
 
-/// The settings a claim must apply itself (paused, or capped), by name:
-/// the limits alone (a claim never reads, nor opens, a secret).
+/// The settings a claim must apply itself, by name: the limits alone (a
+/// claim never reads, nor opens, a secret) of the destinations whose
+/// settings limit claims ([`DestinationSettings::limits_claims`], the rule
+/// in tc-model; the rows without a limit are read and dropped here).
 pub(crate) async fn claim_limits(
     tx: &Transaction<'_>,
 ) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
     let stmt = tx
-        .prepare_cached(
-            "SELECT destination, max_in_flight, paused FROM destinations \
-             WHERE paused OR max_in_flight IS NOT NULL",
-        )
+        .prepare_cached("SELECT destination, max_in_flight, paused FROM destinations")
         .await
         .map_err(db)?;
     tx.query(&stmt, &[])
@@ -109,6 +108,12 @@ pub(crate) async fn claim_limits(
                 ..DestinationSettings::default()
             };
             Ok((row.try_get(0).map_err(db)?, settings))
+        })
+        .filter(|row| {
+            row.as_ref()
+                .map_or(true, |(_, settings): &(String, DestinationSettings)| {
+                    settings.limits_claims()
+                })
         })
         .collect()
 }

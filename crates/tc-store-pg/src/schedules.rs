@@ -7,11 +7,9 @@
 //! cleared by guarded UPDATEs of the same kind.
 
 use deadpool_postgres::GenericClient;
-use tc_model::schedule::{
-    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Schedule, ScheduleChange, ScheduleSpec,
-    TaskTemplate, Zone,
-};
+use tc_model::schedule::{FiringError, Schedule, ScheduleChange, ScheduleSpec};
 use tc_model::store::StoreError;
+use tc_model::stored::{CorruptColumn, ScheduleRow};
 use tc_model::{TaskId, Timestamp};
 use tokio_postgres::Row;
 
@@ -21,51 +19,27 @@ const COLUMNS: &str = "name, cron, timezone, task, paused, overlap, catch_up, \
      last_run_at, last_task_id, created_at, updated_at, \
      last_error_code, last_error_message, last_error_at";
 
-fn corrupt(what: &str) -> StoreError {
-    StoreError::Unavailable(format!("corrupt row in schedules: bad {what}"))
-}
-
+/// The schedule a row holds: its columns copied into a [`ScheduleRow`],
+/// read by [`ScheduleRow::into_schedule`] (the one reading of them).
 fn schedule_of(row: &Row) -> Result<Schedule, StoreError> {
-    let text = |i: usize| row.try_get::<_, String>(i).map_err(db);
-    let last_task_id = match row.try_get::<_, Option<Vec<u8>>>(8).map_err(db)? {
-        None => None,
-        Some(bytes) => Some(TaskId::from_bytes(
-            <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| corrupt("last_task_id"))?,
-        )),
+    let columns = ScheduleRow {
+        name: row.try_get(0).map_err(db)?,
+        cron: row.try_get(1).map_err(db)?,
+        timezone: row.try_get(2).map_err(db)?,
+        task: row.try_get(3).map_err(db)?,
+        paused: row.try_get(4).map_err(db)?,
+        overlap: row.try_get(5).map_err(db)?,
+        catch_up: row.try_get(6).map_err(db)?,
+        last_run_at: row.try_get(7).map_err(db)?,
+        last_task_id: row.try_get(8).map_err(db)?,
+        created_at: row.try_get(9).map_err(db)?,
+        updated_at: row.try_get(10).map_err(db)?,
+        last_error_code: row.try_get(11).map_err(db)?,
+        last_error_message: row.try_get(12).map_err(db)?,
+        last_error_at: row.try_get(13).map_err(db)?,
     };
-    let last_error = match (
-        row.try_get::<_, Option<String>>(11).map_err(db)?,
-        row.try_get::<_, Option<String>>(12).map_err(db)?,
-        row.try_get::<_, Option<i64>>(13).map_err(db)?,
-    ) {
-        (Some(code), Some(message), Some(at)) => Some(FiringError {
-            code,
-            message,
-            at: Timestamp::from_millis(at),
-        }),
-        (None, None, None) => None,
-        _ => return Err(corrupt("last_error")),
-    };
-    Ok(Schedule {
-        spec: ScheduleSpec {
-            name: text(0)?,
-            when: Recurrence {
-                cron: CronPattern::from_stored(&text(1)?).map_err(|_| corrupt("cron"))?,
-                zone: Zone::parse(&text(2)?).map_err(|_| corrupt("timezone"))?,
-            },
-            task: TaskTemplate::from_stored(&text(3)?).map_err(|_| corrupt("task"))?,
-            paused: row.try_get(4).map_err(db)?,
-            overlap: Overlap::parse(&text(5)?).map_err(|_| corrupt("overlap"))?,
-            catch_up: CatchUp::parse(&text(6)?).map_err(|_| corrupt("catch_up"))?,
-        },
-        last_run_at: row
-            .try_get::<_, Option<i64>>(7)
-            .map_err(db)?
-            .map(Timestamp::from_millis),
-        last_task_id,
-        last_error,
-        created_at: Timestamp::from_millis(row.try_get(9).map_err(db)?),
-        updated_at: Timestamp::from_millis(row.try_get(10).map_err(db)?),
+    columns.into_schedule().map_err(|CorruptColumn(what)| {
+        StoreError::Unavailable(format!("corrupt row in schedules: bad {what}"))
     })
 }
 

@@ -38,11 +38,7 @@ pub(crate) use submit::{
 pub(crate) use submit::{BY_KEYS, INSERT_BATCH};
 use submit::{insert_batch, new_id};
 
-/// The error an attempt row and the task carry when a try was cut short by a
-/// release or an expired lease.
-const INTERRUPTED: &str = "interrupted";
-/// The error an open attempt row gets when its task is canceled.
-const CANCELED: &str = "canceled";
+use tc_model::completion::{CANCELED, INTERRUPTED};
 
 /// The fields a guarded write checks, read under a row lock.
 struct Head {

@@ -106,28 +106,32 @@ pub(crate) fn all_settings(
     .map_err(db)
 }
 
-/// The settings a claim must apply itself (paused, or capped), by name:
-/// the limits alone (a claim never reads, nor opens, a secret).
+/// The settings a claim must apply itself, by name: the limits alone (a
+/// claim never reads, nor opens, a secret) of the destinations whose
+/// settings limit claims ([`DestinationSettings::limits_claims`], the rule
+/// in tc-model; the rows without a limit are read and dropped here).
 pub(crate) fn claim_limits(
     conn: &Connection,
 ) -> Result<HashMap<String, DestinationSettings>, StoreError> {
-    conn.prepare_cached(
-        "SELECT destination, max_in_flight, paused FROM destinations \
-         WHERE paused != 0 OR max_in_flight IS NOT NULL",
-    )
-    .map_err(db)?
-    .query_map([], |row| {
-        let cap: Option<i64> = row.get(1)?;
-        let settings = DestinationSettings {
-            max_in_flight: cap.and_then(|c| u32::try_from(c).ok()),
-            paused: row.get::<_, i64>(2)? != 0,
-            ..DestinationSettings::default()
-        };
-        Ok((row.get(0)?, settings))
-    })
-    .map_err(db)?
-    .collect::<rusqlite::Result<_>>()
-    .map_err(db)
+    let all: Vec<(String, DestinationSettings)> = conn
+        .prepare_cached("SELECT destination, max_in_flight, paused FROM destinations")
+        .map_err(db)?
+        .query_map([], |row| {
+            let cap: Option<i64> = row.get(1)?;
+            let settings = DestinationSettings {
+                max_in_flight: cap.and_then(|c| u32::try_from(c).ok()),
+                paused: row.get::<_, i64>(2)? != 0,
+                ..DestinationSettings::default()
+            };
+            Ok((row.get(0)?, settings))
+        })
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    Ok(all
+        .into_iter()
+        .filter(|(_, settings)| settings.limits_claims())
+        .collect())
 }
 
 /// Running tasks by destination: through the partial index of running

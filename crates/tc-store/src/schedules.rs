@@ -4,11 +4,9 @@
 //! Synchronous functions on a connection, like the other operations.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use tc_model::schedule::{
-    CatchUp, CronPattern, FiringError, Overlap, Recurrence, Schedule, ScheduleChange, ScheduleSpec,
-    TaskTemplate, Zone,
-};
+use tc_model::schedule::{FiringError, Schedule, ScheduleChange, ScheduleSpec};
 use tc_model::store::StoreError;
+use tc_model::stored::{CorruptColumn, ScheduleRow};
 use tc_model::{TaskId, Timestamp};
 
 use crate::rows::db;
@@ -17,36 +15,20 @@ const COLUMNS: &str = "name, cron, timezone, task, paused, overlap, catch_up, \
      last_run_at, last_task_id, created_at, updated_at, \
      last_error_code, last_error_message, last_error_at";
 
-fn corrupt(what: &str) -> StoreError {
+/// A schedule row's bad column as the store's error.
+fn corrupt(CorruptColumn(what): CorruptColumn) -> StoreError {
     StoreError::Unavailable(format!("corrupt row in schedules: bad {what}"))
 }
 
-/// A row as read, before its text is parsed (outside rusqlite's closure,
-/// so that a corrupt row is a [`StoreError`]).
-struct RawRow {
-    name: String,
-    cron: String,
-    timezone: String,
-    task: String,
-    paused: i64,
-    overlap: String,
-    catch_up: String,
-    last_run_at: Option<i64>,
-    last_task_id: Option<Vec<u8>>,
-    created_at: i64,
-    updated_at: i64,
-    last_error_code: Option<String>,
-    last_error_message: Option<String>,
-    last_error_at: Option<i64>,
-}
-
-fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
-    Ok(RawRow {
+/// A row's columns as read (outside rusqlite's closure, so that a corrupt
+/// row is a [`StoreError`] once [`schedule_of`] reads it).
+fn raw(row: &Row<'_>) -> rusqlite::Result<ScheduleRow> {
+    Ok(ScheduleRow {
         name: row.get(0)?,
         cron: row.get(1)?,
         timezone: row.get(2)?,
         task: row.get(3)?,
-        paused: row.get(4)?,
+        paused: row.get::<_, i64>(4)? != 0,
         overlap: row.get(5)?,
         catch_up: row.get(6)?,
         last_run_at: row.get(7)?,
@@ -59,40 +41,10 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<RawRow> {
     })
 }
 
-fn schedule_of(r: RawRow) -> Result<Schedule, StoreError> {
-    let last_task_id = match r.last_task_id {
-        None => None,
-        Some(bytes) => Some(TaskId::from_bytes(
-            <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| corrupt("last_task_id"))?,
-        )),
-    };
-    let last_error = match (r.last_error_code, r.last_error_message, r.last_error_at) {
-        (Some(code), Some(message), Some(at)) => Some(FiringError {
-            code,
-            message,
-            at: Timestamp::from_millis(at),
-        }),
-        (None, None, None) => None,
-        _ => return Err(corrupt("last_error")),
-    };
-    Ok(Schedule {
-        spec: ScheduleSpec {
-            when: Recurrence {
-                cron: CronPattern::from_stored(&r.cron).map_err(|_| corrupt("cron"))?,
-                zone: Zone::parse(&r.timezone).map_err(|_| corrupt("timezone"))?,
-            },
-            task: TaskTemplate::from_stored(&r.task).map_err(|_| corrupt("task"))?,
-            paused: r.paused != 0,
-            overlap: Overlap::parse(&r.overlap).map_err(|_| corrupt("overlap"))?,
-            catch_up: CatchUp::parse(&r.catch_up).map_err(|_| corrupt("catch_up"))?,
-            name: r.name,
-        },
-        last_run_at: r.last_run_at.map(Timestamp::from_millis),
-        last_task_id,
-        last_error,
-        created_at: Timestamp::from_millis(r.created_at),
-        updated_at: Timestamp::from_millis(r.updated_at),
-    })
+/// The schedule a row holds ([`ScheduleRow::into_schedule`], the one
+/// reading of the columns).
+fn schedule_of(row: ScheduleRow) -> Result<Schedule, StoreError> {
+    row.into_schedule().map_err(corrupt)
 }
 
 /// Every schedule, in name order.

@@ -21,11 +21,7 @@ use tc_model::{State, Task, TaskId, Timestamp};
 
 use crate::rows::{self, db, parse_state};
 
-/// The error an attempt row and the task carry when a try was cut short by a
-/// release or an expired lease.
-pub(crate) const INTERRUPTED: &str = "interrupted";
-/// The error an open attempt row gets when its task is canceled.
-pub(crate) const CANCELED: &str = "canceled";
+pub(crate) use tc_model::completion::{CANCELED, INTERRUPTED};
 
 pub(crate) use bulk::{BulkStep, bulk_chunk};
 // The statements whose query plans schema.rs's tests check.

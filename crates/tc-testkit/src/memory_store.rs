@@ -40,11 +40,7 @@ mod flow_keys;
 mod sub_health;
 mod topics;
 
-/// The error a try carries when it was cut short by a release or an expired
-/// lease (the same word every adapter writes).
-const INTERRUPTED: &str = "interrupted";
-/// The error an open try gets when its task is canceled.
-const CANCELED: &str = "canceled";
+use tc_model::completion::{CANCELED, INTERRUPTED};
 
 /// An in-memory [`TaskStore`](tc_model::store::TaskStore): the model the
 /// SQL adapters are checked against.

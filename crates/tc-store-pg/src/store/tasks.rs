@@ -52,7 +52,7 @@ impl Tasks for PgStore {
     async fn get(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
         self.read(async |tx| read_ops::get(tx, &id).await)
             .await
-            .and_then(|task| scope.seen(task))
+            .and_then(|task| tc_model::store::seen_by(&scope, task))
     }
 
     async fn list(&self, query: ListQuery, scope: Scope) -> Result<Page, StoreError> {

@@ -74,7 +74,7 @@ impl Tasks for SqliteStore {
         self.readers
             .run(move |conn| read_ops::get(conn, &id))
             .await
-            .and_then(|task| scope.seen(task))
+            .and_then(|task| tc_model::store::seen_by(&scope, task))
     }
 
     async fn list(&self, query: ListQuery, scope: Scope) -> Result<Page, StoreError> {

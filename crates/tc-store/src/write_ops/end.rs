@@ -161,7 +161,7 @@ pub(crate) fn cancel(
     let Some(Stored { seq, task }) = rows::load(conn, id)? else {
         return Err(StoreError::NotFound);
     };
-    let task = scope.seen(task)?;
+    let task = tc_model::store::seen_by(scope, task)?;
     if task.state.is_terminal() {
         return Ok(task);
     }
