@@ -6,6 +6,7 @@ mod backup;
 mod cancel;
 mod cluster_rate;
 mod end_to_end;
+mod flow_keys;
 mod head_of_line;
 mod naive_peer;
 mod nodes;
@@ -163,6 +164,7 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         bench.phase(13, "tenants", Bench::tenants).await;
         bench.phase(14, "one node under wrk", Bench::wrk_node).await;
         bench.phase(16, "topics", Bench::topics).await;
+        bench.phase(17, "flow keys", Bench::flow_keys).await;
     });
     drop(runtime);
 
