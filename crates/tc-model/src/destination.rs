@@ -187,7 +187,7 @@ pub struct Destination {
     pub running: u64,
 }
 
-/// The most destinations [`crate::store::TaskStore::destinations`] returns:
+/// The most destinations [`crate::store::Destinations::destinations`] returns:
 /// a bound on one answer's size, whatever the number of distinct hosts.
 pub const DESTINATIONS_LIMIT: usize = 1000;
 

@@ -32,7 +32,7 @@ pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
 /// The largest token bucket a key may be given.
 pub const BURST_LIMIT: u32 = 1_000_000;
 
-/// The most keys [`crate::store::TaskStore::flow_keys`] answers.
+/// The most keys [`crate::store::FlowKeys::flow_keys`] answers.
 pub const FLOW_KEYS_LIMIT: usize = 1000;
 
 /// The stored key of a task without one.
@@ -82,7 +82,7 @@ pub struct KeyRef {
 }
 
 /// What a key's hold is named among the destinations' shared holds
-/// ([`crate::store::TaskStore::share_holds`]): no destination's name has a
+/// ([`crate::store::Work::share_holds`]): no destination's name has a
 /// space, so none is taken for a key's.
 const HOLD_PREFIX: &str = "flow-key ";
 

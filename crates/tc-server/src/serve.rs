@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
 use tc_downstream::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
-use tc_model::store::TaskStore;
+use tc_model::store::Tenants;
 use tc_store::SqliteStore;
 use tc_store_pg::{PgEvent, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};

@@ -1,4 +1,5 @@
-//! [`MemoryStore`]: the reference [`TaskStore`], a mutex and two maps.
+//! [`MemoryStore`]: the reference
+//! [`TaskStore`](tc_model::store::TaskStore), a mutex and two maps.
 //!
 //! It is the plainest reading of the port's documentation: no SQL, no
 //! threads, no I/O. It passes the store contract like every adapter, the
@@ -20,12 +21,15 @@ use tc_model::destination::{
 use tc_model::flow_key::{KeyRef, KeyRoom, stored_key};
 use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
-    BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Cursor, Guarded, LeaseLost,
-    ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore, results_within,
+    BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Cursor, Destinations, FlowKeys,
+    Guarded, LeaseLost, ListQuery, Page, Schedules, StateCounts, StoreError, Submitted, Tasks,
+    Tenants, Topics, Work, results_within,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::quota::{Admission, RetryQuota};
-use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant};
+use tc_model::tenant::{
+    Acting, Scope, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
+};
 use tc_model::topic::event::{Event, NewEvent, Published};
 use tc_model::topic::{
     Delivery, Subscription, SubscriptionSpec, SubscriptionUpdate, Topic, TopicRef, TopicSpec,
@@ -42,7 +46,8 @@ const INTERRUPTED: &str = "interrupted";
 /// The error an open try gets when its task is canceled.
 const CANCELED: &str = "canceled";
 
-/// An in-memory [`TaskStore`]: the model the SQL adapters are checked against.
+/// An in-memory [`TaskStore`](tc_model::store::TaskStore): the model the
+/// SQL adapters are checked against.
 pub struct MemoryStore {
     state: Mutex<Tables>,
     /// The most result bytes a callback body carries.
@@ -78,7 +83,7 @@ struct Tables {
     destinations: BTreeMap<String, DestinationSettings>,
     /// Schedules by name.
     schedules: BTreeMap<String, Schedule>,
-    /// The server's own keys by name ([`TaskStore::server_key`]).
+    /// The server's own keys by name ([`Tenants::server_key`](tc_model::store::Tenants::server_key)).
     server_keys: BTreeMap<String, String>,
     /// Topics, their subscriptions and events.
     topics: topics::Topics,
@@ -140,6 +145,17 @@ impl MemoryStore {
 impl Tables {
     fn seq_of(&self, id: TaskId) -> Result<i64, StoreError> {
         self.by_id.get(&id).copied().ok_or(StoreError::NotFound)
+    }
+
+    /// The task `id`'s position if `scope` sees it; else as unknown as a
+    /// task that never was.
+    fn seq_in(&self, id: TaskId, scope: &Scope) -> Result<i64, StoreError> {
+        let seq = self.seq_of(id)?;
+        if scope.sees(&self.tasks[&seq]) {
+            Ok(seq)
+        } else {
+            Err(StoreError::NotFound)
+        }
     }
 
     fn task_mut(&mut self, seq: i64) -> Result<&mut Task, StoreError> {
@@ -318,7 +334,7 @@ impl Tables {
         }
     }
 
-    /// A submit, as the port's [`TaskStore::submit`] answers it.
+    /// A submit, as the port's [`Tasks::submit`](tc_model::store::Tasks::submit) answers it.
     fn submit_one(&mut self, new: &NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         self.check_acting(new.acting().as_ref())?;
         if let Some(seq) = self
@@ -382,7 +398,7 @@ fn close_attempt(
     }
 }
 
-impl TaskStore for MemoryStore {
+impl Tasks for MemoryStore {
     async fn submit(&self, new: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         self.tables()?.submit_one(&new, now)
     }
@@ -402,13 +418,14 @@ impl TaskStore for MemoryStore {
         Ok(results)
     }
 
-    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
+    async fn get(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
         let t = self.tables()?;
-        let seq = t.seq_of(id)?;
+        let seq = t.seq_in(id, &scope)?;
         Ok(t.tasks[&seq].clone())
     }
 
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+    async fn list(&self, query: ListQuery, scope: Scope) -> Result<Page, StoreError> {
+        let query = query.within(&scope);
         let t = self.tables()?;
         let after = query.after.map_or(0, Cursor::position);
         // The rows the driving index reaches, at most scan_rows of them, as
@@ -463,6 +480,173 @@ impl TaskStore for MemoryStore {
         Ok(counts)
     }
 
+    async fn cancel(&self, id: TaskId, scope: Scope, now: Timestamp) -> Result<Task, StoreError> {
+        let mut t = self.tables()?;
+        let seq = t.seq_in(id, &scope)?;
+        let task = t.task_mut(seq)?;
+        if task.state.is_terminal() {
+            return Ok(task.clone());
+        }
+        let was = task.state;
+        task.state = transit(was, State::Canceled)?;
+        task.finished_at = Some(now);
+        task.updated_at = now;
+        task.lease_until = None;
+        task.next_run_at = None;
+        if was == State::Running {
+            task.error = Some(CANCELED.to_owned());
+            let attempt = task.attempt;
+            close_attempt(task, attempt, now, None, Some(CANCELED));
+        }
+        t.ended(seq, now, self.callback_result_bytes)?;
+        Ok(t.task_mut(seq)?.clone())
+    }
+
+    async fn prune(
+        &self,
+        state: State,
+        older_than: Duration,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        if !state.is_terminal() {
+            return Ok(0);
+        }
+        let cutoff = now
+            .as_millis()
+            .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
+        let mut t = self.tables()?;
+        let doomed: Vec<i64> = t
+            .tasks
+            .iter()
+            .filter(|(_, task)| {
+                task.state == state && task.finished_at.is_some_and(|f| f.as_millis() < cutoff)
+            })
+            .map(|(seq, _)| *seq)
+            .take(limit)
+            .collect();
+        for &seq in &doomed {
+            t.remove(seq);
+        }
+        Ok(doomed.len())
+    }
+
+    async fn delete(&self, id: TaskId, scope: Scope) -> Result<(), StoreError> {
+        let mut t = self.tables()?;
+        let seq = t.seq_in(id, &scope)?;
+        let state = t.task_mut(seq)?.state;
+        if !state.is_terminal() {
+            return Err(StoreError::NotTerminal(state));
+        }
+        t.remove(seq);
+        Ok(())
+    }
+
+    async fn retry(
+        &self,
+        id: TaskId,
+        run_at: Timestamp,
+        now: Timestamp,
+        acting: Option<Acting>,
+    ) -> Result<Task, StoreError> {
+        let mut t = self.tables()?;
+        t.check_acting(acting.as_ref())?;
+        let seq = t.seq_of(id)?;
+        let task = &t.tasks[&seq];
+        if acting
+            .as_ref()
+            .is_some_and(|a| task.tenant.as_deref() != Some(a.tenant.as_str()))
+        {
+            return Err(StoreError::NotFound);
+        }
+        tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
+        if let Admission::OverPending(limit) = t.admit_retry(task, &mut RetryQuota::default()) {
+            return Err(StoreError::QuotaExceeded { limit });
+        }
+        t.retry_at(seq, run_at, now)
+    }
+
+    async fn bulk(&self, request: BulkRequest) -> Result<BulkOutcome, StoreError> {
+        let BulkRequest {
+            action,
+            filter,
+            dry_run,
+            now,
+            acting,
+            mut quota,
+            allowed_urls,
+        } = request;
+        // The covered set, fixed now; each operation below takes the lock
+        // again, as a later chunk of an SQL adapter would.
+        let covered: Vec<(TaskId, State)> = self
+            .tables()?
+            .tasks
+            .values()
+            .filter(|task| filter.matches(task))
+            .map(|task| (task.id, task.state))
+            .collect();
+        let mut outcome = BulkOutcome {
+            matched: covered.len() as u64,
+            sample: covered
+                .iter()
+                .take(BULK_SAMPLE)
+                .map(|(id, _)| *id)
+                .collect(),
+            ..BulkOutcome::default()
+        };
+        if dry_run {
+            return Ok(outcome);
+        }
+        for (id, _) in covered {
+            // The state now, not when the set was fixed: a worker may have
+            // moved the task meanwhile.
+            let state = {
+                let mut t = self.tables()?;
+                t.check_acting(acting.as_ref())?;
+                let seq = t.seq_of(id)?;
+                t.task_mut(seq)?.state
+            };
+            if !action.applies_to(state) {
+                continue;
+            }
+            match action {
+                BulkAction::Retry => {
+                    let mut t = self.tables()?;
+                    let seq = t.seq_of(id)?;
+                    let task = &t.tasks[&seq];
+                    let callback_url = task.callback.as_ref().map(|c| c.url());
+                    if tc_model::urls_allowed(&task.url, callback_url, &allowed_urls).is_err() {
+                        outcome.refused_url += 1;
+                        continue;
+                    }
+                    if t.admit_retry(task, &mut quota) != Admission::Admitted {
+                        continue;
+                    }
+                    t.retry_at(seq, now, now)?;
+                }
+                BulkAction::Cancel => {
+                    self.cancel(id, Scope::Admin, now).await?;
+                    if state == State::Running {
+                        outcome.canceled_running.push(id);
+                    }
+                }
+                BulkAction::Delete => self.delete(id, Scope::Admin).await?,
+            }
+            outcome.applied += 1;
+        }
+        outcome.refused_quota = quota.refused();
+        outcome.retried_by_tenant = quota.retried().clone();
+        Ok(outcome)
+    }
+
+    async fn health(&self) -> Result<(), StoreError> {
+        // Taking the lock is the whole write path here.
+        drop(self.tables()?);
+        Ok(())
+    }
+}
+
+impl Work for MemoryStore {
     async fn claim(
         &self,
         n: usize,
@@ -661,28 +845,6 @@ impl TaskStore for MemoryStore {
         Ok(Guarded::Applied(state))
     }
 
-    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        let mut t = self.tables()?;
-        let seq = t.seq_of(id)?;
-        let task = t.task_mut(seq)?;
-        if task.state.is_terminal() {
-            return Ok(task.clone());
-        }
-        let was = task.state;
-        task.state = transit(was, State::Canceled)?;
-        task.finished_at = Some(now);
-        task.updated_at = now;
-        task.lease_until = None;
-        task.next_run_at = None;
-        if was == State::Running {
-            task.error = Some(CANCELED.to_owned());
-            let attempt = task.attempt;
-            close_attempt(task, attempt, now, None, Some(CANCELED));
-        }
-        t.ended(seq, now, self.callback_result_bytes)?;
-        Ok(t.task_mut(seq)?.clone())
-    }
-
     async fn release(
         &self,
         id: TaskId,
@@ -749,143 +911,24 @@ impl TaskStore for MemoryStore {
             .min())
     }
 
-    async fn prune(
+    async fn take_tokens(
         &self,
-        state: State,
-        older_than: Duration,
+        asks: Vec<tc_model::cluster::TokenAsk>,
         now: Timestamp,
-        limit: usize,
-    ) -> Result<usize, StoreError> {
-        if !state.is_terminal() {
-            return Ok(0);
-        }
-        let cutoff = now
-            .as_millis()
-            .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
-        let mut t = self.tables()?;
-        let doomed: Vec<i64> = t
-            .tasks
-            .iter()
-            .filter(|(_, task)| {
-                task.state == state && task.finished_at.is_some_and(|f| f.as_millis() < cutoff)
-            })
-            .map(|(seq, _)| *seq)
-            .take(limit)
-            .collect();
-        for &seq in &doomed {
-            t.remove(seq);
-        }
-        Ok(doomed.len())
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        Ok(self.tables()?.cluster.take_tokens(&asks, now))
     }
 
-    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
-        let mut t = self.tables()?;
-        let seq = t.seq_of(id)?;
-        let state = t.task_mut(seq)?.state;
-        if !state.is_terminal() {
-            return Err(StoreError::NotTerminal(state));
-        }
-        t.remove(seq);
-        Ok(())
-    }
-
-    async fn retry(
+    async fn share_holds(
         &self,
-        id: TaskId,
-        run_at: Timestamp,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
         now: Timestamp,
-        acting: Option<Acting>,
-    ) -> Result<Task, StoreError> {
-        let mut t = self.tables()?;
-        t.check_acting(acting.as_ref())?;
-        let seq = t.seq_of(id)?;
-        let task = &t.tasks[&seq];
-        if acting
-            .as_ref()
-            .is_some_and(|a| task.tenant.as_deref() != Some(a.tenant.as_str()))
-        {
-            return Err(StoreError::NotFound);
-        }
-        tc_model::retry_by_hand(task.state).map_err(|e| StoreError::NotRetryable(e.from))?;
-        if let Admission::OverPending(limit) = t.admit_retry(task, &mut RetryQuota::default()) {
-            return Err(StoreError::QuotaExceeded { limit });
-        }
-        t.retry_at(seq, run_at, now)
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        Ok(self.tables()?.cluster.share_holds(learned, now))
     }
+}
 
-    async fn bulk(&self, request: BulkRequest) -> Result<BulkOutcome, StoreError> {
-        let BulkRequest {
-            action,
-            filter,
-            dry_run,
-            now,
-            acting,
-            mut quota,
-            allowed_urls,
-        } = request;
-        // The covered set, fixed now; each operation below takes the lock
-        // again, as a later chunk of an SQL adapter would.
-        let covered: Vec<(TaskId, State)> = self
-            .tables()?
-            .tasks
-            .values()
-            .filter(|task| filter.matches(task))
-            .map(|task| (task.id, task.state))
-            .collect();
-        let mut outcome = BulkOutcome {
-            matched: covered.len() as u64,
-            sample: covered
-                .iter()
-                .take(BULK_SAMPLE)
-                .map(|(id, _)| *id)
-                .collect(),
-            ..BulkOutcome::default()
-        };
-        if dry_run {
-            return Ok(outcome);
-        }
-        for (id, _) in covered {
-            // The state now, not when the set was fixed: a worker may have
-            // moved the task meanwhile.
-            let state = {
-                let mut t = self.tables()?;
-                t.check_acting(acting.as_ref())?;
-                let seq = t.seq_of(id)?;
-                t.task_mut(seq)?.state
-            };
-            if !action.applies_to(state) {
-                continue;
-            }
-            match action {
-                BulkAction::Retry => {
-                    let mut t = self.tables()?;
-                    let seq = t.seq_of(id)?;
-                    let task = &t.tasks[&seq];
-                    let callback_url = task.callback.as_ref().map(|c| c.url());
-                    if tc_model::urls_allowed(&task.url, callback_url, &allowed_urls).is_err() {
-                        outcome.refused_url += 1;
-                        continue;
-                    }
-                    if t.admit_retry(task, &mut quota) != Admission::Admitted {
-                        continue;
-                    }
-                    t.retry_at(seq, now, now)?;
-                }
-                BulkAction::Cancel => {
-                    self.cancel(id, now).await?;
-                    if state == State::Running {
-                        outcome.canceled_running.push(id);
-                    }
-                }
-                BulkAction::Delete => self.delete(id).await?,
-            }
-            outcome.applied += 1;
-        }
-        outcome.refused_quota = quota.refused();
-        outcome.retried_by_tenant = quota.retried().clone();
-        Ok(outcome)
-    }
-
+impl Destinations for MemoryStore {
     async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
         let t = self.tables()?;
         Ok(t.destinations
@@ -934,7 +977,9 @@ impl TaskStore for MemoryStore {
         t.destinations.insert(name.clone(), settings);
         Ok(t.destination_of(&name))
     }
+}
 
+impl Schedules for MemoryStore {
     async fn create_schedule(
         &self,
         spec: ScheduleSpec,
@@ -1018,13 +1063,9 @@ impl TaskStore for MemoryStore {
             _ => Ok(false),
         }
     }
+}
 
-    async fn health(&self) -> Result<(), StoreError> {
-        // Taking the lock is the whole write path here.
-        drop(self.tables()?);
-        Ok(())
-    }
-
+impl Tenants for MemoryStore {
     async fn create_tenant(
         &self,
         name: String,
@@ -1156,6 +1197,7 @@ impl TaskStore for MemoryStore {
         }
         Ok(())
     }
+
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
         Ok(self
             .tables()?
@@ -1164,7 +1206,48 @@ impl TaskStore for MemoryStore {
             .or_insert(candidate)
             .clone())
     }
+}
 
+impl FlowKeys for MemoryStore {
+    async fn put_flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+        update: tc_model::flow_key::FlowKeyUpdate,
+        _now: Timestamp,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let t = &mut *self.tables()?;
+        let at = KeyRef::new(tenant.as_deref(), &key);
+        Ok(t.flow_keys.put(at, update, t.tasks.values()))
+    }
+
+    async fn flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let t = self.tables()?;
+        t.flow_keys
+            .get(&KeyRef::new(tenant.as_deref(), &key), t.tasks.values())
+    }
+
+    async fn flow_keys(
+        &self,
+        tenant: Option<String>,
+    ) -> Result<Vec<tc_model::flow_key::FlowKey>, StoreError> {
+        let t = self.tables()?;
+        Ok(t.flow_keys
+            .list(stored_tenant(tenant.as_deref()), t.tasks.values()))
+    }
+
+    async fn delete_flow_key(&self, tenant: Option<String>, key: String) -> Result<(), StoreError> {
+        self.tables()?
+            .flow_keys
+            .delete(&KeyRef::new(tenant.as_deref(), &key))
+    }
+}
+
+impl Topics for MemoryStore {
     async fn put_topic(
         &self,
         at: TopicRef,
@@ -1251,58 +1334,6 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
     ) -> Result<Vec<Delivery>, StoreError> {
         self.tables()?.replay(&at, &id, since, now)
-    }
-
-    async fn put_flow_key(
-        &self,
-        tenant: Option<String>,
-        key: String,
-        update: tc_model::flow_key::FlowKeyUpdate,
-        _now: Timestamp,
-    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
-        let t = &mut *self.tables()?;
-        let at = KeyRef::new(tenant.as_deref(), &key);
-        Ok(t.flow_keys.put(at, update, t.tasks.values()))
-    }
-
-    async fn flow_key(
-        &self,
-        tenant: Option<String>,
-        key: String,
-    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
-        let t = self.tables()?;
-        t.flow_keys
-            .get(&KeyRef::new(tenant.as_deref(), &key), t.tasks.values())
-    }
-
-    async fn flow_keys(
-        &self,
-        tenant: Option<String>,
-    ) -> Result<Vec<tc_model::flow_key::FlowKey>, StoreError> {
-        let t = self.tables()?;
-        Ok(t.flow_keys
-            .list(stored_tenant(tenant.as_deref()), t.tasks.values()))
-    }
-
-    async fn delete_flow_key(&self, tenant: Option<String>, key: String) -> Result<(), StoreError> {
-        self.tables()?
-            .flow_keys
-            .delete(&KeyRef::new(tenant.as_deref(), &key))
-    }
-
-    async fn take_tokens(
-        &self,
-        asks: Vec<tc_model::cluster::TokenAsk>,
-        now: Timestamp,
-    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
-        Ok(self.tables()?.cluster.take_tokens(&asks, now))
-    }
-    async fn share_holds(
-        &self,
-        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
-        now: Timestamp,
-    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
-        Ok(self.tables()?.cluster.share_holds(learned, now))
     }
 }
 

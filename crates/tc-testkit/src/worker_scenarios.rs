@@ -75,6 +75,7 @@ use pacing::{
 };
 use priority::higher_priorities_are_called_first;
 use schedules::a_schedule_fires_one_task_per_time_and_records_it;
+use tc_model::tenant::Scope;
 use tenants::{
     tasks_without_a_tenant_keep_their_share_behind_a_backlog,
     tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights,
@@ -238,7 +239,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
 
     async fn get(&self, id: TaskId) -> Result<Task, String> {
         self.store
-            .get(id)
+            .get(id, Scope::Admin)
             .await
             .map_err(|e| format!("get {id}: {e}"))
     }
@@ -616,7 +617,7 @@ async fn cancel_pending<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<
     // worker's cancel does exactly this store write for a pending task).
     let canceled = rig
         .store
-        .cancel(doomed.id, rig.clock.now())
+        .cancel(doomed.id, Scope::Admin, rig.clock.now())
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -668,7 +669,7 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
     control.task_submitted();
     guard("claim", gated.hooks().held()).await?;
     let canceled = control
-        .cancel(task.id)
+        .cancel(task.id, Scope::Admin)
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -698,7 +699,7 @@ async fn cancel_in_flight<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Resul
     let abandoned_before = rig.script.abandoned();
     let canceled = worker
         .control()
-        .cancel(task.id)
+        .cancel(task.id, Scope::Admin)
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -754,7 +755,7 @@ async fn cancel_caller_gone<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Res
     let task = hanging_call(rig, &worker, "/gone").await?;
     gated.hooks().arm_cancel();
     let control = worker.control();
-    let caller = tokio::spawn(async move { control.cancel(task.id).await });
+    let caller = tokio::spawn(async move { control.cancel(task.id, Scope::Admin).await });
     guard("the cancel to be written", gated.hooks().held()).await?;
     caller.abort();
     gated.hooks().release();
@@ -789,7 +790,7 @@ async fn cancel_during_retry_wait<S: TaskStore, D: Downstream>(
     );
     let canceled = worker
         .control()
-        .cancel(task.id)
+        .cancel(task.id, Scope::Admin)
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -837,7 +838,7 @@ async fn no_result_after_cancel<S: TaskStore, D: Downstream>(
     guard("the call to arrive", rig.script.wait_calls(1)).await?;
     // Straight to the store, so the worker's in-flight call is not interrupted.
     rig.store
-        .cancel(task.id, rig.clock.now())
+        .cancel(task.id, Scope::Admin, rig.clock.now())
         .await
         .map_err(|e| e.to_string())?;
     rig.script.open_gate();
@@ -872,7 +873,7 @@ async fn cancel_elsewhere_drops_the_call<S: TaskStore, D: Downstream>(
     let mut events = worker.control().subscribe();
     let task = hanging_call(rig, &worker, "/elsewhere").await?;
     rig.store
-        .cancel(task.id, rig.clock.now())
+        .cancel(task.id, Scope::Admin, rig.clock.now())
         .await
         .map_err(|e| e.to_string())?;
     guard("the call to be dropped", rig.script.wait_abandoned(1)).await?;
@@ -922,7 +923,7 @@ async fn lost_leases_are_found_without_reading_tasks<S: TaskStore, D: Downstream
     guard("three calls", rig.script.wait_calls(3)).await?;
     for task in &tasks[..2] {
         rig.store
-            .cancel(task.id, rig.clock.now())
+            .cancel(task.id, Scope::Admin, rig.clock.now())
             .await
             .map_err(|e| e.to_string())?;
     }
@@ -1108,13 +1109,16 @@ async fn same_key_different_payload<S: TaskStore, D: Downstream>(
     );
     let page = rig
         .store
-        .list(ListQuery {
-            filter: TaskFilter::state(None),
-            limit: 100,
-            after: None::<Cursor>,
-            max_result_bytes: None,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter: TaskFilter::state(None),
+                limit: 100,
+                after: None::<Cursor>,
+                max_result_bytes: None,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .map_err(|e| e.to_string())?;
     let with_key = page

@@ -339,7 +339,7 @@ impl Flow {
         });
         for (name, dest) in dests.iter_mut() {
             let s = settings.get(name);
-            let mut at_most: Option<usize> = dest.pacing.room(dest.in_flight);
+            let mut at_most: Option<usize> = dest.pacing.room(dest.in_flight, now);
             let held = dest.backoff_until.is_some()
                 || dest.rate_limited(now).is_some()
                 || match dest.breaker {
@@ -560,7 +560,8 @@ impl Flow {
         };
         dest.in_flight = dest.in_flight.saturating_sub(1);
         self.metrics.set_in_flight(destination, dest.in_flight);
-        let mut freed = capped || dest.pacing.window().is_some();
+        let mut freed =
+            capped || dest.pacing.window().is_some() || dest.pacing.bounded_by_fields(now);
         if matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task) {
             dest.breaker = Breaker::HalfOpen { probe: None };
             freed = true;

@@ -48,6 +48,11 @@ impl Paced {
     }
 }
 
+/// How long after a server's window reset its fields still bound the
+/// calls (one call to learn the new window): a destination in steady use
+/// is called again within it, and one that is not is forgotten.
+const FIELDS_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// One destination's pacing state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Pacing {
@@ -82,8 +87,7 @@ impl Pacing {
     ) -> Option<Paced> {
         let mut paced = None;
         if let Some(limit) = rate_limit {
-            self.remaining = Some(limit.remaining);
-            self.reset_at = limit.reset.map(|reset| now.saturating_add(reset));
+            self.fields(limit, now);
             if limit.hold().is_some() {
                 paced = Some(Paced::RateLimit);
             }
@@ -107,6 +111,50 @@ impl Pacing {
             Signal::Other => {}
         }
         paced
+    }
+
+    /// Keeps what an answer's rate-limit fields say. Answers of one window
+    /// arrive in any order, and a reset given as a delay moves with each:
+    /// while the known window is current, the fewest calls left that any
+    /// answer reported and the latest reset stand (an answer sent earlier
+    /// counts fewer calls than the server has seen since). Once it has
+    /// reset, the next answer tells the new window.
+    fn fields(&mut self, limit: RateLimit, now: Timestamp) {
+        let reset_at = limit.reset.map(|reset| now.saturating_add(reset));
+        match (self.remaining, self.reset_at, reset_at) {
+            (Some(remaining), Some(current), Some(new)) if current > now => {
+                self.remaining = Some(remaining.min(limit.remaining));
+                self.reset_at = Some(current.max(new));
+            }
+            _ => {
+                self.remaining = Some(limit.remaining);
+                self.reset_at = reset_at;
+            }
+        }
+    }
+
+    /// The calls the server's window still allows beside `in_flight`,
+    /// while its fields are known: what the last answers left, less the
+    /// calls already sent (the server may not have counted them yet);
+    /// once the window has reset and until an answer tells the new one,
+    /// one call, which learns it. `None` when the server gave no window,
+    /// or its last one reset more than [`FIELDS_KEPT`] ago.
+    fn calls_left(&self, in_flight: u64, now: Timestamp) -> Option<u64> {
+        let (Some(remaining), Some(reset_at)) = (self.remaining, self.reset_at) else {
+            return None;
+        };
+        if reset_at > now {
+            Some(remaining.saturating_sub(in_flight))
+        } else if reset_at.saturating_add(FIELDS_KEPT) > now {
+            Some(1u64.saturating_sub(in_flight))
+        } else {
+            None
+        }
+    }
+
+    /// Whether the server's rate-limit fields bound the calls now.
+    pub(crate) fn bounded_by_fields(&self, now: Timestamp) -> bool {
+        self.calls_left(0, now).is_some()
     }
 
     fn grow(&mut self, ceiling: u32) {
@@ -149,11 +197,17 @@ impl Pacing {
         }
     }
 
-    /// How many more calls the window allows beside `in_flight`; `None`
-    /// when pacing sets no bound.
-    pub(crate) fn room(&self, in_flight: u64) -> Option<usize> {
-        let window = u64::from(self.window?);
-        Some(usize::try_from(window.saturating_sub(in_flight)).unwrap_or(usize::MAX))
+    /// How many more calls the window and the server's rate-limit fields
+    /// allow beside `in_flight`; `None` when pacing sets no bound.
+    pub(crate) fn room(&self, in_flight: u64, now: Timestamp) -> Option<usize> {
+        let window = self
+            .window
+            .map(|window| u64::from(window).saturating_sub(in_flight));
+        let room = match (window, self.calls_left(in_flight, now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        room.map(|room| usize::try_from(room).unwrap_or(usize::MAX))
     }
 
     /// The calls allowed in flight, for the view (`effective_max_in_flight`).
@@ -169,7 +223,7 @@ impl Pacing {
 
     /// Whether nothing here needs remembering.
     pub(crate) fn is_idle(&self, now: Timestamp) -> bool {
-        self.window.is_none() && self.held_until(now).is_none()
+        self.window.is_none() && self.held_until(now).is_none() && !self.bounded_by_fields(now)
     }
 }
 
@@ -314,18 +368,62 @@ mod tests {
         assert_eq!(pacing.held_until(NOW), Some(reset_at));
         assert_eq!(pacing.rate_limit(), (Some(0), Some(reset_at)));
         assert_eq!(pacing.held_until(reset_at), None);
-        assert!(pacing.is_idle(reset_at));
         assert!(!pacing.is_idle(NOW));
+        // Past the reset, one call learns the new window, for a while.
+        assert!(!pacing.is_idle(reset_at));
+        assert!(pacing.is_idle(reset_at.saturating_add(FIELDS_KEPT)));
+    }
+
+    /// The calls a window's fields leave bound the calls sent, before
+    /// none is left: a claim never sends more than the server said it
+    /// would take (less those already on their way).
+    #[test]
+    fn the_calls_a_window_has_left_bound_the_calls_sent() {
+        let limit = |remaining| RateLimit {
+            remaining,
+            reset: Some(Duration::from_secs(1)),
+        };
+        let reset_at = NOW.saturating_add(Duration::from_secs(1));
+        let later = |ms| NOW.saturating_add(Duration::from_millis(ms));
+        let mut pacing = Pacing::default();
+        pacing.answered(Signal::Success, Some(limit(19)), 1, 64, NOW);
+        for (in_flight, at, expected) in [
+            (0, NOW, Some(19)),
+            (5, NOW, Some(14)),
+            (30, NOW, Some(0)),
+            // The window reset: one call learns the next one.
+            (0, reset_at, Some(1)),
+            (1, reset_at, Some(0)),
+            (0, reset_at.saturating_add(FIELDS_KEPT), None),
+        ] {
+            assert_eq!(
+                pacing.room(in_flight, at),
+                expected,
+                "{in_flight} at {at:?}"
+            );
+        }
+        // An answer sent earlier in the same window, arriving late, does
+        // not give calls back.
+        pacing.answered(Signal::Success, Some(limit(4)), 1, 64, NOW);
+        pacing.answered(Signal::Success, Some(limit(12)), 1, 64, later(10));
+        assert_eq!(pacing.room(0, later(20)), Some(4));
+        // The next window's answer, once the latest reset passed, does.
+        let next = later(1_010);
+        pacing.answered(Signal::Success, Some(limit(18)), 1, 64, next);
+        assert_eq!(pacing.room(2, next), Some(16));
+        // With a throttled window too, the smaller bound holds.
+        pacing.answered(Signal::Throttled, None, 8, 64, next);
+        assert_eq!(pacing.room(2, next), Some(2));
     }
 
     #[test]
     fn room_is_the_window_less_the_calls_in_flight() {
         let mut pacing = Pacing::default();
-        assert_eq!(pacing.room(7), None);
+        assert_eq!(pacing.room(7, NOW), None);
         pacing.answered(Signal::Throttled, None, 8, 100, NOW);
-        assert_eq!(pacing.room(0), Some(4));
-        assert_eq!(pacing.room(3), Some(1));
-        assert_eq!(pacing.room(9), Some(0));
+        assert_eq!(pacing.room(0, NOW), Some(4));
+        assert_eq!(pacing.room(3, NOW), Some(1));
+        assert_eq!(pacing.room(9, NOW), Some(0));
     }
 
     #[test]

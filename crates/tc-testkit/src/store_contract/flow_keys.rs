@@ -13,6 +13,7 @@ use tc_model::tenant::{TenantGate, TenantUpdate};
 
 use super::Verdict;
 use super::check::{Step, URL, URL_B, at, claim, create, get, new_task, task_for};
+use tc_model::tenant::Scope;
 
 fn keyed(url: &str, key: &str, flow_key: &str) -> tc_model::NewTask {
     task_for(url, key)
@@ -51,13 +52,16 @@ pub async fn flow_keys_are_kept_field_by_field_and_each_tenant_s_own<S: TaskStor
         "another key under k1: {other:?}"
     );
     let listed = store
-        .list(ListQuery {
-            filter: TaskFilter {
-                flow_key: Some("acct 1".into()),
-                ..TaskFilter::default()
+        .list(
+            ListQuery {
+                filter: TaskFilter {
+                    flow_key: Some("acct 1".into()),
+                    ..TaskFilter::default()
+                },
+                ..ListQuery::default()
             },
-            ..ListQuery::default()
-        })
+            Scope::Admin,
+        )
         .await
         .step("list flow_key=")?;
     ensure_eq!(listed.tasks.len(), 1, "flow_key= lists its task");

@@ -1,4 +1,4 @@
-//! Phase 17, flow keys: key `B`'s end-to-end latency beside key `A`'s
+//! Phase 18, flow keys: key `B`'s end-to-end latency beside key `A`'s
 //! 10,000-task backlog on the same instant destination, against `B` alone
 //! in the same run (target: at most 3×). Every task is the admin's (no
 //! tenants): the claim shares the destination's slots between its due
@@ -40,7 +40,7 @@ impl Bench {
         self.push(
             Figure::new(
                 "flow_key_b_p99",
-                "17 flow key B's end-to-end p99 beside key A's 10k backlog",
+                "18 flow key B's end-to-end p99 beside key A's 10k backlog",
                 beside.p99(),
                 "ms",
             )

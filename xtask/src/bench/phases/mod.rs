@@ -12,6 +12,7 @@ mod naive_peer;
 mod nodes;
 mod one_node;
 mod operations;
+mod paced;
 mod scale;
 mod slow_downstream;
 mod submit;
@@ -164,7 +165,10 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         bench.phase(13, "tenants", Bench::tenants).await;
         bench.phase(14, "one node under wrk", Bench::wrk_node).await;
         bench.phase(16, "topics", Bench::topics).await;
-        bench.phase(17, "flow keys", Bench::flow_keys).await;
+        bench
+            .phase(17, "paced by the downstream", Bench::paced)
+            .await;
+        bench.phase(18, "flow keys", Bench::flow_keys).await;
     });
     drop(runtime);
 

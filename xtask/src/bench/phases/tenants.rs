@@ -36,7 +36,7 @@ pub(super) struct Shape {
     /// Tenants `a` and `b` with a key each; otherwise every task is the
     /// admin's.
     pub(super) tenants: bool,
-    /// `a`'s tasks carry the flow key `A`, `b`'s `B` (phase 17).
+    /// `a`'s tasks carry the flow key `A`, `b`'s `B` (phase 18).
     pub(super) flow_keys: bool,
     /// `a`'s backlog (0: none).
     pub(super) backlog: u64,
