@@ -168,6 +168,10 @@ pub(crate) fn fuzz_copy(yaml: &str, origin: &str, seeds: &Seeds) -> Result<Value
     seed_parameter(&mut doc, "EventId", 1, |o| {
         (o == "getEvent").then(|| seeds.event.clone())
     })?;
+    // Each operation on a flow key names a seeded key (the delete its own).
+    seed_parameter(&mut doc, "FlowKeyName", 3, |o| {
+        super::seed::flow_key_for_operation(o).map(str::to_owned)
+    })?;
 
     let settings = pointer_mut(
         &mut doc,
@@ -469,6 +473,30 @@ mod tests {
             (path, method, 0, "name", "TopicName", name)
         };
         for (path, method, index, name, param, example) in [
+            (
+                "/flow-keys~1{key}",
+                "put",
+                0,
+                "key",
+                "FlowKeyName",
+                "seed-flow-key",
+            ),
+            (
+                "/flow-keys~1{key}",
+                "get",
+                0,
+                "key",
+                "FlowKeyName",
+                "seed-flow-key",
+            ),
+            (
+                "/flow-keys~1{key}",
+                "delete",
+                0,
+                "key",
+                "FlowKeyName",
+                "seed-flow-key-delete",
+            ),
             topic("/topics~1{name}", "put", "seed-topic"),
             topic("/topics~1{name}", "get", "seed-topic"),
             topic("/topics~1{name}", "delete", "seed-topic-delete"),

@@ -6,7 +6,7 @@
 //! the examples phase, whatever the stateful phase's links happen to follow.
 //! Two schedules likewise: one every operation on a schedule uses, one the
 //! delete deletes; two tenants the same way, and a key of the first for
-//! the revoke.
+//! the revoke; two flow keys with limits, one the delete removes.
 
 use std::net::SocketAddr;
 
@@ -50,6 +50,21 @@ pub(crate) fn topic_for_operation(operation_id: &str) -> Option<&'static str> {
         "putTopic" | "getTopic" | "subscribe" | "listSubscriptions" | "getSubscription"
         | "patchSubscription" | "unsubscribe" | "replaySubscription" | "publishEvent"
         | "getEvent" => Some(TOPIC),
+        _ => None,
+    }
+}
+
+/// The seeded flow key every operation on a key but the delete uses (with
+/// a limit high enough to hold nothing back); its task keeps it known.
+pub(crate) const FLOW_KEY: &str = "seed-flow-key";
+/// The seeded flow key whose limits the delete's example removes.
+pub(crate) const FLOW_KEY_TO_DELETE: &str = "seed-flow-key-delete";
+
+/// The seeded flow key the examples of `operation_id` use.
+pub(crate) fn flow_key_for_operation(operation_id: &str) -> Option<&'static str> {
+    match operation_id {
+        "deleteFlowKey" => Some(FLOW_KEY_TO_DELETE),
+        "putFlowKey" | "getFlowKey" => Some(FLOW_KEY),
         _ => None,
     }
 }
@@ -141,6 +156,14 @@ pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<
         );
         client.send(Method::POST, "/schedules", Some(body)).await?;
     }
+    for name in [FLOW_KEY, FLOW_KEY_TO_DELETE] {
+        let body = r#"{"max_in_flight":1000}"#.to_owned();
+        client
+            .send(Method::PUT, &format!("/flow-keys/{name}"), Some(body))
+            .await?;
+    }
+    let keyed = format!(r#","delay_ms":86400000,"flow_key":"{FLOW_KEY}""#);
+    client.submit(&url, "seed-flow-key-task", &keyed).await?;
     for name in [TENANT, TENANT_TO_DELETE] {
         let body = format!(r#"{{"name":"{name}"}}"#);
         client.send(Method::POST, "/tenants", Some(body)).await?;

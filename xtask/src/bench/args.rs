@@ -61,7 +61,7 @@ usage: cargo xtask bench [--quick] [--phase N]... [--store sqlite|postgres]
 Builds tc-server in release and measures, in one run, each figure beside its
 ceiling on this machine; prints a table and writes target/bench/results.json.
   --quick   a smoke run: smaller counts and shorter windows (under 60 s)
-  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 16 or 17; 7 or 15 with
+  --phase N only phase N (1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 16, 17 or 18; 7 or 15 with
             --store postgres; repeatable), to look into one
             figure; a figure beside another phase's result leaves that row out
             (phase 3 needs phase 1 picked too)
@@ -84,7 +84,7 @@ ceiling on this machine; prints a table and writes target/bench/results.json.
 ";
 
 /// The phases `--phase` can pick (7 and 15 are `--store postgres`'s).
-pub(crate) const PHASES: [u8; 15] = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 16, 17];
+pub(crate) const PHASES: [u8; 16] = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 16, 17, 18];
 
 /// The phases `--phase` can pick with `--store postgres`.
 pub(crate) const NODE_PHASES: [u8; 2] = [7, 15];

@@ -281,6 +281,8 @@ where
         "/bulk" if !fragment => pages::bulk::page(&ctx, query),
         "/schedules" if fragment => pages::schedules::fragment(app).await,
         "/schedules" => pages::schedules::page(app, &ctx).await,
+        "/flow-keys" if fragment => pages::flow_keys::fragment(app, &ctx).await,
+        "/flow-keys" => pages::flow_keys::page(app, &ctx).await,
         "/topics" if fragment => pages::topics::fragment(app, &ctx).await,
         "/topics" => pages::topics::page(app, &ctx).await,
         _ if page.starts_with("/topics/") && !fragment => topic_page(app, &ctx, page).await,

@@ -819,6 +819,8 @@ async fn method_headers_and_signing_show_without_any_secret() {
     .unwrap()
     .with_priority(3)
     .unwrap()
+    .with_flow_key(Some("acct 1".into()))
+    .unwrap()
     .with_headers(headers);
     let id = f.store.submit(new, NOW).await.unwrap().task.id;
     f.set(
@@ -848,6 +850,32 @@ async fn method_headers_and_signing_show_without_any_secret() {
         .body;
     assert!(page.contains(r#"id="task-method">GET<"#), "{page}");
     assert!(page.contains(r#"id="task-priority">3<"#), "{page}");
+    assert!(
+        page.contains(r#"href="/ui/tasks?flow_key=acct%201">acct 1<"#),
+        "{page}"
+    );
+    // The flow keys page lists the key once it has limits, with its task.
+    let none = f.call("GET", "/ui/fragment/flow-keys", &[], "").await.body;
+    assert!(none.contains("No flow keys have limits"), "{none}");
+    tc_model::store::FlowKeys::put_flow_key(
+        f.store.as_ref(),
+        None,
+        "acct 1".into(),
+        tc_model::flow_key::FlowKeyUpdate {
+            max_in_flight: Some(Some(4)),
+            ..Default::default()
+        },
+        NOW,
+    )
+    .await
+    .unwrap();
+    let keys = f.call("GET", "/ui/flow-keys", &[], "").await.body;
+    assert!(keys.contains("<h1>Flow keys</h1>"), "{keys}");
+    let row = keys
+        .split(r#"<a href="/ui/tasks?flow_key=acct%201">acct 1</a>"#)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no row: {keys}"));
+    assert!(row.starts_with("</td><td>4</td>"), "{row}");
     assert!(page.contains("authorization: [redacted]"), "{page}");
     assert!(page.contains("x-tenant: acme"), "{page}");
     assert!(page.contains("sends no body"), "{page}");

@@ -6,6 +6,7 @@ mod backup;
 mod cancel;
 mod cluster_rate;
 mod end_to_end;
+mod flow_keys;
 mod head_of_line;
 mod naive_peer;
 mod nodes;
@@ -167,6 +168,7 @@ fn run_with(plan: Plan, only: &[u8], setup: Setup<'_>, nodes: bool) -> Result<()
         bench
             .phase(17, "paced by the downstream", Bench::paced)
             .await;
+        bench.phase(18, "flow keys", Bench::flow_keys).await;
     });
     drop(runtime);
 

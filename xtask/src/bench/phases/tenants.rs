@@ -31,27 +31,29 @@ const SAMPLE: Duration = Duration::from_millis(20);
 const ADMIN: &str = "bench-admin-token";
 
 /// One run's shape.
-struct Shape {
-    name: &'static str,
+pub(super) struct Shape {
+    pub(super) name: &'static str,
     /// Tenants `a` and `b` with a key each; otherwise every task is the
     /// admin's.
-    tenants: bool,
+    pub(super) tenants: bool,
+    /// `a`'s tasks carry the flow key `A`, `b`'s `B` (phase 18).
+    pub(super) flow_keys: bool,
     /// `a`'s backlog (0: none).
-    backlog: u64,
+    pub(super) backlog: u64,
     /// Whether `b` submits.
-    b: bool,
+    pub(super) b: bool,
 }
 
 /// What one run measured.
-struct TenantRun {
-    b_tasks: u64,
-    b_latency: Option<Summary>,
+pub(super) struct TenantRun {
+    pub(super) b_tasks: u64,
+    pub(super) b_latency: Option<Summary>,
     /// b's time from submit to claim (`started_at - created_at`): how much
     /// of its latency is the wait for a slot and a claim.
     b_waited: Option<Summary>,
     /// From the resume until the backlog (and `b`'s tasks) were all done.
-    drain: Option<Duration>,
-    warnings: String,
+    pub(super) drain: Option<Duration>,
+    pub(super) warnings: String,
 }
 
 impl TenantRun {
@@ -59,7 +61,7 @@ impl TenantRun {
         self.drain.map_or(f64::NAN, |d| stats::rate(backlog, d))
     }
 
-    fn json(&self, backlog: u64) -> Value {
+    pub(super) fn json(&self, backlog: u64) -> Value {
         json!({
             "b_tasks": self.b_tasks,
             "b_p50_ms": self.b_latency.as_ref().map(|s| ms(s.p50)),
@@ -72,7 +74,7 @@ impl TenantRun {
         })
     }
 
-    fn p99(&self) -> f64 {
+    pub(super) fn p99(&self) -> f64 {
         self.b_latency.as_ref().map_or(f64::NAN, |s| ms(s.p99))
     }
 }
@@ -85,6 +87,7 @@ impl Bench {
         let shape = |name, tenants, backlog, b| Shape {
             name,
             tenants,
+            flow_keys: false,
             backlog,
             b,
         };
@@ -160,7 +163,11 @@ impl Bench {
     }
 
     /// One run on a fresh server, as `shape` says.
-    async fn tenant_run(&self, shape: Shape, down: &HttpDownstream) -> Result<TenantRun, String> {
+    pub(super) async fn tenant_run(
+        &self,
+        shape: Shape,
+        down: &HttpDownstream,
+    ) -> Result<TenantRun, String> {
         let plan = self.plan;
         let concurrency = plan.connections.to_string();
         let tc = self.start_tc(
@@ -212,6 +219,11 @@ impl Bench {
         } else {
             (ADMIN.to_owned(), ADMIN.to_owned())
         };
+        let (a_extra, b_extra) = if shape.flow_keys {
+            (r#","flow_key":"A""#, r#","flow_key":"B""#)
+        } else {
+            ("", "")
+        };
         let destination = down.destination();
         let dest_path = format!("/destinations/{destination}");
         if shape.backlog > 0 {
@@ -231,7 +243,7 @@ impl Bench {
                 let n = (shape.backlog - queued).min(1000);
                 let tasks: Vec<String> = (queued..queued + n)
                     .map(|i| {
-                        String::from_utf8_lossy(&load::submit_body(&down.url(), "a", i, ""))
+                        String::from_utf8_lossy(&load::submit_body(&down.url(), "a", i, a_extra))
                             .into_owned()
                     })
                     .collect();
@@ -285,7 +297,7 @@ impl Bench {
             }
             tokio::select! {
                 _ = tick.tick(), if submitting => {
-                    let body = load::submit_body(&down.url(), "b", b_tasks, "");
+                    let body = load::submit_body(&down.url(), "b", b_tasks, b_extra);
                     send(&mut conn, &endpoint, &b_key, Method::POST, "/tasks", Some(body), StatusCode::CREATED).await?;
                     b_tasks += 1;
                 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod bulk;
 pub(crate) mod destinations;
+pub(crate) mod flow_keys;
 pub(crate) mod login;
 pub(crate) mod overview;
 pub(crate) mod refused;
@@ -84,6 +85,7 @@ pub(crate) enum Nav {
     Bulk,
     Schedules,
     Topics,
+    FlowKeys,
     None,
 }
 
@@ -117,6 +119,7 @@ pub(crate) fn layout(ctx: &Ctx, title: &str, nav: Nav, body: Markup) -> Markup {
                         (tab(Nav::Tasks, "/ui/tasks", "Tasks"))
                         (tab(Nav::Bulk, "/ui/bulk", "Bulk actions"))
                         (tab(Nav::Topics, "/ui/topics", "Topics"))
+                        (tab(Nav::FlowKeys, "/ui/flow-keys", "Flow keys"))
                         @if ctx.scope.is_admin() {
                             (tab(Nav::Schedules, "/ui/schedules", "Schedules"))
                         }

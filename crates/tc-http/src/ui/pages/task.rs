@@ -112,6 +112,9 @@ fn details(task: &Task, now: Timestamp) -> Markup {
                     dt { "destination" } dd.mono { a href={ "/ui/tasks?destination=" (super::encode(&task.destination)) } { (task.destination) } }
                     dt { "idempotency key" } dd.mono.break { (task.idempotency_key) }
                     dt { "priority" } dd #task-priority { (task.priority) }
+                    @if let Some(key) = &task.flow_key {
+                        dt { "flow key" } dd.mono #task-flow-key { a href={ "/ui/tasks?flow_key=" (super::encode(key)) } { (key) } }
+                    }
                     @if let Some(trace) = &task.trace {
                         dt { "trace id" } dd.mono { (trace.trace_id_hex()) }
                     }
