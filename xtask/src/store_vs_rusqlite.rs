@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::TransactionBehavior;
-use tc_model::store::TaskStore;
+use tc_model::store::Tasks;
 use tc_model::{Limits, NewTask, Timestamp};
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
 

@@ -46,7 +46,7 @@ where
     C: Control,
 {
     let (parts, _body) = req.into_parts();
-    let client = crate::client_address::client_of(&parts, &app.config().trusted_proxies);
+    let client = crate::edge::client_address::client_of(&parts, &app.config().trusted_proxies);
     let path = parts.uri.path();
     let (label, answer) = match app.site().check(&parts, &client) {
         Err(e) => (UNMATCHED, Err(e)),

@@ -26,7 +26,7 @@ pub struct App<S, C> {
     /// The dashboard's sessions, activity ring and sources.
     ui: crate::ui::Ui,
     /// The allowed hosts.
-    site: crate::site::Site,
+    site: crate::edge::site::Site,
     /// Makes each request's server span (`--otlp-endpoint`); none: no spans.
     tracer: Option<crate::trace::SpanTracer>,
     /// What `POST /admin/backup` copies through, if anything.
@@ -55,7 +55,7 @@ impl<S: TaskStore, C: Control> App<S, C> {
                     .max(config.max_body_bytes)
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
-            site: crate::site::Site::new(&config),
+            site: crate::edge::site::Site::new(&config),
             config,
             registry,
             metrics,
@@ -145,7 +145,7 @@ impl<S: TaskStore, C: Control> App<S, C> {
         &self.metrics
     }
 
-    pub(crate) fn site(&self) -> &crate::site::Site {
+    pub(crate) fn site(&self) -> &crate::edge::site::Site {
         &self.site
     }
 

@@ -100,7 +100,7 @@ pub(crate) fn destination_name(segment: Option<&str>) -> Result<String, ApiError
     parse_destination(&decoded).map_err(|e| ApiError::InvalidRequest(e.to_string()))
 }
 
-fn percent_decode(s: &str) -> Option<String> {
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     if !s.contains('%') {
         return Some(s.to_owned());
     }
@@ -241,7 +241,7 @@ fn parse_share(value: &Value) -> Result<SharedWith, ApiError> {
     SharedWith::parse(&names).map_err(|e| ApiError::InvalidRequest(e.to_string()))
 }
 
-fn nullable_u32(field: &str, value: &Value, min: u64) -> Result<Option<u32>, ApiError> {
+pub(crate) fn nullable_u32(field: &str, value: &Value, min: u64) -> Result<Option<u32>, ApiError> {
     match value {
         Value::Null => Ok(None),
         Value::Number(n) => match crate::dto::whole_number(n) {

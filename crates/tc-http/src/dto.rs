@@ -49,6 +49,20 @@ struct SubmitBody {
     callback_on: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     priority: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    flow_key: Option<Value>,
+}
+
+/// A submit's `flow_key`: a string (tc-model checks its characters).
+fn parse_flow_key(value: Option<Value>) -> Result<Option<String>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(Value::String(k)) => Ok(Some(k)),
+        Some(other) => Err(ApiError::InvalidRequest(format!(
+            "flow_key: must be a string, got {}",
+            json_type(&other)
+        ))),
+    }
 }
 
 /// Deserializes a field that is present, even as `null`, to `Some`.
@@ -143,6 +157,7 @@ pub(crate) fn parse_submit(
             u8::try_from(p).map_err(|_| range_error("priority", 0, max_priority))?
         }
     };
+    let flow_key = parse_flow_key(body.flow_key)?;
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
     };
@@ -157,6 +172,7 @@ pub(crate) fn parse_submit(
     .and_then(|task| task.with_first_run(schedule))
     .and_then(|task| task.with_method(method))
     .and_then(|task| task.with_priority(priority))
+    .and_then(|task| task.with_flow_key(flow_key))
     .map(|task| task.with_headers(headers))
     .map(|task| match callback {
         Some(callback) => task.with_callback(callback),

@@ -375,6 +375,8 @@ pub(crate) enum About<'a> {
     Subscription(&'a str),
     /// The event of this id (of a topic that is there).
     Event(&'a str),
+    /// The caller's flow key of this name.
+    FlowKey(&'a str),
 }
 
 /// A store error about a task: [`ApiError::from_store`] with [`About::Task`].
@@ -413,7 +415,8 @@ impl ApiError {
                 | About::Destination
                 | About::Topic(_)
                 | About::Subscription(_)
-                | About::Event(_) => {
+                | About::Event(_)
+                | About::FlowKey(_) => {
                     tracing::error!(?about, "store_exists_unexpected");
                     ApiError::Internal(format!("the store says {about:?} exists"))
                 }
@@ -455,6 +458,9 @@ impl About<'_> {
             About::Topic(name) => format!("no topic named {name:?}"),
             About::Subscription(id) => format!("no subscription {id:?} on this topic"),
             About::Event(id) => format!("no event {id:?} on this topic"),
+            About::FlowKey(key) => {
+                format!("no flow key named {key:?}: it has neither settings nor tasks")
+            }
         }
     }
 }

@@ -372,6 +372,7 @@ fn sample_task() -> Task {
         ends: 1,
         tenant: Some("acme".into()),
         priority: 7,
+        flow_key: Some("acct 1".into()),
     }
 }
 
@@ -424,7 +425,7 @@ fn the_submit_schema_has_the_fields_the_parser_accepts() {
         .split(", ")
         .map(str::to_owned)
         .collect();
-    assert_eq!(accepted.len(), 12, "{message}");
+    assert_eq!(accepted.len(), 13, "{message}");
     assert_eq!(schema_fields(&doc, "SubmitRequest"), accepted);
     assert_eq!(
         required(&doc, "SubmitRequest"),
@@ -464,8 +465,10 @@ fn the_schedule_schemas_have_the_fields_the_code_reads_and_shows() {
 
     let mut submit = schema_fields(&doc, "SubmitRequest");
     submit.remove("idempotency_key");
-    // A schedule's tasks have priority 0: its template takes none (yet).
+    // A schedule's tasks have priority 0 and no flow key: its template
+    // takes neither (yet).
     submit.remove("priority");
+    submit.remove("flow_key");
     assert_eq!(schema_fields(&doc, "ScheduleTask"), submit);
     let request = schema_fields(&doc, "ScheduleRequest");
     assert_eq!(schema_fields(&doc, "ScheduleReplacement"), request);

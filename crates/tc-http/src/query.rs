@@ -99,7 +99,7 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
 }
 
 /// The filter fields `GET /tasks` and `POST /tasks/bulk` take.
-pub(crate) const FILTER_FIELDS: [&str; 11] = [
+pub(crate) const FILTER_FIELDS: [&str; 12] = [
     "state",
     "destination",
     "error",
@@ -111,6 +111,7 @@ pub(crate) const FILTER_FIELDS: [&str; 11] = [
     "event_id",
     "subscription",
     "priority",
+    "flow_key",
 ];
 
 /// The longest error reason or idempotency key a filter takes, in
@@ -135,6 +136,8 @@ pub(crate) struct FilterFields {
     event_id: Option<String>,
     subscription: Option<String>,
     priority: Option<String>,
+    /// The caller's flow key of this name.
+    flow_key: Option<String>,
 }
 
 impl FilterFields {
@@ -153,6 +156,7 @@ impl FilterFields {
             "event_id" => &mut self.event_id,
             "subscription" => &mut self.subscription,
             "priority" => &mut self.priority,
+            "flow_key" => &mut self.flow_key,
             _ => return None,
         })
     }
@@ -191,7 +195,16 @@ impl FilterFields {
                 ))
             }),
         };
+        let flow_key = match self.flow_key {
+            None => None,
+            Some(k) => {
+                tc_model::flow_key::check_key("flow_key", &k)
+                    .map_err(|e| invalid(format!("{e}; got {k:?}")))?;
+                Some(k)
+            }
+        };
         Ok(TaskFilter {
+            flow_key,
             topic: text("topic", self.topic)?,
             event_id: text("event_id", self.event_id)?,
             subscription: text("subscription", self.subscription)?,

@@ -3,9 +3,9 @@
 //! path parameter and its body, read here once, then the resource's handler
 //! (tasks.rs, destinations.rs, schedules.rs, admin.rs) over plain values.
 //!
-//! A new route is a row of [`ROUTES`], an [`Endpoint`], and its arm in
-//! `dispatch`; docs/openapi.yaml describes it (the OpenAPI test checks the
-//! two agree).
+//! A new route is one row of the route table (`route_table!`): its name,
+//! method, path, who may call it and its handler; docs/openapi.yaml
+//! describes it (the OpenAPI test checks the two agree).
 
 use std::sync::Arc;
 
@@ -20,9 +20,10 @@ use tc_model::store::TaskStore;
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::body::{AnyBody, BodyLimits, RequestBody, any_body};
 use crate::destinations;
+use crate::edge::body::{AnyBody, BodyLimits, RequestBody, any_body};
 use crate::error::ApiError;
+use crate::flow_keys;
 use crate::metrics::UNMATCHED;
 use crate::reply::{Answer, json};
 use crate::schedules;
@@ -30,6 +31,20 @@ use crate::tasks;
 use crate::tenants;
 use crate::topics;
 use crate::worker_port::Control;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Anyone, without a credential: probes and the public JWT keys.
+    Open,
+    /// The admin credential only: the routes that manage the server
+    /// (destinations, schedules, tenants, backups, metrics). A tenant's key
+    /// gets 403 `forbidden`.
+    Admin,
+    /// The admin or a tenant's key: the task and topic routes, each over
+    /// the caller's own.
+    Tenant,
+}
 
 /// One route the API serves: what the router matches and the OpenAPI document
 /// must describe.
@@ -41,206 +56,295 @@ pub struct Route {
     pub path: &'static str,
     /// Whether a configured API token is required.
     pub needs_token: bool,
+    access: Access,
     endpoint: Endpoint,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Endpoint {
-    Submit,
-    Batch,
-    Bulk,
-    List,
-    Get,
-    Result,
-    Cancel,
-    Retry,
-    Delete,
-    Destinations,
-    Destination,
-    UpdateDestination,
-    PauseDestination,
-    ResumeDestination,
-    CreateSchedule,
-    Schedules,
-    Schedule,
-    ReplaceSchedule,
-    DeleteSchedule,
-    PauseSchedule,
-    ResumeSchedule,
-    TriggerSchedule,
-    CreateTenant,
-    Tenants,
-    Tenant,
-    UpdateTenant,
-    DeleteTenant,
-    CreateKey,
-    RevokeKey,
-    PutTopic,
-    Topics,
-    Topic,
-    DeleteTopic,
-    Subscribe,
-    Subscriptions,
-    Subscription,
-    PatchSubscription,
-    Unsubscribe,
-    Replay,
-    Publish,
-    Event,
-    Health,
-    Metrics,
-    Backup,
-    Jwks,
-    OpenIdConfiguration,
-}
-
-impl Endpoint {
-    /// Whether a tenant's key may call it: the task routes and the topic
-    /// routes (a tenant's topics are its own). Every other route manages
-    /// the server (destinations, schedules, tenants, backups): the admin's.
-    fn tenant_may_call(self) -> bool {
-        matches!(
-            self,
-            Endpoint::Submit
-                | Endpoint::Batch
-                | Endpoint::Bulk
-                | Endpoint::List
-                | Endpoint::Get
-                | Endpoint::Result
-                | Endpoint::Cancel
-                | Endpoint::Retry
-                | Endpoint::Delete
-                | Endpoint::PutTopic
-                | Endpoint::Topics
-                | Endpoint::Topic
-                | Endpoint::DeleteTopic
-                | Endpoint::Subscribe
-                | Endpoint::Subscriptions
-                | Endpoint::Subscription
-                | Endpoint::PatchSubscription
-                | Endpoint::Unsubscribe
-                | Endpoint::Replay
-                | Endpoint::Publish
-                | Endpoint::Event
-        )
-    }
 }
 
 impl Route {
     /// Whether only the admin credential may call it: a tenant's key gets
     /// 403 `forbidden` (the routes that manage the server).
     pub fn admin_only(&self) -> bool {
-        self.needs_token && !self.endpoint.tenant_may_call()
+        self.access == Access::Admin
     }
 }
 
-const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> Route {
-    // Every route but health is behind the token: probes stay open. Metrics
-    // name every tenant, so a scrape on this listener takes the admin token
-    // (unless `metrics_public`); the admin listener serves them without one.
-    // The JWT keys are public: a receiver fetches them without a credential.
-    let needs_token = !matches!(
-        endpoint,
-        Endpoint::Health | Endpoint::Jwks | Endpoint::OpenIdConfiguration
-    );
-    Route {
-        method,
-        path,
-        needs_token,
-        endpoint,
+/// One matched request as a route's handler reads it: the service, the
+/// caller, the path's parameters, the request head and its unread body.
+struct Call<'a, S, C> {
+    app: &'a App<S, C>,
+    caller: &'a Caller,
+    params: Params<'a>,
+    parts: &'a Parts,
+    body: &'a mut RequestBody<AnyBody>,
+}
+
+impl<'a, S: TaskStore, C: Control> Call<'a, S, C> {
+    /// The last path parameter.
+    fn segment(&self) -> Option<&'a str> {
+        self.params.last
+    }
+
+    /// The caller's scope: every task and topic route works inside it.
+    fn scope(&self) -> &tc_model::tenant::Scope {
+        &self.caller.scope
+    }
+
+    /// The path's task id (a malformed one names no task: 404).
+    fn task_id(&self) -> Result<TaskId, ApiError> {
+        task_id(self.params.last)
+    }
+
+    /// The JSON body: its Content-Type first, then its bytes.
+    async fn json(&mut self) -> Result<Bytes, ApiError> {
+        json_body(self.parts, self.body).await
+    }
+
+    /// A body that may be empty; anything else is JSON.
+    async fn optional_json(&mut self) -> Result<Bytes, ApiError> {
+        optional_json_body(self.parts, self.body).await
+    }
+
+    /// The topic a `/topics/{name}…` route names, as the caller's.
+    fn topic(&self) -> Result<tc_model::topic::TopicRef, ApiError> {
+        topics::topic_at(self.caller, self.params.parent.or(self.params.last))
+    }
+
+    /// The subscription or event id after the topic's name (`""`: none).
+    fn topic_item(&self) -> &'a str {
+        match self.params.parent {
+            Some(_) => self.params.last.unwrap_or_default(),
+            None => "",
+        }
     }
 }
 
-/// Every route the router serves. The router matches against this table, so
-/// it is the one truth the OpenAPI test checks against.
-pub const ROUTES: &[Route] = &[
-    route("POST", "/tasks", Endpoint::Submit),
-    route("POST", "/tasks/batch", Endpoint::Batch),
-    route("POST", "/tasks/bulk", Endpoint::Bulk),
-    route("GET", "/tasks", Endpoint::List),
-    route("GET", "/tasks/{id}", Endpoint::Get),
-    route("GET", "/tasks/{id}/result", Endpoint::Result),
-    route("POST", "/tasks/{id}/cancel", Endpoint::Cancel),
-    route("POST", "/tasks/{id}/retry", Endpoint::Retry),
-    route("DELETE", "/tasks/{id}", Endpoint::Delete),
-    route("GET", "/destinations", Endpoint::Destinations),
-    route("GET", "/destinations/{destination}", Endpoint::Destination),
-    route(
-        "PUT",
-        "/destinations/{destination}",
-        Endpoint::UpdateDestination,
-    ),
-    route(
-        "POST",
-        "/destinations/{destination}/pause",
-        Endpoint::PauseDestination,
-    ),
-    route(
-        "POST",
-        "/destinations/{destination}/resume",
-        Endpoint::ResumeDestination,
-    ),
-    route("POST", "/schedules", Endpoint::CreateSchedule),
-    route("GET", "/schedules", Endpoint::Schedules),
-    route("GET", "/schedules/{name}", Endpoint::Schedule),
-    route("PUT", "/schedules/{name}", Endpoint::ReplaceSchedule),
-    route("DELETE", "/schedules/{name}", Endpoint::DeleteSchedule),
-    route("POST", "/schedules/{name}/pause", Endpoint::PauseSchedule),
-    route("POST", "/schedules/{name}/resume", Endpoint::ResumeSchedule),
-    route(
-        "POST",
-        "/schedules/{name}/trigger",
-        Endpoint::TriggerSchedule,
-    ),
-    route("POST", "/tenants", Endpoint::CreateTenant),
-    route("GET", "/tenants", Endpoint::Tenants),
-    route("GET", "/tenants/{name}", Endpoint::Tenant),
-    route("PUT", "/tenants/{name}", Endpoint::UpdateTenant),
-    route("DELETE", "/tenants/{name}", Endpoint::DeleteTenant),
-    route("POST", "/tenants/{name}/keys", Endpoint::CreateKey),
-    route("DELETE", "/tenants/{name}/keys/{id}", Endpoint::RevokeKey),
-    route("PUT", "/topics/{name}", Endpoint::PutTopic),
-    route("GET", "/topics", Endpoint::Topics),
-    route("GET", "/topics/{name}", Endpoint::Topic),
-    route("DELETE", "/topics/{name}", Endpoint::DeleteTopic),
-    route("POST", "/topics/{name}/subscriptions", Endpoint::Subscribe),
-    route(
-        "GET",
-        "/topics/{name}/subscriptions",
-        Endpoint::Subscriptions,
-    ),
-    route(
-        "GET",
-        "/topics/{name}/subscriptions/{id}",
-        Endpoint::Subscription,
-    ),
-    route(
-        "PATCH",
-        "/topics/{name}/subscriptions/{id}",
-        Endpoint::PatchSubscription,
-    ),
-    route(
-        "DELETE",
-        "/topics/{name}/subscriptions/{id}",
-        Endpoint::Unsubscribe,
-    ),
-    route(
-        "POST",
-        "/topics/{name}/subscriptions/{id}/replay",
-        Endpoint::Replay,
-    ),
-    route("POST", "/topics/{name}/events", Endpoint::Publish),
-    route("GET", "/topics/{name}/events/{id}", Endpoint::Event),
-    route("GET", "/healthz", Endpoint::Health),
-    route("GET", "/metrics", Endpoint::Metrics),
-    route("POST", "/admin/backup", Endpoint::Backup),
-    route("GET", "/.well-known/jwks.json", Endpoint::Jwks),
-    route(
-        "GET",
-        "/.well-known/openid-configuration",
-        Endpoint::OpenIdConfiguration,
-    ),
-];
+/// The route table: each route one row, `Name: METHOD "/path", access =>
+/// |call| handler`. The handler reads the path parameter, the Content-Type
+/// and the body in that order (the order the API checks them) and answers.
+/// From the rows come [`ROUTES`] (what the router matches and the OpenAPI
+/// test checks) and `dispatch`.
+macro_rules! route_table {
+    ($(
+        $endpoint:ident: $method:ident $path:literal, $access:ident => |$call:ident| $handler:expr
+    ),* $(,)?) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        enum Endpoint {
+            $($endpoint,)*
+        }
+
+        /// Every route the router serves. The router matches against this
+        /// table, so it is the one truth the OpenAPI test checks against.
+        pub const ROUTES: &[Route] = &[
+            $(Route {
+                method: stringify!($method),
+                path: $path,
+                needs_token: !matches!(Access::$access, Access::Open),
+                access: Access::$access,
+                endpoint: Endpoint::$endpoint,
+            },)*
+        ];
+
+        /// The matched route's handler.
+        async fn dispatch<S: TaskStore, C: Control>(
+            endpoint: Endpoint,
+            call: Call<'_, S, C>,
+        ) -> Answer {
+            match endpoint {
+                $(Endpoint::$endpoint => {
+                    #[allow(unused_mut)]
+                    let mut $call = call;
+                    $handler
+                })*
+            }
+        }
+    };
+}
+
+// Every route but the probes and the public JWT keys is behind the token.
+// Metrics name every tenant, so a scrape on this listener takes the admin
+// token (unless `metrics_public`); the admin listener serves them without.
+route_table! {
+    Submit: POST "/tasks", Tenant => |c| {
+        // A refused body counts as a refused submit: read inside its count.
+        let trace = crate::trace::task_context(c.parts);
+        tasks::submit(c.app, c.caller, c.json().await, trace).await
+    },
+    Batch: POST "/tasks/batch", Tenant => |c| {
+        let trace = crate::trace::task_context(c.parts);
+        tasks::batch(c.app, c.caller, &c.json().await?, trace).await
+    },
+    Bulk: POST "/tasks/bulk", Tenant => |c| tasks::bulk(c.app, c.caller, &c.json().await?).await,
+    List: GET "/tasks", Tenant => |c| tasks::list(c.app, c.scope(), c.parts).await,
+    Get: GET "/tasks/{id}", Tenant => |c| tasks::get(c.app, c.scope(), c.task_id()?, c.parts).await,
+    Result: GET "/tasks/{id}/result", Tenant => |c| {
+        tasks::result(c.app, c.scope(), c.task_id()?).await
+    },
+    Cancel: POST "/tasks/{id}/cancel", Tenant => |c| {
+        tasks::cancel(c.app, c.scope(), c.task_id()?).await
+    },
+    Retry: POST "/tasks/{id}/retry", Tenant => |c| {
+        let id = c.task_id()?;
+        tasks::retry(c.app, c.caller, id, &c.optional_json().await?).await
+    },
+    Delete: DELETE "/tasks/{id}", Tenant => |c| tasks::delete(c.app, c.scope(), c.task_id()?).await,
+    Destinations: GET "/destinations", Admin => |c| {
+        json(StatusCode::OK, &destinations::list_of(c.app.store(), c.app.control()).await?)
+    },
+    Destination: GET "/destinations/{destination}", Admin => |c| {
+        let name = destinations::destination_name(c.segment())?;
+        json(StatusCode::OK, &destinations::view_of(c.app.store(), c.app.control(), name).await?)
+    },
+    UpdateDestination: PUT "/destinations/{destination}", Admin => |c| {
+        let name = destinations::destination_name(c.segment())?;
+        let update = destinations::parse_update(&c.json().await?, c.app.tls_check())?;
+        destinations::check_auth(&update, c.app.config())?;
+        update_destination(c.app, name, update).await
+    },
+    PauseDestination: POST "/destinations/{destination}/pause", Admin => |c| {
+        pause_destination(c.app, c.segment(), true).await
+    },
+    ResumeDestination: POST "/destinations/{destination}/resume", Admin => |c| {
+        pause_destination(c.app, c.segment(), false).await
+    },
+    CreateSchedule: POST "/schedules", Admin => |c| {
+        schedules::create(c.app, &c.json().await?).await
+    },
+    Schedules: GET "/schedules", Admin => |c| schedules::list(c.app).await,
+    Schedule: GET "/schedules/{name}", Admin => |c| {
+        schedules::get(c.app, schedules::schedule_name(c.segment())?).await
+    },
+    ReplaceSchedule: PUT "/schedules/{name}", Admin => |c| {
+        let name = schedules::schedule_name(c.segment())?;
+        let bytes = c.json().await?;
+        let now = c.app.control().now();
+        let change = schedules::parse_spec(&bytes, c.app.config(), now, Some(&name))
+            .map(|spec| tc_model::schedule::ScheduleChange::Replace(Box::new(spec)));
+        schedules::change(c.app, name, change).await
+    },
+    DeleteSchedule: DELETE "/schedules/{name}", Admin => |c| {
+        schedules::delete(c.app, schedules::schedule_name(c.segment())?).await
+    },
+    PauseSchedule: POST "/schedules/{name}/pause", Admin => |c| {
+        pause_schedule(c.app, c.segment(), true).await
+    },
+    ResumeSchedule: POST "/schedules/{name}/resume", Admin => |c| {
+        pause_schedule(c.app, c.segment(), false).await
+    },
+    TriggerSchedule: POST "/schedules/{name}/trigger", Admin => |c| {
+        schedules::trigger(c.app, schedules::schedule_name(c.segment())?).await
+    },
+    CreateTenant: POST "/tenants", Admin => |c| tenants::create(c.app, &c.json().await?).await,
+    Tenants: GET "/tenants", Admin => |c| tenants::list(c.app).await,
+    Tenant: GET "/tenants/{name}", Admin => |c| {
+        tenants::get(c.app, tenants::tenant_name(c.segment())?).await
+    },
+    UpdateTenant: PUT "/tenants/{name}", Admin => |c| {
+        let name = tenants::tenant_name(c.segment())?;
+        tenants::update(c.app, name, &c.json().await?).await
+    },
+    DeleteTenant: DELETE "/tenants/{name}", Admin => |c| {
+        tenants::delete(c.app, tenants::tenant_name(c.segment())?).await
+    },
+    CreateKey: POST "/tenants/{name}/keys", Admin => |c| {
+        let name = tenants::tenant_name(c.segment())?;
+        tenants::create_key(c.app, name, &c.optional_json().await?).await
+    },
+    RevokeKey: DELETE "/tenants/{name}/keys/{id}", Admin => |c| {
+        let name = tenants::tenant_name(c.params.parent)?;
+        tenants::revoke_key(c.app, name, c.segment().unwrap_or_default()).await
+    },
+    PutTopic: PUT "/topics/{name}", Tenant => |c| {
+        let bytes = c.optional_json().await?;
+        topics::put(c.app, c.caller, c.segment(), &bytes).await
+    },
+    Topics: GET "/topics", Tenant => |c| topics::list(c.app, c.caller).await,
+    Topic: GET "/topics/{name}", Tenant => |c| topics::get(c.app, c.topic()?).await,
+    DeleteTopic: DELETE "/topics/{name}", Tenant => |c| topics::delete(c.app, c.topic()?).await,
+    Subscribe: POST "/topics/{name}/subscriptions", Tenant => |c| {
+        let at = c.topic()?;
+        topics::subscribe(c.app, at, &c.json().await?).await
+    },
+    Subscriptions: GET "/topics/{name}/subscriptions", Tenant => |c| {
+        topics::subscriptions(c.app, c.topic()?).await
+    },
+    Subscription: GET "/topics/{name}/subscriptions/{id}", Tenant => |c| {
+        topics::subscription(c.app, c.topic()?, c.topic_item()).await
+    },
+    PatchSubscription: PATCH "/topics/{name}/subscriptions/{id}", Tenant => |c| {
+        let at = c.topic()?;
+        topics::patch(c.app, at, c.topic_item(), &c.json().await?).await
+    },
+    Unsubscribe: DELETE "/topics/{name}/subscriptions/{id}", Tenant => |c| {
+        topics::unsubscribe(c.app, c.topic()?, c.topic_item()).await
+    },
+    Replay: POST "/topics/{name}/subscriptions/{id}/replay", Tenant => |c| {
+        let at = c.topic()?;
+        topics::replay(c.app, c.caller, at, c.topic_item(), &c.json().await?).await
+    },
+    Publish: POST "/topics/{name}/events", Tenant => |c| {
+        let at = c.topic()?;
+        topics::publish(c.app, c.caller, at, &c.json().await?).await
+    },
+    Event: GET "/topics/{name}/events/{id}", Tenant => |c| {
+        topics::event(c.app, c.topic()?, c.topic_item()).await
+    },
+    PutFlowKey: PUT "/flow-keys/{key}", Tenant => |c| {
+        let key = flow_keys::key_name(c.segment())?;
+        let update = flow_keys::parse_update(&c.json().await?)?;
+        flow_keys::put(c.app, c.caller, key, update).await
+    },
+    FlowKeys: GET "/flow-keys", Tenant => |c| flow_keys::list(c.app, c.caller).await,
+    FlowKey: GET "/flow-keys/{key}", Tenant => |c| {
+        flow_keys::get(c.app, c.caller, flow_keys::key_name(c.segment())?).await
+    },
+    DeleteFlowKey: DELETE "/flow-keys/{key}", Tenant => |c| {
+        flow_keys::delete(c.app, c.caller, flow_keys::key_name(c.segment())?).await
+    },
+    Health: GET "/healthz", Open => |c| crate::admin::health(c.app).await,
+    Metrics: GET "/metrics", Admin => |c| crate::admin::metrics(c.app, &c.parts.headers).await,
+    Backup: POST "/admin/backup", Admin => |c| {
+        let body = c.json().await?;
+        crate::backup::handle(c.app.backups(), c.app.config().api_token.is_some(), &body).await
+    },
+    Jwks: GET "/.well-known/jwks.json", Open => |c| crate::well_known::jwks(c.app.config()),
+    OpenIdConfiguration: GET "/.well-known/openid-configuration", Open => |c| {
+        crate::well_known::openid_configuration(c.app.config())
+    },
+}
+
+/// `PUT /destinations/{d}` and the pause and resume routes: the update,
+/// then the destination's view.
+async fn update_destination<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    name: String,
+    update: tc_model::destination::DestinationUpdate,
+) -> Answer {
+    let view = destinations::update(app.store(), app.control(), name, update).await?;
+    json(StatusCode::OK, &view)
+}
+
+async fn pause_destination<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    segment: Option<&str>,
+    paused: bool,
+) -> Answer {
+    let name = destinations::destination_name(segment)?;
+    let update = tc_model::destination::DestinationUpdate {
+        paused: Some(paused),
+        ..Default::default()
+    };
+    update_destination(app, name, update).await
+}
+
+async fn pause_schedule<S: TaskStore, C: Control>(
+    app: &App<S, C>,
+    segment: Option<&str>,
+    paused: bool,
+) -> Answer {
+    let name = schedules::schedule_name(segment)?;
+    let change = Ok(tc_model::schedule::ScheduleChange::Paused(paused));
+    schedules::change(app, name, change).await
+}
 
 /// A matched path's parameters: the last `{...}` segment, and the one
 /// before it when the template has two (`/tenants/{name}/keys/{id}`).
@@ -362,7 +466,7 @@ async fn route_request<S: TaskStore, C: Control>(
     body: &mut RequestBody<AnyBody>,
 ) -> (&'static str, Answer) {
     // Before any route: a request refused here was never served.
-    let client = crate::client_address::client_of(parts, &app.config().trusted_proxies);
+    let client = crate::edge::client_address::client_of(parts, &app.config().trusted_proxies);
     let path = parts.uri.path();
     if let Err(e) = app.site().check(parts, &client) {
         if crate::ui::is_ui_path(path) {
@@ -406,7 +510,7 @@ async fn route_request<S: TaskStore, C: Control>(
         Ok(caller) => caller,
         Err(e) => return (route.path, Err(e)),
     };
-    if !caller.scope.is_admin() && !route.endpoint.tenant_may_call() {
+    if !caller.scope.is_admin() && route.access != Access::Tenant {
         return (
             route.path,
             Err(ApiError::Forbidden(format!(
@@ -415,170 +519,14 @@ async fn route_request<S: TaskStore, C: Control>(
             ))),
         );
     }
-    (
-        route.path,
-        dispatch(app, &caller, route.endpoint, params, parts, body).await,
-    )
-}
-
-/// Each endpoint's path parameter and body, in the order the API checks
-/// them (the parameter, the Content-Type, then the body), and its handler.
-async fn dispatch<S: TaskStore, C: Control>(
-    app: &App<S, C>,
-    caller: &Caller,
-    endpoint: Endpoint,
-    params: Params<'_>,
-    parts: &Parts,
-    body: &mut RequestBody<AnyBody>,
-) -> Answer {
-    let segment = params.last;
-    let scope = &caller.scope;
-    match endpoint {
-        // A refused body counts as a refused submit: read inside its count.
-        Endpoint::Submit => {
-            let trace = crate::trace::task_context(parts);
-            tasks::submit(app, caller, json_body(parts, body).await, trace).await
-        }
-        Endpoint::Batch => {
-            let trace = crate::trace::task_context(parts);
-            tasks::batch(app, caller, &json_body(parts, body).await?, trace).await
-        }
-        Endpoint::Bulk => tasks::bulk(app, caller, &json_body(parts, body).await?).await,
-        Endpoint::List => tasks::list(app, scope, parts).await,
-        Endpoint::Get => tasks::get(app, scope, task_id(segment)?, parts).await,
-        Endpoint::Result => tasks::result(app, scope, task_id(segment)?).await,
-        Endpoint::Cancel => tasks::cancel(app, scope, task_id(segment)?).await,
-        Endpoint::Retry => {
-            let id = task_id(segment)?;
-            tasks::retry(app, caller, id, &optional_json_body(parts, body).await?).await
-        }
-        Endpoint::Delete => tasks::delete(app, scope, task_id(segment)?).await,
-        Endpoint::Destinations => {
-            let list = destinations::list_of(app.store(), app.control()).await?;
-            json(StatusCode::OK, &list)
-        }
-        Endpoint::Destination => {
-            let name = destinations::destination_name(segment)?;
-            let view = destinations::view_of(app.store(), app.control(), name).await?;
-            json(StatusCode::OK, &view)
-        }
-        Endpoint::UpdateDestination => {
-            let name = destinations::destination_name(segment)?;
-            let update =
-                destinations::parse_update(&json_body(parts, body).await?, app.tls_check())?;
-            destinations::check_auth(&update, app.config())?;
-            let view = destinations::update(app.store(), app.control(), name, update).await?;
-            json(StatusCode::OK, &view)
-        }
-        Endpoint::PauseDestination | Endpoint::ResumeDestination => {
-            let name = destinations::destination_name(segment)?;
-            let update = tc_model::destination::DestinationUpdate {
-                paused: Some(endpoint == Endpoint::PauseDestination),
-                ..Default::default()
-            };
-            let view = destinations::update(app.store(), app.control(), name, update).await?;
-            json(StatusCode::OK, &view)
-        }
-        Endpoint::CreateSchedule => schedules::create(app, &json_body(parts, body).await?).await,
-        Endpoint::Schedules => schedules::list(app).await,
-        Endpoint::Schedule => schedules::get(app, schedules::schedule_name(segment)?).await,
-        Endpoint::ReplaceSchedule => {
-            let name = schedules::schedule_name(segment)?;
-            let bytes = json_body(parts, body).await?;
-            let now = app.control().now();
-            let change = schedules::parse_spec(&bytes, app.config(), now, Some(&name))
-                .map(|spec| tc_model::schedule::ScheduleChange::Replace(Box::new(spec)));
-            schedules::change(app, name, change).await
-        }
-        Endpoint::DeleteSchedule => {
-            schedules::delete(app, schedules::schedule_name(segment)?).await
-        }
-        Endpoint::PauseSchedule | Endpoint::ResumeSchedule => {
-            let name = schedules::schedule_name(segment)?;
-            let paused = endpoint == Endpoint::PauseSchedule;
-            let change = Ok(tc_model::schedule::ScheduleChange::Paused(paused));
-            schedules::change(app, name, change).await
-        }
-        Endpoint::TriggerSchedule => {
-            schedules::trigger(app, schedules::schedule_name(segment)?).await
-        }
-        Endpoint::CreateTenant => tenants::create(app, &json_body(parts, body).await?).await,
-        Endpoint::Tenants => tenants::list(app).await,
-        Endpoint::Tenant => tenants::get(app, tenants::tenant_name(segment)?).await,
-        Endpoint::UpdateTenant => {
-            let name = tenants::tenant_name(segment)?;
-            tenants::update(app, name, &json_body(parts, body).await?).await
-        }
-        Endpoint::DeleteTenant => tenants::delete(app, tenants::tenant_name(segment)?).await,
-        Endpoint::CreateKey => {
-            let name = tenants::tenant_name(segment)?;
-            tenants::create_key(app, name, &optional_json_body(parts, body).await?).await
-        }
-        Endpoint::RevokeKey => {
-            let name = tenants::tenant_name(params.parent)?;
-            tenants::revoke_key(app, name, segment.unwrap_or_default()).await
-        }
-        Endpoint::PutTopic
-        | Endpoint::Topics
-        | Endpoint::Topic
-        | Endpoint::DeleteTopic
-        | Endpoint::Subscribe
-        | Endpoint::Subscriptions
-        | Endpoint::Subscription
-        | Endpoint::PatchSubscription
-        | Endpoint::Unsubscribe
-        | Endpoint::Replay
-        | Endpoint::Publish
-        | Endpoint::Event => topic_route(app, caller, endpoint, params, parts, body).await,
-        Endpoint::Health => crate::admin::health(app).await,
-        Endpoint::Metrics => crate::admin::metrics(app, &parts.headers).await,
-        Endpoint::Backup => {
-            let body = json_body(parts, body).await?;
-            crate::backup::handle(app.backups(), app.config().api_token.is_some(), &body).await
-        }
-        Endpoint::Jwks => crate::well_known::jwks(app.config()),
-        Endpoint::OpenIdConfiguration => crate::well_known::openid_configuration(app.config()),
-    }
-}
-
-/// The `/topics` routes (topics.rs): the topic is the caller's, its name
-/// checked first, then the body.
-async fn topic_route<S: TaskStore, C: Control>(
-    app: &App<S, C>,
-    caller: &Caller,
-    endpoint: Endpoint,
-    params: Params<'_>,
-    parts: &Parts,
-    body: &mut RequestBody<AnyBody>,
-) -> Answer {
-    let (name, id) = match params.parent {
-        Some(parent) => (Some(parent), params.last.unwrap_or_default()),
-        None => (params.last, ""),
+    let call = Call {
+        app,
+        caller: &caller,
+        params,
+        parts,
+        body,
     };
-    if endpoint == Endpoint::PutTopic {
-        let bytes = optional_json_body(parts, body).await?;
-        return topics::put(app, caller, name, &bytes).await;
-    }
-    if endpoint == Endpoint::Topics {
-        return topics::list(app, caller).await;
-    }
-    let at = topics::topic_at(caller, name)?;
-    match endpoint {
-        Endpoint::Topic => topics::get(app, at).await,
-        Endpoint::DeleteTopic => topics::delete(app, at).await,
-        Endpoint::Subscribe => topics::subscribe(app, at, &json_body(parts, body).await?).await,
-        Endpoint::Subscriptions => topics::subscriptions(app, at).await,
-        Endpoint::Subscription => topics::subscription(app, at, id).await,
-        Endpoint::PatchSubscription => {
-            topics::patch(app, at, id, &json_body(parts, body).await?).await
-        }
-        Endpoint::Unsubscribe => topics::unsubscribe(app, at, id).await,
-        Endpoint::Replay => {
-            topics::replay(app, caller, at, id, &json_body(parts, body).await?).await
-        }
-        Endpoint::Publish => topics::publish(app, caller, at, &json_body(parts, body).await?).await,
-        _ => topics::event(app, at, id).await,
-    }
+    (route.path, dispatch(route.endpoint, call).await)
 }
 
 /// A malformed id names no task: 404, like an unknown one.

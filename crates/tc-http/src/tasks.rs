@@ -225,35 +225,6 @@ pub(crate) fn quota_refusal<S: TaskStore, C: Control>(
     ApiError::from(e)
 }
 
-/// The task `id` if `scope` sees it; another tenant's task is as unknown
-/// as a task that never was.
-pub(crate) async fn visible<S: TaskStore, C: Control>(
-    app: &App<S, C>,
-    scope: &Scope,
-    id: TaskId,
-) -> Result<Task, ApiError> {
-    let task = app.store().get(id).await?;
-    if scope.sees(&task) {
-        Ok(task)
-    } else {
-        Err(ApiError::from(StoreError::NotFound))
-    }
-}
-
-/// For a tenant's request, that `id` is its task before acting on it by
-/// id (a task's tenant never changes, so the check holds for the act).
-/// The admin's path is as before: no extra read.
-async fn check_owner<S: TaskStore, C: Control>(
-    app: &App<S, C>,
-    scope: &Scope,
-    id: TaskId,
-) -> Result<(), ApiError> {
-    if scope.is_admin() {
-        return Ok(());
-    }
-    visible(app, scope, id).await.map(drop)
-}
-
 /// A prefix matches the normalised url at a path-segment boundary (see
 /// [`tc_model::is_under_prefix`]), never as mere text: `https://b.test/hooks`
 /// admits `/hooks/1`, not `/hooksx`.
@@ -296,19 +267,19 @@ pub(crate) async fn get<S: TaskStore, C: Control>(
     parts: &Parts,
 ) -> Answer {
     let wait = crate::query::parse_wait(parts.uri.query())?;
-    let task = visible(app, scope, id).await?;
+    let task = app.store().get(id, scope.clone()).await?;
     if wait.is_zero() || task.state.is_terminal() {
         return json(StatusCode::OK, &TaskView::new(&task));
     }
-    let client = crate::client_address::client_of(parts, &app.config().trusted_proxies).addr;
+    let client = crate::edge::client_address::client_of(parts, &app.config().trusted_proxies).addr;
     let waiter = app.waiters().wait_for(app.control(), id, client)?;
     let deadline = tokio::time::Instant::now() + wait;
     // Read again now that the waiter is in place: an end between the first
     // read and here cannot be missed.
-    let mut task = app.store().get(id).await?;
+    let mut task = app.store().get(id, scope.clone()).await?;
     while !task.state.is_terminal() {
         let changed = tokio::time::timeout_at(deadline, waiter.changed()).await;
-        task = app.store().get(id).await?;
+        task = app.store().get(id, scope.clone()).await?;
         if changed.is_err() {
             break;
         }
@@ -321,7 +292,7 @@ pub(crate) async fn result<S: TaskStore, C: Control>(
     scope: &Scope,
     id: TaskId,
 ) -> Answer {
-    let task = visible(app, scope, id).await?;
+    let task = app.store().get(id, scope.clone()).await?;
     let Some(bytes) = task.result else {
         return Err(ApiError::NotFound(format!(
             "task has no result (state {})",
@@ -356,8 +327,7 @@ pub(crate) async fn cancel<S: TaskStore, C: Control>(
     scope: &Scope,
     id: TaskId,
 ) -> Answer {
-    check_owner(app, scope, id).await?;
-    let task = app.control().cancel(id).await?;
+    let task = app.control().cancel(id, scope.clone()).await?;
     json(StatusCode::OK, &CancelView::new(task.id, task.state))
 }
 
@@ -379,7 +349,7 @@ pub(crate) async fn retry<S: TaskStore, C: Control>(
     // a task's urls never change), and for the admin, whose retry of a
     // tenant's task answers to that tenant's rate.
     let stored = if !prefixes.is_empty() || caller.scope.is_admin() {
-        let task = visible(app, &caller.scope, id).await?;
+        let task = app.store().get(id, caller.scope.clone()).await?;
         stored_urls_allowed(&task, prefixes)?;
         Some(task)
     } else {
@@ -557,8 +527,7 @@ pub(crate) async fn delete<S: TaskStore, C: Control>(
     scope: &Scope,
     id: TaskId,
 ) -> Answer {
-    check_owner(app, scope, id).await?;
-    app.store().delete(id).await?;
+    app.store().delete(id, scope.clone()).await?;
     tracing::info!(task_id = %id, "task_deleted");
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
@@ -575,12 +544,11 @@ pub(crate) async fn list<S: TaskStore, C: Control>(
     scope: &Scope,
     parts: &Parts,
 ) -> Answer {
-    let mut query = ListQuery {
+    let query = ListQuery {
         max_result_bytes: Some(PAGE_RESULT_BUDGET),
         ..parse_list_query(parts.uri.query())?
     };
-    query.filter = std::mem::take(&mut query.filter).within(scope);
-    let page = app.store().list(query).await?;
+    let page = app.store().list(query, scope.clone()).await?;
     let bytes = encode_page(page)?;
     let mut response = Response::new(Full::new(Bytes::from(bytes)));
     response

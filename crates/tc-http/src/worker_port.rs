@@ -4,6 +4,7 @@
 use std::future::Future;
 
 use tc_model::store::StoreError;
+use tc_model::tenant::Scope;
 use tc_model::{State, Task, TaskId, Timestamp};
 
 /// What the HTTP layer needs from the worker: a port owned by this crate,
@@ -14,8 +15,13 @@ pub trait Control: Send + Sync + 'static {
 
     /// Cancels through the worker so that an in-flight call is dropped.
     /// Returns the task after the cancel (canceled, or its unchanged terminal
-    /// state), [`StoreError::NotFound`] for an unknown id.
-    fn cancel(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send;
+    /// state), [`StoreError::NotFound`] for an unknown id and for a task
+    /// `scope` does not see (the store checks it).
+    fn cancel(
+        &self,
+        id: TaskId,
+        scope: Scope,
+    ) -> impl Future<Output = Result<Task, StoreError>> + Send;
 
     /// The store already holds this running task's cancel (a bulk cancel
     /// wrote it): drop its in-flight call if this worker runs it, as

@@ -77,6 +77,9 @@ pub fn task_for(parent: &Task, callback_id: TaskId, result_bytes: usize) -> Opti
         key_id: None,
         // Reported as urgently as the parent's own call.
         priority: parent.priority,
+        // Not the parent's key: the callback calls another url, which
+        // the parent's limits have nothing to do with.
+        flow_key: None,
     })
 }
 

@@ -15,7 +15,7 @@
 use crate::destination::ClaimGate;
 use crate::{Task, Timestamp};
 
-/// What [`crate::store::TaskStore::claim`] answers.
+/// What [`crate::store::Work::claim`] answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Claim {
     /// The claimed tasks, now running (without their attempt history).

@@ -187,7 +187,7 @@ pub struct Destination {
     pub running: u64,
 }
 
-/// The most destinations [`crate::store::TaskStore::destinations`] returns:
+/// The most destinations [`crate::store::Destinations::destinations`] returns:
 /// a bound on one answer's size, whatever the number of distinct hosts.
 pub const DESTINATIONS_LIMIT: usize = 1000;
 
@@ -214,6 +214,9 @@ pub struct ClaimGate {
     /// The share between tenants inside each destination's, when tenants
     /// exist; `None`: the claim is tenant-blind ([`crate::tenant::TenantGate`]).
     pub tenants: Option<crate::tenant::TenantGate>,
+    /// Flow keys none of whose tasks may be claimed now: a downstream's
+    /// rate-limit fields said no calls are left ([`crate::flow_key`]).
+    pub held_keys: BTreeSet<crate::flow_key::KeyRef>,
     /// How long a due task waits to count one priority level higher
     /// (`--priority-aging-ms`); `None`: [`crate::priority::DEFAULT_AGING`].
     pub priority_aging: Option<std::time::Duration>,

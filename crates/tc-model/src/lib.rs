@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod completion;
 pub mod destination;
 mod first_run;
+pub mod flow_key;
 pub mod headers;
 mod method;
 mod new_task;

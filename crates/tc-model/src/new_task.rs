@@ -34,6 +34,9 @@ pub struct NewTask {
     pub(crate) pending_limit: Option<u64>,
     /// Higher first within its destination ([`crate::priority`]); 0 to 9.
     pub(crate) priority: u8,
+    /// Its flow key ([`crate::flow_key`]): limits and a fair share of its
+    /// own, its tenant's.
+    pub(crate) flow_key: Option<String>,
     /// The id of the tenant's key it is submitted with: the store refuses
     /// the submit ([`crate::store::StoreError::CredentialGone`]) when the
     /// key was revoked or the tenant deleted before it commits. Not stored,
@@ -88,7 +91,25 @@ impl NewTask {
             key_id: None,
             topic: None,
             priority: 0,
+            flow_key: None,
         })
+    }
+
+    /// The same submission under the flow key `key` (none by default):
+    /// 1 to [`crate::flow_key::MAX_KEY_BYTES`] printable ASCII characters.
+    pub fn with_flow_key(mut self, key: Option<String>) -> Result<NewTask, ValidationError> {
+        if let Some(key) = &key
+            && let Some(problem) = crate::flow_key::key_problem(key)
+        {
+            return Err(ValidationError::FlowKey(problem));
+        }
+        self.flow_key = key;
+        Ok(self)
+    }
+
+    /// Its flow key.
+    pub fn flow_key(&self) -> Option<&str> {
+        self.flow_key.as_deref()
     }
 
     /// The same submission at `priority` (0 by default, at most
@@ -302,6 +323,7 @@ impl NewTask {
         differ(self.max_attempts != task.max_attempts, "max_attempts");
         differ(self.timeout != task.timeout, "timeout_ms");
         differ(self.priority != task.priority, "priority");
+        differ(self.flow_key != task.flow_key, "flow_key");
         if self.first_run != task.first_run {
             for asked in [self.first_run, task.first_run] {
                 match asked {
@@ -360,6 +382,7 @@ impl Task {
             tenant: new.tenant().map(str::to_owned),
             topic: new.topic_link().cloned(),
             priority: new.priority(),
+            flow_key: new.flow_key.clone(),
         }
     }
 }

@@ -1,28 +1,39 @@
 //! The store port: what the worker and the HTTP layer need from durable
-//! storage. Adapters (SQLite today, Postgres later) implement [`TaskStore`]
-//! and pass the same contract suite.
+//! storage, in parts by resource ([`Tasks`], [`Work`], [`Destinations`],
+//! [`Schedules`], [`Tenants`], [`Topics`]; one file each), summed as
+//! [`TaskStore`]. Adapters (SQLite, PostgreSQL, tc-testkit's memory store)
+//! implement every part and pass the same contract suite. This file holds
+//! the values the parts trade in.
 //!
 //! Every method takes the current time from its caller, so that the worker's
 //! clock (paused in tests) is the one truth about "now".
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::future::Future;
 use std::str::FromStr;
-use std::time::Duration;
 
-use crate::claim::Claim;
-use crate::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
-use crate::schedule::{FiringError, Schedule, ScheduleChange, ScheduleSpec};
-use crate::signing::SigningSecrets;
-use crate::tenant::key::{ApiKey, KeyHash, KeyOwner};
+use crate::tenant::Acting;
 use crate::tenant::quota::RetryQuota;
-use crate::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
-use crate::topic::event::{Event, NewEvent, Published};
-use crate::topic::{
-    Delivery, Subscription, SubscriptionSpec, SubscriptionUpdate, Topic, TopicRef, TopicSpec,
-};
-use crate::{IllegalTransition, NewTask, State, Task, TaskId, Timestamp};
+use crate::{IllegalTransition, State, Task, TaskId, Timestamp};
+
+mod counts;
+mod destinations;
+mod flow_keys;
+mod methods;
+mod schedules;
+mod tasks;
+mod tenants;
+mod topics;
+mod work;
+
+pub use counts::StateCounts;
+pub use destinations::Destinations;
+pub use flow_keys::FlowKeys;
+pub use schedules::Schedules;
+pub use tasks::Tasks;
+pub use tenants::Tenants;
+pub use topics::Topics;
+pub use work::Work;
 
 /// What went wrong in a store operation, in terms a caller can act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,7 +42,7 @@ pub enum StoreError {
     #[error("task not found")]
     NotFound,
     /// The idempotency key belongs to a task with a different payload;
-    /// `fields` names what differs ([`NewTask::differing_fields`]).
+    /// `fields` names what differs ([`NewTask::differing_fields`](crate::NewTask::differing_fields)).
     #[error("idempotency key already used for a different task (differs in {})", fields.join(", "))]
     IdempotencyConflict {
         /// The submit's fields that differ from the stored task's.
@@ -71,7 +82,7 @@ pub enum StoreError {
     Unavailable(String),
 }
 
-/// The result of [`TaskStore::submit`].
+/// The result of [`Tasks::submit`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submitted {
     /// The task, new or the one that already had this key.
@@ -124,7 +135,7 @@ pub enum Completion {
     },
 }
 
-/// The result of a guarded write ([`TaskStore::complete`], [`TaskStore::release`]).
+/// The result of a guarded write ([`Work::complete`], [`Work::release`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guarded {
     /// The task was still running with that attempt; the write applied and
@@ -203,6 +214,9 @@ pub struct TaskFilter {
     pub subscription: Option<String>,
     /// Only the tasks of this priority (0 to 9).
     pub priority: Option<u8>,
+    /// Only the tasks of this flow key (of the filter's tenant's keys, as
+    /// a tenant's listing is narrowed to its own tasks).
+    pub flow_key: Option<String>,
 }
 
 /// The index a filtered scan walks, in position order; the filter's other
@@ -266,6 +280,10 @@ impl TaskFilter {
                 .as_ref()
                 .is_none_or(|t| Some(t) == task.tenant.as_ref())
             && self.priority.is_none_or(|p| task.priority == p)
+            && self
+                .flow_key
+                .as_ref()
+                .is_none_or(|k| Some(k) == task.flow_key.as_ref())
             && self.matches_topic(task)
     }
 
@@ -332,6 +350,7 @@ impl TaskFilter {
             || self.event_id.is_some()
             || self.subscription.is_some()
             || self.priority.is_some()
+            || self.flow_key.is_some()
     }
     /// The filter's given fields as column tests, in a fixed order: what
     /// both SQL adapters write (each in its own parameter syntax), so that
@@ -398,6 +417,10 @@ impl TaskFilter {
                 name: "priority",
                 value: TermValue::Int(i32::from(p)),
             });
+        }
+        if let Some(key) = &self.flow_key {
+            // Stored as `''` for none: a key is never `''`.
+            terms.push(text(Driving::All, "flow_key", "flow_key", key));
         }
         if let Some(t) = self.created_after {
             terms.push(range(">=", "created_after", t));
@@ -483,6 +506,13 @@ impl Default for ListQuery {
 }
 
 impl ListQuery {
+    /// This query narrowed to what `scope` sees ([`TaskFilter::within`]):
+    /// what every adapter's listing runs.
+    pub fn within(mut self, scope: &crate::tenant::Scope) -> ListQuery {
+        self.filter = self.filter.within(scope);
+        self
+    }
+
     /// How many rows of the driving index this page examines: one more
     /// than the limit (to know whether a page follows) when every given
     /// field is the driving one, else `max_scan` (never fewer).
@@ -499,11 +529,11 @@ impl ListQuery {
 /// An action over every task a filter covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BulkAction {
-    /// [`TaskStore::retry`] each failed or canceled task, due at once.
+    /// [`Tasks::retry`] each failed or canceled task, due at once.
     Retry,
-    /// [`TaskStore::cancel`] each pending or running task.
+    /// [`Tasks::cancel`] each pending or running task.
     Cancel,
-    /// [`TaskStore::delete`] each finished task.
+    /// [`Tasks::delete`] each finished task.
     Delete,
 }
 
@@ -558,7 +588,7 @@ pub struct BulkOutcome {
     pub refused_url: u64,
 }
 
-/// A bulk action as the store runs it ([`TaskStore::bulk`]).
+/// A bulk action as the store runs it ([`Tasks::bulk`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BulkRequest {
     /// What to do.
@@ -632,627 +662,19 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
-/// How many tasks are in each state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StateCounts([u64; 5]);
+/// The store port: the sum of its parts, one by resource. Callers name
+/// `S: TaskStore`; an adapter implements each part, and the blanket impl
+/// makes it a `TaskStore`. A new method goes into its part's trait, one line
+/// into [`crate::port_methods`], and one impl per adapter: the forwarders
+/// (tc-server's `AnyStore`, tc-testkit's `Hooked`) are written from that
+/// list.
+pub trait TaskStore: Tasks + Work + Destinations + FlowKeys + Schedules + Tenants + Topics {}
 
-impl StateCounts {
-    /// The count for `state`.
-    pub fn get(&self, state: State) -> u64 {
-        self.0[index(state)]
-    }
-
-    /// Sets the count for `state`.
-    pub fn set(&mut self, state: State, count: u64) {
-        self.0[index(state)] = count;
-    }
-
-    /// Every state with its count.
-    pub fn iter(&self) -> impl Iterator<Item = (State, u64)> + '_ {
-        State::ALL.into_iter().map(|s| (s, self.get(s)))
-    }
-}
-
-fn index(state: State) -> usize {
-    match state {
-        State::Pending => 0,
-        State::Running => 1,
-        State::Success => 2,
-        State::Failed => 3,
-        State::Canceled => 4,
-    }
-}
-
-/// The store port.
-///
-/// Every state change goes through [`crate::transit`]. Every operation is
-/// atomic and safe to repeat: an async caller that is dropped may not stop a
-/// write already on its way.
-pub trait TaskStore: Send + Sync + 'static {
-    /// Registers a task, durably, or returns the one that already has this
-    /// idempotency key and the same payload (`created == false`). The same key
-    /// with a different payload is [`StoreError::IdempotencyConflict`].
-    fn submit(
-        &self,
-        task: NewTask,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Submitted, StoreError>> + Send;
-
-    /// Registers many tasks in one durable transaction, each as
-    /// [`TaskStore::submit`] would, in order (a later item sees an earlier
-    /// one's key). One item's refusal (an idempotency conflict) fails that
-    /// item alone; the outer error means nothing was written.
-    fn submit_many(
-        &self,
-        tasks: Vec<NewTask>,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Vec<Result<Submitted, StoreError>>, StoreError>> + Send;
-
-    /// The task with its attempt history, or [`StoreError::NotFound`].
-    fn get(&self, id: TaskId) -> impl Future<Output = Result<Task, StoreError>> + Send;
-
-    /// A page of tasks in creation order (keyset pagination: no task skipped
-    /// or repeated while others are inserted), without their request bodies,
-    /// within [`ListQuery::max_result_bytes`].
-    fn list(&self, query: ListQuery) -> impl Future<Output = Result<Page, StoreError>> + Send;
-
-    /// How many tasks are in each state.
-    fn count_by_state(&self) -> impl Future<Output = Result<StateCounts, StoreError>> + Send;
-
-    /// Atomically moves up to `n` due pending tasks (oldest due first) to
-    /// running: attempt + 1, started_at = now, lease_until = now + lease.
-    /// Two claimers never get the same task. The claimed tasks carry no
-    /// attempt history (`attempts` is empty; the store has it, with the new
-    /// try open): a worker needs the request, and reading every history back
-    /// cost as much as the rest of the claim.
-    ///
-    /// Destinations ([`crate::destination`]): a paused destination's tasks
-    /// are not claimed, nor more of a destination's tasks than its
-    /// `max_in_flight` less its running tasks (all of them, whichever
-    /// process runs them), nor more than `gate` allows. The claim walks
-    /// only the destinations that have due tasks (a store keeps each
-    /// destination's earliest due time, indexed by it: destinations whose
-    /// tasks are all later are never met, however many), in rotation
-    /// order starting after [`ClaimGate::after`], as [`ClaimWalk`] rules,
-    /// and shares `n` as [`FairShare`] does: each slot to the destination
-    /// with the fewest calls in flight on the claiming node
-    /// ([`ClaimGate::in_flight`]). The answer says where the walk stopped
-    /// ([`Claim::cursor`]) and when the earliest task not yet due will be
-    /// ([`Claim::resume_after`]).
-    ///
-    /// [`FairShare`]: crate::destination::FairShare
-    /// [`ClaimWalk`]: crate::claim::ClaimWalk
-    fn claim(
-        &self,
-        n: usize,
-        now: Timestamp,
-        lease: Duration,
-        gate: ClaimGate,
-    ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
-
-    /// Extends the lease of each `(id, attempt)` whose task is still running
-    /// with that very attempt; returns the others, each with the state its
-    /// task has now, so the caller learns of taken-away attempts without a
-    /// read per task. Keyed by the attempt so that a stalled process's
-    /// heartbeat can never extend a newer claim of the task. A constant
-    /// number of statements however many pairs (an adapter's own rule).
-    fn heartbeat(
-        &self,
-        running: Vec<(TaskId, u32)>,
-        now: Timestamp,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Vec<LeaseLost>, StoreError>> + Send;
-
-    /// Writes a try's outcome if the task is still running with `attempt`;
-    /// otherwise changes nothing and says the write lost.
-    fn complete(
-        &self,
-        id: TaskId,
-        attempt: u32,
-        outcome: Completion,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send;
-
-    /// Pending or running → canceled; a terminal task is returned unchanged.
-    fn cancel(
-        &self,
-        id: TaskId,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Task, StoreError>> + Send;
-
-    /// Running → pending without using up the attempt (an interrupted try,
-    /// kept in the history); guarded like [`TaskStore::complete`].
-    fn release(
-        &self,
-        id: TaskId,
-        attempt: u32,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send;
-
-    /// Whether this process runs the store's upkeep now (lease recovery,
-    /// pruning): of several processes sharing one store, one at a time
-    /// does, and another takes over when it dies. A store only one process
-    /// opens always leads: the default. Upkeep stays correct run by two at
-    /// once (each write is guarded); leading only spares the repeats.
-    fn leads_upkeep(&self) -> bool {
-        true
-    }
-
-    /// Running tasks whose lease ended before `now` → pending, or → failed
-    /// with error `interrupted` when no attempt is left. Returns how many.
-    fn recover_expired(
-        &self,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
-
-    /// Deletes a finished task with its attempt history and result; its
-    /// idempotency key is free again. A pending or running task is
-    /// [`StoreError::NotTerminal`] (cancel it first), an unknown one
-    /// [`StoreError::NotFound`].
-    fn delete(&self, id: TaskId) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Retention: deletes up to `limit` tasks in the terminal `state` whose
-    /// `finished_at` is more than `older_than` before now, with their
-    /// attempts, in one transaction; returns how many. Never touches a
-    /// pending or running task (a non-terminal `state` deletes nothing).
-    fn prune(
-        &self,
-        state: State,
-        older_than: Duration,
-        now: Timestamp,
-        limit: usize,
-    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
-
-    /// An operator's retry: a failed or canceled task becomes pending, due
-    /// at `run_at`, with a fresh budget of `max_attempts` tries. Attempt
-    /// numbers go on and the history keeps every earlier try; `error`,
-    /// `http_status`, the result and `finished_at` are cleared. Any other
-    /// state is [`StoreError::NotRetryable`].
-    ///
-    /// A tenant's task counts against its tenant's `max_pending` as a
-    /// submit does ([`RetryQuota`], counted in the retry's transaction):
-    /// past it, [`StoreError::QuotaExceeded`] and nothing changes. Made
-    /// with a tenant's key (`acting`): another tenant's task is
-    /// [`StoreError::NotFound`], and a key revoked or a tenant deleted
-    /// before the write commits is [`StoreError::CredentialGone`].
-    fn retry(
-        &self,
-        id: TaskId,
-        run_at: Timestamp,
-        now: Timestamp,
-        acting: Option<Acting>,
-    ) -> impl Future<Output = Result<Task, StoreError>> + Send;
-
-    /// The earliest `next_run_at` of any pending task, so a worker knows how
-    /// long it may sleep.
-    fn next_due(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
-
-    /// Whether the store can take writes now: `Ok` once a round trip through
-    /// the adapter's write path (its writer thread, its pool) answered,
-    /// [`StoreError::Unavailable`] with the reason otherwise. Changes
-    /// nothing; callers bound how long they wait for it.
-    fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Applies the request's action to every task its filter covers that
-    /// existed when the call started (tasks submitted later are never
-    /// swept in), in transactions of at most [`BULK_CHUNK`] tasks; skips
-    /// the tasks the action does not apply to ([`BulkAction::applies_to`]).
-    /// A retry makes tasks due at `now`, each admitted by the request's
-    /// [`RetryQuota`] (its tenant's `max_pending`, counted in each
-    /// transaction, and its rate's allowance); the others stay as they
-    /// are, counted in [`BulkOutcome::refused_quota`]. With `dry_run`
-    /// nothing changes: the covered tasks are counted. Made with a tenant's
-    /// key (`acting`), a transaction after the key was revoked or its
-    /// tenant deleted is [`StoreError::CredentialGone`].
-    fn bulk(
-        &self,
-        request: BulkRequest,
-    ) -> impl Future<Output = Result<BulkOutcome, StoreError>> + Send;
-
-    /// Every destination that has settings, with them: what a worker needs
-    /// to know (its rates) without counting tasks. A destination keeps its
-    /// settings once an update named it, even when they are back to the
-    /// defaults (an operator named it, so it stays listed).
-    fn destination_settings(
-        &self,
-    ) -> impl Future<Output = Result<Vec<(String, DestinationSettings)>, StoreError>> + Send;
-
-    /// Every destination that has tasks or settings, in name order, with
-    /// its pending and running counts; at most [`DESTINATIONS_LIMIT`].
-    ///
-    /// [`DESTINATIONS_LIMIT`]: crate::destination::DESTINATIONS_LIMIT
-    fn destinations(&self) -> impl Future<Output = Result<Vec<Destination>, StoreError>> + Send;
-
-    /// One destination (`host:port` as [`crate::destination_of`] writes
-    /// it), or [`StoreError::NotFound`] when it has neither tasks nor
-    /// settings.
-    fn destination(
-        &self,
-        name: String,
-    ) -> impl Future<Output = Result<Destination, StoreError>> + Send;
-
-    /// Applies `update` to a destination's settings, durably (a destination
-    /// need not have tasks yet), and returns the destination. The caller has
-    /// validated the update ([`DestinationUpdate::validate`]).
-    fn update_destination(
-        &self,
-        name: String,
-        update: DestinationUpdate,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Destination, StoreError>> + Send;
-
-    /// Stores a new schedule (never fired, created and updated at `now`),
-    /// or [`StoreError::Exists`] when its name is taken.
-    fn create_schedule(
-        &self,
-        spec: ScheduleSpec,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Schedule, StoreError>> + Send;
-
-    /// Applies `change` to the schedule `name` ([`Schedule::changed`]:
-    /// its firing record stays, `updated_at` becomes `now`), or
-    /// [`StoreError::NotFound`].
-    fn update_schedule(
-        &self,
-        name: String,
-        change: ScheduleChange,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Schedule, StoreError>> + Send;
-
-    /// Deletes the schedule `name` (its tasks stay), or
-    /// [`StoreError::NotFound`].
-    fn delete_schedule(&self, name: String) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Every schedule, in name order: the firing loop reads them all (a
-    /// schedule left out would never fire), so there is no page.
-    fn schedules(&self) -> impl Future<Output = Result<Vec<Schedule>, StoreError>> + Send;
-
-    /// The schedule `name`, or [`StoreError::NotFound`].
-    fn schedule(&self, name: String) -> impl Future<Output = Result<Schedule, StoreError>> + Send;
-
-    /// Records a firing of `name` at `at` that submitted `task`: a guarded
-    /// write that applies only when `at` is later than the schedule's
-    /// `last_run_at` (or it has none), so the record never moves backwards
-    /// whatever order nodes write in. When it applies it clears a
-    /// `last_error` of a fire time at or before `at` (a later refusal
-    /// stays). Answers whether it applied (`false` too when the schedule
-    /// is gone).
-    fn record_firing(
-        &self,
-        name: String,
-        at: Timestamp,
-        task: TaskId,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Records that the firing of `name` at `error.at` created no task, as
-    /// the schedule's `last_error` (its `last_run_at` and `last_task_id`
-    /// stay): a guarded write like [`TaskStore::record_firing`], applied
-    /// only when `error.at` is later than `last_run_at` (or there is none)
-    /// and not earlier than a recorded error's. Answers whether it applied
-    /// (`false` too when the schedule is gone).
-    fn record_firing_error(
-        &self,
-        name: String,
-        error: FiringError,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Stores a new tenant `name` with the defaults and `settings` applied
-    /// (validated by the caller), or [`StoreError::Exists`].
-    fn create_tenant(
-        &self,
-        name: String,
-        settings: TenantUpdate,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
-
-    /// Applies `update` to the tenant `name`, or [`StoreError::NotFound`].
-    fn update_tenant(
-        &self,
-        name: String,
-        update: TenantUpdate,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
-
-    /// Deletes the tenant `name` with its keys; [`StoreError::NotEmpty`]
-    /// while any task (terminal or not) is its, [`StoreError::NotFound`]
-    /// when there is no such tenant.
-    fn delete_tenant(&self, name: String) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Every tenant, in name order, with its counts and keys (the API's
-    /// list and the metrics read them all).
-    fn tenants(&self) -> impl Future<Output = Result<Vec<TenantDetail>, StoreError>> + Send;
-
-    /// Every stored tenant's settings by name (its weight for the claim's
-    /// share, its signing secrets for its calls), and nothing else: the
-    /// worker reads it every second on every node, so it is one read of the
-    /// tenants and must not count tasks or list keys as
-    /// [`TaskStore::tenants`] does. Empty while no tenant is stored.
-    fn tenant_settings(
-        &self,
-    ) -> impl Future<Output = Result<BTreeMap<String, TenantSettings>, StoreError>> + Send;
-
-    /// The tenant `name` with its counts and keys, or
-    /// [`StoreError::NotFound`].
-    fn tenant(&self, name: String)
-    -> impl Future<Output = Result<TenantDetail, StoreError>> + Send;
-
-    /// Stores a new key of `tenant` (its hash only), or
-    /// [`StoreError::NotFound`] when there is no such tenant.
-    fn create_api_key(
-        &self,
-        tenant: String,
-        id: String,
-        hash: KeyHash,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<ApiKey, StoreError>> + Send;
-
-    /// Deletes the key `id` of `tenant`: it stops working at once, on every
-    /// node (nothing caches it). [`StoreError::NotFound`] when `tenant` has
-    /// no such key.
-    fn revoke_api_key(
-        &self,
-        tenant: String,
-        id: String,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// The live key whose hash is `hash`, with its tenant as stored now
-    /// (its settings current on every node), or `None`.
-    fn api_key(
-        &self,
-        hash: KeyHash,
-    ) -> impl Future<Output = Result<Option<KeyOwner>, StoreError>> + Send;
-
-    /// Records that the key `id` was used at `at` (a write callers make
-    /// at most once a minute per key); never moves `last_used_at` backwards.
-    fn touch_api_key(
-        &self,
-        id: String,
-        at: Timestamp,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Gives back the tokens each ask returns and takes a grant from its
-    /// destination's shared token bucket ([`crate::cluster::Bucket::settle`],
-    /// a bucket first met starting full), one answer per ask in order. On
-    /// a store several nodes share, one bucket holds for all of them: the
-    /// calls of every node together stay within the destination's rate
-    /// and burst. Each ask is applied atomically.
-    fn take_tokens(
-        &self,
-        asks: Vec<crate::cluster::TokenAsk>,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Vec<crate::cluster::TokenGrant>, StoreError>> + Send;
-
-    /// Merges the destination holds this node learned (each hold to the
-    /// later end, [`crate::cluster::DestinationHolds::merge`]) and answers
-    /// every destination's holds still in force at `now`, in name order
-    /// (`learned` empty: a read). What makes a breaker opened or a
-    /// backoff asked for on one node hold on every node.
-    fn share_holds(
-        &self,
-        learned: Vec<(String, crate::cluster::DestinationHolds)>,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Vec<(String, crate::cluster::DestinationHolds)>, StoreError>> + Send;
-
-    /// The server's own key called `name` ([`JWT_KEY`], the key
-    /// JWTs are signed with when none is given): the one stored, or else
-    /// `candidate`, stored now. Insert-if-absent, never replaced: the first
-    /// node to ask decides for every node that shares the store.
-    fn server_key(
-        &self,
-        name: String,
-        candidate: String,
-    ) -> impl Future<Output = Result<String, StoreError>> + Send;
-
-    /// Creates the topic `at` with `spec`, or replaces the settings of the
-    /// one there; answers it and whether it was created.
-    fn put_topic(
-        &self,
-        at: TopicRef,
-        spec: TopicSpec,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<(Topic, bool), StoreError>> + Send;
-
-    /// Every topic of `tenant` (`None`: the admin's), in name order, with
-    /// its subscription count.
-    fn topics(
-        &self,
-        tenant: Option<String>,
-    ) -> impl Future<Output = Result<Vec<Topic>, StoreError>> + Send;
-
-    /// The topic `at`, or [`StoreError::NotFound`].
-    fn topic(&self, at: TopicRef) -> impl Future<Output = Result<Topic, StoreError>> + Send;
-
-    /// Deletes the topic `at` with its events (their tasks stay);
-    /// [`StoreError::NotEmpty`] while it has subscriptions,
-    /// [`StoreError::NotFound`] when there is none.
-    fn delete_topic(&self, at: TopicRef) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Stores a new subscription `id` on the topic `at`, or
-    /// [`StoreError::NotFound`] when there is no such topic; a topic at
-    /// [`crate::topic::MAX_SUBSCRIPTIONS`] is [`StoreError::NotEmpty`].
-    fn create_subscription(
-        &self,
-        at: TopicRef,
-        id: String,
-        spec: SubscriptionSpec,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
-
-    /// Applies `update` to the subscription `id` of the topic `at`
-    /// ([`Subscription::updated`]), or [`StoreError::NotFound`].
-    fn update_subscription(
-        &self,
-        at: TopicRef,
-        id: String,
-        update: SubscriptionUpdate,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
-
-    /// Deletes the subscription `id` of the topic `at` (its tasks stay),
-    /// or [`StoreError::NotFound`].
-    fn delete_subscription(
-        &self,
-        at: TopicRef,
-        id: String,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Every subscription of the topic `at`, oldest first, or
-    /// [`StoreError::NotFound`] when there is no such topic.
-    fn subscriptions(
-        &self,
-        at: TopicRef,
-    ) -> impl Future<Output = Result<Vec<Subscription>, StoreError>> + Send;
-
-    /// The signing secrets of every subscription (of every tenant) that has
-    /// some, by subscription id: what the worker signs a topic task's call
-    /// with ([`crate::outbound::outbound_for`]).
-    fn subscription_secrets(
-        &self,
-    ) -> impl Future<Output = Result<Vec<(String, SigningSecrets)>, StoreError>> + Send;
-
-    /// Records, in one transaction, that a try of a task of the
-    /// subscription `id` (any tenant's) ended at `now`, `ok` or not
-    /// ([`Subscription::after_try`]). When that disables it, its pending
-    /// tasks are canceled with the error [`crate::topic::DISABLED_REASON`]
-    /// and the notice to its topic's `callback_url` is submitted
-    /// ([`crate::topic::health::disabled_notice`]). Answers what changed;
-    /// [`StoreError::NotFound`] for a subscription deleted since.
-    fn subscription_try_ended(
-        &self,
-        id: String,
-        ok: bool,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<crate::topic::health::HealthChange, StoreError>> + Send;
-
-    /// Publishes `event` as `id` in one transaction: one task per
-    /// subscription that [`Subscription::takes`] it
-    /// ([`NewEvent::task_for`]), and the event with its deliveries. The
-    /// same key again answers the stored event (`created == false`) when
-    /// [`NewEvent::differing_fields`] is empty, else
-    /// [`StoreError::IdempotencyConflict`]. Any task refused (its key taken
-    /// by other work, the tenant's `max_pending` reached, the key gone)
-    /// refuses the whole event: nothing is written. No such topic:
-    /// [`StoreError::NotFound`].
-    fn publish(
-        &self,
-        event: NewEvent,
-        id: String,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Published, StoreError>> + Send;
-
-    /// The event `id` of the topic `at` with its deliveries, or
-    /// [`StoreError::NotFound`].
-    fn event(
-        &self,
-        at: TopicRef,
-        id: String,
-    ) -> impl Future<Output = Result<Event, StoreError>> + Send;
-
-    /// Replays to the subscription `id` of the topic `at` every event
-    /// created at or after `since` that its event types match, oldest
-    /// first, at most [`crate::topic::MAX_REPLAY`]: one new task each
-    /// ([`Event::replay_task`], its n one more than the event's earlier
-    /// replays to it), in one transaction. Answers the new deliveries.
-    fn replay(
-        &self,
-        at: TopicRef,
-        id: String,
-        since: Timestamp,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<Vec<Delivery>, StoreError>> + Send;
-}
-
-/// Hands the port's every method but `leads_upkeep` (which has a default)
-/// to the macro `$then`, one entry a method: `Name => fn name(&self, arg:
-/// Type, ...) -> OkType;` with every path whole. A forwarder of the port
-/// (tc-testkit's `Hooked`, tc-server's `AnyStore`) is written from this
-/// list, so a new port method is one line here, not one method per
-/// forwarder.
-#[macro_export]
-macro_rules! port_methods {
-    ($then:ident) => {
-        $then! {
-        Submit => fn submit(&self, task: $crate::NewTask, now: $crate::Timestamp) -> $crate::store::Submitted;
-        SubmitMany => fn submit_many(&self, tasks: ::std::vec::Vec<$crate::NewTask>, now: $crate::Timestamp)
-            -> ::std::vec::Vec<::core::result::Result<$crate::store::Submitted, $crate::store::StoreError>>;
-        Get => fn get(&self, id: $crate::TaskId) -> $crate::Task;
-        List => fn list(&self, query: $crate::store::ListQuery) -> $crate::store::Page;
-        CountByState => fn count_by_state(&self) -> $crate::store::StateCounts;
-        Claim => fn claim(&self, n: usize, now: $crate::Timestamp, lease: ::core::time::Duration, gate: $crate::destination::ClaimGate) -> $crate::claim::Claim;
-        Heartbeat => fn heartbeat(&self, running: ::std::vec::Vec<($crate::TaskId, u32)>, now: $crate::Timestamp, lease: ::core::time::Duration)
-            -> ::std::vec::Vec<$crate::store::LeaseLost>;
-        Complete => fn complete(&self, id: $crate::TaskId, attempt: u32, outcome: $crate::store::Completion, now: $crate::Timestamp)
-            -> $crate::store::Guarded;
-        Cancel => fn cancel(&self, id: $crate::TaskId, now: $crate::Timestamp) -> $crate::Task;
-        Release => fn release(&self, id: $crate::TaskId, attempt: u32, now: $crate::Timestamp) -> $crate::store::Guarded;
-        RecoverExpired => fn recover_expired(&self, now: $crate::Timestamp) -> usize;
-        Delete => fn delete(&self, id: $crate::TaskId) -> ();
-        Prune => fn prune(&self, state: $crate::State, older_than: ::core::time::Duration, now: $crate::Timestamp, limit: usize)
-            -> usize;
-        Retry => fn retry(&self, id: $crate::TaskId, run_at: $crate::Timestamp, now: $crate::Timestamp, acting: ::core::option::Option<$crate::tenant::Acting>)
-            -> $crate::Task;
-        NextDue => fn next_due(&self) -> ::core::option::Option<$crate::Timestamp>;
-        Health => fn health(&self) -> ();
-        Bulk => fn bulk(&self, request: $crate::store::BulkRequest) -> $crate::store::BulkOutcome;
-        DestinationSettings => fn destination_settings(&self) -> ::std::vec::Vec<(::std::string::String, $crate::destination::DestinationSettings)>;
-        Destinations => fn destinations(&self) -> ::std::vec::Vec<$crate::destination::Destination>;
-        Destination => fn destination(&self, name: ::std::string::String) -> $crate::destination::Destination;
-        UpdateDestination => fn update_destination(
-            &self, name: ::std::string::String, update: $crate::destination::DestinationUpdate, now: $crate::Timestamp) -> $crate::destination::Destination;
-        CreateSchedule => fn create_schedule(&self, spec: $crate::schedule::ScheduleSpec, now: $crate::Timestamp) -> $crate::schedule::Schedule;
-        UpdateSchedule => fn update_schedule(
-            &self, name: ::std::string::String, change: $crate::schedule::ScheduleChange, now: $crate::Timestamp) -> $crate::schedule::Schedule;
-        DeleteSchedule => fn delete_schedule(&self, name: ::std::string::String) -> ();
-        Schedules => fn schedules(&self) -> ::std::vec::Vec<$crate::schedule::Schedule>;
-        Schedule => fn schedule(&self, name: ::std::string::String) -> $crate::schedule::Schedule;
-        RecordFiring => fn record_firing(&self, name: ::std::string::String, at: $crate::Timestamp, task: $crate::TaskId) -> bool;
-        RecordFiringError => fn record_firing_error(&self, name: ::std::string::String, error: $crate::schedule::FiringError) -> bool;
-        CreateTenant => fn create_tenant(&self, name: ::std::string::String, settings: $crate::tenant::TenantUpdate, now: $crate::Timestamp)
-            -> $crate::tenant::Tenant;
-        UpdateTenant => fn update_tenant(&self, name: ::std::string::String, update: $crate::tenant::TenantUpdate, now: $crate::Timestamp)
-            -> $crate::tenant::Tenant;
-        DeleteTenant => fn delete_tenant(&self, name: ::std::string::String) -> ();
-        Tenants => fn tenants(&self) -> ::std::vec::Vec<$crate::tenant::TenantDetail>;
-        TenantSettings => fn tenant_settings(&self) -> ::std::collections::BTreeMap<::std::string::String, $crate::tenant::TenantSettings>;
-        Tenant => fn tenant(&self, name: ::std::string::String) -> $crate::tenant::TenantDetail;
-        CreateApiKey => fn create_api_key(
-            &self, tenant: ::std::string::String, id: ::std::string::String, hash: $crate::tenant::key::KeyHash, now: $crate::Timestamp) -> $crate::tenant::key::ApiKey;
-        RevokeApiKey => fn revoke_api_key(&self, tenant: ::std::string::String, id: ::std::string::String) -> ();
-        ApiKey => fn api_key(&self, hash: $crate::tenant::key::KeyHash) -> ::core::option::Option<$crate::tenant::key::KeyOwner>;
-        TouchApiKey => fn touch_api_key(&self, id: ::std::string::String, at: $crate::Timestamp) -> ();
-        ServerKey => fn server_key(&self, name: ::std::string::String, candidate: ::std::string::String) -> ::std::string::String;
-        TakeTokens => fn take_tokens(&self, asks: ::std::vec::Vec<$crate::cluster::TokenAsk>, now: $crate::Timestamp)
-            -> ::std::vec::Vec<$crate::cluster::TokenGrant>;
-        ShareHolds => fn share_holds(
-            &self, learned: ::std::vec::Vec<(::std::string::String, $crate::cluster::DestinationHolds)>, now: $crate::Timestamp)
-            -> ::std::vec::Vec<(::std::string::String, $crate::cluster::DestinationHolds)>;
-        PutTopic => fn put_topic(&self, at: $crate::topic::TopicRef, spec: $crate::topic::TopicSpec, now: $crate::Timestamp)
-            -> ($crate::topic::Topic, bool);
-        Topics => fn topics(&self, tenant: ::core::option::Option<::std::string::String>) -> ::std::vec::Vec<$crate::topic::Topic>;
-        Topic => fn topic(&self, at: $crate::topic::TopicRef) -> $crate::topic::Topic;
-        DeleteTopic => fn delete_topic(&self, at: $crate::topic::TopicRef) -> ();
-        CreateSubscription => fn create_subscription(
-            &self, at: $crate::topic::TopicRef, id: ::std::string::String, spec: $crate::topic::SubscriptionSpec, now: $crate::Timestamp)
-            -> $crate::topic::Subscription;
-        UpdateSubscription => fn update_subscription(
-            &self, at: $crate::topic::TopicRef, id: ::std::string::String, update: $crate::topic::SubscriptionUpdate, now: $crate::Timestamp)
-            -> $crate::topic::Subscription;
-        DeleteSubscription => fn delete_subscription(&self, at: $crate::topic::TopicRef, id: ::std::string::String) -> ();
-        Subscriptions => fn subscriptions(&self, at: $crate::topic::TopicRef) -> ::std::vec::Vec<$crate::topic::Subscription>;
-        SubscriptionSecrets => fn subscription_secrets(&self)
-            -> ::std::vec::Vec<(::std::string::String, $crate::signing::SigningSecrets)>;
-        SubscriptionTryEnded => fn subscription_try_ended(&self, id: ::std::string::String, ok: bool, now: $crate::Timestamp)
-            -> $crate::topic::health::HealthChange;
-        Publish => fn publish(&self, event: $crate::topic::event::NewEvent, id: ::std::string::String, now: $crate::Timestamp)
-            -> $crate::topic::event::Published;
-        Event => fn event(&self, at: $crate::topic::TopicRef, id: ::std::string::String) -> $crate::topic::event::Event;
-        Replay => fn replay(
-            &self, at: $crate::topic::TopicRef, id: ::std::string::String, since: $crate::Timestamp, now: $crate::Timestamp)
-            -> ::std::vec::Vec<$crate::topic::Delivery>;
-        }
-    };
+impl<S> TaskStore for S where
+    S: Tasks + Work + Destinations + FlowKeys + Schedules + Tenants + Topics
+{
 }
 
 /// The name of the JWT signing key (a PKCS#8 PEM) in
-/// [`TaskStore::server_key`].
+/// [`Tenants::server_key`].
 pub const JWT_KEY: &str = "jwt_key";

@@ -105,6 +105,8 @@ pub struct TaskRow {
     /// See `topic`.
     pub subscription: Option<String>,
     pub priority: i64,
+    /// `''` for none ([`crate::flow_key::stored_key`]).
+    pub flow_key: String,
 }
 
 impl TaskRow {
@@ -168,6 +170,7 @@ impl TaskRow {
                 .ok()
                 .filter(|p| *p <= crate::priority::MAX_PRIORITY)
                 .ok_or(CorruptColumn("priority"))?,
+            flow_key: crate::flow_key::key_from_stored(self.flow_key),
         })
     }
 }

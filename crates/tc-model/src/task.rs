@@ -198,6 +198,8 @@ pub struct Task {
     pub topic: Option<crate::topic::TopicLink>,
     /// Higher first within its destination ([`crate::priority`]); 0 to 9.
     pub priority: u8,
+    /// Its flow key ([`crate::flow_key`]); `None`: none.
+    pub flow_key: Option<String>,
 }
 
 impl Task {
@@ -304,6 +306,7 @@ mod tests {
             ends: 0,
             tenant: None,
             priority: 0,
+            flow_key: None,
         };
         assert!(task.can_retry());
         task.attempt = 2;

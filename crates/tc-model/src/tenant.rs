@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use crate::setting::InvalidSetting;
 use crate::signing::SigningSecrets;
+use crate::store::StoreError;
 use crate::{Task, Timestamp};
 
 /// The longest tenant name, in bytes.
@@ -202,9 +203,32 @@ pub enum Scope {
 impl Scope {
     /// Whether a request in this scope may see `task`.
     pub fn sees(&self, task: &Task) -> bool {
+        self.owns(task.tenant.as_deref())
+    }
+
+    /// Whether a request in this scope may see a task of `tenant` (`None`:
+    /// the admin's own task): what a store checks on a task it read by id
+    /// before it answers or changes it.
+    pub fn owns(&self, tenant: Option<&str>) -> bool {
         match self {
             Scope::Admin => true,
-            Scope::Tenant(name) => task.tenant.as_deref() == Some(name.as_str()),
+            Scope::Tenant(name) => tenant == Some(name.as_str()),
+        }
+    }
+
+    /// [`Scope::owns`] of a tenant column as the SQL adapters store it
+    /// (`''` for none, [`stored_tenant`]).
+    pub fn owns_stored(&self, stored: &str) -> bool {
+        self.owns((!stored.is_empty()).then_some(stored))
+    }
+
+    /// `task` if this scope sees it, else [`StoreError::NotFound`]: a
+    /// store's answer to a read by id.
+    pub fn seen(&self, task: Task) -> Result<Task, StoreError> {
+        if self.sees(&task) {
+            Ok(task)
+        } else {
+            Err(StoreError::NotFound)
         }
     }
 

@@ -92,6 +92,9 @@ pub enum ValidationError {
         /// The value given.
         got: u8,
     },
+    /// flow_key is not 1 to 128 printable ASCII characters.
+    #[error("flow_key: {0}")]
+    FlowKey(String),
     /// The callback url breaks a rule of [`ValidationError::Url`].
     #[error("callback_url: {0}")]
     CallbackUrl(String),
@@ -114,6 +117,7 @@ impl ValidationError {
             ValidationError::BodyNotSent { .. } => "body",
             ValidationError::Headers(_) => "headers",
             ValidationError::Priority { .. } => "priority",
+            ValidationError::FlowKey(_) => "flow_key",
             ValidationError::CallbackUrl(_) => "callback_url",
             ValidationError::CallbackOn(_) => "callback_on",
         }

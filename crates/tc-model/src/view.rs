@@ -36,6 +36,8 @@ pub struct TaskView<'a> {
     max_attempts: u32,
     /// 0 to 9, higher first within its destination.
     priority: u8,
+    /// Its flow key, if any.
+    flow_key: Option<&'a str>,
     http_status: Option<u16>,
     error: Option<&'a str>,
     result: Option<Cow<'a, str>>,
@@ -85,6 +87,7 @@ impl<'a> TaskView<'a> {
             attempt: task.attempt,
             max_attempts: task.max_attempts,
             priority: task.priority,
+            flow_key: task.flow_key.as_deref(),
             http_status: task.http_status,
             error: task.error.as_deref(),
             result: task.result.as_deref().map(String::from_utf8_lossy),

@@ -50,6 +50,9 @@ pub(crate) enum Command {
     /// Client: topics, their subscriptions, publishing events and replays
     /// on a running server (a tenant's key or the admin token: each its own).
     Topic(crate::client::topic_args::TopicArgs),
+    /// Client: set, get, list and delete the limits of your flow keys on a
+    /// running server (a tenant's key or the admin token: each its own).
+    FlowKey(crate::client::flow_key::FlowKeyArgs),
     /// Client: `GET /healthz` on a running server (--server): exit 0 when it
     /// answers 200, 1 when it answers anything else (503: the store cannot
     /// write), 3 when it cannot be reached in --timeout-ms. The container

@@ -13,11 +13,12 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use tc_downstream::fake::{FakeDownstream, Reply, Script, Step};
 use tc_model::State;
-use tc_model::store::TaskStore;
+use tc_model::store::Tasks;
 use tc_store::{SqliteStore, StoreConfig};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
 
 use crate::worker_for_http::WorkerPort;
+use tc_model::tenant::Scope;
 
 const TASKS: usize = 8;
 
@@ -116,7 +117,7 @@ async fn a_full_disk_refuses_submits_and_loses_no_outcome() {
     // The answered calls could not be written: their tasks stay running
     // under their leases, the answers held by the worker.
     for id in &ids {
-        let task = store.get(id.parse().unwrap()).await.unwrap();
+        let task = store.get(id.parse().unwrap(), Scope::Admin).await.unwrap();
         assert_eq!(task.state, State::Running, "{id} while the disk is full");
     }
 
@@ -136,7 +137,7 @@ async fn a_full_disk_refuses_submits_and_loses_no_outcome() {
     worker.shutdown().await.unwrap();
     assert_eq!(script.all_calls().len(), TASKS, "a call was made twice");
     for id in &ids {
-        let task = store.get(id.parse().unwrap()).await.unwrap();
+        let task = store.get(id.parse().unwrap(), Scope::Admin).await.unwrap();
         assert_eq!(task.state, State::Success, "{id}");
         assert_eq!(task.attempt, 1, "{id}");
         assert_eq!(

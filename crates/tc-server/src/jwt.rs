@@ -1,6 +1,6 @@
 //! The server's JWT keys at start: with `--issuer`, the keys of
 //! `--jwt-key-file` (PKCS#8 PEM, the first signs, all published) or, with
-//! none, the one key kept in the store (`TaskStore::server_key`: made by the
+//! none, the one key kept in the store (`Tenants::server_key`: made by the
 //! first node that starts, shared by every node of a PostgreSQL store).
 //! Without `--issuer` no key is read or made, and a destination's `jwt`
 //! auth is refused.

@@ -20,6 +20,7 @@ mod jwt;
 mod logging;
 mod secrets;
 mod serve;
+mod settings;
 mod store;
 mod telemetry;
 mod tls_check;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         Some(Command::Schedule(args)) => client::run_schedule(args),
         Some(Command::Tenant(args)) => client::run_tenant(args),
         Some(Command::Topic(args)) => client::run_topic(args),
+        Some(Command::FlowKey(args)) => client::run_flow_key(args),
         Some(Command::Healthcheck(args)) => client::run_healthcheck(args),
         Some(Command::Demo) => run_demo(),
         Some(Command::Backup(args)) => backup::run(args),

@@ -4,17 +4,15 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tc_downstream::{DownstreamConfig, DownstreamSetupError, HyperDownstream};
-use tc_model::store::TaskStore;
-use tc_store::{SqliteStore, StoreConfig, Synchronous};
-use tc_store_pg::{PgConfig, PgEvent, PgStore};
+use tc_model::store::Tenants;
+use tc_store::SqliteStore;
+use tc_store_pg::{PgEvent, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerControl, WorkerMetrics};
 use tokio::net::TcpListener;
 
-use crate::cli::{ServeArgs, SyncMode};
 use crate::store::{AnyStore, DbTarget};
 use crate::worker_for_http::WorkerPort;
 
@@ -101,128 +99,7 @@ impl ServeError {
     }
 }
 
-/// Everything [`start`] needs, from the command line or the demo.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) db: DbTarget,
-    pub(crate) listen: SocketAddr,
-    /// Where `/healthz` and `/metrics` are served alone, if anywhere.
-    pub(crate) admin_listen: Option<SocketAddr>,
-    pub(crate) store: StoreConfig,
-    pub(crate) worker: WorkerConfig,
-    pub(crate) http: tc_http::HttpConfig,
-    /// PEM CA certificates downstream calls trust besides the system's.
-    pub(crate) downstream_ca_file: Option<PathBuf>,
-    /// Refuse non-public downstream destinations (SSRF protection).
-    pub(crate) deny_private_destinations: bool,
-    /// How long finished tasks are kept.
-    pub(crate) retention: tc_worker::Retention,
-    /// With a PostgreSQL `db`: how the store runs (its pool's size).
-    pub(crate) postgres: PgConfig,
-    /// Where spans are exported (`--otlp-endpoint`), if anywhere.
-    pub(crate) otlp: Option<crate::telemetry::OtlpConfig>,
-    /// `--issuer` and `--jwt-key-file`.
-    pub(crate) jwt: crate::jwt::JwtSetup,
-    /// The key files that seal stored secrets (`--secret-key-file`; the
-    /// first seals, every one opens).
-    pub(crate) secret_key_files: Vec<PathBuf>,
-}
-
-/// `--callback-result-bytes`: a store setting on either adapter, since the
-/// store builds a callback in the transaction that ends its task.
-fn callback_result_bytes(args: &ServeArgs) -> usize {
-    usize::try_from(args.callback_result_bytes).unwrap_or(usize::MAX)
-}
-
-impl Settings {
-    pub(crate) fn from_args(args: &ServeArgs) -> Settings {
-        let lease = args.lease();
-        Settings {
-            db: args.db.clone(),
-            listen: args.listen,
-            admin_listen: args.admin_listen,
-            store: StoreConfig {
-                synchronous: match args.sync {
-                    SyncMode::Full => Synchronous::Full,
-                    SyncMode::Normal => Synchronous::Normal,
-                },
-                callback_result_bytes: callback_result_bytes(args),
-                ..StoreConfig::default()
-            },
-            worker: WorkerConfig {
-                concurrency: args.concurrency as usize,
-                lease,
-                poll_interval: args.poll_interval(),
-                shutdown_grace: args.shutdown_grace(),
-                // Twice per lease: a task left by a crashed run is picked up
-                // at most one and a half leases after the crash.
-                recover_interval: (lease / 2).max(Duration::from_millis(1)),
-                retry: args.retry_policy(),
-                jitter_seed: None,
-                breaker: tc_worker::BreakerPolicy {
-                    failures: args.breaker_failures,
-                    open: Duration::from_millis(args.breaker_open_ms),
-                    ..tc_worker::BreakerPolicy::default()
-                },
-                settings_interval: Duration::from_secs(1),
-                // Checked before (`ServeArgs::check`): none when invalid.
-                signing_secrets: args.signing_secrets().unwrap_or_default(),
-                // Set by `run` once the exporter is up (`--otlp-endpoint`).
-                tracer: None,
-                // Schedules made on other nodes are seen within this; a
-                // change through this node wakes its loop at once.
-                schedules_interval: Duration::from_secs(30),
-                // The same list the API checks submits against: a schedule
-                // made before it was narrowed fires nothing outside it.
-                allow_url_prefixes: args.allow_url_prefix.clone(),
-                // Set by `start` once the keys are read (`--issuer`).
-                jwt: None,
-                priority_aging: Duration::from_millis(args.priority_aging_ms),
-            },
-            http: tc_http::HttpConfig {
-                max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
-                max_batch_body_bytes: usize::try_from(args.max_batch_body_bytes)
-                    .unwrap_or(usize::MAX),
-                max_waiters: usize::try_from(args.max_waiters).unwrap_or(usize::MAX),
-                max_waiters_per_client: usize::try_from(args.max_waiters_per_client)
-                    .unwrap_or(usize::MAX),
-                default_max_attempts: args.max_attempts,
-                default_timeout: args.call_timeout(),
-                api_token: args.api_token.clone(),
-                metrics_public: args.metrics_public,
-                allow_url_prefixes: args.allow_url_prefix.clone(),
-                shutdown_grace: args.shutdown_grace(),
-                write_timeout: Duration::from_millis(args.write_timeout_ms),
-                trusted_proxies: args.trusted_proxies.clone(),
-                allowed_hosts: args.allowed_hosts.clone(),
-                ..tc_http::HttpConfig::default()
-            },
-            downstream_ca_file: args.downstream_ca_file.clone(),
-            deny_private_destinations: args.deny_private_destinations,
-            retention: tc_worker::Retention {
-                success: args.retain_success.0,
-                failed: args.retain_failed.0,
-                canceled: args.retain_canceled.0,
-            },
-            postgres: PgConfig {
-                pool_size: args.pg_pool_size as usize,
-                callback_result_bytes: callback_result_bytes(args),
-                ..PgConfig::default()
-            },
-            jwt: crate::jwt::JwtSetup {
-                issuer: args.issuer.clone(),
-                key_files: args.jwt_key_file.clone(),
-            },
-            // Checked before (`ServeArgs::check`): none when invalid.
-            otlp: args
-                .otlp_sources()
-                .resolve(&args.otlp_service_name)
-                .ok()
-                .flatten(),
-            secret_key_files: args.secret_key_file.clone(),
-        }
-    }
-}
+pub(crate) use crate::settings::Settings;
 
 /// A running service: the HTTP API served, the worker claiming.
 pub(crate) struct Running {
@@ -254,10 +131,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     // Bind first: a taken port fails the start before a database file is
     // created or a task is touched.
     let listener = bind(settings.listen).await?;
-    let admin_listener = match settings.admin_listen {
-        Some(addr) => Some(bind(addr).await?),
-        None => None,
-    };
+    let admin_listener = bind_admin(settings.admin_listen).await?;
     raise_open_files_limit(&settings);
     // Export before anything makes spans; a bad endpoint fails the start.
     let otlp_metrics = crate::telemetry::OtlpMetrics::default();
@@ -272,7 +146,143 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     let downstream = Arc::new(downstream(&settings)?);
     // The keys too: a bad key file fails the start before the store opens.
     let sealer = crate::secrets::sealer(&settings.secret_key_files)?;
-    let (mut store, db_lock, db_shown) = match &settings.db {
+    let opened = open_store(&settings, sealer).await?;
+    let store = Arc::new(opened.store);
+
+    let mut registry = Registry::default();
+    otlp_metrics.register(&mut registry);
+    let pruner = spawn_pruner(&settings, &store, &mut registry);
+    let metrics = WorkerMetrics::default();
+    metrics.register(&mut registry);
+    let worker_config = WorkerConfig {
+        tracer: tracer.clone(),
+        jwt: opened.jwt,
+        ..settings.worker.clone()
+    };
+    let worker = Worker::spawn(
+        Arc::clone(&store),
+        downstream,
+        worker_config,
+        Clock::system(),
+        metrics,
+    );
+    let forward = match &*store {
+        AnyStore::Postgres(pg) => Some(tokio::spawn(forward_notifications(
+            pg.subscribe(),
+            worker.control(),
+        ))),
+        AnyStore::Sqlite(_) => None,
+    };
+    let app = http_app(&settings, &store, &worker, registry, opened.jwks, tracer);
+    let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
+    let app = Arc::new(app);
+    let (stop_http, stopped) = tokio::sync::watch::channel(false);
+    let served = serve_listeners(listener, admin_listener, app, stopped);
+    let (http, admin) = match served {
+        Ok(served) => served,
+        Err(e) => {
+            // Leave nothing running: put claimed tasks back before failing.
+            for task in forward.iter().chain([&activity]) {
+                task.abort();
+            }
+            pruner.stop().await;
+            let _ = worker.shutdown().await;
+            return Err(e.into());
+        }
+    };
+    let addr = http.local_addr();
+    log_listening(&settings, &store, &opened.shown, addr, admin.as_ref());
+    Ok(Running {
+        addr,
+        db_lock: opened.db_lock,
+        store,
+        worker,
+        pruner,
+        forward,
+        activity,
+        http,
+        admin,
+        stop_http,
+        telemetry,
+    })
+}
+
+/// The pruner of finished tasks past their retention, its metrics in
+/// `registry`.
+fn spawn_pruner(
+    settings: &Settings,
+    store: &Arc<AnyStore>,
+    registry: &mut Registry,
+) -> tc_worker::Pruner {
+    let metrics = tc_worker::PrunerMetrics::default();
+    metrics.register(registry);
+    tc_worker::Pruner::spawn(
+        Arc::clone(store),
+        settings.retention,
+        Clock::system(),
+        metrics,
+    )
+}
+
+/// The API on its listener and, with `--admin-listen`, health and metrics
+/// on theirs, each until `stopped` says stop.
+fn serve_listeners(
+    listener: TcpListener,
+    admin_listener: Option<TcpListener>,
+    app: Arc<tc_http::App<AnyStore, WorkerPort<AnyStore>>>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<(tc_http::Server, Option<tc_http::Server>), tc_http::ServeError> {
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let http = tc_http::serve(listener, Arc::clone(&app), until_stopped(stopped.clone()))?;
+    let admin = admin_listener
+        .map(|l| tc_http::serve_admin(l, app, until_stopped(stopped)))
+        .transpose()?;
+    Ok((http, admin))
+}
+
+/// The `listening` line (and `admin_listening`): where, on which store, and
+/// where spans go.
+fn log_listening(
+    settings: &Settings,
+    store: &AnyStore,
+    db_shown: &str,
+    addr: SocketAddr,
+    admin: Option<&tc_http::Server>,
+) {
+    tracing::info!(
+        addr = %addr,
+        db = %db_shown,
+        store = store.kind(),
+        concurrency = settings.worker.concurrency,
+        spans = %settings
+            .otlp
+            .as_ref()
+            .map_or_else(|| "off".to_owned(), crate::telemetry::shown),
+        "listening"
+    );
+    if let Some(admin) = admin {
+        tracing::info!(addr = %admin.local_addr(), "admin_listening");
+    }
+}
+
+/// The store, opened, its secrets sealed and checked, and the JWT keys
+/// read from it (`--issuer`).
+struct Opened {
+    store: AnyStore,
+    /// The SQLite file's lock, held while the server runs.
+    db_lock: Option<crate::db_lock::DbLock>,
+    /// The database as the `listening` line shows it.
+    shown: String,
+    jwt: Option<tc_worker::JwtSigner>,
+    jwks: Option<String>,
+}
+
+/// Opens the store the settings name; on a failure after opening it, the
+/// store is closed before the error returns.
+async fn open_store(settings: &Settings, sealer: tc_seal::Sealer) -> Result<Opened, ServeError> {
+    let (mut store, db_lock, shown) = match &settings.db {
         DbTarget::Postgres(url) => {
             let store = PgStore::open(url, settings.postgres.clone()).await?;
             let shown = store.target().to_owned();
@@ -306,41 +316,27 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
             return Err(e.into());
         }
     };
-    let store = Arc::new(store);
+    Ok(Opened {
+        store,
+        db_lock,
+        shown,
+        jwt,
+        jwks,
+    })
+}
 
-    let mut registry = Registry::default();
-    let metrics = WorkerMetrics::default();
-    metrics.register(&mut registry);
-    let pruner_metrics = tc_worker::PrunerMetrics::default();
-    pruner_metrics.register(&mut registry);
-    otlp_metrics.register(&mut registry);
-    let pruner = tc_worker::Pruner::spawn(
-        Arc::clone(&store),
-        settings.retention,
-        Clock::system(),
-        pruner_metrics,
-    );
-
-    let worker = Worker::spawn(
-        Arc::clone(&store),
-        downstream,
-        WorkerConfig {
-            tracer: tracer.clone(),
-            jwt,
-            ..settings.worker.clone()
-        },
-        Clock::system(),
-        metrics,
-    );
-    let forward = match &*store {
-        AnyStore::Postgres(pg) => Some(tokio::spawn(forward_notifications(
-            pg.subscribe(),
-            worker.control(),
-        ))),
-        AnyStore::Sqlite(_) => None,
-    };
+/// The API over the store and the worker, with the dashboard, backups, the
+/// TLS check and, when spans are exported, the tracer.
+fn http_app(
+    settings: &Settings,
+    store: &Arc<AnyStore>,
+    worker: &Worker<AnyStore>,
+    registry: Registry,
+    jwks: Option<String>,
+    tracer: Option<Arc<opentelemetry::global::BoxedTracer>>,
+) -> tc_http::App<AnyStore, WorkerPort<AnyStore>> {
     let app = tc_http::App::new(
-        Arc::clone(&store),
+        Arc::clone(store),
         WorkerPort(worker.control()),
         tc_http::HttpConfig {
             issuer: settings.jwt.issuer.clone(),
@@ -358,64 +354,10 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
         DbTarget::Postgres(_) => crate::backup::ServerBackups::Postgres,
     }))
     .with_tls_check(Arc::new(crate::tls_check::DownstreamTlsCheck));
-    let app = match tracer {
+    match tracer {
         Some(tracer) => app.with_tracer(tracer),
         None => app,
-    };
-    let activity = tokio::spawn(feed_activity(worker.control().subscribe(), app.activity()));
-    let app = Arc::new(app);
-    let (stop_http, stopped) = tokio::sync::watch::channel(false);
-    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
-    };
-    let served = tc_http::serve(listener, Arc::clone(&app), until_stopped(stopped.clone()))
-        .and_then(|http| {
-            let admin = admin_listener
-                .map(|l| tc_http::serve_admin(l, app, until_stopped(stopped)))
-                .transpose()?;
-            Ok((http, admin))
-        });
-    let (http, admin) = match served {
-        Ok(served) => served,
-        Err(e) => {
-            // Leave nothing running: put claimed tasks back before failing.
-            if let Some(forward) = &forward {
-                forward.abort();
-            }
-            activity.abort();
-            pruner.stop().await;
-            let _ = worker.shutdown().await;
-            return Err(e.into());
-        }
-    };
-    let addr = http.local_addr();
-    tracing::info!(
-        addr = %addr,
-        db = %db_shown,
-        store = store.kind(),
-        concurrency = settings.worker.concurrency,
-        spans = %settings
-            .otlp
-            .as_ref()
-            .map_or_else(|| "off".to_owned(), crate::telemetry::shown),
-        "listening"
-    );
-    if let Some(admin) = &admin {
-        tracing::info!(addr = %admin.local_addr(), "admin_listening");
     }
-    Ok(Running {
-        addr,
-        db_lock,
-        store,
-        worker,
-        pruner,
-        forward,
-        activity,
-        http,
-        admin,
-        stop_http,
-        telemetry,
-    })
 }
 
 /// Refuses a database that holds tenants when no `--api-token` is set: every
@@ -436,6 +378,14 @@ async fn tenants_have_a_token(
         return Err(ServeError::TenantsNeedToken { tenants });
     }
     Ok(())
+}
+
+/// `--admin-listen`'s listener, when it is set.
+async fn bind_admin(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, ServeError> {
+    match addr {
+        Some(addr) => Ok(Some(bind(addr).await?)),
+        None => Ok(None),
+    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
@@ -649,89 +599,8 @@ impl Signals {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::cli::Cli;
-
-    fn settings(args: &[&str]) -> Settings {
-        let cli =
-            Cli::try_parse_from(std::iter::once("tc-server").chain(args.iter().copied())).unwrap();
-        Settings::from_args(cli.serve_args())
-    }
-
-    #[test]
-    fn every_flag_reaches_the_component_it_configures() {
-        let s = settings(&[
-            "--db=/tmp/x.db",
-            "--listen=127.0.0.1:0",
-            "--concurrency=3",
-            "--call-timeout-ms=700",
-            "--max-attempts=9",
-            "--backoff-base-ms=10",
-            "--backoff-cap-ms=90",
-            "--lease-ms=3000",
-            "--poll-interval-ms=5",
-            "--shutdown-grace-ms=250",
-            "--api-token=t",
-            "--allow-url-prefix=http://a/",
-            "--sync=normal",
-            "--max-body-bytes=2048",
-            "--downstream-ca-file=/etc/internal-ca.pem",
-            "--deny-private-destinations",
-            "--write-timeout-ms=1500",
-            "--trusted-proxy=10.0.0.0/8,::1",
-            "--trusted-proxy=192.0.2.7",
-            "--allowed-host=tasks.example.com,[::1]",
-            "--allowed-host=*",
-            "--max-waiters-per-client=5",
-            "--admin-listen=127.0.0.1:9090",
-            "--metrics-public",
-        ]);
-        assert_eq!(s.db, DbTarget::Sqlite(PathBuf::from("/tmp/x.db")));
-        assert_eq!(s.listen.port(), 0);
-        assert_eq!(s.admin_listen, Some("127.0.0.1:9090".parse().unwrap()));
-        assert_eq!(s.store.synchronous, Synchronous::Normal);
-        let ms = Duration::from_millis;
-        let w = &s.worker;
-        assert_eq!(w.concurrency, 3);
-        assert_eq!((w.lease, w.recover_interval), (ms(3000), ms(1500)));
-        assert_eq!((w.poll_interval, w.shutdown_grace), (ms(5), ms(250)));
-        assert_eq!((w.retry.base, w.retry.cap), (ms(10), ms(90)));
-        let h = &s.http;
-        assert_eq!(h.max_body_bytes, 2048);
-        assert_eq!((h.default_max_attempts, h.default_timeout), (9, ms(700)));
-        assert_eq!(h.api_token.as_deref(), Some("t"));
-        assert!(h.metrics_public);
-        assert_eq!(h.allow_url_prefixes, ["http://a/"]);
-        assert_eq!(h.shutdown_grace, ms(250));
-        assert_eq!(h.write_timeout, ms(1500));
-        let proxies: Vec<String> = h.trusted_proxies.iter().map(ToString::to_string).collect();
-        assert_eq!(proxies, ["10.0.0.0/8", "::1/128", "192.0.2.7/32"]);
-        assert_eq!(h.allowed_hosts, ["tasks.example.com", "[::1]", "*"]);
-        assert_eq!(h.max_waiters_per_client, 5);
-        assert_eq!(
-            s.downstream_ca_file,
-            Some(PathBuf::from("/etc/internal-ca.pem"))
-        );
-        assert!(s.deny_private_destinations);
-    }
-
-    #[test]
-    fn defaults_are_the_components_own() {
-        let s = settings(&[]);
-        assert_eq!(s.store, StoreConfig::default());
-        let (w, d) = (&s.worker, WorkerConfig::default());
-        assert_eq!(
-            (w.concurrency, w.lease, w.poll_interval, w.shutdown_grace),
-            (d.concurrency, d.lease, d.poll_interval, d.shutdown_grace)
-        );
-        assert_eq!(w.retry, d.retry);
-        let h = tc_http::HttpConfig::default();
-        assert_eq!(s.http, h);
-        assert_eq!(s.downstream_ca_file, None);
-        assert!(!s.deny_private_destinations);
-    }
+    use crate::settings::tests::settings;
 
     /// A CA file that cannot be used stops the start, naming the file, before
     /// the database is created.

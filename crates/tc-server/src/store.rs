@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::path::PathBuf;
 
-use tc_model::store::{StoreError, TaskStore};
+use tc_model::store::StoreError;
 use tc_store::SqliteStore;
 use tc_store_pg::PgStore;
 
@@ -78,24 +78,32 @@ impl AnyStore {
 /// ([`tc_model::port_methods`]): each call goes to whichever adapter this
 /// is, so a new port method is not written here.
 macro_rules! forward_to_either {
-    ($( $call:ident => fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $out:ty; )*) => {
-        impl TaskStore for AnyStore {
-            fn leads_upkeep(&self) -> bool {
-                match self {
-                    AnyStore::Sqlite(s) => s.leads_upkeep(),
-                    AnyStore::Postgres(s) => s.leads_upkeep(),
-                }
-            }
-
-            $(
-                async fn $name(&self $(, $arg: $ty)*) -> Result<$out, StoreError> {
-                    match self {
-                        AnyStore::Sqlite(s) => s.$name($($arg),*).await,
-                        AnyStore::Postgres(s) => s.$name($($arg),*).await,
-                    }
-                }
-            )*
+    ($(
+        $part:path [$( fn $plain:ident(&self) -> $plain_out:ty; )*] {
+            $( $call:ident => fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $out:ty; )*
         }
+    )*) => {
+        $(
+            impl $part for AnyStore {
+                $(
+                    fn $plain(&self) -> $plain_out {
+                        match self {
+                            AnyStore::Sqlite(s) => s.$plain(),
+                            AnyStore::Postgres(s) => s.$plain(),
+                        }
+                    }
+                )*
+
+                $(
+                    async fn $name(&self $(, $arg: $ty)*) -> Result<$out, StoreError> {
+                        match self {
+                            AnyStore::Sqlite(s) => s.$name($($arg),*).await,
+                            AnyStore::Postgres(s) => s.$name($($arg),*).await,
+                        }
+                    }
+                )*
+            }
+        )*
     };
 }
 

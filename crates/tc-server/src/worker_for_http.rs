@@ -2,6 +2,7 @@
 //! handle: tc-http and tc-worker never see each other.
 
 use tc_model::store::{StoreError, TaskStore};
+use tc_model::tenant::Scope;
 use tc_model::{State, Task, TaskId, Timestamp};
 use tc_worker::WorkerControl;
 
@@ -13,8 +14,8 @@ impl<S: TaskStore> tc_http::Control for WorkerPort<S> {
         self.0.task_submitted();
     }
 
-    async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
-        self.0.cancel(id).await
+    async fn cancel(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
+        self.0.cancel(id, scope).await
     }
 
     fn canceled_in_store(&self, id: TaskId) {

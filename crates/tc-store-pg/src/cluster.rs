@@ -18,7 +18,10 @@ use tc_model::store::StoreError;
 use crate::error::db;
 
 /// The database's time now (the caller's, `caller`, when given).
-async fn db_now(client: &impl GenericClient, caller: Option<i64>) -> Result<i64, StoreError> {
+pub(crate) async fn db_now(
+    client: &impl GenericClient,
+    caller: Option<i64>,
+) -> Result<i64, StoreError> {
     let stmt = client
         .prepare_cached("SELECT tc_now_ms($1)")
         .await

@@ -155,7 +155,7 @@ async fn record(
     Ok(())
 }
 
-/// Publishes `new` as `id` in `tx` ([`tc_model::store::TaskStore::publish`]);
+/// Publishes `new` as `id` in `tx` ([`tc_model::store::Topics::publish`]);
 /// also answers whether a task was created.
 pub(crate) async fn publish(
     tx: &Transaction<'_>,
@@ -255,7 +255,7 @@ async fn same_key(
 }
 
 /// Replays to the subscription `id` of the topic `at` the events since
-/// `since` its types match ([`tc_model::store::TaskStore::replay`]): every
+/// `since` its types match ([`tc_model::store::Topics::replay`]): every
 /// task in one batch, then what each event made. Two replays at once may
 /// number theirs alike: both then answer the same tasks.
 pub(crate) async fn replay(

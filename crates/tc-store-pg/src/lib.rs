@@ -20,7 +20,7 @@
 //!   tasks.
 //! - One node at a time leads upkeep (a session advisory lock on a
 //!   connection of its own, [`leader`]): the count fold and `ANALYZE` of the
-//!   hot tables run there, and [`TaskStore::leads_upkeep`](tc_model::store::TaskStore::leads_upkeep) tells the worker
+//!   hot tables run there, and [`Work::leads_upkeep`](tc_model::store::Work::leads_upkeep) tells the worker
 //!   where to run lease recovery and pruning; the lead passes to another
 //!   node the moment the leader's session ends.
 //!
@@ -37,9 +37,11 @@ mod destinations;
 mod error;
 mod events;
 mod filter;
+mod flow_keys;
 mod group_submit;
 mod leader;
 mod notify;
+mod open;
 mod pace;
 mod priority;
 mod read_ops;

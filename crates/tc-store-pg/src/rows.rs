@@ -20,7 +20,7 @@ macro_rules! columns_after_body {
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
          schedule_at, schedule_delay_ms, destination, method, headers, trace_context, \
          callback_url, callback_on, callback_of, callback_task_id, ends, tenant, \
-         topic, event_id, subscription, priority"
+         topic, event_id, subscription, priority, flow_key"
     };
 }
 
@@ -101,6 +101,7 @@ pub(crate) fn task_from_row(row: &Row) -> Result<Stored, StoreError> {
         event_id: row.try_get(33).map_err(db)?,
         subscription: row.try_get(34).map_err(db)?,
         priority: wide(35)?,
+        flow_key: row.try_get(36).map_err(db)?,
     }
     .into_task()
     .map_err(corrupt)?;

@@ -700,6 +700,32 @@ CREATE INDEX tasks_prioritized ON tasks (destination, next_run_at, pos)
     WHERE state = 'pending' AND priority > 0;
 ";
 
+/// Step 22 → 23: a task's flow key (`''` for none, as a tenant: a
+/// constant default, no rewrite) and each tenant's keys' settings with
+/// their token bucket (`tokens` at `refilled_at`, the database's ms),
+/// locked and charged by the claim (`flow_keys`). The due and running
+/// tasks of a key are partial indexes of keyed tasks alone, empty unless
+/// keys are used, so building them reads `tasks` once and tasks without a
+/// key cost nothing more.
+const V23_FLOW_KEYS: &str = "
+ALTER TABLE tasks ADD COLUMN flow_key text NOT NULL DEFAULT '';
+CREATE INDEX tasks_due_by_key ON tasks (destination, tenant, flow_key, next_run_at, pos)
+    WHERE state = 'pending' AND flow_key <> '';
+CREATE INDEX tasks_running_by_key ON tasks (tenant, flow_key)
+    WHERE state = 'running' AND flow_key <> '';
+CREATE TABLE flow_keys (
+    tenant        text NOT NULL,
+    key           text NOT NULL,
+    max_in_flight integer,
+    rate_per_s    double precision,
+    burst         integer,
+    tokens        double precision,
+    refilled_at   bigint,
+    updated_at    bigint NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+";
+
 /// One migration step.
 pub(crate) struct Step {
     /// Run in one transaction with the version's change. Its time must not
@@ -762,6 +788,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V20_TOPICS),
     step(V21_CLUSTER_FLOW),
     step(V22_PRIORITY),
+    step(V23_FLOW_KEYS),
 ];
 
 /// The version this build writes and reads.
@@ -858,23 +885,9 @@ async fn migrate_on(
         }
         let k = usize::try_from(version).unwrap_or(0);
         let step = &steps[k];
-        let tx = client.transaction().await.map_err(fail("begin"))?;
-        tx.batch_execute(step.schema)
-            .await
-            .map_err(|e| OpenError::Postgres {
-                target: target.to_owned(),
-                message: format!(
-                    "migration step {k} -> {}: {}",
-                    k + 1,
-                    crate::error::describe(&e)
-                ),
-            })?;
         version += 1;
         backfill_after = step.backfill.as_ref().map(|_| -1);
-        record(&tx, version, backfill_after)
-            .await
-            .map_err(fail("record the version"))?;
-        tx.commit().await.map_err(fail("commit"))?;
+        apply_step(client, target, version, step, backfill_after).await?;
     }
     client
         .execute(
@@ -893,6 +906,31 @@ async fn migrate_on(
         );
     }
     Ok(())
+}
+
+/// Runs one step in a transaction of its own, recording `version` (the
+/// step's, after it) and where its backfill starts.
+async fn apply_step(
+    client: &mut tokio_postgres::Client,
+    target: &str,
+    version: i32,
+    step: &Step,
+    backfill_after: Option<i64>,
+) -> Result<(), OpenError> {
+    let fail = |doing: String| {
+        move |e: tokio_postgres::Error| OpenError::Postgres {
+            target: target.to_owned(),
+            message: format!("{doing}: {}", crate::error::describe(&e)),
+        }
+    };
+    let tx = client.transaction().await.map_err(fail("begin".into()))?;
+    tx.batch_execute(step.schema)
+        .await
+        .map_err(fail(format!("migration step {} -> {version}", version - 1)))?;
+    record(&tx, version, backfill_after)
+        .await
+        .map_err(fail("record the version".into()))?;
+    tx.commit().await.map_err(fail("commit".into()))
 }
 
 /// Writes the version row (and the column for a backfill's progress, which

@@ -1,41 +1,34 @@
-//! [`PgStore`]: the pool, the listener and the [`TaskStore`] methods, each
-//! handing its work to the operation modules.
+//! [`PgStore`]: the pool and the listener. The store port
+//! ([`TaskStore`](tc_model::store::TaskStore)) is implemented part by
+//! part, one file each under `store/`, each method handing its work to the
+//! operation modules.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::tls::Tls;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tc_model::claim::Claim;
-use tc_model::destination::{ClaimGate, Destination, DestinationSettings, DestinationUpdate};
-use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
-use tc_model::signing::SigningSecrets;
-use tc_model::store::{
-    BULK_CHUNK, BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Guarded, LeaseLost,
-    ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore,
-};
-use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
-use tc_model::tenant::{Acting, Tenant, TenantDetail, TenantSettings, TenantUpdate};
-use tc_model::topic::event::{Event, NewEvent, Published};
-use tc_model::topic::health::HealthChange;
-use tc_model::topic::{
-    Delivery, Subscription, SubscriptionSpec, SubscriptionUpdate, Topic, TopicRef, TopicSpec,
-};
-use tc_model::{NewTask, Task, TaskId, Timestamp};
+use deadpool_postgres::Pool;
+use tc_model::store::{Guarded, StoreError, Submitted};
+use tc_model::{NewTask, Timestamp};
 use tokio::sync::{Notify, broadcast, watch};
-use tokio_postgres::config::Host;
 
 use crate::batcher::{Batcher, Shape};
 use crate::completions::{self, Asked};
 use crate::config::{PgClock, PgConfig};
-use crate::error::{OpenError, db, describe, pool};
+use crate::error::{OpenError, db, pool};
 use crate::group_submit::{SUBMITS, Submitter};
 use crate::notify::{self, Channels, PgEvent};
+use crate::open::Connected;
 use crate::pace::{self, Pace};
-use crate::{analyze, counts, destinations, leader, schema};
-use crate::{events, read_ops, schedules, tenants, topics, write_ops};
+use crate::{analyze, counts, leader};
+
+mod destinations;
+mod flow_keys;
+mod schedules;
+mod tasks;
+mod tenants;
+mod topics;
+mod work;
 
 /// The longest a listing waits for older inserts of tasks to end before it
 /// answers a page that stops short (see `read_ops::list`).
@@ -47,7 +40,7 @@ const COMPLETIONS: Shape = Shape {
     max_batch: 256,
 };
 
-/// The PostgreSQL adapter behind [`TaskStore`].
+/// The PostgreSQL adapter behind [`TaskStore`](tc_model::store::TaskStore).
 ///
 /// A pool of connections for the operations, one more connection that
 /// listens for other nodes' notifications ([`PgStore::subscribe`]). Needs a
@@ -85,72 +78,13 @@ impl PgStore {
     /// application's tables, or written by a newer build, is refused and
     /// left untouched.
     pub async fn open(url: &str, config: PgConfig) -> Result<PgStore, OpenError> {
-        let (driver_url, tls) =
-            crate::tls::split_url(url).map_err(|message| OpenError::BadUrl {
-                target: redact(url),
-                message,
-            })?;
-        let mut pg: tokio_postgres::Config = driver_url.parse().map_err(|e| OpenError::BadUrl {
-            target: redact(url),
-            message: describe(&e),
-        })?;
-        let target = describe_target(&pg);
-        let tls = Tls::new(&tls).map_err(|message| OpenError::Tls {
-            target: target.clone(),
-            message,
-        })?;
-        tls.apply(&mut pg);
-        if pg.get_connect_timeout().is_none() {
-            pg.connect_timeout(Duration::from_secs(5));
-        }
-        if pg.get_application_name().is_none() {
-            pg.application_name("taskcenter");
-        }
-        if let Some(schema) = &config.schema {
-            check_schema_name(schema, &target)?;
-            create_schema(&pg, &tls, schema, &target).await?;
-        }
-        // A submit is answered after its COMMIT returned; synchronous_commit
-        // makes that COMMIT wait for the WAL flush, whatever the server's
-        // default.
-        let mut options = pg.get_options().unwrap_or_default().to_owned();
-        options.push_str(" -c synchronous_commit=on");
-        if let Some(schema) = &config.schema {
-            options.push_str(&format!(" -c search_path={schema}"));
-        }
-        pg.options(options.trim_start());
-
-        let manager = Manager::from_config(
-            pg.clone(),
-            tls.clone(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(config.pool_size.max(1))
-            .wait_timeout(Some(config.wait_timeout))
-            .create_timeout(Some(config.wait_timeout))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| OpenError::Postgres {
-                target: target.clone(),
-                message: format!("build the pool: {e}"),
-            })?;
-        schema::migrate(&pg, &tls, &target, schema::MIGRATIONS).await?;
-        let client = pool.get().await.map_err(|e| OpenError::Postgres {
-            target: target.clone(),
-            message: format!("connect: {}", pool_message(e)),
-        })?;
-        let schema: String = client
-            .query_one("SELECT current_schema()", &[])
-            .await
-            .map_err(|e| OpenError::Postgres {
-                target: target.clone(),
-                message: format!("read current_schema: {}", describe(&e)),
-            })?
-            .get(0);
-        drop(client);
+        let Connected {
+            pg,
+            tls,
+            target,
+            pool,
+            schema,
+        } = crate::open::connect(url, &config).await?;
 
         let channels = Channels::for_schema(&schema);
         let (events, _) = broadcast::channel(1024);
@@ -178,19 +112,7 @@ impl PgStore {
             stopped.clone(),
         ));
         let states_changed = Arc::new(AtomicBool::new(false));
-        tokio::spawn(counts::fold_loop(
-            pool.clone(),
-            Arc::clone(&states_changed),
-            leading.clone(),
-            stopped.clone(),
-        ));
-        tokio::spawn(analyze::analyze_loop(
-            pool.clone(),
-            leading.clone(),
-            stopped.clone(),
-        ));
-        let (pace_tx, pace) = watch::channel(Pace::for_nodes(1));
-        tokio::spawn(pace::count_loop(pool.clone(), pace_tx, stopped));
+        let pace = spawn_upkeep(&pool, &states_changed, &leading, stopped);
         let completer = {
             let (pool, states_changed) = (pool.clone(), Arc::clone(&states_changed));
             let callback_bytes = config.callback_result_bytes;
@@ -323,611 +245,6 @@ impl PgStore {
     }
 }
 
-impl TaskStore for PgStore {
-    fn leads_upkeep(&self) -> bool {
-        *self.leading.borrow()
-    }
-
-    async fn submit(&self, task: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
-        self.submitter.call((task, now)).await
-    }
-
-    async fn submit_many(
-        &self,
-        tasks: Vec<NewTask>,
-        now: Timestamp,
-    ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
-        let stamp = self.stamp(now);
-        // One chunk is one statement, atomic by itself; more are one
-        // transaction, and so is a batch with a pending limit (its quota
-        // locks hold until the transaction ends).
-        let inserted = if tasks.len() <= write_ops::BATCH_CHUNK && !write_ops::takes_quota(&tasks) {
-            write_ops::submit_batch(&self.client().await?, &tasks, now, stamp).await?
-        } else {
-            self.write(async |tx| write_ops::submit_batch(tx, &tasks, now, stamp).await)
-                .await?
-        };
-        let (results, created) = write_ops::answers(&tasks, inserted);
-        if created {
-            self.states_changed();
-            self.submitted.notify_one();
-        }
-        // A batch is one caller's, made with one key: gone, it refused every
-        // item, and the batch answers as a whole, as on every adapter.
-        if results
-            .iter()
-            .any(|r| matches!(r, Err(StoreError::CredentialGone)))
-        {
-            return Err(StoreError::CredentialGone);
-        }
-        Ok(results)
-    }
-
-    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
-        self.read(async |tx| read_ops::get(tx, &id).await).await
-    }
-
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
-        let mut pause = Duration::from_millis(1);
-        let mut waited = Duration::ZERO;
-        loop {
-            let (page, held_back) = self
-                .read(async |tx| read_ops::list(tx, &query).await)
-                .await?;
-            // Rows held back wait for older transactions inserting tasks in
-            // this schema to end: usually milliseconds. Past LIST_HOLD the
-            // page is answered as it is; its cursor continues exactly where
-            // it stopped.
-            if !held_back || waited >= LIST_HOLD {
-                return Ok(page);
-            }
-            tokio::time::sleep(pause).await;
-            waited += pause;
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
-    }
-
-    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
-        counts::count_by_state(&self.client().await?).await
-    }
-
-    async fn claim(
-        &self,
-        n: usize,
-        now: Timestamp,
-        lease: Duration,
-        gate: ClaimGate,
-    ) -> Result<Claim, StoreError> {
-        if n == 0 {
-            return Ok(Claim::default());
-        }
-        let stamp = self.stamp(now);
-        let claimed = self
-            .write(async |tx| write_ops::claim(tx, n, stamp, lease, &gate).await)
-            .await?;
-        if !claimed.tasks.is_empty() {
-            self.states_changed();
-        }
-        let (due, store_now) = claimed.resume_after;
-        Ok(Claim {
-            tasks: claimed.tasks,
-            cursor: claimed.cursor,
-            resume_after: due.map(|due| match self.clock {
-                PgClock::Caller => Timestamp::from_millis(due),
-                // The caller's clock may not be the database's: hand the
-                // due time over as "this long after the caller's now".
-                PgClock::Database => Timestamp::from_millis(
-                    now.as_millis()
-                        .saturating_add(due.saturating_sub(store_now)),
-                ),
-            }),
-        })
-    }
-
-    async fn heartbeat(
-        &self,
-        running: Vec<(TaskId, u32)>,
-        now: Timestamp,
-        lease: Duration,
-    ) -> Result<Vec<LeaseLost>, StoreError> {
-        if running.is_empty() {
-            return Ok(Vec::new());
-        }
-        write_ops::heartbeat(&self.client().await?, &running, self.stamp(now), lease).await
-    }
-
-    async fn complete(
-        &self,
-        id: TaskId,
-        attempt: u32,
-        outcome: Completion,
-        now: Timestamp,
-    ) -> Result<Guarded, StoreError> {
-        self.completer
-            .call(Asked {
-                id,
-                attempt,
-                outcome,
-                now_ms: now.as_millis(),
-                now: self.stamp(now),
-            })
-            .await
-    }
-
-    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        let stamp = (now, self.stamp(now));
-        let canceled = self
-            .write(async |tx| {
-                write_ops::cancel(tx, &id, stamp, &self.channels.cancel, self.callback_bytes).await
-            })
-            .await?;
-        self.states_changed();
-        if canceled.was_running {
-            tracing::debug!(task_id = %id, "store_cancel_announced");
-        }
-        Ok(canceled.task)
-    }
-
-    async fn release(
-        &self,
-        id: TaskId,
-        attempt: u32,
-        now: Timestamp,
-    ) -> Result<Guarded, StoreError> {
-        let stamp = self.stamp(now);
-        let released = self
-            .write(async |tx| write_ops::release(tx, &id, attempt, stamp).await)
-            .await?;
-        self.states_changed();
-        Ok(released)
-    }
-
-    async fn prune(
-        &self,
-        state: tc_model::State,
-        older_than: Duration,
-        now: Timestamp,
-        limit: usize,
-    ) -> Result<usize, StoreError> {
-        let older_than_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let stamp = self.stamp(now);
-        let deleted = self
-            .write(async |tx| write_ops::prune(tx, state, older_than_ms, stamp, limit).await)
-            .await?;
-        if deleted > 0 {
-            self.states_changed();
-        }
-        Ok(deleted)
-    }
-
-    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
-        self.write(async |tx| write_ops::delete(tx, &id).await)
-            .await?;
-        self.states_changed();
-        Ok(())
-    }
-
-    async fn retry(
-        &self,
-        id: TaskId,
-        run_at: Timestamp,
-        now: Timestamp,
-        acting: Option<Acting>,
-    ) -> Result<Task, StoreError> {
-        let delay = run_at.as_millis().saturating_sub(now.as_millis());
-        let stamp = self.stamp(now);
-        let task = self
-            .write(async |tx| write_ops::retry(tx, &id, delay, stamp, acting.as_ref()).await)
-            .await?;
-        self.states_changed();
-        // Pending again: idle workers on every node may claim it.
-        self.submitted.notify_one();
-        Ok(task)
-    }
-
-    async fn bulk(&self, request: BulkRequest) -> Result<BulkOutcome, StoreError> {
-        let BulkRequest {
-            action,
-            filter,
-            dry_run,
-            now,
-            acting,
-            mut quota,
-            allowed_urls,
-        } = request;
-        if dry_run {
-            let sample = i64::try_from(BULK_SAMPLE).unwrap_or(i64::MAX);
-            let (matched, sample) = self
-                .read(async |tx| read_ops::bulk_count(tx, &filter, sample).await)
-                .await?;
-            return Ok(BulkOutcome {
-                matched,
-                sample,
-                ..BulkOutcome::default()
-            });
-        }
-        let snapshot = write_ops::bulk_snapshot(&self.client().await?).await?;
-        let chunk = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
-        let mut outcome = BulkOutcome::default();
-        let mut after = 0;
-        loop {
-            let stamp = (now, self.stamp(now));
-            quota.new_transaction();
-            let (covered, applied) = self
-                .write(async |tx| {
-                    if let Some(acting) = &acting {
-                        write_ops::check_acting(tx, acting).await?;
-                    }
-                    let covered =
-                        write_ops::bulk_covered(tx, &filter, &snapshot, after, chunk).await?;
-                    let positions: Vec<i64> = covered.iter().map(|&(pos, _)| pos).collect();
-                    let applied = write_ops::bulk_apply(
-                        tx,
-                        action,
-                        &positions,
-                        stamp,
-                        &self.channels.cancel,
-                        self.callback_bytes,
-                        &mut write_ops::RetryAdmit {
-                            quota: &mut quota,
-                            allowed_urls: &allowed_urls,
-                        },
-                    )
-                    .await?;
-                    Ok((covered, applied))
-                })
-                .await?;
-            let write_ops::BulkApplied {
-                applied,
-                canceled_running,
-                refused_url,
-            } = applied;
-            outcome.refused_url += refused_url;
-            if applied > 0 {
-                self.states_changed();
-            }
-            if action == BulkAction::Retry && applied > 0 {
-                self.submitted.notify_one();
-            }
-            outcome.matched += covered.len() as u64;
-            outcome.applied += applied;
-            let room = BULK_SAMPLE.saturating_sub(outcome.sample.len());
-            outcome
-                .sample
-                .extend(covered.iter().take(room).map(|&(_, id)| id));
-            outcome.canceled_running.extend(canceled_running);
-            match covered.last() {
-                Some(&(last, _)) if covered.len() == BULK_CHUNK => after = last,
-                _ => break,
-            }
-        }
-        outcome.refused_quota = quota.refused();
-        outcome.retried_by_tenant = quota.retried().clone();
-        Ok(outcome)
-    }
-
-    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let stamp = (now, self.stamp(now));
-        let moved = self
-            .write(async |tx| write_ops::recover_expired(tx, stamp, self.callback_bytes).await)
-            .await?;
-        if moved > 0 {
-            self.states_changed();
-        }
-        Ok(moved)
-    }
-
-    async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
-        destinations::all_settings(&self.client().await?, &self.sealer).await
-    }
-
-    async fn destinations(&self) -> Result<Vec<Destination>, StoreError> {
-        destinations::destinations(&self.client().await?, &self.sealer).await
-    }
-
-    async fn destination(&self, name: String) -> Result<Destination, StoreError> {
-        destinations::destination(&self.client().await?, name, &self.sealer).await
-    }
-
-    async fn update_destination(
-        &self,
-        name: String,
-        update: DestinationUpdate,
-        now: Timestamp,
-    ) -> Result<Destination, StoreError> {
-        let updated = self
-            .write(async |tx| destinations::update(tx, name, &update, now, &self.sealer).await)
-            .await?;
-        // A resumed or widened destination's due tasks are claimable now:
-        // idle nodes that sleep until their next due time must look.
-        self.submitted.notify_one();
-        Ok(updated)
-    }
-
-    async fn create_schedule(
-        &self,
-        spec: ScheduleSpec,
-        now: Timestamp,
-    ) -> Result<Schedule, StoreError> {
-        schedules::create(&self.client().await?, spec, now).await
-    }
-
-    async fn update_schedule(
-        &self,
-        name: String,
-        change: ScheduleChange,
-        now: Timestamp,
-    ) -> Result<Schedule, StoreError> {
-        self.write(async |tx| schedules::update(tx, &name, change, now).await)
-            .await
-    }
-
-    async fn delete_schedule(&self, name: String) -> Result<(), StoreError> {
-        schedules::delete(&self.client().await?, &name).await
-    }
-
-    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        schedules::all(&self.client().await?).await
-    }
-
-    async fn schedule(&self, name: String) -> Result<Schedule, StoreError> {
-        schedules::one(&self.client().await?, &name, false).await
-    }
-
-    async fn record_firing(
-        &self,
-        name: String,
-        at: Timestamp,
-        task: TaskId,
-    ) -> Result<bool, StoreError> {
-        schedules::record_firing(&self.client().await?, &name, at, task).await
-    }
-
-    async fn record_firing_error(
-        &self,
-        name: String,
-        error: tc_model::schedule::FiringError,
-    ) -> Result<bool, StoreError> {
-        schedules::record_firing_error(&self.client().await?, &name, &error).await
-    }
-
-    async fn health(&self) -> Result<(), StoreError> {
-        read_ops::health(&self.client().await?).await
-    }
-
-    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        let (due, store_now) = read_ops::next_due(&self.client().await?).await?;
-        Ok(due.map(|due| match self.clock {
-            PgClock::Caller => Timestamp::from_millis(due),
-            // The port's next_due has no caller clock to speak in; the
-            // server's worker runs on the system clock, so the database's
-            // due time is handed over as "this long from now" on it.
-            PgClock::Database => {
-                Timestamp::from_millis(system_now_ms().saturating_add(due - store_now))
-            }
-        }))
-    }
-
-    async fn create_tenant(
-        &self,
-        name: String,
-        settings: TenantUpdate,
-        now: Timestamp,
-    ) -> Result<Tenant, StoreError> {
-        tenants::create(&self.client().await?, &name, &settings, now, &self.sealer).await
-    }
-
-    async fn update_tenant(
-        &self,
-        name: String,
-        update: TenantUpdate,
-        now: Timestamp,
-    ) -> Result<Tenant, StoreError> {
-        self.write(async |tx| tenants::update(tx, &name, &update, now, &self.sealer).await)
-            .await
-    }
-
-    async fn delete_tenant(&self, name: String) -> Result<(), StoreError> {
-        self.write(async |tx| tenants::delete(tx, &name).await)
-            .await
-    }
-
-    async fn tenants(&self) -> Result<Vec<TenantDetail>, StoreError> {
-        self.read(async |tx| tenants::details(tx, None, &self.sealer).await)
-            .await
-    }
-
-    async fn tenant_settings(&self) -> Result<BTreeMap<String, TenantSettings>, StoreError> {
-        tenants::settings(&self.client().await?, &self.sealer).await
-    }
-
-    async fn tenant(&self, name: String) -> Result<TenantDetail, StoreError> {
-        self.read(async |tx| tenants::details(tx, Some(&name), &self.sealer).await)
-            .await?
-            .into_iter()
-            .next()
-            .ok_or(StoreError::NotFound)
-    }
-
-    async fn create_api_key(
-        &self,
-        tenant: String,
-        id: String,
-        hash: KeyHash,
-        now: Timestamp,
-    ) -> Result<ApiKey, StoreError> {
-        tenants::create_key(&self.client().await?, &tenant, &id, &hash, now).await
-    }
-
-    async fn revoke_api_key(&self, tenant: String, id: String) -> Result<(), StoreError> {
-        self.write(async |tx| tenants::revoke_key(tx, &tenant, &id).await)
-            .await
-    }
-
-    async fn api_key(&self, hash: KeyHash) -> Result<Option<KeyOwner>, StoreError> {
-        tenants::key_owner(&self.client().await?, &hash, &self.sealer).await
-    }
-
-    async fn touch_api_key(&self, id: String, at: Timestamp) -> Result<(), StoreError> {
-        tenants::touch_key(&self.client().await?, &id, at).await
-    }
-
-    async fn put_topic(
-        &self,
-        at: TopicRef,
-        spec: TopicSpec,
-        now: Timestamp,
-    ) -> Result<(Topic, bool), StoreError> {
-        topics::put(&self.client().await?, &at, &spec, now).await
-    }
-
-    async fn topics(&self, tenant: Option<String>) -> Result<Vec<Topic>, StoreError> {
-        topics::all(&self.client().await?, tenant.as_deref()).await
-    }
-
-    async fn topic(&self, at: TopicRef) -> Result<Topic, StoreError> {
-        topics::one(&self.client().await?, &at).await
-    }
-
-    async fn delete_topic(&self, at: TopicRef) -> Result<(), StoreError> {
-        self.write(async |tx| topics::delete(tx, &at).await).await
-    }
-
-    async fn create_subscription(
-        &self,
-        at: TopicRef,
-        id: String,
-        spec: SubscriptionSpec,
-        now: Timestamp,
-    ) -> Result<Subscription, StoreError> {
-        let sealer = &self.sealer;
-        self.write(async |tx| topics::create_subscription(tx, sealer, at, id, spec, now).await)
-            .await
-    }
-
-    async fn update_subscription(
-        &self,
-        at: TopicRef,
-        id: String,
-        update: SubscriptionUpdate,
-        now: Timestamp,
-    ) -> Result<Subscription, StoreError> {
-        let sealer = &self.sealer;
-        self.write(async |tx| topics::update_subscription(tx, sealer, &at, &id, update, now).await)
-            .await
-    }
-
-    async fn delete_subscription(&self, at: TopicRef, id: String) -> Result<(), StoreError> {
-        topics::delete_subscription(&self.client().await?, &at, &id).await
-    }
-
-    async fn subscriptions(&self, at: TopicRef) -> Result<Vec<Subscription>, StoreError> {
-        let sealer = &self.sealer;
-        self.read(async |tx| topics::subscriptions(tx, sealer, &at).await)
-            .await
-    }
-
-    async fn subscription_secrets(&self) -> Result<Vec<(String, SigningSecrets)>, StoreError> {
-        let sealer = &self.sealer;
-        self.read(async |tx| topics::all_secrets(tx, sealer).await)
-            .await
-    }
-
-    async fn subscription_try_ended(
-        &self,
-        id: String,
-        ok: bool,
-        now: Timestamp,
-    ) -> Result<HealthChange, StoreError> {
-        let (sealer, stamp) = (&self.sealer, (now, self.stamp(now)));
-        let (channel, callback_bytes) = (&self.channels.cancel, self.callback_bytes);
-        let change = self
-            .write(async |tx| {
-                crate::sub_health::try_ended(tx, sealer, &id, ok, stamp, channel, callback_bytes)
-                    .await
-            })
-            .await?;
-        if change == HealthChange::Disabled {
-            self.states_changed();
-            self.submitted.notify_one();
-        }
-        Ok(change)
-    }
-
-    async fn publish(
-        &self,
-        event: NewEvent,
-        id: String,
-        now: Timestamp,
-    ) -> Result<Published, StoreError> {
-        let (sealer, stamp) = (&self.sealer, self.stamp(now));
-        let (published, created) = self
-            .write(async |tx| events::publish(tx, sealer, &event, id, now, stamp).await)
-            .await?;
-        if created {
-            self.states_changed();
-            self.submitted.notify_one();
-        }
-        Ok(published)
-    }
-
-    async fn event(&self, at: TopicRef, id: String) -> Result<Event, StoreError> {
-        self.read(async |tx| events::event(tx, &at, &id).await)
-            .await
-    }
-
-    async fn replay(
-        &self,
-        at: TopicRef,
-        id: String,
-        since: Timestamp,
-        now: Timestamp,
-    ) -> Result<Vec<Delivery>, StoreError> {
-        let (sealer, stamp) = (&self.sealer, (now, self.stamp(now)));
-        let (deliveries, created) = self
-            .write(async |tx| events::replay(tx, sealer, &at, &id, since, stamp).await)
-            .await?;
-        if created {
-            self.states_changed();
-            self.submitted.notify_one();
-        }
-        Ok(deliveries)
-    }
-
-    async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
-        destinations::server_key(&self.client().await?, &self.sealer, &name, &candidate).await
-    }
-
-    async fn take_tokens(
-        &self,
-        asks: Vec<tc_model::cluster::TokenAsk>,
-        now: Timestamp,
-    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
-        if asks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let caller = self.stamp(now);
-        crate::cluster::create_buckets(&self.client().await?, &asks, caller).await?;
-        self.write(async |tx| crate::cluster::take_tokens(tx, &asks, caller).await)
-            .await
-    }
-
-    async fn share_holds(
-        &self,
-        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
-        now: Timestamp,
-    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
-        let caller = self.stamp(now);
-        if learned.is_empty() {
-            return crate::cluster::read_holds(&self.client().await?, now, caller).await;
-        }
-        crate::cluster::create_holds(&self.client().await?, &learned).await?;
-        self.write(async |tx| crate::cluster::share_holds(tx, learned, now, caller).await)
-            .await
-    }
-}
-
 /// A read-only transaction on one snapshot (a task and its history, a page
 /// and its histories, agree).
 async fn read_snapshot(
@@ -942,126 +259,34 @@ async fn read_snapshot(
         .map_err(db)
 }
 
+/// The loops that keep the store's figures current: counts folded and
+/// `ANALYZE` on the upkeep leader, and the cluster's size counted on every
+/// node for the grouped statements' pace, which they answer.
+fn spawn_upkeep(
+    pool: &Pool,
+    states_changed: &Arc<AtomicBool>,
+    leading: &watch::Receiver<bool>,
+    stopped: watch::Receiver<bool>,
+) -> watch::Receiver<Pace> {
+    tokio::spawn(counts::fold_loop(
+        pool.clone(),
+        Arc::clone(states_changed),
+        leading.clone(),
+        stopped.clone(),
+    ));
+    tokio::spawn(analyze::analyze_loop(
+        pool.clone(),
+        leading.clone(),
+        stopped.clone(),
+    ));
+    let (pace_tx, pace) = watch::channel(Pace::for_nodes(1));
+    tokio::spawn(pace::count_loop(pool.clone(), pace_tx, stopped));
+    pace
+}
+
 fn system_now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
-}
-
-fn pool_message(e: deadpool_postgres::PoolError) -> String {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => describe(&e),
-        other => other.to_string(),
-    }
-}
-
-/// Schema names are spliced into options and SQL: only plain lowercase
-/// identifiers are taken.
-fn check_schema_name(schema: &str, target: &str) -> Result<(), OpenError> {
-    let plain = !schema.is_empty()
-        && schema.len() <= 48
-        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && schema
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
-        Ok(())
-    } else {
-        Err(OpenError::Postgres {
-            target: target.to_owned(),
-            message: format!("schema name {schema:?} is not a plain lowercase identifier"),
-        })
-    }
-}
-
-async fn create_schema(
-    pg: &tokio_postgres::Config,
-    tls: &Tls,
-    schema: &str,
-    target: &str,
-) -> Result<(), OpenError> {
-    let fail = |doing: &str, e: tokio_postgres::Error| OpenError::Postgres {
-        target: target.to_owned(),
-        message: format!("{doing}: {}", describe(&e)),
-    };
-    let (client, connection) = pg
-        .connect(tls.clone())
-        .await
-        .map_err(|e| fail("connect", e))?;
-    let driver = tokio::spawn(connection);
-    let created = match client
-        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-        .await
-    {
-        // Two nodes creating it at once: IF NOT EXISTS does not cover the
-        // race, the catalog's unique index does; the loser finds it made.
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => Ok(()),
-        other => other.map_err(|e| fail("create schema", e)),
-    };
-    drop(client);
-    let _ = driver.await;
-    created
-}
-
-/// `postgres://user@host:port/db`, without a password, for logs and errors.
-fn describe_target(pg: &tokio_postgres::Config) -> String {
-    let host = pg
-        .get_hosts()
-        .first()
-        .map(|h| match h {
-            Host::Tcp(name) => name.clone(),
-            #[cfg(unix)]
-            Host::Unix(path) => path.display().to_string(),
-        })
-        .unwrap_or_else(|| "localhost".to_owned());
-    let port = pg.get_ports().first().copied().unwrap_or(5432);
-    let user = pg.get_user().map(|u| format!("{u}@")).unwrap_or_default();
-    let db = pg.get_dbname().unwrap_or_default();
-    format!("postgres://{user}{host}:{port}/{db}")
-}
-
-/// A URL that did not parse, with anything between `:` and `@` hidden.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn targets_never_show_a_password() {
-        let check = |url: &str, want: &str| {
-            let pg: tokio_postgres::Config = url.parse().unwrap_or_else(|e| panic!("{url}: {e}"));
-            assert_eq!(describe_target(&pg), want, "{url}");
-        };
-        check(
-            "postgresql://postgres@127.0.0.1:5432/test",
-            "postgres://postgres@127.0.0.1:5432/test",
-        );
-        check(
-            "postgres://u:secret@db.internal/tc",
-            "postgres://u@db.internal:5432/tc",
-        );
-        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("no url"), "no url");
-    }
-
-    #[test]
-    fn only_plain_schema_names_are_taken() {
-        for good in ["tc", "tc_test_01", "_x"] {
-            assert!(check_schema_name(good, "t").is_ok(), "{good}");
-        }
-        for bad in ["", "Tc", "1tc", "tc;drop", "a b", "tc\"x", &"x".repeat(49)] {
-            assert!(check_schema_name(bad, "t").is_err(), "{bad:?}");
-        }
-    }
 }

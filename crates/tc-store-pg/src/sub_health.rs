@@ -12,8 +12,9 @@ use tc_seal::Sealer;
 
 use crate::error::db;
 use crate::{topics, write_ops};
+use tc_model::tenant::Scope;
 
-/// [`tc_model::store::TaskStore::subscription_try_ended`]; `stamp` as the
+/// [`tc_model::store::Topics::subscription_try_ended`]; `stamp` as the
 /// store's other writes take it, `channel` the cancel channel.
 pub(crate) async fn try_ended(
     tx: &Transaction<'_>,
@@ -69,7 +70,7 @@ pub(crate) async fn try_ended(
             let task = <[u8; 16]>::try_from(bytes.as_slice())
                 .map(TaskId::from_bytes)
                 .map_err(|_| StoreError::Unavailable("corrupt row in tasks: bad id".to_owned()))?;
-            write_ops::cancel(tx, &task, stamp, channel, callback_bytes).await?;
+            write_ops::cancel(tx, &task, &Scope::Admin, stamp, channel, callback_bytes).await?;
             tx.execute(
                 "UPDATE tasks SET error = $2 WHERE id = $1",
                 &[&task.as_bytes().as_slice(), &DISABLED_REASON],

@@ -270,7 +270,7 @@ mod hot_args {
         ARRAY[NULL]::bigint[], ARRAY[NULL]::bigint[], ARRAY['h:80'], ARRAY['POST'], \
         ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], \
         ARRAY[NULL]::bytea[], ARRAY[''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], \
-        ARRAY[NULL]::text[], ARRAY[0]";
+        ARRAY[NULL]::text[], ARRAY[0], ARRAY['']";
     /// For `COMPLETE_MANY`: two completions.
     pub(super) const COMPLETE: &str = "\
         ARRAY['\\x0123456789abcdef0123456789abcdef'::bytea, \

@@ -28,7 +28,7 @@ pub(crate) use bulk::{BulkApplied, RetryAdmit, bulk_apply, bulk_covered, bulk_sn
 // The statements whose plans the `testing` module's hot list checks.
 #[cfg(feature = "testing")]
 pub(crate) use claim::{CLAIM, RECOVER};
-pub(crate) use claim::{claim, claim_tail, heartbeat, recover_expired, release};
+pub(crate) use claim::{claim, claim_tail, claimed_tasks, heartbeat, recover_expired, release};
 use end::admit_retry;
 pub(crate) use end::{cancel, delete, ended, mark_inserting, prune, retry};
 pub(crate) use submit::{
@@ -49,13 +49,15 @@ struct Head {
     pos: i64,
     state: State,
     attempt: u32,
+    /// The tenant column (`''` for none).
+    tenant: String,
 }
 
 /// Locks the task's row and reads its head; an unknown id is
 /// [`StoreError::NotFound`].
 async fn lock_head(tx: &Transaction<'_>, id: &TaskId) -> Result<Head, StoreError> {
     let stmt = tx
-        .prepare_cached("SELECT pos, state, attempt FROM tasks WHERE id = $1 FOR UPDATE")
+        .prepare_cached("SELECT pos, state, attempt, tenant FROM tasks WHERE id = $1 FOR UPDATE")
         .await
         .map_err(db)?;
     let row = tx
@@ -70,6 +72,7 @@ async fn lock_head(tx: &Transaction<'_>, id: &TaskId) -> Result<Head, StoreError
         state: parse_state(&state)?,
         attempt: u32::try_from(attempt)
             .map_err(|_| StoreError::Unavailable("corrupt row in tasks: bad attempt".into()))?,
+        tenant: row.try_get(3).map_err(db)?,
     })
 }
 

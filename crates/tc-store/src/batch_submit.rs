@@ -16,7 +16,7 @@ use crate::write_ops::{Made, SubmitRow, known_task, new_id, seq_floor_above, sub
 const CHUNKS: [usize; 4] = [64, 16, 4, 1];
 
 /// The columns one row of [`submit_all`]'s INSERT binds, in order.
-const SUBMIT_COLUMNS: usize = 23;
+const SUBMIT_COLUMNS: usize = 24;
 
 /// [`submit_rows_sql`] for each of [`CHUNKS`], made once.
 static SUBMIT_ROWS_SQL: std::sync::LazyLock<[String; 4]> =
@@ -30,7 +30,7 @@ fn submit_rows_sql(rows: usize) -> String {
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
                             trace_context, callback_url, callback_on, callback_of, tenant, \
-                            topic, event_id, subscription, priority) VALUES ",
+                            topic, event_id, subscription, priority, flow_key) VALUES ",
     );
     for r in 0..rows {
         let p = |k: usize| r * SUBMIT_COLUMNS + k;
@@ -39,7 +39,7 @@ fn submit_rows_sql(rows: usize) -> String {
         }
         sql.push_str(&format!(
             "(NULL, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, 0, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, \
-             ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+             ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
             p(1),
             p(2),
             p(3),
@@ -63,7 +63,8 @@ fn submit_rows_sql(rows: usize) -> String {
             p(20),
             p(21),
             p(22),
-            p(23)
+            p(23),
+            p(24)
         ));
     }
     sql.push_str(" ON CONFLICT (idempotency_key, tenant) DO NOTHING");
@@ -174,6 +175,7 @@ fn push_row<'a>(
     values.push(Box::new(link.map(|l| l.event_id.as_str())));
     values.push(Box::new(link.map(|l| l.subscription.as_str())));
     values.push(Box::new(new.priority()));
+    values.push(Box::new(tc_model::flow_key::stored_key(new.flow_key())));
 }
 
 #[cfg(test)]

@@ -138,7 +138,7 @@ fn submit_all_or_none(
     Ok(out)
 }
 
-/// Publishes `new` as `id` ([`tc_model::store::TaskStore::publish`]).
+/// Publishes `new` as `id` ([`tc_model::store::Topics::publish`]).
 pub(crate) fn publish(
     conn: &Connection,
     sealer: &Sealer,
@@ -191,7 +191,7 @@ pub(crate) fn publish(
 }
 
 /// Replays to the subscription `id` of the topic `at` the events since
-/// `since` its types match ([`tc_model::store::TaskStore::replay`]).
+/// `since` its types match ([`tc_model::store::Topics::replay`]).
 pub(crate) fn replay(
     conn: &Connection,
     sealer: &Sealer,

@@ -27,6 +27,7 @@ mod config;
 mod destinations;
 mod events;
 mod filter;
+mod flow_keys;
 mod priority;
 mod private_file;
 mod read_ops;

@@ -17,7 +17,7 @@ macro_rules! columns_after_body {
          started_at, finished_at, next_run_at, lease_until, attempts_before_retry, \
          schedule_at, schedule_delay_ms, destination, method, headers, trace_context, \
          callback_url, callback_on, callback_of, callback_task_id, ends, tenant, \
-         topic, event_id, subscription, priority"
+         topic, event_id, subscription, priority, flow_key"
     };
 }
 
@@ -97,6 +97,7 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<Stored, StoreError> {
         event_id: row.get(33).map_err(db)?,
         subscription: row.get(34).map_err(db)?,
         priority: row.get(35).map_err(db)?,
+        flow_key: row.get(36).map_err(db)?,
     }
     .into_task()
     .map_err(corrupt)?;

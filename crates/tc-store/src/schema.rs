@@ -798,6 +798,31 @@ CREATE INDEX tasks_prioritized ON tasks (destination, next_run_at, seq)
     WHERE state = 'pending' AND priority > 0;
 ";
 
+/// Step 25 → 26: a task's flow key (`''` for none, as a tenant) and each
+/// tenant's keys' settings with their token bucket (`tokens` at
+/// `refilled_at`, charged by the claim, `flow_keys::charge`). The due
+/// tasks of a key by destination and tenant and the running tasks of a
+/// key are partial indexes of keyed tasks alone, so tasks without a key
+/// cost nothing more.
+const V26_FLOW_KEYS: &str = "
+ALTER TABLE tasks ADD COLUMN flow_key TEXT NOT NULL DEFAULT '';
+CREATE INDEX tasks_due_by_key ON tasks (destination, tenant, flow_key, next_run_at, seq)
+    WHERE state = 'pending' AND flow_key <> '';
+CREATE INDEX tasks_running_by_key ON tasks (tenant, flow_key)
+    WHERE state = 'running' AND flow_key <> '';
+CREATE TABLE flow_keys (
+    tenant        TEXT NOT NULL,
+    key           TEXT NOT NULL,
+    max_in_flight INTEGER,
+    rate_per_s    REAL,
+    burst         INTEGER,
+    tokens        REAL,
+    refilled_at   INTEGER,
+    updated_at    INTEGER NOT NULL,
+    PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+";
+
 /// Every step, in order: `MIGRATIONS[k]` takes `user_version` k to k + 1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     V1_TABLES,
@@ -825,6 +850,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V23_TRIES_WRITTEN_ONCE,
     V24_TOPICS,
     V25_PRIORITY,
+    V26_FLOW_KEYS,
 ];
 
 /// The `user_version` this build writes and reads.

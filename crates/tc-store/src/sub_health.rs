@@ -14,7 +14,7 @@ use crate::rows::db;
 use crate::topics;
 use crate::write_ops::SubmitRow;
 
-/// [`tc_model::store::TaskStore::subscription_try_ended`].
+/// [`tc_model::store::Topics::subscription_try_ended`].
 pub(crate) fn try_ended(
     conn: &Connection,
     sealer: &Sealer,
@@ -45,7 +45,13 @@ pub(crate) fn try_ended(
                 ));
             };
             let task = TaskId::from_bytes(task);
-            crate::write_ops::cancel(conn, &task, now, callback_bytes)?;
+            crate::write_ops::cancel(
+                conn,
+                &task,
+                &tc_model::tenant::Scope::Admin,
+                now,
+                callback_bytes,
+            )?;
             conn.prepare_cached("UPDATE tasks SET error = ?2 WHERE id = ?1")
                 .map_err(db)?
                 .execute(params![task.as_bytes(), DISABLED_REASON])

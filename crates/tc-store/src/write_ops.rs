@@ -217,7 +217,7 @@ mod tests {
                 .unwrap(),
             )
             .unwrap();
-            delete(&conn, &id).unwrap();
+            delete(&conn, &id, &tc_model::tenant::Scope::Admin).unwrap();
         }
         check("d", 4);
         check("e", 5);

@@ -11,7 +11,7 @@ use tc_model::destination::ClaimGate;
 use tc_model::store::{StoreError, TaskStore};
 use tc_model::{Task, Timestamp};
 
-/// [`TaskStore::claim`], answering only the claimed tasks; every store has it.
+/// [`Work::claim`](tc_model::store::Work::claim), answering only the claimed tasks; every store has it.
 pub trait ClaimDue: TaskStore {
     /// Claims up to `n` due tasks at `now` with a lease of `lease`, as
     /// `gate` allows.

@@ -48,36 +48,45 @@ impl<S, H> Hooked<S, H> {
     }
 }
 
-/// Writes [`Call`] and the forwarding of every port method from one list.
+/// Writes [`Call`] and the forwarding of every port method, part by part,
+/// from one list.
 macro_rules! forward {
-    ($( $call:ident => fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $out:ty; )*) => {
+    ($(
+        $part:path [$( fn $plain:ident(&self) -> $plain_out:ty; )*] {
+            $( $call:ident => fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $out:ty; )*
+        }
+    )*) => {
         /// A call of the store port, by method.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub enum Call {
-            $(
-                #[doc = concat!("`TaskStore::", stringify!($name), "`.")]
+            $($(
+                #[doc = concat!("`", stringify!($name), "` of the store port.")]
                 $call,
-            )*
+            )*)*
         }
 
-        impl<S: TaskStore, H: Hooks> TaskStore for Hooked<S, H> {
-            fn leads_upkeep(&self) -> bool {
-                self.inner.leads_upkeep()
+        $(
+            impl<S: TaskStore, H: Hooks> $part for Hooked<S, H> {
+                $(
+                    fn $plain(&self) -> $plain_out {
+                        self.inner.$plain()
+                    }
+                )*
+
+                $(
+                    async fn $name(&self $(, $arg: $ty)*) -> Result<$out, StoreError> {
+                        self.hooks.before(Call::$call).await?;
+                        let answer = self.inner.$name($($arg),*).await;
+                        let seen: Answer<'_> = match &answer {
+                            Ok(value) => Ok(value),
+                            Err(e) => Err(e),
+                        };
+                        self.hooks.after(Call::$call, seen).await;
+                        answer
+                    }
+                )*
             }
-
-            $(
-                async fn $name(&self $(, $arg: $ty)*) -> Result<$out, StoreError> {
-                    self.hooks.before(Call::$call).await?;
-                    let answer = self.inner.$name($($arg),*).await;
-                    let seen: Answer<'_> = match &answer {
-                        Ok(value) => Ok(value),
-                        Err(e) => Err(e),
-                    };
-                    self.hooks.after(Call::$call, seen).await;
-                    answer
-                }
-            )*
-        }
+        )*
     };
 }
 
@@ -93,6 +102,8 @@ mod tests {
 
     use super::*;
     use crate::memory_store::MemoryStore;
+    use tc_model::store::Tasks;
+    use tc_model::tenant::Scope;
 
     /// Records the calls it sees and fails `Get`.
     #[derive(Default)]
@@ -128,7 +139,7 @@ mod tests {
         )
         .unwrap();
         let submitted = store.submit(task, Timestamp::from_millis(1)).await.unwrap();
-        let refused = store.get(submitted.task.id).await;
+        let refused = store.get(submitted.task.id, Scope::Admin).await;
         assert!(
             matches!(refused, Err(StoreError::Unavailable(_))),
             "{refused:?}"

@@ -1,4 +1,5 @@
-//! [`MemoryStore`]: the reference [`TaskStore`], a mutex and two maps.
+//! [`MemoryStore`]: the reference
+//! [`TaskStore`](tc_model::store::TaskStore), a mutex and two maps.
 //!
 //! It is the plainest reading of the port's documentation: no SQL, no
 //! threads, no I/O. It passes the store contract like every adapter, the
@@ -17,15 +18,17 @@ use tc_model::destination::{
     ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
     rotation,
 };
+use tc_model::flow_key::{KeyRef, KeyRoom, stored_key};
 use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
 use tc_model::store::{
-    BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Cursor, Guarded, LeaseLost,
-    ListQuery, Page, StateCounts, StoreError, Submitted, TaskStore, results_within,
+    BULK_SAMPLE, BulkAction, BulkOutcome, BulkRequest, Completion, Cursor, Destinations, FlowKeys,
+    Guarded, LeaseLost, ListQuery, Page, Schedules, StateCounts, StoreError, Submitted, Tasks,
+    Tenants, Topics, Work, results_within,
 };
 use tc_model::tenant::key::{ApiKey, KeyHash, KeyOwner};
 use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{
-    Acting, NO_TENANT, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
+    Acting, Scope, Tenant, TenantDetail, TenantSettings, TenantUpdate, stored_tenant,
 };
 use tc_model::topic::event::{Event, NewEvent, Published};
 use tc_model::topic::{
@@ -33,6 +36,7 @@ use tc_model::topic::{
 };
 use tc_model::{AttemptRecord, NewTask, State, Task, TaskId, Timestamp, transit};
 
+mod flow_keys;
 mod sub_health;
 mod topics;
 
@@ -42,7 +46,8 @@ const INTERRUPTED: &str = "interrupted";
 /// The error an open try gets when its task is canceled.
 const CANCELED: &str = "canceled";
 
-/// An in-memory [`TaskStore`]: the model the SQL adapters are checked against.
+/// An in-memory [`TaskStore`](tc_model::store::TaskStore): the model the
+/// SQL adapters are checked against.
 pub struct MemoryStore {
     state: Mutex<Tables>,
     /// The most result bytes a callback body carries.
@@ -68,7 +73,7 @@ struct Tables {
     tasks: BTreeMap<i64, Task>,
     by_id: HashMap<TaskId, i64>,
     /// Tasks by (stored tenant, idempotency key): a key is unique per
-    /// tenant ([`NO_TENANT`] for the admin's tasks).
+    /// tenant ([`tc_model::tenant::NO_TENANT`] for the admin's tasks).
     by_key: HashMap<(String, String), i64>,
     /// Tenants by name.
     tenants: BTreeMap<String, Tenant>,
@@ -78,10 +83,12 @@ struct Tables {
     destinations: BTreeMap<String, DestinationSettings>,
     /// Schedules by name.
     schedules: BTreeMap<String, Schedule>,
-    /// The server's own keys by name ([`TaskStore::server_key`]).
+    /// The server's own keys by name ([`Tenants::server_key`](tc_model::store::Tenants::server_key)).
     server_keys: BTreeMap<String, String>,
     /// Topics, their subscriptions and events.
     topics: topics::Topics,
+    /// Flow keys' settings and buckets.
+    flow_keys: flow_keys::FlowKeys,
     /// Token buckets and holds: one process, in memory.
     cluster: tc_model::cluster::local::LocalCluster,
     last_seq: i64,
@@ -138,6 +145,17 @@ impl MemoryStore {
 impl Tables {
     fn seq_of(&self, id: TaskId) -> Result<i64, StoreError> {
         self.by_id.get(&id).copied().ok_or(StoreError::NotFound)
+    }
+
+    /// The task `id`'s position if `scope` sees it; else as unknown as a
+    /// task that never was.
+    fn seq_in(&self, id: TaskId, scope: &Scope) -> Result<i64, StoreError> {
+        let seq = self.seq_of(id)?;
+        if scope.sees(&self.tasks[&seq]) {
+            Ok(seq)
+        } else {
+            Err(StoreError::NotFound)
+        }
     }
 
     fn task_mut(&mut self, seq: i64) -> Result<&mut Task, StoreError> {
@@ -316,7 +334,7 @@ impl Tables {
         }
     }
 
-    /// A submit, as the port's [`TaskStore::submit`] answers it.
+    /// A submit, as the port's [`Tasks::submit`](tc_model::store::Tasks::submit) answers it.
     fn submit_one(&mut self, new: &NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         self.check_acting(new.acting().as_ref())?;
         if let Some(seq) = self
@@ -380,7 +398,7 @@ fn close_attempt(
     }
 }
 
-impl TaskStore for MemoryStore {
+impl Tasks for MemoryStore {
     async fn submit(&self, new: NewTask, now: Timestamp) -> Result<Submitted, StoreError> {
         self.tables()?.submit_one(&new, now)
     }
@@ -400,13 +418,14 @@ impl TaskStore for MemoryStore {
         Ok(results)
     }
 
-    async fn get(&self, id: TaskId) -> Result<Task, StoreError> {
+    async fn get(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
         let t = self.tables()?;
-        let seq = t.seq_of(id)?;
+        let seq = t.seq_in(id, &scope)?;
         Ok(t.tasks[&seq].clone())
     }
 
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+    async fn list(&self, query: ListQuery, scope: Scope) -> Result<Page, StoreError> {
+        let query = query.within(&scope);
         let t = self.tables()?;
         let after = query.after.map_or(0, Cursor::position);
         // The rows the driving index reaches, at most scan_rows of them, as
@@ -461,209 +480,9 @@ impl TaskStore for MemoryStore {
         Ok(counts)
     }
 
-    async fn claim(
-        &self,
-        n: usize,
-        now: Timestamp,
-        lease: Duration,
-        gate: ClaimGate,
-    ) -> Result<Claim, StoreError> {
+    async fn cancel(&self, id: TaskId, scope: Scope, now: Timestamp) -> Result<Task, StoreError> {
         let mut t = self.tables()?;
-        // Each destination's due tasks in claim order (priority, then the
-        // oldest due, tc-model's `claim_key`), and its running tasks; the
-        // earliest task not due yet.
-        let mut due: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
-        let mut tenant_of: HashMap<i64, &str> = HashMap::new();
-        let mut running: HashMap<&str, u64> = HashMap::new();
-        let mut resume_after: Option<Timestamp> = None;
-        for (seq, task) in &t.tasks {
-            match (task.state, task.next_run_at) {
-                (State::Pending, Some(at)) if at <= now => {
-                    tenant_of.insert(*seq, stored_tenant(task.tenant.as_deref()));
-                    let key = tc_model::priority::claim_key(at, task.priority, gate.aging());
-                    due.entry(task.destination.clone())
-                        .or_default()
-                        .push((key, *seq));
-                }
-                (State::Pending, Some(at)) => {
-                    resume_after = Some(resume_after.map_or(at, |r| r.min(at)));
-                }
-                (State::Running, _) => *running.entry(task.destination.as_str()).or_default() += 1,
-                _ => {}
-            }
-        }
-        for tasks in due.values_mut() {
-            tasks.sort_unstable();
-        }
-        let names: Vec<String> = due.keys().cloned().collect();
-        // The port's walk: only destinations with due tasks, in rotation
-        // order, until the walk has enough.
-        let mut walk = ClaimWalk::new(n, &gate);
-        for name in rotation(&names, gate.after.as_deref()) {
-            if walk.is_done() {
-                break;
-            }
-            let busy = running.get(name.as_str()).copied().unwrap_or(0);
-            walk.visit(
-                name,
-                gate.claim_allowance(name, t.destinations.get(name), busy),
-            );
-        }
-        let (candidates, cursor) = walk.finish();
-        let mut plan = FairShare::new(n, candidates, &gate.in_flight);
-        let mut picked = Vec::new();
-        let mut used: HashMap<String, usize> = HashMap::new();
-        // With tenants: each destination's due tasks by tenant (oldest due
-        // first), what the claim has taken of each, and the node's load by
-        // tenant with this claim's takes added.
-        let mut by_tenant: BTreeMap<&str, BTreeMap<&str, Vec<i64>>> = BTreeMap::new();
-        if gate.tenants.is_some() {
-            for (dest, tasks) in &due {
-                let tenants = by_tenant.entry(dest.as_str()).or_default();
-                for (_, seq) in tasks {
-                    let tenant = tenant_of.get(seq).copied().unwrap_or(NO_TENANT);
-                    tenants.entry(tenant).or_default().push(*seq);
-                }
-            }
-        }
-        let mut tenant_used: HashMap<(String, String), usize> = HashMap::new();
-        let mut load = gate
-            .tenants
-            .as_ref()
-            .map(|tg| tg.in_flight.clone())
-            .unwrap_or_default();
-        while let Some((dest, want)) = plan.next_take() {
-            let Some(tg) = &gate.tenants else {
-                let from = used.get(&dest).copied().unwrap_or(0);
-                let tasks = due.get(&dest).map_or(&[][..], |v| &v[from.min(v.len())..]);
-                let take = want.min(tasks.len());
-                picked.extend(tasks[..take].iter().map(|(_, seq)| *seq));
-                *used.entry(dest).or_default() += take;
-                plan.taken(take);
-                continue;
-            };
-            // The destination's take shared between its tenants with due
-            // tasks left, in name order.
-            let empty = BTreeMap::new();
-            let tenants = by_tenant.get(dest.as_str()).unwrap_or(&empty);
-            let left = |tenant: &str, used: &HashMap<(String, String), usize>| {
-                let from = used
-                    .get(&(dest.clone(), tenant.to_owned()))
-                    .copied()
-                    .unwrap_or(0);
-                tenants
-                    .get(tenant)
-                    .map_or(&[][..], |v| &v[from.min(v.len())..])
-            };
-            let due_tenants: Vec<String> = tenants
-                .keys()
-                .filter(|tenant| !left(tenant, &tenant_used).is_empty())
-                .map(|tenant| (*tenant).to_owned())
-                .collect();
-            let mut share = tg.plan(want, due_tenants, &load);
-            let mut total = 0;
-            while let Some((tenant, wanted)) = share.next_take() {
-                let tasks = left(&tenant, &tenant_used);
-                let take = wanted.min(tasks.len());
-                picked.extend(&tasks[..take]);
-                share.taken(take);
-                total += take;
-                *load.entry(tenant.clone()).or_default() += take;
-                *tenant_used.entry((dest.clone(), tenant)).or_default() += take;
-            }
-            plan.taken(total);
-        }
-        let mut claimed = Vec::with_capacity(picked.len());
-        for seq in picked {
-            let task = t.task_mut(seq)?;
-            task.state = transit(task.state, State::Running)?;
-            task.attempt += 1;
-            task.started_at = Some(now);
-            task.lease_until = Some(now.saturating_add(lease));
-            task.next_run_at = None;
-            task.updated_at = now;
-            task.attempts.push(AttemptRecord {
-                n: task.attempt,
-                started_at: now,
-                finished_at: None,
-                http_status: None,
-                error: None,
-                duration_ms: None,
-            });
-            // A claim carries no history (the port's rule).
-            claimed.push(Task {
-                attempts: Vec::new(),
-                ..task.clone()
-            });
-        }
-        Ok(Claim {
-            tasks: claimed,
-            resume_after,
-            cursor,
-        })
-    }
-
-    async fn heartbeat(
-        &self,
-        mut running: Vec<(TaskId, u32)>,
-        now: Timestamp,
-        lease: Duration,
-    ) -> Result<Vec<LeaseLost>, StoreError> {
-        running.sort_unstable();
-        running.dedup();
-        let until = now.saturating_add(lease);
-        let mut t = self.tables()?;
-        let mut lost = Vec::new();
-        for (id, attempt) in running {
-            let Some(&seq) = t.by_id.get(&id) else {
-                lost.push(LeaseLost {
-                    id,
-                    attempt,
-                    state: None,
-                });
-                continue;
-            };
-            let task = t.task_mut(seq)?;
-            if task.state == State::Running && task.attempt == attempt {
-                // Never shortens a lease.
-                task.lease_until = Some(task.lease_until.map_or(until, |held| held.max(until)));
-            } else {
-                lost.push(LeaseLost {
-                    id,
-                    attempt,
-                    state: Some(task.state),
-                });
-            }
-        }
-        Ok(lost)
-    }
-
-    async fn complete(
-        &self,
-        id: TaskId,
-        attempt: u32,
-        outcome: Completion,
-        now: Timestamp,
-    ) -> Result<Guarded, StoreError> {
-        let mut t = self.tables()?;
-        let seq = match t.guard(id, attempt)? {
-            Ok(seq) => seq,
-            Err(lost) => return Ok(lost),
-        };
-        let task = t.task_mut(seq)?;
-        // The guard passed: the task runs with this attempt, and the rule
-        // of what the completion does is tc-model's.
-        CompletionEffect::of(outcome, now).apply_to(task, attempt);
-        let state = task.state;
-        if state.is_terminal() {
-            t.ended(seq, now, self.callback_result_bytes)?;
-        }
-        Ok(Guarded::Applied(state))
-    }
-
-    async fn cancel(&self, id: TaskId, now: Timestamp) -> Result<Task, StoreError> {
-        let mut t = self.tables()?;
-        let seq = t.seq_of(id)?;
+        let seq = t.seq_in(id, &scope)?;
         let task = t.task_mut(seq)?;
         if task.state.is_terminal() {
             return Ok(task.clone());
@@ -681,72 +500,6 @@ impl TaskStore for MemoryStore {
         }
         t.ended(seq, now, self.callback_result_bytes)?;
         Ok(t.task_mut(seq)?.clone())
-    }
-
-    async fn release(
-        &self,
-        id: TaskId,
-        attempt: u32,
-        now: Timestamp,
-    ) -> Result<Guarded, StoreError> {
-        let mut t = self.tables()?;
-        let seq = match t.guard(id, attempt)? {
-            Ok(seq) => seq,
-            Err(lost) => return Ok(lost),
-        };
-        let task = t.task_mut(seq)?;
-        task.state = transit(task.state, State::Pending)?;
-        // The history keeps the interrupted try; the next claim reuses its n.
-        task.attempt -= 1;
-        task.next_run_at = Some(now);
-        task.lease_until = None;
-        task.error = Some(INTERRUPTED.to_owned());
-        task.updated_at = now;
-        close_attempt(task, attempt, now, None, Some(INTERRUPTED));
-        Ok(Guarded::Applied(task.state))
-    }
-
-    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let mut t = self.tables()?;
-        let expired: Vec<i64> = t
-            .tasks
-            .iter()
-            .filter(|(_, task)| {
-                task.state == State::Running && task.lease_until.is_some_and(|l| l < now)
-            })
-            .map(|(seq, _)| *seq)
-            .collect();
-        for &seq in &expired {
-            let task = t.task_mut(seq)?;
-            if task.can_retry() {
-                task.state = transit(task.state, State::Pending)?;
-                task.next_run_at = Some(now);
-                task.finished_at = None;
-            } else {
-                task.state = transit(task.state, State::Failed)?;
-                task.next_run_at = None;
-                task.finished_at = Some(now);
-            }
-            task.lease_until = None;
-            task.error = Some(INTERRUPTED.to_owned());
-            task.updated_at = now;
-            let attempt = task.attempt;
-            close_attempt(task, attempt, now, None, Some(INTERRUPTED));
-            if task.state.is_terminal() {
-                t.ended(seq, now, self.callback_result_bytes)?;
-            }
-        }
-        Ok(expired.len())
-    }
-
-    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        Ok(self
-            .tables()?
-            .tasks
-            .values()
-            .filter(|task| task.state == State::Pending)
-            .filter_map(|task| task.next_run_at)
-            .min())
     }
 
     async fn prune(
@@ -778,9 +531,9 @@ impl TaskStore for MemoryStore {
         Ok(doomed.len())
     }
 
-    async fn delete(&self, id: TaskId) -> Result<(), StoreError> {
+    async fn delete(&self, id: TaskId, scope: Scope) -> Result<(), StoreError> {
         let mut t = self.tables()?;
-        let seq = t.seq_of(id)?;
+        let seq = t.seq_in(id, &scope)?;
         let state = t.task_mut(seq)?.state;
         if !state.is_terminal() {
             return Err(StoreError::NotTerminal(state));
@@ -872,12 +625,12 @@ impl TaskStore for MemoryStore {
                     t.retry_at(seq, now, now)?;
                 }
                 BulkAction::Cancel => {
-                    self.cancel(id, now).await?;
+                    self.cancel(id, Scope::Admin, now).await?;
                     if state == State::Running {
                         outcome.canceled_running.push(id);
                     }
                 }
-                BulkAction::Delete => self.delete(id).await?,
+                BulkAction::Delete => self.delete(id, Scope::Admin).await?,
             }
             outcome.applied += 1;
         }
@@ -886,6 +639,296 @@ impl TaskStore for MemoryStore {
         Ok(outcome)
     }
 
+    async fn health(&self) -> Result<(), StoreError> {
+        // Taking the lock is the whole write path here.
+        drop(self.tables()?);
+        Ok(())
+    }
+}
+
+impl Work for MemoryStore {
+    async fn claim(
+        &self,
+        n: usize,
+        now: Timestamp,
+        lease: Duration,
+        gate: ClaimGate,
+    ) -> Result<Claim, StoreError> {
+        let mut t = self.tables()?;
+        // Each destination's due tasks in claim order (priority, then the
+        // oldest due, tc-model's `claim_key`), by tenant and flow key; the
+        // running tasks by destination and by key; the earliest task not
+        // due yet.
+        let mut due: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+        let mut running: HashMap<&str, u64> = HashMap::new();
+        let mut key_running: BTreeMap<KeyRef, usize> = BTreeMap::new();
+        let mut resume_after: Option<Timestamp> = None;
+        for (seq, task) in &t.tasks {
+            match (task.state, task.next_run_at) {
+                (State::Pending, Some(at)) if at <= now => {
+                    let key = tc_model::priority::claim_key(at, task.priority, gate.aging());
+                    due.entry(task.destination.clone())
+                        .or_default()
+                        .push((key, *seq));
+                }
+                (State::Pending, Some(at)) => {
+                    resume_after = Some(resume_after.map_or(at, |r| r.min(at)));
+                }
+                (State::Running, _) => {
+                    *running.entry(task.destination.as_str()).or_default() += 1;
+                    *key_running.entry(key_ref(task)).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+        let mut lanes: BTreeMap<String, Lanes> = BTreeMap::new();
+        for (dest, tasks) in &mut due {
+            tasks.sort_unstable();
+            let lane = lanes.entry(dest.clone()).or_default();
+            for (_, seq) in tasks.iter() {
+                let task = &t.tasks[seq];
+                lane.entry(stored_tenant(task.tenant.as_deref()).to_owned())
+                    .or_default()
+                    .entry(stored_key(task.flow_key.as_deref()).to_owned())
+                    .or_default()
+                    .push(*seq);
+            }
+        }
+        let names: Vec<String> = due.keys().cloned().collect();
+        // The port's walk: only destinations with due tasks, in rotation
+        // order, until the walk has enough.
+        let mut walk = ClaimWalk::new(n, &gate);
+        for name in rotation(&names, gate.after.as_deref()) {
+            if walk.is_done() {
+                break;
+            }
+            let busy = running.get(name.as_str()).copied().unwrap_or(0);
+            walk.visit(
+                name,
+                gate.claim_allowance(name, t.destinations.get(name), busy),
+            );
+        }
+        let (candidates, cursor) = walk.finish();
+        let mut plan = FairShare::new(n, candidates, &gate.in_flight);
+        let mut room = KeyRoom::new(now).holding(&gate.held_keys);
+        for (key, busy) in &key_running {
+            room.learn(key.clone(), t.flow_keys.state(key, *busy as u64));
+        }
+        let mut take = Take {
+            picked: Vec::new(),
+            room,
+            key_load: key_running,
+            tenant_load: gate
+                .tenants
+                .as_ref()
+                .map(|tg| tg.in_flight.clone())
+                .unwrap_or_default(),
+        };
+        while let Some((dest, want)) = plan.next_take() {
+            let lane = lanes.entry(dest).or_default();
+            let got = match &gate.tenants {
+                Some(tg) => {
+                    let due_tenants = lane
+                        .iter()
+                        .filter(|(_, keys)| keys.values().any(|v| !v.is_empty()))
+                        .map(|(tenant, _)| tenant.clone())
+                        .collect();
+                    let mut share = tg.plan(want, due_tenants, &take.tenant_load);
+                    let mut total = 0;
+                    while let Some((tenant, wanted)) = share.next_take() {
+                        let got = take.keyed(&t.flow_keys, lane, &tenant, wanted);
+                        share.taken(got);
+                        total += got;
+                    }
+                    total
+                }
+                // Tenant-blind (no tenant defined): the tenants' tasks (if
+                // any are left from one deleted since) in name order.
+                None => {
+                    let tenants: Vec<String> = lane.keys().cloned().collect();
+                    let mut total = 0;
+                    for tenant in tenants {
+                        total += take.keyed(&t.flow_keys, lane, &tenant, want - total);
+                    }
+                    total
+                }
+            };
+            plan.taken(got);
+        }
+        t.flow_keys.charge(take.room.buckets(), now);
+        let picked = take.picked;
+        let mut claimed = Vec::with_capacity(picked.len());
+        for seq in picked {
+            let task = t.task_mut(seq)?;
+            task.state = transit(task.state, State::Running)?;
+            task.attempt += 1;
+            task.started_at = Some(now);
+            task.lease_until = Some(now.saturating_add(lease));
+            task.next_run_at = None;
+            task.updated_at = now;
+            task.attempts.push(AttemptRecord {
+                n: task.attempt,
+                started_at: now,
+                finished_at: None,
+                http_status: None,
+                error: None,
+                duration_ms: None,
+            });
+            // A claim carries no history (the port's rule).
+            claimed.push(Task {
+                attempts: Vec::new(),
+                ..task.clone()
+            });
+        }
+        Ok(Claim {
+            tasks: claimed,
+            resume_after,
+            cursor,
+        })
+    }
+
+    async fn heartbeat(
+        &self,
+        mut running: Vec<(TaskId, u32)>,
+        now: Timestamp,
+        lease: Duration,
+    ) -> Result<Vec<LeaseLost>, StoreError> {
+        running.sort_unstable();
+        running.dedup();
+        let until = now.saturating_add(lease);
+        let mut t = self.tables()?;
+        let mut lost = Vec::new();
+        for (id, attempt) in running {
+            let Some(&seq) = t.by_id.get(&id) else {
+                lost.push(LeaseLost {
+                    id,
+                    attempt,
+                    state: None,
+                });
+                continue;
+            };
+            let task = t.task_mut(seq)?;
+            if task.state == State::Running && task.attempt == attempt {
+                // Never shortens a lease.
+                task.lease_until = Some(task.lease_until.map_or(until, |held| held.max(until)));
+            } else {
+                lost.push(LeaseLost {
+                    id,
+                    attempt,
+                    state: Some(task.state),
+                });
+            }
+        }
+        Ok(lost)
+    }
+
+    async fn complete(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        outcome: Completion,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        let mut t = self.tables()?;
+        let seq = match t.guard(id, attempt)? {
+            Ok(seq) => seq,
+            Err(lost) => return Ok(lost),
+        };
+        let task = t.task_mut(seq)?;
+        // The guard passed: the task runs with this attempt, and the rule
+        // of what the completion does is tc-model's.
+        CompletionEffect::of(outcome, now).apply_to(task, attempt);
+        let state = task.state;
+        if state.is_terminal() {
+            t.ended(seq, now, self.callback_result_bytes)?;
+        }
+        Ok(Guarded::Applied(state))
+    }
+
+    async fn release(
+        &self,
+        id: TaskId,
+        attempt: u32,
+        now: Timestamp,
+    ) -> Result<Guarded, StoreError> {
+        let mut t = self.tables()?;
+        let seq = match t.guard(id, attempt)? {
+            Ok(seq) => seq,
+            Err(lost) => return Ok(lost),
+        };
+        let task = t.task_mut(seq)?;
+        task.state = transit(task.state, State::Pending)?;
+        // The history keeps the interrupted try; the next claim reuses its n.
+        task.attempt -= 1;
+        task.next_run_at = Some(now);
+        task.lease_until = None;
+        task.error = Some(INTERRUPTED.to_owned());
+        task.updated_at = now;
+        close_attempt(task, attempt, now, None, Some(INTERRUPTED));
+        Ok(Guarded::Applied(task.state))
+    }
+
+    async fn recover_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
+        let mut t = self.tables()?;
+        let expired: Vec<i64> = t
+            .tasks
+            .iter()
+            .filter(|(_, task)| {
+                task.state == State::Running && task.lease_until.is_some_and(|l| l < now)
+            })
+            .map(|(seq, _)| *seq)
+            .collect();
+        for &seq in &expired {
+            let task = t.task_mut(seq)?;
+            if task.can_retry() {
+                task.state = transit(task.state, State::Pending)?;
+                task.next_run_at = Some(now);
+                task.finished_at = None;
+            } else {
+                task.state = transit(task.state, State::Failed)?;
+                task.next_run_at = None;
+                task.finished_at = Some(now);
+            }
+            task.lease_until = None;
+            task.error = Some(INTERRUPTED.to_owned());
+            task.updated_at = now;
+            let attempt = task.attempt;
+            close_attempt(task, attempt, now, None, Some(INTERRUPTED));
+            if task.state.is_terminal() {
+                t.ended(seq, now, self.callback_result_bytes)?;
+            }
+        }
+        Ok(expired.len())
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        Ok(self
+            .tables()?
+            .tasks
+            .values()
+            .filter(|task| task.state == State::Pending)
+            .filter_map(|task| task.next_run_at)
+            .min())
+    }
+
+    async fn take_tokens(
+        &self,
+        asks: Vec<tc_model::cluster::TokenAsk>,
+        now: Timestamp,
+    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
+        Ok(self.tables()?.cluster.take_tokens(&asks, now))
+    }
+
+    async fn share_holds(
+        &self,
+        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
+        Ok(self.tables()?.cluster.share_holds(learned, now))
+    }
+}
+
+impl Destinations for MemoryStore {
     async fn destination_settings(&self) -> Result<Vec<(String, DestinationSettings)>, StoreError> {
         let t = self.tables()?;
         Ok(t.destinations
@@ -934,7 +977,9 @@ impl TaskStore for MemoryStore {
         t.destinations.insert(name.clone(), settings);
         Ok(t.destination_of(&name))
     }
+}
 
+impl Schedules for MemoryStore {
     async fn create_schedule(
         &self,
         spec: ScheduleSpec,
@@ -1018,13 +1063,9 @@ impl TaskStore for MemoryStore {
             _ => Ok(false),
         }
     }
+}
 
-    async fn health(&self) -> Result<(), StoreError> {
-        // Taking the lock is the whole write path here.
-        drop(self.tables()?);
-        Ok(())
-    }
-
+impl Tenants for MemoryStore {
     async fn create_tenant(
         &self,
         name: String,
@@ -1156,6 +1197,7 @@ impl TaskStore for MemoryStore {
         }
         Ok(())
     }
+
     async fn server_key(&self, name: String, candidate: String) -> Result<String, StoreError> {
         Ok(self
             .tables()?
@@ -1164,7 +1206,48 @@ impl TaskStore for MemoryStore {
             .or_insert(candidate)
             .clone())
     }
+}
 
+impl FlowKeys for MemoryStore {
+    async fn put_flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+        update: tc_model::flow_key::FlowKeyUpdate,
+        _now: Timestamp,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let t = &mut *self.tables()?;
+        let at = KeyRef::new(tenant.as_deref(), &key);
+        Ok(t.flow_keys.put(at, update, t.tasks.values()))
+    }
+
+    async fn flow_key(
+        &self,
+        tenant: Option<String>,
+        key: String,
+    ) -> Result<tc_model::flow_key::FlowKey, StoreError> {
+        let t = self.tables()?;
+        t.flow_keys
+            .get(&KeyRef::new(tenant.as_deref(), &key), t.tasks.values())
+    }
+
+    async fn flow_keys(
+        &self,
+        tenant: Option<String>,
+    ) -> Result<Vec<tc_model::flow_key::FlowKey>, StoreError> {
+        let t = self.tables()?;
+        Ok(t.flow_keys
+            .list(stored_tenant(tenant.as_deref()), t.tasks.values()))
+    }
+
+    async fn delete_flow_key(&self, tenant: Option<String>, key: String) -> Result<(), StoreError> {
+        self.tables()?
+            .flow_keys
+            .delete(&KeyRef::new(tenant.as_deref(), &key))
+    }
+}
+
+impl Topics for MemoryStore {
     async fn put_topic(
         &self,
         at: TopicRef,
@@ -1252,20 +1335,67 @@ impl TaskStore for MemoryStore {
     ) -> Result<Vec<Delivery>, StoreError> {
         self.tables()?.replay(&at, &id, since, now)
     }
+}
 
-    async fn take_tokens(
-        &self,
-        asks: Vec<tc_model::cluster::TokenAsk>,
-        now: Timestamp,
-    ) -> Result<Vec<tc_model::cluster::TokenGrant>, StoreError> {
-        Ok(self.tables()?.cluster.take_tokens(&asks, now))
-    }
-    async fn share_holds(
-        &self,
-        learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
-        now: Timestamp,
-    ) -> Result<Vec<(String, tc_model::cluster::DestinationHolds)>, StoreError> {
-        Ok(self.tables()?.cluster.share_holds(learned, now))
+/// One destination's due tasks by stored tenant, then stored flow key, each
+/// list in claim order.
+type Lanes = BTreeMap<String, BTreeMap<String, Vec<i64>>>;
+
+/// A task's key as the claim counts it.
+fn key_ref(task: &Task) -> KeyRef {
+    KeyRef::new(task.tenant.as_deref(), stored_key(task.flow_key.as_deref()))
+}
+
+/// What a claim has picked and the loads its shares read.
+struct Take {
+    picked: Vec<i64>,
+    room: KeyRoom,
+    /// Running tasks by key (every node's), with this claim's takes.
+    key_load: BTreeMap<KeyRef, usize>,
+    /// The node's calls in flight by tenant, with this claim's takes.
+    tenant_load: BTreeMap<String, usize>,
+}
+
+impl Take {
+    /// Up to `want` of `tenant`'s due tasks in `lane` shared between its
+    /// keys ([`KeyRoom::plan`]); answers how many were picked.
+    fn keyed(
+        &mut self,
+        keys: &flow_keys::FlowKeys,
+        lane: &mut Lanes,
+        tenant: &str,
+        want: usize,
+    ) -> usize {
+        let Some(by_key) = lane.get_mut(tenant) else {
+            return 0;
+        };
+        let due: Vec<String> = by_key
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut load = BTreeMap::new();
+        for key in &due {
+            let at = KeyRef::new(Some(tenant).filter(|t| !t.is_empty()), key);
+            if !self.room.knows(&at) {
+                self.room.learn(at.clone(), keys.state(&at, 0));
+            }
+            load.insert(key.clone(), self.key_load.get(&at).copied().unwrap_or(0));
+        }
+        let mut share = self.room.plan(want, tenant, due, &load);
+        let mut total = 0;
+        while let Some((key, wanted)) = share.next_take() {
+            let tasks = by_key.entry(key.clone()).or_default();
+            let n = wanted.min(tasks.len());
+            self.picked.extend(tasks.drain(..n));
+            share.taken(n);
+            total += n;
+            let at = KeyRef::new(Some(tenant).filter(|t| !t.is_empty()), &key);
+            self.room.taken(&at, n);
+            *self.key_load.entry(at).or_default() += n;
+        }
+        *self.tenant_load.entry(tenant.to_owned()).or_default() += total;
+        total
     }
 }
 

@@ -30,8 +30,9 @@
 //!
 //! The scenarios live by topic, one module each: `submit` (and
 //! idempotency), `claims` (and leases), `completion`, `destinations`,
-//! `listing` (and bulk), `cluster` (tokens and holds), `priority`, `retention`,
-//! `outbound`, `auth`, `callback`, `schedules`, `tenants`, `tenant_writes`,
+//! `listing` (and bulk), `cluster` (tokens and holds), `priority`, `flow_keys`, `retention`,
+//! `outbound`, `auth`, `callback`, `schedules`, `scope` (a tenant's own
+//! tasks only), `tenants`, `tenant_writes`,
 //! `topics`; `check` holds what they
 //! are written with. This file is the runner and the one ordered list.
 
@@ -154,6 +155,13 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         concurrent_token_takers_share_one_bucket,
         destination_holds_are_shared_until_they_end,
         claims_take_higher_priorities_first_and_age_the_rest,
+        flow_keys_are_kept_field_by_field_and_each_tenant_s_own,
+        a_flow_key_caps_its_running_tasks_across_destinations,
+        a_flow_key_s_rate_bounds_its_claims,
+        a_flow_key_s_backlog_cannot_hold_another_key_s_tasks,
+        a_tenant_reads_only_its_own_tasks_by_id,
+        a_tenant_lists_only_its_own_tasks,
+        a_tenant_cannot_cancel_retry_or_delete_another_s_task,
     ]
 }
 
@@ -243,6 +251,8 @@ mod claims;
 mod cluster;
 mod completion;
 mod destinations;
+// Flow keys: limits and a share of their own.
+mod flow_keys;
 mod listing;
 mod outbound;
 // Priorities.
@@ -253,6 +263,8 @@ mod retention;
 // Schedules: tasks on a cron.
 mod schedules;
 mod submit;
+// A tenant's scope: reads, listings and writes by id reach only its tasks.
+mod scope;
 // Tenants.
 mod tenants;
 mod topics;
@@ -271,11 +283,13 @@ pub use cluster::*;
 pub use completion::*;
 pub use destinations::*;
 pub use due_walk::*;
+pub use flow_keys::*;
 pub use listing::*;
 pub use outbound::*;
 pub use priority::*;
 pub use retention::*;
 pub use schedules::*;
+pub use scope::*;
 pub use submit::*;
 pub use tenant_writes::*;
 pub use tenants::*;

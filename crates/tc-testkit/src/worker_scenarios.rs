@@ -34,6 +34,8 @@ mod credentials;
 mod destinations;
 mod due_walk;
 mod faults;
+// Flow keys: their caps and holds on a worker.
+mod flow_keys;
 mod outbound;
 // Paced by the destination's own signals.
 mod pacing;
@@ -63,6 +65,9 @@ use faults::{
     claim_errors_back_off, clock_jump_mid_call_delivers_once, outcome_write_retried_until_it_lands,
     panic_in_attempt_ends_it, wake_ups_from_elsewhere_share_claims,
 };
+use flow_keys::{
+    a_flow_key_s_cap_holds_across_hosts, rate_limit_fields_hold_the_task_s_flow_key_too,
+};
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
 use pacing::{
     rate_limit_fields_hold_the_destination_until_their_reset,
@@ -70,6 +75,7 @@ use pacing::{
 };
 use priority::higher_priorities_are_called_first;
 use schedules::a_schedule_fires_one_task_per_time_and_records_it;
+use tc_model::tenant::Scope;
 use tenants::{
     tasks_without_a_tenant_keep_their_share_behind_a_backlog,
     tenants_share_a_destination_by_weight, the_worker_reads_only_the_tenants_weights,
@@ -233,7 +239,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
 
     async fn get(&self, id: TaskId) -> Result<Task, String> {
         self.store
-            .get(id)
+            .get(id, Scope::Admin)
             .await
             .map_err(|e| format!("get {id}: {e}"))
     }
@@ -306,6 +312,8 @@ macro_rules! worker_scenarios {
             a_subscriptions_own_secrets_sign_its_calls,
             a_subscriber_failing_past_disable_after_is_disabled,
             higher_priorities_are_called_first,
+            a_flow_key_s_cap_holds_across_hosts,
+            rate_limit_fields_hold_the_task_s_flow_key_too,
         }
     };
 }
@@ -609,7 +617,7 @@ async fn cancel_pending<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Result<
     // worker's cancel does exactly this store write for a pending task).
     let canceled = rig
         .store
-        .cancel(doomed.id, rig.clock.now())
+        .cancel(doomed.id, Scope::Admin, rig.clock.now())
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -661,7 +669,7 @@ async fn cancel_claimed_not_started<S: TaskStore, D: Downstream>(
     control.task_submitted();
     guard("claim", gated.hooks().held()).await?;
     let canceled = control
-        .cancel(task.id)
+        .cancel(task.id, Scope::Admin)
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -691,7 +699,7 @@ async fn cancel_in_flight<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Resul
     let abandoned_before = rig.script.abandoned();
     let canceled = worker
         .control()
-        .cancel(task.id)
+        .cancel(task.id, Scope::Admin)
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -747,7 +755,7 @@ async fn cancel_caller_gone<S: TaskStore, D: Downstream>(rig: &Rig<S, D>) -> Res
     let task = hanging_call(rig, &worker, "/gone").await?;
     gated.hooks().arm_cancel();
     let control = worker.control();
-    let caller = tokio::spawn(async move { control.cancel(task.id).await });
+    let caller = tokio::spawn(async move { control.cancel(task.id, Scope::Admin).await });
     guard("the cancel to be written", gated.hooks().held()).await?;
     caller.abort();
     gated.hooks().release();
@@ -782,7 +790,7 @@ async fn cancel_during_retry_wait<S: TaskStore, D: Downstream>(
     );
     let canceled = worker
         .control()
-        .cancel(task.id)
+        .cancel(task.id, Scope::Admin)
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     ensure!(
@@ -830,7 +838,7 @@ async fn no_result_after_cancel<S: TaskStore, D: Downstream>(
     guard("the call to arrive", rig.script.wait_calls(1)).await?;
     // Straight to the store, so the worker's in-flight call is not interrupted.
     rig.store
-        .cancel(task.id, rig.clock.now())
+        .cancel(task.id, Scope::Admin, rig.clock.now())
         .await
         .map_err(|e| e.to_string())?;
     rig.script.open_gate();
@@ -865,7 +873,7 @@ async fn cancel_elsewhere_drops_the_call<S: TaskStore, D: Downstream>(
     let mut events = worker.control().subscribe();
     let task = hanging_call(rig, &worker, "/elsewhere").await?;
     rig.store
-        .cancel(task.id, rig.clock.now())
+        .cancel(task.id, Scope::Admin, rig.clock.now())
         .await
         .map_err(|e| e.to_string())?;
     guard("the call to be dropped", rig.script.wait_abandoned(1)).await?;
@@ -915,7 +923,7 @@ async fn lost_leases_are_found_without_reading_tasks<S: TaskStore, D: Downstream
     guard("three calls", rig.script.wait_calls(3)).await?;
     for task in &tasks[..2] {
         rig.store
-            .cancel(task.id, rig.clock.now())
+            .cancel(task.id, Scope::Admin, rig.clock.now())
             .await
             .map_err(|e| e.to_string())?;
     }
@@ -1101,13 +1109,16 @@ async fn same_key_different_payload<S: TaskStore, D: Downstream>(
     );
     let page = rig
         .store
-        .list(ListQuery {
-            filter: TaskFilter::state(None),
-            limit: 100,
-            after: None::<Cursor>,
-            max_result_bytes: None,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter: TaskFilter::state(None),
+                limit: 100,
+                after: None::<Cursor>,
+                max_result_bytes: None,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .map_err(|e| e.to_string())?;
     let with_key = page

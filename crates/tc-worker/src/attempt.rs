@@ -421,6 +421,10 @@ async fn finish<S: TaskStore, D>(
                 .as_ref()
                 .ok()
                 .and_then(|response| rate_limit_of(response, now)),
+            flow_key: task
+                .flow_key
+                .as_deref()
+                .map(|key| tc_model::flow_key::KeyRef::new(task.tenant.as_deref(), key)),
         },
         now,
     );

@@ -15,6 +15,7 @@
 //! slots; pause and caps hold across nodes (the store counts them).
 
 mod cluster;
+mod key_holds;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -104,7 +105,7 @@ pub(crate) enum Verdict {
 }
 
 /// How an answered attempt went, as [`Flow::answered`] records it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Answer<'a> {
     /// The attempt's destination.
     pub(crate) destination: &'a str,
@@ -120,6 +121,8 @@ pub(crate) struct Answer<'a> {
     pub(crate) backoff: Option<Duration>,
     /// The answer's rate-limit fields, when it had any.
     pub(crate) rate_limit: Option<tc_retry::RateLimit>,
+    /// The task's flow key: held too when the fields say none are left.
+    pub(crate) flow_key: Option<tc_model::flow_key::KeyRef>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,6 +227,8 @@ struct FlowState {
     dests: HashMap<String, Dest>,
     /// Holds learned here that the store has not been told of yet.
     learned: Vec<(String, tc_model::cluster::DestinationHolds)>,
+    /// Flow keys held by a downstream's rate-limit fields.
+    key_holds: key_holds::KeyHolds,
     /// The destination the last claim's walk met last: the next one starts
     /// after it.
     cursor: Option<String>,
@@ -313,10 +318,12 @@ impl Flow {
             settings,
             dests,
             cursor,
+            key_holds,
             ..
         } = &mut *guard;
         let mut gate = ClaimGate {
             after: cursor.clone(),
+            held_keys: key_holds.held(now),
             ..ClaimGate::default()
         };
         for (name, s) in settings.iter() {
@@ -374,6 +381,9 @@ impl Flow {
         let mut consider = |at: Timestamp| {
             earliest = Some(earliest.map_or(at, |e| e.min(at)));
         };
+        for until in state.key_holds.ends() {
+            consider(until);
+        }
         for (name, dest) in &state.dests {
             if let Some(until) = dest.backoff_until {
                 consider(until);
@@ -440,6 +450,7 @@ impl Flow {
             error,
             backoff,
             rate_limit,
+            flow_key,
         } = answer;
         let mut state = self.lock();
         let s = state.settings.get(destination).cloned();
@@ -503,9 +514,11 @@ impl Flow {
             _ => {}
         }
         let shared_after = cluster::shareable(dest, now);
+        let key_hold = flow_key.zip(dest.pacing.held_until(now));
         if shared_after != shared_before && shared_after.current(now).is_some() {
             state.learned.push((destination.to_owned(), shared_after));
         }
+        state.hold_key(key_hold);
     }
 
     fn open(&self, destination: &str, dest: &mut Dest, now: Timestamp) {
@@ -697,6 +710,7 @@ mod tests {
                     error: None,
                     backoff: None,
                     rate_limit: None,
+                    flow_key: None,
                 },
                 at(3),
             );
@@ -725,6 +739,7 @@ mod tests {
                     error: None,
                     backoff,
                     rate_limit: None,
+                    flow_key: None,
                 },
                 at(1),
             );
@@ -780,6 +795,7 @@ mod tests {
                 error: None,
                 backoff: backoff.map(Duration::from_millis),
                 rate_limit: None,
+                flow_key: None,
             },
             at(ms),
         );

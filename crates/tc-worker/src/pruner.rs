@@ -105,7 +105,7 @@ pub struct Pruner {
 impl Pruner {
     /// Starts pruning `store` by `retention` on the current runtime, on
     /// the rounds when the store says this process leads upkeep
-    /// ([`TaskStore::leads_upkeep`]). With every state kept for good,
+    /// ([`Work::leads_upkeep`](tc_model::store::Work::leads_upkeep)). With every state kept for good,
     /// nothing runs.
     pub fn spawn<S: TaskStore>(
         store: Arc<S>,

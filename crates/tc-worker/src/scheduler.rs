@@ -17,6 +17,7 @@ use std::time::Duration;
 use tc_model::Timestamp;
 use tc_model::schedule::{FiringError, Overlap, Schedule, firing_key, rfc3339_utc};
 use tc_model::store::{StoreError, TaskStore};
+use tc_model::tenant::Scope;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ShutdownReport, WorkerConfig, WorkerError};
@@ -49,7 +50,7 @@ async fn fire<S: TaskStore>(
     if schedule.spec.overlap == Overlap::Skip
         && let Some(previous) = schedule.last_task_id
     {
-        match shared.store.get(previous).await {
+        match shared.store.get(previous, Scope::Admin).await {
             Ok(task) if !task.state.is_terminal() => {
                 tracing::info!(
                     schedule = %name,

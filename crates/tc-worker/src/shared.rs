@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tc_model::store::{StoreError, TaskStore};
+use tc_model::tenant::Scope;
 use tc_model::{State, Task, TaskId, Timestamp};
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
@@ -221,10 +222,10 @@ impl<S: TaskStore> WorkerControl<S> {
     /// The store write and the interrupt run as one spawned task: a caller
     /// that goes away (an HTTP client hanging up) cannot leave a task
     /// canceled in the store with its call still running here.
-    pub async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
+    pub async fn cancel(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
         let shared = Arc::clone(&self.shared);
         let cancel = tokio::spawn(async move {
-            let task = shared.store.cancel(id, shared.clock.now()).await?;
+            let task = shared.store.cancel(id, scope, shared.clock.now()).await?;
             if task.state == State::Canceled {
                 shared.interrupt_for_cancel(id);
                 let _ = shared.changes.send((id, State::Canceled));

@@ -1,6 +1,6 @@
 //! Auto-disable's input: when a try of a topic's task
 //! ends, the worker tells the store whether it succeeded, for that task's
-//! subscription ([`TaskStore::subscription_try_ended`]); the store decides,
+//! subscription ([`Topics::subscription_try_ended`](tc_model::store::Topics::subscription_try_ended)); the store decides,
 //! in the same transaction, whether the subscription's calls have all
 //! failed for long enough to disable it.
 

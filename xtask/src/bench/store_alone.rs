@@ -6,7 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tc_model::store::{Completion, TaskStore};
+use tc_model::store::Completion;
+use tc_model::store::{Tasks, Work};
 use tc_model::{FirstRun, Limits, NewTask, Timestamp};
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
 use tokio::task::JoinSet;

@@ -2,6 +2,8 @@
 //! and the bytes it puts on a loopback wire.
 
 use super::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 #[test]
 fn paths_are_taken_from_urls() {

@@ -36,8 +36,8 @@ use tc_model::tenant::Scope;
 
 use prometheus_client::registry::Registry;
 
-use crate::body::{AnyBody, RequestBody};
 use crate::config::HttpConfig;
+use crate::edge::body::{AnyBody, RequestBody};
 use crate::worker_port::Control;
 
 pub use activity::{Activity, Event, Series};
@@ -159,7 +159,7 @@ where
     secured(answer(app, parts, body).await)
 }
 
-/// A refusal of the host or origin rule ([`crate::site`]) on a `/ui/`
+/// A refusal of the host or origin rule ([`crate::edge::site`]) on a `/ui/`
 /// path: a page saying which flags to set, with the refusal's status.
 pub(crate) fn refused(e: &crate::error::ApiError) -> Html {
     secured(html(e.status(), pages::refused::page(e)))
@@ -323,7 +323,7 @@ where
     S: TaskStore,
     C: Control,
 {
-    let client = crate::client_address::client_of(parts, &app.config().trusted_proxies);
+    let client = crate::edge::client_address::client_of(parts, &app.config().trusted_proxies);
     let throttle = &app.ui().logins;
     if let Some(wait) = throttle.held(client.addr) {
         let secs = throttle::retry_after_secs(wait);
@@ -427,7 +427,7 @@ where
         (Some(s), Some(g)) if auth::token_matches(&g, &s.csrf) => {
             app.ui().sessions.remove(&s.id);
             let https =
-                crate::client_address::client_of(parts, &app.config().trusted_proxies).https;
+                crate::edge::client_address::client_of(parts, &app.config().trusted_proxies).https;
             redirect("/ui/login", Some(auth::clear_cookie(https)))
         }
         // Without a session there is nothing to end; a wrong CSRF token is

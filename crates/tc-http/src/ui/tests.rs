@@ -10,7 +10,9 @@ use http::{HeaderMap, Request};
 use http_body_util::{BodyExt, Full};
 use prometheus_client::registry::Registry;
 use tc_model::destination::{ClaimGate, DestinationUpdate};
-use tc_model::store::{Completion, StoreError, TaskStore};
+use tc_model::store::{Completion, StoreError};
+use tc_model::store::{Destinations, Schedules, Tasks, Tenants, Work};
+use tc_model::tenant::Scope;
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_testkit::memory_store::MemoryStore;
 
@@ -29,8 +31,8 @@ struct StillControl {
 
 impl Control for StillControl {
     fn task_submitted(&self) {}
-    async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
-        self.store.cancel(id, NOW).await
+    async fn cancel(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
+        self.store.cancel(id, scope, NOW).await
     }
     fn canceled_in_store(&self, _: TaskId) {}
     fn now(&self) -> Timestamp {
@@ -307,7 +309,7 @@ async fn a_task_page_links_its_callback_and_its_parent() {
         .unwrap(),
     );
     let parent = f.store.submit(with_callback, NOW).await.unwrap().task.id;
-    let canceled = f.store.cancel(parent, NOW).await.unwrap();
+    let canceled = f.store.cancel(parent, Scope::Admin, NOW).await.unwrap();
     let callback = canceled.callback_task_id.unwrap();
     let page = f
         .call("GET", &format!("/ui/tasks/{parent}"), &[], "")

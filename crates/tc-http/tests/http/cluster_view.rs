@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use tc_http::HttpConfig;
 use tc_model::cluster::DestinationHolds;
-use tc_model::store::TaskStore;
+use tc_model::store::Work;
 use tc_model::view::rfc3339;
 
 use crate::support::{NOW, harness};

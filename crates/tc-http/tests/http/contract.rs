@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use tc_http::HttpConfig;
 use tc_model::TaskId;
-use tc_model::store::{Completion, TaskStore};
+use tc_model::store::Completion;
+use tc_model::store::Tasks;
 
 use crate::support::{Harness, NOW_TEXT, harness};
 use tc_testkit::ClaimDue;
@@ -1091,6 +1092,7 @@ const VIEW_FIELDS: &[&str] = &[
     "attempt",
     "max_attempts",
     "priority",
+    "flow_key",
     "http_status",
     "error",
     "result",
@@ -1155,6 +1157,7 @@ async fn task_views_have_exactly_the_documented_fields() {
         "attempt": 0,
         "max_attempts": 1,
         "priority": 0,
+        "flow_key": null,
         "http_status": null,
         "error": null,
         "result": null,
@@ -1729,7 +1732,11 @@ struct NoControl;
 impl tc_http::Control for NoControl {
     fn task_submitted(&self) {}
     fn canceled_in_store(&self, _: TaskId) {}
-    async fn cancel(&self, _: TaskId) -> Result<tc_model::Task, tc_model::store::StoreError> {
+    async fn cancel(
+        &self,
+        _: TaskId,
+        _: tc_model::tenant::Scope,
+    ) -> Result<tc_model::Task, tc_model::store::StoreError> {
         Err(tc_model::store::StoreError::NotFound)
     }
     fn now(&self) -> tc_model::Timestamp {
@@ -2111,7 +2118,13 @@ async fn a_submit_s_trace_context_is_kept_and_an_invalid_one_ignored() {
     .await;
     assert_eq!(traced["trace_id"], "0af7651916cd43dd8448eb211c80319c");
     let id: tc_model::TaskId = traced["id"].as_str().unwrap().parse().unwrap();
-    let stored = h.store.get(id).await.unwrap().trace.unwrap();
+    let stored = h
+        .store
+        .get(id, tc_model::tenant::Scope::Admin)
+        .await
+        .unwrap()
+        .trace
+        .unwrap();
     assert_eq!(
         (stored.traceparent().as_str(), stored.state()),
         (PARENT, Some("congo=t61rcWkgMzE"))

@@ -8,6 +8,7 @@
 mod browsers;
 mod cluster_view;
 mod contract;
+mod flow_keys;
 mod props;
 mod schedules;
 mod scrape;

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use tc_http::HttpConfig;
 
 use crate::support::{Harness, harness};
+use tc_model::store::Schedules;
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
@@ -373,7 +374,6 @@ async fn schedules_need_the_token_and_the_allow_list_holds_for_their_tasks() {
 /// it.
 #[tokio::test]
 async fn a_refused_firing_shows_as_the_schedule_s_last_error() {
-    use tc_model::store::TaskStore;
     let h = harness(HttpConfig::default()).await;
     let created = send(&h, "POST", "/schedules", &hourly("report")).await;
     assert_eq!(created.status, 201, "{created:?}");

@@ -355,6 +355,12 @@ fn fields() -> Vec<Field> {
     // A schedule's template takes no priority (its tasks have 0).
     for place in [Place::Submit, Place::BatchTask] {
         rows.push(field(place, "priority").samples(Accepted, &[json!(9.0), json!(0)]));
+        rows.push(
+            field(place, "flow_key")
+                .fill(|n| "k".repeat(n))
+                .samples(Accepted, &strings(&[" ", "a/b ~?%"]))
+                .samples(Refused, &strings(&["\t", "é", "\u{7f}"])),
+        );
     }
     rows.extend([
         field(Place::Batch, "tasks").item(
@@ -491,6 +497,7 @@ fn fields() -> Vec<Field> {
                     &strings(&["", "-a", "_a", "A", "a b", "a.b", &"a".repeat(64)]),
                 ),
             field(place, "priority"),
+            field(place, "flow_key").fill(|n| "k".repeat(n)),
         ]);
     }
     rows.extend([

@@ -12,7 +12,9 @@ use http_body_util::{BodyExt, Full};
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tc_http::{App, Control, HttpConfig};
-use tc_model::store::{Completion, Guarded, StoreError, TaskStore};
+use tc_model::store::{Completion, Guarded, StoreError};
+use tc_model::store::{Tasks, Work};
+use tc_model::tenant::Scope;
 use tc_model::{Task, TaskId, Timestamp};
 use tc_testkit::ClaimDue;
 use tc_testkit::memory_store::MemoryStore;
@@ -35,8 +37,8 @@ impl Control for FakeControl {
         self.wakes.fetch_add(1, Ordering::SeqCst);
     }
 
-    async fn cancel(&self, id: TaskId) -> Result<Task, StoreError> {
-        let task = self.store.cancel(id, NOW).await?;
+    async fn cancel(&self, id: TaskId, scope: Scope) -> Result<Task, StoreError> {
+        let task = self.store.cancel(id, scope, NOW).await?;
         let _ = self.changes.send((id, task.state));
         Ok(task)
     }

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use tc_http::HttpConfig;
-use tc_model::store::TaskStore;
+use tc_model::store::Tenants;
 
 use crate::support::{Harness, Reply, harness};
 

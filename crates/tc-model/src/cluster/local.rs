@@ -16,7 +16,7 @@ pub struct LocalCluster {
 }
 
 impl LocalCluster {
-    /// [`crate::store::TaskStore::take_tokens`]: each ask settled against
+    /// [`crate::store::Work::take_tokens`]: each ask settled against
     /// its destination's bucket (full when first met), in order.
     pub fn take_tokens(&mut self, asks: &[TokenAsk], now: Timestamp) -> Vec<TokenGrant> {
         asks.iter()
@@ -33,7 +33,7 @@ impl LocalCluster {
             .collect()
     }
 
-    /// [`crate::store::TaskStore::share_holds`]: merges `learned`, forgets
+    /// [`crate::store::Work::share_holds`]: merges `learned`, forgets
     /// ended holds, and answers every destination's current ones in name
     /// order.
     pub fn share_holds(

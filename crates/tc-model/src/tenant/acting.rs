@@ -5,8 +5,8 @@
 //! timeout: a key revoked or a tenant deleted meanwhile must not still
 //! write (a task of a tenant that no longer exists, handed to whoever
 //! takes the name next). Each adapter serializes the check with
-//! [`crate::store::TaskStore::revoke_api_key`] and
-//! [`crate::store::TaskStore::delete_tenant`] (one writer, a lock, or a
+//! [`crate::store::Tenants::revoke_api_key`] and
+//! [`crate::store::Tenants::delete_tenant`] (one writer, a lock, or a
 //! mutex), so exactly one of a revoke and a concurrent write wins.
 
 /// A tenant's key a write is made with.

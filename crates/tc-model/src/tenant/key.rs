@@ -76,7 +76,7 @@ pub struct ApiKey {
     pub last_used_at: Option<Timestamp>,
 }
 
-/// What a live key's lookup finds ([`crate::store::TaskStore::api_key`]).
+/// What a live key's lookup finds ([`crate::store::Tenants::api_key`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyOwner {
     /// The key's id.

@@ -258,6 +258,7 @@ fn topic_task(
             subscription: subscription.id.clone(),
         }),
         priority: 0,
+        flow_key: None,
     }
 }
 

@@ -3,7 +3,7 @@
 //! event a disable sends to its topic's `callback_url`
 //! ([`disabled_notice`]). Every store adapter applies both in the one
 //! transaction that records a try's end for a subscription
-//! ([`crate::store::TaskStore::subscription_try_ended`]).
+//! ([`crate::store::Topics::subscription_try_ended`]).
 
 use crate::topic::event::EVENT_TYPE;
 use crate::topic::{DISABLED_REASON, Subscription, Topic};
@@ -106,6 +106,7 @@ pub fn disabled_notice(
         key_id: None,
         topic: None,
         priority: 0,
+        flow_key: None,
     })
 }
 

@@ -145,6 +145,12 @@ pub(crate) struct SubmitArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
     pub(crate) priority: Option<u8>,
 
+    /// Its flow key (1 to 128 printable ASCII characters): the key's
+    /// limits (`tc-server flow-key set`) hold beside its destination's, and
+    /// a destination's slots are shared fairly between its keys.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) flow_key: Option<String>,
+
     /// Wait until the task is finished and print how it ended.
     #[arg(long)]
     pub(crate) wait: bool,
@@ -244,6 +250,9 @@ pub(crate) struct FilterArgs {
     /// Tasks of this priority (0 to 9).
     #[arg(long, value_parser = priority_text)]
     pub(crate) priority: Option<String>,
+    /// Tasks of this flow key (your own).
+    #[arg(long, value_name = "KEY")]
+    pub(crate) flow_key: Option<String>,
 }
 
 /// A priority filter, checked (0 to 9) and kept as written for the query.
@@ -266,6 +275,7 @@ impl FilterArgs {
             ("idempotency_key", self.key.as_deref()),
             ("tenant", self.tenant.as_deref()),
             ("priority", self.priority.as_deref()),
+            ("flow_key", self.flow_key.as_deref()),
         ];
         fields
             .into_iter()
@@ -693,7 +703,7 @@ pub(crate) enum Setting<T> {
     Clear,
 }
 
-fn setting<T: std::str::FromStr>(value: &str) -> Result<Setting<T>, String>
+pub(crate) fn setting<T: std::str::FromStr>(value: &str) -> Result<Setting<T>, String>
 where
     T::Err: std::fmt::Display,
 {

@@ -8,6 +8,7 @@
 pub(crate) mod args;
 mod destination;
 mod error;
+pub(crate) mod flow_key;
 mod format;
 mod http;
 mod output;
@@ -70,6 +71,11 @@ async fn schedule_command(args: &ScheduleArgs) -> Result<(), ClientError> {
 /// Runs `tc-server topic …`.
 pub(crate) fn run_topic(args: &topic_args::TopicArgs) -> ExitCode {
     finish(block_on(topic::run(args)))
+}
+
+/// Runs `tc-server flow-key …`.
+pub(crate) fn run_flow_key(args: &flow_key::FlowKeyArgs) -> ExitCode {
+    finish(block_on(flow_key::run(args)))
 }
 
 /// Runs `tc-server tenant …`.

@@ -100,6 +100,9 @@ fn submit_body(args: &SubmitArgs, key: &str) -> Result<String, ClientError> {
     if let Some(url) = &args.callback_url {
         let _ = write!(body, ",\"callback_url\":{}", Value::from(url.as_str()));
     }
+    if let Some(key) = &args.flow_key {
+        let _ = write!(body, ",\"flow_key\":{}", Value::from(key.as_str()));
+    }
     if !args.callback_on.is_empty() {
         let _ = write!(
             body,
@@ -504,6 +507,7 @@ mod tests {
             callback_url: None,
             callback_on: Vec::new(),
             priority: None,
+            flow_key: None,
             wait: false,
         }
     }
@@ -526,6 +530,9 @@ mod tests {
         );
         let parsed: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(parsed["idempotency_key"], "k");
+        args.flow_key = Some("acct \"1\"".into());
+        let parsed: Value = serde_json::from_str(&submit_body(&args, "k").unwrap()).unwrap();
+        assert_eq!(parsed["flow_key"], "acct \"1\"");
     }
 
     #[test]

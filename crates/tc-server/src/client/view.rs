@@ -115,6 +115,9 @@ pub(crate) fn task_fields(task: &Value, now: SystemTime) -> Vec<Vec<Cell>> {
     if !field(task, "priority").is_null() {
         rows.push(row("priority", text(field(task, "priority"))));
     }
+    if !field(task, "flow_key").is_null() {
+        rows.push(row("flow_key", text(field(task, "flow_key"))));
+    }
     rows.extend([
         row("attempt", attempts_text(task)),
         row("http status", text(field(task, "http_status"))),

@@ -14,6 +14,7 @@ use tc_model::{State, Task, TaskId, transit};
 
 use crate::destinations::{claim_limits, fold_and_promote, settle, walk_ready};
 use crate::error::db;
+use crate::flow_keys::Keyed;
 use crate::rows::{self, millis, parse_state, task_columns};
 
 use super::{INTERRUPTED, close_attempt, ended, guard, mark_inserting};
@@ -79,6 +80,7 @@ pub(crate) async fn claim(
         })
         .collect();
     let mut plan = FairShare::new(n, candidates, &gate.in_flight);
+    let mut keyed = Keyed::new(now, gate.aging(), gate.held_keys.clone());
     let mut claimed = Vec::with_capacity(n);
     let mut asked: Vec<String> = Vec::new();
     // The node's calls in flight by tenant, with this claim's takes added.
@@ -87,17 +89,17 @@ pub(crate) async fn claim(
         .as_ref()
         .map(|tenants| tenants.in_flight.clone());
     while let Some((destination, want)) = plan.next_take() {
-        let got = match (&gate.tenants, &mut load) {
-            (Some(tenants), Some(load)) => {
-                let aging = gate.aging();
-                claim_shared(tx, &destination, want, now, lease, aging, tenants, load).await?
-            }
-            _ => claim_of(tx, &destination, want, now, lease, gate.aging()).await?,
+        let take = Take {
+            destination: &destination,
+            want,
+            lease,
         };
+        let got = take_destination(tx, take, gate, &mut keyed, load.as_mut()).await?;
         plan.taken(got.len());
         claimed.extend(got);
         asked.push(destination);
     }
+    keyed.charge(tx).await?;
     asked.sort_unstable();
     asked.dedup();
     let resume_after = settle(tx, &asked, now).await?;
@@ -106,6 +108,38 @@ pub(crate) async fn claim(
         cursor,
         resume_after,
     })
+}
+
+/// One destination's take of a claim: shared between its tenants when
+/// they share the claim (`load`: the node's calls in flight by tenant,
+/// this claim's takes added), and between its flow keys when it has keyed
+/// tasks due; else its due tasks by priority, oldest first.
+async fn take_destination(
+    tx: &Transaction<'_>,
+    take: Take<'_>,
+    gate: &ClaimGate,
+    keyed: &mut Keyed,
+    load: Option<&mut BTreeMap<String, usize>>,
+) -> Result<Vec<Task>, StoreError> {
+    if let (Some(tenants), Some(load)) = (&gate.tenants, load) {
+        return claim_shared(tx, take, keyed, tenants, load).await;
+    }
+    let Take {
+        destination,
+        want,
+        lease,
+    } = take;
+    if keyed.in_play(tx, destination, None).await? {
+        // Tenant-blind, shared between the flow keys (tenant by tenant,
+        // should any tenant's tasks be left).
+        let mut got = Vec::new();
+        for tenant in due_tenants(tx, destination, keyed.now()).await? {
+            let left = want.saturating_sub(got.len());
+            got.extend(keyed.claim(tx, destination, &tenant, left, lease).await?);
+        }
+        return Ok(got);
+    }
+    claim_of(tx, destination, want, keyed.now(), lease, gate.aging()).await
 }
 
 /// Locks the `capped` destinations' rows (in name order, as every claim
@@ -177,7 +211,7 @@ macro_rules! claim_tail {
              t.next_run_at, t.lease_until, t.attempts_before_retry, t.schedule_at, \
              t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context, \
              t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
-             t.tenant, t.topic, t.event_id, t.subscription, t.priority \
+             t.tenant, t.topic, t.event_id, t.subscription, t.priority, t.flow_key \
              ) \
              SELECT ",
             task_columns!(),
@@ -215,29 +249,39 @@ pub(crate) async fn claim_of(
 
 /// The claimed tasks of a claim statement's rows, without their histories
 /// (the port's claim carries none).
-pub(super) fn claimed_tasks(found: &[tokio_postgres::Row]) -> Result<Vec<Task>, StoreError> {
+pub(crate) fn claimed_tasks(found: &[tokio_postgres::Row]) -> Result<Vec<Task>, StoreError> {
     found
         .iter()
         .map(|row| rows::task_from_row(row).map(|s| s.task))
         .collect()
 }
 
+/// One destination's take in a claim.
+pub(super) struct Take<'a> {
+    pub(super) destination: &'a str,
+    pub(super) want: usize,
+    pub(super) lease: Duration,
+}
+
 /// [`claim_of`] when tenants share the claim: `want` slots of
 /// `destination` split among the tenants with due tasks there by
-/// [`TenantGate::plan`], each tenant's due tasks oldest first; `load` is
-/// the node's calls in flight by tenant, with every take of this claim
+/// [`TenantGate::plan`], each tenant's due tasks oldest first (shared
+/// between its flow keys by `keyed` when it has keyed tasks due); `load`
+/// is the node's calls in flight by tenant, with every take of this claim
 /// added (here too).
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn claim_shared(
     tx: &Transaction<'_>,
-    destination: &str,
-    want: usize,
-    now: Option<i64>,
-    lease: Duration,
-    aging: Duration,
+    take: Take<'_>,
+    keyed: &mut Keyed,
     gate: &TenantGate,
     load: &mut BTreeMap<String, usize>,
 ) -> Result<Vec<Task>, StoreError> {
+    let Take {
+        destination,
+        want,
+        lease,
+    } = take;
+    let (now, aging) = (keyed.now(), keyed.aging());
     let due = due_tenants(tx, destination, now).await?;
     if due.is_empty() {
         return Ok(Vec::new());
@@ -245,7 +289,11 @@ pub(super) async fn claim_shared(
     let mut plan = gate.plan(want, due, load);
     let mut got = Vec::with_capacity(want);
     while let Some((tenant, n)) = plan.next_take() {
-        let taken = claim_of_tenant(tx, destination, &tenant, n, now, lease, aging).await?;
+        let taken = if keyed.in_play(tx, destination, Some(&tenant)).await? {
+            keyed.claim(tx, destination, &tenant, n, lease).await?
+        } else {
+            claim_of_tenant(tx, destination, &tenant, n, now, lease, aging).await?
+        };
         plan.taken(taken.len());
         *load.entry(tenant).or_default() += taken.len();
         got.extend(taken);

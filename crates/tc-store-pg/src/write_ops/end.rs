@@ -4,8 +4,8 @@
 use deadpool_postgres::{GenericClient, Transaction};
 use tc_model::callback;
 use tc_model::store::StoreError;
-use tc_model::tenant::Acting;
 use tc_model::tenant::quota::{Admission, RetryQuota};
+use tc_model::tenant::{Acting, Scope};
 use tc_model::{State, Task, TaskId, transit};
 
 use crate::error::db;
@@ -112,6 +112,7 @@ pub(crate) struct Canceled {
 pub(crate) async fn cancel(
     tx: &Transaction<'_>,
     id: &TaskId,
+    scope: &Scope,
     (now_ms, now): (tc_model::Timestamp, Option<i64>),
     channel: &str,
     callback_bytes: usize,
@@ -134,6 +135,9 @@ pub(crate) async fn cancel(
         mark_inserting(tx).await?;
     }
     let head = lock_head(tx, id).await?;
+    if !scope.owns_stored(&head.tenant) {
+        return Err(StoreError::NotFound);
+    }
     if head.state.is_terminal() {
         return Ok(Canceled {
             task: load_pos(tx, head.pos).await?,
@@ -175,8 +179,15 @@ pub(crate) async fn cancel(
 }
 
 /// Deletes a finished task with its history; its key is free again.
-pub(crate) async fn delete(tx: &Transaction<'_>, id: &TaskId) -> Result<(), StoreError> {
+pub(crate) async fn delete(
+    tx: &Transaction<'_>,
+    id: &TaskId,
+    scope: &Scope,
+) -> Result<(), StoreError> {
     let head = lock_head(tx, id).await?;
+    if !scope.owns_stored(&head.tenant) {
+        return Err(StoreError::NotFound);
+    }
     if !head.state.is_terminal() {
         return Err(StoreError::NotTerminal(head.state));
     }

@@ -363,21 +363,23 @@ pub(crate) const INSERT_BATCH: &str = concat!(
                         timeout_ns, attempt, created_at, updated_at, next_run_at, \
                         schedule_at, schedule_delay_ms, destination, method, headers, \
                         trace_context, callback_url, callback_on, callback_of, tenant, \
-                        topic, event_id, subscription, priority) \
+                        topic, event_id, subscription, priority, flow_key) \
      SELECT tc_task_pos(r.within), r.id, r.key, 'pending', r.url, r.body, r.max_attempts, \
             r.timeout_ns, 0, tc_now_ms($1), tc_now_ms($1), \
             greatest(coalesce(r.schedule_at, tc_now_ms($1)), tc_now_ms($1)) \
                 + coalesce(r.delay_ms, 0), \
             r.schedule_at, r.delay_ms, r.destination, r.method, r.headers, \
             r.trace_context, r.callback_url, r.callback_on, r.callback_of, r.tenant, \
-            r.topic, r.event_id, r.subscription, r.priority \
+            r.topic, r.event_id, r.subscription, r.priority, r.flow_key \
      FROM unnest($2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bytea[], \
                  $7::integer[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
                  $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
-                 $17::bytea[], $18::text[], $19::text[], $20::text[], $21::text[], $22::integer[]) \
+                 $17::bytea[], $18::text[], $19::text[], $20::text[], $21::text[], $22::integer[], \
+                 $23::text[]) \
           AS r(within, id, key, url, body, max_attempts, timeout_ns, schedule_at, \
                delay_ms, destination, method, headers, trace_context, callback_url, \
-               callback_on, callback_of, tenant, topic, event_id, subscription, priority) \
+               callback_on, callback_of, tenant, topic, event_id, subscription, priority, \
+               flow_key) \
      ORDER BY r.key, r.tenant, r.within \
      ON CONFLICT (idempotency_key, tenant) DO NOTHING \
      RETURNING ",
@@ -500,6 +502,7 @@ async fn insert_chunks<C: GenericClient>(
                     &columns.event_ids,
                     &columns.subscriptions,
                     &columns.priorities,
+                    &columns.flow_keys,
                 ],
             )
             .await
@@ -560,6 +563,7 @@ pub(super) struct BatchColumns<'a> {
     event_ids: Vec<Option<&'a str>>,
     subscriptions: Vec<Option<&'a str>>,
     priorities: Vec<i32>,
+    flow_keys: Vec<&'a str>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -590,6 +594,7 @@ impl<'a> BatchColumns<'a> {
             event_ids: Vec::with_capacity(chunk.len()),
             subscriptions: Vec::with_capacity(chunk.len()),
             priorities: Vec::with_capacity(chunk.len()),
+            flow_keys: Vec::with_capacity(chunk.len()),
         };
         for &i in chunk {
             let task = &tasks[i];
@@ -636,6 +641,9 @@ impl<'a> BatchColumns<'a> {
                 .subscriptions
                 .push(link.map(|l| l.subscription.as_str()));
             columns.priorities.push(i32::from(task.priority()));
+            columns
+                .flow_keys
+                .push(tc_model::flow_key::stored_key(task.flow_key()));
         }
         Ok(columns)
     }

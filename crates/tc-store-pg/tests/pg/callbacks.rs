@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::{ClaimGate, DestinationUpdate};
-use tc_model::store::{Completion, Guarded, ListQuery, TaskStore};
+use tc_model::store::{Completion, Guarded, ListQuery};
+use tc_model::store::{Destinations, Tasks, Work};
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store_pg::{PgClock, PgConfig, PgStore};
 
 use crate::support::database;
+use tc_model::tenant::Scope;
 use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -43,10 +45,13 @@ fn task(key: &str, max_attempts: u32, on: &[&str]) -> NewTask {
 
 async fn callbacks_of(store: &PgStore, parent: TaskId) -> Vec<Task> {
     let all = store
-        .list(ListQuery {
-            limit: 1000,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                limit: 1000,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .unwrap()
         .tasks;
@@ -122,7 +127,12 @@ async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
     .await
     .unwrap();
 
-    assert!(store.cancel(canceled.id, at(2)).await.is_err());
+    assert!(
+        store
+            .cancel(canceled.id, Scope::Admin, at(2))
+            .await
+            .is_err()
+    );
     assert!(
         store
             .complete(completed.id, attempt(completed.id), success(), at(2))
@@ -136,7 +146,7 @@ async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
             .is_err()
     );
     for id in [canceled.id, completed.id, recovered.id] {
-        let task = store.get(id).await.unwrap();
+        let task = store.get(id, Scope::Admin).await.unwrap();
         assert_eq!(
             (task.state.is_terminal(), task.ends, task.callback_task_id),
             (false, 0, None),
@@ -152,7 +162,11 @@ async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
     .await
     .unwrap();
     assert_eq!(
-        store.cancel(canceled.id, at(3)).await.unwrap().state,
+        store
+            .cancel(canceled.id, Scope::Admin, at(3))
+            .await
+            .unwrap()
+            .state,
         State::Canceled
     );
     assert_eq!(
@@ -177,9 +191,12 @@ async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
             .unwrap(),
         Guarded::Lost(State::Success)
     ));
-    store.cancel(canceled.id, at(4)).await.unwrap();
+    store
+        .cancel(canceled.id, Scope::Admin, at(4))
+        .await
+        .unwrap();
     for id in [canceled.id, completed.id, recovered.id] {
-        let task = store.get(id).await.unwrap();
+        let task = store.get(id, Scope::Admin).await.unwrap();
         let made = callbacks_of(&store, id).await;
         assert_eq!(made.len(), 1, "{}", task.idempotency_key);
         assert_eq!(task.callback_task_id, Some(made[0].id));

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tc_downstream::fake::{FakeDownstream, Reply, Script, Step};
 use tc_model::cluster::TokenAsk;
 use tc_model::destination::DestinationUpdate;
-use tc_model::store::TaskStore;
+use tc_model::store::{Destinations, Tasks, Work};
 use tc_model::{State, Timestamp};
 use tc_store_pg::{PgClock, PgConfig, PgStore};
 use tc_worker::{BreakerPolicy, BreakerState, Clock, Worker, WorkerConfig, WorkerMetrics};

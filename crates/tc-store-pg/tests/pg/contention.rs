@@ -7,12 +7,14 @@
 use std::sync::Arc;
 
 use tc_model::destination::ClaimGate;
-use tc_model::store::{BulkAction, BulkRequest, Completion, StoreError, TaskFilter, TaskStore};
+use tc_model::store::{BulkAction, BulkRequest, Completion, StoreError, TaskFilter};
+use tc_model::store::{Tasks, Work};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{Raw, database, new_task};
+use tc_model::tenant::Scope;
 use tc_testkit::ClaimDue;
 
 const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -207,7 +209,7 @@ async fn bulk_actions_beside_single_writes_never_fail() {
             let mut rng = fastrand::Rng::with_seed(c);
             for _ in 0..120 {
                 let id = ids[rng.usize(..ids.len())];
-                let canceled = store.cancel(id, now).await;
+                let canceled = store.cancel(id, Scope::Admin, now).await;
                 seen.note("cancel", canceled);
             }
             seen

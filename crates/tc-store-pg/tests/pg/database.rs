@@ -4,13 +4,15 @@
 
 use std::time::Duration;
 
-use tc_model::store::{Completion, TaskStore};
+use tc_model::store::Completion;
+use tc_model::store::{Destinations, Schedules, Tasks, Work};
 use tc_model::{State, Timestamp};
 use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{OpenError, PgConfig, PgEvent, PgStore};
 use tokio::sync::broadcast;
 
 use crate::support::{database, new_task};
+use tc_model::tenant::Scope;
 use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -124,7 +126,7 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
+            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -135,7 +137,14 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
         .task;
     drop(stores);
     let reopened = PgStore::open(db.url(), config(&schema)).await.unwrap();
-    assert_eq!(reopened.get(task.id).await.unwrap().idempotency_key, "kept");
+    assert_eq!(
+        reopened
+            .get(task.id, Scope::Admin)
+            .await
+            .unwrap()
+            .idempotency_key,
+        "kept"
+    );
     drop(reopened);
     db.cleanup().await.unwrap();
 }
@@ -162,7 +171,10 @@ async fn a_version_6_schema_is_upgraded_in_place() {
 
     let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
     let old = store
-        .get("0190f3a2-0000-7000-8000-000000000001".parse().unwrap())
+        .get(
+            "0190f3a2-0000-7000-8000-000000000001".parse().unwrap(),
+            Scope::Admin,
+        )
         .await
         .unwrap();
     assert_eq!(old.idempotency_key, "old");
@@ -215,7 +227,7 @@ async fn a_version_6_schema_is_upgraded_in_place() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
+            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -242,7 +254,10 @@ async fn a_version_9_schema_is_upgraded_in_place() {
 
     let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
     let old = store
-        .get("0190f3a2-0000-7000-8000-000000000001".parse().unwrap())
+        .get(
+            "0190f3a2-0000-7000-8000-000000000001".parse().unwrap(),
+            Scope::Admin,
+        )
         .await
         .unwrap();
     assert_eq!((old.method, &old.trace), (tc_model::Method::Put, &None));
@@ -262,7 +277,10 @@ async fn a_version_9_schema_is_upgraded_in_place() {
     .unwrap()
     .with_trace(context.clone());
     let created = store.submit(new, Timestamp::default()).await.unwrap().task;
-    assert_eq!(store.get(created.id).await.unwrap().trace, Some(context));
+    assert_eq!(
+        store.get(created.id, Scope::Admin).await.unwrap().trace,
+        Some(context)
+    );
     // The upgraded schema takes schedules (step 13), kept across a reopen
     // with their firing record.
     let spec = tc_model::schedule::ScheduleSpec {
@@ -298,7 +316,7 @@ async fn a_version_9_schema_is_upgraded_in_place() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
+            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -325,7 +343,7 @@ async fn a_version_11_schema_is_upgraded_in_place() {
 
     let store = PgStore::open(db.url(), config(&schema)).await.unwrap();
     let id = "0190f3a2-0000-7000-8000-000000000002".parse().unwrap();
-    let old = store.get(id).await.unwrap();
+    let old = store.get(id, Scope::Admin).await.unwrap();
     assert_eq!(
         (
             &old.callback,
@@ -335,7 +353,10 @@ async fn a_version_11_schema_is_upgraded_in_place() {
         ),
         (&None, None, None, 0)
     );
-    let canceled = store.cancel(id, Timestamp::default()).await.unwrap();
+    let canceled = store
+        .cancel(id, Scope::Admin, Timestamp::default())
+        .await
+        .unwrap();
     assert_eq!((canceled.ends, canceled.callback_task_id), (1, None));
     let new = tc_model::NewTask::new(
         "http://127.0.0.1:9/new".into(),
@@ -355,11 +376,11 @@ async fn a_version_11_schema_is_upgraded_in_place() {
     );
     let created = store.submit(new, Timestamp::default()).await.unwrap().task;
     let canceled = store
-        .cancel(created.id, Timestamp::default())
+        .cancel(created.id, Scope::Admin, Timestamp::default())
         .await
         .unwrap();
     let callback = store
-        .get(canceled.callback_task_id.expect("a callback"))
+        .get(canceled.callback_task_id.expect("a callback"), Scope::Admin)
         .await
         .unwrap();
     assert_eq!(callback.callback_of, Some(created.id));
@@ -411,7 +432,10 @@ async fn leases_and_due_times_follow_the_database_clock() {
 
     // A node whose clock is far ahead does not see the lease as expired.
     assert_eq!(store.recover_expired(ahead).await.unwrap(), 0);
-    assert_eq!(store.get(task.id).await.unwrap().state, State::Running);
+    assert_eq!(
+        store.get(task.id, Scope::Admin).await.unwrap().state,
+        State::Running
+    );
 
     // A retry "in 10 s" by the caller's clock is due 10 s after the database's now.
     let done = store
@@ -428,7 +452,7 @@ async fn leases_and_due_times_follow_the_database_clock() {
         .await
         .unwrap();
     assert_eq!(done, tc_model::store::Guarded::Applied(State::Pending));
-    let retried = store.get(task.id).await.unwrap();
+    let retried = store.get(task.id, Scope::Admin).await.unwrap();
     let delay = retried.next_run_at.unwrap().as_millis() - retried.updated_at.as_millis();
     assert_eq!(delay, 10_000);
     assert!(
@@ -491,8 +515,8 @@ async fn submits_and_cancels_are_announced_to_other_nodes() {
         .unwrap();
     assert_eq!(claimed[0].id, running.id);
 
-    a.cancel(pending.id, now).await.unwrap();
-    a.cancel(running.id, now).await.unwrap();
+    a.cancel(pending.id, Scope::Admin, now).await.unwrap();
+    a.cancel(running.id, Scope::Admin, now).await.unwrap();
     let mut cancels = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), async {
         while cancels.is_empty() {
@@ -538,7 +562,7 @@ async fn a_node_does_not_hear_its_own_wake_up() {
         .await
         .unwrap();
     assert_eq!(claimed[0].id, task.id);
-    a.cancel(task.id, now).await.unwrap();
+    a.cancel(task.id, Scope::Admin, now).await.unwrap();
     let first = tokio::time::timeout(Duration::from_secs(10), a_heard.recv())
         .await
         .unwrap()

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tc_model::destination::ClaimGate;
-use tc_model::store::{Completion, Guarded, StoreError, TaskStore};
+use tc_model::store::{Completion, Guarded, StoreError};
+use tc_model::store::{Tasks, Work};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{database, new_task};
+use tc_model::tenant::Scope;
 use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -56,7 +58,7 @@ async fn completions_made_at_once_each_get_their_own_answer() {
     claimed.sort_by_key(|t| t.idempotency_key.clone());
     assert_eq!(claimed.len(), 4);
     let (ok, canceled, retried, stale) = (&claimed[0], &claimed[1], &claimed[2], &claimed[3]);
-    store.cancel(canceled.id, now).await.unwrap();
+    store.cancel(canceled.id, Scope::Admin, now).await.unwrap();
 
     // Every call at once: a success, one on a canceled task, the same
     // retry twice (one statement would update it once), a stale attempt
@@ -93,13 +95,13 @@ async fn completions_made_at_once_each_get_their_own_answer() {
 
     // What was written: the success's result and closed try, the retry's
     // due time and reason, nothing on the others.
-    let done = store.get(ok.id).await.unwrap();
+    let done = store.get(ok.id, Scope::Admin).await.unwrap();
     assert_eq!(done.state, State::Success);
     assert_eq!(done.result.as_deref(), Some(b"ok".as_slice()));
     assert_eq!(done.attempts.len(), 1);
     assert_eq!(done.attempts[0].http_status, Some(200));
     assert!(done.attempts[0].finished_at.is_some());
-    let again = store.get(retried.id).await.unwrap();
+    let again = store.get(retried.id, Scope::Admin).await.unwrap();
     assert_eq!(again.state, State::Pending);
     assert_eq!(again.error.as_deref(), Some("http_503"));
     assert_eq!(
@@ -110,8 +112,14 @@ async fn completions_made_at_once_each_get_their_own_answer() {
             .count(),
         1
     );
-    assert_eq!(store.get(stale.id).await.unwrap().state, State::Running);
-    assert_eq!(store.get(canceled.id).await.unwrap().state, State::Canceled);
+    assert_eq!(
+        store.get(stale.id, Scope::Admin).await.unwrap().state,
+        State::Running
+    );
+    assert_eq!(
+        store.get(canceled.id, Scope::Admin).await.unwrap().state,
+        State::Canceled
+    );
     db.cleanup().await.unwrap();
 }
 

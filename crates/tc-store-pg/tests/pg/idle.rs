@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tc_downstream::fake::{FakeDownstream, Script};
-use tc_model::store::TaskStore;
+use tc_model::store::Tasks;
 use tc_model::{FirstRun, Limits, NewTask, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tc_model::store::TaskStore;
+use tc_model::store::Work;
 use tc_store_pg::{PgConfig, PgStore};
 use tokio::time::Instant;
 

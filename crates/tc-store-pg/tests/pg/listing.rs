@@ -3,21 +3,26 @@
 //! database or another; it never hands out a cursor past a task that an
 //! insert still in flight may commit.
 
-use tc_model::store::{Cursor, ListQuery, Page, TaskFilter, TaskStore};
+use tc_model::store::Tasks;
+use tc_model::store::{Cursor, ListQuery, Page, TaskFilter};
 use tc_model::{Task, Timestamp};
 use tc_store_pg::testing::TestDatabase;
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{Raw, database, new_task};
+use tc_model::tenant::Scope;
 
 async fn list(store: &PgStore, filter: TaskFilter, after: Option<Cursor>) -> Page {
     store
-        .list(ListQuery {
-            filter,
-            limit: 10,
-            after,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter,
+                limit: 10,
+                after,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .unwrap()
 }

@@ -14,11 +14,13 @@ use tc_downstream::fake::{FakeDownstream, Script};
 use tc_model::schedule::{
     CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
 };
-use tc_model::store::{ListQuery, TaskFilter, TaskStore};
+use tc_model::store::{ListQuery, TaskFilter};
+use tc_model::store::{Schedules, Tasks};
 use tc_store_pg::{PgConfig, PgStore};
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
 
 use crate::support::{database, new_task};
+use tc_model::tenant::Scope;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_firing_every_second_make_one_task_per_firing() {
@@ -69,11 +71,14 @@ async fn three_nodes_firing_every_second_make_one_task_per_firing() {
     }
 
     let page = stores[1]
-        .list(ListQuery {
-            filter: TaskFilter::default(),
-            limit: 1000,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter: TaskFilter::default(),
+                limit: 1000,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .unwrap();
     let keys: Vec<&str> = page
@@ -105,7 +110,10 @@ async fn three_nodes_firing_every_second_make_one_task_per_firing() {
     let latest = distinct.iter().next_back().unwrap();
     let recorded = tc_model::schedule::firing_key("every-second", schedule.last_run_at.unwrap());
     assert_eq!(&recorded.as_str(), latest);
-    let task = stores[2].get(schedule.last_task_id.unwrap()).await.unwrap();
+    let task = stores[2]
+        .get(schedule.last_task_id.unwrap(), Scope::Admin)
+        .await
+        .unwrap();
     assert_eq!(task.idempotency_key, recorded);
     drop(stores);
     db.cleanup().await.unwrap();

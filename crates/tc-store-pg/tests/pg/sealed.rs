@@ -10,7 +10,7 @@ use base64::Engine;
 use tc_model::auth::DestinationAuth;
 use tc_model::destination::DestinationUpdate;
 use tc_model::signing::SigningSecrets;
-use tc_model::store::TaskStore;
+use tc_model::store::{Destinations, Tenants};
 use tc_model::tenant::TenantUpdate;
 use tc_model::{Headers, Timestamp};
 use tc_seal::{SealReport, Sealer, SecretKey};

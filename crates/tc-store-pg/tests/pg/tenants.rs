@@ -5,13 +5,15 @@
 
 use std::sync::Arc;
 
-use tc_model::store::{StoreError, Submitted, TaskFilter, TaskStore};
+use tc_model::store::{StoreError, Submitted, TaskFilter};
+use tc_model::store::{Tasks, Tenants};
 use tc_model::tenant::TenantUpdate;
 use tc_model::tenant::key::KeyHash;
 use tc_model::{NewTask, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{Raw, database, new_task};
+use tc_model::tenant::Scope;
 
 /// `key` submitted by `tenant` under its pending limit `limit`.
 fn tenant_task(key: &str, tenant: &str, limit: Option<u64>) -> NewTask {
@@ -215,7 +217,7 @@ async fn a_version_13_schema_is_upgraded_in_place() {
     .unwrap();
     let now = Timestamp::from_millis(1_000_000);
     let page = store
-        .list(tc_model::store::ListQuery::default())
+        .list(tc_model::store::ListQuery::default(), Scope::Admin)
         .await
         .unwrap();
     let [old] = page.tasks.as_slice() else {
@@ -233,13 +235,16 @@ async fn a_version_13_schema_is_upgraded_in_place() {
     assert_ne!(theirs.task.id, old.id);
     assert_eq!(theirs.task.tenant.as_deref(), Some("acme"));
     let listed = store
-        .list(tc_model::store::ListQuery {
-            filter: TaskFilter {
-                tenant: Some("acme".into()),
-                ..TaskFilter::default()
+        .list(
+            tc_model::store::ListQuery {
+                filter: TaskFilter {
+                    tenant: Some("acme".into()),
+                    ..TaskFilter::default()
+                },
+                ..tc_model::store::ListQuery::default()
             },
-            ..tc_model::store::ListQuery::default()
-        })
+            Scope::Admin,
+        )
         .await
         .unwrap();
     let ids: Vec<_> = listed.tasks.iter().map(|t| t.id).collect();

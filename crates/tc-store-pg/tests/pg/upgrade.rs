@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use tc_model::State;
-use tc_model::store::TaskStore;
+use tc_model::store::Tasks;
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{Raw, database};

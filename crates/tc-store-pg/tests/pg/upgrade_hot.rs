@@ -5,11 +5,13 @@
 
 use std::time::Duration;
 
-use tc_model::store::{Completion, Guarded, TaskStore};
+use tc_model::store::{Completion, Guarded};
+use tc_model::store::{Tasks, Work};
 use tc_model::{State, TaskId, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 
 use crate::support::{Raw, database};
+use tc_model::tenant::Scope;
 use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -136,7 +138,7 @@ async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tr
         .await
         .unwrap();
     assert_eq!(ended, Guarded::Applied(State::Success));
-    let task = store.get(claimed_before).await.unwrap();
+    let task = store.get(claimed_before, Scope::Admin).await.unwrap();
     assert_eq!(task.attempts.len(), 1, "{:?}", task.attempts);
     assert_eq!(task.attempts[0].http_status, Some(200));
 
@@ -148,7 +150,7 @@ async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tr
         .unwrap();
     assert_eq!(claimed.len(), 3);
     for task in &claimed {
-        let running = store.get(task.id).await.unwrap();
+        let running = store.get(task.id, Scope::Admin).await.unwrap();
         assert_eq!(running.state, State::Running);
         let open: Vec<_> = running
             .attempts
@@ -169,7 +171,7 @@ async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tr
             .await
             .unwrap();
         assert_eq!(answer, Guarded::Applied(State::Failed));
-        let done = store.get(task.id).await.unwrap();
+        let done = store.get(task.id, Scope::Admin).await.unwrap();
         assert_eq!(done.attempts.len(), 1, "{:?}", done.attempts);
         assert_eq!(done.attempts[0].error.as_deref(), Some("http_400"));
     }
@@ -206,7 +208,7 @@ async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tr
         .get(0);
     assert_eq!(open_not_running, 0);
     for id in &old_ended {
-        let task = store.get(task_id(id)).await.unwrap();
+        let task = store.get(task_id(id), Scope::Admin).await.unwrap();
         assert_eq!(task.state, State::Success);
         assert_eq!(task.attempts.len(), 1, "{:?}", task.attempts);
     }

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tc_model::store::{Completion, Guarded, TaskStore};
+use tc_model::store::{Completion, Guarded};
+use tc_model::store::{Tasks, Work};
 use tc_model::{State, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 

@@ -85,12 +85,18 @@ pub(crate) fn bulk_chunk(
                 retry_seq(conn, seq, state, now, now)?;
             }
             BulkAction::Cancel => {
-                cancel(conn, &id, now, callback_bytes)?;
+                cancel(
+                    conn,
+                    &id,
+                    &tc_model::tenant::Scope::Admin,
+                    now,
+                    callback_bytes,
+                )?;
                 if state == State::Running {
                     chunk.canceled_running.push(id);
                 }
             }
-            BulkAction::Delete => delete(conn, &id)?,
+            BulkAction::Delete => delete(conn, &id, &tc_model::tenant::Scope::Admin)?,
         }
         chunk.applied += 1;
     }

@@ -14,6 +14,7 @@ use tc_model::tenant::{NO_TENANT, TenantGate};
 use tc_model::{State, Task, TaskId, Timestamp, transit};
 
 use crate::destinations;
+use crate::flow_keys::Keyed;
 use crate::rows::{self, db, parse_id, parse_state};
 
 use super::{INTERRUPTED, Try, close_attempt, ended, guard, write_one};
@@ -51,6 +52,7 @@ pub(crate) fn claim(
     }
     let (candidates, cursor) = walk.finish();
     let mut plan = FairShare::new(n, candidates, &gate.in_flight);
+    let mut keyed = Keyed::new(now, gate.aging(), &gate.held_keys);
     let lease_until = now.saturating_add(lease);
     let mut claimed = Vec::with_capacity(n);
     // With tenants, the node's calls in flight by tenant, this claim's
@@ -62,8 +64,18 @@ pub(crate) fn claim(
         .unwrap_or_default();
     while let Some((destination, want)) = plan.next_take() {
         let Some(tenants) = &gate.tenants else {
-            // Tenant-blind (no tenant defined): the destination's oldest.
-            let due = crate::priority::due_of(conn, &destination, None, now, want, gate.aging())?;
+            // Tenant-blind (no tenant defined): the destination's oldest,
+            // shared between its flow keys when it has keyed tasks due.
+            let due = if keyed.in_play(conn, &destination, None)? {
+                let mut due = Vec::new();
+                for tenant in due_tenants(conn, &destination, now)? {
+                    let left = want.saturating_sub(due.len());
+                    due.extend(keyed.take(conn, &destination, &tenant, left)?);
+                }
+                due
+            } else {
+                crate::priority::due_of(conn, &destination, None, now, want, gate.aging())?
+            };
             plan.taken(due.len());
             for (seq, state) in due {
                 claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
@@ -76,7 +88,7 @@ pub(crate) fn claim(
             &destination,
             want,
             now,
-            gate.aging(),
+            &mut keyed,
             &mut load,
             |seq, state| {
                 claimed.push(claim_one(conn, seq, state, now, lease_until)?);
@@ -85,6 +97,7 @@ pub(crate) fn claim(
         )?;
         plan.taken(took);
     }
+    keyed.charge(conn)?;
     Ok(Claim {
         tasks: claimed,
         resume_after: destinations::next_waiting(conn)?,
@@ -393,9 +406,10 @@ pub(super) fn due_tenants(
 /// tenants by `gate` ([`TenantGate::plan`]), each tenant's oldest due
 /// first; `load` is the node's calls in flight by tenant with this claim's
 /// takes so far, and gets this take's added. `claim_one` claims the task at
-/// a seq (in the state read) and keeps it; `aging` orders each tenant's
-/// due tasks by priority ([`crate::priority::due_of`]). Answers how many
-/// were taken.
+/// a seq (in the state read) and keeps it; `keyed` shares each tenant's
+/// take between its flow keys when it has keyed tasks due, its aging
+/// ordering each one's due tasks by priority ([`crate::priority::due_of`]).
+/// Answers how many were taken.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn take_shared(
     conn: &Connection,
@@ -403,7 +417,7 @@ pub(crate) fn take_shared(
     destination: &str,
     want: usize,
     now: Timestamp,
-    aging: std::time::Duration,
+    keyed: &mut Keyed,
     load: &mut BTreeMap<String, usize>,
     mut claim_one: impl FnMut(i64, &str) -> Result<(), StoreError>,
 ) -> Result<usize, StoreError> {
@@ -411,7 +425,11 @@ pub(crate) fn take_shared(
     let mut share = gate.plan(want, due, load);
     let mut took = 0;
     while let Some((tenant, wanted)) = share.next_take() {
-        let tasks = crate::priority::due_of(conn, destination, Some(&tenant), now, wanted, aging)?;
+        let tasks = if keyed.in_play(conn, destination, Some(&tenant))? {
+            keyed.take(conn, destination, &tenant, wanted)?
+        } else {
+            crate::priority::due_of(conn, destination, Some(&tenant), now, wanted, keyed.aging())?
+        };
         share.taken(tasks.len());
         took += tasks.len();
         *load.entry(tenant).or_default() += tasks.len();

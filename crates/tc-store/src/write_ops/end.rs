@@ -6,8 +6,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tc_model::callback::{self};
 use tc_model::completion::CompletionEffect;
 use tc_model::store::{Guarded, StoreError};
-use tc_model::tenant::Acting;
 use tc_model::tenant::quota::{Admission, RetryQuota};
+use tc_model::tenant::{Acting, Scope};
 use tc_model::{State, Task, TaskId, Timestamp, transit};
 
 use crate::rows::{self, Stored, db, parse_state};
@@ -154,12 +154,14 @@ pub(super) fn ended(
 pub(crate) fn cancel(
     conn: &Connection,
     id: &TaskId,
+    scope: &Scope,
     now: Timestamp,
     callback_bytes: usize,
 ) -> Result<Task, StoreError> {
     let Some(Stored { seq, task }) = rows::load(conn, id)? else {
         return Err(StoreError::NotFound);
     };
+    let task = scope.seen(task)?;
     if task.state.is_terminal() {
         return Ok(task);
     }
@@ -196,14 +198,16 @@ pub(crate) fn cancel(
 }
 
 /// Deletes a finished task and its attempts.
-pub(crate) fn delete(conn: &Connection, id: &TaskId) -> Result<(), StoreError> {
-    let head: Option<(i64, String)> = conn
-        .prepare_cached("SELECT seq, state FROM tasks WHERE id = ?1")
+pub(crate) fn delete(conn: &Connection, id: &TaskId, scope: &Scope) -> Result<(), StoreError> {
+    let head: Option<(i64, String, String)> = conn
+        .prepare_cached("SELECT seq, state, tenant FROM tasks WHERE id = ?1")
         .map_err(db)?
-        .query_row([id.as_bytes()], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_row([id.as_bytes()], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
         .optional()
         .map_err(db)?;
-    let Some((seq, state)) = head else {
+    let Some((seq, state, _)) = head.filter(|(_, _, tenant)| scope.owns_stored(tenant)) else {
         return Err(StoreError::NotFound);
     };
     let state = parse_state(&state)?;

@@ -22,11 +22,11 @@ macro_rules! submit_sql {
                             timeout_ns, attempt, created_at, updated_at, next_run_at, \
                             schedule_at, schedule_delay_ms, destination, method, headers, \
                             trace_context, callback_url, callback_on, callback_of, tenant, \
-                            topic, event_id, subscription, priority) \
+                            topic, event_id, subscription, priority, flow_key) \
              VALUES (",
             $seq,
             ", ?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                     ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23) \
+                     ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24) \
              ON CONFLICT (idempotency_key, tenant) DO NOTHING"
         )
     };
@@ -183,6 +183,7 @@ pub(super) fn submit_as(
             new.topic_link().map(|l| l.event_id.as_str()),
             new.topic_link().map(|l| l.subscription.as_str()),
             new.priority(),
+            tc_model::flow_key::stored_key(new.flow_key()),
         ])
         .map_err(db)?;
     if inserted == 1 {

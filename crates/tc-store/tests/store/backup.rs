@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tc_model::destination::ClaimGate;
-use tc_model::store::{Completion, ListQuery, TaskFilter, TaskStore};
+use tc_model::store::{Completion, ListQuery, TaskFilter};
+use tc_model::store::{Tasks, Work};
+use tc_model::tenant::Scope;
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::backup::{BackupConfig, BackupError, backup};
 use tc_store::{SqliteStore, StoreConfig, Synchronous};
@@ -39,13 +41,16 @@ async fn snapshot(store: &SqliteStore) -> HashMap<TaskId, (State, u32)> {
     let mut after = None;
     for _ in 0..10_000 {
         let page = store
-            .list(ListQuery {
-                filter: TaskFilter::state(None),
-                limit: 500,
-                after,
-                max_result_bytes: None,
-                ..ListQuery::default()
-            })
+            .list(
+                ListQuery {
+                    filter: TaskFilter::state(None),
+                    limit: 500,
+                    after,
+                    max_result_bytes: None,
+                    ..ListQuery::default()
+                },
+                Scope::Admin,
+            )
             .await
             .unwrap();
         for task in page.tasks {

@@ -11,7 +11,9 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::ClaimGate;
-use tc_model::store::{BulkAction, BulkRequest, Completion, StateCounts, TaskFilter, TaskStore};
+use tc_model::store::{BulkAction, BulkRequest, Completion, StateCounts, TaskFilter};
+use tc_model::store::{Tasks, Work};
+use tc_model::tenant::Scope;
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::ClaimDue;
@@ -197,7 +199,7 @@ async fn run<'k>(
             "127.0.0.1:2"
         }
     };
-    let attempt = |id: TaskId| async move { store.get(id).await.unwrap().attempt };
+    let attempt = |id: TaskId| async move { store.get(id, Scope::Admin).await.unwrap().attempt };
     match step {
         Step::Submit(key) => {
             let got = store
@@ -236,7 +238,7 @@ async fn run<'k>(
                 .unwrap();
         }
         Step::Cancel(key) => {
-            store.cancel(ids[key], now).await.unwrap();
+            store.cancel(ids[key], Scope::Admin, now).await.unwrap();
         }
         Step::Release(key) => {
             let id = ids[key];
@@ -249,7 +251,7 @@ async fn run<'k>(
             store.retry(ids[key], now, now, None).await.unwrap();
         }
         Step::Delete(key) => {
-            store.delete(ids[key]).await.unwrap();
+            store.delete(ids[key], Scope::Admin).await.unwrap();
         }
         Step::Prune(state) => {
             store

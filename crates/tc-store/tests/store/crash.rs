@@ -10,7 +10,8 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tc_model::store::TaskStore;
+use tc_model::store::Tasks;
+use tc_model::tenant::Scope;
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tokio::sync::mpsc;
@@ -96,7 +97,7 @@ fn sigkill_mid_stream_loses_no_acknowledged_submit() {
             .unwrap();
         for &(i, id) in &acknowledged {
             let task = store
-                .get(id)
+                .get(id, Scope::Admin)
                 .await
                 .unwrap_or_else(|e| panic!("acknowledged task {i} ({id}) lost: {e}"));
             assert_eq!(task.idempotency_key, format!("crash-{i}"));

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::{ClaimGate, DestinationUpdate};
-use tc_model::store::{Completion, ListQuery, TaskStore};
+use tc_model::store::{Completion, ListQuery};
+use tc_model::store::{Destinations, Tasks, Work};
+use tc_model::tenant::Scope;
 use tc_model::{Limits, NewTask, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::ClaimDue;
@@ -68,10 +70,13 @@ fn sigkill_while_ending_tasks_leaves_one_callback_per_end() {
             .await
             .unwrap();
         let all = store
-            .list(ListQuery {
-                limit: 1_000_000,
-                ..ListQuery::default()
-            })
+            .list(
+                ListQuery {
+                    limit: 1_000_000,
+                    ..ListQuery::default()
+                },
+                Scope::Admin,
+            )
             .await
             .unwrap()
             .tasks;
@@ -152,7 +157,7 @@ fn end_until_killed(path: &std::path::Path) {
                     .with_callback(Callback::new(CALLBACK_URL.to_owned(), on).unwrap());
                     let own = store.submit(task, now).await.unwrap().task.id;
                     let id = if i % 3 == 0 {
-                        store.cancel(own, now).await.unwrap();
+                        store.cancel(own, Scope::Admin, now).await.unwrap();
                         own
                     } else {
                         let claimed = store
@@ -251,7 +256,7 @@ async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
     let later = now
         .saturating_add(lease)
         .saturating_add(Duration::from_secs(1));
-    assert!(store.cancel(canceled, now).await.is_err());
+    assert!(store.cancel(canceled, Scope::Admin, now).await.is_err());
     assert!(
         store
             .complete(completed, attempt(completed), success(), now)
@@ -261,16 +266,19 @@ async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
     assert!(store.recover_expired(later).await.is_err());
     let all = async || {
         store
-            .list(ListQuery {
-                limit: 1000,
-                ..ListQuery::default()
-            })
+            .list(
+                ListQuery {
+                    limit: 1000,
+                    ..ListQuery::default()
+                },
+                Scope::Admin,
+            )
             .await
             .unwrap()
             .tasks
     };
     for id in [canceled, completed, recovered] {
-        let task = store.get(id).await.unwrap();
+        let task = store.get(id, Scope::Admin).await.unwrap();
         assert_eq!(
             (task.state.is_terminal(), task.ends, task.callback_task_id),
             (false, 0, None),
@@ -281,7 +289,7 @@ async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
     assert_eq!(all().await.len(), 3, "no callback task was written");
 
     conn.execute_batch("DROP TRIGGER refuse_callbacks").unwrap();
-    store.cancel(canceled, now).await.unwrap();
+    store.cancel(canceled, Scope::Admin, now).await.unwrap();
     store
         .complete(completed, attempt(completed), success(), now)
         .await
@@ -292,11 +300,11 @@ async fn an_end_whose_callback_cannot_be_written_is_not_written_either() {
         .complete(completed, attempt(completed), success(), now)
         .await
         .unwrap();
-    store.cancel(canceled, now).await.unwrap();
+    store.cancel(canceled, Scope::Admin, now).await.unwrap();
     let tasks = all().await;
     assert_eq!(tasks.len(), 6, "one callback per end");
     for id in [canceled, completed, recovered] {
-        let task = store.get(id).await.unwrap();
+        let task = store.get(id, Scope::Admin).await.unwrap();
         let made: Vec<_> = tasks.iter().filter(|t| t.callback_of == Some(id)).collect();
         assert_eq!(made.len(), 1, "{}", task.idempotency_key);
         assert_eq!(task.callback_task_id, Some(made[0].id));

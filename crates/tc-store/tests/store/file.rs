@@ -8,7 +8,9 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
-use tc_model::store::{BulkRequest, Completion, ListQuery, TaskFilter, TaskStore};
+use tc_model::store::{BulkRequest, Completion, ListQuery, TaskFilter};
+use tc_model::store::{Destinations, Schedules, Tasks, Work};
+use tc_model::tenant::Scope;
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{OpenError, SqliteStore, StoreConfig, Synchronous};
 use tc_testkit::ClaimDue;
@@ -73,16 +75,19 @@ async fn reopening_keeps_every_task_and_its_history() {
         .complete(claimed[1].id, 1, retry, t(20))
         .await
         .unwrap();
-    let last = store.list(everything()).await.unwrap().tasks[3].id;
-    store.cancel(last, t(30)).await.unwrap();
+    let last = store.list(everything(), Scope::Admin).await.unwrap().tasks[3].id;
+    store.cancel(last, Scope::Admin, t(30)).await.unwrap();
 
-    let listed = store.list(everything()).await.unwrap();
+    let listed = store.list(everything(), Scope::Admin).await.unwrap();
     let counts = store.count_by_state().await.unwrap();
     let due = store.next_due().await.unwrap();
     store.close().await;
 
     let store = SqliteStore::open(&path, config).await.unwrap();
-    assert_eq!(store.list(everything()).await.unwrap(), listed);
+    assert_eq!(
+        store.list(everything(), Scope::Admin).await.unwrap(),
+        listed
+    );
     assert_eq!(store.count_by_state().await.unwrap(), counts);
     assert_eq!(store.next_due().await.unwrap(), due);
     assert_eq!(listed.tasks[1].attempts.len(), 1, "history survived");
@@ -98,7 +103,7 @@ async fn reopening_keeps_every_task_and_its_history() {
     );
     // New tasks continue after the old ones.
     let new = store.submit(task("e"), t(50)).await.unwrap().task;
-    let after = store.list(everything()).await.unwrap().tasks;
+    let after = store.list(everything(), Scope::Admin).await.unwrap().tasks;
     assert_eq!(after.len(), 5);
     assert_eq!(after[4].id, new.id);
 }
@@ -189,7 +194,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     let store = SqliteStore::open(&path, StoreConfig::default())
         .await
         .unwrap();
-    let old = store.get(done).await.unwrap();
+    let old = store.get(done, Scope::Admin).await.unwrap();
     assert_eq!(old.state, State::Success);
     assert_eq!(old.idempotency_key, "old-done");
     assert_eq!(old.body, b"{}");
@@ -251,13 +256,16 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     assert_eq!(updated.settings.headers, headers);
     // The old rows' destinations were filled in: the filter finds them.
     let by_destination = store
-        .list(ListQuery {
-            filter: TaskFilter {
-                destination: Some("127.0.0.1:9".into()),
-                ..TaskFilter::default()
+        .list(
+            ListQuery {
+                filter: TaskFilter {
+                    destination: Some("127.0.0.1:9".into()),
+                    ..TaskFilter::default()
+                },
+                ..everything()
             },
-            ..everything()
-        })
+            Scope::Admin,
+        )
         .await
         .unwrap();
     let found: Vec<TaskId> = by_destination.tasks.iter().map(|t| t.id).collect();
@@ -311,16 +319,20 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_by_state",
             "tasks_by_tenant",
             "tasks_due_by_destination",
+            "tasks_due_by_key",
             "tasks_due_by_tenant",
             "tasks_leased",
             "tasks_open_by_tenant",
-            "tasks_prioritized"
+            "tasks_prioritized",
+            "tasks_running_by_key"
         ]
     );
     // Tasks from before trace contexts have none; new ones keep theirs.
     assert_eq!((&old.trace, &claimed[0].trace), (&None, &None));
     // Tasks from before priorities (step 24) have 0.
     assert_eq!(old.priority, 0);
+    // Tasks from before flow keys (step 26) have none.
+    assert_eq!(old.flow_key, None);
     // Step 14 rewrote the tasks CHECKs without IN lists: the same rules,
     // still enforced on the upgraded file.
     let tasks_sql: String = conn
@@ -370,7 +382,10 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         .await
         .unwrap()
         .task;
-    assert_eq!(store.get(traced.id).await.unwrap().trace, Some(context));
+    assert_eq!(
+        store.get(traced.id, Scope::Admin).await.unwrap().trace,
+        Some(context)
+    );
     // An old file takes schedules (step 14), and keeps them across a reopen
     // with their firing record.
     let spec = tc_model::schedule::ScheduleSpec {
@@ -423,7 +438,7 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
         store.submit(task(key), t(0)).await.unwrap();
     }
     let ids: Vec<TaskId> = store
-        .list(everything())
+        .list(everything(), Scope::Admin)
         .await
         .unwrap()
         .tasks
@@ -446,14 +461,14 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
         http_status: Some(400),
     };
     store.complete(ids[1], 1, fail, t(20)).await.unwrap();
-    store.cancel(ids[2], t(20)).await.unwrap();
+    store.cancel(ids[2], Scope::Admin, t(20)).await.unwrap();
     let retry = Completion::Retry {
         next_run_at: t(50),
         reason: "http_503".into(),
         http_status: Some(503),
     };
     store.complete(ids[4], 1, retry, t(20)).await.unwrap();
-    let before = store.list(everything()).await.unwrap();
+    let before = store.list(everything(), Scope::Admin).await.unwrap();
     let states: Vec<State> = before.tasks.iter().map(|task| task.state).collect();
     assert_eq!(
         states,
@@ -478,7 +493,8 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
             params![ids[3].as_bytes(), t(10).as_millis()],
         )
         .unwrap();
-        // Nor any of the later steps' (step 24: topics; step 25: priority).
+        // Nor any of the later steps' (step 24: topics; step 25: priority;
+        // step 26: flow keys).
         conn.execute_batch(
             "CREATE INDEX tasks_due ON tasks (next_run_at, seq) WHERE state = 'pending';
              DROP TABLE event_tasks; DROP TABLE events; DROP TABLE subscriptions;
@@ -486,6 +502,8 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
              ALTER TABLE tasks DROP COLUMN event_id; ALTER TABLE tasks DROP COLUMN subscription;
              DROP INDEX tasks_prioritized;
              ALTER TABLE tasks DROP COLUMN priority;
+             DROP INDEX tasks_due_by_key; DROP INDEX tasks_running_by_key;
+             DROP TABLE flow_keys; ALTER TABLE tasks DROP COLUMN flow_key;
              PRAGMA user_version = 22;",
         )
         .unwrap();
@@ -494,10 +512,13 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
     let store = SqliteStore::open(&path, StoreConfig::default())
         .await
         .unwrap();
-    assert_eq!(store.list(everything()).await.unwrap(), before);
+    assert_eq!(
+        store.list(everything(), Scope::Admin).await.unwrap(),
+        before
+    );
     assert_eq!(store.count_by_state().await.unwrap(), counts);
     assert_eq!(store.next_due().await.unwrap(), due);
-    let running = store.get(ids[3]).await.unwrap();
+    let running = store.get(ids[3], Scope::Admin).await.unwrap();
     assert_eq!(running.attempts.len(), 1, "the try shows once");
     assert_eq!(
         (running.attempts[0].n, running.attempts[0].started_at),
@@ -510,7 +531,7 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
         content_type: None,
     };
     store.complete(ids[3], 1, ok, t(40)).await.unwrap();
-    let ended = store.get(ids[3]).await.unwrap();
+    let ended = store.get(ids[3], Scope::Admin).await.unwrap();
     assert_eq!(ended.attempts.len(), 1, "its end wrote it once");
     assert_eq!(
         (ended.attempts[0].finished_at, ended.attempts[0].duration_ms),

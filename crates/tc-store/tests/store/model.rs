@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use tc_model::store::{
     Completion, Cursor, Guarded, ListQuery, Page, StoreError, TaskFilter, TaskStore,
 };
+use tc_model::tenant::Scope;
 use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::ClaimDue;
@@ -124,7 +125,7 @@ impl<S: TaskStore> Side<S> {
 
     /// The task's current attempt shifted by `shift` (a stale attempt at -1).
     async fn attempt(&self, i: usize, shift: i64) -> u32 {
-        let attempt = match self.store.get(self.id(i)).await {
+        let attempt = match self.store.get(self.id(i), Scope::Admin).await {
             Ok(task) => i64::from(task.attempt),
             Err(_) => 1,
         };
@@ -176,12 +177,12 @@ impl<S: TaskStore> Side<S> {
                 self.render(shown)
             }
             Op::Get(i) => {
-                let got = self.store.get(self.id(*i)).await;
+                let got = self.store.get(self.id(*i), Scope::Admin).await;
                 self.render(got.map(|t| self.show(&t)))
             }
             Op::Delete(i) => {
                 let id = self.id(*i);
-                self.render(self.store.delete(id).await)
+                self.render(self.store.delete(id, Scope::Admin).await)
             }
             Op::Retry { task, delay_ms } => {
                 let run_at = now.saturating_add(Duration::from_millis(*delay_ms));
@@ -262,7 +263,7 @@ impl<S: TaskStore> Side<S> {
                 self.render(got.map(|g| self.show_guarded(&g)))
             }
             Op::Cancel(i) => {
-                let got = self.store.cancel(self.id(*i), now).await;
+                let got = self.store.cancel(self.id(*i), Scope::Admin, now).await;
                 self.render(got.map(|t| self.show(&t)))
             }
             Op::Release {
@@ -281,13 +282,16 @@ impl<S: TaskStore> Side<S> {
             } => {
                 let got = self
                     .store
-                    .list(ListQuery {
-                        filter: TaskFilter::state(*state),
-                        limit: *limit,
-                        after: after.map(Cursor::from_position),
-                        max_result_bytes: None,
-                        ..ListQuery::default()
-                    })
+                    .list(
+                        ListQuery {
+                            filter: TaskFilter::state(*state),
+                            limit: *limit,
+                            after: after.map(Cursor::from_position),
+                            max_result_bytes: None,
+                            ..ListQuery::default()
+                        },
+                        Scope::Admin,
+                    )
                     .await;
                 self.render(got.map(|Page { tasks, next }| (self.show_all(&tasks), next)))
             }

@@ -12,7 +12,7 @@ use tc_model::{Timestamp, transit};
 use super::Tables;
 
 impl Tables {
-    /// [`tc_model::store::TaskStore::subscription_try_ended`].
+    /// [`tc_model::store::Topics::subscription_try_ended`].
     pub(super) fn subscription_try_ended(
         &mut self,
         id: &str,

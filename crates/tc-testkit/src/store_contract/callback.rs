@@ -9,6 +9,7 @@ use tc_model::{NewTask, State, Task, TaskId};
 
 use super::Verdict;
 use super::check::*;
+use tc_model::tenant::Scope;
 
 /// Callbacks go to a host of their own, paused (see [`hold_callbacks`]).
 const CALLBACK_URL: &str = "http://callbacks.example:9/done";
@@ -164,9 +165,15 @@ pub async fn a_callback_is_made_once_per_end_with_the_n_th_end_s_key<S: TaskStor
     hold_callbacks(&store).await?;
     let all = ["success", "failed", "canceled"];
     let task = create(&store, with_callback("cb-ends", &all), at(0)).await?;
-    let first = store.cancel(task.id, at(10)).await.step("cancel")?;
+    let first = store
+        .cancel(task.id, Scope::Admin, at(10))
+        .await
+        .step("cancel")?;
     ensure_eq!(first.state, State::Canceled, "canceled");
-    let again = store.cancel(task.id, at(11)).await.step("cancel again")?;
+    let again = store
+        .cancel(task.id, Scope::Admin, at(11))
+        .await
+        .step("cancel again")?;
     ensure_eq!(again, first, "a second cancel changes nothing");
     let made = callbacks_of(&store, task.id).await?;
     ensure_eq!(made.len(), 1, "callbacks after the first end");
@@ -212,7 +219,10 @@ pub async fn a_cancel_makes_a_callback_only_when_asked<S: TaskStore>(store: S) -
         at(0),
     )
     .await?;
-    let canceled = store.cancel(default.id, at(5)).await.step("cancel")?;
+    let canceled = store
+        .cancel(default.id, Scope::Admin, at(5))
+        .await
+        .step("cancel")?;
     ensure_eq!(canceled.callback_task_id, None, "not asked for on cancel");
     ensure_eq!(
         callbacks_of(&store, default.id).await?.len(),
@@ -222,7 +232,10 @@ pub async fn a_cancel_makes_a_callback_only_when_asked<S: TaskStore>(store: S) -
 
     let running = create(&store, with_callback("cb-running", &["canceled"]), at(0)).await?;
     claim_only(&store, running.id, at(10), LEASE).await?;
-    let canceled = store.cancel(running.id, at(20)).await.step("cancel")?;
+    let canceled = store
+        .cancel(running.id, Scope::Admin, at(20))
+        .await
+        .step("cancel")?;
     let made = callbacks_of(&store, running.id).await?;
     ensure_eq!(made.len(), 1, "callbacks of a running task canceled");
     is_callback_of(&made[0], &canceled, &format!("callback:{}", running.id))?;
@@ -301,7 +314,10 @@ pub async fn callback_fields_round_trip<S: TaskStore>(store: S) -> Verdict {
         "a batch item's callback_on"
     );
 
-    let canceled = store.cancel(task.id, at(10)).await.step("cancel")?;
+    let canceled = store
+        .cancel(task.id, Scope::Admin, at(10))
+        .await
+        .step("cancel")?;
     let callback_id = canceled
         .callback_task_id
         .ok_or("cancel's answer names no callback")?;

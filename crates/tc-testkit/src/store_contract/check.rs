@@ -11,6 +11,7 @@ use tc_model::store::{
     Completion, Cursor, Guarded, LeaseLost, ListQuery, Page, StoreError, Submitted, TaskFilter,
     TaskStore,
 };
+use tc_model::tenant::Scope;
 use tc_model::{AttemptRecord, Limits, NewTask, State, Task, TaskId, Timestamp};
 
 /// A heartbeat's answer for a lease it did not extend.
@@ -140,7 +141,7 @@ pub(super) async fn with_history<S: TaskStore>(store: &S, claimed: Task) -> Resu
 }
 
 pub(super) async fn get<S: TaskStore>(store: &S, id: TaskId) -> Result<Task, String> {
-    store.get(id).await.step("get")
+    store.get(id, Scope::Admin).await.step("get")
 }
 
 /// The task after a guarded write that must have applied: the write's
@@ -221,13 +222,16 @@ pub(super) async fn list_all<S: TaskStore>(
     state: Option<State>,
 ) -> Result<Vec<Task>, String> {
     let page = store
-        .list(ListQuery {
-            filter: TaskFilter::state(state),
-            limit: 100_000,
-            after: None,
-            max_result_bytes: None,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter: TaskFilter::state(state),
+                limit: 100_000,
+                after: None,
+                max_result_bytes: None,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .step("list")?;
     ensure!(
@@ -247,13 +251,16 @@ pub(super) async fn pages<S: TaskStore>(
     let mut after = None;
     for _ in 0..10_000 {
         let Page { tasks, next } = store
-            .list(ListQuery {
-                filter: TaskFilter::state(state),
-                limit,
-                after,
-                max_result_bytes: None,
-                ..ListQuery::default()
-            })
+            .list(
+                ListQuery {
+                    filter: TaskFilter::state(state),
+                    limit,
+                    after,
+                    max_result_bytes: None,
+                    ..ListQuery::default()
+                },
+                Scope::Admin,
+            )
             .await
             .step("list")?;
         ensure!(
@@ -302,7 +309,10 @@ pub(super) async fn task_in<S: TaskStore>(
         }
         State::Canceled => {
             let task = create(store, new_task(key), now).await?;
-            store.cancel(task.id, now).await.step("cancel")
+            store
+                .cancel(task.id, Scope::Admin, now)
+                .await
+                .step("cancel")
         }
     }
 }

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use super::Verdict;
 use super::check::*;
 use crate::ClaimDue;
+use tc_model::tenant::Scope;
 
 /// Claims take due tasks by due time (then creation order), skip the ones
 /// not yet due, and mark each running with a lease and an open try.
@@ -159,7 +160,7 @@ pub async fn concurrent_claimers_never_share_a_task<S: TaskStore>(store: S) -> V
 pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Verdict {
     let pending = create(&store, new_task("p"), at(0)).await?;
     let got = store
-        .cancel(pending.id, at(5))
+        .cancel(pending.id, Scope::Admin, at(5))
         .await
         .step("cancel pending")?;
     ensure_eq!(got.state, State::Canceled, "pending → canceled");
@@ -186,7 +187,7 @@ pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Verdict {
     let running = create(&store, new_task("r"), at(10)).await?;
     claim_only(&store, running.id, at(10), LEASE).await?;
     let got = store
-        .cancel(running.id, at(25))
+        .cancel(running.id, Scope::Admin, at(25))
         .await
         .step("cancel running")?;
     ensure_eq!(got.state, State::Canceled, "running → canceled");
@@ -205,14 +206,18 @@ pub async fn cancel_in_every_state<S: TaskStore>(store: S) -> Verdict {
     {
         let before = task_in(&store, &format!("t-{state}"), state, at(100 + i as i64)).await?;
         let got = store
-            .cancel(before.id, at(500))
+            .cancel(before.id, Scope::Admin, at(500))
             .await
             .step("cancel terminal")?;
         ensure_eq!(got, before, "cancel of a {state} task returns it unchanged");
         ensure_eq!(get(&store, before.id).await?, before, "stored {state} task");
     }
     let got = store
-        .cancel(TaskId::new(Timestamp::from_millis(0), [0xee; 10]), at(600))
+        .cancel(
+            TaskId::new(Timestamp::from_millis(0), [0xee; 10]),
+            Scope::Admin,
+            at(600),
+        )
         .await;
     ensure_eq!(got, Err(StoreError::NotFound), "cancel of an unknown id");
     Ok(())

@@ -10,6 +10,7 @@ use tc_model::{State, TaskId};
 use super::Verdict;
 use super::check::*;
 use crate::ClaimDue;
+use tc_model::tenant::Scope;
 
 /// Success writes the result and closes the try with its status.
 pub async fn complete_success_records_the_result<S: TaskStore>(store: S) -> Verdict {
@@ -171,7 +172,10 @@ pub async fn stale_attempt_write_is_lost<S: TaskStore>(store: S) -> Verdict {
 pub async fn write_after_cancel_is_lost<S: TaskStore>(store: S) -> Verdict {
     let task = create(&store, new_task("c"), at(0)).await?;
     claim_only(&store, task.id, at(10), LEASE).await?;
-    let canceled = store.cancel(task.id, at(15)).await.step("cancel")?;
+    let canceled = store
+        .cancel(task.id, Scope::Admin, at(15))
+        .await
+        .step("cancel")?;
     ensure_eq!(canceled.state, State::Canceled, "state after cancel");
     for outcome in [
         success(200),

@@ -8,6 +8,7 @@ use tc_model::{State, Task, TaskId};
 
 use super::Verdict;
 use super::check::*;
+use tc_model::tenant::Scope;
 
 /// Settings are kept as written and read back the same by every call; an
 /// update changes only the fields it names (a field left out keeps its
@@ -153,7 +154,7 @@ pub async fn a_destination_with_neither_tasks_nor_settings_is_not_found<S: TaskS
         .step("complete")?;
     applied(&store, task.id, done, "complete").await?;
     counts_of(&store, DEST_A, (0, 0), "with its one task finished").await?;
-    store.delete(task.id).await.step("delete")?;
+    store.delete(task.id, Scope::Admin).await.step("delete")?;
     ensure_eq!(
         store.destination(DEST_A.to_owned()).await,
         Err(StoreError::NotFound),

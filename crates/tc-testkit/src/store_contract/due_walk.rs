@@ -9,6 +9,7 @@ use tc_model::{FirstRun, NewTask, State};
 
 use super::Verdict;
 use super::check::{DEST_A, Step, URL_A, at, claim, create, get, set, task_for};
+use tc_model::tenant::Scope;
 
 /// How many destinations wait in [`a_due_task_is_claimed_past_thousands_of_waiting_destinations`].
 const WAITING: usize = 5_000;
@@ -106,13 +107,16 @@ pub async fn a_due_task_is_claimed_past_thousands_of_waiting_destinations<S: Tas
     ensure_eq!(again.len(), 0, "nothing else is claimable");
     for i in [0, PAUSED, PAUSED + HELD, WAITING - 1] {
         let page = store
-            .list(tc_model::store::ListQuery {
-                filter: tc_model::store::TaskFilter {
-                    destination: Some(waiting(i).1),
+            .list(
+                tc_model::store::ListQuery {
+                    filter: tc_model::store::TaskFilter {
+                        destination: Some(waiting(i).1),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
-                ..Default::default()
-            })
+                Scope::Admin,
+            )
             .await
             .step("list")?;
         ensure_eq!(page.tasks.len(), 1, "waiting destination {i}'s task");

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use super::Verdict;
 use super::check::*;
 use crate::ClaimDue;
+use tc_model::tenant::Scope;
 
 /// Pages follow creation order, honour the limit and the state filter, and
 /// the last page says so.
@@ -38,7 +39,10 @@ pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Verdict {
         .await
         .step("claim_due")?;
     ensure_eq!(ids(&running), created[..5].to_vec(), "claimed");
-    store.cancel(created[5], at(100)).await.step("cancel")?;
+    store
+        .cancel(created[5], Scope::Admin, at(100))
+        .await
+        .step("cancel")?;
 
     let check = |pages: Vec<Vec<Task>>, sizes: &[usize], want: &[TaskId], what: &str| {
         let got_sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
@@ -106,23 +110,29 @@ pub async fn list_pages_in_creation_order<S: TaskStore>(store: S) -> Verdict {
 
     // A cursor past the end is an empty last page.
     let first = store
-        .list(ListQuery {
-            filter: TaskFilter::state(None),
-            limit: 22,
-            after: None,
-            max_result_bytes: None,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter: TaskFilter::state(None),
+                limit: 22,
+                after: None,
+                max_result_bytes: None,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .step("list")?;
     let rest = store
-        .list(ListQuery {
-            filter: TaskFilter::state(None),
-            limit: 5,
-            after: first.next,
-            max_result_bytes: None,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter: TaskFilter::state(None),
+                limit: 5,
+                after: first.next,
+                max_result_bytes: None,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .step("list")?;
     ensure_eq!(ids(&rest.tasks), created[22..].to_vec(), "the rest");
@@ -163,13 +173,16 @@ pub async fn list_pages_are_stable_while_inserting<S: TaskStore>(store: S) -> Ve
         // sees every row.
         let done = *inserted.borrow_and_update() == DURING;
         let page = store
-            .list(ListQuery {
-                filter: TaskFilter::state(None),
-                limit: LIMIT,
-                after,
-                max_result_bytes: None,
-                ..ListQuery::default()
-            })
+            .list(
+                ListQuery {
+                    filter: TaskFilter::state(None),
+                    limit: LIMIT,
+                    after,
+                    max_result_bytes: None,
+                    ..ListQuery::default()
+                },
+                Scope::Admin,
+            )
             .await
             .step("list")?;
         match page.next {
@@ -282,13 +295,16 @@ pub async fn list_pages_stay_within_the_result_budget_without_bodies<S: TaskStor
     let mut after = None;
     for _ in 0..10 {
         let page = store
-            .list(ListQuery {
-                filter: TaskFilter::state(None),
-                limit: 10,
-                after,
-                max_result_bytes: budget,
-                ..ListQuery::default()
-            })
+            .list(
+                ListQuery {
+                    filter: TaskFilter::state(None),
+                    limit: 10,
+                    after,
+                    max_result_bytes: budget,
+                    ..ListQuery::default()
+                },
+                Scope::Admin,
+            )
             .await
             .step("list")?;
         for task in &page.tasks {
@@ -328,7 +344,7 @@ pub async fn health_answers_and_changes_nothing<S: TaskStore>(store: S) -> Verdi
         store.health().await.step("health")?;
     }
     ensure_eq!(
-        store.get(task.id).await.step("get")?,
+        store.get(task.id, Scope::Admin).await.step("get")?,
         task,
         "the task after health checks"
     );
@@ -366,7 +382,10 @@ pub async fn next_due_is_the_earliest_pending<S: TaskStore>(store: S) -> Verdict
         Some(at(30)),
         "a retry's due time"
     );
-    store.cancel(b.id, at(26)).await.step("cancel")?;
+    store
+        .cancel(b.id, Scope::Admin, at(26))
+        .await
+        .step("cancel")?;
     ensure_eq!(
         store.next_due().await.step("next_due")?,
         Some(at(50)),
@@ -385,9 +404,13 @@ pub async fn next_due_is_the_earliest_pending<S: TaskStore>(store: S) -> Verdict
 pub async fn unknown_ids_are_not_found<S: TaskStore>(store: S) -> Verdict {
     create(&store, new_task("real"), at(0)).await?;
     let ghost = TaskId::new(Timestamp::from_millis(0), [0xee; 10]);
-    ensure_eq!(store.get(ghost).await, Err(StoreError::NotFound), "get");
     ensure_eq!(
-        store.cancel(ghost, at(1)).await,
+        store.get(ghost, Scope::Admin).await,
+        Err(StoreError::NotFound),
+        "get"
+    );
+    ensure_eq!(
+        store.cancel(ghost, Scope::Admin, at(1)).await,
         Err(StoreError::NotFound),
         "cancel"
     );
@@ -444,13 +467,16 @@ async fn filtered_ids<S: TaskStore>(
     let mut after = None;
     for _ in 0..1_000 {
         let page = store
-            .list(ListQuery {
-                filter: filter.clone(),
-                limit,
-                after,
-                max_result_bytes: None,
-                max_scan,
-            })
+            .list(
+                ListQuery {
+                    filter: filter.clone(),
+                    limit,
+                    after,
+                    max_result_bytes: None,
+                    max_scan,
+                },
+                Scope::Admin,
+            )
             .await
             .step("list")?;
         ensure!(page.tasks.len() <= limit, "page over limit {limit}");
@@ -572,12 +598,15 @@ pub async fn list_filters_list_exactly_the_matching_tasks<S: TaskStore>(store: S
         ..TaskFilter::default()
     };
     let first = store
-        .list(ListQuery {
-            filter: rare,
-            limit: 5,
-            max_scan: 3,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter: rare,
+                limit: 5,
+                max_scan: 3,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .step("list")?;
     ensure!(first.tasks.is_empty(), "nothing is that new");
@@ -679,7 +708,7 @@ pub async fn bulk_actions_apply_to_what_their_filter_covers<S: TaskStore>(store:
     ensure_eq!(deleted.applied, of(State::Success).len() as u64, "deleted");
     for id in of(State::Success) {
         ensure_eq!(
-            store.get(id).await,
+            store.get(id, Scope::Admin).await,
             Err(StoreError::NotFound),
             "a deleted task"
         );

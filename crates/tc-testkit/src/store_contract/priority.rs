@@ -11,6 +11,7 @@ use tc_model::tenant::TenantGate;
 
 use super::Verdict;
 use super::check::{Step, at, claim, create, get, new_task};
+use tc_model::tenant::Scope;
 
 /// Each task: its key, priority and when it was submitted (due then).
 const TASKS: [(&str, u8, i64); 5] = [
@@ -41,13 +42,16 @@ pub async fn claims_take_higher_priorities_first_and_age_the_rest<S: TaskStore>(
         );
     }
     let listed = store
-        .list(ListQuery {
-            filter: TaskFilter {
-                priority: Some(5),
-                ..TaskFilter::default()
+        .list(
+            ListQuery {
+                filter: TaskFilter {
+                    priority: Some(5),
+                    ..TaskFilter::default()
+                },
+                ..ListQuery::default()
             },
-            ..ListQuery::default()
-        })
+            Scope::Admin,
+        )
         .await
         .step("list priority=5")?;
     let keys: Vec<&str> = listed

@@ -8,6 +8,7 @@ use tc_model::{State, Task, TaskId};
 
 use super::Verdict;
 use super::check::*;
+use tc_model::tenant::Scope;
 
 /// A finished task is deleted with its history; its key is free again. A
 /// pending or running task is refused with its state, an unknown id is not
@@ -16,7 +17,7 @@ pub async fn delete_takes_only_finished_tasks_and_frees_the_key<S: TaskStore>(st
     for state in [State::Pending, State::Running] {
         let task = task_in(&store, &format!("live-{state}"), state, at(0)).await?;
         ensure_eq!(
-            store.delete(task.id).await,
+            store.delete(task.id, Scope::Admin).await,
             Err(StoreError::NotTerminal(state)),
             "delete of a {state} task"
         );
@@ -29,14 +30,14 @@ pub async fn delete_takes_only_finished_tasks_and_frees_the_key<S: TaskStore>(st
     for state in [State::Success, State::Failed, State::Canceled] {
         let key = format!("done-{state}");
         let task = task_in(&store, &key, state, at(0)).await?;
-        store.delete(task.id).await.step("delete")?;
+        store.delete(task.id, Scope::Admin).await.step("delete")?;
         ensure_eq!(
-            store.get(task.id).await,
+            store.get(task.id, Scope::Admin).await,
             Err(StoreError::NotFound),
             "get after delete"
         );
         ensure_eq!(
-            store.delete(task.id).await,
+            store.delete(task.id, Scope::Admin).await,
             Err(StoreError::NotFound),
             "second delete"
         );
@@ -53,7 +54,9 @@ pub async fn delete_takes_only_finished_tasks_and_frees_the_key<S: TaskStore>(st
         "tasks left after deletes: {counts:?}"
     );
     ensure_eq!(
-        store.delete(TaskId::new(at(0), [7; 10])).await,
+        store
+            .delete(TaskId::new(at(0), [7; 10]), Scope::Admin)
+            .await,
         Err(StoreError::NotFound),
         "delete of an unknown id"
     );
@@ -85,12 +88,12 @@ pub async fn prune_deletes_old_finished_tasks_of_one_state_in_batches<S: TaskSto
         .step("prune")?;
     ensure_eq!(first, 2, "the first batch");
     ensure_eq!(
-        store.get(old[0].id).await,
+        store.get(old[0].id, Scope::Admin).await,
         Err(StoreError::NotFound),
         "oldest gone first"
     );
     ensure_eq!(
-        store.get(old[1].id).await,
+        store.get(old[1].id, Scope::Admin).await,
         Err(StoreError::NotFound),
         "second oldest gone"
     );

@@ -17,6 +17,7 @@ use tc_model::{NewTask, State, Task};
 
 use super::Verdict;
 use super::check::*;
+use tc_model::tenant::Scope;
 
 /// `key` of `tenant`, submitted with its key `key_id`.
 fn keyed(tenant: &str, key_id: &str, key: &str) -> NewTask {
@@ -61,11 +62,14 @@ fn of(tenant: &str) -> TaskFilter {
 /// Every task `filter` covers (one page: these scenarios make few).
 async fn listed<S: TaskStore>(store: &S, filter: TaskFilter) -> Result<Vec<Task>, String> {
     let page = store
-        .list(ListQuery {
-            filter,
-            limit: 1000,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                filter,
+                limit: 1000,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .step("list")?;
     Ok(page.tasks)
@@ -108,7 +112,10 @@ pub async fn a_write_made_with_a_key_gone_is_refused_whole<S: TaskStore>(store: 
         1,
         "a's tasks after the refusals"
     );
-    store.cancel(first.id, at(3)).await.step("cancel")?;
+    store
+        .cancel(first.id, Scope::Admin, at(3))
+        .await
+        .step("cancel")?;
     let gone = Some(Acting::new("a", "k1"));
     let live = Some(Acting::new("a", "k2"));
     ensure_eq!(
@@ -198,7 +205,10 @@ pub async fn retries_count_against_max_pending_and_the_rate<S: TaskStore>(store:
     )
     .await?;
     for id in ids.iter().chain([&admin.id, &free.id]) {
-        store.cancel(*id, at(2)).await.step("cancel")?;
+        store
+            .cancel(*id, Scope::Admin, at(2))
+            .await
+            .step("cancel")?;
     }
     let acting = Some(Acting::new("t", "kt"));
     for id in &ids[..2] {
@@ -249,7 +259,10 @@ pub async fn retries_count_against_max_pending_and_the_rate<S: TaskStore>(store:
         "the admin's and the other tenant's tasks"
     );
     for id in &ids[..2] {
-        store.cancel(*id, at(5)).await.step("cancel")?;
+        store
+            .cancel(*id, Scope::Admin, at(5))
+            .await
+            .step("cancel")?;
     }
     // Room for two, the rate allows one.
     let rated = BulkRequest {
@@ -294,7 +307,7 @@ pub async fn a_bulk_retry_leaves_the_tasks_the_allow_list_no_longer_admits<S: Ta
     );
     let callback = create(&store, callback, at(1)).await?;
     for id in [inside.id, outside.id, callback.id] {
-        store.cancel(id, at(2)).await.step("cancel")?;
+        store.cancel(id, Scope::Admin, at(2)).await.step("cancel")?;
     }
     let listed = BulkRequest {
         allowed_urls: vec!["http://a.example:8001/".to_owned()],

@@ -19,6 +19,7 @@ use tc_model::{NewTask, State, Task, TaskId, Timestamp};
 
 use super::Verdict;
 use super::check::*;
+use tc_model::tenant::Scope;
 
 /// A task of `tenant` (`None`: the admin's) for `url`, under `limit`.
 fn task_of(tenant: Option<&str>, url: &str, key: &str, limit: Option<u64>) -> NewTask {
@@ -75,12 +76,15 @@ async fn list_filtered<S: TaskStore>(
     let mut after = None;
     for _ in 0..1_000 {
         let Page { tasks, next } = store
-            .list(ListQuery {
-                filter: filter.clone(),
-                limit,
-                after,
-                ..ListQuery::default()
-            })
+            .list(
+                ListQuery {
+                    filter: filter.clone(),
+                    limit,
+                    after,
+                    ..ListQuery::default()
+                },
+                Scope::Admin,
+            )
             .await
             .step("list")?;
         ensure!(tasks.len() <= limit, "a page over its limit");
@@ -399,7 +403,10 @@ pub async fn a_tenant_with_tasks_cannot_be_deleted<S: TaskStore>(store: S) -> Ve
         .complete(running.id, running.attempt, success(200), at(20))
         .await
         .step("complete")?;
-    store.cancel(second.id, at(20)).await.step("cancel")?;
+    store
+        .cancel(second.id, Scope::Admin, at(20))
+        .await
+        .step("cancel")?;
     let counts = detail(&store, "a").await.step("tenant")?;
     ensure_eq!(
         (counts.pending, counts.running),
@@ -411,13 +418,13 @@ pub async fn a_tenant_with_tasks_cannot_be_deleted<S: TaskStore>(store: S) -> Ve
         Err(StoreError::NotEmpty),
         "delete of a tenant with finished tasks"
     );
-    store.delete(first.id).await.step("delete")?;
+    store.delete(first.id, Scope::Admin).await.step("delete")?;
     ensure_eq!(
         store.delete_tenant("a".into()).await,
         Err(StoreError::NotEmpty),
         "delete of a tenant with one task left"
     );
-    store.delete(second.id).await.step("delete")?;
+    store.delete(second.id, Scope::Admin).await.step("delete")?;
     store
         .delete_tenant("a".into())
         .await
@@ -554,9 +561,15 @@ pub async fn every_read_and_write_path_sees_the_tenant<S: TaskStore>(store: S) -
         a_ids.push(a_on_b[i].id);
         admin.push(create(&store, task_of(None, URL_A, &format!("x{i}"), None), far).await?);
     }
-    let canceled_a = store.cancel(a_on_a[1].id, at(1)).await.step("cancel")?;
+    let canceled_a = store
+        .cancel(a_on_a[1].id, Scope::Admin, at(1))
+        .await
+        .step("cancel")?;
     ensure_eq!(canceled_a.tenant.as_deref(), Some("a"), "cancel's answer");
-    store.cancel(b_all[2].id, at(1)).await.step("cancel")?;
+    store
+        .cancel(b_all[2].id, Scope::Admin, at(1))
+        .await
+        .step("cancel")?;
     let got = get(&store, a_on_b[0].id).await?;
     ensure_eq!(got.tenant.as_deref(), Some("a"), "get shows the tenant");
     ensure_eq!(
@@ -713,7 +726,10 @@ pub async fn a_submit_past_max_pending_is_refused_and_an_existing_key_still_answ
     .await?;
     ensure_eq!(listed.len(), 2, "a's tasks after the refusal");
 
-    store.cancel(q1.id, at(2)).await.step("cancel")?;
+    store
+        .cancel(q1.id, Scope::Admin, at(2))
+        .await
+        .step("cancel")?;
     create(&store, limited("q3", 2), at(2)).await?;
 
     // a has q2 and q3 open; a batch under a limit of 3.

@@ -12,6 +12,7 @@ use tc_model::topic::{SubscriptionUpdate, TopicRef, TopicSpec};
 use super::Verdict;
 use super::check::*;
 use super::topics::{event, subscribe};
+use tc_model::tenant::Scope;
 
 /// Failures for longer than `disable_after_s` (60 s here) disable the
 /// subscription in the write that records the last one; a success between
@@ -74,17 +75,23 @@ pub async fn a_subscription_failing_past_disable_after_is_disabled<S: TaskStore>
         "disabled"
     );
     for id in &made {
-        let task = store.get(*id).await.step("get")?;
+        let task = store.get(*id, Scope::Admin).await.step("get")?;
         ensure_eq!(
             (task.state, task.error.as_deref()),
             (State::Canceled, Some("subscription_disabled")),
             "a pending task of the subscription"
         );
     }
-    let listed = store.list(ListQuery::default()).await.step("list")?;
+    let listed = store
+        .list(ListQuery::default(), Scope::Admin)
+        .await
+        .step("list")?;
     let notices: Vec<_> = listed.tasks.iter().filter(|t| t.url == URL_B).collect();
     ensure_eq!(notices.len(), 1, "one notice to the callback_url");
-    let notice = store.get(notices[0].id).await.step("get notice")?;
+    let notice = store
+        .get(notices[0].id, Scope::Admin)
+        .await
+        .step("get notice")?;
     ensure_eq!(notice.state, State::Pending, "the notice is due");
     let body: serde_json::Value =
         serde_json::from_slice(&notice.body).map_err(|e| format!("notice body: {e}"))?;

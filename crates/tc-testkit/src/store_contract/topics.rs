@@ -15,6 +15,7 @@ use tc_model::{Headers, Limits, State};
 
 use super::Verdict;
 use super::check::*;
+use tc_model::tenant::Scope;
 
 fn topic_at(tenant: Option<&str>, name: &str) -> TopicRef {
     TopicRef {
@@ -202,7 +203,10 @@ pub async fn a_publish_makes_one_task_per_matching_subscription<S: TaskStore>(st
         .collect();
     ensure_eq!(subs, vec!["all", "inv"], "deliveries");
     for delivery in &published.event.tasks {
-        let task = store.get(delivery.task_id).await.step("get")?;
+        let task = store
+            .get(delivery.task_id, Scope::Admin)
+            .await
+            .step("get")?;
         ensure_eq!(
             task.idempotency_key,
             format!("e1:{}", delivery.subscription),
@@ -271,7 +275,7 @@ pub async fn a_publish_makes_one_task_per_matching_subscription<S: TaskStore>(st
             filter: filter.clone(),
             ..ListQuery::default()
         };
-        let listed = store.list(query).await.step("list")?;
+        let listed = store.list(query, Scope::Admin).await.step("list")?;
         ensure_eq!(listed.tasks.len(), expected, "listed by {filter:?}");
     }
     let read = store
@@ -380,7 +384,13 @@ pub async fn a_replay_sends_again_the_events_since_a_time<S: TaskStore>(store: S
     let keys = async |deliveries: &[tc_model::topic::Delivery]| -> Result<Vec<String>, String> {
         let mut keys = Vec::new();
         for d in deliveries {
-            keys.push(store.get(d.task_id).await.step("get")?.idempotency_key);
+            keys.push(
+                store
+                    .get(d.task_id, Scope::Admin)
+                    .await
+                    .step("get")?
+                    .idempotency_key,
+            );
         }
         Ok(keys)
     };
@@ -427,7 +437,7 @@ pub async fn topics_are_each_tenant_s_own<S: TaskStore>(store: S) -> Verdict {
         .step("publish")?;
     ensure_eq!(published.event.tasks.len(), 1, "a's deliveries");
     let task = store
-        .get(published.event.tasks[0].task_id)
+        .get(published.event.tasks[0].task_id, Scope::Admin)
         .await
         .step("get")?;
     ensure_eq!(task.tenant.as_deref(), Some("a"), "the task's tenant");

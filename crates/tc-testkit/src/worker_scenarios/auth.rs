@@ -18,6 +18,7 @@ use tc_model::{Headers, Limits, NewTask, State, TaskId, destination_of};
 use tc_worker::{JwtSigner, WorkerConfig};
 
 use super::{Rig, stop, wait_terminal};
+use tc_model::tenant::Scope;
 
 async fn set_auth<S: TaskStore, D: Downstream>(
     rig: &Rig<S, D>,
@@ -134,7 +135,11 @@ pub(super) async fn a_destination_s_auth_reaches_every_try<S: TaskStore, D: Down
     let id = submit(rig, "/broken").await?;
     worker.control().task_submitted();
     let ended = wait_terminal(&mut events, id).await?;
-    let task = rig.store.get(id).await.map_err(|e| format!("get: {e}"))?;
+    let task = rig
+        .store
+        .get(id, Scope::Admin)
+        .await
+        .map_err(|e| format!("get: {e}"))?;
     ensure!(
         ended.state == State::Failed && task.error.as_deref() == Some("auth_failed"),
         "a failing token endpoint: {} {:?}",

@@ -24,6 +24,7 @@ use super::{
     GUARD, Rig, guard, stop, wait_all_terminal, wait_all_terminal_within, wait_for,
     wait_for_within, wait_terminal,
 };
+use tc_model::tenant::Scope;
 
 /// Whole milliseconds: due times and holds are stored at that precision,
 /// so a held call may come up to this much before the exact end of its hold.
@@ -722,7 +723,7 @@ async fn cancel_at_once<S: TaskStore, D: Downstream>(
 ) -> Result<(), String> {
     let before = Instant::now();
     let canceled = control
-        .cancel(id)
+        .cancel(id, Scope::Admin)
         .await
         .map_err(|e| format!("cancel: {e}"))?;
     let took = before.elapsed();

@@ -17,6 +17,7 @@ use tc_model::{Limits, NewTask, State};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{GUARD, Rig, stop};
+use tc_model::tenant::Scope;
 
 /// Three firings of an every-second schedule run as three tasks, one per
 /// fire time, and the schedule's record is the last of them.
@@ -73,10 +74,13 @@ pub(super) async fn a_schedule_fires_one_task_per_time_and_records_it<
 
     let page = rig
         .store
-        .list(ListQuery {
-            limit: 1000,
-            ..ListQuery::default()
-        })
+        .list(
+            ListQuery {
+                limit: 1000,
+                ..ListQuery::default()
+            },
+            Scope::Admin,
+        )
         .await
         .map_err(|e| format!("list: {e}"))?;
     let keys: Vec<&str> = page

@@ -17,6 +17,7 @@ use tc_model::topic::{EventTypes, SubscriptionSpec, TopicRef, TopicSpec};
 use tc_model::{Limits, State, destination_of};
 
 use super::{Rig, stop, wait_all_terminal, wait_terminal};
+use tc_model::tenant::Scope;
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
@@ -283,7 +284,7 @@ pub(super) async fn a_subscriber_failing_past_disable_after_is_disabled<
     );
     let task = rig
         .store
-        .get(published.event.tasks[0].task_id)
+        .get(published.event.tasks[0].task_id, Scope::Admin)
         .await
         .map_err(|e| format!("get: {e}"))?;
     ensure!(

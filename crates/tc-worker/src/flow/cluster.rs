@@ -136,6 +136,9 @@ impl Flow {
         let mut guard = self.lock();
         let state = &mut *guard;
         for (name, h) in holds {
+            if state.key_holds.adopt(name, h, now) {
+                continue;
+            }
             let dest = state.dests.entry(name.clone()).or_insert_with(Dest::new);
             if let Some(until) = h.breaker_open_until.filter(|u| *u > now) {
                 match dest.breaker {

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tc_downstream::fake::{FakeDownstream, Script};
+use tc_model::store::Schedules;
 use tc_testkit::memory_store::MemoryStore;
 use tc_testkit::worker_scenarios::{Rig, run};
 use tracing::Dispatch;
@@ -257,7 +258,6 @@ async fn schedule_firings_and_skips_carry_their_fields() {
     use tc_model::schedule::{
         CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
     };
-    use tc_model::store::TaskStore;
 
     let events = events_during(async {
         let store = Arc::new(MemoryStore::new());
@@ -326,7 +326,6 @@ async fn a_refused_firing_carries_its_fields() {
     use tc_model::schedule::{
         CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
     };
-    use tc_model::store::TaskStore;
 
     let events = events_during(async {
         let store = Arc::new(MemoryStore::new());

@@ -11,7 +11,8 @@ use tc_downstream::fake::{FakeDownstream, Script};
 use tc_model::schedule::{
     CatchUp, CronPattern, Overlap, Recurrence, ScheduleSpec, TaskTemplate, Zone,
 };
-use tc_model::store::{ListQuery, TaskStore};
+use tc_model::store::{ListQuery, Schedules, Tasks};
+use tc_model::tenant::Scope;
 use tc_model::{FirstRun, Limits, NewTask, Timestamp};
 use tc_testkit::memory_store::MemoryStore;
 use tc_worker::{Clock, Worker, WorkerConfig, WorkerMetrics};
@@ -91,10 +92,13 @@ impl Rig {
     async fn keys(&self) -> Vec<String> {
         let page = self
             .store
-            .list(ListQuery {
-                limit: 1000,
-                ..ListQuery::default()
-            })
+            .list(
+                ListQuery {
+                    limit: 1000,
+                    ..ListQuery::default()
+                },
+                Scope::Admin,
+            )
             .await
             .unwrap();
         page.tasks.into_iter().map(|t| t.idempotency_key).collect()
@@ -154,7 +158,10 @@ async fn overlap_skip_holds_firings_while_the_last_task_is_not_finished() {
     );
     let last = rig.store.schedule("tick".into()).await.unwrap();
     let first = last.last_task_id.unwrap();
-    rig.store.cancel(first, rig.clock.now()).await.unwrap();
+    rig.store
+        .cancel(first, Scope::Admin, rig.clock.now())
+        .await
+        .unwrap();
     rig.until(250).await;
     assert_eq!(
         rig.keys().await,

@@ -171,7 +171,7 @@ async fn results<S: TaskStore, C: Control>(
 ) -> Rendered {
     let now = app.control().now();
     let mut filter = match asked.filter() {
-        Ok(f) => f.within(scope),
+        Ok(f) => f,
         Err(e) => return Rendered::error_fragment(&e),
     };
     let limit = match asked.get("limit").map(str::parse::<usize>) {
@@ -197,10 +197,7 @@ async fn results<S: TaskStore, C: Control>(
     match &search {
         Search::None => {}
         Search::Id(id) => {
-            return match app.store().get(*id).await {
-                Ok(task) if !scope.sees(&task) => {
-                    Rendered::error_fragment(&ApiError::from(tc_model::store::StoreError::NotFound))
-                }
+            return match app.store().get(*id, scope.clone()).await {
                 Ok(task) => Rendered::ok(table(
                     &[task],
                     now,
@@ -239,7 +236,7 @@ async fn results<S: TaskStore, C: Control>(
         max_result_bytes: Some(8 * 1024 * 1024),
         ..ListQuery::default()
     };
-    let Page { mut tasks, next } = match app.store().list(query).await {
+    let Page { mut tasks, next } = match app.store().list(query, scope.clone()).await {
         Ok(page) => page,
         Err(e) => return Rendered::error_fragment(&ApiError::from(e)),
     };

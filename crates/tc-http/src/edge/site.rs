@@ -28,8 +28,8 @@ use http::Method;
 use http::header::{HOST, ORIGIN};
 use http::request::Parts;
 
-use crate::client_address::{Client, connection_of};
 use crate::config::HttpConfig;
+use crate::edge::client_address::{Client, connection_of};
 use crate::error::ApiError;
 
 /// What both refusals add: the flags that make a proxied browser's

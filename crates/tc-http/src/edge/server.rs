@@ -16,16 +16,16 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tc_model::store::TaskStore;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::admin::handle_admin;
 use crate::app::App;
-use crate::client_address::ConnectionInfo;
+use crate::edge::client_address::ConnectionInfo;
+use crate::edge::write_timeout::WriteTimeout;
 use crate::router::handle;
 use crate::worker_port::Control;
-use crate::write_timeout::WriteTimeout;
 
 /// Why the server could not start or did not end cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -185,14 +185,8 @@ async fn accept_loop<S, C, F>(
     let permits = Arc::new(Semaphore::new(limit.max(1)));
     // The refusals in flight are bounded too; past that they are dropped.
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
-    let graceful = GracefulShutdown::new();
+    let serving = Serving::new(app, surface, local_addr);
     let mut connections = JoinSet::new();
-    let mut builder = http1::Builder::new();
-    // hyper adds the timeout to "now" unchecked: a huge value must not panic
-    // every connection, and a day is "no limit" for a header.
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout.min(MAX_HEADER_READ_TIMEOUT));
     let mut shutdown = pin!(shutdown);
 
     loop {
@@ -216,27 +210,80 @@ async fn accept_loop<S, C, F>(
                 }
             },
         };
-        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            tracing::warn!(%peer, %local_addr, limit, "http_connection_refused_at_limit");
-            match Arc::clone(&refusals).try_acquire_owned() {
-                Ok(slot) => {
-                    connections.spawn(async move {
-                        refuse(stream).await;
-                        drop(slot);
-                    });
-                }
-                Err(_) => {
-                    let _ = stream.try_write(REFUSAL);
-                }
+        match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => {
+                connections.spawn(serving.connection(stream, peer, permit));
             }
-            continue;
-        };
+            Err(_) => {
+                tracing::warn!(%peer, %local_addr, limit, "http_connection_refused_at_limit");
+                refuse_at_limit(&mut connections, &refusals, stream);
+            }
+        }
+    }
+
+    drop(listener);
+    serving.wind_down(connections, config.shutdown_grace).await;
+}
+
+/// A connection past the bound: the canned 503 while the refusals in flight
+/// are within theirs, else one try to write it and the connection dropped.
+fn refuse_at_limit(connections: &mut JoinSet<()>, refusals: &Arc<Semaphore>, stream: TcpStream) {
+    match Arc::clone(refusals).try_acquire_owned() {
+        Ok(slot) => {
+            connections.spawn(async move {
+                refuse(stream).await;
+                drop(slot);
+            });
+        }
+        Err(_) => {
+            let _ = stream.try_write(REFUSAL);
+        }
+    }
+}
+
+/// What every connection of one listener is served with.
+struct Serving<S, C> {
+    app: Arc<App<S, C>>,
+    surface: Surface,
+    local_addr: SocketAddr,
+    builder: http1::Builder,
+    graceful: GracefulShutdown,
+}
+
+impl<S: TaskStore, C: Control> Serving<S, C> {
+    fn new(app: Arc<App<S, C>>, surface: Surface, local_addr: SocketAddr) -> Self {
+        let mut builder = http1::Builder::new();
+        // hyper adds the timeout to "now" unchecked: a huge value must not
+        // panic every connection, and a day is "no limit" for a header.
+        builder.timer(TokioTimer::new()).header_read_timeout(
+            app.config()
+                .header_read_timeout
+                .min(MAX_HEADER_READ_TIMEOUT),
+        );
+        Serving {
+            app,
+            surface,
+            local_addr,
+            builder,
+            graceful: GracefulShutdown::new(),
+        }
+    }
+
+    /// One accepted connection, served under its permit until it closes or
+    /// the shutdown's grace ends.
+    fn connection(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        permit: OwnedSemaphorePermit,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let info = ConnectionInfo {
             peer,
-            local: stream.local_addr().unwrap_or(local_addr),
+            local: stream.local_addr().unwrap_or(self.local_addr),
         };
-        let stream = WriteTimeout::new(stream, config.write_timeout);
-        let app = Arc::clone(&app);
+        let stream = WriteTimeout::new(stream, self.app.config().write_timeout);
+        let app = Arc::clone(&self.app);
+        let surface = self.surface;
         let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(info);
             let app = Arc::clone(&app);
@@ -248,29 +295,34 @@ async fn accept_loop<S, C, F>(
                 Ok::<_, Infallible>(response)
             }
         });
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-        connections.spawn(async move {
+        let connection = self
+            .graceful
+            .watch(self.builder.serve_connection(TokioIo::new(stream), service));
+        async move {
             if let Err(error) = connection.await {
                 // Timeouts, resets and unparseable requests end here; hyper
                 // has already answered what could be answered.
                 tracing::debug!(%peer, %error, "http_connection_error");
             }
             drop(permit);
-        });
+        }
     }
 
-    drop(listener);
-    let open = graceful.count();
-    tracing::info!(open, %local_addr, "http_server_stopping");
-    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            grace_ms = config.shutdown_grace.as_millis(),
-            "http_connections_dropped_after_grace"
-        );
+    /// After the listener closed: the open connections finish within
+    /// `grace`, then whatever is left is dropped.
+    async fn wind_down(self, mut connections: JoinSet<()>, grace: Duration) {
+        let open = self.graceful.count();
+        tracing::info!(open, local_addr = %self.local_addr, "http_server_stopping");
+        if tokio::time::timeout(grace, self.graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_ms = grace.as_millis(),
+                "http_connections_dropped_after_grace"
+            );
+        }
+        connections.shutdown().await;
+        tracing::info!("http_server_stopped");
     }
-    connections.shutdown().await;
-    tracing::info!("http_server_stopped");
 }
