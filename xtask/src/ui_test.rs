@@ -54,7 +54,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let root = crate::harness::workspace_root();
-    crate::harness::build(&root, &["-p", "tc-server"])?;
+    crate::harness::build(&root, crate::harness::RELEASE_PACKAGES)?;
     let target = crate::harness::target_dir(&root);
     let binary = target.join("release").join("tc-server");
     let shots = target.join("ui");

@@ -82,7 +82,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let root = crate::harness::workspace_root();
     let target = crate::harness::target_dir(&root);
     let schemathesis = install(&target)?;
-    crate::harness::build(&root, &["-p", "tc-server"])?;
+    crate::harness::build(&root, crate::harness::RELEASE_PACKAGES)?;
     let binary = target.join("release").join("tc-server");
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
 

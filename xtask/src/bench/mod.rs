@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use args::Invocation;
 
-use crate::harness::{build, target_dir, workspace_root};
+use crate::harness::{RELEASE_PACKAGES, build, target_dir, workspace_root};
 
 /// How big and how long each part of a run is.
 #[derive(Debug, Clone, Copy)]
@@ -168,7 +168,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 return hand_over_to_release(&root, args);
             }
             if std::env::var_os(BUILT).is_none() {
-                build(&root, &["-p", "tc-server"])?;
+                build(&root, RELEASE_PACKAGES)?;
             }
             let tc_server = target_dir(&root).join("release").join("tc-server");
             let out_dir = target_dir(&root).join("bench");
@@ -198,7 +198,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 const BUILT: &str = "TC_BENCH_BUILT";
 
 fn hand_over_to_release(root: &Path, args: &[String]) -> Result<(), String> {
-    build(root, &["-p", "tc-server", "-p", "xtask"])?;
+    build(root, RELEASE_PACKAGES)?;
     let release = target_dir(root).join("release").join("xtask");
     let status = Command::new(&release)
         .arg("bench")

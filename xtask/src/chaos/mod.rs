@@ -78,7 +78,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     }
     let seed = seed.unwrap_or_else(|| fastrand::u64(..));
     let root = crate::harness::workspace_root();
-    crate::harness::build(&root, &["-p", "tc-server"])?;
+    crate::harness::build(&root, crate::harness::RELEASE_PACKAGES)?;
     let binary = crate::harness::target_dir(&root)
         .join("release")
         .join("tc-server");

@@ -25,6 +25,17 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
     }
 }
 
+/// What every release build of the harnesses (ui-test, image, bench,
+/// chaos, api-fuzz) builds: tc-server and xtask together. Cargo unifies
+/// features over the packages one build selects, so `-p tc-server` alone
+/// and `-p tc-server -p xtask` (the bench's load generator is xtask in
+/// release) were two release builds of the whole dependency tree: xtask's
+/// dependencies turn on features (syn's `fold`, tc-store's `raw`, …)
+/// that every proc-macro and every crate using one depends on. One set
+/// builds the tree once. tc-server's code is the same in both: the extra
+/// features add modules it does not call.
+pub(crate) const RELEASE_PACKAGES: &[&str] = &["-p", "tc-server", "-p", "xtask"];
+
 /// `$CARGO build --release <packages>` in the workspace.
 pub(crate) fn build(root: &Path, packages: &[&str]) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

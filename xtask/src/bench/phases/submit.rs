@@ -129,7 +129,7 @@ impl Bench {
 
     /// One submit to tc-server, kept as the bytes the reference servers
     /// answer with.
-    async fn capture(&self, endpoint: &Endpoint, url: &str) -> Result<Captured, String> {
+    pub(super) async fn capture(&self, endpoint: &Endpoint, url: &str) -> Result<Captured, String> {
         let mut conn = Conn::open(endpoint.addr).await?;
         let body = load::submit_body(url, "capture", 0, "");
         let reply = conn

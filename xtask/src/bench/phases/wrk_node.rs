@@ -101,6 +101,38 @@ impl Bench {
         }
     }
 
+    /// The load generators' own ceilings: the bench's closed loop, then
+    /// wrk, each for one window against the no-op server.
+    async fn generator_ceilings(
+        &self,
+        wrk: &Wrk,
+        url: &str,
+    ) -> Result<(LoadResult, WrkWindow), String> {
+        let noop = self.start_peer("noop")?;
+        let endpoint = Endpoint::new(noop.addr);
+        let run_id = self.clock.elapsed().as_nanos();
+        let window = self.plan.node_window;
+        let own = self
+            .submit_load(&endpoint, url, window, format!("gen-{run_id}"))
+            .await?;
+        let theirs = wrk
+            .submits(
+                noop.addr,
+                self.plan.connections,
+                window,
+                url,
+                &format!("gen-wrk-{run_id}"),
+            )
+            .await?;
+        noop.stop();
+        self.progress(&format!(
+            "  load generators against the no-op server: the bench's {:.0}/s, wrk {:.0}/s",
+            own.per_second(),
+            theirs.per_second()
+        ));
+        Ok((own, theirs))
+    }
+
     pub(super) async fn wrk_node(&mut self) -> Result<(), String> {
         let Some(wrk) = Wrk::find(self.dir.path())? else {
             self.progress("  wrk is not installed (Debian: apt-get install wrk): phase 14 skipped");
@@ -210,8 +242,14 @@ impl Bench {
             per_task(&drain_cpu, backlog),
             per_task(&stream_cpu, stream_tasks),
         ));
+        if self.captured.is_none() {
+            // Phase 1 did not run: the no-op server answers with this
+            // server's answer to a submit, taken now that it is measured.
+            self.captured = Some(self.capture(&endpoint, &url).await?);
+        }
         let warnings = self.server_warnings(&tc);
         tc.stop();
+        let (own, theirs) = self.generator_ceilings(&wrk, &url).await?;
 
         let note = format!(
             "wrk -c{connections}, no-op downstream, worker on, --sync full; stream = median of {} \
@@ -270,9 +308,27 @@ impl Bench {
                 cold.rate()
             )),
         );
+        self.push(
+            Figure::new(
+                "wrk_generator_ceiling",
+                "14 the bench's own load generator against the no-op server",
+                own.per_second(),
+                "/s",
+            )
+            .beside(theirs.per_second(), "wrk, same server, same run")
+            .note(format!(
+                "{connections} connections each, one window of {:.0} s each, one after the other; \
+                 the figures above are wrk's",
+                plan.node_window.as_secs_f64()
+            )),
+        );
         self.detail(
             "wrk_node",
             json!({
+                "generator_ceilings": {
+                    "bench_client": load_json(&own),
+                    "wrk": wrk_json(&theirs),
+                },
                 "cold": {
                     "submits": wrk_json(&cold.submits),
                     "e2e_seconds": cold.elapsed.as_secs_f64(),
