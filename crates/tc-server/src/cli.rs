@@ -49,7 +49,7 @@ pub(crate) enum Command {
     Tenant(crate::client::args::TenantArgs),
     /// Client: topics, their subscriptions, publishing events and replays
     /// on a running server (a tenant's key or the admin token: each its own).
-    Topic(crate::client::topic_args::TopicArgs),
+    Topic(crate::client::args::TopicArgs),
     /// Client: set, get, list and delete the limits of your flow keys on a
     /// running server (a tenant's key or the admin token: each its own).
     FlowKey(crate::client::flow_key::FlowKeyArgs),

@@ -293,7 +293,25 @@ async fn run<S: TaskStore, D: Downstream>(
     let duration_ms = millis(duration);
     ctx.metrics.call_duration.observe(duration.as_secs_f64());
 
-    match &race {
+    mark_span(ctx, &task, &race, &mut span);
+    match race {
+        Race::Canceled => canceled(ctx, &task, duration_ms, &ids),
+        Race::Interrupted => release(ctx, &task, duration_ms, &ids).await,
+        Race::Answered(answer) => {
+            finish(ctx, &task, answer, duration_ms, cancel, interrupt, &ids).await
+        }
+    }
+}
+
+/// How the try's span ends: answered (its status, or why it failed), or
+/// abandoned because the task was canceled or the try interrupted.
+fn mark_span<S: TaskStore, D: Downstream>(
+    ctx: &AttemptContext<S, D>,
+    task: &Task,
+    race: &Race,
+    span: &mut AttemptSpan,
+) {
+    match race {
         Race::Answered(answer) => {
             let status = answer.as_ref().ok().map(|r| r.status);
             let error_type = match answer {
@@ -303,29 +321,32 @@ async fn run<S: TaskStore, D: Downstream>(
             };
             span.answered(status, error_type.as_deref());
         }
-        Race::Canceled if ctx.shared.taken_away(task_id, task.attempt).is_none() => {
+        Race::Canceled if ctx.shared.taken_away(task.id, task.attempt).is_none() => {
             span.abandoned("canceled");
         }
         Race::Canceled | Race::Interrupted => span.abandoned("interrupted"),
     }
-    match race {
-        Race::Canceled => match ctx.shared.taken_away(task_id, task.attempt) {
-            // Another claim or process owns the task now: this try was
-            // interrupted, not canceled.
-            Some(state) => {
-                tracing::info!(task_id = %task_id, state = %state, attempt = task.attempt, duration_ms, reason = "taken_away", trace_id = ids.trace_id, span_id = ids.span_id, "task_interrupted");
-                ctx.metrics.count("lost");
-                Some(state)
-            }
-            None => {
-                tracing::info!(task_id = %task_id, state = "canceled", attempt = task.attempt, duration_ms, error = "canceled", trace_id = ids.trace_id, span_id = ids.span_id, "task_done");
-                ctx.metrics.count("canceled");
-                Some(State::Canceled)
-            }
-        },
-        Race::Interrupted => release(ctx, &task, duration_ms, &ids).await,
-        Race::Answered(answer) => {
-            finish(ctx, &task, answer, duration_ms, cancel, interrupt, &ids).await
+}
+
+/// A call dropped by its cancel token: canceled, unless another claim or
+/// process owns the task now, and then this try was interrupted.
+fn canceled<S: TaskStore, D: Downstream>(
+    ctx: &AttemptContext<S, D>,
+    task: &Task,
+    duration_ms: u64,
+    ids: &LogIds<'_>,
+) -> Option<State> {
+    let task_id = task.id;
+    match ctx.shared.taken_away(task_id, task.attempt) {
+        Some(state) => {
+            tracing::info!(task_id = %task_id, state = %state, attempt = task.attempt, duration_ms, reason = "taken_away", trace_id = ids.trace_id, span_id = ids.span_id, "task_interrupted");
+            ctx.metrics.count("lost");
+            Some(state)
+        }
+        None => {
+            tracing::info!(task_id = %task_id, state = "canceled", attempt = task.attempt, duration_ms, error = "canceled", trace_id = ids.trace_id, span_id = ids.span_id, "task_done");
+            ctx.metrics.count("canceled");
+            Some(State::Canceled)
         }
     }
 }

@@ -254,46 +254,66 @@ where
     if !get {
         return method_not_allowed("GET");
     }
-    let query = parts.uri.query();
     let (fragment, page) = match path.strip_prefix("/ui/fragment") {
         Some(rest) => (true, rest),
         None => (false, path.strip_prefix("/ui").unwrap_or(path)),
     };
+    let rendered = render_page(app, &ctx, page, parts.uri.query(), fragment).await;
+    match rendered {
+        Page::Rendered(rendered) => html(rendered.status, rendered.markup),
+        Page::Redirect(to) => redirect(to, None),
+    }
+}
+
+/// What a `GET` of a dashboard page answers.
+enum Page {
+    Rendered(pages::Rendered),
+    /// Elsewhere: a tenant's home is its task list.
+    Redirect(&'static str),
+}
+
+/// The page at `page` (the path after `/ui` or `/ui/fragment`), or the
+/// fragment of it the script reloads, for `ctx`'s caller.
+async fn render_page<S: TaskStore, C: Control>(
+    app: &Source<'_, S, C>,
+    ctx: &Ctx,
+    page: &str,
+    query: Option<&str>,
+    fragment: bool,
+) -> Page {
     let admin_page = matches!(page, "/" | "/overview" | "/schedules");
     if admin_page && !ctx.scope.is_admin() {
         // A tenant's home is its task list; the server's pages are the
         // admin's.
         if page == "/" && !fragment {
-            return redirect("/ui/tasks", None);
+            return Page::Redirect("/ui/tasks");
         }
         let e = crate::error::ApiError::Forbidden("this page is for the admin token".into());
-        let rendered = if fragment {
+        return Page::Rendered(if fragment {
             pages::Rendered::error_fragment(&e)
         } else {
-            pages::Rendered::error(&ctx, &e, false)
-        };
-        return html(rendered.status, rendered.markup);
+            pages::Rendered::error(ctx, &e, false)
+        });
     }
-    let rendered = match page {
-        "/" if !fragment => pages::overview::page(app, &ctx).await,
+    Page::Rendered(match page {
+        "/" if !fragment => pages::overview::page(app, ctx).await,
         "/overview" if fragment => pages::overview::fragment(app).await,
-        "/tasks" => pages::tasks::render(app, &ctx, query, fragment).await,
-        "/bulk" if !fragment => pages::bulk::page(&ctx, query),
+        "/tasks" => pages::tasks::render(app, ctx, query, fragment).await,
+        "/bulk" if !fragment => pages::bulk::page(ctx, query),
         "/schedules" if fragment => pages::schedules::fragment(app).await,
-        "/schedules" => pages::schedules::page(app, &ctx).await,
-        "/flow-keys" if fragment => pages::flow_keys::fragment(app, &ctx).await,
-        "/flow-keys" => pages::flow_keys::page(app, &ctx).await,
-        "/topics" if fragment => pages::topics::fragment(app, &ctx).await,
-        "/topics" => pages::topics::page(app, &ctx).await,
-        _ if page.starts_with("/topics/") && !fragment => topic_page(app, &ctx, page).await,
+        "/schedules" => pages::schedules::page(app, ctx).await,
+        "/flow-keys" if fragment => pages::flow_keys::fragment(app, ctx).await,
+        "/flow-keys" => pages::flow_keys::page(app, ctx).await,
+        "/topics" if fragment => pages::topics::fragment(app, ctx).await,
+        "/topics" => pages::topics::page(app, ctx).await,
+        _ if page.starts_with("/topics/") && !fragment => topic_page(app, ctx, page).await,
         _ => match page.strip_prefix("/tasks/") {
             Some(id) if !id.is_empty() && !id.contains('/') => {
-                pages::task::render(app, &ctx, id, fragment).await
+                pages::task::render(app, ctx, id, fragment).await
             }
-            _ => pages::Rendered::not_found(&ctx, "No such page."),
+            _ => pages::Rendered::not_found(ctx, "No such page."),
         },
-    };
-    html(rendered.status, rendered.markup)
+    })
 }
 
 /// `/ui/topics/{name}` and `/ui/topics/{name}/events/{id}`.

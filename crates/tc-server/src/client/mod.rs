@@ -16,7 +16,6 @@ mod schedule;
 mod task;
 mod tenant;
 mod topic;
-pub(crate) mod topic_args;
 mod view;
 mod watch;
 
@@ -69,7 +68,7 @@ async fn schedule_command(args: &ScheduleArgs) -> Result<(), ClientError> {
 }
 
 /// Runs `tc-server topic …`.
-pub(crate) fn run_topic(args: &topic_args::TopicArgs) -> ExitCode {
+pub(crate) fn run_topic(args: &args::TopicArgs) -> ExitCode {
     finish(block_on(topic::run(args)))
 }
 

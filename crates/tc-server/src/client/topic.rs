@@ -9,13 +9,11 @@ use std::time::Duration;
 use http::Method;
 use serde_json::{Map, Value, json};
 
+use super::args::{PublishArgs, PutTopicArgs, ReplayArgs, SubscribeArgs, TopicArgs, TopicCommand};
 use super::error::ClientError;
 use super::format::{Cell, Table, sanitize};
 use super::http::{Api, escape};
 use super::output::{Out, note};
-use super::topic_args::{
-    PublishArgs, PutTopicArgs, ReplayArgs, SubscribeArgs, TopicArgs, TopicCommand,
-};
 use super::view::{field, text};
 
 fn path(topic: &str) -> String {

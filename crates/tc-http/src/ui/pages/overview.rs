@@ -2,8 +2,8 @@
 //! the oldest due pending task, calls in flight, destinations.
 
 use maud::{Markup, html};
-use tc_model::State;
-use tc_model::store::TaskStore;
+use tc_model::store::{StateCounts, TaskStore};
+use tc_model::{State, Timestamp};
 
 use super::{Nav, Rendered, duration_text, layout};
 use crate::ui::Ctx;
@@ -56,11 +56,33 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
     let ui = app.ui();
     let series = ui.activity.series(now);
     let (window, window_s) = ui.activity.latency_window(metrics.buckets, now);
-    let p50 = quantile(&window, 0.5);
-    let p99 = quantile(&window, 0.99);
-    let calls: u64 = window.last().map_or(0, |b| b.1);
-    let concurrency = ui.sources.concurrency;
+    let right_now = RightNow {
+        p50: quantile(&window, 0.5),
+        p99: quantile(&window, 0.99),
+        calls: window.last().map_or(0, |b| b.1),
+        window_s,
+        next_due,
+        now,
+        in_flight: metrics.in_flight,
+        concurrency: ui.sources.concurrency,
+    };
     let destinations = super::destinations::section(app, now).await;
+    Rendered::ok(html! {
+        (state_cards(&counts))
+        section.panels {
+            div.panel.wide {
+                h2 { "Last 15 minutes, per second" }
+                (chart(&series))
+            }
+            (right_now.panel())
+        }
+        (destinations)
+    })
+}
+
+/// A card per state with its count, each a link to its tasks, and the way
+/// to the failed ones.
+fn state_cards(counts: &StateCounts) -> Markup {
     let states = [
         State::Pending,
         State::Running,
@@ -68,7 +90,7 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
         State::Failed,
         State::Canceled,
     ];
-    Rendered::ok(html! {
+    html! {
         section.cards aria-label="Tasks per state" {
             @for state in states {
                 @let n = counts.get(state);
@@ -88,28 +110,47 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
                 a href="/ui/bulk?state=failed" { "retry them all" }
             }
         }
-        section.panels {
-            div.panel.wide {
-                h2 { "Last 15 minutes, per second" }
-                (chart(&series))
-            }
+    }
+}
+
+/// The "Right now" panel's figures.
+struct RightNow {
+    /// The downstream's latency quantiles over the window, in seconds.
+    p50: Option<f64>,
+    p99: Option<f64>,
+    /// The calls the window holds.
+    calls: u64,
+    /// How long the window is (`None`: since start).
+    window_s: Option<i64>,
+    /// The earliest due time of a pending task.
+    next_due: Option<Timestamp>,
+    now: Timestamp,
+    in_flight: u64,
+    /// `--concurrency`, when known.
+    concurrency: Option<usize>,
+}
+
+impl RightNow {
+    fn panel(&self) -> Markup {
+        let (now, calls) = (self.now, self.calls);
+        html! {
             div.panel {
                 h2 { "Right now" }
                 dl.stats {
                     dt { "Downstream latency p50 / p99" }
                     dd #latency {
-                        @match (p50, p99) {
+                        @match (self.p50, self.p99) {
                             (Some(a), Some(b)) => {
                                 (ms_text(a)) " / " (ms_text(b))
                                 small { " over " (calls) @if calls == 1 { " call" } @else { " calls" }
-                                    @if let Some(s) = window_s { " in the last " (duration_text(std::time::Duration::from_secs(s.unsigned_abs()))) } @else { " since start" } }
+                                    @if let Some(s) = self.window_s { " in the last " (duration_text(std::time::Duration::from_secs(s.unsigned_abs()))) } @else { " since start" } }
                             }
                             _ => { "no calls yet" }
                         }
                     }
                     dt { "Oldest due pending task" }
                     dd #oldest-due {
-                        @match next_due {
+                        @match self.next_due {
                             Some(t) if t <= now => {
                                 "waiting " (duration_text(now.duration_since(t)))
                             }
@@ -118,20 +159,19 @@ pub(crate) async fn fragment<S: TaskStore, C: Control>(app: &Source<'_, S, C>) -
                         }
                     }
                     dt { "Calls in flight" }
-                    dd #in-flight data-in-flight=(metrics.in_flight) {
-                        @match concurrency {
+                    dd #in-flight data-in-flight=(self.in_flight) {
+                        @match self.concurrency {
                             Some(c) => {
-                                (metrics.in_flight) " of " (c) " (--concurrency)"
-                                (meter(metrics.in_flight, c))
+                                (self.in_flight) " of " (c) " (--concurrency)"
+                                (meter(self.in_flight, c))
                             }
-                            None => { (metrics.in_flight) }
+                            None => { (self.in_flight) }
                         }
                     }
                 }
             }
         }
-        (destinations)
-    })
+    }
 }
 
 fn ms_text(seconds: f64) -> String {

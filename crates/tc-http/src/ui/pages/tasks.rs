@@ -164,6 +164,49 @@ pub(crate) fn filter_form(asked: &Asked, action: &str, search: bool) -> Markup {
     }
 }
 
+/// A page's size (`limit`, 50 unless asked, 1 to 500) and where it starts
+/// (`after`, a cursor from a previous page).
+fn page_bounds(asked: &Asked) -> Result<(usize, Option<Cursor>), ApiError> {
+    let limit = match asked.get("limit").map(str::parse::<usize>) {
+        None => 50,
+        Some(Ok(n)) if (1..=500).contains(&n) => n,
+        Some(_) => {
+            return Err(ApiError::InvalidRequest(
+                "Per page: must be a number from 1 to 500".into(),
+            ));
+        }
+    };
+    let after = match asked.get("after").map(str::parse::<Cursor>) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(_)) => {
+            return Err(ApiError::InvalidRequest(
+                "after: not a cursor from a previous page".into(),
+            ));
+        }
+    };
+    Ok((limit, after))
+}
+
+/// A search by URL prefix: the listing narrowed to the prefix's
+/// destination (each page's tasks then checked one by one), and the note
+/// that says so.
+fn narrow_to_url_prefix(prefix: &str, filter: &mut TaskFilter) -> Result<Markup, ApiError> {
+    let destination = tc_model::destination_of(prefix);
+    if destination == "invalid" {
+        return Err(ApiError::InvalidRequest(format!(
+            "search: {prefix:?} is not a URL"
+        )));
+    }
+    filter.destination = Some(destination.clone());
+    Ok(html! {
+        p.note {
+            "URLs starting with " code { (prefix) } ": the tasks for " code { (destination) }
+            " on each page, checked one by one (there is no URL index, so a page may show fewer than asked)."
+        }
+    })
+}
+
 async fn results<S: TaskStore, C: Control>(
     app: &Source<'_, S, C>,
     scope: &tc_model::tenant::Scope,
@@ -174,23 +217,9 @@ async fn results<S: TaskStore, C: Control>(
         Ok(f) => f,
         Err(e) => return Rendered::error_fragment(&e),
     };
-    let limit = match asked.get("limit").map(str::parse::<usize>) {
-        None => 50,
-        Some(Ok(n)) if (1..=500).contains(&n) => n,
-        Some(_) => {
-            return Rendered::error_fragment(&ApiError::InvalidRequest(
-                "Per page: must be a number from 1 to 500".into(),
-            ));
-        }
-    };
-    let after = match asked.get("after").map(str::parse::<Cursor>) {
-        None => None,
-        Some(Ok(c)) => Some(c),
-        Some(Err(_)) => {
-            return Rendered::error_fragment(&ApiError::InvalidRequest(
-                "after: not a cursor from a previous page".into(),
-            ));
-        }
+    let (limit, after) = match page_bounds(asked) {
+        Ok(bounds) => bounds,
+        Err(e) => return Rendered::error_fragment(&e),
     };
     let search = read_search(asked.get("q"));
     let mut note = None;
@@ -211,21 +240,10 @@ async fn results<S: TaskStore, C: Control>(
             };
         }
         Search::Key(key) => filter.idempotency_key = Some(key.clone()),
-        Search::UrlPrefix(prefix) => {
-            let destination = tc_model::destination_of(prefix);
-            if destination == "invalid" {
-                return Rendered::error_fragment(&ApiError::InvalidRequest(format!(
-                    "search: {prefix:?} is not a URL"
-                )));
-            }
-            filter.destination = Some(destination.clone());
-            note = Some(html! {
-                p.note {
-                    "URLs starting with " code { (prefix) } ": the tasks for " code { (destination) }
-                    " on each page, checked one by one (there is no URL index, so a page may show fewer than asked)."
-                }
-            });
-        }
+        Search::UrlPrefix(prefix) => match narrow_to_url_prefix(prefix, &mut filter) {
+            Ok(said) => note = Some(said),
+            Err(e) => return Rendered::error_fragment(&e),
+        },
     }
     let query = ListQuery {
         filter,

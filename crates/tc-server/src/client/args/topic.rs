@@ -4,7 +4,7 @@
 
 use clap::{Args, Subcommand};
 
-use super::args::{Connection, Output, Payload};
+use super::{Connection, Output, Payload};
 
 /// `tc-server topic …`.
 #[derive(Debug, Args)]
@@ -133,7 +133,7 @@ pub(crate) struct PublishArgs {
     pub(crate) event_type: String,
     /// The event's JSON body, sent as written, or `@FILE` (`{}` if left
     /// out). (`tc-server topic --json publish …` prints the API's JSON.)
-    #[arg(long = "json", value_name = "JSON", value_parser = super::args::payload)]
+    #[arg(long = "json", value_name = "JSON", value_parser = super::payload)]
     pub(crate) payload: Option<Payload>,
     /// The event's idempotency key: the same event again makes no new task.
     #[arg(long)]
