@@ -160,7 +160,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         ));
     }
     let started = Instant::now();
-    crate::harness::build(&root, crate::harness::RELEASE_PACKAGES)?;
+    crate::harness::build(&root, crate::harness::PRODUCT_PACKAGES)?;
     let built = Instant::now();
     let version = version(&read(&root.join("crates/tc-server/Cargo.toml"))?)?;
     let binary = crate::harness::target_dir(&root)

@@ -25,8 +25,8 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
     }
 }
 
-/// What every release build of the harnesses (ui-test, image, bench,
-/// chaos, api-fuzz) builds: tc-server and xtask together. Cargo unifies
+/// What the release build of the harnesses that run the server (ui-test,
+/// bench, chaos, api-fuzz) builds: tc-server and xtask together. Cargo unifies
 /// features over the packages one build selects, so `-p tc-server` alone
 /// and `-p tc-server -p xtask` (the bench's load generator is xtask in
 /// release) were two release builds of the whole dependency tree: xtask's
@@ -35,6 +35,12 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
 /// builds the tree once. tc-server's code is the same in both: the extra
 /// features add modules it does not call.
 pub(crate) const RELEASE_PACKAGES: &[&str] = &["-p", "tc-server", "-p", "xtask"];
+
+/// What the image packages: tc-server built alone, as a user builds it,
+/// without the features xtask turns on (tc-store's `raw`, tc-store-pg's
+/// `testing`): what ships holds no test machinery (tidy checks this build's
+/// tree). One more release build in CI, of the crates those features touch.
+pub(crate) const PRODUCT_PACKAGES: &[&str] = &["-p", "tc-server"];
 
 /// `$CARGO build --release <packages>` in the workspace.
 pub(crate) fn build(root: &Path, packages: &[&str]) -> Result<(), String> {
