@@ -23,11 +23,7 @@ use crate::headers::Headers;
 pub use crate::outbound::SharedWith;
 use crate::signing::SigningSecrets;
 
-/// The largest `max_in_flight` a destination may be given.
-pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
-
-/// The largest token bucket a destination may be given.
-pub const BURST_LIMIT: u32 = 1_000_000;
+pub use crate::setting::{BURST_LIMIT, MAX_IN_FLIGHT_LIMIT};
 
 /// What an operator set for one destination. The defaults hold nothing back.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -115,30 +111,7 @@ pub struct DestinationUpdate {
 impl DestinationUpdate {
     /// Checks every given value's range.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
-        if let Some(Some(cap)) = self.max_in_flight
-            && !(1..=MAX_IN_FLIGHT_LIMIT).contains(&cap)
-        {
-            return Err(InvalidSetting {
-                field: "max_in_flight",
-                message: format!("must be between 1 and {MAX_IN_FLIGHT_LIMIT}, or null"),
-            });
-        }
-        if let Some(Some(rate)) = self.rate_per_s
-            && !(rate.is_finite() && rate > 0.0)
-        {
-            return Err(InvalidSetting {
-                field: "rate_per_s",
-                message: "must be a number above 0, or null".into(),
-            });
-        }
-        if let Some(Some(burst)) = self.burst
-            && !(1..=BURST_LIMIT).contains(&burst)
-        {
-            return Err(InvalidSetting {
-                field: "burst",
-                message: format!("must be between 1 and {BURST_LIMIT}, or null"),
-            });
-        }
+        crate::setting::check_limits(self.max_in_flight, self.rate_per_s, self.burst)?;
         Ok(())
     }
 

@@ -26,11 +26,7 @@ use crate::setting::InvalidSetting;
 /// The longest flow key, in bytes.
 pub const MAX_KEY_BYTES: usize = 128;
 
-/// The largest `max_in_flight` a key may be given.
-pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
-
-/// The largest token bucket a key may be given.
-pub const BURST_LIMIT: u32 = 1_000_000;
+pub use crate::setting::{BURST_LIMIT, MAX_IN_FLIGHT_LIMIT};
 
 /// The most keys [`crate::store::FlowKeys::flow_keys`] answers.
 pub const FLOW_KEYS_LIMIT: usize = 1000;
@@ -156,30 +152,7 @@ pub struct FlowKeyUpdate {
 impl FlowKeyUpdate {
     /// Checks every given value's range; the refusal names the field.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
-        if let Some(Some(cap)) = self.max_in_flight
-            && !(1..=MAX_IN_FLIGHT_LIMIT).contains(&cap)
-        {
-            return Err(InvalidSetting {
-                field: "max_in_flight",
-                message: format!("must be between 1 and {MAX_IN_FLIGHT_LIMIT}, or null"),
-            });
-        }
-        if let Some(Some(rate)) = self.rate_per_s
-            && !(rate.is_finite() && rate > 0.0)
-        {
-            return Err(InvalidSetting {
-                field: "rate_per_s",
-                message: "must be a number above 0, or null".into(),
-            });
-        }
-        if let Some(Some(burst)) = self.burst
-            && !(1..=BURST_LIMIT).contains(&burst)
-        {
-            return Err(InvalidSetting {
-                field: "burst",
-                message: format!("must be between 1 and {BURST_LIMIT}, or null"),
-            });
-        }
+        crate::setting::check_limits(self.max_in_flight, self.rate_per_s, self.burst)?;
         Ok(())
     }
 
