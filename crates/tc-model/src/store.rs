@@ -377,7 +377,18 @@ impl TaskFilter {
             ));
         }
         if let Some(error) = &self.error {
-            terms.push(text(Driving::Error, "error", "error", error));
+            // `error` is NULL for a task without one: as the walk's index
+            // term, `=` seeks it; checked row by row, a NULL must read as no
+            // match (false), not NULL.
+            let op = if self.driving() == Driving::Error {
+                "="
+            } else {
+                "IS NOT DISTINCT FROM"
+            };
+            terms.push(FilterTerm {
+                op,
+                ..text(Driving::Error, "error", "error", error)
+            });
         }
         if let Some(key) = &self.idempotency_key {
             terms.push(text(Driving::IdempotencyKey, "idempotency_key", "key", key));

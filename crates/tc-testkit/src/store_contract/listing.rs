@@ -560,6 +560,14 @@ pub async fn list_filters_list_exactly_the_matching_tasks<S: TaskStore>(store: S
             idempotency_key: Some("no-such-key".to_owned()),
             ..TaskFilter::default()
         },
+        // A task without an error (a pending one) beside an error filter
+        // that does not drive the walk: its NULL `error` is no match, not
+        // a failure.
+        TaskFilter {
+            idempotency_key: Some(tasks[0].idempotency_key.clone()),
+            error: Some("http_503".to_owned()),
+            ..TaskFilter::default()
+        },
         TaskFilter {
             destination: Some("other.test:8080".to_owned()),
             ..TaskFilter::default()
