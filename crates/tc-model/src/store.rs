@@ -9,14 +9,13 @@
 //! clock (paused in tests) is the one truth about "now".
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
 use crate::tenant::Acting;
 use crate::tenant::quota::RetryQuota;
 use crate::{IllegalTransition, State, Task, TaskId, Timestamp};
 
 mod counts;
+mod cursor;
 mod destinations;
 mod flow_keys;
 mod methods;
@@ -27,6 +26,7 @@ mod topics;
 mod work;
 
 pub use counts::StateCounts;
+pub use cursor::{BadCursor, Cursor};
 pub use destinations::Destinations;
 pub use flow_keys::FlowKeys;
 pub use schedules::Schedules;
@@ -146,44 +146,6 @@ pub enum Guarded {
     /// The task had moved on (canceled, recovered, another attempt); nothing
     /// was written. Carries the state it is in now.
     Lost(State),
-}
-
-/// Where a listing continues: opaque to callers, stable across inserts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Cursor(i64);
-
-impl Cursor {
-    /// A cursor from an adapter's own position value.
-    pub fn from_position(position: i64) -> Cursor {
-        Cursor(position)
-    }
-
-    /// The adapter's position value.
-    pub fn position(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for Cursor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// A string that is not a cursor a store handed out.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not a listing cursor: {0:?}")]
-pub struct BadCursor(pub String);
-
-impl FromStr for Cursor {
-    type Err = BadCursor;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.parse::<i64>() {
-            Ok(n) if n >= 0 && n.to_string() == s => Ok(Cursor(n)),
-            _ => Err(BadCursor(s.to_owned())),
-        }
-    }
 }
 
 /// Which tasks a listing or a bulk action covers: every field given must
@@ -352,6 +314,17 @@ impl TaskFilter {
             || self.priority.is_some()
             || self.flow_key.is_some()
     }
+    /// How the error is compared: `error` is NULL for a task without one.
+    /// As the walk's index term, `=` seeks it; checked row by row, a NULL
+    /// must read as no match (false), not NULL.
+    fn error_op(&self) -> &'static str {
+        if self.driving() == Driving::Error {
+            "="
+        } else {
+            "IS NOT DISTINCT FROM"
+        }
+    }
+
     /// The filter's given fields as column tests, in a fixed order: what
     /// both SQL adapters write (each in its own parameter syntax), so that
     /// which field tests which column, and how, is said once. The column
@@ -377,16 +350,8 @@ impl TaskFilter {
             ));
         }
         if let Some(error) = &self.error {
-            // `error` is NULL for a task without one: as the walk's index
-            // term, `=` seeks it; checked row by row, a NULL must read as no
-            // match (false), not NULL.
-            let op = if self.driving() == Driving::Error {
-                "="
-            } else {
-                "IS NOT DISTINCT FROM"
-            };
             terms.push(FilterTerm {
-                op,
+                op: self.error_op(),
                 ..text(Driving::Error, "error", "error", error)
             });
         }
