@@ -259,3 +259,27 @@ pub async fn a_flow_key_s_backlog_cannot_hold_another_key_s_tasks<S: TaskStore>(
     }
     Ok(())
 }
+
+/// Two keys with several due tasks each share one claim's slots: every
+/// claimed task once, two of each key. (A key's due tasks stay due until
+/// the claim writes, so a key met again in one claim must read past those
+/// it gave; this row does not reach that case on its own, the bench's
+/// phase 18 does: docs/performance.md.)
+pub async fn a_key_met_twice_in_one_claim_gives_its_next_tasks<S: TaskStore>(store: S) -> Verdict {
+    for i in 0..3 {
+        create(&store, keyed(URL, &format!("a{i}"), "A"), at(0)).await?;
+        create(&store, keyed(URL, &format!("b{i}"), "B"), at(0)).await?;
+    }
+    let got = claim(&store, 4, at(10), ClaimGate::default()).await?;
+    let mut ids: Vec<_> = got.iter().map(|t| t.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ensure_eq!(ids.len(), 4, "four different tasks claimed");
+    let mut keys: Vec<&str> = got
+        .iter()
+        .map(|t| t.flow_key.as_deref().unwrap_or("-"))
+        .collect();
+    keys.sort_unstable();
+    ensure_eq!(keys, vec!["A", "A", "B", "B"], "two of each key");
+    Ok(())
+}
