@@ -11,7 +11,9 @@ mod image;
 mod store_vs_rusqlite;
 mod test_matrix;
 mod tidy;
+#[cfg(feature = "ui")]
 mod ui_test;
+#[cfg(feature = "ui")]
 mod ui_test_proxy;
 
 use std::process::ExitCode;
@@ -40,7 +42,12 @@ fn main() -> ExitCode {
         Some("bench-store") => store_vs_rusqlite::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
         Some("api-fuzz") => api_fuzz::run(&args[1..]),
+        #[cfg(feature = "ui")]
         Some("ui-test") => ui_test::run(&args[1..]),
+        #[cfg(not(feature = "ui"))]
+        Some("ui-test") => {
+            Err("this xtask was built without its `ui` feature: run cargo xtask ui-test".into())
+        }
         Some("deploy-check") => deploy_check::run(&args[1..]),
         Some("image") => image::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {

@@ -26,20 +26,24 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// What the release build of the harnesses that run the server (ui-test,
-/// bench, chaos, api-fuzz) builds: tc-server and xtask together. Cargo unifies
-/// features over the packages one build selects, so `-p tc-server` alone
-/// and `-p tc-server -p xtask` (the bench's load generator is xtask in
-/// release) were two release builds of the whole dependency tree: xtask's
-/// dependencies turn on features (syn's `fold`, tc-store's `raw`, …)
-/// that every proc-macro and every crate using one depends on. One set
-/// builds the tree once. tc-server's code is the same in both: the extra
-/// features add modules it does not call.
-pub(crate) const RELEASE_PACKAGES: &[&str] = &["-p", "tc-server", "-p", "xtask"];
+/// bench, chaos, api-fuzz) builds: tc-server and xtask together (the bench's
+/// load generator is xtask in release), in one set of features, so the
+/// first step that needs it builds the tree once and the others find it
+/// built. xtask without its `ui` feature: fantoccini's dependencies turn on
+/// syn's `fold` (and url's, zerofrom's, stable_deref_trait's defaults),
+/// which change every proc-macro and so every crate above one; without
+/// them this build and [`PRODUCT_PACKAGES`] differ only in tc-store's `raw`
+/// and tc-store-pg's `testing`, and the image's build of tc-server alone
+/// rebuilds those two and tc-server, not the whole tree. tc-server's code
+/// is the same in both: the extra features add modules it does not call.
+pub(crate) const RELEASE_PACKAGES: &[&str] =
+    &["-p", "tc-server", "-p", "xtask", "--no-default-features"];
 
 /// What the image packages: tc-server built alone, as a user builds it,
 /// without the features xtask turns on (tc-store's `raw`, tc-store-pg's
 /// `testing`): what ships holds no test machinery (tidy checks this build's
-/// tree). One more release build in CI, of the crates those features touch.
+/// tree). One more release build in CI, of the crates those features touch
+/// (tc-store, tc-store-pg) and tc-server.
 pub(crate) const PRODUCT_PACKAGES: &[&str] = &["-p", "tc-server"];
 
 /// `$CARGO build --release <packages>` in the workspace.
