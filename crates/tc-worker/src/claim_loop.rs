@@ -98,12 +98,19 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
     /// One round: permits, a claim, its attempts started, and a sleep when
     /// the store rather than the pool was the limit.
     async fn round(&mut self) -> Next {
+        let waiting = std::time::Instant::now();
         let Some(mut held) = self.take_permits().await else {
             return Next::Stop;
         };
+        let claiming = std::time::Instant::now();
+        let metrics = self.ctx.metrics.claims.clone();
+        metrics.waited_for_slots(claiming - waiting);
         let wanted = held.len();
         let (claim, now) = match self.claim(wanted).await {
-            Ok(claimed) => claimed,
+            Ok(claimed) => {
+                metrics.claimed(wanted, claimed.0.tasks.len(), claiming.elapsed());
+                claimed
+            }
             Err(e) => {
                 drop(held);
                 self.give_back(self.ctx.shared.clock.now()).await;

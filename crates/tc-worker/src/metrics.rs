@@ -1,4 +1,5 @@
-//! The worker's Prometheus metrics: attempts by outcome and the
+//! The worker's Prometheus metrics: attempts by outcome, the claim loop's
+//! claims (how many, their size, their time in the store) and the
 //! per-destination gauges, with a bounded set of destination labels.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -7,6 +8,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 /// The label of `taskcenter_attempts_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -191,10 +194,41 @@ impl DestinationMetrics {
     }
 }
 
+/// The claim loop's steps: each claim, the free slots it asked tasks for,
+/// the tasks it got, its time in the store (from the call to the answer:
+/// the writer's queue, the claim's walk and its write round), and the
+/// loop's waits for a free slot. Read beside each other they split a
+/// drain's or a stream's time per task (`cargo xtask bench`, phase 14).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ClaimMetrics {
+    pub(crate) claims: Counter,
+    pub(crate) slots: Counter,
+    pub(crate) tasks: Counter,
+    pub(crate) seconds: Counter<f64, AtomicU64>,
+    pub(crate) slot_wait_seconds: Counter<f64, AtomicU64>,
+}
+
+impl ClaimMetrics {
+    /// One claim that answered: `slots` asked for, `tasks` got, `took` in
+    /// the store.
+    pub(crate) fn claimed(&self, slots: usize, tasks: usize, took: Duration) {
+        self.claims.inc();
+        self.slots.inc_by(u64::try_from(slots).unwrap_or(u64::MAX));
+        self.tasks.inc_by(u64::try_from(tasks).unwrap_or(u64::MAX));
+        self.seconds.inc_by(took.as_secs_f64());
+    }
+
+    /// The loop waited `waited` for a free slot before a claim.
+    pub(crate) fn waited_for_slots(&self, waited: Duration) {
+        self.slot_wait_seconds.inc_by(waited.as_secs_f64());
+    }
+}
+
 /// The worker's metrics. Cheap to clone: every clone updates the same values.
 #[derive(Debug, Clone)]
 pub struct WorkerMetrics {
     pub(crate) attempts: Family<OutcomeLabel, Counter>,
+    pub(crate) claims: ClaimMetrics,
     pub(crate) call_duration: Histogram,
     pub(crate) in_flight: Gauge,
     pub(crate) destinations: DestinationMetrics,
@@ -204,6 +238,7 @@ impl Default for WorkerMetrics {
     fn default() -> Self {
         WorkerMetrics {
             attempts: Family::default(),
+            claims: ClaimMetrics::default(),
             // 1 ms .. ~33 s: downstream calls live between a loopback echo and a
             // timeout of several seconds.
             call_duration: Histogram::new(
@@ -222,6 +257,31 @@ impl WorkerMetrics {
             "taskcenter_attempts",
             "Downstream attempts by outcome",
             self.attempts.clone(),
+        );
+        registry.register(
+            "taskcenter_claims",
+            "Claims of due tasks made by the worker (those the store answered)",
+            self.claims.claims.clone(),
+        );
+        registry.register(
+            "taskcenter_claim_slots",
+            "Free slots the worker's claims asked tasks for",
+            self.claims.slots.clone(),
+        );
+        registry.register(
+            "taskcenter_claim_tasks",
+            "Tasks the worker's claims got",
+            self.claims.tasks.clone(),
+        );
+        registry.register(
+            "taskcenter_claim_seconds",
+            "Time the worker's claims spent in the store, from the call to the answer",
+            self.claims.seconds.clone(),
+        );
+        registry.register(
+            "taskcenter_claim_slot_wait_seconds",
+            "Time the claim loop waited for a free slot before a claim",
+            self.claims.slot_wait_seconds.clone(),
         );
         registry.register(
             "taskcenter_downstream_call_duration_seconds",

@@ -4,6 +4,7 @@
 
 mod backup;
 mod cancel;
+mod claim_split;
 mod cluster_rate;
 mod end_to_end;
 mod flow_keys;

@@ -13,6 +13,7 @@
 //!   beside the stream, and where the writer's time went in each (its CPU
 //!   per task, the process's per thread).
 
+use super::claim_split::{ClaimCounters, ClaimSplit};
 use super::one_node::{BATCH, CpuSnapshot, CpuSpent, post};
 use super::*;
 use crate::bench::wrk::{Wrk, WrkWindow};
@@ -22,6 +23,7 @@ struct StreamWindow {
     submits: WrkWindow,
     elapsed: Duration,
     cpu: CpuSpent,
+    claims: ClaimSplit,
 }
 
 impl StreamWindow {
@@ -153,6 +155,7 @@ impl Bench {
         // server listens, and it is timed end to end like the others.
         for i in 0..=plan.node_windows {
             let before = CpuSnapshot::take(tc.pid())?;
+            let claims_before = ClaimCounters::read(&endpoint).await?;
             let started = Instant::now();
             let window = if i == 0 {
                 plan.cold_window
@@ -173,14 +176,18 @@ impl Bench {
                 .wait_terminal(&endpoint, submitted, Instant::now() + plan.patience)
                 .await?;
             let cpu = CpuSnapshot::take(tc.pid())?.since(&before);
+            let claims = ClaimCounters::read(&endpoint)
+                .await?
+                .since(&claims_before, done - started);
             let w = StreamWindow {
                 submits,
                 elapsed: done - started,
                 cpu,
+                claims,
             };
             self.progress(&format!(
                 "  wrk window {i}{}: {} submits = {:.0}/s (p99 {:.2} ms, {} non-2xx, {} socket \
-                 errors); terminal in {:.2} s = {:.0}/s; writer thread {:.1} µs/task",
+                 errors); terminal in {:.2} s = {:.0}/s; writer thread {:.1} µs/task; {}",
                 if i == 0 { " (cold)" } else { "" },
                 w.submits.ok(),
                 w.submits.per_second(),
@@ -190,6 +197,7 @@ impl Bench {
                 w.elapsed.as_secs_f64(),
                 w.rate(),
                 w.cpu.writer_ns as f64 / 1000.0 / w.submits.ok().max(1) as f64,
+                w.claims.line(),
             ));
             windows.push(w);
         }
@@ -215,12 +223,16 @@ impl Bench {
             .await?;
         let backlog = queued.ok * BATCH;
         let before = CpuSnapshot::take(tc.pid())?;
+        let claims_before = ClaimCounters::read(&endpoint).await?;
         let started = Instant::now();
         post(&endpoint, &format!("/destinations/{destination}/resume")).await?;
         let (done, in_flight) = self
             .watch_drain(&endpoint, submitted + backlog, started + plan.patience)
             .await?;
         let drain_cpu = CpuSnapshot::take(tc.pid())?.since(&before);
+        let drain_claims = ClaimCounters::read(&endpoint)
+            .await?
+            .since(&claims_before, done - started);
         let drain = stats::rate(backlog, done - started);
         let per_task =
             |cpu: &CpuSpent, tasks: u64| cpu.writer_ns as f64 / 1000.0 / tasks.max(1) as f64;
@@ -237,10 +249,11 @@ impl Bench {
         );
         self.progress(&format!(
             "  drained {backlog} in {:.2} s = {drain:.0}/s (stream {stream:.0}/s); writer thread \
-             {:.1} µs/task draining, {:.1} streaming; {split}",
+             {:.1} µs/task draining, {:.1} streaming; {split}; claims draining: {}",
             (done - started).as_secs_f64(),
             per_task(&drain_cpu, backlog),
             per_task(&stream_cpu, stream_tasks),
+            drain_claims.line(),
         ));
         if self.captured.is_none() {
             // Phase 1 did not run: the no-op server answers with this
@@ -286,9 +299,11 @@ impl Bench {
             .target(Target::RatioAtLeast(1.0))
             .note(format!(
                 "queued in random-key batches of {BATCH} while the destination was paused; \
-                 writer thread {:.1} µs/task draining vs {:.1} streaming; {split}",
+                 writer thread {:.1} µs/task draining vs {:.1} streaming; {split}; claims \
+                 draining: {}",
                 per_task(&drain_cpu, backlog),
-                per_task(&stream_cpu, stream_tasks)
+                per_task(&stream_cpu, stream_tasks),
+                drain_claims.line(),
             )),
         );
         self.push(
@@ -334,12 +349,14 @@ impl Bench {
                     "e2e_seconds": cold.elapsed.as_secs_f64(),
                     "e2e_per_second": cold.rate(),
                     "cpu": cold.cpu.json(cold.submits.ok()),
+                    "claims": cold.claims.json(),
                 },
                 "steady": windows.iter().map(|w| json!({
                     "submits": wrk_json(&w.submits),
                     "e2e_seconds": w.elapsed.as_secs_f64(),
                     "e2e_per_second": w.rate(),
                     "cpu": w.cpu.json(w.submits.ok()),
+                    "claims": w.claims.json(),
                 })).collect::<Vec<_>>(),
                 "stream_per_second": stream,
                 "steady_submit_per_second": steady_submit,
@@ -350,6 +367,7 @@ impl Bench {
                     "per_second": drain,
                     "queue": load_json(&queued),
                     "cpu": drain_cpu.json(backlog),
+                    "claims": drain_claims.json(),
                     "mean_running": in_flight.running,
                     "mean_calls_in_flight": in_flight.calls,
                     "polls": in_flight.polls,
