@@ -345,6 +345,24 @@ mod tests {
     /// Prometheus alerting on `breaker_open == 1` needs the series at 0
     /// before it ever opened: every destination given a label exports it.
     #[test]
+    fn claims_are_exported_with_their_slots_tasks_and_time() {
+        let metrics = WorkerMetrics::default();
+        metrics.claims.claimed(64, 10, Duration::from_millis(500));
+        metrics.claims.claimed(16, 16, Duration::from_millis(250));
+        metrics.claims.waited_for_slots(Duration::from_millis(125));
+        let text = exported(&metrics);
+        for line in [
+            "taskcenter_claims_total 2",
+            "taskcenter_claim_slots_total 80",
+            "taskcenter_claim_tasks_total 26",
+            "taskcenter_claim_seconds_total 0.75",
+            "taskcenter_claim_slot_wait_seconds_total 0.125",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+    }
+
+    #[test]
     fn every_labelled_destination_exports_its_breaker_at_zero() {
         let metrics = WorkerMetrics::default();
         let d = &metrics.destinations;
