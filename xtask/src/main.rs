@@ -4,6 +4,8 @@
 
 mod api_fuzz;
 mod bench;
+#[cfg(feature = "ui")]
+mod browser;
 mod chaos;
 mod deploy_check;
 mod harness;
