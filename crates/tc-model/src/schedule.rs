@@ -478,6 +478,8 @@ impl TaskTemplate {
             "delay_ms": delay_ms,
             "callback_url": t.callback().map(crate::callback::Callback::url),
             "callback_on": t.callback().map(|c| c.on().to_stored()),
+            "priority": t.priority(),
+            "flow_key": t.flow_key(),
         })
         .to_string()
     }
@@ -513,6 +515,19 @@ impl TaskTemplate {
             (None, None) => None,
             _ => return Err(CorruptTemplate),
         };
+        // Templates stored before they took a priority and a flow key have
+        // neither: 0 and none.
+        let priority = match v.get("priority") {
+            None | Some(Value::Null) => 0,
+            Some(p) => p
+                .as_u64()
+                .and_then(|p| u8::try_from(p).ok())
+                .ok_or(CorruptTemplate)?,
+        };
+        let flow_key = match v.get("flow_key") {
+            None | Some(Value::Null) => None,
+            Some(k) => Some(k.as_str().ok_or(CorruptTemplate)?.to_owned()),
+        };
         NewTask::new(
             str_of("url")?.to_owned(),
             body,
@@ -525,6 +540,8 @@ impl TaskTemplate {
         )
         .and_then(|n| n.with_first_run(schedule))
         .and_then(|n| n.with_method(method))
+        .and_then(|n| n.with_priority(priority))
+        .and_then(|n| n.with_flow_key(flow_key))
         .map(|n| {
             let n = n.with_headers(headers);
             TaskTemplate(match callback {
@@ -1146,6 +1163,8 @@ mod tests {
         )
         .and_then(|t| t.with_first_run(FirstRun::After(std::time::Duration::from_secs(5))))
         .and_then(|t| t.with_method(Method::Put))
+        .and_then(|t| t.with_priority(7))
+        .and_then(|t| t.with_flow_key(Some("customer-42".into())))
         .expect("a valid task");
         let callback = crate::callback::Callback::new(
             "http://example.com/done".into(),
@@ -1170,7 +1189,20 @@ mod tests {
             template.new_task(),
             Timestamp::from_millis(0)
         )));
+        assert_eq!(fired.priority(), 7);
+        assert_eq!(fired.flow_key(), Some("customer-42"));
         assert_eq!(TaskTemplate::from_stored("{}"), Err(CorruptTemplate));
+        // A template stored before it took a priority and a flow key.
+        let mut older: Value = serde_json::from_str(&template.to_stored()).expect("JSON");
+        if let Some(fields) = older.as_object_mut() {
+            fields.remove("priority");
+            fields.remove("flow_key");
+        }
+        let older = TaskTemplate::from_stored(&older.to_string()).expect("reads back");
+        assert_eq!(
+            (older.new_task().priority(), older.new_task().flow_key()),
+            (0, None)
+        );
         assert_eq!(
             trigger_key("nightly", Timestamp::from_millis(1_767_232_800_123)),
             "schedule:nightly:manual:2026-01-01T02:00:00.123Z"

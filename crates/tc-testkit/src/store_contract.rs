@@ -119,6 +119,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         claim_caps_a_destination_by_its_running_tasks,
         claim_rotates_so_a_backlog_does_not_delay_another_host,
         claim_serves_the_destinations_with_fewest_calls_in_flight_first,
+        first_contact_bounds_only_destinations_not_met,
         tasks_keep_their_method_and_headers,
         destinations_keep_their_headers_and_signing_secrets,
         destinations_keep_whom_they_share_with,
