@@ -161,6 +161,8 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_flow_key_s_rate_bounds_its_claims,
         a_flow_key_s_backlog_cannot_hold_another_key_s_tasks,
         a_key_met_twice_in_one_claim_gives_its_next_tasks,
+        a_key_met_again_in_one_take_reads_past_what_it_gave,
+        a_keyed_destination_met_again_in_one_claim_gives_its_next_tasks,
         a_tenant_reads_only_its_own_tasks_by_id,
         a_tenant_lists_only_its_own_tasks,
         a_tenant_cannot_cancel_retry_or_delete_another_s_task,
