@@ -55,6 +55,9 @@ pub(crate) async fn connect(url: &str, config: &PgConfig) -> Result<Connected, O
     // default.
     let mut options = pg.get_options().unwrap_or_default().to_owned();
     options.push_str(" -c synchronous_commit=on");
+    // This version's writes count themselves (schema step 24).
+    options.push(' ');
+    options.push_str(crate::moves::SESSION_OPTION);
     if let Some(schema) = &config.schema {
         options.push_str(&format!(" -c search_path={schema}"));
     }

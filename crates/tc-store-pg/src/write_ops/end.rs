@@ -9,6 +9,7 @@ use tc_model::tenant::{Acting, Scope};
 use tc_model::{State, Task, TaskId, transit};
 
 use crate::error::db;
+use crate::moves::count_moves;
 use crate::read_ops;
 use crate::rows::{self, task_columns};
 
@@ -146,16 +147,22 @@ pub(crate) async fn cancel(
     }
     transit(head.state, State::Canceled)?;
     let stmt = tx
-        .prepare_cached(
-            "UPDATE tasks SET state = 'canceled', finished_at = tc_now_ms($1), \
-                              updated_at = tc_now_ms($1), lease_until = NULL, next_run_at = NULL, \
-                              ends = ends + 1, \
-                              error = CASE WHEN state = 'running' THEN $3 ELSE error END \
-             WHERE pos = $2",
-        )
+        .prepare_cached(concat!(
+            "WITH moves AS ( \
+                     UPDATE tasks SET state = 'canceled', finished_at = tc_now_ms($1), \
+                                      updated_at = tc_now_ms($1), lease_until = NULL, \
+                                      next_run_at = NULL, ends = ends + 1, \
+                                      error = CASE WHEN state = 'running' THEN $3 ELSE error END \
+                     WHERE pos = $2 \
+                     RETURNING $4::text AS from_state, state AS to_state, destination, \
+                               next_run_at AS due \
+                 )",
+            count_moves!(),
+            "SELECT 1 FROM moves"
+        ))
         .await
         .map_err(db)?;
-    tx.execute(&stmt, &[&now, &head.pos, &CANCELED])
+    tx.execute(&stmt, &[&now, &head.pos, &CANCELED, &head.state.as_str()])
         .await
         .map_err(db)?;
     let was_running = head.state == State::Running;
@@ -199,7 +206,15 @@ pub(crate) async fn delete(
         .await
         .map_err(db)?;
     let task = tx
-        .prepare_cached("DELETE FROM tasks WHERE pos = $1")
+        .prepare_cached(concat!(
+            "WITH moves AS ( \
+                 DELETE FROM tasks WHERE pos = $1 \
+                 RETURNING state AS from_state, NULL::text AS to_state, destination, \
+                           NULL::bigint AS due \
+             )",
+            count_moves!(),
+            "SELECT 1 FROM moves"
+        ))
         .await
         .map_err(db)?;
     tx.execute(&task, &[&head.pos]).await.map_err(db)?;
@@ -220,16 +235,21 @@ pub(crate) async fn prune(
         return Ok(0);
     }
     let stmt = tx
-        .prepare_cached(
+        .prepare_cached(concat!(
             "WITH doomed AS ( \
                  SELECT pos, id FROM tasks \
                  WHERE state = $2 AND finished_at < tc_now_ms($1) - $3 \
                  ORDER BY pos LIMIT $4 FOR UPDATE SKIP LOCKED \
              ), gone AS ( \
                  DELETE FROM attempts WHERE task_id IN (SELECT id FROM doomed) \
-             ) \
-             DELETE FROM tasks WHERE pos IN (SELECT pos FROM doomed)",
-        )
+             ), moves AS ( \
+                 DELETE FROM tasks WHERE pos IN (SELECT pos FROM doomed) \
+                 RETURNING state AS from_state, NULL::text AS to_state, destination, \
+                           NULL::bigint AS due \
+             )",
+            count_moves!(),
+            "SELECT 1 FROM moves",
+        ))
         .await
         .map_err(db)?;
     let deleted = tx
@@ -271,16 +291,23 @@ pub(crate) async fn retry(
         return Err(StoreError::QuotaExceeded { limit });
     }
     let stmt = tx
-        .prepare_cached(
-            "UPDATE tasks SET state = 'pending', attempts_before_retry = attempt, error = NULL, \
-                              http_status = NULL, result = NULL, result_content_type = NULL, \
-                              finished_at = NULL, lease_until = NULL, \
-                              next_run_at = tc_now_ms($1) + $3, updated_at = tc_now_ms($1) \
-             WHERE pos = $2",
-        )
+        .prepare_cached(concat!(
+            "WITH moves AS ( \
+                     UPDATE tasks SET state = 'pending', attempts_before_retry = attempt, \
+                                      error = NULL, http_status = NULL, result = NULL, \
+                                      result_content_type = NULL, finished_at = NULL, \
+                                      lease_until = NULL, next_run_at = tc_now_ms($1) + $3, \
+                                      updated_at = tc_now_ms($1) \
+                     WHERE pos = $2 \
+                     RETURNING $4::text AS from_state, state AS to_state, destination, \
+                               next_run_at AS due \
+                 )",
+            count_moves!(),
+            "SELECT 1 FROM moves"
+        ))
         .await
         .map_err(db)?;
-    tx.execute(&stmt, &[&now, &head.pos, &delay_ms])
+    tx.execute(&stmt, &[&now, &head.pos, &delay_ms, &head.state.as_str()])
         .await
         .map_err(db)?;
     load_pos(tx, head.pos).await
