@@ -85,14 +85,29 @@ pub(crate) async fn connect(url: &str, config: &PgConfig) -> Result<Connected, O
         target: target.clone(),
         message: format!("connect: {}", pool_message(e)),
     })?;
-    let schema: String = client
-        .query_one("SELECT current_schema()", &[])
+    let row = client
+        .query_one(
+            "SELECT current_schema(), current_setting('taskcenter.writes', true)",
+            &[],
+        )
         .await
         .map_err(|e| OpenError::Postgres {
             target: target.clone(),
             message: format!("read current_schema: {}", describe(&e)),
-        })?
-        .get(0);
+        })?;
+    let schema: String = row.get(0);
+    // Without the session option the triggers would count every write a
+    // second time (schema step 24): refuse rather than miscount.
+    let writes: Option<String> = row.get(1);
+    if writes.as_deref() != Some("counted") {
+        return Err(OpenError::Postgres {
+            target: target.clone(),
+            message: "the session option taskcenter.writes did not reach the server (a \
+                      connection pooler that drops startup options?): writes would be \
+                      counted twice"
+                .into(),
+        });
+    }
     drop(client);
     Ok(Connected {
         pg,
