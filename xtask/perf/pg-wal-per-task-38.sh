@@ -62,4 +62,5 @@ END {
     printf "tasks %d: %.1f WAL records per task on the schema'"'"'s relations, %.1f B-tree entries per task, heap updates %.2f HOT + %.2f not HOT per task\n", n, records / n, entries / n, hot / n, nonhot / n
     for (key in by) printf "  %-60s %8.2f\n", key, by[key] / n | "sort -k4 -rn"
 }'
+echo "schema version $(psql "$url" -Atc "SELECT version FROM $schema.taskcenter_schema")"
 psql "$url" -qc "DROP SCHEMA $schema CASCADE" >/dev/null
