@@ -31,9 +31,14 @@
 //!
 //! And, from the source text ([`comments`]): no code comment names an
 //! issue by number.
+//!
+//! And, from the source text ([`port`]): the store port is in parts, one a
+//! file, all in the forwarders' one list, implemented by hand only by the
+//! stores.
 
 mod comments;
 mod doc_links;
+mod port;
 mod sizes;
 mod source;
 
@@ -145,6 +150,7 @@ fn all_violations(root: &Path) -> Result<(usize, Vec<String>), String> {
     violations.extend(source::check_module_docs(&sources));
     violations.extend(sizes::check(&sources));
     violations.extend(comments::check(&sources));
+    violations.extend(port::check(&sources));
     violations.extend(doc_links::check(root)?);
     for krate in workspace
         .iter()

@@ -463,7 +463,8 @@ pub(crate) async fn bulk<S: TaskStore, C: Control>(
         acting: caller.acting(),
         quota: RetryQuota::new(allowance),
         allowed_urls: app.config().allow_url_prefixes.clone(),
-        ..BulkRequest::new(parsed.action, parsed.filter.within(&caller.scope), now)
+        scope: caller.scope.clone(),
+        ..BulkRequest::new(parsed.action, parsed.filter, now)
     };
     let outcome = app.store().bulk(request).await?;
     for tenant in &rated {

@@ -15,6 +15,10 @@
 use crate::destination::ClaimGate;
 use crate::{Task, Timestamp};
 
+mod sequence;
+
+pub use sequence::{Ask, ClaimSequence, Lane, Take};
+
 /// What [`crate::store::Work::claim`] answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Claim {

@@ -7,6 +7,10 @@
 use crate::store::Completion;
 use crate::{State, Task, Timestamp};
 
+mod cancel;
+
+pub use cancel::CancelEffect;
+
 /// The error a try and its task carry when the try was cut short by a
 /// release or an expired lease: the same word on every adapter.
 pub const INTERRUPTED: &str = "interrupted";

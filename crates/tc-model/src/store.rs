@@ -580,8 +580,12 @@ pub struct BulkOutcome {
 pub struct BulkRequest {
     /// What to do.
     pub action: BulkAction,
-    /// To which tasks (a tenant's request has it narrowed to its own).
+    /// To which tasks, within `scope`.
     pub filter: TaskFilter,
+    /// Whose tasks the request may reach: each adapter narrows `filter` to
+    /// it ([`TaskFilter::within`]), so a tenant's request covers its own
+    /// tasks whatever tenant its filter names.
+    pub scope: crate::tenant::Scope,
     /// Count, change nothing.
     pub dry_run: bool,
     /// The caller's time; a retry makes tasks due at it.
@@ -607,6 +611,7 @@ impl BulkRequest {
         BulkRequest {
             action,
             filter,
+            scope: crate::tenant::Scope::Admin,
             dry_run: false,
             now,
             acting: None,

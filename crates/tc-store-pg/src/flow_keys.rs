@@ -248,11 +248,6 @@ impl Keyed {
         self.now
     }
 
-    /// The priority aging the claim orders by.
-    pub(crate) fn aging(&self) -> Duration {
-        self.aging
-    }
-
     /// Whether `destination` (`tenant`'s tasks there, when given) has due
     /// keyed tasks: else the claim takes as it did before keys.
     pub(crate) async fn in_play(

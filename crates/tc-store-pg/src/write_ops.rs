@@ -38,7 +38,7 @@ pub(crate) use submit::{
 pub(crate) use submit::{BY_KEYS, INSERT_BATCH};
 use submit::{insert_batch, new_id};
 
-use tc_model::completion::{CANCELED, INTERRUPTED};
+use tc_model::completion::INTERRUPTED;
 
 /// The fields a guarded write checks, read under a row lock.
 struct Head {

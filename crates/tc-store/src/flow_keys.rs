@@ -231,11 +231,6 @@ impl Keyed {
         }
     }
 
-    /// The priority aging the claim orders by.
-    pub(crate) fn aging(&self) -> Duration {
-        self.aging
-    }
-
     /// Whether `destination` (`tenant`'s tasks there, when given) has due
     /// keyed tasks: else the claim takes as it did before keys.
     pub(crate) fn in_play(

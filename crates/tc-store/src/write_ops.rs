@@ -21,7 +21,7 @@ use tc_model::{State, Task, TaskId, Timestamp};
 
 use crate::rows::{self, db, parse_state};
 
-pub(crate) use tc_model::completion::{CANCELED, INTERRUPTED};
+pub(crate) use tc_model::completion::INTERRUPTED;
 
 pub(crate) use bulk::{BulkStep, bulk_chunk};
 // The statements whose query plans schema.rs's tests check.

@@ -12,11 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tc_model::claim::{Claim, ClaimWalk};
-use tc_model::completion::CompletionEffect;
+use tc_model::claim::{Ask, Claim, ClaimSequence, ClaimWalk, Lane};
+use tc_model::completion::{CancelEffect, CompletionEffect};
 use tc_model::destination::{
-    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, FairShare,
-    rotation,
+    ClaimGate, DESTINATIONS_LIMIT, Destination, DestinationSettings, DestinationUpdate, rotation,
 };
 use tc_model::flow_key::{KeyRef, KeyRoom, stored_key};
 use tc_model::schedule::{Schedule, ScheduleChange, ScheduleSpec};
@@ -40,7 +39,7 @@ mod flow_keys;
 mod sub_health;
 mod topics;
 
-use tc_model::completion::{CANCELED, INTERRUPTED};
+use tc_model::completion::INTERRUPTED;
 
 /// An in-memory [`TaskStore`](tc_model::store::TaskStore): the model the
 /// SQL adapters are checked against.
@@ -480,20 +479,10 @@ impl Tasks for MemoryStore {
         let mut t = self.tables()?;
         let seq = t.seq_in(id, &scope)?;
         let task = t.task_mut(seq)?;
-        if task.state.is_terminal() {
+        let Some(effect) = CancelEffect::of(task.state, now)? else {
             return Ok(task.clone());
-        }
-        let was = task.state;
-        task.state = transit(was, State::Canceled)?;
-        task.finished_at = Some(now);
-        task.updated_at = now;
-        task.lease_until = None;
-        task.next_run_at = None;
-        if was == State::Running {
-            task.error = Some(CANCELED.to_owned());
-            let attempt = task.attempt;
-            close_attempt(task, attempt, now, None, Some(CANCELED));
-        }
+        };
+        effect.apply_to(task);
         t.ended(seq, now, self.callback_result_bytes)?;
         Ok(t.task_mut(seq)?.clone())
     }
@@ -566,12 +555,14 @@ impl Tasks for MemoryStore {
         let BulkRequest {
             action,
             filter,
+            scope,
             dry_run,
             now,
             acting,
             mut quota,
             allowed_urls,
         } = request;
+        let filter = filter.within(&scope);
         // The covered set, fixed now; each operation below takes the lock
         // again, as a later chunk of an SQL adapter would.
         let covered: Vec<(TaskId, State)> = self
@@ -705,7 +696,6 @@ impl Work for MemoryStore {
             );
         }
         let (candidates, cursor) = walk.finish();
-        let mut plan = FairShare::new(n, candidates, &gate.in_flight);
         let mut room = KeyRoom::new(now).holding(&gate.held_keys);
         for (key, busy) in &key_running {
             room.learn(key.clone(), t.flow_keys.state(key, *busy as u64));
@@ -714,42 +704,45 @@ impl Work for MemoryStore {
             picked: Vec::new(),
             room,
             key_load: key_running,
-            tenant_load: gate
-                .tenants
-                .as_ref()
-                .map(|tg| tg.in_flight.clone())
-                .unwrap_or_default(),
         };
-        while let Some((dest, want)) = plan.next_take() {
-            let lane = lanes.entry(dest).or_default();
-            let got = match &gate.tenants {
-                Some(tg) => {
-                    let due_tenants = lane
+        // The share-out is tc-model's; this loop only answers its asks.
+        let mut sequence = ClaimSequence::new(n, candidates, &gate);
+        while let Some(ask) = sequence.next_ask() {
+            match ask {
+                Ask::DueTenants { destination } => {
+                    let lane = lanes.entry(destination).or_default();
+                    let due = lane
                         .iter()
                         .filter(|(_, keys)| keys.values().any(|v| !v.is_empty()))
-                        .map(|(tenant, _)| tenant.clone())
-                        .collect();
-                    let mut share = tg.plan(want, due_tenants, &take.tenant_load);
-                    let mut total = 0;
-                    while let Some((tenant, wanted)) = share.next_take() {
-                        let got = take.keyed(&t.flow_keys, lane, &tenant, wanted);
-                        share.taken(got);
-                        total += got;
-                    }
-                    total
+                        .map(|(tenant, _)| tenant.clone());
+                    sequence.due_tenants(due.collect());
                 }
-                // Tenant-blind (no tenant defined): the tenants' tasks (if
-                // any are left from one deleted since) in name order.
-                None => {
-                    let tenants: Vec<String> = lane.keys().cloned().collect();
-                    let mut total = 0;
-                    for tenant in tenants {
-                        total += take.keyed(&t.flow_keys, lane, &tenant, want - total);
-                    }
-                    total
+                Ask::KeysInPlay {
+                    destination,
+                    tenant,
+                } => {
+                    let lane = lanes.entry(destination).or_default();
+                    let keyed = lane
+                        .iter()
+                        .filter(|(t, _)| tenant.as_ref().is_none_or(|want| want == *t))
+                        .flat_map(|(_, keys)| keys.iter())
+                        .any(|(key, due)| !key.is_empty() && !due.is_empty());
+                    sequence.keys_in_play(keyed);
                 }
-            };
-            plan.taken(got);
+                Ask::Take(asked) => {
+                    let lane = lanes.entry(asked.destination.clone()).or_default();
+                    let got = match &asked.lane {
+                        Lane::Keys(tenant) | Lane::Tenant(tenant) => {
+                            take.keyed(&t.flow_keys, lane, tenant, asked.want)
+                        }
+                        Lane::Any => {
+                            let order = due.get(&asked.destination).map_or(&[][..], Vec::as_slice);
+                            take.oldest(lane, order, asked.want)
+                        }
+                    };
+                    sequence.took(got);
+                }
+            }
         }
         t.flow_keys.charge(take.room.buckets(), now);
         let picked = take.picked;
@@ -1348,8 +1341,6 @@ struct Take {
     room: KeyRoom,
     /// Running tasks by key (every node's), with this claim's takes.
     key_load: BTreeMap<KeyRef, usize>,
-    /// The node's calls in flight by tenant, with this claim's takes.
-    tenant_load: BTreeMap<String, usize>,
 }
 
 impl Take {
@@ -1390,8 +1381,27 @@ impl Take {
             self.room.taken(&at, n);
             *self.key_load.entry(at).or_default() += n;
         }
-        *self.tenant_load.entry(tenant.to_owned()).or_default() += total;
         total
+    }
+
+    /// Up to `want` of a destination's due tasks of any tenant, in claim
+    /// `order` (its due tasks' claim keys and seqs, sorted): picks those
+    /// still in `lane`.
+    fn oldest(&mut self, lane: &mut Lanes, order: &[(i64, i64)], want: usize) -> usize {
+        let mut got = 0;
+        for &(_, seq) in order {
+            if got == want {
+                break;
+            }
+            for due in lane.values_mut().flat_map(|keys| keys.values_mut()) {
+                if let Some(at) = due.iter().position(|s| *s == seq) {
+                    due.remove(at);
+                    self.picked.push(seq);
+                    got += 1;
+                }
+            }
+        }
+        got
     }
 }
 

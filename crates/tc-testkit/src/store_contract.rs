@@ -163,6 +163,7 @@ pub fn scenarios<S: TaskStore>() -> Vec<Scenario<S>> {
         a_tenant_reads_only_its_own_tasks_by_id,
         a_tenant_lists_only_its_own_tasks,
         a_tenant_cannot_cancel_retry_or_delete_another_s_task,
+        a_tenant_s_bulk_action_covers_only_its_own_tasks,
     ]
 }
 

@@ -143,22 +143,16 @@ impl Tasks for PgStore {
         let BulkRequest {
             action,
             filter,
+            scope,
             dry_run,
             now,
             acting,
             mut quota,
             allowed_urls,
         } = request;
+        let filter = filter.within(&scope);
         if dry_run {
-            let sample = i64::try_from(BULK_SAMPLE).unwrap_or(i64::MAX);
-            let (matched, sample) = self
-                .read(async |tx| read_ops::bulk_count(tx, &filter, sample).await)
-                .await?;
-            return Ok(BulkOutcome {
-                matched,
-                sample,
-                ..BulkOutcome::default()
-            });
+            return self.bulk_count(&filter).await;
         }
         let snapshot = write_ops::bulk_snapshot(&self.client().await?).await?;
         let chunk = i64::try_from(BULK_CHUNK).unwrap_or(i64::MAX);
@@ -222,5 +216,24 @@ impl Tasks for PgStore {
 
     async fn health(&self) -> Result<(), StoreError> {
         read_ops::health(&self.client().await?).await
+    }
+}
+
+impl PgStore {
+    /// A bulk dry run: the tasks `filter` covers, counted in one snapshot,
+    /// with a sample of their ids.
+    async fn bulk_count(
+        &self,
+        filter: &tc_model::store::TaskFilter,
+    ) -> Result<BulkOutcome, StoreError> {
+        let sample = i64::try_from(BULK_SAMPLE).unwrap_or(i64::MAX);
+        let (matched, sample) = self
+            .read(async |tx| read_ops::bulk_count(tx, filter, sample).await)
+            .await?;
+        Ok(BulkOutcome {
+            matched,
+            sample,
+            ..BulkOutcome::default()
+        })
     }
 }

@@ -2,6 +2,7 @@
 //! and each chunk's writes.
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
+use tc_model::completion::CancelEffect;
 use tc_model::store::{BulkAction, StoreError, TaskFilter};
 use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::{State, TaskId, transit};
@@ -11,7 +12,7 @@ use crate::filter::FilterSql;
 use crate::moves::count_moves;
 use crate::rows::{self};
 
-use super::{CANCELED, admit_retry, ended, lock_tenants, mark_inserting};
+use super::{admit_retry, ended, lock_tenants, mark_inserting};
 
 /// A bulk action's horizon: the snapshot of the transactions that had
 /// committed when it started. A task is covered only if the transaction
@@ -256,8 +257,11 @@ async fn bulk_cancel(
         ))
         .await
         .map_err(db)?;
+    // What a canceled running task and its try carry, from the one rule
+    // (a pending task keeps its error: the statement's CASE).
+    let running_error = CancelEffect::of(State::Running, now_ms)?.and_then(|e| e.error);
     let rows = tx
-        .query(&stmt, &[&now, &positions, &names, &CANCELED])
+        .query(&stmt, &[&now, &positions, &names, &running_error])
         .await
         .map_err(db)?;
     let mut canceled_running = Vec::new();

@@ -1,15 +1,14 @@
-//! Claim and hold: the claim (destinations' limits, then the tenants' fair
-//! share), the heartbeat that extends leases, a release, and the recovery
+//! Claim and hold: the claim (the walk under the destinations' limits, then
+//! tc-model's share-out answered by statements), the heartbeat that extends leases, a release, and the recovery
 //! of expired leases.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::{Client, GenericClient, Transaction};
-use tc_model::claim::ClaimWalk;
-use tc_model::destination::{ClaimGate, DestinationSettings, FairShare};
+use tc_model::claim::{Ask, ClaimSequence, ClaimWalk, Lane, Take};
+use tc_model::destination::{ClaimGate, DestinationSettings};
 use tc_model::store::{Guarded, LeaseLost, StoreError};
-use tc_model::tenant::TenantGate;
 use tc_model::{State, Task, TaskId, transit};
 
 use crate::destinations::{claim_limits, fold_and_promote, settle, walk_ready};
@@ -62,43 +61,31 @@ pub(crate) async fn claim(
     })
     .await?;
     let (candidates, cursor) = walk.finish();
-    let capped: Vec<&str> = candidates
-        .iter()
-        .map(|(name, _)| name.as_str())
-        .filter(|name| is_capped(name))
-        .collect();
-    let running = lock_and_count_running(tx, &capped).await?;
-    let candidates = candidates
-        .into_iter()
-        .map(|(name, allowed)| {
-            if is_capped(&name) {
-                let busy = running.get(&name).copied().unwrap_or(0);
-                let allowed = gate.claim_allowance(&name, limits.get(&name), busy);
-                (name, allowed)
-            } else {
-                (name, allowed)
-            }
-        })
-        .collect();
-    let mut plan = FairShare::new(n, candidates, &gate.in_flight);
+    let candidates = capped_rooms(tx, candidates, gate, &limits, is_capped).await?;
     let mut keyed = Keyed::new(now, gate.aging(), gate.held_keys.clone());
     let mut claimed = Vec::with_capacity(n);
     let mut asked: Vec<String> = Vec::new();
-    // The node's calls in flight by tenant, with this claim's takes added.
-    let mut load = gate
-        .tenants
-        .as_ref()
-        .map(|tenants| tenants.in_flight.clone());
-    while let Some((destination, want)) = plan.next_take() {
-        let take = Take {
-            destination: &destination,
-            want,
-            lease,
-        };
-        let got = take_destination(tx, take, gate, &mut keyed, load.as_mut()).await?;
-        plan.taken(got.len());
-        claimed.extend(got);
-        asked.push(destination);
+    // The share-out is tc-model's; this loop only answers its asks.
+    let mut sequence = ClaimSequence::new(n, candidates, gate);
+    while let Some(ask) = sequence.next_ask() {
+        match ask {
+            Ask::DueTenants { destination } => {
+                sequence.due_tenants(due_tenants(tx, &destination, now).await?);
+            }
+            Ask::KeysInPlay {
+                destination,
+                tenant,
+            } => {
+                let keys = keyed.in_play(tx, &destination, tenant.as_deref()).await?;
+                sequence.keys_in_play(keys);
+            }
+            Ask::Take(take) => {
+                let got = take_due(tx, &take, &mut keyed, (lease, gate.aging())).await?;
+                sequence.took(got.len());
+                claimed.extend(got);
+                asked.push(take.destination);
+            }
+        }
     }
     keyed.charge(tx).await?;
     asked.sort_unstable();
@@ -111,36 +98,53 @@ pub(crate) async fn claim(
     })
 }
 
-/// One destination's take of a claim: shared between its tenants when
-/// they share the claim (`load`: the node's calls in flight by tenant,
-/// this claim's takes added), and between its flow keys when it has keyed
-/// tasks due; else its due tasks by priority, oldest first.
-async fn take_destination(
+/// The tasks a claim's [`Take`] moves to running: a tenant's lane shared
+/// between its flow keys by `keyed`, or a lane's due tasks by priority,
+/// oldest first.
+async fn take_due(
     tx: &Transaction<'_>,
-    take: Take<'_>,
-    gate: &ClaimGate,
+    take: &Take,
     keyed: &mut Keyed,
-    load: Option<&mut BTreeMap<String, usize>>,
+    (lease, aging): (Duration, Duration),
 ) -> Result<Vec<Task>, StoreError> {
-    if let (Some(tenants), Some(load)) = (&gate.tenants, load) {
-        return claim_shared(tx, take, keyed, tenants, load).await;
-    }
-    let Take {
-        destination,
-        want,
-        lease,
-    } = take;
-    if keyed.in_play(tx, destination, None).await? {
-        // Tenant-blind, shared between the flow keys (tenant by tenant,
-        // should any tenant's tasks be left).
-        let mut got = Vec::new();
-        for tenant in due_tenants(tx, destination, keyed.now()).await? {
-            let left = want.saturating_sub(got.len());
-            got.extend(keyed.claim(tx, destination, &tenant, left, lease).await?);
+    let (destination, want, now) = (take.destination.as_str(), take.want, keyed.now());
+    match &take.lane {
+        Lane::Keys(tenant) => keyed.claim(tx, destination, tenant, want, lease).await,
+        Lane::Tenant(tenant) => {
+            claim_of_tenant(tx, destination, tenant, want, now, lease, aging).await
         }
-        return Ok(got);
+        Lane::Any => claim_of(tx, destination, want, now, lease, aging).await,
     }
-    claim_of(tx, destination, want, keyed.now(), lease, gate.aging()).await
+}
+
+/// The walk's `candidates` with the room of each capped one (`is_capped`)
+/// known: its row locked and its running tasks counted
+/// ([`lock_and_count_running`]).
+async fn capped_rooms(
+    tx: &Transaction<'_>,
+    candidates: Vec<(String, Option<usize>)>,
+    gate: &ClaimGate,
+    limits: &HashMap<String, DestinationSettings>,
+    is_capped: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Option<usize>)>, StoreError> {
+    let capped: Vec<&str> = candidates
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| is_capped(name))
+        .collect();
+    let running = lock_and_count_running(tx, &capped).await?;
+    Ok(candidates
+        .into_iter()
+        .map(|(name, allowed)| {
+            if is_capped(&name) {
+                let busy = running.get(&name).copied().unwrap_or(0);
+                let allowed = gate.claim_allowance(&name, limits.get(&name), busy);
+                (name, allowed)
+            } else {
+                (name, allowed)
+            }
+        })
+        .collect())
 }
 
 /// Locks the `capped` destinations' rows (in name order, as every claim
@@ -261,51 +265,6 @@ pub(crate) fn claimed_tasks(found: &[tokio_postgres::Row]) -> Result<Vec<Task>, 
         .iter()
         .map(|row| rows::task_from_row(row).map(|s| s.task))
         .collect()
-}
-
-/// One destination's take in a claim.
-pub(super) struct Take<'a> {
-    pub(super) destination: &'a str,
-    pub(super) want: usize,
-    pub(super) lease: Duration,
-}
-
-/// [`claim_of`] when tenants share the claim: `want` slots of
-/// `destination` split among the tenants with due tasks there by
-/// [`TenantGate::plan`], each tenant's due tasks oldest first (shared
-/// between its flow keys by `keyed` when it has keyed tasks due); `load`
-/// is the node's calls in flight by tenant, with every take of this claim
-/// added (here too).
-pub(super) async fn claim_shared(
-    tx: &Transaction<'_>,
-    take: Take<'_>,
-    keyed: &mut Keyed,
-    gate: &TenantGate,
-    load: &mut BTreeMap<String, usize>,
-) -> Result<Vec<Task>, StoreError> {
-    let Take {
-        destination,
-        want,
-        lease,
-    } = take;
-    let (now, aging) = (keyed.now(), keyed.aging());
-    let due = due_tenants(tx, destination, now).await?;
-    if due.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut plan = gate.plan(want, due, load);
-    let mut got = Vec::with_capacity(want);
-    while let Some((tenant, n)) = plan.next_take() {
-        let taken = if keyed.in_play(tx, destination, Some(&tenant)).await? {
-            keyed.claim(tx, destination, &tenant, n, lease).await?
-        } else {
-            claim_of_tenant(tx, destination, &tenant, n, now, lease, aging).await?
-        };
-        plan.taken(taken.len());
-        *load.entry(tenant).or_default() += taken.len();
-        got.extend(taken);
-    }
-    Ok(got)
 }
 
 /// The tenants with due tasks on `destination`, as stored (`''`,

@@ -3,10 +3,11 @@
 
 use deadpool_postgres::{GenericClient, Transaction};
 use tc_model::callback;
+use tc_model::completion::CancelEffect;
 use tc_model::store::StoreError;
 use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{Acting, Scope};
-use tc_model::{State, Task, TaskId, transit};
+use tc_model::{State, Task, TaskId};
 
 use crate::error::db;
 use crate::moves::count_moves;
@@ -14,8 +15,7 @@ use crate::read_ops;
 use crate::rows::{self, task_columns};
 
 use super::{
-    CANCELED, Inserted, check_acting, close_attempt, insert_batch, load_pos, lock_head,
-    lock_tenants, new_id,
+    Inserted, check_acting, close_attempt, insert_batch, load_pos, lock_head, lock_tenants, new_id,
 };
 
 /// What the ends of the tasks at `positions` create, after the write that
@@ -139,35 +139,43 @@ pub(crate) async fn cancel(
     if !scope.owns_stored(&head.tenant) {
         return Err(StoreError::NotFound);
     }
-    if head.state.is_terminal() {
+    let Some(effect) = CancelEffect::of(head.state, now_ms)? else {
         return Ok(Canceled {
             task: load_pos(tx, head.pos).await?,
             was_running: false,
         });
-    }
-    transit(head.state, State::Canceled)?;
+    };
     let stmt = tx
         .prepare_cached(concat!(
             "WITH moves AS ( \
-                     UPDATE tasks SET state = 'canceled', finished_at = tc_now_ms($1), \
-                                      updated_at = tc_now_ms($1), lease_until = NULL, \
-                                      next_run_at = NULL, ends = ends + 1, \
-                                      error = CASE WHEN state = 'running' THEN $3 ELSE error END \
-                     WHERE pos = $2 \
-                     RETURNING $4::text AS from_state, state AS to_state, destination, \
-                               next_run_at AS due \
-                 )",
+                 UPDATE tasks SET state = $4, finished_at = tc_now_ms($1), \
+                                  updated_at = tc_now_ms($1), lease_until = NULL, \
+                                  next_run_at = NULL, ends = ends + 1, \
+                                  error = coalesce($3, error) \
+                 WHERE pos = $2 \
+                 RETURNING $5::text AS from_state, state AS to_state, destination, \
+                           next_run_at AS due \
+             )",
             count_moves!(),
             "SELECT 1 FROM moves"
         ))
         .await
         .map_err(db)?;
-    tx.execute(&stmt, &[&now, &head.pos, &CANCELED, &head.state.as_str()])
-        .await
-        .map_err(db)?;
-    let was_running = head.state == State::Running;
+    tx.execute(
+        &stmt,
+        &[
+            &now,
+            &head.pos,
+            &effect.error,
+            &effect.state.as_str(),
+            &head.state.as_str(),
+        ],
+    )
+    .await
+    .map_err(db)?;
+    let was_running = effect.ends_a_try();
     if was_running {
-        close_attempt(tx, id, head.attempt, now, None, Some(CANCELED)).await?;
+        close_attempt(tx, id, head.attempt, now, None, effect.error).await?;
         let notify = tx
             .prepare_cached("SELECT pg_notify($1, $2)")
             .await

@@ -145,12 +145,14 @@ impl Tasks for SqliteStore {
         let BulkRequest {
             action,
             filter,
+            scope,
             dry_run,
             now,
             acting,
             quota,
             allowed_urls,
         } = request;
+        let filter = filter.within(&scope);
         if dry_run {
             let (matched, sample) = self
                 .readers

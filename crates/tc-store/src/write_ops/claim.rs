@@ -1,16 +1,14 @@
-//! Claim and hold: the claim (destinations' limits, then each destination's
-//! take shared between its tenants), the heartbeat that extends leases, a
+//! Claim and hold: the claim (the walk under the destinations' limits, then
+//! tc-model's share-out answered from the indexes), the heartbeat that extends leases, a
 //! release, and the recovery of expired leases.
 
 use std::time::Duration;
 
-use std::collections::BTreeMap;
-
 use rusqlite::{Connection, OptionalExtension, params};
-use tc_model::claim::{Claim, ClaimWalk};
-use tc_model::destination::{ClaimGate, FairShare};
+use tc_model::claim::{Ask, Claim, ClaimSequence, ClaimWalk, Lane, Take};
+use tc_model::destination::ClaimGate;
 use tc_model::store::{Guarded, LeaseLost, StoreError};
-use tc_model::tenant::{NO_TENANT, TenantGate};
+use tc_model::tenant::NO_TENANT;
 use tc_model::{State, Task, TaskId, Timestamp, transit};
 
 use crate::destinations;
@@ -51,51 +49,28 @@ pub(crate) fn claim(
         })?;
     }
     let (candidates, cursor) = walk.finish();
-    let mut plan = FairShare::new(n, candidates, &gate.in_flight);
     let mut keyed = Keyed::new(now, gate.aging(), &gate.held_keys);
     let lease_until = now.saturating_add(lease);
     let mut claimed = Vec::with_capacity(n);
-    // With tenants, the node's calls in flight by tenant, this claim's
-    // takes added as they are made (every destination's share reads it).
-    let mut load = gate
-        .tenants
-        .as_ref()
-        .map(|tenants| tenants.in_flight.clone())
-        .unwrap_or_default();
-    while let Some((destination, want)) = plan.next_take() {
-        let Some(tenants) = &gate.tenants else {
-            // Tenant-blind (no tenant defined): the destination's oldest,
-            // shared between its flow keys when it has keyed tasks due.
-            let due = if keyed.in_play(conn, &destination, None)? {
-                let mut due = Vec::new();
-                for tenant in due_tenants(conn, &destination, now)? {
-                    let left = want.saturating_sub(due.len());
-                    due.extend(keyed.take(conn, &destination, &tenant, left)?);
-                }
-                due
-            } else {
-                crate::priority::due_of(conn, &destination, None, now, want, gate.aging())?
-            };
-            plan.taken(due.len());
-            for (seq, state) in due {
-                claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
+    // The share-out is tc-model's; this loop only answers its asks.
+    let mut sequence = ClaimSequence::new(n, candidates, gate);
+    while let Some(ask) = sequence.next_ask() {
+        match ask {
+            Ask::DueTenants { destination } => {
+                sequence.due_tenants(due_tenants(conn, &destination, now)?);
             }
-            continue;
-        };
-        let took = take_shared(
-            conn,
-            tenants,
-            &destination,
-            want,
-            now,
-            &mut keyed,
-            &mut load,
-            |seq, state| {
-                claimed.push(claim_one(conn, seq, state, now, lease_until)?);
-                Ok(())
-            },
-        )?;
-        plan.taken(took);
+            Ask::KeysInPlay {
+                destination,
+                tenant,
+            } => sequence.keys_in_play(keyed.in_play(conn, &destination, tenant.as_deref())?),
+            Ask::Take(take) => {
+                let due = take_due(conn, &take, &mut keyed, (now, gate.aging()))?;
+                sequence.took(due.len());
+                for (seq, state) in due {
+                    claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
+                }
+            }
+        }
     }
     keyed.charge(conn)?;
     Ok(Claim {
@@ -402,40 +377,22 @@ pub(super) fn due_tenants(
     }
 }
 
-/// One destination's take of up to `want` due tasks shared between its
-/// tenants by `gate` ([`TenantGate::plan`]), each tenant's oldest due
-/// first; `load` is the node's calls in flight by tenant with this claim's
-/// takes so far, and gets this take's added. `claim_one` claims the task at
-/// a seq (in the state read) and keeps it; `keyed` shares each tenant's
-/// take between its flow keys when it has keyed tasks due, its aging
-/// ordering each one's due tasks by priority ([`crate::priority::due_of`]).
-/// Answers how many were taken.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn take_shared(
+/// The due tasks (seq, state as read) of a claim's [`Take`]: a tenant's
+/// lane shared between its flow keys by `keyed`, or a lane's due tasks by
+/// priority, oldest first ([`crate::priority::due_of`]).
+fn take_due(
     conn: &Connection,
-    gate: &TenantGate,
-    destination: &str,
-    want: usize,
-    now: Timestamp,
+    take: &Take,
     keyed: &mut Keyed,
-    load: &mut BTreeMap<String, usize>,
-    mut claim_one: impl FnMut(i64, &str) -> Result<(), StoreError>,
-) -> Result<usize, StoreError> {
-    let due = due_tenants(conn, destination, now)?;
-    let mut share = gate.plan(want, due, load);
-    let mut took = 0;
-    while let Some((tenant, wanted)) = share.next_take() {
-        let tasks = if keyed.in_play(conn, destination, Some(&tenant))? {
-            keyed.take(conn, destination, &tenant, wanted)?
-        } else {
-            crate::priority::due_of(conn, destination, Some(&tenant), now, wanted, keyed.aging())?
-        };
-        share.taken(tasks.len());
-        took += tasks.len();
-        *load.entry(tenant).or_default() += tasks.len();
-        for (seq, state) in tasks {
-            claim_one(seq, &state)?;
+    (now, aging): (Timestamp, Duration),
+) -> Result<Vec<(i64, String)>, StoreError> {
+    let destination = take.destination.as_str();
+    match &take.lane {
+        Lane::Keys(tenant) => keyed.take(conn, destination, tenant, take.want),
+        Lane::Tenant(tenant) => {
+            let tenant = Some(tenant.as_str());
+            crate::priority::due_of(conn, destination, tenant, now, take.want, aging)
         }
+        Lane::Any => crate::priority::due_of(conn, destination, None, now, take.want, aging),
     }
-    Ok(took)
 }

@@ -4,17 +4,17 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tc_model::callback::{self};
-use tc_model::completion::CompletionEffect;
+use tc_model::completion::{CancelEffect, CompletionEffect};
 use tc_model::store::{Guarded, StoreError};
 use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{Acting, Scope};
-use tc_model::{State, Task, TaskId, Timestamp, transit};
+use tc_model::{State, Task, TaskId, Timestamp};
 
 use crate::rows::{self, Stored, db, parse_state};
 
 use super::{
-    CANCELED, Made, SubmitRow, Try, check_acting, close_attempt, load_seq, new_id, open_tasks_of,
-    submit_as, write_one,
+    Made, SubmitRow, Try, check_acting, close_attempt, load_seq, new_id, open_tasks_of, submit_as,
+    write_one,
 };
 
 /// Writes a try's outcome, `effect` (see [`CompletionEffect::of`]), if the
@@ -162,34 +162,31 @@ pub(crate) fn cancel(
         return Err(StoreError::NotFound);
     };
     let task = tc_model::store::seen_by(scope, task)?;
-    if task.state.is_terminal() {
+    let Some(effect) = CancelEffect::of(task.state, now)? else {
         return Ok(task);
-    }
-    let to = transit(task.state, State::Canceled)?;
-    let now_ms = now.as_millis();
+    };
     write_one(
         conn,
         "UPDATE tasks SET state = ?4, finished_at = ?5, updated_at = ?5, lease_until = NULL, \
-                          next_run_at = NULL, ends = ends + 1, \
-                          error = CASE WHEN state = 'running' THEN ?6 ELSE error END \
+                          next_run_at = NULL, ends = ends + 1, error = coalesce(?6, error) \
          WHERE seq = ?1 AND state = ?2 AND attempt = ?3",
         params![
             seq,
-            task.state.as_str(),
+            effect.from.as_str(),
             task.attempt,
-            to.as_str(),
-            now_ms,
-            CANCELED
+            effect.state.as_str(),
+            effect.finished_at.as_millis(),
+            effect.error
         ],
     )?;
-    if task.state == State::Running {
+    if effect.ends_a_try() {
         let started_at = task.started_at.map(Timestamp::as_millis);
         let tried = Try {
             id,
             n: task.attempt,
             started_at,
         };
-        close_attempt(conn, tried, now, None, Some(CANCELED))?;
+        close_attempt(conn, tried, now, None, effect.error)?;
     }
     if task.callback.is_some() {
         ended(conn, seq, now, callback_bytes)?;

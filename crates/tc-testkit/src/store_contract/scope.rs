@@ -1,9 +1,9 @@
 //! A tenant's scope inside the store: a read by id, a listing, a cancel, a
-//! retry and a delete made in a tenant's scope reach only that tenant's
+//! retry, a delete and a bulk action made in a tenant's scope reach only that tenant's
 //! tasks, whatever the caller asks; another tenant's task (and the admin's
 //! own) is as unknown as one that never was, and is left as it was.
 
-use tc_model::store::{ListQuery, StoreError, TaskFilter, TaskStore};
+use tc_model::store::{BulkAction, BulkRequest, ListQuery, StoreError, TaskFilter, TaskStore};
 use tc_model::tenant::key::KeyHash;
 use tc_model::tenant::{Acting, Scope, TenantUpdate};
 use tc_model::{State, TaskId};
@@ -193,5 +193,50 @@ pub async fn a_tenant_cannot_cancel_retry_or_delete_another_s_task<S: TaskStore>
         None,
         "alpha's own task after its delete"
     );
+    Ok(())
+}
+
+/// A bulk action in a tenant's scope covers only that tenant's tasks,
+/// whatever tenant its filter names (a dry run counts only those); the
+/// admin's covers what its filter covers.
+pub async fn a_tenant_s_bulk_action_covers_only_its_own_tasks<S: TaskStore>(store: S) -> Verdict {
+    let t = three(&store).await?;
+    let bulk = |scope: Scope, tenant: Option<&str>| BulkRequest {
+        scope,
+        acting: None,
+        ..BulkRequest::new(
+            BulkAction::Cancel,
+            TaskFilter {
+                tenant: tenant.map(str::to_owned),
+                ..TaskFilter::default()
+            },
+            at(2),
+        )
+    };
+    // Each row: the scope, the filter's tenant, how many a dry run counts.
+    let counted = [
+        (tenant("alpha"), None, 1),
+        (tenant("alpha"), Some("beta"), 1),
+        (tenant("nobody"), None, 0),
+        (Scope::Admin, None, 3),
+        (Scope::Admin, Some("beta"), 1),
+    ];
+    for (scope, named, want) in counted {
+        let request = bulk(scope.clone(), named).counting_only();
+        let outcome = store.bulk(request).await.step("bulk dry run")?;
+        ensure_eq!(outcome.matched, want, "{scope:?} counts tenant {named:?}");
+    }
+    let outcome = store
+        .bulk(bulk(tenant("alpha"), Some("beta")))
+        .await
+        .step("bulk")?;
+    ensure_eq!(outcome.applied, 1, "alpha's cancel naming beta");
+    for (id, want) in [
+        (t.alpha, State::Canceled),
+        (t.beta, State::Pending),
+        (t.admin, State::Pending),
+    ] {
+        ensure_eq!(state_of(&store, id).await?, Some(want), "{id} after it");
+    }
     Ok(())
 }
