@@ -99,6 +99,23 @@ pub(crate) async fn mark_inserting<C: GenericClient>(client: &C) -> Result<(), S
     Ok(())
 }
 
+/// A cancel's write: the task at `$2` to `$4` (tc-model's `CancelEffect`,
+/// its error `$3` when it gives one) from `$5`, counted
+/// ([`count_moves`]).
+const CANCEL: &str = concat!(
+    "WITH moves AS ( \
+         UPDATE tasks SET state = $4, finished_at = tc_now_ms($1), \
+                          updated_at = tc_now_ms($1), lease_until = NULL, \
+                          next_run_at = NULL, ends = ends + 1, \
+                          error = coalesce($3, error) \
+         WHERE pos = $2 \
+         RETURNING $5::text AS from_state, state AS to_state, destination, \
+                   next_run_at AS due \
+     )",
+    count_moves!(),
+    "SELECT 1 FROM moves"
+);
+
 /// What a cancel did.
 pub(crate) struct Canceled {
     /// The task after the cancel.
@@ -145,22 +162,7 @@ pub(crate) async fn cancel(
             was_running: false,
         });
     };
-    let stmt = tx
-        .prepare_cached(concat!(
-            "WITH moves AS ( \
-                 UPDATE tasks SET state = $4, finished_at = tc_now_ms($1), \
-                                  updated_at = tc_now_ms($1), lease_until = NULL, \
-                                  next_run_at = NULL, ends = ends + 1, \
-                                  error = coalesce($3, error) \
-                 WHERE pos = $2 \
-                 RETURNING $5::text AS from_state, state AS to_state, destination, \
-                           next_run_at AS due \
-             )",
-            count_moves!(),
-            "SELECT 1 FROM moves"
-        ))
-        .await
-        .map_err(db)?;
+    let stmt = tx.prepare_cached(CANCEL).await.map_err(db)?;
     tx.execute(
         &stmt,
         &[
