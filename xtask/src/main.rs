@@ -4,6 +4,7 @@
 
 mod api_fuzz;
 mod bench;
+mod browser;
 mod chaos;
 mod deploy_check;
 mod harness;

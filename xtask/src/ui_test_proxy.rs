@@ -26,8 +26,8 @@ use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::browser::{WAIT, check, click, goto, screenshot, text_of, until};
 use crate::harness::server::{ServerProcess, tc_server};
-use crate::ui_test::{WAIT, check, click, goto, screenshot, text_of, until};
 
 /// A TLS-terminating reverse proxy on a loopback port in front of
 /// `upstream`; it stops when dropped.

@@ -226,11 +226,7 @@ impl TaskRow {
             callback_task_id: optional_id(self.callback_task_id, "callback_task_id")?,
             ends: count(self.ends, "ends")?,
             tenant: crate::tenant::tenant_from_stored(self.tenant),
-            topic: crate::topic::TopicLink::from_parts(
-                self.topic,
-                self.event_id,
-                self.subscription,
-            )?,
+            topic: topic_link(self.topic, self.event_id, self.subscription)?,
             priority: u8::try_from(self.priority)
                 .ok()
                 .filter(|p| *p <= crate::priority::MAX_PRIORITY)
@@ -271,6 +267,24 @@ impl AttemptRow {
                     .transpose()?,
             },
         ))
+    }
+}
+
+/// A task's link to the event that made it, from its three stored
+/// columns: all or none.
+fn topic_link(
+    topic: Option<String>,
+    event_id: Option<String>,
+    subscription: Option<String>,
+) -> Result<Option<crate::topic::TopicLink>, CorruptColumn> {
+    match (topic, event_id, subscription) {
+        (None, None, None) => Ok(None),
+        (Some(topic), Some(event_id), Some(subscription)) => Ok(Some(crate::topic::TopicLink {
+            topic,
+            event_id,
+            subscription,
+        })),
+        _ => Err(CorruptColumn("topic")),
     }
 }
 

@@ -371,25 +371,6 @@ pub struct TopicLink {
     pub subscription: String,
 }
 
-impl TopicLink {
-    /// The link from its three stored columns: all or none.
-    pub fn from_parts(
-        topic: Option<String>,
-        event_id: Option<String>,
-        subscription: Option<String>,
-    ) -> Result<Option<TopicLink>, crate::stored::CorruptColumn> {
-        match (topic, event_id, subscription) {
-            (None, None, None) => Ok(None),
-            (Some(topic), Some(event_id), Some(subscription)) => Ok(Some(TopicLink {
-                topic,
-                event_id,
-                subscription,
-            })),
-            _ => Err(crate::stored::CorruptColumn("topic")),
-        }
-    }
-}
-
 /// One task an event made: for which subscription, which task, and the
 /// task's state now.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -244,6 +244,26 @@ fn escaped_byte(bytes: &[u8], i: usize) -> Option<u8> {
     u8::try_from(hi * 16 + lo).ok()
 }
 
+/// The longest host name a destination may have (DNS's limit).
+pub const MAX_HOST_BYTES: usize = 253;
+
+/// Whether `host` can be a destination's host: a name of letters, digits,
+/// `.`, `-` and `_` (an IPv4 address is one) of at most
+/// [`MAX_HOST_BYTES`], or a valid IPv6 address in brackets. A task's url
+/// must have such a host, so that every task's destination is one the
+/// destination routes and filters can name.
+pub fn is_destination_host(host: &str) -> bool {
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        inner.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host.len() <= MAX_HOST_BYTES
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -154,11 +154,11 @@ pub(crate) fn check_url(url: &str) -> Result<(), ValidationError> {
     if authority.host().is_empty() {
         return Err(ValidationError::Url("must have a host".into()));
     }
-    if !crate::destination::is_destination_host(authority.host()) {
+    if !crate::url::is_destination_host(authority.host()) {
         return Err(ValidationError::Url(format!(
             "the host must be a name of letters, digits, `.`, `-` and `_` (at most {} bytes), \
              an IPv4 address or an IPv6 address in brackets",
-            crate::destination::MAX_HOST_BYTES
+            crate::url::MAX_HOST_BYTES
         )));
     }
     if crate::url::canonical_host(authority.host()).is_none() {
