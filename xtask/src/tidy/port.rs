@@ -159,15 +159,10 @@ fn implemented_part<'p>(line: &str, parts: &'p [Part]) -> Option<&'p Part> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
 
     fn source(path: &str, text: &str) -> Source {
-        Source {
-            path: PathBuf::from(path),
-            text: text.to_owned(),
-        }
+        Source::new(path, text)
     }
 
     const PART: &str = "//! A part.\npub trait Tasks: Send {\n    /// Gets.\n    fn get(\n        &self,\n    );\n    fn list(&self);\n}\n";

@@ -171,15 +171,10 @@ fn fn_name(line: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
 
     fn source(path: &str, text: &str) -> Source {
-        Source {
-            path: PathBuf::from(path),
-            text: text.to_owned(),
-        }
+        Source::new(path, text)
     }
 
     /// A function of `body` lines between its head and its closing brace.

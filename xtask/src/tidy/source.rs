@@ -18,6 +18,17 @@ pub(crate) struct Source {
     pub(crate) text: String,
 }
 
+#[cfg(test)]
+impl Source {
+    /// A file of `text` at `path`, for the rules' tests.
+    pub(crate) fn new(path: &str, text: &str) -> Source {
+        Source {
+            path: PathBuf::from(path),
+            text: text.to_owned(),
+        }
+    }
+}
+
 /// Every `.rs` file under `crates/`, `xtask/` and `tests/`, sorted by path.
 pub(crate) fn load_all(root: &Path) -> Result<Vec<Source>, String> {
     let mut paths = Vec::new();
