@@ -506,6 +506,8 @@ impl TaskTemplate {
         let schedule =
             FirstRun::from_parts(int_of("run_at_ms"), int_of("delay_ms")).ok_or(CorruptTemplate)?;
         let text_of = |k: &str| v.get(k).and_then(Value::as_str);
+        let priority = u8::try_from(int_of("priority").unwrap_or(0)).unwrap_or(u8::MAX);
+        let flow_key = text_of("flow_key").map(str::to_owned);
         let callback = match (text_of("callback_url"), text_of("callback_on")) {
             (Some(url), Some(on)) => Some(
                 crate::callback::CallbackOn::from_stored(on)
@@ -514,19 +516,6 @@ impl TaskTemplate {
             ),
             (None, None) => None,
             _ => return Err(CorruptTemplate),
-        };
-        // Templates stored before they took a priority and a flow key have
-        // neither: 0 and none.
-        let priority = match v.get("priority") {
-            None | Some(Value::Null) => 0,
-            Some(p) => p
-                .as_u64()
-                .and_then(|p| u8::try_from(p).ok())
-                .ok_or(CorruptTemplate)?,
-        };
-        let flow_key = match v.get("flow_key") {
-            None | Some(Value::Null) => None,
-            Some(k) => Some(k.as_str().ok_or(CorruptTemplate)?.to_owned()),
         };
         NewTask::new(
             str_of("url")?.to_owned(),
@@ -540,8 +529,7 @@ impl TaskTemplate {
         )
         .and_then(|n| n.with_first_run(schedule))
         .and_then(|n| n.with_method(method))
-        .and_then(|n| n.with_priority(priority))
-        .and_then(|n| n.with_flow_key(flow_key))
+        .and_then(|n| n.with_priority(priority)?.with_flow_key(flow_key))
         .map(|n| {
             let n = n.with_headers(headers);
             TaskTemplate(match callback {
