@@ -10,15 +10,23 @@
 # needs: the test database on this machine, its data directory readable
 #        (PGDATA, default /var/lib/postgresql/15/main) and pg_waldump
 #        (PG_WALDUMP, default /usr/lib/postgresql/15/bin/pg_waldump).
-# Commit records are not counted: they name no relation.
+# Commit records are not counted: they name no relation. Also prints the
+# CPU time of the store's own backends (found by their application name)
+# per task, from /proc/<pid>/schedstat (the server on this machine).
 set -eu
 tasks=${1:-3000}
 pgdata=${PGDATA:-/var/lib/postgresql/15/main}
 waldump=${PG_WALDUMP:-/usr/lib/postgresql/15/bin/pg_waldump}
 url=${TC_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/test}
-line=$(TC_REQUIRE_POSTGRES=1 TC_WAL_KEEP=1 TC_WAL_TASKS=$tasks \
+out=$(TC_REQUIRE_POSTGRES=1 TC_WAL_KEEP=1 TC_WAL_TASKS=$tasks \
     cargo test -q -p tc-store-pg --test pg -- --exact \
-    wal::wal_workload_ends_every_task --nocapture 2>/dev/null | grep '^WAL ')
+    wal::wal_workload_ends_every_task --nocapture 2>/dev/null)
+cpu=$(printf '%s\n' "$out" | grep '^PGCPU ' || true)
+if [ -n "$cpu" ]; then
+    set -- $cpu
+    echo "PostgreSQL CPU of the store's backends: $(echo "$2 $3" | awk '{printf "%.1f", $1 / $2 / 1000}') us per task ($4 backends)"
+fi
+line=$(printf '%s\n' "$out" | grep '^WAL ')
 set -- $line
 start=$2 end=$3 n=$4 schema=$5
 lsn() { printf '%X/%X' $(($1 >> 32)) $(($1 & 0xffffffff)); }
@@ -54,4 +62,5 @@ END {
     printf "tasks %d: %.1f WAL records per task on the schema'"'"'s relations, %.1f B-tree entries per task, heap updates %.2f HOT + %.2f not HOT per task\n", n, records / n, entries / n, hot / n, nonhot / n
     for (key in by) printf "  %-60s %8.2f\n", key, by[key] / n | "sort -k4 -rn"
 }'
+echo "schema version $(psql "$url" -Atc "SELECT version FROM $schema.taskcenter_schema")"
 psql "$url" -qc "DROP SCHEMA $schema CASCADE" >/dev/null

@@ -443,7 +443,7 @@ fn the_schedule_schemas_have_the_fields_the_code_reads_and_shows() {
     let body = br#"{"name":"n","cron":"@daily","timezone":"Europe/Berlin","paused":true,
         "overlap":"skip","catch_up":"latest","task":{"url":"http://h/x","json":{"a":1},
         "method":"PUT","headers":{"x-a":"b"},"max_attempts":2,"timeout_ms":5,"delay_ms":7,
-        "callback_url":"http://h/cb","callback_on":["failed"]}}"#;
+        "callback_url":"http://h/cb","callback_on":["failed"],"priority":3,"flow_key":"k"}}"#;
     let spec = crate::schedules::parse_spec(body, &HttpConfig::default(), now, None).unwrap();
     let mut schedule = tc_model::schedule::Schedule::new(spec, now);
     schedule.last_run_at = Some(now);
@@ -465,10 +465,6 @@ fn the_schedule_schemas_have_the_fields_the_code_reads_and_shows() {
 
     let mut submit = schema_fields(&doc, "SubmitRequest");
     submit.remove("idempotency_key");
-    // A schedule's tasks have priority 0 and no flow key: its template
-    // takes neither (yet).
-    submit.remove("priority");
-    submit.remove("flow_key");
     assert_eq!(schema_fields(&doc, "ScheduleTask"), submit);
     let request = schema_fields(&doc, "ScheduleRequest");
     assert_eq!(schema_fields(&doc, "ScheduleReplacement"), request);

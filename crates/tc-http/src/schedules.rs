@@ -47,6 +47,10 @@ struct TemplateView<'a> {
     callback_url: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     callback_on: Option<Vec<&'static str>>,
+    /// Each firing's task's priority (0 to 9).
+    priority: u8,
+    /// Each firing's task's flow key (the schedule owner's), or `null`.
+    flow_key: Option<&'a str>,
 }
 
 /// Why the schedule's latest firing created no task.
@@ -103,6 +107,8 @@ impl<'a> ScheduleView<'a> {
                 run_at,
                 callback_url: task.callback().map(tc_model::callback::Callback::url),
                 callback_on: task.callback().map(|c| c.on().names()),
+                priority: task.priority(),
+                flow_key: task.flow_key(),
             },
             paused: s.spec.paused,
             overlap: s.spec.overlap.as_str(),

@@ -193,6 +193,15 @@ pub struct ClaimGate {
     /// How long a due task waits to count one priority level higher
     /// (`--priority-aging-ms`); `None`: [`crate::priority::DEFAULT_AGING`].
     pub priority_aging: Option<std::time::Duration>,
+    /// At most this many tasks of a destination the claiming node has not
+    /// met: one the gate names nowhere (not held, no bound, no call in
+    /// flight here, not in `met`). One call learns whether the server
+    /// states its window before more go (the worker's first contact);
+    /// `None`: no bound.
+    pub first_contact: Option<usize>,
+    /// Destinations the claiming node has met and calls without a bound,
+    /// though none of its calls is in flight now.
+    pub met: BTreeSet<String>,
 }
 
 impl ClaimGate {
@@ -207,12 +216,19 @@ impl ClaimGate {
         self.in_flight.get(destination).copied().unwrap_or(0)
     }
     /// The most tasks of `destination` a claim may take, on the worker's
-    /// side (`None`: no bound but the claim's own size).
+    /// side (`None`: no bound but the claim's own size): none when held,
+    /// its bound when it has one, else [`ClaimGate::first_contact`] for a
+    /// destination the node has not met.
     pub fn allowance(&self, destination: &str) -> Option<usize> {
         if self.held.contains(destination) {
             return Some(0);
         }
-        self.at_most.get(destination).copied()
+        if let Some(n) = self.at_most.get(destination) {
+            return Some(*n);
+        }
+        self.first_contact.filter(|_| {
+            !self.in_flight.contains_key(destination) && !self.met.contains(destination)
+        })
     }
 
     /// The most tasks of `destination` one claim may take, all rules
@@ -567,5 +583,28 @@ mod tests {
         }
         .apply(&paused);
         assert_eq!(cleared, DestinationSettings::default());
+    }
+
+    #[test]
+    fn first_contact_bounds_only_destinations_not_met() {
+        let mut gate = ClaimGate {
+            first_contact: Some(1),
+            ..ClaimGate::default()
+        };
+        gate.held.insert("held:1".into());
+        gate.at_most.insert("bounded:1".into(), 3);
+        gate.in_flight.insert("calling:1".into(), 2);
+        gate.met.insert("met:1".into());
+        for (destination, expected) in [
+            ("new:1", Some(1)),
+            ("held:1", Some(0)),
+            ("bounded:1", Some(3)),
+            ("calling:1", None),
+            ("met:1", None),
+        ] {
+            assert_eq!(gate.allowance(destination), expected, "{destination}");
+        }
+        gate.first_contact = None;
+        assert_eq!(gate.allowance("new:1"), None);
     }
 }

@@ -478,6 +478,8 @@ impl TaskTemplate {
             "delay_ms": delay_ms,
             "callback_url": t.callback().map(crate::callback::Callback::url),
             "callback_on": t.callback().map(|c| c.on().to_stored()),
+            "priority": t.priority(),
+            "flow_key": t.flow_key(),
         })
         .to_string()
     }
@@ -504,6 +506,8 @@ impl TaskTemplate {
         let schedule =
             FirstRun::from_parts(int_of("run_at_ms"), int_of("delay_ms")).ok_or(CorruptTemplate)?;
         let text_of = |k: &str| v.get(k).and_then(Value::as_str);
+        let priority = u8::try_from(int_of("priority").unwrap_or(0)).unwrap_or(u8::MAX);
+        let flow_key = text_of("flow_key").map(str::to_owned);
         let callback = match (text_of("callback_url"), text_of("callback_on")) {
             (Some(url), Some(on)) => Some(
                 crate::callback::CallbackOn::from_stored(on)
@@ -525,6 +529,7 @@ impl TaskTemplate {
         )
         .and_then(|n| n.with_first_run(schedule))
         .and_then(|n| n.with_method(method))
+        .and_then(|n| n.with_priority(priority)?.with_flow_key(flow_key))
         .map(|n| {
             let n = n.with_headers(headers);
             TaskTemplate(match callback {
@@ -1146,6 +1151,8 @@ mod tests {
         )
         .and_then(|t| t.with_first_run(FirstRun::After(std::time::Duration::from_secs(5))))
         .and_then(|t| t.with_method(Method::Put))
+        .and_then(|t| t.with_priority(7))
+        .and_then(|t| t.with_flow_key(Some("customer-42".into())))
         .expect("a valid task");
         let callback = crate::callback::Callback::new(
             "http://example.com/done".into(),
@@ -1170,7 +1177,20 @@ mod tests {
             template.new_task(),
             Timestamp::from_millis(0)
         )));
+        assert_eq!(fired.priority(), 7);
+        assert_eq!(fired.flow_key(), Some("customer-42"));
         assert_eq!(TaskTemplate::from_stored("{}"), Err(CorruptTemplate));
+        // A template stored before it took a priority and a flow key.
+        let mut older: Value = serde_json::from_str(&template.to_stored()).expect("JSON");
+        if let Some(fields) = older.as_object_mut() {
+            fields.remove("priority");
+            fields.remove("flow_key");
+        }
+        let older = TaskTemplate::from_stored(&older.to_string()).expect("reads back");
+        assert_eq!(
+            (older.new_task().priority(), older.new_task().flow_key()),
+            (0, None)
+        );
         assert_eq!(
             trigger_key("nightly", Timestamp::from_millis(1_767_232_800_123)),
             "schedule:nightly:manual:2026-01-01T02:00:00.123Z"

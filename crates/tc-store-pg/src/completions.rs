@@ -19,6 +19,7 @@ use tc_model::store::{Completion, Guarded, StoreError};
 use tc_model::{State, TaskId, Timestamp, transit};
 
 use crate::error::db;
+use crate::moves::count_moves;
 use crate::rows::parse_state;
 use crate::write_ops;
 
@@ -83,7 +84,9 @@ pub(crate) fn written(outcome: &Completion, now_ms: i64) -> Written {
 /// makes no callback (every retry, every task without a `callback_url`),
 /// on a connection in autocommit; true, the ends that make one, in a
 /// transaction that then inserts the callbacks ([`crate::write_ops::ended`]).
-pub(crate) const COMPLETE_MANY: &str = "\
+/// It counts the tasks it moved itself ([`count_moves`]).
+pub(crate) const COMPLETE_MANY: &str = concat!(
+    "\
 WITH i AS (
     SELECT * FROM unnest($1::bytea[], $2::int[], $3::text[], $4::int[], $5::bytea[],
                          $6::text[], $7::text[], $8::bigint[], $9::bigint[], $11::int[])
@@ -106,8 +109,13 @@ WITH i AS (
     FROM i
     WHERE t.id = ANY($1) AND t.id = i.id AND t.state = 'running' AND t.attempt = i.attempt
       AND (i.ended = 1 AND t.callback_url IS NOT NULL) = $10
-    RETURNING t.id, t.pos, t.started_at
-), closed AS (
+    RETURNING t.id, t.pos, t.started_at, t.state, t.destination, t.next_run_at
+), moves AS (
+    SELECT 'running'::text AS from_state, state AS to_state, destination, next_run_at AS due
+    FROM done
+)",
+    count_moves!(),
+    ", closed AS (
     UPDATE attempts a SET finished_at = tc_now_ms(i.now_ms), http_status = i.http_status,
         error = i.error, duration_ms = greatest(tc_now_ms(i.now_ms) - a.started_at, 0)
     FROM i JOIN done d ON d.id = i.id
@@ -122,7 +130,8 @@ WITH i AS (
     FROM i JOIN done d ON d.id = i.id
     WHERE i.id NOT IN (SELECT task_id FROM closed)
 )
-SELECT id, pos FROM done";
+SELECT id, pos FROM done"
+);
 
 /// The completions of `asked` that `COMPLETE_MANY` applied with `$10 =
 /// callbacks`, by task id, with the task's position.

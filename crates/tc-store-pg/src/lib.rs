@@ -40,6 +40,7 @@ mod filter;
 mod flow_keys;
 mod group_submit;
 mod leader;
+mod moves;
 mod notify;
 mod open;
 mod pace;

@@ -55,6 +55,9 @@ pub(crate) async fn connect(url: &str, config: &PgConfig) -> Result<Connected, O
     // default.
     let mut options = pg.get_options().unwrap_or_default().to_owned();
     options.push_str(" -c synchronous_commit=on");
+    // This version's writes count themselves (schema step 24).
+    options.push(' ');
+    options.push_str(crate::moves::SESSION_OPTION);
     if let Some(schema) = &config.schema {
         options.push_str(&format!(" -c search_path={schema}"));
     }
@@ -82,14 +85,7 @@ pub(crate) async fn connect(url: &str, config: &PgConfig) -> Result<Connected, O
         target: target.clone(),
         message: format!("connect: {}", pool_message(e)),
     })?;
-    let schema: String = client
-        .query_one("SELECT current_schema()", &[])
-        .await
-        .map_err(|e| OpenError::Postgres {
-            target: target.clone(),
-            message: format!("read current_schema: {}", describe(&e)),
-        })?
-        .get(0);
+    let schema = session_schema(&client, &target).await?;
     drop(client);
     Ok(Connected {
         pg,
@@ -98,6 +94,37 @@ pub(crate) async fn connect(url: &str, config: &PgConfig) -> Result<Connected, O
         pool,
         schema,
     })
+}
+
+/// The schema a pooled session works in, once it is known that the session
+/// carries [`crate::moves::SESSION_OPTION`]: without it the triggers would
+/// count every write a second time (schema step 24), so the store refuses
+/// to open rather than miscount.
+async fn session_schema(
+    client: &deadpool_postgres::Client,
+    target: &str,
+) -> Result<String, OpenError> {
+    let row = client
+        .query_one(
+            "SELECT current_schema(), current_setting('taskcenter.writes', true)",
+            &[],
+        )
+        .await
+        .map_err(|e| OpenError::Postgres {
+            target: target.to_owned(),
+            message: format!("read current_schema: {}", describe(&e)),
+        })?;
+    let writes: Option<String> = row.get(1);
+    if writes.as_deref() != Some("counted") {
+        return Err(OpenError::Postgres {
+            target: target.to_owned(),
+            message: "the session option taskcenter.writes did not reach the server (a \
+                      connection pooler that drops startup options?): writes would be \
+                      counted twice"
+                .into(),
+        });
+    }
+    Ok(row.get(0))
 }
 
 fn pool_message(e: deadpool_postgres::PoolError) -> String {

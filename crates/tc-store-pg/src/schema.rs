@@ -90,6 +90,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V21_CLUSTER_FLOW),
     step(V22_PRIORITY),
     step(V23_FLOW_KEYS),
+    step(V24_COUNTED_WRITES),
 ];
 
 /// The version this build writes and reads.

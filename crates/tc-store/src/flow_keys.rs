@@ -208,10 +208,6 @@ const DUE_BY_PRIORITY: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due
 pub(crate) struct Keyed {
     room: KeyRoom,
     load: BTreeMap<KeyRef, usize>,
-    /// How many due tasks this claim has taken of each (destination,
-    /// stored tenant, stored key): they stay due until the claim writes, so
-    /// a key the share meets again reads past them.
-    taken: BTreeMap<(String, String, String), usize>,
     now: Timestamp,
     aging: Duration,
 }
@@ -225,7 +221,6 @@ impl Keyed {
         Keyed {
             room: KeyRoom::new(now).holding(held),
             load: BTreeMap::new(),
-            taken: BTreeMap::new(),
             now,
             aging,
         }
@@ -376,15 +371,19 @@ impl Keyed {
         }
         let mut share = self.room.plan(want, tenant, due, &load);
         let mut got = Vec::new();
+        // The tasks of each key this take has read: they stay due until
+        // the caller claims them, after the take, so a key the share meets
+        // again reads past them. (A later take of the same destination in
+        // this claim finds them claimed: it counts afresh.)
+        let mut taken: BTreeMap<String, usize> = BTreeMap::new();
         while let Some((key, wanted)) = share.next_take() {
-            let slot = (destination.to_owned(), tenant.to_owned(), key.clone());
-            let already = self.taken.get(&slot).copied().unwrap_or(0);
+            let already = taken.get(&key).copied().unwrap_or(0);
             let tasks: Vec<(i64, String)> = self
                 .due(conn, destination, tenant, &key, wanted + already)?
                 .into_iter()
                 .skip(already)
                 .collect();
-            *self.taken.entry(slot).or_default() += tasks.len();
+            *taken.entry(key.clone()).or_default() += tasks.len();
             share.taken(tasks.len());
             let at = KeyRef {
                 tenant: tenant.to_owned(),

@@ -151,8 +151,15 @@ pub(crate) async fn seed(addr: SocketAddr, token: &str, origin: &str) -> Result<
         .submit(&url, "seed-pending", r#","delay_ms":86400000"#)
         .await?;
     for name in [SCHEDULE, SCHEDULE_TO_DELETE] {
+        // The one every operation uses keeps a priority and a flow key in
+        // its template, so reads and replacements meet both.
+        let keyed = if name == SCHEDULE {
+            format!(r#","priority":3,"flow_key":"{FLOW_KEY}""#)
+        } else {
+            String::new()
+        };
         let body = format!(
-            r#"{{"name":"{name}","cron":"@yearly","paused":true,"task":{{"url":"{url}"}}}}"#
+            r#"{{"name":"{name}","cron":"@yearly","paused":true,"task":{{"url":"{url}"{keyed}}}}}"#
         );
         client.send(Method::POST, "/schedules", Some(body)).await?;
     }

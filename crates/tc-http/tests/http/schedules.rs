@@ -403,3 +403,58 @@ async fn a_refused_firing_shows_as_the_schedule_s_last_error() {
     let one = h.call("GET", "/schedules/report", &[], b"").await;
     assert_eq!(one.json()["last_error"], Value::Null, "{one:?}");
 }
+
+/// A schedule's template takes a submit's `priority` and `flow_key`: its
+/// view shows them (0 and `null` when left out), each firing's task
+/// carries them, and a bad one is refused naming `task.<field>`.
+#[tokio::test]
+async fn a_schedule_s_template_keeps_its_priority_and_flow_key() {
+    let h = harness(HttpConfig::default()).await;
+    let plain = send(&h, "POST", "/schedules", &hourly("plain")).await;
+    assert_eq!(plain.status, 201, "{plain:?}");
+    let view = plain.json();
+    assert_eq!(
+        (&view["task"]["priority"], &view["task"]["flow_key"]),
+        (&json!(0), &Value::Null)
+    );
+
+    let mut keyed = hourly("keyed");
+    keyed["task"]["priority"] = json!(7);
+    keyed["task"]["flow_key"] = json!("customer-42");
+    let created = send(&h, "POST", "/schedules", &keyed).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let view = created.json();
+    assert_eq!(
+        (&view["task"]["priority"], &view["task"]["flow_key"]),
+        (&json!(7), &json!("customer-42"))
+    );
+    let fired = h.call("POST", "/schedules/keyed/trigger", &[], b"").await;
+    assert_eq!(fired.status, 200, "{fired:?}");
+    let task = fired.json();
+    assert_eq!(
+        (&task["priority"], &task["flow_key"]),
+        (&json!(7), &json!("customer-42"))
+    );
+
+    for (field, value) in [
+        ("priority", json!(10)),
+        ("priority", json!("high")),
+        ("flow_key", json!("")),
+        ("flow_key", json!("tab\there")),
+        ("flow_key", json!(42)),
+    ] {
+        let mut bad = hourly("bad");
+        bad["task"][field] = value.clone();
+        let refused = send(&h, "POST", "/schedules", &bad).await;
+        assert_eq!(
+            (refused.status, refused.error_code().as_deref()),
+            (400, Some("invalid_request")),
+            "{field}: {value}"
+        );
+        let message = refused.json()["error"]["message"].to_string();
+        assert!(
+            message.contains(&format!("task.{field}")),
+            "{field}: {value}: {message}"
+        );
+    }
+}

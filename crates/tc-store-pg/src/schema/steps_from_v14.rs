@@ -1,5 +1,6 @@
 //! Steps 13 → 14 onwards: tenants, credentials, the hot path, topics,
-//! cluster flow, priorities, flow keys. A new step goes at the end of this
+//! cluster flow, priorities, flow keys, statements that count their own
+//! writes. A new step goes at the end of this
 //! file and of [`super::MIGRATIONS`]; a step is never edited once it has
 //! shipped.
 
@@ -251,4 +252,49 @@ CREATE TABLE flow_keys (
     updated_at    bigint NOT NULL,
     PRIMARY KEY (tenant, key)
 );
+";
+
+/// Step 23 → 24: a statement counts the tasks it moves itself (its own
+/// CTEs append the count deltas and due marks, `moves::count_moves`), so
+/// the hot path runs no trigger function: no PL/pgSQL call and no second
+/// statement planned per write.
+///
+/// Nodes of earlier versions still serving rely on the triggers, so they
+/// stay, each now skipping a statement of a session that says it counts
+/// itself (`taskcenter.writes = counted`, an option every connection of
+/// this version opens with, `moves::SESSION_OPTION`): every write is
+/// counted once, by whichever does, and nodes of both versions serve side
+/// by side without a fence. PostgreSQL still keeps the transition tables
+/// of a skipped trigger's statement (it decides to capture them before
+/// the `WHEN` is read): a later step drops the triggers, once no node of
+/// an earlier version can be serving, and with them that cost. `DROP` and
+/// `CREATE TRIGGER` touch the catalog only; `tasks` is locked first, for
+/// an instant, before any statement here takes a lock on it.
+pub(crate) const V24_COUNTED_WRITES: &str = "
+LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE;
+DROP TRIGGER tasks_count_insert ON tasks;
+DROP TRIGGER tasks_count_update ON tasks;
+DROP TRIGGER tasks_count_delete ON tasks;
+DROP TRIGGER tasks_mark_due_insert ON tasks;
+DROP TRIGGER tasks_mark_due_update ON tasks;
+CREATE TRIGGER tasks_count_insert AFTER INSERT ON tasks
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+    WHEN (current_setting('taskcenter.writes', true) IS DISTINCT FROM 'counted')
+    EXECUTE FUNCTION tc_count_states();
+CREATE TRIGGER tasks_count_update AFTER UPDATE ON tasks
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
+    WHEN (current_setting('taskcenter.writes', true) IS DISTINCT FROM 'counted')
+    EXECUTE FUNCTION tc_count_states();
+CREATE TRIGGER tasks_count_delete AFTER DELETE ON tasks
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
+    WHEN (current_setting('taskcenter.writes', true) IS DISTINCT FROM 'counted')
+    EXECUTE FUNCTION tc_count_states();
+CREATE TRIGGER tasks_mark_due_insert AFTER INSERT ON tasks
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+    WHEN (current_setting('taskcenter.writes', true) IS DISTINCT FROM 'counted')
+    EXECUTE FUNCTION tc_mark_due();
+CREATE TRIGGER tasks_mark_due_update AFTER UPDATE ON tasks
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+    WHEN (current_setting('taskcenter.writes', true) IS DISTINCT FROM 'counted')
+    EXECUTE FUNCTION tc_mark_due();
 ";

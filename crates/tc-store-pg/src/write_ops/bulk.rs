@@ -9,6 +9,7 @@ use tc_model::{State, TaskId, transit};
 
 use crate::error::db;
 use crate::filter::FilterSql;
+use crate::moves::count_moves;
 use crate::rows::{self};
 
 use super::{admit_retry, ended, lock_tenants, mark_inserting};
@@ -120,12 +121,24 @@ pub(super) async fn bulk_retry(
     }
     let stmt = tx
         .prepare_cached(
-            "UPDATE tasks SET state = 'pending', attempts_before_retry = attempt, \
-                              error = NULL, http_status = NULL, result = NULL, \
-                              result_content_type = NULL, finished_at = NULL, \
-                              lease_until = NULL, next_run_at = tc_now_ms($1), \
-                              updated_at = tc_now_ms($1) \
-             WHERE pos = ANY($2)",
+            // The rows are this transaction's (locked above): `was` reads
+            // each one's state before the update.
+            concat!(
+                "WITH was AS ( \
+                     SELECT pos, state FROM tasks WHERE pos = ANY($2) \
+                 ), moves AS ( \
+                     UPDATE tasks t SET state = 'pending', attempts_before_retry = t.attempt, \
+                                        error = NULL, http_status = NULL, result = NULL, \
+                                        result_content_type = NULL, finished_at = NULL, \
+                                        lease_until = NULL, next_run_at = tc_now_ms($1), \
+                                        updated_at = tc_now_ms($1) \
+                     FROM was WHERE t.pos = ANY($2) AND t.pos = was.pos \
+                     RETURNING was.state AS from_state, t.state AS to_state, t.destination, \
+                               t.next_run_at AS due \
+                 )",
+                count_moves!(),
+                "SELECT 1 FROM moves"
+            ),
         )
         .await
         .map_err(db)?;
@@ -204,7 +217,7 @@ async fn bulk_cancel(
 ) -> Result<BulkApplied, StoreError> {
     mark_if_callbacks(tx, positions).await?;
     let stmt = tx
-        .prepare_cached(
+        .prepare_cached(concat!(
             "WITH locked AS ( \
                  SELECT pos, state AS was, attempt FROM tasks \
                  WHERE pos = ANY($2) AND state = ANY($3) ORDER BY pos FOR UPDATE \
@@ -216,8 +229,14 @@ async fn bulk_cancel(
                                                  ELSE t.error END \
                  FROM locked l WHERE t.pos = ANY($2) AND t.pos = l.pos \
                  RETURNING t.id, l.was, l.attempt, t.pos, t.started_at, \
-                           t.callback_url IS NOT NULL AS asks_callback \
-             ), closed AS ( \
+                           t.callback_url IS NOT NULL AS asks_callback, t.state, \
+                           t.destination, t.next_run_at \
+             ), moves AS ( \
+                 SELECT was AS from_state, state AS to_state, destination, next_run_at AS due \
+                 FROM moved \
+             )",
+            count_moves!(),
+            ", closed AS ( \
                  UPDATE attempts a SET finished_at = tc_now_ms($1), error = $4, \
                                        duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
                  FROM moved m \
@@ -235,7 +254,7 @@ async fn bulk_cancel(
                  WHERE m.was = 'running' AND m.id NOT IN (SELECT task_id FROM closed) \
              ) \
              SELECT id, was = 'running', pos, asks_callback FROM moved",
-        )
+        ))
         .await
         .map_err(db)?;
     // What a canceled running task and its try carry, from the one rule
@@ -313,15 +332,20 @@ async fn bulk_delete(
     names: &[&str],
 ) -> Result<BulkApplied, StoreError> {
     let stmt = tx
-        .prepare_cached(
+        .prepare_cached(concat!(
             "WITH locked AS ( \
                  SELECT pos, id FROM tasks WHERE pos = ANY($1) AND state = ANY($2) \
                  ORDER BY pos FOR UPDATE \
              ), gone AS ( \
                  DELETE FROM attempts a USING locked WHERE a.task_id = locked.id \
-             ) \
-             DELETE FROM tasks t USING locked WHERE t.pos = locked.pos",
-        )
+             ), moves AS ( \
+                 DELETE FROM tasks t USING locked WHERE t.pos = locked.pos \
+                 RETURNING t.state AS from_state, NULL::text AS to_state, t.destination, \
+                           NULL::bigint AS due \
+             )",
+            count_moves!(),
+            "SELECT 1 FROM moves"
+        ))
         .await
         .map_err(db)?;
     let applied = tx.execute(&stmt, &[&positions, &names]).await.map_err(db)?;

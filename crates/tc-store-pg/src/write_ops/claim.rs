@@ -14,6 +14,7 @@ use tc_model::{State, Task, TaskId, transit};
 use crate::destinations::{claim_limits, fold_and_promote, settle, walk_ready};
 use crate::error::db;
 use crate::flow_keys::Keyed;
+use crate::moves::count_moves;
 use crate::rows::{self, millis, parse_state, task_columns};
 
 use super::{INTERRUPTED, close_attempt, ended, guard, mark_inserting};
@@ -198,7 +199,8 @@ macro_rules! claim_sql {
 }
 
 /// What every claim statement does with its `due` rows (the positions and
-/// due times it locked): moves them to running and answers them.
+/// due times it locked): moves them to running, counts them
+/// ([`crate::moves::count_moves`]) and answers them.
 macro_rules! claim_tail {
     () => {
         concat!(
@@ -216,8 +218,13 @@ macro_rules! claim_tail {
              t.schedule_delay_ms, t.destination, t.method, t.headers, t.trace_context, \
              t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
              t.tenant, t.topic, t.event_id, t.subscription, t.priority, t.flow_key \
-             ) \
-             SELECT ",
+             ), moves AS ( \
+                 SELECT 'pending'::text AS from_state, state AS to_state, destination, \
+                        NULL::bigint AS due \
+                 FROM claimed \
+             )",
+            $crate::moves::count_moves!(),
+            "SELECT ",
             task_columns!(),
             ", was_due FROM claimed ORDER BY was_due, pos"
         )
@@ -434,12 +441,18 @@ pub(crate) async fn release(
     };
     let to = transit(head.state, State::Pending)?;
     let stmt = tx
-        .prepare_cached(
-            "UPDATE tasks SET state = 'pending', attempt = attempt - 1, \
-                              next_run_at = tc_now_ms($1), lease_until = NULL, error = $3, \
-                              updated_at = tc_now_ms($1) \
-             WHERE pos = $2",
-        )
+        .prepare_cached(concat!(
+            "WITH moves AS ( \
+                     UPDATE tasks SET state = 'pending', attempt = attempt - 1, \
+                                      next_run_at = tc_now_ms($1), lease_until = NULL, \
+                                      error = $3, updated_at = tc_now_ms($1) \
+                     WHERE pos = $2 \
+                     RETURNING 'running'::text AS from_state, state AS to_state, destination, \
+                               next_run_at AS due \
+                 )",
+            count_moves!(),
+            "SELECT 1 FROM moves"
+        ))
         .await
         .map_err(db)?;
     tx.execute(&stmt, &[&now, &head.pos, &INTERRUPTED])
@@ -455,7 +468,8 @@ pub(crate) async fn release(
 /// `tasks_running_by_destination` (schema step 19 dropped the lease's own
 /// index: a heartbeat then changes no indexed column); their history rows
 /// by an array of ids (a join alone was planned as a scan of every row).
-pub(crate) const RECOVER: &str = "WITH expired AS ( \
+pub(crate) const RECOVER: &str = concat!(
+    "WITH expired AS ( \
          SELECT pos, attempt < max_attempts + attempts_before_retry AS again FROM tasks \
          WHERE state = 'running' AND lease_until < tc_now_ms($1) \
            AND ($3 OR callback_url IS NULL \
@@ -470,8 +484,15 @@ pub(crate) const RECOVER: &str = "WITH expired AS ( \
              ends = t.ends + CASE WHEN e.again THEN 0 ELSE 1 END \
          FROM expired e WHERE t.pos = ANY (ARRAY(SELECT pos FROM expired)) AND t.pos = e.pos \
          RETURNING t.id, t.attempt, t.pos, t.started_at, \
-                   NOT e.again AND t.callback_url IS NOT NULL AS asks_callback \
-     ), closed AS ( \
+                   NOT e.again AND t.callback_url IS NOT NULL AS asks_callback, \
+                   t.state, t.destination, t.next_run_at \
+     ), moves AS ( \
+         SELECT 'running'::text AS from_state, state AS to_state, destination, \
+                next_run_at AS due \
+         FROM moved \
+     )",
+    count_moves!(),
+    ", closed AS ( \
          UPDATE attempts a SET finished_at = tc_now_ms($1), error = $2, \
                                duration_ms = greatest(tc_now_ms($1) - a.started_at, 0) \
          FROM moved m \
@@ -484,7 +505,8 @@ pub(crate) const RECOVER: &str = "WITH expired AS ( \
                 greatest(tc_now_ms($1) - coalesce(m.started_at, tc_now_ms($1)), 0) \
          FROM moved m WHERE m.id NOT IN (SELECT task_id FROM closed) \
      ) \
-     SELECT pos, asks_callback FROM moved";
+     SELECT pos, asks_callback FROM moved"
+);
 
 /// Running tasks whose lease ended before now → pending, or → failed when no
 /// attempt is left, with their open tries closed; one statement, then the

@@ -10,6 +10,7 @@ use tc_model::tenant::{Acting, Scope};
 use tc_model::{State, Task, TaskId};
 
 use crate::error::db;
+use crate::moves::count_moves;
 use crate::read_ops;
 use crate::rows::{self, task_columns};
 
@@ -98,6 +99,23 @@ pub(crate) async fn mark_inserting<C: GenericClient>(client: &C) -> Result<(), S
     Ok(())
 }
 
+/// A cancel's write: the task at `$2` to `$4` (tc-model's `CancelEffect`,
+/// its error `$3` when it gives one) from `$5`, counted
+/// ([`count_moves`]).
+const CANCEL: &str = concat!(
+    "WITH moves AS ( \
+         UPDATE tasks SET state = $4, finished_at = tc_now_ms($1), \
+                          updated_at = tc_now_ms($1), lease_until = NULL, \
+                          next_run_at = NULL, ends = ends + 1, \
+                          error = coalesce($3, error) \
+         WHERE pos = $2 \
+         RETURNING $5::text AS from_state, state AS to_state, destination, \
+                   next_run_at AS due \
+     )",
+    count_moves!(),
+    "SELECT 1 FROM moves"
+);
+
 /// What a cancel did.
 pub(crate) struct Canceled {
     /// The task after the cancel.
@@ -144,18 +162,16 @@ pub(crate) async fn cancel(
             was_running: false,
         });
     };
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE tasks SET state = $4, finished_at = tc_now_ms($1), \
-                              updated_at = tc_now_ms($1), lease_until = NULL, next_run_at = NULL, \
-                              ends = ends + 1, error = coalesce($3, error) \
-             WHERE pos = $2",
-        )
-        .await
-        .map_err(db)?;
+    let stmt = tx.prepare_cached(CANCEL).await.map_err(db)?;
     tx.execute(
         &stmt,
-        &[&now, &head.pos, &effect.error, &effect.state.as_str()],
+        &[
+            &now,
+            &head.pos,
+            &effect.error,
+            &effect.state.as_str(),
+            &head.state.as_str(),
+        ],
     )
     .await
     .map_err(db)?;
@@ -200,7 +216,15 @@ pub(crate) async fn delete(
         .await
         .map_err(db)?;
     let task = tx
-        .prepare_cached("DELETE FROM tasks WHERE pos = $1")
+        .prepare_cached(concat!(
+            "WITH moves AS ( \
+                 DELETE FROM tasks WHERE pos = $1 \
+                 RETURNING state AS from_state, NULL::text AS to_state, destination, \
+                           NULL::bigint AS due \
+             )",
+            count_moves!(),
+            "SELECT 1 FROM moves"
+        ))
         .await
         .map_err(db)?;
     tx.execute(&task, &[&head.pos]).await.map_err(db)?;
@@ -221,16 +245,21 @@ pub(crate) async fn prune(
         return Ok(0);
     }
     let stmt = tx
-        .prepare_cached(
+        .prepare_cached(concat!(
             "WITH doomed AS ( \
                  SELECT pos, id FROM tasks \
                  WHERE state = $2 AND finished_at < tc_now_ms($1) - $3 \
                  ORDER BY pos LIMIT $4 FOR UPDATE SKIP LOCKED \
              ), gone AS ( \
                  DELETE FROM attempts WHERE task_id IN (SELECT id FROM doomed) \
-             ) \
-             DELETE FROM tasks WHERE pos IN (SELECT pos FROM doomed)",
-        )
+             ), moves AS ( \
+                 DELETE FROM tasks WHERE pos IN (SELECT pos FROM doomed) \
+                 RETURNING state AS from_state, NULL::text AS to_state, destination, \
+                           NULL::bigint AS due \
+             )",
+            count_moves!(),
+            "SELECT 1 FROM moves",
+        ))
         .await
         .map_err(db)?;
     let deleted = tx
@@ -272,16 +301,23 @@ pub(crate) async fn retry(
         return Err(StoreError::QuotaExceeded { limit });
     }
     let stmt = tx
-        .prepare_cached(
-            "UPDATE tasks SET state = 'pending', attempts_before_retry = attempt, error = NULL, \
-                              http_status = NULL, result = NULL, result_content_type = NULL, \
-                              finished_at = NULL, lease_until = NULL, \
-                              next_run_at = tc_now_ms($1) + $3, updated_at = tc_now_ms($1) \
-             WHERE pos = $2",
-        )
+        .prepare_cached(concat!(
+            "WITH moves AS ( \
+                     UPDATE tasks SET state = 'pending', attempts_before_retry = attempt, \
+                                      error = NULL, http_status = NULL, result = NULL, \
+                                      result_content_type = NULL, finished_at = NULL, \
+                                      lease_until = NULL, next_run_at = tc_now_ms($1) + $3, \
+                                      updated_at = tc_now_ms($1) \
+                     WHERE pos = $2 \
+                     RETURNING $4::text AS from_state, state AS to_state, destination, \
+                               next_run_at AS due \
+                 )",
+            count_moves!(),
+            "SELECT 1 FROM moves"
+        ))
         .await
         .map_err(db)?;
-    tx.execute(&stmt, &[&now, &head.pos, &delay_ms])
+    tx.execute(&stmt, &[&now, &head.pos, &delay_ms, &head.state.as_str()])
         .await
         .map_err(db)?;
     load_pos(tx, head.pos).await

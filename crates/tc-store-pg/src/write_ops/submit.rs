@@ -10,6 +10,7 @@ use tc_model::tenant::Acting;
 use tc_model::{NewTask, Task, TaskId};
 
 use crate::error::db;
+use crate::moves::count_moves;
 use crate::read_ops;
 use crate::rows::{self, nanos, task_columns};
 
@@ -357,9 +358,11 @@ pub(super) fn new_id(now_ms: tc_model::Timestamp) -> TaskId {
 }
 
 /// A batch's insert: one row per item of the `unnest`, in key order
-/// ([`insert_batch`]).
+/// ([`insert_batch`]), with the counts and due marks of the rows it made
+/// ([`count_moves`]).
 pub(crate) const INSERT_BATCH: &str = concat!(
-    "INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
+    "WITH made AS ( \
+     INSERT INTO tasks (pos, id, idempotency_key, state, url, body, max_attempts, \
                         timeout_ns, attempt, created_at, updated_at, next_run_at, \
                         schedule_at, schedule_delay_ms, destination, method, headers, \
                         trace_context, callback_url, callback_on, callback_of, tenant, \
@@ -383,7 +386,15 @@ pub(crate) const INSERT_BATCH: &str = concat!(
      ORDER BY r.key, r.tenant, r.within \
      ON CONFLICT (idempotency_key, tenant) DO NOTHING \
      RETURNING ",
-    task_columns!()
+    task_columns!(),
+    "), moves AS ( \
+         SELECT NULL::text AS from_state, state AS to_state, destination, next_run_at AS due \
+         FROM made \
+     )",
+    count_moves!(),
+    "SELECT ",
+    task_columns!(),
+    " FROM made"
 );
 
 /// The tasks that hold the keys a batch found taken ([`insert_batch`]).

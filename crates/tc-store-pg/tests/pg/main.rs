@@ -25,6 +25,7 @@ mod support;
 mod tenants;
 mod tls;
 mod upgrade;
+mod upgrade_counted;
 mod upgrade_hot;
 mod wal;
 mod workers;

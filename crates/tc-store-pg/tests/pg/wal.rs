@@ -5,8 +5,10 @@
 //! per try between its claim and its end). Ordinary runs play 200 tasks and
 //! check every one ends; the script runs it with `TC_WAL_TASKS=3000` and
 //! `TC_WAL_KEEP=1`, which keeps the schema for `pg_waldump` and prints the
-//! WAL positions around the work.
+//! WAL positions around the work, and the CPU time the store's own
+//! backends spent on it (`PGCPU`: ns in all, tasks, backends).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use tc_model::store::{Tasks, Work};
 use tc_model::{State, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 
-use crate::support::{database, new_task};
+use crate::support::{Raw, database, new_task};
 use tc_testkit::ClaimDue;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -28,9 +30,14 @@ async fn wal_workload_ends_every_task() {
     // One heartbeat per try between its claim and its end (TC_WAL_HEARTBEAT=1).
     let heartbeat = std::env::var("TC_WAL_HEARTBEAT").is_ok_and(|v| v == "1");
     let schema = db.fresh_schema();
+    // The store's own backends, told apart from other work on the server
+    // by their application name, for their CPU time (`backend_cpu_ns`).
+    let name = format!("tc-wal-{schema}");
+    let glue = if db.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{glue}application_name={name}", db.url());
     let store = Arc::new(
         PgStore::open(
-            db.url(),
+            &url,
             PgConfig {
                 schema: Some(schema.clone()),
                 pool_size: 16,
@@ -42,6 +49,8 @@ async fn wal_workload_ends_every_task() {
     );
     let lsn = || db.query_i64("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint");
     let start = lsn().await.unwrap().unwrap();
+    let raw = Raw::connect(&db, None, None).await;
+    let cpu_before = backend_cpu_ns(&raw, &name).await;
     let now = Timestamp::default();
     let mut callers = tokio::task::JoinSet::new();
     for caller in 0..64 {
@@ -94,11 +103,39 @@ async fn wal_workload_ends_every_task() {
     }
     assert_eq!(ended, tasks);
     let end = lsn().await.unwrap().unwrap();
+    let cpu = backend_cpu_ns(&raw, &name).await;
+    let cpu_ns: u64 = cpu
+        .iter()
+        .map(|(pid, ns)| ns - cpu_before.get(pid).copied().unwrap_or(0).min(*ns))
+        .sum();
     #[allow(clippy::print_stdout)]
     {
         println!("WAL {start} {end} {tasks} {schema}");
+        println!("PGCPU {cpu_ns} {tasks} {}", cpu.len());
     }
     if std::env::var("TC_WAL_KEEP").is_err() {
         db.cleanup().await.unwrap();
     }
+}
+
+/// The CPU time so far (ns, `/proc/<pid>/schedstat`) of each backend named
+/// `name`; none where PostgreSQL runs on another machine.
+async fn backend_cpu_ns(raw: &Raw, name: &str) -> HashMap<i32, u64> {
+    let rows = raw
+        .client()
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    let mut cpu = HashMap::new();
+    for row in rows {
+        let pid: i32 = row.get(0);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
+        if let Some(ns) = stat.split_whitespace().next().and_then(|n| n.parse().ok()) {
+            cpu.insert(pid, ns);
+        }
+    }
+    cpu
 }

@@ -394,6 +394,42 @@ pub async fn claim_serves_the_destinations_with_fewest_calls_in_flight_first<S: 
     Ok(())
 }
 
+/// A gate's first contact bounds only the destinations the claiming node
+/// has not met (named nowhere in the gate): one task of a destination it
+/// has never called, every due task of one it has met (in `met`, or with
+/// calls in flight) and of one the gate bounds itself.
+pub async fn first_contact_bounds_only_destinations_not_met<S: TaskStore>(store: S) -> Verdict {
+    let url_c = "http://c.example:8003/hook";
+    let a = create_many(&store, URL_A, "new", 3, at(0)).await?;
+    let b = create_many(&store, URL_B, "met", 3, at(1)).await?;
+    let c = create_many(&store, url_c, "calling", 3, at(2)).await?;
+    let mut gate = ClaimGate {
+        first_contact: Some(1),
+        ..ClaimGate::default()
+    };
+    gate.met.insert(DEST_B.to_owned());
+    gate.in_flight.insert("c.example:8003".to_owned(), 1);
+    let got = claim(&store, 20, at(10), gate.clone()).await?;
+    let mut got_ids = ids(&got);
+    got_ids.sort();
+    let mut want: Vec<TaskId> = a[..1].iter().chain(&b).chain(&c).copied().collect();
+    want.sort();
+    ensure_eq!(
+        got_ids,
+        want,
+        "one of the new destination's, all of the others'"
+    );
+    // A bound of the gate's own wins over first contact.
+    gate.at_most.insert(DEST_A.to_owned(), 2);
+    let got = claim(&store, 20, at(11), gate).await?;
+    ensure_eq!(
+        ids(&got),
+        a[1..].to_vec(),
+        "the new destination's bound of 2"
+    );
+    Ok(())
+}
+
 /// A destination's client certificate, key and CA certificates are kept as
 /// written and read back the same by every read (the
 /// key included, which the store seals at rest); an update that names

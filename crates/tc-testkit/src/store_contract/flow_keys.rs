@@ -261,10 +261,8 @@ pub async fn a_flow_key_s_backlog_cannot_hold_another_key_s_tasks<S: TaskStore>(
 }
 
 /// Two keys with several due tasks each share one claim's slots: every
-/// claimed task once, two of each key. (A key's due tasks stay due until
-/// the claim writes, so a key met again in one claim must read past those
-/// it gave; this row does not reach that case on its own, the bench's
-/// phase 18 does: docs/performance.md.)
+/// claimed task once, two of each key. (The rows after this one reach a
+/// key met twice in one claim.)
 pub async fn a_key_met_twice_in_one_claim_gives_its_next_tasks<S: TaskStore>(store: S) -> Verdict {
     for i in 0..3 {
         create(&store, keyed(URL, &format!("a{i}"), "A"), at(0)).await?;
@@ -281,5 +279,56 @@ pub async fn a_key_met_twice_in_one_claim_gives_its_next_tasks<S: TaskStore>(sto
         .collect();
     keys.sort_unstable();
     ensure_eq!(keys, vec!["A", "A", "B", "B"], "two of each key");
+    Ok(())
+}
+
+/// A key met a second time within one destination's take: `B` has one due
+/// task, so the slot it leaves goes back to `A` in a second round of the
+/// same take (`A`'s first two tasks read but not yet claimed): `A` gives
+/// its third, each task once.
+pub async fn a_key_met_again_in_one_take_reads_past_what_it_gave<S: TaskStore>(
+    store: S,
+) -> Verdict {
+    let mut a = Vec::new();
+    for i in 0..5 {
+        a.push(
+            create(&store, keyed(URL, &format!("a{i}"), "A"), at(0))
+                .await?
+                .id,
+        );
+    }
+    let b = create(&store, keyed(URL, "b0", "B"), at(0)).await?.id;
+    let got = claim(&store, 4, at(10), ClaimGate::default()).await?;
+    let mut ids: Vec<_> = got.iter().map(|t| t.id).collect();
+    ids.sort_unstable();
+    let mut want = vec![a[0], a[1], a[2], b];
+    want.sort_unstable();
+    ensure_eq!(ids, want, "A's three oldest and B's one");
+    Ok(())
+}
+
+/// A keyed destination met a second time in one claim by the share
+/// between destinations (another destination had fewer due tasks than its
+/// slots): the first take's tasks are claimed by then, so the second take
+/// gives the key's next due tasks, neither skipping nor repeating any.
+pub async fn a_keyed_destination_met_again_in_one_claim_gives_its_next_tasks<S: TaskStore>(
+    store: S,
+) -> Verdict {
+    let mut a = Vec::new();
+    for i in 0..3 {
+        a.push(
+            create(&store, keyed(URL, &format!("a{i}"), "A"), at(0))
+                .await?
+                .id,
+        );
+    }
+    let other = create(&store, task_for(URL_B, "other"), at(0)).await?.id;
+    let got = claim(&store, 4, at(10), ClaimGate::default()).await?;
+    let mut ids: Vec<_> = got.iter().map(|t| t.id).collect();
+    ids.sort_unstable();
+    let mut want = a.clone();
+    want.push(other);
+    want.sort_unstable();
+    ensure_eq!(ids, want, "every due task, once");
     Ok(())
 }

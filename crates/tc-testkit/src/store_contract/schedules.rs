@@ -30,6 +30,8 @@ fn spec(name: &str, cron: &str) -> Result<ScheduleSpec, String> {
     )
     .and_then(|t| t.with_method(Method::Put))
     .and_then(|t| t.with_first_run(FirstRun::After(Duration::from_secs(30))))
+    .and_then(|t| t.with_priority(6))
+    .and_then(|t| t.with_flow_key(Some("customer-7".to_owned())))
     .map(|t| t.with_headers(headers))
     .map_err(|e| e.to_string())?;
     Ok(ScheduleSpec {
