@@ -352,8 +352,9 @@ fn fields() -> Vec<Field> {
                 ),
         ]);
     }
-    // A schedule's template takes no priority (its tasks have 0).
-    for place in [Place::Submit, Place::BatchTask] {
+    // A schedule's template takes a priority and a flow key as a submit
+    // does: its tasks carry them.
+    for place in [Place::Submit, Place::BatchTask, Place::ScheduleTask] {
         rows.push(field(place, "priority").samples(Accepted, &[json!(9.0), json!(0)]));
         rows.push(
             field(place, "flow_key")
