@@ -38,6 +38,7 @@ mod schema;
 mod secrets;
 mod store;
 mod sub_health;
+mod tally;
 mod tenants;
 mod topics;
 mod write_ops;
@@ -82,6 +83,9 @@ pub mod raw {
         task: &NewTask,
         now: Timestamp,
     ) -> Result<Submitted, StoreError> {
-        crate::write_ops::submit(conn, task, now)
+        let submitted = crate::write_ops::submit(conn, task, now)?;
+        // The counts the writer would apply at its batch's end.
+        crate::tally::apply(conn).map_err(crate::rows::db)?;
+        Ok(submitted)
     }
 }

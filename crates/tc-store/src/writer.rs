@@ -165,6 +165,8 @@ pub(crate) fn commit_batch(conn: &mut Connection, batch: &mut Vec<Command>) {
 }
 
 fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<()> {
+    // Moves left by a batch that failed were rolled back with it.
+    crate::tally::discard();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch.iter_mut() {
         match job.undo() {
@@ -182,8 +184,10 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
                 // Cached statements rather than rusqlite's Savepoint, which
                 // builds and parses the SQL text anew for every command.
                 tx.prepare_cached("SAVEPOINT command")?.execute([])?;
+                let moves = crate::tally::mark();
                 if job.run(&tx) != Ran::Done {
                     tx.prepare_cached("ROLLBACK TO command")?.execute([])?;
+                    crate::tally::undo_to(moves);
                 }
                 tx.prepare_cached("RELEASE command")?.execute([])?;
             }
@@ -197,6 +201,8 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
             ));
         }
     }
+    // The batch's counts, once (schema step 27).
+    crate::tally::apply(&tx)?;
     tx.commit()
 }
 
@@ -402,6 +408,67 @@ mod tests {
             );
         }
         assert_eq!(count(&conn), 0);
+    }
+
+    /// The counts of a batch: pending by state, and the destinations' rows.
+    fn counts(conn: &Connection) -> (u64, Vec<(String, i64, Option<i64>)>) {
+        let pending = crate::read_ops::count_by_state(conn)
+            .unwrap()
+            .get(tc_model::State::Pending);
+        let rows = conn
+            .prepare("SELECT destination, pending, next_due FROM destination_tasks")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        (pending, rows)
+    }
+
+    #[test]
+    fn a_command_undone_by_its_savepoint_leaves_no_count() {
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let (first, first_answer) = submit("a", b"1");
+        let (reply, undone_answer) = oneshot::channel::<Result<(), StoreError>>();
+        let undone = command(
+            |conn: &Connection| {
+                let late = Timestamp::from_millis(5);
+                write_ops::submit(conn, &task("x", b"1"), late)?;
+                write_ops::submit(conn, &task("y", b"1"), late)?;
+                Err(StoreError::NotFound)
+            },
+            Undo::Savepoint,
+            reply,
+            None,
+        );
+        commit_batch(&mut conn, &mut vec![first, undone]);
+        assert!(first_answer.blocking_recv().unwrap().unwrap().created);
+        assert_eq!(
+            undone_answer.blocking_recv().unwrap(),
+            Err(StoreError::NotFound)
+        );
+        assert_eq!(count(&conn), 1);
+        let due = Timestamp::default().as_millis();
+        assert_eq!(
+            counts(&conn),
+            (1, vec![("127.0.0.1:9".into(), 1, Some(due))])
+        );
+    }
+
+    #[test]
+    fn a_batch_rolled_back_leaves_no_count_for_the_next() {
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let (first, _first_answer) = submit("a", b"1");
+        let (failing, _failing_answer) = whole_batch("x", true);
+        commit_batch(&mut conn, &mut vec![first, failing]);
+        let (next, next_answer) = submit("b", b"1");
+        commit_batch(&mut conn, &mut vec![next]);
+        assert!(next_answer.blocking_recv().unwrap().unwrap().created);
+        let due = Timestamp::default().as_millis();
+        assert_eq!(
+            counts(&conn),
+            (1, vec![("127.0.0.1:9".into(), 1, Some(due))])
+        );
     }
 
     #[test]
