@@ -609,6 +609,7 @@ mod tests {
                 "destination_tasks_waiting",
             ),
             (crate::read_ops::NEXT_DUE, "destination_tasks"),
+            (crate::tally::ADD_COUNTS, "tasks_due_by_destination"),
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
             (crate::write_ops::OPEN_TASKS_OF, "tasks_open_by_tenant"),
