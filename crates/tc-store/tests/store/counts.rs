@@ -14,7 +14,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::ClaimGate;
-use tc_model::store::{BulkAction, BulkRequest, Completion, StateCounts, TaskFilter};
+use tc_model::store::{BulkAction, BulkRequest, Completion, Guarded, StateCounts, TaskFilter};
 use tc_model::store::{Tasks, Work};
 use tc_model::tenant::Scope;
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
@@ -148,7 +148,7 @@ async fn the_counts_equal_a_recount_after_every_write_path() {
         ("a success", Step::Complete("a1", success)),
         ("a failure", Step::Complete("b1", failed)),
         ("a retry later", Step::Complete("a2", retry_later)),
-        ("a release", Step::Release("a3")),
+        ("a release", Step::Release("b2")),
         ("a claim of the rest", Step::Claim(10)),
         ("a success with a callback", Step::Complete("a5", success)),
         ("a cancel of a running task", Step::Cancel("b2")),
@@ -260,17 +260,19 @@ async fn run<'k>(
         }
         Step::Complete(key, how) => {
             let id = ids[key];
-            store
+            let done = store
                 .complete(id, attempt(id).await, how(now), now)
                 .await
                 .unwrap();
+            assert!(matches!(done, Guarded::Applied(_)), "{key}: {done:?}");
         }
         Step::Cancel(key) => {
             store.cancel(ids[key], Scope::Admin, now).await.unwrap();
         }
         Step::Release(key) => {
             let id = ids[key];
-            store.release(id, attempt(id).await, now).await.unwrap();
+            let done = store.release(id, attempt(id).await, now).await.unwrap();
+            assert!(matches!(done, Guarded::Applied(_)), "{key}: {done:?}");
         }
         Step::RecoverExpired(at) => {
             store.recover_expired(at).await.unwrap();
