@@ -7,8 +7,8 @@ use tc_model::callback::Callback;
 use tc_model::store::StoreError;
 use tc_model::{NewTask, State, TaskId, Timestamp};
 
+use crate::moves::{self, At};
 use crate::rows::{self, db, nanos};
-use crate::tally::{self, At};
 use crate::write_ops::{Made, SubmitRow, known_task, new_id, seq_floor_above, submit_prepared};
 
 /// The rows of one multi-row INSERT of [`submit_all`], largest first: a
@@ -124,7 +124,7 @@ pub(crate) fn submit_all(
         for ((new, row), id) in chunk.iter().zip(&rows[at..at + size]).zip(ids) {
             if inserted == size || rows::exists(conn, &id)? {
                 let due = At::pending(new.first_run().due_at(now).as_millis());
-                tally::moved(&row.destination, None, Some(due));
+                moves::moved(&row.destination, None, Some(due));
                 answers.push(Ok(Made::Created(id)));
                 continue;
             }

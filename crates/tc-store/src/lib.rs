@@ -28,6 +28,7 @@ mod destinations;
 mod events;
 mod filter;
 mod flow_keys;
+mod moves;
 mod priority;
 mod private_file;
 mod read_ops;
@@ -38,7 +39,6 @@ mod schema;
 mod secrets;
 mod store;
 mod sub_health;
-mod tally;
 mod tenants;
 mod topics;
 mod write_ops;
@@ -85,7 +85,7 @@ pub mod raw {
     ) -> Result<Submitted, StoreError> {
         let submitted = crate::write_ops::submit(conn, task, now)?;
         // The counts the writer would apply at its batch's end.
-        crate::tally::apply(conn).map_err(crate::rows::db)?;
+        crate::moves::apply(conn).map_err(crate::rows::db)?;
         Ok(submitted)
     }
 }

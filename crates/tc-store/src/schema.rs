@@ -609,7 +609,7 @@ mod tests {
                 "destination_tasks_waiting",
             ),
             (crate::read_ops::NEXT_DUE, "destination_tasks"),
-            (crate::tally::ADD_COUNTS, "tasks_due_by_destination"),
+            (crate::moves::ADD_COUNTS, "tasks_due_by_destination"),
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
             (crate::write_ops::OPEN_TASKS_OF, "tasks_open_by_tenant"),
@@ -884,14 +884,14 @@ mod tests {
             .unwrap();
             crate::write_ops::submit(&conn, &new, at(6)).unwrap();
         }
-        crate::tally::apply(&conn).unwrap();
+        crate::moves::apply(&conn).unwrap();
         check_counts(&conn, "a submit");
         check_destinations(&conn, "a submit");
         let gate = tc_model::destination::ClaimGate::default();
         let claimed = crate::write_ops::claim(&conn, 2, at(10), Duration::from_secs(60), &gate)
             .unwrap()
             .tasks;
-        crate::tally::apply(&conn).unwrap();
+        crate::moves::apply(&conn).unwrap();
         check_counts(&conn, "a claim");
         check_destinations(&conn, "a claim");
         let effect = tc_model::completion::CompletionEffect::of(
@@ -906,7 +906,7 @@ mod tests {
         let scope = tc_model::tenant::Scope::Admin;
         crate::write_ops::cancel(&conn, &claimed[1].id, &scope, at(12), 0).unwrap();
         crate::write_ops::delete(&conn, &claimed[0].id, &scope).unwrap();
-        crate::tally::apply(&conn).unwrap();
+        crate::moves::apply(&conn).unwrap();
         check_counts(&conn, "a completion, a cancel and a delete");
         check_destinations(&conn, "a completion, a cancel and a delete");
     }

@@ -244,7 +244,7 @@ mod tests {
         }
         let admin = super::submit(&conn, &task("admin"), at(2)).unwrap().task;
         // What the writer does at its batch's end.
-        crate::tally::apply(&conn).unwrap();
+        crate::moves::apply(&conn).unwrap();
         let gate = ClaimGate {
             tenants: Some(tc_model::tenant::TenantGate::default()),
             ..ClaimGate::default()

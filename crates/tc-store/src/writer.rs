@@ -166,7 +166,7 @@ pub(crate) fn commit_batch(conn: &mut Connection, batch: &mut Vec<Command>) {
 
 fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<()> {
     // Moves left by a batch that failed were rolled back with it.
-    crate::tally::discard();
+    crate::moves::discard();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch.iter_mut() {
         match job.undo() {
@@ -184,10 +184,10 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
                 // Cached statements rather than rusqlite's Savepoint, which
                 // builds and parses the SQL text anew for every command.
                 tx.prepare_cached("SAVEPOINT command")?.execute([])?;
-                let moves = crate::tally::mark();
+                let moves = crate::moves::mark();
                 if job.run(&tx) != Ran::Done {
                     tx.prepare_cached("ROLLBACK TO command")?.execute([])?;
-                    crate::tally::undo_to(moves);
+                    crate::moves::undo_to(moves);
                 }
                 tx.prepare_cached("RELEASE command")?.execute([])?;
             }
@@ -202,7 +202,7 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
         }
     }
     // The batch's counts, once (schema step 27).
-    crate::tally::apply(&tx)?;
+    crate::moves::apply(&tx)?;
     tx.commit()
 }
 

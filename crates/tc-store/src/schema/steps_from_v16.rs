@@ -356,7 +356,7 @@ CREATE TABLE flow_keys (
 /// Step 26 → 27 (the writer's instructions per task): the counts are
 /// tallied by the writer, no longer by AFTER-row triggers. Every write
 /// that inserts, deletes or moves a task reports the move, and the writer
-/// applies a batch's moves once before its COMMIT (`tally::apply`: one
+/// applies a batch's moves once before its COMMIT (`moves::apply`: one
 /// UPDATE per touched row of `destination_tasks` and `state_counts`). The
 /// triggers' frames alone cost every submit, claim and completion more
 /// than the counting (docs/performance.md). The counts the triggers kept

@@ -13,8 +13,8 @@ use tc_model::{State, Task, TaskId, Timestamp, transit};
 
 use crate::destinations;
 use crate::flow_keys::Keyed;
+use crate::moves::{self, At};
 use crate::rows::{self, db, parse_id, parse_state};
-use crate::tally::{self, At};
 
 use super::{INTERRUPTED, Try, close_attempt, ended, guard, write_one};
 
@@ -110,7 +110,7 @@ pub(super) fn claim_one(
     )?;
     // Its due time is not read: the claim takes the earliest due, which
     // the counts then read again.
-    tally::moved(destination, Some(At::state(from)), Some(At::state(to)));
+    moves::moved(destination, Some(At::state(from)), Some(At::state(to)));
     // The try's history row is written once, when the try ends
     // ([`close_attempt`]); while it runs, reads show it from the task's own
     // attempt and start (`rows::attempts_of`).
@@ -230,7 +230,7 @@ pub(crate) fn release(
         ],
     )?;
     let back = At::pending(now.as_millis());
-    tally::moved(&head.destination, Some(At::state(head.state)), Some(back));
+    moves::moved(&head.destination, Some(At::state(head.state)), Some(back));
     // The history keeps the interrupted try; the next claim reuses its n.
     let tried = Try {
         id,
@@ -303,7 +303,7 @@ pub(crate) fn recover_expired(
             State::Pending => At::pending(now_ms),
             _ => At::state(to),
         };
-        tally::moved(&destination, Some(At::state(from)), Some(after));
+        moves::moved(&destination, Some(At::state(from)), Some(after));
         let id = parse_id(id)?;
         let tried = Try {
             id: &id,

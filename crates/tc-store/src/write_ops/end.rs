@@ -10,8 +10,8 @@ use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{Acting, Scope};
 use tc_model::{State, Task, TaskId, Timestamp};
 
+use crate::moves::{self, At};
 use crate::rows::{self, Stored, db, parse_state};
-use crate::tally::{self, At};
 
 use super::{
     Made, SubmitRow, Try, check_acting, close_attempt, load_seq, new_id, open_tasks_of, submit_as,
@@ -78,7 +78,7 @@ pub(crate) fn complete(
         Some(due) if to == State::Pending => At::pending(due.as_millis()),
         _ => At::state(to),
     };
-    tally::moved(&destination, Some(At::state(state)), Some(after));
+    moves::moved(&destination, Some(At::state(state)), Some(after));
     close_attempt(
         conn,
         Try {
@@ -190,7 +190,7 @@ pub(crate) fn cancel(
         state: effect.from,
         due: task.next_run_at.map(Timestamp::as_millis),
     };
-    tally::moved(
+    moves::moved(
         &task.destination,
         Some(before),
         Some(At::state(effect.state)),
@@ -238,7 +238,7 @@ pub(crate) fn delete(conn: &Connection, id: &TaskId, scope: &Scope) -> Result<()
         "DELETE FROM tasks WHERE seq = ?1 AND state = ?2",
         params![seq, state.as_str()],
     )?;
-    tally::moved(&destination, Some(At::state(state)), None);
+    moves::moved(&destination, Some(At::state(state)), None);
     Ok(())
 }
 
@@ -281,7 +281,7 @@ pub(crate) fn prune(
         .map_err(db)?;
     // Finished tasks count by state alone, not by destination.
     for _ in 0..deleted {
-        tally::moved("", Some(At::state(state)), None);
+        moves::moved("", Some(At::state(state)), None);
     }
     reclaim_free_pages(conn)?;
     Ok(deleted)
@@ -370,7 +370,7 @@ pub(super) fn retry_seq(
         ],
     )?;
     let back = At::pending(run_at.as_millis());
-    tally::moved(destination, Some(At::state(state)), Some(back));
+    moves::moved(destination, Some(At::state(state)), Some(back));
     Ok(())
 }
 

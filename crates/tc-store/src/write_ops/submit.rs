@@ -7,8 +7,8 @@ use tc_model::store::{StoreError, Submitted};
 use tc_model::tenant::Acting;
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, TraceContext};
 
+use crate::moves::{self, At};
 use crate::rows::{self, Stored, db, nanos};
-use crate::tally::{self, At};
 
 /// Whether deletes raised the seq floor (schema step 6) above the table's
 /// last seq: only then must a submit name its seq.
@@ -189,7 +189,7 @@ pub(super) fn submit_as(
         .map_err(db)?;
     if inserted == 1 {
         let due = At::pending(first_run.as_millis());
-        tally::moved(&row.destination, None, Some(due));
+        moves::moved(&row.destination, None, Some(due));
         return Ok(Made::Created(id));
     }
     // The key is taken: the insert's own probe of the key's unique index
