@@ -15,8 +15,10 @@ use rusqlite::Connection;
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::ClaimGate;
 use tc_model::store::{BulkAction, BulkRequest, Completion, Guarded, StateCounts, TaskFilter};
-use tc_model::store::{Tasks, Work};
+use tc_model::store::{Tasks, Topics, Work};
 use tc_model::tenant::Scope;
+use tc_model::topic::event::NewEvent;
+use tc_model::topic::{EventTypes, SubscriptionSpec, TopicRef, TopicSpec};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::ClaimDue;
@@ -39,6 +41,14 @@ fn task(key: &str, destination: &str) -> NewTask {
     .unwrap()
 }
 
+/// The topic the publish rows publish to.
+fn orders() -> TopicRef {
+    TopicRef {
+        tenant: None,
+        name: "orders".to_owned(),
+    }
+}
+
 /// One write through the store.
 enum Step {
     /// A submit (to `127.0.0.1:1` or `:2` by the key's first letter).
@@ -47,6 +57,9 @@ enum Step {
     SubmitWithCallback(&'static str),
     /// One batch of submits.
     SubmitMany(&'static [&'static str]),
+    /// An event published to the topic `orders`: a task per subscription
+    /// (one to each destination).
+    Publish(&'static str),
     /// A claim of up to n due tasks (at the step's time).
     Claim(usize),
     /// The running task ends so.
@@ -143,6 +156,7 @@ async fn the_counts_equal_a_recount_after_every_write_path() {
             "a batch with a taken key",
             Step::SubmitMany(&["a6", "a1", "b4"]),
         ),
+        ("a topic's publish", Step::Publish("e1")),
         ("a callback's parent", Step::SubmitWithCallback("a5")),
         ("a claim", Step::Claim(4)),
         ("a success", Step::Complete("a1", success)),
@@ -188,6 +202,20 @@ async fn the_counts_equal_a_recount_after_every_write_path() {
             Step::Bulk(BulkAction::Delete, None),
         ),
     ];
+    store
+        .put_topic(orders(), TopicSpec::default(), t(0))
+        .await
+        .unwrap();
+    for (id, url) in [
+        ("s1", "http://127.0.0.1:1/e"),
+        ("s2", "http://127.0.0.1:2/e"),
+    ] {
+        let spec = SubscriptionSpec::new(url.to_owned(), EventTypes::all()).unwrap();
+        store
+            .create_subscription(orders(), id.to_owned(), spec, t(0))
+            .await
+            .unwrap();
+    }
     let mut now = t(0);
     let mut seen = StateCounts::default();
     for (what, step) in steps {
@@ -251,6 +279,20 @@ async fn run<'k>(
             for (key, got) in keys.iter().zip(got) {
                 ids.insert(key, got.unwrap().task.id);
             }
+        }
+        Step::Publish(key) => {
+            let new = NewEvent::new(
+                orders(),
+                "order.placed".to_owned(),
+                b"{}".to_vec(),
+                key.to_owned(),
+                2,
+                Duration::from_secs(2),
+                &Limits::default(),
+            )
+            .unwrap();
+            let published = store.publish(new, format!("ev-{key}"), now).await.unwrap();
+            assert_eq!(published.event.tasks.len(), 2, "{key}");
         }
         Step::Claim(n) => {
             store
