@@ -307,6 +307,80 @@ mod tests {
         }
     }
 
+    /// A destination leaves the ready set when a task that may have been
+    /// its earliest leaves pending (its earliest due time moves later, to
+    /// come back at the next claim's walk), and keeps its place when a
+    /// later task leaves or an earlier one comes.
+    #[test]
+    fn the_ready_flag_follows_the_earliest_due_time() {
+        use std::time::Duration;
+        use tc_model::{Limits, NewTask, Timestamp};
+
+        let conn = crate::schema::open_writer(
+            &crate::schema::Target::new_memory(),
+            &crate::config::StoreConfig::default(),
+        )
+        .unwrap();
+        let at = Timestamp::from_millis;
+        let submit = |key: &str, due: i64| {
+            let new = NewTask::new(
+                "http://a:80/".into(),
+                b"{}".to_vec(),
+                key.into(),
+                1,
+                Duration::from_secs(1),
+                &Limits::default(),
+            )
+            .unwrap();
+            crate::write_ops::submit(&conn, &new, at(due)).unwrap().task
+        };
+        let row = || -> (i64, Option<i64>, i64) {
+            apply(&conn).unwrap();
+            conn.query_row(
+                "SELECT pending, next_due, ready FROM destination_tasks WHERE destination = 'a:80'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap()
+        };
+        let first = submit("first", 10);
+        let later = submit("later", 20);
+        assert_eq!(row(), (2, Some(10), 0));
+        crate::destinations::walk_due(&conn, at(50), None, |_| true).unwrap();
+        assert_eq!(row(), (2, Some(10), 1));
+        let scope = tc_model::tenant::Scope::Admin;
+        crate::write_ops::cancel(&conn, &later.id, &scope, at(51), 0).unwrap();
+        assert_eq!(row(), (1, Some(10), 1), "a later task left");
+        submit("earlier", 5);
+        assert_eq!(row(), (2, Some(5), 1), "an earlier task came");
+        crate::write_ops::cancel(&conn, &first.id, &scope, at(52), 0).unwrap();
+        assert_eq!(row(), (1, Some(5), 1), "a later task left");
+        let gate = tc_model::destination::ClaimGate::default();
+        let claimed = crate::write_ops::claim(&conn, 1, at(53), Duration::from_secs(9), &gate);
+        assert_eq!(claimed.unwrap().tasks.len(), 1);
+        apply(&conn).unwrap();
+        let gone: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM destination_tasks WHERE pending = 0 AND running = 0",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(gone, 0, "an empty row is dropped");
+        let left: (i64, i64, Option<i64>, i64) = conn
+            .query_row(
+                "SELECT pending, running, next_due, ready FROM destination_tasks",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            left,
+            (0, 1, None, 0),
+            "the earliest left: out of the ready set"
+        );
+    }
+
     #[test]
     fn a_pending_task_of_unknown_due_time_makes_the_earliest_read_again() {
         let running = Some(At::state(State::Running));
