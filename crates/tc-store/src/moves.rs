@@ -8,11 +8,11 @@
 //!
 //! The moves wait in a list of the writer thread's own; a command undone by
 //! its savepoint drops its share ([`mark`], [`undo_to`]), a batch that
-//! fails drops them all ([`discard`]). Inside a batch, until [`apply`], the
-//! counts lag the tasks by the batch's own moves: a claim in the same batch
-//! as a submit does not see the submit's destination as due (as if the
-//! submit came after it), and a destination whose due tasks the batch took
-//! may still be visited (its tasks are read from `tasks`, which is exact).
+//! fails drops them all ([`discard`]). Until [`apply`], the counts lag the
+//! tasks by the batch's own moves; the one command that reads them on the
+//! writer, the claim, applies what is pending before its walk and again
+//! before it reads its `resume_after` (it runs without a savepoint, so what
+//! it applies stands or falls with the whole batch).
 //!
 //! The rule of what a move does to the counts is [`Tally::add`], here once.
 
@@ -186,8 +186,9 @@ const DROP_EMPTY: &str =
 const ADD_FINISHED: &str = "UPDATE OR FAIL state_counts SET n = n + ?2 WHERE state = ?1";
 
 /// Writes the moves reported since the last apply into the counts, and
-/// empties the list. The writer runs it once per batch, before COMMIT;
-/// a tool that calls the write operations directly runs it after them.
+/// empties the list. The writer runs it before each batch's COMMIT, a claim
+/// before it reads the counts; a tool that calls the write operations
+/// directly runs it after them. Never inside a savepoint that may roll back.
 pub(crate) fn apply(conn: &Connection) -> rusqlite::Result<()> {
     let moves = MOVES.with_borrow_mut(std::mem::take);
     if moves.is_empty() {

@@ -471,6 +471,81 @@ mod tests {
         );
     }
 
+    /// A claim's `resume_after` knows the due times of the moves before
+    /// it in its batch (a retry's) and of the tasks it left behind in the
+    /// destinations it took from: the claim loop sleeps until then.
+    #[test]
+    fn a_claim_sees_the_due_times_its_batch_moved() {
+        use tc_model::claim::Claim;
+        use tc_model::completion::CompletionEffect;
+        use tc_model::destination::ClaimGate;
+        use tc_model::store::{Completion, Guarded};
+
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let at = Timestamp::from_millis;
+        let (first, _) = submit("a", b"1");
+        commit_batch(&mut conn, &mut vec![first]);
+        let claim = |n: usize, now: i64| {
+            let (reply, answer) = oneshot::channel::<Result<Claim, StoreError>>();
+            let op = move |conn: &Connection| {
+                let lease = Duration::from_secs(60);
+                write_ops::claim(conn, n, at(now), lease, &ClaimGate::default())
+            };
+            (command(op, Undo::WholeBatch, reply, None), answer)
+        };
+        let (took, took_answer) = claim(1, 10);
+        commit_batch(&mut conn, &mut vec![took]);
+        let running = took_answer.blocking_recv().unwrap().unwrap().tasks;
+        assert_eq!(running.len(), 1);
+        // A retry due at 500, then a claim at 20, in one batch.
+        let (reply, retried) = oneshot::channel::<Result<Guarded, StoreError>>();
+        let id = running[0].id;
+        let retry = command(
+            move |conn: &Connection| {
+                let effect = CompletionEffect::of(
+                    Completion::Retry {
+                        next_run_at: at(500),
+                        reason: "http_503".into(),
+                        http_status: Some(503),
+                    },
+                    at(20),
+                );
+                write_ops::complete(conn, &id, 1, &effect, 0)
+            },
+            Undo::WholeBatch,
+            reply,
+            None,
+        );
+        let (after, after_answer) = claim(4, 20);
+        commit_batch(&mut conn, &mut vec![retry, after]);
+        assert!(matches!(
+            retried.blocking_recv().unwrap(),
+            Ok(Guarded::Applied(_))
+        ));
+        let answer = after_answer.blocking_recv().unwrap().unwrap();
+        assert_eq!(answer.tasks.len(), 0);
+        assert_eq!(answer.resume_after, Some(at(500)), "the retry's due time");
+        // Two tasks due at 30 and 900: a claim at 40 takes the first and
+        // resumes at the second.
+        for (key, due) in [("b", 30), ("c", 900)] {
+            let (reply, _answer) = oneshot::channel();
+            let op = move |conn: &Connection| write_ops::submit(conn, &task(key, b"1"), at(due));
+            commit_batch(
+                &mut conn,
+                &mut vec![command(op, Undo::WholeBatch, reply, None)],
+            );
+        }
+        let (took, took_answer) = claim(1, 40);
+        commit_batch(&mut conn, &mut vec![took]);
+        let answer = took_answer.blocking_recv().unwrap().unwrap();
+        assert_eq!(answer.tasks.len(), 1);
+        assert_eq!(
+            answer.resume_after,
+            Some(at(500)),
+            "the earliest not yet due"
+        );
+    }
+
     #[test]
     fn a_caller_that_went_away_does_not_stop_the_write() {
         let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();

@@ -36,6 +36,10 @@ pub(crate) fn claim(
     lease: Duration,
     gate: &ClaimGate,
 ) -> Result<Claim, StoreError> {
+    // The walk reads the counts: first the moves of the batch's earlier
+    // commands. The claim runs without a savepoint (`Undo::WholeBatch`),
+    // so what it applies stands or falls with the whole batch.
+    moves::apply(conn).map_err(db)?;
     let limits = destinations::claim_limits(conn)?;
     let running = if limits.values().any(|s| s.max_in_flight.is_some()) {
         destinations::running_by_destination(conn)?
@@ -75,6 +79,9 @@ pub(crate) fn claim(
         }
     }
     keyed.charge(conn)?;
+    // Its own moves too, before `resume_after` reads the earliest due time
+    // of the destinations it took from (the later tasks left there).
+    moves::apply(conn).map_err(db)?;
     Ok(Claim {
         tasks: claimed,
         resume_after: destinations::next_waiting(conn)?,
