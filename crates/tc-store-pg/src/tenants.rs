@@ -204,8 +204,8 @@ pub(crate) async fn details(
         .map_err(db)?;
     let counts = client
         .prepare_cached(
-            "SELECT tenant, state, count(*) FROM tasks \
-             WHERE tenant <> '' AND state IN ('pending', 'running') \
+            "SELECT tenant, state, count(*) FROM queue \
+             WHERE tenant <> '' \
                AND ($1::text IS NULL OR tenant = $1) \
              GROUP BY tenant, state",
         )

@@ -166,7 +166,7 @@ async fn lock_and_count_running(
         tx.query(&lock, &[&capped]).await.map_err(db)?;
         let count = tx
             .prepare_cached(
-                "SELECT destination, count(*) FROM tasks \
+                "SELECT destination, count(*) FROM queue \
                  WHERE state = 'running' AND destination = ANY($1) GROUP BY destination",
             )
             .await
@@ -187,12 +187,12 @@ macro_rules! claim_sql {
     ($tenant:literal) => {
         concat!(
             "WITH due AS ( \
-                 SELECT pos, next_run_at FROM tasks \
-                 WHERE state = 'pending' AND destination = $4 ",
+                 SELECT q.pos, q.next_run_at FROM queue q JOIN tasks t ON t.pos = q.pos \
+                 WHERE q.state = 'pending' AND q.destination = $4 ",
             $tenant,
-            " AND next_run_at <= tc_now_ms($1) \
-                 ORDER BY next_run_at, pos LIMIT $2 \
-                 FOR UPDATE SKIP LOCKED",
+            " AND q.next_run_at <= tc_now_ms($1) AND t.state = 'pending' \
+                 ORDER BY q.next_run_at, q.pos LIMIT $2 \
+                 FOR UPDATE OF t SKIP LOCKED",
             claim_tail!()
         )
     };
@@ -219,8 +219,8 @@ macro_rules! claim_tail {
              t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
              t.tenant, t.topic, t.event_id, t.subscription, t.priority, t.flow_key \
              ), moves AS ( \
-                 SELECT 'pending'::text AS from_state, state AS to_state, destination, \
-                        NULL::bigint AS due \
+                 SELECT pos, 'pending'::text AS from_state, state AS to_state, destination, \
+                        NULL::bigint AS due, tenant, flow_key, priority \
                  FROM claimed \
              )",
             $crate::moves::count_moves!(),
@@ -280,12 +280,12 @@ pub(super) async fn due_tenants(
     let stmt = tx
         .prepare_cached(
             "WITH RECURSIVE named AS ( \
-                 (SELECT tenant FROM tasks \
+                 (SELECT tenant FROM queue \
                   WHERE state = 'pending' AND tenant <> '' AND destination = $2 \
                     AND next_run_at <= tc_now_ms($1) \
                   ORDER BY tenant LIMIT 1) \
                  UNION ALL \
-                 SELECT (SELECT t.tenant FROM tasks t \
+                 SELECT (SELECT t.tenant FROM queue t \
                          WHERE t.state = 'pending' AND t.tenant <> '' AND t.destination = $2 \
                            AND t.tenant > named.tenant AND t.next_run_at <= tc_now_ms($1) \
                          ORDER BY t.tenant LIMIT 1) \
@@ -294,7 +294,7 @@ pub(super) async fn due_tenants(
              SELECT tenant FROM named WHERE tenant IS NOT NULL \
              UNION ALL \
              SELECT '' WHERE EXISTS ( \
-                 SELECT 1 FROM tasks \
+                 SELECT 1 FROM queue \
                  WHERE state = 'pending' AND destination = $2 AND tenant = '' \
                    AND next_run_at <= tc_now_ms($1))",
         )
@@ -327,7 +327,7 @@ pub(super) async fn claim_of_tenant(
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = if tenant.is_empty() {
         let stmt = tx
-            .prepare_cached(claim_sql!("AND tenant = ''"))
+            .prepare_cached(claim_sql!("AND q.tenant = ''"))
             .await
             .map_err(db)?;
         tx.query(&stmt, &[&now, &limit, &millis(lease), &destination])
@@ -337,7 +337,7 @@ pub(super) async fn claim_of_tenant(
         // `tenant <> ''` written out: the partial index's predicate, for
         // the planner (the parameter's value is not known to a generic plan).
         let stmt = tx
-            .prepare_cached(claim_sql!("AND tenant = $5 AND tenant <> ''"))
+            .prepare_cached(claim_sql!("AND q.tenant = $5 AND q.tenant <> ''"))
             .await
             .map_err(db)?;
         tx.query(
@@ -447,8 +447,8 @@ pub(crate) async fn release(
                                       next_run_at = tc_now_ms($1), lease_until = NULL, \
                                       error = $3, updated_at = tc_now_ms($1) \
                      WHERE pos = $2 \
-                     RETURNING 'running'::text AS from_state, state AS to_state, destination, \
-                               next_run_at AS due \
+                     RETURNING pos, 'running'::text AS from_state, state AS to_state, destination, \
+                               next_run_at AS due, tenant, flow_key, priority \
                  )",
             count_moves!(),
             "SELECT 1 FROM moves"
@@ -471,7 +471,8 @@ pub(crate) async fn release(
 pub(crate) const RECOVER: &str = concat!(
     "WITH expired AS ( \
          SELECT pos, attempt < max_attempts + attempts_before_retry AS again FROM tasks \
-         WHERE state = 'running' AND lease_until < tc_now_ms($1) \
+         WHERE pos = ANY (ARRAY(SELECT pos FROM queue WHERE state = 'running')) \
+           AND state = 'running' AND lease_until < tc_now_ms($1) \
            AND ($3 OR callback_url IS NULL \
                 OR attempt < max_attempts + attempts_before_retry) \
          FOR UPDATE SKIP LOCKED \
@@ -485,10 +486,10 @@ pub(crate) const RECOVER: &str = concat!(
          FROM expired e WHERE t.pos = ANY (ARRAY(SELECT pos FROM expired)) AND t.pos = e.pos \
          RETURNING t.id, t.attempt, t.pos, t.started_at, \
                    NOT e.again AND t.callback_url IS NOT NULL AS asks_callback, \
-                   t.state, t.destination, t.next_run_at \
+                   t.state, t.destination, t.next_run_at, t.tenant, t.flow_key, t.priority \
      ), moves AS ( \
-         SELECT 'running'::text AS from_state, state AS to_state, destination, \
-                next_run_at AS due \
+         SELECT pos, 'running'::text AS from_state, state AS to_state, destination, \
+                next_run_at AS due, tenant, flow_key, priority \
          FROM moved \
      )",
     count_moves!(),
@@ -526,7 +527,9 @@ pub(crate) async fn recover_expired(
     let foresee = tx
         .prepare_cached(
             "SELECT EXISTS (SELECT 1 FROM tasks \
-                            WHERE state = 'running' AND lease_until < tc_now_ms($1) \
+                            WHERE pos = ANY (ARRAY(SELECT pos FROM queue \
+                                                   WHERE state = 'running')) \
+                              AND state = 'running' AND lease_until < tc_now_ms($1) \
                               AND attempt >= max_attempts + attempts_before_retry \
                               AND callback_url IS NOT NULL)",
         )
