@@ -15,6 +15,7 @@
 //! slots; pause and caps hold across nodes (the store counts them).
 
 mod cluster;
+mod contact;
 mod key_holds;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use tc_model::{Task, TaskId, Timestamp};
 
 use crate::metrics::{DestinationMetrics, HoldReason};
 use crate::pacing::{Paced, Pacing};
+use contact::{Ask, Contact};
 
 /// When the circuit breaker of a destination opens, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +156,8 @@ struct Dest {
     last_status: Option<u16>,
     in_flight: u64,
     pacing: Pacing,
+    /// Whether this node has met it: the first call goes alone.
+    contact: Contact,
 }
 
 impl Dest {
@@ -171,6 +175,7 @@ impl Dest {
             last_status: None,
             in_flight: 0,
             pacing: Pacing::default(),
+            contact: Contact::New,
         }
     }
 
@@ -187,6 +192,7 @@ impl Dest {
         if self.shared_hold.is_some_and(|until| until <= now) {
             self.shared_hold = None;
         }
+        self.contact.settle(now);
     }
 
     /// Whether a rate-limit hold, this node's or another's, holds it now.
@@ -210,6 +216,7 @@ impl Dest {
             && self.backoff_until.is_none()
             && self.shared_hold.is_none()
             && self.pacing.is_idle(now)
+            && self.contact.is_idle(now)
     }
 
     fn breaker_state(&self) -> BreakerState {
@@ -324,6 +331,7 @@ impl Flow {
         let mut gate = ClaimGate {
             after: cursor.clone(),
             held_keys: key_holds.held(now),
+            first_contact: Some(1),
             ..ClaimGate::default()
         };
         for (name, s) in settings.iter() {
@@ -340,6 +348,11 @@ impl Flow {
         for (name, dest) in dests.iter_mut() {
             let s = settings.get(name);
             let mut at_most: Option<usize> = dest.pacing.room(dest.in_flight, now);
+            match dest.contact.ask() {
+                Ask::One => at_most = Some(at_most.map_or(1, |a| a.min(1))),
+                Ask::Hold => at_most = Some(0),
+                Ask::Free => {}
+            }
             let held = dest.backoff_until.is_some()
                 || dest.rate_limited(now).is_some()
                 || match dest.breaker {
@@ -359,6 +372,8 @@ impl Flow {
                 gate.held.insert(name.clone());
             } else if let Some(n) = at_most {
                 gate.at_most.insert(name.clone(), n);
+            } else if dest.in_flight == 0 {
+                gate.met.insert(name.clone());
             }
             // The claim gives each free slot to the destination with the
             // fewest calls in flight here, so that a slow one, whose slots
@@ -385,6 +400,9 @@ impl Flow {
             consider(until);
         }
         for (name, dest) in &state.dests {
+            if let Some(until) = dest.contact.release() {
+                consider(until);
+            }
             if let Some(until) = dest.backoff_until {
                 consider(until);
             }
@@ -409,7 +427,7 @@ impl Flow {
     /// Counts the attempts a claim started (their tokens, a half-open
     /// probe, their calls in flight). Only the registry's insert calls it
     /// (`Shared::register`), as only its removal calls [`Flow::ended`].
-    pub(crate) fn started(&self, tasks: &[Task]) {
+    pub(crate) fn started(&self, tasks: &[Task], now: Timestamp) {
         let mut guard = self.lock();
         let FlowState {
             settings, dests, ..
@@ -427,6 +445,7 @@ impl Flow {
                     probe: Some((task.id, task.attempt)),
                 };
             }
+            dest.contact.started((task.id, task.attempt), now);
             dest.in_flight += 1;
             self.metrics
                 .set_in_flight(&task.destination, dest.in_flight);
@@ -560,8 +579,11 @@ impl Flow {
         };
         dest.in_flight = dest.in_flight.saturating_sub(1);
         self.metrics.set_in_flight(destination, dest.in_flight);
-        let mut freed =
-            capped || dest.pacing.window().is_some() || dest.pacing.bounded_by_fields(now);
+        let probe_ended = dest.contact.ended(task, now);
+        let mut freed = capped
+            || probe_ended
+            || dest.pacing.window().is_some()
+            || dest.pacing.bounded_by_fields(now);
         if matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task) {
             dest.breaker = Breaker::HalfOpen { probe: None };
             freed = true;
@@ -681,6 +703,19 @@ mod tests {
         Flow::new(BreakerPolicy::default(), DestinationMetrics::default(), 8)
     }
 
+    /// Marks `destination` met at `now`, as if its probe had ended: for
+    /// the tests of what comes after first contact.
+    pub(super) fn meet(flow: &Flow, destination: &str, now: Timestamp) {
+        let mut state = flow.lock();
+        let dest = state
+            .dests
+            .entry(destination.to_owned())
+            .or_insert_with(Dest::new);
+        dest.contact = Contact::Met {
+            kept_until: now.saturating_add(contact::MET_KEPT),
+        };
+    }
+
     fn kept(flow: &Flow) -> usize {
         flow.lock().dests.len()
     }
@@ -695,7 +730,7 @@ mod tests {
             .map(|i| task(&format!("h{i}.example"), 1))
             .collect();
         for chunk in tasks.chunks(64) {
-            flow.started(chunk);
+            flow.started(chunk, at(1));
         }
         assert_eq!(kept(&flow), 40_000, "in flight, each is kept");
         assert_eq!(flow.gate(at(2)).in_flight.len(), 40_000);
@@ -716,8 +751,19 @@ mod tests {
             );
             flow.ended(&task.destination, id, at(3));
         }
+        // Met, each is kept a while (a lull costs no second probe), then
+        // forgotten.
+        assert_eq!(flow.gate(at(4)).met.len(), 40_000);
+        let later = at(3).saturating_add(contact::MET_KEPT);
+        let gate = flow.gate(later);
         assert_eq!(kept(&flow), 0, "idle destinations are kept");
-        assert_eq!(flow.gate(at(4)), ClaimGate::default());
+        assert_eq!(
+            gate,
+            ClaimGate {
+                first_contact: Some(1),
+                ..ClaimGate::default()
+            }
+        );
     }
 
     /// What must be remembered keeps a destination: a failure towards its
@@ -728,7 +774,7 @@ mod tests {
         let flow = flow();
         let check = |host: &str, verdict: Verdict, backoff: Option<Duration>, kept_now: bool| {
             let t = task(host, 7);
-            flow.started(std::slice::from_ref(&t));
+            flow.started(std::slice::from_ref(&t), at(1));
             let id = (t.id, t.attempt);
             flow.answered(
                 Answer {
@@ -744,6 +790,8 @@ mod tests {
                 at(1),
             );
             flow.ended(&t.destination, id, at(1));
+            // Past the time a met destination is kept for its own sake.
+            flow.gate(at(1).saturating_add(contact::MET_KEPT));
             let there = flow.lock().dests.contains_key(&t.destination);
             assert_eq!(there, kept_now, "{host}");
         };
@@ -752,7 +800,7 @@ mod tests {
         check(
             "backoff.example",
             Verdict::Healthy,
-            Some(Duration::from_secs(5)),
+            Some(Duration::from_secs(20)),
             true,
         );
         flow.set_settings(
@@ -767,7 +815,7 @@ mod tests {
         );
         check("rated.example", Verdict::Healthy, None, true);
         // The backoff ends: the next gate forgets it; the others stay.
-        let gate = flow.gate(at(10_000));
+        let gate = flow.gate(at(30_000));
         assert!(!gate.held.contains("backoff.example:80"), "{gate:?}");
         let left: std::collections::BTreeSet<String> = flow.lock().dests.keys().cloned().collect();
         assert_eq!(
@@ -784,7 +832,7 @@ mod tests {
     fn attempt(flow: &Flow, host: &str, n: u32, ms: i64, verdict: Verdict, backoff: Option<u64>) {
         let t = task(host, n);
         flow.gate(at(ms));
-        flow.started(std::slice::from_ref(&t));
+        flow.started(std::slice::from_ref(&t), at(ms));
         let id = (t.id, t.attempt);
         flow.answered(
             Answer {

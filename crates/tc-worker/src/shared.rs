@@ -112,7 +112,7 @@ impl<S> Shared<S> {
     /// token, or `None` when it was canceled while being claimed (its
     /// attempt must still end through [`Self::end_attempt`]).
     pub(crate) fn register(&self, tasks: &[Task]) -> Vec<Option<CancellationToken>> {
-        self.flow.started(tasks);
+        self.flow.started(tasks, self.clock.now());
         self.tenants.started(tasks);
         let mut registry = self.registry();
         let tokens = tasks.iter().map(|task| registry.insert(task)).collect();

@@ -127,3 +127,58 @@ pub(super) async fn throttling_without_fields_halves_the_calls_in_flight<
     );
     Ok(())
 }
+
+/// A backlog queued before the worker meets its host: the first call goes
+/// alone and learns the window its answer states (`X-RateLimit-*`: 3 calls
+/// a window), so no more than the window allows are sent before its reset
+/// (without it, the first claim sent the whole backlog at once); the rest
+/// go after the reset.
+pub(super) async fn first_contact_learns_the_window_before_the_backlog_goes<
+    S: TaskStore,
+    D: Downstream,
+>(
+    rig: &Rig<S, D>,
+) -> Result<(), String> {
+    let reset = length(rig, Duration::from_secs(30), Duration::from_secs(3));
+    let header = reset.as_secs().to_string();
+    let answer = |remaining: &str| {
+        Step::Reply(
+            Reply::status(200)
+                .header("x-ratelimit-remaining", remaining)
+                .header("x-ratelimit-reset", &header),
+        )
+    };
+    rig.script.plan(
+        "/fc/w",
+        ["2", "1", "0", "2", "1", "0"].into_iter().map(answer),
+    );
+    let mut tasks = Vec::new();
+    for n in 0..6 {
+        tasks.push(
+            submit_to(rig, rig.url("/fc/w"), &format!("k-fc-{n}"), 3)
+                .await?
+                .id,
+        );
+    }
+    let worker = rig.spawn_worker(rig.config());
+    let mut events = worker.control().subscribe();
+    worker.control().task_submitted();
+    wait_all_terminal_within(&mut events, &tasks, reset + GUARD).await?;
+    stop(worker).await?;
+    check_tasks(rig, &tasks, State::Success, 1).await?;
+    let calls = seen(rig, "/fc/w");
+    ensure!(calls.len() == 6, "{} calls, want 6", calls.len());
+    let probe_ended = calls[0].ended.ok_or("the first call never ended")?;
+    ensure!(
+        calls[1].at + MS >= probe_ended,
+        "the second call went {:?} before the first call's answer",
+        probe_ended.duration_since(calls[1].at)
+    );
+    let spent = calls[2].ended.ok_or("the third call never ended")?;
+    ensure!(
+        calls[3].at + MS >= spent + reset,
+        "the fourth call went {:?} after the window was spent, before its reset of {reset:?}",
+        calls[3].at.duration_since(spent)
+    );
+    Ok(())
+}

@@ -188,7 +188,7 @@ mod tests {
     use tc_model::cluster::{DestinationHolds, TokenGrant};
     use tc_model::destination::DestinationSettings;
 
-    use super::super::tests::{at, flow, task};
+    use super::super::tests::{at, flow, meet, task};
     use crate::flow::BreakerState;
 
     const DEST: &str = "r.example:80";
@@ -200,6 +200,7 @@ mod tests {
             ..DestinationSettings::default()
         };
         flow.set_settings(vec![(DEST.to_owned(), settings)], at(0));
+        meet(flow, DEST, at(0));
     }
 
     /// A claim asks for what it can use (its slots, the bucket's size),
@@ -219,7 +220,7 @@ mod tests {
         };
         flow.granted(&asks, &[grant], at(0));
         assert_eq!(flow.gate(at(0)).at_most.get(DEST), Some(&3));
-        flow.started(&[task("r.example", 1)]);
+        flow.started(&[task("r.example", 1)], at(0));
         let back = flow.leftovers(&asks, at(0));
         assert_eq!(back.len(), 1);
         assert_eq!((back[0].take, back[0].give_back), (0, 2));
