@@ -37,13 +37,15 @@ impl FilterSql {
             if term.field == Driving::State
                 && matches!(&term.value, TermValue::Text(state) if queued(state))
             {
-                // Pending and running tasks are found through the narrow
-                // `queue` (schema step 25: `tasks` no longer indexes its
-                // state, so that a claim and an end stay HOT); the
-                // finished states walk positions, at most every task.
+                // Pending and running tasks are those of the narrow `queue`
+                // (schema step 25: `tasks` no longer indexes its state, so
+                // that a claim and an end stay HOT), written in the same
+                // statements as `tasks`: the same in any snapshot. Planned
+                // as a merge of the two position indexes (the entries of
+                // `tasks_pkey` alone, no row read, from the cursor to the
+                // last match); a finished state walks the rows.
                 let n = first + values.len();
-                sql =
-                    format!("({sql} AND pos IN (SELECT q.pos FROM queue q WHERE q.state = ${n}))");
+                sql = format!("pos IN (SELECT q.pos FROM queue q WHERE q.state = ${n})");
             }
             let drives = term.drives(driving_field);
             values.push(match term.value {
@@ -111,7 +113,7 @@ mod tests {
                 ..TaskFilter::default()
             },
             "(tenant = $4 AND tenant <> '')",
-            "(state = $3 AND pos IN (SELECT q.pos FROM queue q WHERE q.state = $3))",
+            "pos IN (SELECT q.pos FROM queue q WHERE q.state = $3)",
         );
         check(
             TaskFilter {
