@@ -294,10 +294,11 @@ impl Keyed {
                              ORDER BY t.flow_key LIMIT 1) \
                      FROM keyed WHERE keyed.flow_key IS NOT NULL \
                  ) \
-                 SELECT '' WHERE EXISTS ( \
+                 SELECT '' WHERE ( \
                      SELECT 1 FROM queue \
                      WHERE state = 'pending' AND destination = $2 AND tenant = $3 \
-                       AND flow_key = '' AND next_run_at <= tc_now_ms($1)) \
+                       AND flow_key = '' AND next_run_at <= tc_now_ms($1) \
+                     ORDER BY next_run_at LIMIT 1) IS NOT NULL \
                  UNION ALL \
                  SELECT flow_key FROM keyed WHERE flow_key IS NOT NULL",
             )

@@ -1,7 +1,7 @@
 //! Tenants on PostgreSQL: the `tenants` and `api_keys` tables of
 //! schema step 14. A tenant's settings are tc-model's
 //! [`TenantSettings`], its keys only their SHA-256 (a key's row goes with
-//! its tenant). Counts of a tenant's tasks read `tasks_unfinished_by_tenant`;
+//! its tenant). Counts of a tenant's tasks read `queue_unfinished_by_tenant`;
 //! a tenant is deleted only while `tasks_by_tenant` finds none of its tasks.
 
 use std::collections::{BTreeMap, HashMap};
