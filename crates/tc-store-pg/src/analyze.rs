@@ -25,6 +25,7 @@ pub(crate) const ANALYZE_EVERY: Duration = Duration::from_secs(5);
 /// plans go wrong first. A name missing from the schema is skipped.
 pub(crate) const HOT_TABLES: &[&str] = &[
     "tasks",
+    "queue",
     "attempts",
     "pending_destinations",
     "due_marks",

@@ -109,9 +109,11 @@ WITH i AS (
     FROM i
     WHERE t.id = ANY($1) AND t.id = i.id AND t.state = 'running' AND t.attempt = i.attempt
       AND (i.ended = 1 AND t.callback_url IS NOT NULL) = $10
-    RETURNING t.id, t.pos, t.started_at, t.state, t.destination, t.next_run_at
+    RETURNING t.id, t.pos, t.started_at, t.state, t.destination, t.next_run_at, t.tenant,
+              t.flow_key, t.priority
 ), moves AS (
-    SELECT 'running'::text AS from_state, state AS to_state, destination, next_run_at AS due
+    SELECT pos, 'running'::text AS from_state, state AS to_state, destination,
+           next_run_at AS due, tenant, flow_key, priority
     FROM done
 )",
     count_moves!(),

@@ -245,7 +245,7 @@ pub(crate) async fn settle(
                  WHERE destination = ANY($1) ORDER BY destination FOR UPDATE SKIP LOCKED \
              ), due AS ( \
                  SELECT h.destination, \
-                        (SELECT t.next_run_at FROM tasks t \
+                        (SELECT t.next_run_at FROM queue t \
                          WHERE t.state = 'pending' AND t.destination = h.destination \
                          ORDER BY t.next_run_at LIMIT 1) AS at \
                  FROM held h \

@@ -13,6 +13,11 @@ pub(crate) struct FilterSql {
     values: Vec<Box<dyn ToSql + Sync + Send>>,
 }
 
+/// Whether a task in `state` (as stored) has a row in `queue`.
+fn queued(state: &str) -> bool {
+    state == "pending" || state == "running"
+}
+
 impl FilterSql {
     /// The SQL of `filter` (its terms are tc-model's [`TaskFilter::terms`]),
     /// its parameters numbered from `$first`.
@@ -28,6 +33,19 @@ impl FilterSql {
                 // lets the planner use the partial index `tasks_by_tenant`
                 // (`WHERE tenant <> ''`) whatever the parameter's value.
                 sql = format!("({sql} AND tenant <> '')");
+            }
+            if term.field == Driving::State
+                && matches!(&term.value, TermValue::Text(state) if queued(state))
+            {
+                // Pending and running tasks are those of the narrow `queue`
+                // (schema step 25: `tasks` no longer indexes its state, so
+                // that a claim and an end stay HOT), written in the same
+                // statements as `tasks`: the same in any snapshot. Planned
+                // as a merge of the two position indexes (the entries of
+                // `tasks_pkey` alone, no row read, from the cursor to the
+                // last match); a finished state walks the rows.
+                let n = first + values.len();
+                sql = format!("pos IN (SELECT q.pos FROM queue q WHERE q.state = ${n})");
             }
             let drives = term.drives(driving_field);
             values.push(match term.value {
@@ -95,7 +113,7 @@ mod tests {
                 ..TaskFilter::default()
             },
             "(tenant = $4 AND tenant <> '')",
-            "state = $3",
+            "pos IN (SELECT q.pos FROM queue q WHERE q.state = $3)",
         );
         check(
             TaskFilter {

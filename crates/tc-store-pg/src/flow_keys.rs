@@ -66,9 +66,9 @@ async fn with_counts(
     let stmt = client
         .prepare_cached(
             "SELECT \
-               (SELECT count(*) FROM tasks WHERE state = 'running' AND flow_key <> '' \
+               (SELECT count(*) FROM queue WHERE state = 'running' AND flow_key <> '' \
                   AND tenant = $1 AND flow_key = $2), \
-               (SELECT count(*) FROM tasks WHERE state = 'pending' AND flow_key <> '' \
+               (SELECT count(*) FROM queue WHERE state = 'pending' AND flow_key <> '' \
                   AND tenant = $1 AND flow_key = $2)",
         )
         .await
@@ -204,12 +204,13 @@ macro_rules! claim_key_sql {
     ($order:literal) => {
         concat!(
             "WITH due AS ( \
-                 SELECT pos, next_run_at FROM tasks \
-                 WHERE state = 'pending' AND destination = $4 AND tenant = $5 \
-                   AND flow_key = $6 AND next_run_at <= tc_now_ms($1) \
+                 SELECT q.pos, q.next_run_at FROM queue q JOIN tasks t ON t.pos = q.pos \
+                 WHERE q.state = 'pending' AND q.destination = $4 AND q.tenant = $5 \
+                   AND q.flow_key = $6 AND q.next_run_at <= tc_now_ms($1) \
+                   AND t.state = 'pending' \
                  ORDER BY ",
             $order,
-            " LIMIT $2 FOR UPDATE SKIP LOCKED",
+            " LIMIT $2 FOR UPDATE OF t SKIP LOCKED",
             claim_tail!()
         )
     };
@@ -258,7 +259,7 @@ impl Keyed {
     ) -> Result<bool, StoreError> {
         let stmt = tx
             .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM tasks \
+                "SELECT EXISTS (SELECT 1 FROM queue \
                  WHERE state = 'pending' AND flow_key <> '' AND destination = $2 \
                    AND ($3::text IS NULL OR tenant = $3) AND next_run_at <= tc_now_ms($1))",
             )
@@ -280,12 +281,12 @@ impl Keyed {
         let stmt = tx
             .prepare_cached(
                 "WITH RECURSIVE keyed AS ( \
-                     (SELECT flow_key FROM tasks \
+                     (SELECT flow_key FROM queue \
                       WHERE state = 'pending' AND flow_key <> '' AND destination = $2 \
                         AND tenant = $3 AND next_run_at <= tc_now_ms($1) \
                       ORDER BY flow_key LIMIT 1) \
                      UNION ALL \
-                     SELECT (SELECT t.flow_key FROM tasks t \
+                     SELECT (SELECT t.flow_key FROM queue t \
                              WHERE t.state = 'pending' AND t.flow_key <> '' \
                                AND t.destination = $2 AND t.tenant = $3 \
                                AND t.flow_key > keyed.flow_key \
@@ -293,10 +294,11 @@ impl Keyed {
                              ORDER BY t.flow_key LIMIT 1) \
                      FROM keyed WHERE keyed.flow_key IS NOT NULL \
                  ) \
-                 SELECT '' WHERE EXISTS ( \
-                     SELECT 1 FROM tasks \
+                 SELECT '' WHERE ( \
+                     SELECT 1 FROM queue \
                      WHERE state = 'pending' AND destination = $2 AND tenant = $3 \
-                       AND flow_key = '' AND next_run_at <= tc_now_ms($1)) \
+                       AND flow_key = '' AND next_run_at <= tc_now_ms($1) \
+                     ORDER BY next_run_at LIMIT 1) IS NOT NULL \
                  UNION ALL \
                  SELECT flow_key FROM keyed WHERE flow_key IS NOT NULL",
             )
@@ -317,7 +319,7 @@ impl Keyed {
         }
         let count = tx
             .prepare_cached(
-                "SELECT count(*) FROM tasks WHERE state = 'running' \
+                "SELECT count(*) FROM queue WHERE state = 'running' \
                    AND tenant = $1 AND flow_key = $2",
             )
             .await
@@ -326,7 +328,7 @@ impl Keyed {
             let lock = tx
                 .prepare_cached(
                     "SELECT max_in_flight, rate_per_s, burst, tokens, refilled_at, \
-                            (SELECT count(*) FROM tasks WHERE state = 'running' \
+                            (SELECT count(*) FROM queue WHERE state = 'running' \
                                AND flow_key <> '' AND tenant = $1 AND flow_key = $2) AS running \
                      FROM flow_keys WHERE tenant = $1 AND key = $2 FOR UPDATE SKIP LOCKED",
                 )
@@ -404,7 +406,9 @@ impl Keyed {
         }
         let mut share = self.room_mut(tx).await?.plan(want, tenant, due, &load);
         let by_key = tx
-            .prepare_cached(claim_key_sql!("next_run_at - priority::bigint * $7, pos"))
+            .prepare_cached(claim_key_sql!(
+                "q.next_run_at - q.priority::bigint * $7, q.pos"
+            ))
             .await
             .map_err(db)?;
         let mut got = Vec::new();

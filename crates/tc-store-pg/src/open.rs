@@ -55,7 +55,9 @@ pub(crate) async fn connect(url: &str, config: &PgConfig) -> Result<Connected, O
     // default.
     let mut options = pg.get_options().unwrap_or_default().to_owned();
     options.push_str(" -c synchronous_commit=on");
-    // This version's writes count themselves (schema step 24).
+    // This version's writes count themselves and keep the queue (schema
+    // steps 24 and 25); the fence of step 25 lets only such a session
+    // write `tasks`.
     options.push(' ');
     options.push_str(crate::moves::SESSION_OPTION);
     if let Some(schema) = &config.schema {
@@ -97,9 +99,9 @@ pub(crate) async fn connect(url: &str, config: &PgConfig) -> Result<Connected, O
 }
 
 /// The schema a pooled session works in, once it is known that the session
-/// carries [`crate::moves::SESSION_OPTION`]: without it the triggers would
-/// count every write a second time (schema step 24), so the store refuses
-/// to open rather than miscount.
+/// carries [`crate::moves::SESSION_OPTION`]: without it the fence of schema
+/// step 25 would refuse every write to `tasks`, so the store refuses to
+/// open rather than fail each write.
 async fn session_schema(
     client: &deadpool_postgres::Client,
     target: &str,
@@ -115,12 +117,12 @@ async fn session_schema(
             message: format!("read current_schema: {}", describe(&e)),
         })?;
     let writes: Option<String> = row.get(1);
-    if writes.as_deref() != Some("counted") {
+    if writes.as_deref() != Some("queued") {
         return Err(OpenError::Postgres {
             target: target.to_owned(),
             message: "the session option taskcenter.writes did not reach the server (a \
-                      connection pooler that drops startup options?): writes would be \
-                      counted twice"
+                      connection pooler that drops startup options?): every write to \
+                      tasks would be fenced"
                 .into(),
         });
     }

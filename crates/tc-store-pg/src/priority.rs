@@ -5,7 +5,7 @@
 //!
 //! Tasks without a priority (0) keep the claim's oldest-due-first
 //! statement, which skips rows another node locked and reads on. A claim
-//! first asks `tasks_prioritized` (schema step 22: the due tasks of
+//! first asks `queue_prioritized` (schema step 22: the due tasks of
 //! priority above 0) whether the destination has any, one seek into an
 //! index that is empty unless priorities are used; only then does it run
 //! [`claim`], which merges the oldest tasks of priority 0 with every due
@@ -23,7 +23,7 @@ use crate::write_ops::claim_tail;
 
 /// Whether destination `$2` has due tasks of priority above 0 (of tenant
 /// `$3`, when not NULL).
-pub(crate) const HAS_PRIORITIZED: &str = "SELECT EXISTS (SELECT 1 FROM tasks \
+pub(crate) const HAS_PRIORITIZED: &str = "SELECT EXISTS (SELECT 1 FROM queue \
      WHERE state = 'pending' AND priority > 0 AND destination = $2 \
        AND next_run_at <= tc_now_ms($1) \
        AND ($3::text IS NULL OR tenant = $3))";
@@ -50,13 +50,13 @@ macro_rules! claim_by_key {
     ($tenant:literal) => {
         concat!(
             "WITH cand AS ( \
-                 (SELECT pos, next_run_at AS k FROM tasks \
+                 (SELECT pos, next_run_at AS k FROM queue \
                   WHERE state = 'pending' AND destination = $4 ",
             $tenant,
             "      AND next_run_at <= tc_now_ms($1) AND priority = 0 \
                   ORDER BY next_run_at, pos LIMIT $2) \
                  UNION ALL \
-                 (SELECT pos, next_run_at - priority::bigint * $5 FROM tasks \
+                 (SELECT pos, next_run_at - priority::bigint * $5 FROM queue \
                   WHERE state = 'pending' AND priority > 0 AND destination = $4 ",
             $tenant,
             "      AND next_run_at <= tc_now_ms($1)) \

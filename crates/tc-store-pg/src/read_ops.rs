@@ -274,7 +274,7 @@ pub(crate) async fn health(client: &Client) -> Result<(), StoreError> {
 pub(crate) async fn next_due(client: &Client) -> Result<(Option<i64>, i64), StoreError> {
     let stmt = client
         .prepare_cached(
-            "SELECT (SELECT min(next_run_at) FROM tasks WHERE state = 'pending'), \
+            "SELECT (SELECT min(next_run_at) FROM queue WHERE state = 'pending'), \
                     tc_now_ms(NULL)",
         )
         .await

@@ -91,6 +91,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V22_PRIORITY),
     step(V23_FLOW_KEYS),
     step(V24_COUNTED_WRITES),
+    step(V25_QUEUE),
 ];
 
 /// The version this build writes and reads.

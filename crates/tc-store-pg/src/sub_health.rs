@@ -60,7 +60,8 @@ pub(crate) async fn try_ended(
     if change == HealthChange::Disabled {
         let rows = tx
             .query(
-                "SELECT id FROM tasks WHERE subscription = $1 AND state = 'pending'",
+                "SELECT id FROM tasks WHERE subscription = $1 AND state = 'pending' \
+                 AND pos = ANY (ARRAY(SELECT pos FROM queue WHERE state = 'pending'))",
                 &[&id],
             )
             .await

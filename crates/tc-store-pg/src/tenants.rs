@@ -1,7 +1,7 @@
 //! Tenants on PostgreSQL: the `tenants` and `api_keys` tables of
 //! schema step 14. A tenant's settings are tc-model's
 //! [`TenantSettings`], its keys only their SHA-256 (a key's row goes with
-//! its tenant). Counts of a tenant's tasks read `tasks_unfinished_by_tenant`;
+//! its tenant). Counts of a tenant's tasks read `queue_unfinished_by_tenant`;
 //! a tenant is deleted only while `tasks_by_tenant` finds none of its tasks.
 
 use std::collections::{BTreeMap, HashMap};
@@ -204,8 +204,8 @@ pub(crate) async fn details(
         .map_err(db)?;
     let counts = client
         .prepare_cached(
-            "SELECT tenant, state, count(*) FROM tasks \
-             WHERE tenant <> '' AND state IN ('pending', 'running') \
+            "SELECT tenant, state, count(*) FROM queue \
+             WHERE tenant <> '' \
                AND ($1::text IS NULL OR tenant = $1) \
              GROUP BY tenant, state",
         )

@@ -224,9 +224,10 @@ pub struct HotStatement {
 }
 
 /// The statements every task passes through: a batch submit's insert and
-/// its read of taken keys, the claim, the grouped completion, and
+/// its read of taken keys, the claim (of any tenant, of one tenant, the
+/// due tenants, a capped destination's count), the grouped completion, and
 /// recovery (which finds running tasks without the lease's index).
-pub fn hot_statements() -> [HotStatement; 6] {
+pub fn hot_statements() -> [HotStatement; 9] {
     [
         HotStatement {
             name: "submit batch: insert",
@@ -247,6 +248,21 @@ pub fn hot_statements() -> [HotStatement; 6] {
             name: "claim",
             sql: crate::write_ops::CLAIM,
             args: "NULL, 32, 30000, 'h:80'",
+        },
+        HotStatement {
+            name: "claim: a tenant's tasks",
+            sql: crate::write_ops::CLAIM_OF_TENANT,
+            args: "NULL, 32, 30000, 'h:80', 'acme'",
+        },
+        HotStatement {
+            name: "claim: the due tenants",
+            sql: crate::write_ops::DUE_TENANTS,
+            args: "NULL, 'h:80'",
+        },
+        HotStatement {
+            name: "claim: a capped destination's running tasks",
+            sql: crate::write_ops::COUNT_RUNNING,
+            args: "ARRAY['h:80']",
         },
         HotStatement {
             name: "complete (grouped)",

@@ -27,7 +27,7 @@ use crate::rows::{self, parse_state, task_columns};
 pub(crate) use bulk::{BulkApplied, RetryAdmit, bulk_apply, bulk_covered, bulk_snapshot};
 // The statements whose plans the `testing` module's hot list checks.
 #[cfg(feature = "testing")]
-pub(crate) use claim::{CLAIM, RECOVER};
+pub(crate) use claim::{CLAIM, CLAIM_OF_TENANT, COUNT_RUNNING, DUE_TENANTS, RECOVER};
 pub(crate) use claim::{claim, claim_tail, claimed_tasks, heartbeat, recover_expired, release};
 use end::admit_retry;
 pub(crate) use end::{cancel, delete, ended, mark_inserting, prune, retry};

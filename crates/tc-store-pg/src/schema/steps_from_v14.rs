@@ -298,3 +298,81 @@ CREATE TRIGGER tasks_mark_due_update AFTER UPDATE ON tasks
     WHEN (current_setting('taskcenter.writes', true) IS DISTINCT FROM 'counted')
     EXECUTE FUNCTION tc_mark_due();
 ";
+
+/// Step 24 → 25: the hot path off the wide row. `queue` holds one narrow
+/// row per unfinished task (its position, state, place, due time and what
+/// the claim sorts and caps by), written by the very statements that move
+/// tasks (`moves::count_moves`); the claim walks it, the capped counts,
+/// the flow keys' running counts, the tenants' open tasks and recovery
+/// read it. `tasks` stays the record every read answers from; every index
+/// of it that named `state` or `next_run_at` (its partial predicates
+/// included) goes, so a claim's and an end's update of the wide row
+/// change no indexed column and stay HOT; `tasks` leaves half of each new
+/// page free for them (`fillfactor` 50, was 70 since step 19: at 70 about
+/// one update in seven found no room on its page and was not HOT,
+/// measured; new pages only, no rewrite). A listing of a finished state
+/// walks positions (`filter.rs`).
+///
+/// Nodes of earlier versions would write `tasks` behind the queue (a claim
+/// through both layouts): a statement trigger fences every write of theirs
+/// to `tasks` (they fail with `55000`, as step 14 failed their submits;
+/// no row is touched) until they are upgraded. This version's sessions say
+/// `taskcenter.writes = queued` (`moves::SESSION_OPTION`), which the
+/// trigger's `WHEN` passes without calling its function. The count
+/// triggers of step 24 go with it: nothing they counted can run any more.
+/// The fill reads the unfinished tasks through `tasks_by_state` before
+/// it goes (its cost grows with unfinished tasks only), all under the
+/// table's lock, taken first. The new table is left unanalyzed (an empty
+/// one analyzed would be planned as empty for good): the upkeep leader
+/// analyzes it with the other hot tables once it changed
+/// (`analyze::HOT_TABLES`).
+pub(crate) const V25_QUEUE: &str = "
+LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE tasks SET (fillfactor = 50);
+CREATE FUNCTION tc_fence_queued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'tasks are written by nodes of schema 25 or later: upgrade this node'
+        USING ERRCODE = '55000';
+END $$;
+CREATE TRIGGER tasks_fence_before_queue BEFORE INSERT OR UPDATE OR DELETE ON tasks
+    FOR EACH STATEMENT
+    WHEN (current_setting('taskcenter.writes', true) IS DISTINCT FROM 'queued')
+    EXECUTE FUNCTION tc_fence_queued();
+DROP TRIGGER tasks_count_insert ON tasks;
+DROP TRIGGER tasks_count_update ON tasks;
+DROP TRIGGER tasks_count_delete ON tasks;
+DROP TRIGGER tasks_mark_due_insert ON tasks;
+DROP TRIGGER tasks_mark_due_update ON tasks;
+CREATE TABLE queue (
+    pos         bigint  PRIMARY KEY,
+    state       text    NOT NULL CHECK (state IN ('pending', 'running')),
+    destination text    NOT NULL,
+    tenant      text    NOT NULL,
+    flow_key    text    NOT NULL,
+    priority    integer NOT NULL,
+    next_run_at bigint
+) WITH (fillfactor = 50);
+INSERT INTO queue (pos, state, destination, tenant, flow_key, priority, next_run_at)
+SELECT pos, state, destination, tenant, flow_key, priority, next_run_at FROM tasks
+WHERE state IN ('pending', 'running');
+CREATE INDEX queue_due ON queue (destination, next_run_at, pos) WHERE state = 'pending';
+CREATE INDEX queue_running ON queue (destination, pos) WHERE state = 'running';
+CREATE INDEX queue_due_by_tenant ON queue (destination, tenant, next_run_at, pos)
+    WHERE state = 'pending' AND tenant <> '';
+CREATE INDEX queue_unfinished_by_tenant ON queue (tenant, state) WHERE tenant <> '';
+CREATE INDEX queue_prioritized ON queue (destination, next_run_at, pos)
+    WHERE state = 'pending' AND priority > 0;
+CREATE INDEX queue_due_by_key ON queue (destination, tenant, flow_key, next_run_at, pos)
+    WHERE state = 'pending' AND flow_key <> '';
+CREATE INDEX queue_running_by_key ON queue (tenant, flow_key)
+    WHERE state = 'running' AND flow_key <> '';
+DROP INDEX tasks_due;
+DROP INDEX tasks_by_state;
+DROP INDEX tasks_due_by_destination;
+DROP INDEX tasks_running_by_destination;
+DROP INDEX tasks_unfinished_by_tenant;
+DROP INDEX tasks_due_by_tenant;
+DROP INDEX tasks_prioritized;
+DROP INDEX tasks_due_by_key;
+DROP INDEX tasks_running_by_key;
+";

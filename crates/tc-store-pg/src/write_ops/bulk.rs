@@ -133,8 +133,8 @@ pub(super) async fn bulk_retry(
                                         lease_until = NULL, next_run_at = tc_now_ms($1), \
                                         updated_at = tc_now_ms($1) \
                      FROM was WHERE t.pos = ANY($2) AND t.pos = was.pos \
-                     RETURNING was.state AS from_state, t.state AS to_state, t.destination, \
-                               t.next_run_at AS due \
+                     RETURNING t.pos, was.state AS from_state, t.state AS to_state, t.destination, \
+                               t.next_run_at AS due, t.tenant, t.flow_key, t.priority \
                  )",
                 count_moves!(),
                 "SELECT 1 FROM moves"
@@ -230,9 +230,10 @@ async fn bulk_cancel(
                  FROM locked l WHERE t.pos = ANY($2) AND t.pos = l.pos \
                  RETURNING t.id, l.was, l.attempt, t.pos, t.started_at, \
                            t.callback_url IS NOT NULL AS asks_callback, t.state, \
-                           t.destination, t.next_run_at \
+                           t.destination, t.next_run_at, t.tenant, t.flow_key, t.priority \
              ), moves AS ( \
-                 SELECT was AS from_state, state AS to_state, destination, next_run_at AS due \
+                 SELECT pos, was AS from_state, state AS to_state, destination, \
+                        next_run_at AS due, tenant, flow_key, priority \
                  FROM moved \
              )",
             count_moves!(),
@@ -340,8 +341,8 @@ async fn bulk_delete(
                  DELETE FROM attempts a USING locked WHERE a.task_id = locked.id \
              ), moves AS ( \
                  DELETE FROM tasks t USING locked WHERE t.pos = locked.pos \
-                 RETURNING t.state AS from_state, NULL::text AS to_state, t.destination, \
-                           NULL::bigint AS due \
+                 RETURNING t.pos, t.state AS from_state, NULL::text AS to_state, t.destination, \
+                           NULL::bigint AS due, t.tenant, t.flow_key, t.priority \
              )",
             count_moves!(),
             "SELECT 1 FROM moves"

@@ -147,6 +147,10 @@ async fn capped_rooms(
         .collect())
 }
 
+/// The running tasks of each destination in `$1` ([`lock_and_count_running`]).
+pub(crate) const COUNT_RUNNING: &str = "SELECT destination, count(*) FROM queue \
+     WHERE state = 'running' AND destination = ANY($1) GROUP BY destination";
+
 /// Locks the `capped` destinations' rows (in name order, as every claim
 /// does) and counts each one's running tasks: a capped destination's room
 /// is only known under its lock.
@@ -164,13 +168,7 @@ async fn lock_and_count_running(
             .await
             .map_err(db)?;
         tx.query(&lock, &[&capped]).await.map_err(db)?;
-        let count = tx
-            .prepare_cached(
-                "SELECT destination, count(*) FROM tasks \
-                 WHERE state = 'running' AND destination = ANY($1) GROUP BY destination",
-            )
-            .await
-            .map_err(db)?;
+        let count = tx.prepare_cached(COUNT_RUNNING).await.map_err(db)?;
         for row in tx.query(&count, &[&capped]).await.map_err(db)? {
             let busy: i64 = row.try_get(1).map_err(db)?;
             running.insert(row.try_get(0).map_err(db)?, busy.unsigned_abs());
@@ -187,12 +185,12 @@ macro_rules! claim_sql {
     ($tenant:literal) => {
         concat!(
             "WITH due AS ( \
-                 SELECT pos, next_run_at FROM tasks \
-                 WHERE state = 'pending' AND destination = $4 ",
+                 SELECT q.pos, q.next_run_at FROM queue q JOIN tasks t ON t.pos = q.pos \
+                 WHERE q.state = 'pending' AND q.destination = $4 ",
             $tenant,
-            " AND next_run_at <= tc_now_ms($1) \
-                 ORDER BY next_run_at, pos LIMIT $2 \
-                 FOR UPDATE SKIP LOCKED",
+            " AND q.next_run_at <= tc_now_ms($1) AND t.state = 'pending' \
+                 ORDER BY q.next_run_at, q.pos LIMIT $2 \
+                 FOR UPDATE OF t SKIP LOCKED",
             claim_tail!()
         )
     };
@@ -219,8 +217,8 @@ macro_rules! claim_tail {
              t.callback_url, t.callback_on, t.callback_of, t.callback_task_id, t.ends, \
              t.tenant, t.topic, t.event_id, t.subscription, t.priority, t.flow_key \
              ), moves AS ( \
-                 SELECT 'pending'::text AS from_state, state AS to_state, destination, \
-                        NULL::bigint AS due \
+                 SELECT pos, 'pending'::text AS from_state, state AS to_state, destination, \
+                        NULL::bigint AS due, tenant, flow_key, priority \
                  FROM claimed \
              )",
             $crate::moves::count_moves!(),
@@ -234,6 +232,11 @@ pub(crate) use claim_tail;
 
 /// The claim's statement for tasks of any tenant ([`claim_of`]).
 pub(crate) const CLAIM: &str = claim_sql!("");
+
+/// The claim's statement for one named tenant's tasks, `$5`
+/// ([`claim_of_tenant`]). `tenant <> ''` written out: the partial index's
+/// predicate, for the planner (a generic plan does not know the value).
+pub(crate) const CLAIM_OF_TENANT: &str = claim_sql!("AND q.tenant = $5 AND q.tenant <> ''");
 
 /// Moves up to `n` due pending tasks of `destination`, oldest due first,
 /// to running. Rows another claimer has locked are skipped, not waited for.
@@ -267,39 +270,41 @@ pub(crate) fn claimed_tasks(found: &[tokio_postgres::Row]) -> Result<Vec<Task>, 
         .collect()
 }
 
+/// [`due_tenants`]' statement: `$1` the caller's now, `$2` the destination.
+/// The tasks without a tenant are looked for in due order (`queue_due`):
+/// an `EXISTS` alone was planned as a scan of the whole queue once it was
+/// analyzed (the planner counting on an early match).
+pub(crate) const DUE_TENANTS: &str = "WITH RECURSIVE named AS ( \
+         (SELECT tenant FROM queue \
+          WHERE state = 'pending' AND tenant <> '' AND destination = $2 \
+            AND next_run_at <= tc_now_ms($1) \
+          ORDER BY tenant LIMIT 1) \
+         UNION ALL \
+         SELECT (SELECT t.tenant FROM queue t \
+                 WHERE t.state = 'pending' AND t.tenant <> '' AND t.destination = $2 \
+                   AND t.tenant > named.tenant AND t.next_run_at <= tc_now_ms($1) \
+                 ORDER BY t.tenant LIMIT 1) \
+         FROM named WHERE named.tenant IS NOT NULL \
+     ) \
+     SELECT tenant FROM named WHERE tenant IS NOT NULL \
+     UNION ALL \
+     SELECT '' WHERE ( \
+         SELECT 1 FROM queue \
+         WHERE state = 'pending' AND destination = $2 AND tenant = '' \
+           AND next_run_at <= tc_now_ms($1) \
+         ORDER BY next_run_at LIMIT 1) IS NOT NULL";
+
 /// The tenants with due tasks on `destination`, as stored (`''`,
 /// [`tc_model::tenant::NO_TENANT`], for tasks without one): the named
-/// ones by a skip scan of `tasks_due_by_tenant` (one index seek per
+/// ones by a skip scan of `queue_due_by_tenant` (one index seek per
 /// tenant, however deep its backlog), tasks without a tenant by
-/// `tasks_due_by_destination`.
+/// `queue_due`.
 pub(super) async fn due_tenants(
     tx: &Transaction<'_>,
     destination: &str,
     now: Option<i64>,
 ) -> Result<Vec<String>, StoreError> {
-    let stmt = tx
-        .prepare_cached(
-            "WITH RECURSIVE named AS ( \
-                 (SELECT tenant FROM tasks \
-                  WHERE state = 'pending' AND tenant <> '' AND destination = $2 \
-                    AND next_run_at <= tc_now_ms($1) \
-                  ORDER BY tenant LIMIT 1) \
-                 UNION ALL \
-                 SELECT (SELECT t.tenant FROM tasks t \
-                         WHERE t.state = 'pending' AND t.tenant <> '' AND t.destination = $2 \
-                           AND t.tenant > named.tenant AND t.next_run_at <= tc_now_ms($1) \
-                         ORDER BY t.tenant LIMIT 1) \
-                 FROM named WHERE named.tenant IS NOT NULL \
-             ) \
-             SELECT tenant FROM named WHERE tenant IS NOT NULL \
-             UNION ALL \
-             SELECT '' WHERE EXISTS ( \
-                 SELECT 1 FROM tasks \
-                 WHERE state = 'pending' AND destination = $2 AND tenant = '' \
-                   AND next_run_at <= tc_now_ms($1))",
-        )
-        .await
-        .map_err(db)?;
+    let stmt = tx.prepare_cached(DUE_TENANTS).await.map_err(db)?;
     tx.query(&stmt, &[&now, &destination])
         .await
         .map_err(db)?
@@ -327,19 +332,14 @@ pub(super) async fn claim_of_tenant(
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let found = if tenant.is_empty() {
         let stmt = tx
-            .prepare_cached(claim_sql!("AND tenant = ''"))
+            .prepare_cached(claim_sql!("AND q.tenant = ''"))
             .await
             .map_err(db)?;
         tx.query(&stmt, &[&now, &limit, &millis(lease), &destination])
             .await
             .map_err(db)?
     } else {
-        // `tenant <> ''` written out: the partial index's predicate, for
-        // the planner (the parameter's value is not known to a generic plan).
-        let stmt = tx
-            .prepare_cached(claim_sql!("AND tenant = $5 AND tenant <> ''"))
-            .await
-            .map_err(db)?;
+        let stmt = tx.prepare_cached(CLAIM_OF_TENANT).await.map_err(db)?;
         tx.query(
             &stmt,
             &[&now, &limit, &millis(lease), &destination, &tenant],
@@ -447,8 +447,8 @@ pub(crate) async fn release(
                                       next_run_at = tc_now_ms($1), lease_until = NULL, \
                                       error = $3, updated_at = tc_now_ms($1) \
                      WHERE pos = $2 \
-                     RETURNING 'running'::text AS from_state, state AS to_state, destination, \
-                               next_run_at AS due \
+                     RETURNING pos, 'running'::text AS from_state, state AS to_state, destination, \
+                               next_run_at AS due, tenant, flow_key, priority \
                  )",
             count_moves!(),
             "SELECT 1 FROM moves"
@@ -464,14 +464,16 @@ pub(crate) async fn release(
 }
 
 /// Recovery's statement ([`recover_expired`]): `$3` whether it may fail
-/// tasks that ask for a callback. Running tasks are found through
-/// `tasks_running_by_destination` (schema step 19 dropped the lease's own
-/// index: a heartbeat then changes no indexed column); their history rows
+/// tasks that ask for a callback. Running tasks are found by the positions
+/// of `queue`'s running rows (`queue_running`, schema step 25), their
+/// leases checked on `tasks` (no index names the lease: a heartbeat stays
+/// a HOT update); their history rows
 /// by an array of ids (a join alone was planned as a scan of every row).
 pub(crate) const RECOVER: &str = concat!(
     "WITH expired AS ( \
          SELECT pos, attempt < max_attempts + attempts_before_retry AS again FROM tasks \
-         WHERE state = 'running' AND lease_until < tc_now_ms($1) \
+         WHERE pos = ANY (ARRAY(SELECT pos FROM queue WHERE state = 'running')) \
+           AND state = 'running' AND lease_until < tc_now_ms($1) \
            AND ($3 OR callback_url IS NULL \
                 OR attempt < max_attempts + attempts_before_retry) \
          FOR UPDATE SKIP LOCKED \
@@ -485,10 +487,10 @@ pub(crate) const RECOVER: &str = concat!(
          FROM expired e WHERE t.pos = ANY (ARRAY(SELECT pos FROM expired)) AND t.pos = e.pos \
          RETURNING t.id, t.attempt, t.pos, t.started_at, \
                    NOT e.again AND t.callback_url IS NOT NULL AS asks_callback, \
-                   t.state, t.destination, t.next_run_at \
+                   t.state, t.destination, t.next_run_at, t.tenant, t.flow_key, t.priority \
      ), moves AS ( \
-         SELECT 'running'::text AS from_state, state AS to_state, destination, \
-                next_run_at AS due \
+         SELECT pos, 'running'::text AS from_state, state AS to_state, destination, \
+                next_run_at AS due, tenant, flow_key, priority \
          FROM moved \
      )",
     count_moves!(),
@@ -526,7 +528,9 @@ pub(crate) async fn recover_expired(
     let foresee = tx
         .prepare_cached(
             "SELECT EXISTS (SELECT 1 FROM tasks \
-                            WHERE state = 'running' AND lease_until < tc_now_ms($1) \
+                            WHERE pos = ANY (ARRAY(SELECT pos FROM queue \
+                                                   WHERE state = 'running')) \
+                              AND state = 'running' AND lease_until < tc_now_ms($1) \
                               AND attempt >= max_attempts + attempts_before_retry \
                               AND callback_url IS NOT NULL)",
         )

@@ -109,8 +109,8 @@ const CANCEL: &str = concat!(
                           next_run_at = NULL, ends = ends + 1, \
                           error = coalesce($3, error) \
          WHERE pos = $2 \
-         RETURNING $5::text AS from_state, state AS to_state, destination, \
-                   next_run_at AS due \
+         RETURNING pos, $5::text AS from_state, state AS to_state, destination, \
+                   next_run_at AS due, tenant, flow_key, priority \
      )",
     count_moves!(),
     "SELECT 1 FROM moves"
@@ -219,8 +219,8 @@ pub(crate) async fn delete(
         .prepare_cached(concat!(
             "WITH moves AS ( \
                  DELETE FROM tasks WHERE pos = $1 \
-                 RETURNING state AS from_state, NULL::text AS to_state, destination, \
-                           NULL::bigint AS due \
+                 RETURNING pos, state AS from_state, NULL::text AS to_state, destination, \
+                           NULL::bigint AS due, tenant, flow_key, priority \
              )",
             count_moves!(),
             "SELECT 1 FROM moves"
@@ -254,8 +254,8 @@ pub(crate) async fn prune(
                  DELETE FROM attempts WHERE task_id IN (SELECT id FROM doomed) \
              ), moves AS ( \
                  DELETE FROM tasks WHERE pos IN (SELECT pos FROM doomed) \
-                 RETURNING state AS from_state, NULL::text AS to_state, destination, \
-                           NULL::bigint AS due \
+                 RETURNING pos, state AS from_state, NULL::text AS to_state, destination, \
+                           NULL::bigint AS due, tenant, flow_key, priority \
              )",
             count_moves!(),
             "SELECT 1 FROM moves",
@@ -309,8 +309,8 @@ pub(crate) async fn retry(
                                       lease_until = NULL, next_run_at = tc_now_ms($1) + $3, \
                                       updated_at = tc_now_ms($1) \
                      WHERE pos = $2 \
-                     RETURNING $4::text AS from_state, state AS to_state, destination, \
-                               next_run_at AS due \
+                     RETURNING pos, $4::text AS from_state, state AS to_state, destination, \
+                               next_run_at AS due, tenant, flow_key, priority \
                  )",
             count_moves!(),
             "SELECT 1 FROM moves"
@@ -362,9 +362,8 @@ pub(super) async fn admit_retry(
             Some(cap) => {
                 let count = tx
                     .prepare_cached(
-                        "SELECT count(*) FROM (SELECT 1 FROM tasks \
-                             WHERE tenant = $1 AND tenant <> '' \
-                               AND state IN ('pending', 'running') LIMIT $2) AS s",
+                        "SELECT count(*) FROM (SELECT 1 FROM queue \
+                             WHERE tenant = $1 AND tenant <> '' LIMIT $2) AS s",
                     )
                     .await
                     .map_err(db)?;

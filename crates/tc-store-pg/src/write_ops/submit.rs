@@ -294,9 +294,8 @@ async fn open_counts_and_keys<C: GenericClient>(
     let count = client
         .prepare_cached(
             "SELECT u.name, (SELECT count(*) FROM ( \
-                 SELECT 1 FROM tasks t \
-                 WHERE t.tenant = u.name AND t.tenant <> '' \
-                   AND t.state IN ('pending', 'running') LIMIT u.cap) AS s) \
+                 SELECT 1 FROM queue t \
+                 WHERE t.tenant = u.name AND t.tenant <> '' LIMIT u.cap) AS s) \
              FROM unnest($1::text[], $2::bigint[]) AS u(name, cap)",
         )
         .await
@@ -388,7 +387,8 @@ pub(crate) const INSERT_BATCH: &str = concat!(
      RETURNING ",
     task_columns!(),
     "), moves AS ( \
-         SELECT NULL::text AS from_state, state AS to_state, destination, next_run_at AS due \
+         SELECT pos, NULL::text AS from_state, state AS to_state, destination, \
+                next_run_at AS due, tenant, flow_key, priority \
          FROM made \
      )",
     count_moves!(),

@@ -67,6 +67,23 @@ async fn store_counts(store: &PgStore) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// A pending task's cancel as a node of this version writes it: the task,
+/// its queue row and its count deltas in one statement (schema steps 24
+/// and 25).
+fn cancel_sql(key: &str) -> String {
+    format!(
+        "WITH moved AS ( \
+             UPDATE tasks SET state = 'canceled' WHERE idempotency_key = '{key}' \
+             RETURNING pos, destination \
+         ), gone AS ( \
+             DELETE FROM queue WHERE pos IN (SELECT pos FROM moved) \
+         ) \
+         INSERT INTO task_count_deltas (state, destination, n) \
+         SELECT 'canceled', NULL, 1 FROM moved \
+         UNION ALL SELECT 'pending', destination, -1 FROM moved"
+    )
+}
+
 /// A transaction that changed one task's state and is still open (a bulk
 /// chunk, say) makes no other state change wait, not even one from a
 /// backend that counted into the same counter shard before (pid mod 64).
@@ -92,14 +109,11 @@ async fn a_state_change_never_waits_for_another_open_transactions_counts() {
     }
     let other = other.expect("a backend in the holder's shard within 1000 connections");
     holder
-        .execute("BEGIN; UPDATE tasks SET state = 'canceled' WHERE idempotency_key = 'held'")
+        .execute(&format!("BEGIN; {}", cancel_sql("held")))
         .await
         .unwrap();
     let changed = other
-        .execute(
-            "SET lock_timeout = '5s'; \
-             UPDATE tasks SET state = 'canceled' WHERE idempotency_key = 'free'",
-        )
+        .execute(&format!("SET lock_timeout = '5s'; {}", cancel_sql("free")))
         .await;
     assert_eq!(changed, Ok(()), "the second state change waited");
     holder.execute("COMMIT").await.unwrap();

@@ -126,7 +126,7 @@ async fn nodes_starting_together_migrate_once_and_reopen_keeps_tasks() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
+            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,queue,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -227,7 +227,7 @@ async fn a_version_6_schema_is_upgraded_in_place() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
+            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,queue,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );
@@ -316,7 +316,7 @@ async fn a_version_9_schema_is_upgraded_in_place() {
     assert_eq!(
         snapshot(&db, &schema).await,
         format!(
-            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
+            "api_keys,attempts,destination_holds,destination_tokens,destinations,due_marks,event_tasks,events,flow_keys,pending_destinations,queue,schedules,server_keys,subscriptions,task_count_deltas,task_count_totals,taskcenter_schema,tasks,tenants,topics,taskcenter:{}",
             tc_store_pg::SCHEMA_VERSION
         )
     );

@@ -17,6 +17,8 @@ mod grouped;
 mod idle;
 mod leader;
 mod listing;
+// The upgrade tests' shared setup.
+mod live_upgrade;
 mod plans;
 mod schedules;
 // Secrets sealed at rest.
@@ -27,5 +29,6 @@ mod tls;
 mod upgrade;
 mod upgrade_counted;
 mod upgrade_hot;
+mod upgrade_queue;
 mod wal;
 mod workers;

@@ -43,18 +43,46 @@ pub(crate) struct Raw {
 
 impl Raw {
     /// Connects to the test server's `database` (the test database when
-    /// `None`), with `schema` as its search path when given.
+    /// `None`), with `schema` as its search path when given, as a session
+    /// of this version (its writes to `tasks` pass the fence of schema
+    /// step 25; they keep neither the queue nor the counts).
     pub(crate) async fn connect(
         db: &TestDatabase,
         database: Option<&str>,
         schema: Option<&str>,
     ) -> Raw {
+        Raw::connect_with(db, database, schema, "-c taskcenter.writes=queued").await
+    }
+
+    /// [`Raw::connect`] as a node of an earlier version: no session option,
+    /// so the count triggers of schema steps 9 to 24 count its writes and
+    /// the fence of step 25 refuses them.
+    pub(crate) async fn connect_old(db: &TestDatabase, schema: &str) -> Raw {
+        Raw::connect_with(db, None, Some(schema), "").await
+    }
+
+    /// [`Raw::connect`] with `options` for the session (a node of another
+    /// version says so there).
+    pub(crate) async fn connect_as(db: &TestDatabase, schema: &str, options: &str) -> Raw {
+        Raw::connect_with(db, None, Some(schema), options).await
+    }
+
+    async fn connect_with(
+        db: &TestDatabase,
+        database: Option<&str>,
+        schema: Option<&str>,
+        options: &str,
+    ) -> Raw {
         let mut config: tokio_postgres::Config = db.url().parse().unwrap();
         if let Some(database) = database {
             config.dbname(database);
         }
+        let mut options = options.to_owned();
         if let Some(schema) = schema {
-            config.options(format!("-c search_path={schema}"));
+            options.push_str(&format!(" -c search_path={schema}"));
+        }
+        if !options.trim().is_empty() {
+            config.options(options.trim());
         }
         let (client, connection) = config.connect(NoTls).await.unwrap();
         let driver = tokio::spawn(async move {

@@ -1,39 +1,20 @@
 //! Schema step 19 on a live database: 200,000 tasks in every
-//! state, a node of schema 16 claiming and ending tasks before, during and
-//! after the upgrade, and nodes of both versions ending each other's tries
-//! afterwards: every try is in the history once, and the counts are exact.
+//! state, a node of schema 16 claiming and ending tasks before and during
+//! the upgrade (until the fence of step 25 refuses it), and a node of this
+//! version ending the old node's tries afterwards: every try is in the
+//! history once, and the counts are exact.
 
 use std::time::Duration;
 
+use crate::live_upgrade::{fill_200000, is_fenced, open_in_background, task_id};
+use crate::support::{Raw, database};
 use tc_model::store::{Completion, Guarded};
 use tc_model::store::{Tasks, Work};
-use tc_model::{State, TaskId, Timestamp};
-use tc_store_pg::{PgConfig, PgStore};
-
-use crate::support::{Raw, database};
 use tc_model::tenant::Scope;
+use tc_model::{State, Timestamp};
 use tc_testkit::ClaimDue;
 
 const LEASE: Duration = Duration::from_secs(60);
-
-/// 200,000 tasks as schema 16 left them, in four transactions (positions
-/// within one count up to 65,535): pending and due, running (with the open
-/// history row a schema-16 claim wrote; every other one's lease already
-/// over), and ended ones with their closed rows.
-const FILL: &str = "
-INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, attempt,
-                   created_at, updated_at, started_at, finished_at, next_run_at, lease_until)
-SELECT uuid_send(gen_random_uuid()), 'old-' || g, s.state, 'http://h' || (g % 7) || '/x',
-       '\\x7b7d', 3, 1000000000, CASE WHEN s.state = 'pending' THEN 0 ELSE 1 END, g, g,
-       CASE WHEN s.state <> 'pending' THEN g END,
-       CASE WHEN s.state NOT IN ('pending', 'running') THEN g END,
-       CASE WHEN s.state = 'pending' THEN 0 END,
-       CASE WHEN s.state = 'running' THEN
-           CASE WHEN (g / 10) % 2 = 0 THEN 1 ELSE 9000000000000 END END
-FROM generate_series($1::bigint, $2::bigint) AS g, LATERAL (SELECT CASE
-    WHEN g % 10 < 3 THEN 'pending' WHEN g % 10 = 3 THEN 'running'
-    WHEN g % 10 < 7 THEN 'success' WHEN g % 10 < 9 THEN 'failed'
-    ELSE 'canceled' END AS state) AS s";
 
 /// The history rows of the tasks just filled: an open one per running
 /// task, a closed one per ended task.
@@ -67,59 +48,41 @@ WITH done AS (
 UPDATE attempts a SET finished_at = 6, http_status = 200, duration_ms = 1
 FROM done WHERE a.task_id = done.id AND a.n = 1 AND a.finished_at IS NULL";
 
-/// One round of the old node: claim a task and end it.
-async fn old_round(old: &Raw) -> Vec<u8> {
-    let row = old.client().query_one(OLD_CLAIM, &[]).await.unwrap();
+/// One round of the old node: claim a task and end it; the server's error
+/// once the old node is fenced.
+async fn old_round(old: &Raw) -> Result<Vec<u8>, tokio_postgres::Error> {
+    let row = old.client().query_one(OLD_CLAIM, &[]).await?;
     let id: Vec<u8> = row.get(0);
-    old.client().execute(OLD_COMPLETE, &[&id]).await.unwrap();
-    id
-}
-
-fn task_id(bytes: &[u8]) -> TaskId {
-    TaskId::from_bytes(bytes.try_into().unwrap())
+    old.client().execute(OLD_COMPLETE, &[&id]).await?;
+    Ok(id)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tries() {
     let Some(db) = database().await else { return };
     let schema = db.schema_at(16).await.unwrap();
-    let old = Raw::connect(&db, None, Some(&schema)).await;
-    for part in 0..4i64 {
-        let (from, to) = (part * 50_000 + 1, (part + 1) * 50_000);
-        old.client().execute(FILL, &[&from, &to]).await.unwrap();
-    }
+    let old = Raw::connect_old(&db, &schema).await;
+    fill_200000(&old).await;
     old.execute(FILL_ATTEMPTS).await.unwrap();
     // Claimed by the old node before the upgrade, ended by a new one after.
     let claimed_before = old.client().query_one(OLD_CLAIM, &[]).await.unwrap();
     let claimed_before = task_id(&claimed_before.get::<_, Vec<u8>>(0));
 
-    let upgrade = tokio::spawn({
-        let (url, schema) = (db.url().to_owned(), schema.clone());
-        async move {
-            PgStore::open(
-                &url,
-                PgConfig {
-                    schema: Some(schema),
-                    pool_size: 2,
-                    clock: tc_store_pg::PgClock::Caller,
-                    ..PgConfig::default()
-                },
-            )
-            .await
-        }
-    });
-    let mut old_ended = vec![old_round(&old).await];
+    let upgrade = open_in_background(db.url(), &schema);
+    let mut old_ended = vec![old_round(&old).await.unwrap()];
     for _ in 0..10_000 {
         if upgrade.is_finished() {
             break;
         }
-        old_ended.push(old_round(&old).await);
+        match old_round(&old).await {
+            Ok(id) => old_ended.push(id),
+            Err(e) if is_fenced(&e) => break,
+            Err(e) => panic!("{e:?}"),
+        }
     }
     let store = upgrade.await.unwrap().unwrap();
-    // The old node goes on after the upgrade.
-    for _ in 0..5 {
-        old_ended.push(old_round(&old).await);
-    }
+    let refused = old_round(&old).await.unwrap_err();
+    assert!(is_fenced(&refused), "{refused:?}");
 
     // A new node ends the old node's try: its open row is closed, no
     // second row is written.

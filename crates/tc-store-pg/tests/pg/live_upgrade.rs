@@ -1,0 +1,205 @@
+//! What the upgrade tests on a live database share: 200,000 tasks in
+//! every state as an older schema left them, the upgrade run by a node of
+//! this version opening the store in the background, the older node's
+//! rounds beside it until it is fenced, and the checks that the counts and
+//! due marks still say what the tasks say.
+
+use std::time::Duration;
+
+use tc_model::destination::ClaimGate;
+use tc_model::store::{Completion, Guarded, Tasks, Work};
+use tc_model::tenant::Scope;
+use tc_model::{State, TaskId, Timestamp};
+use tc_store_pg::{OpenError, PgConfig, PgStore};
+use tc_testkit::ClaimDue;
+use tokio::task::JoinHandle;
+
+use crate::support::{Raw, new_task};
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// 200,000 tasks as an older schema left them, in four transactions of
+/// 50,000 (positions within one count up to 65,535): pending and due,
+/// running (every other one's lease already over), and ended ones, over
+/// seven destinations (`h1:80` among them).
+const FILL: &str = "
+INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, attempt,
+                   created_at, updated_at, started_at, finished_at, next_run_at, lease_until)
+SELECT uuid_send(gen_random_uuid()), 'old-' || g, s.state, 'http://h' || (g % 7) || '/x',
+       '\\x7b7d', 3, 1000000000, CASE WHEN s.state = 'pending' THEN 0 ELSE 1 END, g, g,
+       CASE WHEN s.state <> 'pending' THEN g END,
+       CASE WHEN s.state NOT IN ('pending', 'running') THEN g END,
+       CASE WHEN s.state = 'pending' THEN 0 END,
+       CASE WHEN s.state = 'running' THEN
+           CASE WHEN (g / 10) % 2 = 0 THEN 1 ELSE 9000000000000 END END
+FROM generate_series($1::bigint, $2::bigint) AS g, LATERAL (SELECT CASE
+    WHEN g % 10 < 3 THEN 'pending' WHEN g % 10 = 3 THEN 'running'
+    WHEN g % 10 < 7 THEN 'success' WHEN g % 10 < 9 THEN 'failed'
+    ELSE 'canceled' END AS state) AS s";
+
+/// Fills `old`'s schema with the 200,000 tasks of [`FILL`]: 30,000 running,
+/// 10,000 of them with their lease over.
+pub(crate) async fn fill_200000(old: &Raw) {
+    for part in 0..4i64 {
+        let (from, to) = (part * 50_000 + 1, (part + 1) * 50_000);
+        old.client().execute(FILL, &[&from, &to]).await.unwrap();
+    }
+}
+
+/// A node of this version opening `schema` (and so upgrading it) in the
+/// background, on the caller's clock.
+pub(crate) fn open_in_background(
+    url: &str,
+    schema: &str,
+) -> JoinHandle<Result<PgStore, OpenError>> {
+    let (url, schema) = (url.to_owned(), schema.to_owned());
+    tokio::spawn(async move {
+        let config = PgConfig {
+            schema: Some(schema),
+            pool_size: 2,
+            clock: tc_store_pg::PgClock::Caller,
+            ..PgConfig::default()
+        };
+        PgStore::open(&url, config).await
+    })
+}
+
+/// Whether `error` is the fence of schema step 25 refusing a write of an
+/// older node.
+pub(crate) fn is_fenced(error: &tokio_postgres::Error) -> bool {
+    error
+        .as_db_error()
+        .is_some_and(|e| e.code().code() == "55000" && e.message().contains("schema 25"))
+}
+
+pub(crate) fn task_id(bytes: &[u8]) -> TaskId {
+    TaskId::from_bytes(bytes.try_into().unwrap())
+}
+
+/// The counts' rows that differ from the tasks (none when exact): each
+/// state's total, and each destination's pending and running tasks.
+const MISCOUNTED: &str = "
+WITH counted AS (
+    SELECT state, destination, sum(n) AS n FROM (
+        SELECT state, destination, n FROM task_count_totals
+        UNION ALL SELECT state, '', n FROM task_count_deltas
+        UNION ALL SELECT state, destination, n FROM task_count_deltas
+            WHERE destination IS NOT NULL
+    ) AS c GROUP BY 1, 2 HAVING sum(n) <> 0
+), stored AS (
+    SELECT state, '' AS destination, count(*) AS n FROM tasks GROUP BY 1
+    UNION ALL
+    SELECT state, destination, count(*) FROM tasks
+    WHERE state IN ('pending', 'running') GROUP BY 1, 2
+)
+SELECT coalesce(c.state, s.state) || ' ' || coalesce(c.destination, s.destination) || ': ' ||
+       coalesce(c.n, 0) || ' counted, ' || coalesce(s.n, 0) || ' stored'
+FROM counted c FULL JOIN stored s ON s.state = c.state AND s.destination = c.destination
+WHERE c.n IS DISTINCT FROM s.n";
+
+/// The destinations with pending tasks whose earliest due time has no
+/// mark at or before it (a claim would never walk them).
+const UNMARKED: &str = "
+SELECT t.destination FROM tasks t WHERE t.state = 'pending' GROUP BY t.destination
+HAVING NOT EXISTS (SELECT 1 FROM pending_destinations p
+                   WHERE p.destination = t.destination AND p.next_due <= min(t.next_run_at))
+   AND NOT EXISTS (SELECT 1 FROM due_marks m
+                   WHERE m.destination = t.destination AND m.due_at <= min(t.next_run_at))";
+
+/// The counts equal the tasks, and every destination with pending tasks
+/// has a due mark no later than its earliest one.
+pub(crate) async fn check_counts(raw: &Raw) {
+    for (what, sql) in [("miscounted", MISCOUNTED), ("unmarked", UNMARKED)] {
+        let wrong: Vec<String> = raw
+            .client()
+            .query(sql, &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert!(wrong.is_empty(), "{what}: {wrong:?}");
+    }
+}
+
+/// The queue's rows that differ from the unfinished tasks (none when the
+/// queue is in step): a task missing, one too many, or a state or due time
+/// that differs.
+const OUT_OF_STEP: &str = "
+SELECT coalesce(t.pos, q.pos)::text || ': task ' || coalesce(t.state, '-') || ' '
+       || coalesce(t.next_run_at::text, '-') || ', queue ' || coalesce(q.state, '-') || ' '
+       || coalesce(q.next_run_at::text, '-')
+FROM (SELECT pos, state, next_run_at FROM tasks WHERE state IN ('pending', 'running')) AS t
+FULL JOIN queue q ON q.pos = t.pos
+WHERE t.pos IS NULL OR q.pos IS NULL OR t.state <> q.state
+   OR t.next_run_at IS DISTINCT FROM q.next_run_at
+LIMIT 10";
+
+/// The queue holds exactly the unfinished tasks, each with its state and
+/// due time (schema step 25).
+pub(crate) async fn check_queue(raw: &Raw) {
+    let wrong: Vec<String> = raw
+        .client()
+        .query(OUT_OF_STEP, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(wrong.is_empty(), "queue out of step: {wrong:?}");
+}
+
+/// Every kind of write of this version's node, after the upgrade; `theirs`
+/// is a task an older node claimed before it, ended here.
+pub(crate) async fn new_writes(store: &PgStore, theirs: TaskId, now: Timestamp) {
+    let sub = store.submit(new_task("new-1"), now).await.unwrap();
+    let batch = vec![new_task("new-2"), new_task("new-3"), new_task("new-4")];
+    store.submit_many(batch, now).await.unwrap();
+    let claimed = store
+        .claim_due(8, now, LEASE, ClaimGate::default())
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 8);
+    let retry = Completion::Retry {
+        next_run_at: Timestamp::from_millis(20),
+        reason: "http_503".into(),
+        http_status: Some(503),
+    };
+    let failed = Completion::Failed {
+        reason: "http_400".into(),
+        http_status: Some(400),
+    };
+    let success = Completion::Success {
+        http_status: 200,
+        result: b"ok".to_vec(),
+        content_type: None,
+    };
+    for (task, outcome) in claimed.iter().zip([retry, failed.clone(), success]) {
+        store
+            .complete(task.id, task.attempt, outcome, now)
+            .await
+            .unwrap();
+    }
+    let released = store.release(claimed[3].id, claimed[3].attempt, now).await;
+    assert_eq!(released.unwrap(), Guarded::Applied(State::Pending));
+    store
+        .cancel(claimed[4].id, Scope::Admin, now)
+        .await
+        .unwrap();
+    store.cancel(sub.task.id, Scope::Admin, now).await.unwrap();
+    store.retry(claimed[1].id, now, now, None).await.unwrap();
+    store.delete(claimed[2].id, Scope::Admin).await.unwrap();
+    let pruned = store
+        .prune(
+            State::Canceled,
+            Duration::ZERO,
+            Timestamp::from_millis(99),
+            100,
+        )
+        .await
+        .unwrap();
+    assert!(pruned > 0);
+    // The old node's task, claimed before the upgrade, ended by the new node.
+    let ended = store.complete(theirs, 1, failed, now).await.unwrap();
+    assert_eq!(ended, Guarded::Applied(State::Failed));
+}

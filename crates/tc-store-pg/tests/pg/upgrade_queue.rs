@@ -1,0 +1,179 @@
+//! Schema step 25 on a live database: 200,000 tasks in every state as
+//! schema 24 left them, a node of schema 24 (whose statements count
+//! themselves, `taskcenter.writes = counted`) claiming, ending and
+//! submitting before and during the step; after it every write of that
+//! node to `tasks` is refused whole (no task is claimed through both
+//! layouts), the queue holds exactly the unfinished tasks, the counts are
+//! exact, and a node of this version does every kind of write.
+
+use std::time::Duration;
+
+use tc_model::Timestamp;
+use tc_model::destination::ClaimGate;
+use tc_model::store::Work;
+use tc_testkit::ClaimDue;
+
+use crate::live_upgrade::{
+    check_counts, check_queue, fill_200000, is_fenced, new_writes, open_in_background, task_id,
+};
+use crate::support::{Raw, database};
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// A claim as a schema-24 node makes it: the task moves to running, and
+/// the statement writes its own count deltas.
+const OLD_CLAIM: &str = "
+WITH due AS (
+    SELECT pos FROM tasks WHERE state = 'pending' AND destination = 'h1:80'
+      AND next_run_at <= 1 ORDER BY next_run_at, pos LIMIT 1 FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE tasks t SET state = 'running', attempt = t.attempt + 1, started_at = 5,
+                       lease_until = 9000000000000, next_run_at = NULL, updated_at = 5
+    FROM due WHERE t.pos = due.pos RETURNING t.id, t.destination
+), counted AS (
+    INSERT INTO task_count_deltas (state, destination, n)
+    SELECT 'running', destination, 1 FROM claimed
+    UNION ALL SELECT 'pending', destination, -1 FROM claimed
+)
+SELECT id FROM claimed";
+
+/// A success as a schema-24 node writes it, for the task `$1` on try 1.
+const OLD_COMPLETE: &str = "
+WITH done AS (
+    UPDATE tasks SET state = 'success', http_status = 200, finished_at = 6, updated_at = 6,
+                     lease_until = NULL, ends = ends + 1
+    WHERE id = $1 AND state = 'running' AND attempt = 1 RETURNING destination
+), counted AS (
+    INSERT INTO task_count_deltas (state, destination, n)
+    SELECT 'success', NULL, 1 FROM done
+    UNION ALL SELECT 'running', destination, -1 FROM done
+)
+SELECT count(*) FROM done";
+
+/// A submit as a schema-24 node writes it: the task, its count and its
+/// due mark.
+fn old_submit(key: &str) -> String {
+    format!(
+        "WITH made AS ( \
+             INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
+                                timeout_ns, created_at, updated_at, next_run_at) \
+             VALUES (uuid_send(gen_random_uuid()), '{key}', 'pending', \
+                     'http://127.0.0.1:9/x', '\\x7b7d', 3, 1000000000, 0, 0, 0) \
+             RETURNING destination, next_run_at \
+         ), counted AS ( \
+             INSERT INTO task_count_deltas (state, destination, n) \
+             SELECT 'pending', destination, 1 FROM made \
+         ) \
+         INSERT INTO due_marks (destination, due_at) SELECT destination, next_run_at FROM made"
+    )
+}
+
+/// One round of the old node: claim a task and end it; the server's error
+/// once the old node is fenced.
+async fn old_round(old: &Raw) -> Result<(), tokio_postgres::Error> {
+    let row = old.client().query_one(OLD_CLAIM, &[]).await?;
+    let id: Vec<u8> = row.get(0);
+    old.client().query_one(OLD_COMPLETE, &[&id]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_25_moves_200000_tasks_to_the_queue_while_a_schema_24_node_is_fenced() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(24).await.unwrap();
+    // The fill as a schema-23 node writes (the triggers count it); the
+    // rounds as a schema-24 node (each statement counts itself).
+    fill_200000(&Raw::connect_old(&db, &schema).await).await;
+    let old = Raw::connect_as(&db, &schema, "-c taskcenter.writes=counted").await;
+    let row = old.client().query_one(OLD_CLAIM, &[]).await.unwrap();
+    let theirs = task_id(&row.get::<_, Vec<u8>>(0));
+    old.execute(&old_submit("old-before")).await.unwrap();
+    check_counts(&old).await;
+
+    let upgrade = open_in_background(db.url(), &schema);
+    let mut rounds = 0;
+    while !upgrade.is_finished() && rounds < 2_000 {
+        match old_round(&old).await {
+            Ok(()) => rounds += 1,
+            Err(e) if is_fenced(&e) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let store = upgrade.await.unwrap().unwrap();
+    // Every write of the old node to `tasks` is refused whole: its claim,
+    // its end of the task it claimed before, its submit, a heartbeat and
+    // a delete.
+    let refused = old_round(&old).await.unwrap_err();
+    assert!(is_fenced(&refused), "{refused:?}");
+    let end = old
+        .client()
+        .query_one(OLD_COMPLETE, &[&theirs.as_bytes().as_slice()])
+        .await
+        .unwrap_err();
+    assert!(is_fenced(&end), "{end:?}");
+    for write in [
+        old_submit("old-after"),
+        "UPDATE tasks SET lease_until = 1 WHERE state = 'running'".to_owned(),
+        "DELETE FROM tasks WHERE state = 'success'".to_owned(),
+    ] {
+        let answer = old.execute(&write).await;
+        assert!(
+            answer.as_ref().is_err_and(|e| e.contains("schema 25")),
+            "{write}: {answer:?}"
+        );
+    }
+    check_counts(&old).await;
+    check_queue(&old).await;
+
+    let now = Timestamp::from_millis(10);
+    new_writes(&store, theirs, now).await;
+    let recovered = store
+        .recover_expired(Timestamp::from_millis(1_000))
+        .await
+        .unwrap();
+    assert_eq!(recovered, 10_000);
+    check_counts(&old).await;
+    check_queue(&old).await;
+    // Every due task is claimed once through the queue, the old node's
+    // submit among them; none is left pending and due.
+    let mut claimed_keys = std::collections::HashSet::new();
+    let mut found = false;
+    for _ in 0..200 {
+        let claimed = store
+            .claim_due(
+                1_000,
+                Timestamp::from_millis(100),
+                LEASE,
+                ClaimGate::default(),
+            )
+            .await
+            .unwrap();
+        for task in &claimed {
+            assert!(
+                claimed_keys.insert(task.idempotency_key.clone()),
+                "claimed twice: {}",
+                task.idempotency_key
+            );
+        }
+        found |= claimed.iter().any(|t| t.idempotency_key == "old-before");
+        if claimed.is_empty() {
+            break;
+        }
+    }
+    assert!(found, "the old node's task was never claimed");
+    let due: i64 = old
+        .client()
+        .query_one(
+            "SELECT count(*) FROM tasks WHERE state = 'pending' AND next_run_at <= 100",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(due, 0);
+    check_counts(&old).await;
+    check_queue(&old).await;
+    store.close();
+    drop(store);
+    db.cleanup().await.unwrap();
+}
