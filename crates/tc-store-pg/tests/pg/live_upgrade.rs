@@ -203,3 +203,64 @@ pub(crate) async fn new_writes(store: &PgStore, theirs: TaskId, now: Timestamp) 
     let ended = store.complete(theirs, 1, failed, now).await.unwrap();
     assert_eq!(ended, Guarded::Applied(State::Failed));
 }
+
+/// After the step: the counts and the queue still say what the tasks say,
+/// before and after this version's writes of every kind (`theirs`, the
+/// task the older node claimed, ended here) and the recovery of the
+/// 10,000 leases [`fill_200000`] left over.
+pub(crate) async fn writes_after_the_step(store: &PgStore, old: &Raw, theirs: TaskId) {
+    check_counts(old).await;
+    check_queue(old).await;
+    new_writes(store, theirs, Timestamp::from_millis(10)).await;
+    let recovered = store
+        .recover_expired(Timestamp::from_millis(1_000))
+        .await
+        .unwrap();
+    assert_eq!(recovered, 10_000);
+    check_counts(old).await;
+    check_queue(old).await;
+}
+
+/// Claims every due task through this version's claim: none twice, the
+/// older node's task keyed `old-before` among them, none left pending
+/// and due; then the counts and the queue still say what the tasks say.
+pub(crate) async fn claims_every_due_task_once(store: &PgStore, old: &Raw) {
+    let mut claimed_keys = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let claimed = store
+            .claim_due(
+                1_000,
+                Timestamp::from_millis(100),
+                LEASE,
+                ClaimGate::default(),
+            )
+            .await
+            .unwrap();
+        for task in &claimed {
+            assert!(
+                claimed_keys.insert(task.idempotency_key.clone()),
+                "claimed twice: {}",
+                task.idempotency_key
+            );
+        }
+        if claimed.is_empty() {
+            break;
+        }
+    }
+    assert!(
+        claimed_keys.contains("old-before"),
+        "the old node's task was never claimed"
+    );
+    let due: i64 = old
+        .client()
+        .query_one(
+            "SELECT count(*) FROM tasks WHERE state = 'pending' AND next_run_at <= 100",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(due, 0);
+    check_counts(old).await;
+    check_queue(old).await;
+}

@@ -7,19 +7,11 @@
 //! destination with pending tasks keeps a due mark no later than its
 //! earliest task, and the queue holds exactly the unfinished tasks.
 
-use std::time::Duration;
-
-use tc_model::Timestamp;
-use tc_model::destination::ClaimGate;
-use tc_model::store::Work;
-use tc_testkit::ClaimDue;
-
 use crate::live_upgrade::{
-    check_counts, check_queue, fill_200000, is_fenced, new_writes, open_in_background, task_id,
+    claims_every_due_task_once, fill_200000, is_fenced, open_in_background, task_id,
+    writes_after_the_step,
 };
 use crate::support::{Raw, database};
-
-const LEASE: Duration = Duration::from_secs(60);
 
 /// A claim as a schema-23 node makes it (its trigger counts it).
 const OLD_CLAIM: &str = "
@@ -75,38 +67,8 @@ async fn step_24_upgrades_200000_tasks_while_a_schema_23_node_serves_and_counts_
         submit.as_ref().is_err_and(|e| e.contains("schema 25")),
         "{submit:?}"
     );
-    check_counts(&old).await;
-    check_queue(&old).await;
-
-    let now = Timestamp::from_millis(10);
-    new_writes(&store, theirs, now).await;
-    let recovered = store
-        .recover_expired(Timestamp::from_millis(1_000))
-        .await
-        .unwrap();
-    assert_eq!(recovered, 10_000);
-    check_counts(&old).await;
-    check_queue(&old).await;
-    // The old node's task submitted before the upgrade is claimed.
-    let mut found = false;
-    for _ in 0..200 {
-        let claimed = store
-            .claim_due(
-                1_000,
-                Timestamp::from_millis(100),
-                LEASE,
-                ClaimGate::default(),
-            )
-            .await
-            .unwrap();
-        found |= claimed.iter().any(|t| t.idempotency_key == "old-before");
-        if found || claimed.is_empty() {
-            break;
-        }
-    }
-    assert!(found, "the old node's task was never claimed");
-    check_counts(&old).await;
-    check_queue(&old).await;
+    writes_after_the_step(&store, &old, theirs).await;
+    claims_every_due_task_once(&store, &old).await;
     store.close();
     drop(store);
     db.cleanup().await.unwrap();

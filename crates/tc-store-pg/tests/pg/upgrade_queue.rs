@@ -6,19 +6,11 @@
 //! layouts), the queue holds exactly the unfinished tasks, the counts are
 //! exact, and a node of this version does every kind of write.
 
-use std::time::Duration;
-
-use tc_model::Timestamp;
-use tc_model::destination::ClaimGate;
-use tc_model::store::Work;
-use tc_testkit::ClaimDue;
-
 use crate::live_upgrade::{
-    check_counts, check_queue, fill_200000, is_fenced, new_writes, open_in_background, task_id,
+    check_counts, claims_every_due_task_once, fill_200000, is_fenced, open_in_background, task_id,
+    writes_after_the_step,
 };
 use crate::support::{Raw, database};
-
-const LEASE: Duration = Duration::from_secs(60);
 
 /// A claim as a schema-24 node makes it: the task moves to running, and
 /// the statement writes its own count deltas.
@@ -122,57 +114,8 @@ async fn step_25_moves_200000_tasks_to_the_queue_while_a_schema_24_node_is_fence
             "{write}: {answer:?}"
         );
     }
-    check_counts(&old).await;
-    check_queue(&old).await;
-
-    let now = Timestamp::from_millis(10);
-    new_writes(&store, theirs, now).await;
-    let recovered = store
-        .recover_expired(Timestamp::from_millis(1_000))
-        .await
-        .unwrap();
-    assert_eq!(recovered, 10_000);
-    check_counts(&old).await;
-    check_queue(&old).await;
-    // Every due task is claimed once through the queue, the old node's
-    // submit among them; none is left pending and due.
-    let mut claimed_keys = std::collections::HashSet::new();
-    let mut found = false;
-    for _ in 0..200 {
-        let claimed = store
-            .claim_due(
-                1_000,
-                Timestamp::from_millis(100),
-                LEASE,
-                ClaimGate::default(),
-            )
-            .await
-            .unwrap();
-        for task in &claimed {
-            assert!(
-                claimed_keys.insert(task.idempotency_key.clone()),
-                "claimed twice: {}",
-                task.idempotency_key
-            );
-        }
-        found |= claimed.iter().any(|t| t.idempotency_key == "old-before");
-        if claimed.is_empty() {
-            break;
-        }
-    }
-    assert!(found, "the old node's task was never claimed");
-    let due: i64 = old
-        .client()
-        .query_one(
-            "SELECT count(*) FROM tasks WHERE state = 'pending' AND next_run_at <= 100",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(due, 0);
-    check_counts(&old).await;
-    check_queue(&old).await;
+    writes_after_the_step(&store, &old, theirs).await;
+    claims_every_due_task_once(&store, &old).await;
     store.close();
     drop(store);
     db.cleanup().await.unwrap();
