@@ -8,6 +8,7 @@ use std::time::Duration;
 use tc_model::Timestamp;
 use tc_model::cluster::{DestinationHolds, TokenAsk, TokenGrant};
 
+use super::contact::Ask;
 use super::{Breaker, Dest, Flow};
 
 /// How long an unused grant keeps a destination from asking again while
@@ -33,7 +34,8 @@ impl Flow {
     /// The grants a claim of up to `wanted` tasks asks for: one per rated
     /// destination that nothing holds, whose bucket had a token at the
     /// last ask and whose last grant was used; each for at most `wanted`
-    /// and the bucket's size.
+    /// and the bucket's size, one while this node has not met it, none
+    /// while its first call is on its way.
     pub(crate) fn token_asks(&self, now: Timestamp, wanted: usize) -> Vec<TokenAsk> {
         let mut guard = self.lock();
         let state = &mut *guard;
@@ -59,7 +61,15 @@ impl Flow {
             {
                 continue;
             }
-            let take = (wanted as f64).min(size).max(1.0);
+            // First contact: a probe on its way leaves the claim nothing to
+            // spend, and the probe itself needs one token. Tokens taken and
+            // given back unused would empty the bucket for the other nodes
+            // meanwhile.
+            let take = match dest.contact.ask() {
+                Ask::Hold => continue,
+                Ask::One => 1.0,
+                Ask::Free => (wanted as f64).min(size).max(1.0),
+            };
             asks.push(TokenAsk {
                 destination: name.clone(),
                 rate_per_s: rate,
@@ -241,6 +251,29 @@ mod tests {
         assert!(flow.token_asks(at(30), 16).is_empty());
         flow.forget_empty();
         assert_eq!(flow.token_asks(at(30), 16).len(), 1);
+    }
+
+    /// A destination this node has not met asks one token (its probe),
+    /// none while the probe is on its way, and what the claim can use once
+    /// the probe ended: tokens it could not spend would leave the bucket
+    /// empty for the other nodes until given back.
+    #[test]
+    fn first_contact_asks_one_token_then_none_until_the_probe_ends() {
+        let flow = flow();
+        let settings = DestinationSettings {
+            rate_per_s: Some(50.0),
+            burst: Some(5),
+            ..DestinationSettings::default()
+        };
+        flow.set_settings(vec![(DEST.to_owned(), settings)], at(0));
+        let take =
+            |ms: i64| -> Vec<u32> { flow.token_asks(at(ms), 16).iter().map(|a| a.take).collect() };
+        assert_eq!(take(0), [1], "not met: the probe's token");
+        let probe = task("r.example", 1);
+        flow.started(std::slice::from_ref(&probe), at(0));
+        assert_eq!(take(1), Vec::<u32>::new(), "the probe is on its way");
+        flow.ended(&probe.destination, (probe.id, probe.attempt), at(2));
+        assert_eq!(take(3), [5], "met: what the claim can use");
     }
 
     /// Another node's open breaker and backoff hold here too, and show in
