@@ -64,6 +64,32 @@ pub(crate) fn open_in_background(
     })
 }
 
+/// A node of this version upgrades `schema` in the background
+/// ([`open_in_background`]) while an older node runs `round` after round
+/// beside it, until the upgrade is done, the fence refuses the older node
+/// ([`is_fenced`]) or `most` rounds went through; any other error fails
+/// the test. The upgraded store.
+pub(crate) async fn upgrade_beside<Round>(
+    url: &str,
+    schema: &str,
+    most: usize,
+    mut round: impl FnMut() -> Round,
+) -> PgStore
+where
+    Round: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+{
+    let upgrade = open_in_background(url, schema);
+    let mut rounds = 0;
+    while !upgrade.is_finished() && rounds < most {
+        match round().await {
+            Ok(()) => rounds += 1,
+            Err(e) if is_fenced(&e) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    upgrade.await.unwrap().unwrap()
+}
+
 /// Whether `error` is the fence of schema step 25 refusing a write of an
 /// older node.
 pub(crate) fn is_fenced(error: &tokio_postgres::Error) -> bool {

@@ -8,7 +8,7 @@
 //! earliest task, and the queue holds exactly the unfinished tasks.
 
 use crate::live_upgrade::{
-    claims_every_due_task_once, fill_200000, is_fenced, open_in_background, task_id,
+    claims_every_due_task_once, fill_200000, is_fenced, task_id, upgrade_beside,
     writes_after_the_step,
 };
 use crate::support::{Raw, database};
@@ -49,16 +49,7 @@ async fn step_24_upgrades_200000_tasks_while_a_schema_23_node_serves_and_counts_
     old.execute(&Raw::insert_task_sql("old-before"))
         .await
         .unwrap();
-    let upgrade = open_in_background(db.url(), &schema);
-    let mut rounds = 0;
-    while !upgrade.is_finished() && rounds < 2_000 {
-        match old_round(&old).await {
-            Ok(()) => rounds += 1,
-            Err(e) if is_fenced(&e) => break,
-            Err(e) => panic!("{e:?}"),
-        }
-    }
-    let store = upgrade.await.unwrap().unwrap();
+    let store = upgrade_beside(db.url(), &schema, 2_000, || old_round(&old)).await;
     // After the upgrade the old node's writes are refused, whole.
     let refused = old_round(&old).await.unwrap_err();
     assert!(is_fenced(&refused), "{refused:?}");

@@ -7,7 +7,7 @@
 //! exact, and a node of this version does every kind of write.
 
 use crate::live_upgrade::{
-    check_counts, claims_every_due_task_once, fill_200000, is_fenced, open_in_background, task_id,
+    check_counts, claims_every_due_task_once, fill_200000, is_fenced, task_id, upgrade_beside,
     writes_after_the_step,
 };
 use crate::support::{Raw, database};
@@ -82,16 +82,7 @@ async fn step_25_moves_200000_tasks_to_the_queue_while_a_schema_24_node_is_fence
     old.execute(&old_submit("old-before")).await.unwrap();
     check_counts(&old).await;
 
-    let upgrade = open_in_background(db.url(), &schema);
-    let mut rounds = 0;
-    while !upgrade.is_finished() && rounds < 2_000 {
-        match old_round(&old).await {
-            Ok(()) => rounds += 1,
-            Err(e) if is_fenced(&e) => break,
-            Err(e) => panic!("{e:?}"),
-        }
-    }
-    let store = upgrade.await.unwrap().unwrap();
+    let store = upgrade_beside(db.url(), &schema, 2_000, || old_round(&old)).await;
     // Every write of the old node to `tasks` is refused whole: its claim,
     // its end of the task it claimed before, its submit, a heartbeat and
     // a delete.
