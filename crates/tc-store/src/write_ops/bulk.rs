@@ -82,8 +82,7 @@ pub(crate) fn bulk_chunk(
                 if admit_retry(conn, &tenant, quota)? != Admission::Admitted {
                     continue;
                 }
-                let destination = tc_model::destination_of(&url);
-                retry_seq(conn, (seq, state, &destination), now, now)?;
+                retry_seq(conn, seq, state, now, now)?;
             }
             BulkAction::Cancel => {
                 cancel(
