@@ -57,6 +57,12 @@ pub(crate) enum Undo {
     /// writing, nothing is undone and the batch goes on. A profile of end-to-end load had a fifth of the
     /// writer thread in the savepoints' page copies and allocations.
     WholeBatch,
+    /// The command sets the connection, not the data (a pragma such as
+    /// `max_page_count`, which a rollback does not undo): it runs alone,
+    /// outside the batch's transaction, before the batch. Inside it, a
+    /// batchmate's failure would answer "unavailable" for a change that
+    /// stands.
+    Alone,
 }
 
 struct Op<T, F> {
@@ -154,6 +160,9 @@ fn run(mut conn: Connection, mut commands: mpsc::Receiver<Command>, max_batch: u
 
 /// Runs and commits one batch, then replies to every caller in it.
 pub(crate) fn commit_batch(conn: &mut Connection, batch: &mut Vec<Command>) {
+    if batch.iter().any(|job| job.undo() == Undo::Alone) {
+        run_alone(conn, batch);
+    }
     let outcome = run_batch(conn, batch);
     let failed = outcome.err().map(|e| {
         tracing::warn!(error = %e, commands = batch.len(), "store_batch_failed");
@@ -161,6 +170,19 @@ pub(crate) fn commit_batch(conn: &mut Connection, batch: &mut Vec<Command>) {
     });
     for job in batch.drain(..) {
         job.reply(failed.as_ref());
+    }
+}
+
+/// Runs and answers the batch's [`Undo::Alone`] commands, each outside any
+/// transaction, and leaves the rest in `batch` in their order.
+fn run_alone(conn: &Connection, batch: &mut Vec<Command>) {
+    let (mut alone, rest): (Vec<Command>, Vec<Command>) =
+        batch.drain(..).partition(|job| job.undo() == Undo::Alone);
+    batch.extend(rest);
+    for mut job in alone.drain(..) {
+        // Its answer is its own result: there is no transaction to fail.
+        job.run(conn);
+        job.reply(None);
     }
 }
 
@@ -178,7 +200,9 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
                     ));
                 }
             }
-            Undo::Savepoint => {
+            // `commit_batch` takes `Alone` commands out before the batch
+            // runs; matched here only so the match needs no panic arm.
+            Undo::Savepoint | Undo::Alone => {
                 // Cached statements rather than rusqlite's Savepoint, which
                 // builds and parses the SQL text anew for every command.
                 tx.prepare_cached("SAVEPOINT command")?.execute([])?;
@@ -402,6 +426,47 @@ mod tests {
             );
         }
         assert_eq!(count(&conn), 0);
+    }
+
+    /// A command that sets `max_page_count` to `pages`, run as `undo` says.
+    fn cap_pages(pages: i64, undo: Undo) -> (Command, oneshot::Receiver<Result<i64, StoreError>>) {
+        let (reply, answer) = oneshot::channel();
+        let op = move |conn: &Connection| {
+            conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
+                row.get(0)
+            })
+            .map_err(crate::rows::db)
+        };
+        (command(op, undo, reply, None), answer)
+    }
+
+    #[test]
+    fn a_connection_setting_is_answered_for_itself_beside_a_batch_that_breaks() {
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |row| row.get(0))
+            .unwrap();
+        let (first, first_answer) = submit("a", b"1");
+        let (failing, failing_answer) = whole_batch("x", true);
+        let (cap, cap_answer) = cap_pages(pages + 100, Undo::Alone);
+        commit_batch(&mut conn, &mut vec![first, failing, cap]);
+        // The batch is lost as before...
+        for answer in [
+            first_answer.blocking_recv().unwrap().map(|_| ()),
+            failing_answer.blocking_recv().unwrap(),
+        ] {
+            assert!(
+                matches!(answer, Err(StoreError::Unavailable(_))),
+                "{answer:?}"
+            );
+        }
+        assert_eq!(count(&conn), 0);
+        // ...but the setting, which no rollback undoes, says it stands.
+        assert_eq!(cap_answer.blocking_recv().unwrap(), Ok(pages + 100));
+        let now: i64 = conn
+            .query_row("PRAGMA max_page_count", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(now, pages + 100);
     }
 
     #[test]

@@ -99,7 +99,9 @@ impl SqliteStore {
         // SQLite's own ceiling, which "no cap" restores.
         const NO_CAP: u64 = 0xFFFF_FFFE;
         let pages = pages.unwrap_or(NO_CAP).min(NO_CAP);
-        self.write(move |conn| {
+        // Alone: a rollback does not undo the pragma, so a batchmate's
+        // failure must not answer for it.
+        self.write_sized(0, Undo::Alone, move |conn| {
             conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
                 row.get::<_, i64>(0)
             })
@@ -111,7 +113,7 @@ impl SqliteStore {
 
     /// How many pages the database has now (its size in pages).
     pub async fn page_count(&self) -> Result<u64, StoreError> {
-        self.write(|conn| {
+        self.write_sized(0, Undo::Alone, |conn| {
             conn.query_row("PRAGMA page_count", [], |row| row.get::<_, i64>(0))
                 .map(|n| u64::try_from(n).unwrap_or(0))
                 .map_err(crate::rows::db)
