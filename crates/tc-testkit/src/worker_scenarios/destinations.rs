@@ -85,6 +85,23 @@ pub(super) fn seen<S, D>(rig: &Rig<S, D>, prefix: &str) -> Vec<Seen> {
     })
 }
 
+/// Checks that `later` started only once `earlier` had ended (to the
+/// millisecond: the paused clock lets both fall on one instant); `rule` says
+/// what a miss breaks.
+pub(super) fn check_started_after(later: &Seen, earlier: &Seen, rule: &str) -> Result<(), String> {
+    let ended = earlier
+        .ended
+        .ok_or_else(|| format!("{} never ended", earlier.path))?;
+    ensure!(
+        later.at + MS >= ended,
+        "{} started {:?} before {} ended: {rule}",
+        later.path,
+        ended.duration_since(later.at),
+        earlier.path
+    );
+    Ok(())
+}
+
 pub(super) fn calls_under<S, D>(rig: &Rig<S, D>, prefix: &str) -> usize {
     rig.script.read(|r| {
         r.calls()

@@ -12,7 +12,7 @@ use tc_model::flow_key::FlowKeyUpdate;
 use tc_model::store::TaskStore;
 use tc_model::{Limits, NewTask, State, TaskId};
 
-use super::destinations::{MS, check_tasks, length, paths, seen, submit_each};
+use super::destinations::{MS, check_started_after, check_tasks, length, paths, seen, submit_each};
 use super::{GUARD, Rig, stop, wait_all_terminal, wait_all_terminal_within, wait_for};
 
 /// Submits one task of `key` per path, on `url_of`'s url.
@@ -94,13 +94,7 @@ pub(super) async fn a_flow_key_s_cap_holds_across_hosts<S: TaskStore, D: Downstr
     calls.sort_by_key(|c| c.at);
     ensure!(calls.len() == 4, "{} calls of key k, want 4", calls.len());
     for pair in calls.windows(2) {
-        let ended = pair[0].ended.unwrap_or(pair[0].at);
-        ensure!(
-            pair[1].at + MS >= ended,
-            "{} started before {} ended: key k's cap of 1 did not hold",
-            pair[1].path,
-            pair[0].path
-        );
+        check_started_after(&pair[1], &pair[0], "key k's cap of 1 did not hold")?;
     }
     // The tasks without a key did not queue behind the key's chain.
     for free in seen(rig, "/free/") {

@@ -11,7 +11,7 @@ use tc_model::store::TaskStore;
 use tc_model::{State, destination_of};
 
 use super::destinations::{
-    MS, calls_under, check_tasks, length, paths, seen, submit_each, submit_to,
+    MS, calls_under, check_started_after, check_tasks, length, paths, seen, submit_each, submit_to,
 };
 use super::{GUARD, Rig, stop, wait_all_terminal, wait_all_terminal_within, wait_for};
 
@@ -113,12 +113,7 @@ pub(super) async fn throttling_without_fields_halves_the_calls_in_flight<
     let calls = seen(rig, "/th/slow/");
     ensure!(calls.len() == 3, "{} slow calls, want 3", calls.len());
     // One in flight: the second call starts when the first has ended.
-    let first_ended = calls[0].ended.ok_or("the first slow call never ended")?;
-    ensure!(
-        calls[1].at + MS >= first_ended,
-        "the second call started {:?} before the first ended, with one call allowed",
-        first_ended.duration_since(calls[1].at)
-    );
+    check_started_after(&calls[1], &calls[0], "one call was allowed")?;
     // Its success gave the window one more: the last two overlap.
     let second_ended = calls[1].ended.ok_or("the second slow call never ended")?;
     ensure!(
@@ -168,12 +163,7 @@ pub(super) async fn first_contact_learns_the_window_before_the_backlog_goes<
     check_tasks(rig, &tasks, State::Success, 1).await?;
     let calls = seen(rig, "/fc/w");
     ensure!(calls.len() == 6, "{} calls, want 6", calls.len());
-    let probe_ended = calls[0].ended.ok_or("the first call never ended")?;
-    ensure!(
-        calls[1].at + MS >= probe_ended,
-        "the second call went {:?} before the first call's answer",
-        probe_ended.duration_since(calls[1].at)
-    );
+    check_started_after(&calls[1], &calls[0], "the first call goes alone")?;
     let spent = calls[2].ended.ok_or("the third call never ended")?;
     ensure!(
         calls[3].at + MS >= spent + reset,
