@@ -143,6 +143,18 @@ impl TestDatabase {
     /// first column of its first row as an integer (`None` for no row or
     /// NULL), for a bench's readings of the server's statistics.
     pub async fn query_i64(&self, sql: &str) -> Result<Option<i64>, String> {
+        self.query_first(sql).await
+    }
+
+    /// As [`TestDatabase::query_i64`], for a text column.
+    pub async fn query_text(&self, sql: &str) -> Result<Option<String>, String> {
+        self.query_first(sql).await
+    }
+
+    async fn query_first<T>(&self, sql: &str) -> Result<Option<T>, String>
+    where
+        T: for<'a> tokio_postgres::types::FromSql<'a>,
+    {
         let (client, connection) = connect(&self.url).await?;
         let driver = tokio::spawn(connection);
         let answer = client
@@ -151,7 +163,7 @@ impl TestDatabase {
             .map_err(|e| crate::error::describe(&e))
             .and_then(|row| match row {
                 Some(row) => row
-                    .try_get::<_, Option<i64>>(0)
+                    .try_get::<_, Option<T>>(0)
                     .map_err(|e| crate::error::describe(&e)),
                 None => Ok(None),
             });

@@ -16,6 +16,7 @@ mod args;
 mod downstream;
 pub(crate) mod load;
 mod peer;
+mod pg_wal;
 mod phases;
 mod report;
 mod stats;

@@ -18,6 +18,7 @@ use tc_store_pg::testing::TestDatabase;
 
 use super::one_node::{BATCH, post};
 use super::*;
+use crate::bench::pg_wal::{self, WalCount};
 
 /// One run: a store, a number of nodes.
 struct Run {
@@ -35,6 +36,16 @@ struct Measured {
     queue: Option<Queued>,
     /// PostgreSQL only: statements (or transactions) of the database per
     /// task over the end-to-end run, the bench's `/metrics` polls included.
+    statements: Option<(f64, Counted)>,
+    /// PostgreSQL only: what the run's schema wrote to the WAL over the
+    /// end-to-end run (or why it was not counted).
+    wal: Option<Result<WalCount, String>>,
+}
+
+/// A PostgreSQL run's figures that the scale-out targets compare.
+struct ScaleOut {
+    nodes: usize,
+    e2e_rate: f64,
     statements: Option<(f64, Counted)>,
 }
 
@@ -75,6 +86,8 @@ impl Bench {
         ];
         let mut sqlite = None;
         let mut sqlite_queue = None;
+        // PostgreSQL's one node and three: end to end, statements per task.
+        let mut postgres_nodes: Vec<ScaleOut> = Vec::new();
         for run in runs {
             let measured = self.nodes_run(&db, &run).await;
             db.cleanup().await?;
@@ -87,6 +100,15 @@ impl Bench {
             ));
             let key = format!("nodes_{}_{}", run.store, run.nodes);
             let (sqlite_submit, sqlite_e2e) = *sqlite.get_or_insert((m.submit_rate, m.e2e_rate));
+            // Issue 38's targets are PostgreSQL's one node against SQLite's.
+            let one_postgres = run.store == "postgres" && run.nodes == 1;
+            if run.store == "postgres" {
+                postgres_nodes.push(ScaleOut {
+                    nodes: run.nodes,
+                    e2e_rate: m.e2e_rate,
+                    statements: m.statements,
+                });
+            }
             let cpu = m.node_cpu_ms_per_task + m.postgres_cpu_ms_per_task;
             let per_core = if cpu > 0.0 { 1000.0 / cpu } else { 0.0 };
             self.push(
@@ -98,14 +120,19 @@ impl Bench {
                 )
                 .beside(sqlite_submit, "sqlite × 1"),
             );
+            let e2e = Figure::new(
+                &format!("{key}_e2e"),
+                &format!("7 end to end tasks/s, {label} node(s)"),
+                m.e2e_rate,
+                "/s",
+            )
+            .beside(sqlite_e2e, "sqlite × 1");
             self.push(
-                Figure::new(
-                    &format!("{key}_e2e"),
-                    &format!("7 end to end tasks/s, {label} node(s)"),
-                    m.e2e_rate,
-                    "/s",
-                )
-                .beside(sqlite_e2e, "sqlite × 1")
+                if one_postgres {
+                    e2e.target(Target::RatioAtLeast(0.7))
+                } else {
+                    e2e
+                }
                 .note(format!(
                     "CPU per task {:.2} ms (nodes {:.2} + PostgreSQL {:.2}): ~{per_core:.0} \
                      tasks/s per core{}",
@@ -130,6 +157,7 @@ impl Bench {
                         "/s",
                     )
                     .beside(sqlite_batch, "sqlite × 1")
+                    .target(Target::RatioAtLeast(1.0))
                     .note("random UUIDv4 keys, 8 connections, destination paused".to_owned()),
                 );
                 self.push(
@@ -143,12 +171,16 @@ impl Bench {
                         "/s",
                     )
                     .beside(sqlite_drain, "sqlite × 1")
+                    .target(Target::RatioAtLeast(0.7))
                     .note(format!(
                         "the batches above, then the destination resumed; CPU per task {:.2} ms \
                          in the node + {:.2} ms in PostgreSQL",
                         q.drain_node_cpu_ms, q.drain_postgres_cpu_ms
                     )),
                 );
+            }
+            if one_postgres {
+                self.postgres_figures(&key, &m);
             }
             self.detail(
                 &key,
@@ -166,23 +198,124 @@ impl Bench {
                     "drain_postgres_cpu_ms_per_task":
                         m.queue.as_ref().map(|q| q.drain_postgres_cpu_ms),
                     "statements_per_task": m.statements.map(|(n, _)| n),
+                    "wal_records_per_task": m.wal.as_ref().and_then(|w| w.as_ref().ok())
+                        .map(|w| w.records as f64 / self.plan.e2e_tasks as f64),
+                    "btree_entries_per_task": m.wal.as_ref().and_then(|w| w.as_ref().ok())
+                        .map(|w| w.btree_entries as f64 / self.plan.e2e_tasks as f64),
                     "statements_counted": m.statements.map(|(_, c)| c.as_str()),
                 }),
             );
         }
+        self.scale_out_figures(&postgres_nodes);
         Ok(())
+    }
+
+    /// Issue 38's figures of one PostgreSQL node: its CPU per drained task
+    /// and what the end-to-end run wrote to the WAL per task.
+    fn postgres_figures(&mut self, key: &str, m: &Measured) {
+        if let Some(q) = &m.queue {
+            self.push(
+                Figure::new(
+                    &format!("{key}_drain_cpu"),
+                    "7 PostgreSQL CPU per drained task, postgres × 1 node",
+                    q.drain_postgres_cpu_ms,
+                    "ms",
+                )
+                .target(Target::AtMost(0.12))
+                .note(
+                    "every process named postgres on the machine, over the drain alone".to_owned(),
+                ),
+            );
+        }
+        let tasks = self.plan.e2e_tasks as f64;
+        let names = [
+            (
+                "wal_records",
+                "7 WAL records per task, postgres × 1 node",
+                15.0,
+            ),
+            (
+                "btree_entries",
+                "7 B-tree entries per task, postgres × 1 node",
+                10.0,
+            ),
+        ];
+        for (i, (what, name, most)) in names.into_iter().enumerate() {
+            let key = format!("{key}_{what}");
+            let figure = match &m.wal {
+                Some(Ok(wal)) => {
+                    let n = if i == 0 {
+                        wal.records
+                    } else {
+                        wal.btree_entries
+                    };
+                    Figure::new(&key, name, n as f64 / tasks, "per task")
+                        .target(Target::AtMost(most))
+                        .note(
+                            "the run's schema's relations, from pg_waldump over the end-to-end \
+                             run (submits, claims, ends; commit records not counted)"
+                                .to_owned(),
+                        )
+                }
+                Some(Err(why)) => Figure::failed(&key, name, "per task", why.clone()),
+                None => continue,
+            };
+            self.push(figure);
+        }
+    }
+
+    /// Issue 38's scale-out figures: three PostgreSQL nodes against one,
+    /// end to end and in statements (or transactions) per task.
+    fn scale_out_figures(&mut self, postgres_nodes: &[ScaleOut]) {
+        let of = |nodes: usize| postgres_nodes.iter().find(|run| run.nodes == nodes);
+        let (Some(one), Some(three)) = (of(1), of(3)) else {
+            return;
+        };
+        let (one_e2e, one_statements) = (one.e2e_rate, one.statements);
+        let (three_e2e, three_statements) = (three.e2e_rate, three.statements);
+        self.push(
+            Figure::new(
+                "nodes_postgres_3_over_1_e2e",
+                "7 end to end tasks/s, postgres × 3 nodes against × 1",
+                three_e2e,
+                "/s",
+            )
+            .beside(one_e2e, "postgres × 1")
+            .target(Target::RatioAtLeast(1.0)),
+        );
+        if let (Some((one, counted)), Some((three, three_counted))) =
+            (one_statements, three_statements)
+            && counted == three_counted
+        {
+            self.push(
+                Figure::new(
+                    "nodes_postgres_3_over_1_per_task",
+                    &format!(
+                        "7 {} per task, postgres × 3 nodes against × 1",
+                        counted.as_str()
+                    ),
+                    three,
+                    "per task",
+                )
+                .beside(one, "postgres × 1")
+                .target(Target::RatioAtMost(1.2)),
+            );
+        }
     }
 
     async fn nodes_run(&self, db: &TestDatabase, run: &Run) -> Result<Measured, String> {
         let n = self.plan.e2e_tasks;
         let down = HttpDownstream::start(Duration::ZERO).await?;
         let name = format!("{}-{}", run.store, run.nodes);
+        let mut schema = None;
         let target = match run.store {
             "postgres" => {
-                let schema = db.fresh_schema();
-                db.execute(&format!("CREATE SCHEMA {schema}")).await?;
+                let fresh = db.fresh_schema();
+                db.execute(&format!("CREATE SCHEMA {fresh}")).await?;
                 let sep = if db.url().contains('?') { '&' } else { '?' };
-                format!("{}{sep}options=-csearch_path%3D{schema}", db.url())
+                let url = format!("{}{sep}options=-csearch_path%3D{fresh}", db.url());
+                schema = Some(fresh);
+                url
             }
             _ => self.db(&name).display().to_string(),
         };
@@ -206,6 +339,10 @@ impl Bench {
         let statements_before = match run.store {
             "postgres" => statements_so_far(db).await,
             _ => None,
+        };
+        let wal_before = match &schema {
+            Some(_) => Some(pg_wal::position(db).await),
+            None => None,
         };
         let started = Instant::now();
         let mut submits = Vec::new();
@@ -254,6 +391,13 @@ impl Bench {
                 .map(|(after, _)| (after.saturating_sub(before) as f64 / n as f64, counted)),
             None => None,
         };
+        let wal = match (&schema, wal_before) {
+            (Some(schema), Some(before)) => Some(match (before, pg_wal::position(db).await) {
+                (Ok(start), Ok(end)) => pg_wal::count(db, schema, start, end).await,
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            }),
+            _ => None,
+        };
         let queue = match nodes.as_slice() {
             [node] => Some(self.queue_and_drain(node, &down, n).await?),
             _ => None,
@@ -265,6 +409,7 @@ impl Bench {
         Ok(Measured {
             queue,
             statements,
+            wal,
             submit_rate: stats::rate(n, submit_elapsed),
             e2e_rate: stats::rate(n, e2e_elapsed),
             node_cpu_ms_per_task: node_ticks as f64 * ms_per_tick / n as f64,
