@@ -1,5 +1,5 @@
 //! WAL records and B-tree entries that one schema's relations wrote between
-//! two WAL positions (issue 38's figures), counted from the WAL itself with
+//! two WAL positions (what the queue layout set out to cut), counted from the WAL itself with
 //! `pg_waldump`, so the rest of the server's work does not count. Needs the
 //! server's data directory readable (`PGDATA`, default
 //! `/var/lib/postgresql/15/main`) and `pg_waldump` (`PG_WALDUMP`, default

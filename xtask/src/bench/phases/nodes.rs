@@ -100,7 +100,7 @@ impl Bench {
             ));
             let key = format!("nodes_{}_{}", run.store, run.nodes);
             let (sqlite_submit, sqlite_e2e) = *sqlite.get_or_insert((m.submit_rate, m.e2e_rate));
-            // Issue 38's targets are PostgreSQL's one node against SQLite's.
+            // The targets compare PostgreSQL's one node with SQLite's.
             let one_postgres = run.store == "postgres" && run.nodes == 1;
             if run.store == "postgres" {
                 postgres_nodes.push(ScaleOut {
@@ -210,7 +210,7 @@ impl Bench {
         Ok(())
     }
 
-    /// Issue 38's figures of one PostgreSQL node: its CPU per drained task
+    /// The layout's figures of one PostgreSQL node: its CPU per drained task
     /// and what the end-to-end run wrote to the WAL per task.
     fn postgres_figures(&mut self, key: &str, m: &Measured) {
         if let Some(q) = &m.queue {
@@ -264,7 +264,7 @@ impl Bench {
         }
     }
 
-    /// Issue 38's scale-out figures: three PostgreSQL nodes against one,
+    /// The scale-out figures: three PostgreSQL nodes against one,
     /// end to end and in statements (or transactions) per task.
     fn scale_out_figures(&mut self, postgres_nodes: &[ScaleOut]) {
         let of = |nodes: usize| postgres_nodes.iter().find(|run| run.nodes == nodes);
