@@ -416,16 +416,21 @@ mod tests {
             None,
         );
         commit_batch(&mut conn, &mut vec![first, broken]);
-        for answer in [
+        check_unavailable([
             first_answer.blocking_recv().unwrap().map(|_| ()),
             broken_answer.blocking_recv().unwrap(),
-        ] {
+        ]);
+        assert_eq!(count(&conn), 0);
+    }
+
+    /// Checks that every answer says the store is unavailable.
+    fn check_unavailable(answers: impl IntoIterator<Item = Result<(), StoreError>>) {
+        for answer in answers {
             assert!(
                 matches!(answer, Err(StoreError::Unavailable(_))),
                 "{answer:?}"
             );
         }
-        assert_eq!(count(&conn), 0);
     }
 
     /// A command that sets `max_page_count` to `pages`, run as `undo` says.
@@ -451,15 +456,10 @@ mod tests {
         let (cap, cap_answer) = cap_pages(pages + 100, Undo::Alone);
         commit_batch(&mut conn, &mut vec![first, failing, cap]);
         // The batch is lost as before...
-        for answer in [
+        check_unavailable([
             first_answer.blocking_recv().unwrap().map(|_| ()),
             failing_answer.blocking_recv().unwrap(),
-        ] {
-            assert!(
-                matches!(answer, Err(StoreError::Unavailable(_))),
-                "{answer:?}"
-            );
-        }
+        ]);
         assert_eq!(count(&conn), 0);
         // ...but the setting, which no rollback undoes, says it stands.
         assert_eq!(cap_answer.blocking_recv().unwrap(), Ok(pages + 100));
