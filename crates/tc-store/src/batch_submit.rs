@@ -7,6 +7,7 @@ use tc_model::callback::Callback;
 use tc_model::store::StoreError;
 use tc_model::{NewTask, State, TaskId, Timestamp};
 
+use crate::moves::{self, At};
 use crate::rows::{self, db, nanos};
 use crate::write_ops::{Made, SubmitRow, known_task, new_id, seq_floor_above, submit_prepared};
 
@@ -120,8 +121,10 @@ pub(crate) fn submit_all(
             .execute(rusqlite::params_from_iter(values.iter().map(|v| &**v)))
             .map_err(db)?;
         drop(values);
-        for (new, id) in chunk.iter().zip(ids) {
+        for ((new, row), id) in chunk.iter().zip(&rows[at..at + size]).zip(ids) {
             if inserted == size || rows::exists(conn, &id)? {
+                let due = At::pending(new.first_run().due_at(now).as_millis());
+                moves::moved(&row.destination, None, Some(due));
                 answers.push(Ok(Made::Created(id)));
                 continue;
             }

@@ -28,6 +28,7 @@ mod destinations;
 mod events;
 mod filter;
 mod flow_keys;
+mod moves;
 mod priority;
 mod private_file;
 mod read_ops;
@@ -82,6 +83,9 @@ pub mod raw {
         task: &NewTask,
         now: Timestamp,
     ) -> Result<Submitted, StoreError> {
-        crate::write_ops::submit(conn, task, now)
+        let submitted = crate::write_ops::submit(conn, task, now)?;
+        // The counts the writer would apply at its batch's end.
+        crate::moves::apply(conn).map_err(crate::rows::db)?;
+        Ok(submitted)
     }
 }

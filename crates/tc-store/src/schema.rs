@@ -55,6 +55,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V24_TOPICS,
     V25_PRIORITY,
     V26_FLOW_KEYS,
+    V27_WRITER_COUNTS,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -474,21 +475,20 @@ mod tests {
         let rewritten = tasks_sql(&conn);
         assert!(!rewritten.contains(" IN (") && !rewritten.contains("length("));
         conn.execute_batch(
-            "DROP TRIGGER state_counts_insert;
-             CREATE TRIGGER state_counts_insert AFTER INSERT ON tasks BEGIN
-                 UPDATE state_counts SET n = n + 1 WHERE state = NEW.state;
-             END;",
+            "DROP TRIGGER seq_floor_delete;
+             CREATE TRIGGER seq_floor_delete AFTER DELETE ON tasks BEGIN
+                 UPDATE seq_floor SET n = max(n, OLD.seq);
+             END;
+             CREATE TRIGGER probe AFTER DELETE ON tasks BEGIN SELECT 1; END;",
         )
         .unwrap();
         let other = Connection::open(&path).unwrap();
         assert_eq!(tasks_sql(&other), rewritten);
-        other
-            .execute_batch("DROP TRIGGER seq_floor_delete; DROP TRIGGER state_counts_delete;")
-            .unwrap();
+        other.execute_batch("DROP TRIGGER probe;").unwrap();
         let triggers = |c: &Connection| -> i64 {
             c.query_row(
                 "SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' \
-                 AND name IN ('seq_floor_delete', 'state_counts_delete', 'state_counts_insert')",
+                 AND name IN ('seq_floor_delete', 'probe')",
                 [],
                 |row| row.get(0),
             )
@@ -609,6 +609,7 @@ mod tests {
                 "destination_tasks_waiting",
             ),
             (crate::read_ops::NEXT_DUE, "destination_tasks"),
+            (crate::moves::ADD_COUNTS, "tasks_due_by_destination"),
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
             (crate::write_ops::OPEN_TASKS_OF, "tasks_open_by_tenant"),
@@ -676,83 +677,6 @@ mod tests {
         assert!(plan.contains("destination_tasks"), "{plan}");
     }
 
-    /// `destination_tasks` against a recount from the tasks, after every
-    /// kind of write: inserts (due and later), claims, a retry's return to
-    /// pending, completions, cancels and deletes.
-    #[test]
-    fn destination_rows_follow_every_insert_state_change_and_delete() {
-        let conn = fresh();
-        let kept = || -> Vec<(String, i64, i64, Option<i64>)> {
-            conn.prepare(
-                "SELECT destination, pending, running, next_due FROM destination_tasks \
-                 ORDER BY destination",
-            )
-            .unwrap()
-            .query_map([], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-        };
-        let recount = || -> Vec<(String, i64, i64, Option<i64>)> {
-            conn.prepare(
-                "SELECT destination, sum(state = 'pending'), sum(state = 'running'), \
-                        min(iif(state = 'pending', next_run_at, NULL)) \
-                 FROM tasks WHERE state IN ('pending', 'running') \
-                 GROUP BY destination ORDER BY destination",
-            )
-            .unwrap()
-            .query_map([], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-        };
-        let run = |sql: &str| {
-            conn.execute_batch(sql).unwrap();
-            assert_eq!(kept(), recount(), "after {sql}");
-        };
-        let insert = |key: &str, dest: &str, due: i64| {
-            run(&format!(
-                "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
-                                    timeout_ns, created_at, updated_at, next_run_at, destination) \
-                 VALUES (randomblob(16), '{key}', 'pending', 'u', x'', 1, 1000000, 0, 0, \
-                         {due}, '{dest}')"
-            ));
-        };
-        insert("a1", "a:80", 10);
-        insert("a2", "a:80", 5);
-        insert("b1", "b:80", 100);
-        run("UPDATE destination_tasks SET ready = 1 WHERE next_due <= 50");
-        let set = |key: &str, to: &str| {
-            run(&format!(
-                "UPDATE tasks SET {to} WHERE idempotency_key = '{key}'"
-            ));
-        };
-        set("a2", "state = 'running', next_run_at = NULL");
-        set("a2", "state = 'pending', next_run_at = 200");
-        set("a1", "state = 'running', next_run_at = NULL");
-        set("a1", "state = 'success'");
-        set("b1", "state = 'canceled', next_run_at = NULL");
-        set("b1", "state = 'pending', next_run_at = 1");
-        run("DELETE FROM tasks WHERE idempotency_key = 'a1'");
-        set("a2", "state = 'canceled', next_run_at = NULL");
-        run("DELETE FROM tasks WHERE idempotency_key = 'a2'");
-        assert_eq!(kept(), [("b:80".to_owned(), 1, 0, Some(1))]);
-        // A destination whose earliest due time moved later left the ready
-        // set; one whose time only came earlier kept its place.
-        let ready: Vec<String> = conn
-            .prepare("SELECT destination FROM destination_tasks WHERE ready = 1")
-            .unwrap()
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        assert!(ready.is_empty(), "{ready:?}");
-    }
-
     #[test]
     fn counting_states_reads_the_counts_tables_not_the_tasks() {
         let conn = fresh();
@@ -813,72 +737,12 @@ mod tests {
         )
     }
 
-    /// The counts (finished states in `state_counts` since step 17, pending
-    /// and running from `destination_tasks`) equal a recount after inserts
-    /// in every state, every change from one state to another (and to the
-    /// same state), writes that leave the state alone, and deletes of one
-    /// task in every state and of many at once (retention, bulk).
-    #[test]
-    fn the_counts_follow_every_insert_state_change_and_delete() {
-        let conn = fresh();
-        let mut steps: Vec<(String, String)> = Vec::new();
-        for state in State::ALL {
-            for destination in ["a:80", "b:80"] {
-                let key = format!("{}@{destination}", state.as_str());
-                steps.push((format!("insert {key}"), insert_in(&key, state, destination)));
-            }
-        }
-        for (i, from) in State::ALL.into_iter().enumerate() {
-            for to in State::ALL {
-                let key = format!("{}>{}", from.as_str(), to.as_str());
-                let destination = ["a:80", "b:80", ""][i % 3];
-                steps.push((format!("insert {key}"), insert_in(&key, from, destination)));
-                steps.push((format!("move {key}"), move_to(&key, to)));
-            }
-        }
-        steps.push((
-            "a write that leaves the state alone".into(),
-            "UPDATE tasks SET attempt = attempt + 1, updated_at = 1".into(),
-        ));
-        steps.push((
-            "a state set to itself by every row".into(),
-            "UPDATE tasks SET state = state".into(),
-        ));
-        for state in State::ALL {
-            let key = format!("{}@a:80", state.as_str());
-            steps.push((
-                format!("delete {key}"),
-                format!("DELETE FROM tasks WHERE idempotency_key = '{key}'"),
-            ));
-        }
-        for state in ["success", "failed", "canceled"] {
-            steps.push((
-                format!("a prune of {state}"),
-                format!("DELETE FROM tasks WHERE state = '{state}'"),
-            ));
-        }
-        steps.push(("a delete of the rest".into(), "DELETE FROM tasks".into()));
-        for (what, sql) in &steps {
-            conn.execute_batch(sql).unwrap();
-            check_counts(&conn, what);
-        }
-        // Nothing left, and no row stands for pending or running.
-        let rows: Vec<(String, i64)> = conn
-            .prepare("SELECT state, n FROM state_counts ORDER BY state")
-            .unwrap()
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let zero = |s: &str| (s.to_owned(), 0);
-        assert_eq!(rows, [zero("canceled"), zero("failed"), zero("success")]);
-    }
-
     /// A file a build at step 16 wrote, with tasks in every state (their
     /// counts kept by step 3's triggers, pending and running rows
-    /// included), upgraded to step 17: the counts read exact, the pending
-    /// and running rows of `state_counts` are gone, and they stay exact
-    /// through the new triggers.
+    /// included), upgraded: the counts read exact and the pending and
+    /// running rows of `state_counts` are gone (step 17). That they stay
+    /// exact through every write path since step 27 is
+    /// `tests/store/counts.rs`'s.
     #[test]
     fn step_17_keeps_the_counts_of_an_old_file_exact() {
         let dir = tempfile::tempdir().unwrap();
@@ -929,24 +793,122 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         assert_eq!(kept, ["canceled", "failed", "success"]);
-        let steps = [
-            ("a claim", move_to("old-pending-1", State::Running)),
-            ("a completion", move_to("old-running-0", State::Success)),
-            ("a retry", move_to("old-failed-0", State::Pending)),
-            ("a cancel", move_to("old-pending-0", State::Canceled)),
-            (
-                "a delete",
-                "DELETE FROM tasks WHERE idempotency_key = 'old-canceled-3'".to_owned(),
-            ),
-            (
-                "a new task",
-                insert_in("new-pending", State::Pending, "c:80"),
-            ),
-        ];
-        for (what, sql) in &steps {
-            conn.execute_batch(sql).unwrap();
-            check_counts(&conn, what);
+    }
+
+    /// `destination_tasks` (pending, running, the earliest due time)
+    /// against a recount from the tasks.
+    fn check_destinations(conn: &Connection, what: &str) {
+        let rows = |sql: &str| -> Vec<(String, i64, i64, Option<i64>)> {
+            conn.prepare(sql)
+                .unwrap()
+                .query_map([], |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        let kept = rows(
+            "SELECT destination, pending, running, next_due FROM destination_tasks \
+             ORDER BY destination",
+        );
+        let recount = rows(
+            "SELECT destination, sum(state = 'pending'), sum(state = 'running'), \
+                    min(iif(state = 'pending', next_run_at, NULL)) \
+             FROM tasks WHERE state IN ('pending', 'running') \
+             GROUP BY destination ORDER BY destination",
+        );
+        assert_eq!(kept, recount, "by destination, after {what}");
+    }
+
+    /// A file a build at step 26 wrote, with tasks in every state on two
+    /// destinations (their counts kept by the triggers), upgraded: the
+    /// count triggers are gone (only `seq_floor_delete` is left), the
+    /// counts read exact, and the writer's own tally keeps them exact
+    /// through a submit, a claim, a completion, a cancel and a delete.
+    #[test]
+    fn step_27_drops_the_count_triggers_and_keeps_the_counts_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("step26.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            for (k, step) in MIGRATIONS[..26].iter().enumerate() {
+                conn.execute_batch(step).unwrap();
+                match k as i64 + 1 {
+                    n if n == CHECKS_STEP => rewrite_task_checks(&conn).unwrap(),
+                    n if n == TENANTS_STEP => drop_key_uniqueness(&conn).unwrap(),
+                    _ => {}
+                }
+            }
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.pragma_update(None, "user_version", 26).unwrap();
+            for (i, state) in State::ALL.into_iter().enumerate() {
+                for n in 0..=i {
+                    let key = format!("old-{}-{n}", state.as_str());
+                    let destination = ["a:80", "b:80"][n % 2];
+                    conn.execute_batch(&insert_in(&key, state, destination))
+                        .unwrap();
+                }
+            }
+            conn.execute_batch(&move_to("old-pending-0", State::Running))
+                .unwrap();
+            check_counts(&conn, "the triggers of step 26");
+            check_destinations(&conn, "the triggers of step 26");
         }
+        let conn = open_writer(&Target::File(path), &StoreConfig::default()).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, CURRENT_VERSION);
+        let triggers: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger' ORDER BY name")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(triggers, ["seq_floor_delete"]);
+        check_counts(&conn, "the upgrade");
+        check_destinations(&conn, "the upgrade");
+        let at = tc_model::Timestamp::from_millis;
+        for (key, url) in [("new-c", "http://c:80/"), ("new-a", "http://a:80/")] {
+            let new = tc_model::NewTask::new(
+                url.into(),
+                b"{}".to_vec(),
+                key.into(),
+                2,
+                Duration::from_secs(1),
+                &tc_model::Limits::default(),
+            )
+            .unwrap();
+            crate::write_ops::submit(&conn, &new, at(6)).unwrap();
+        }
+        crate::moves::apply(&conn).unwrap();
+        check_counts(&conn, "a submit");
+        check_destinations(&conn, "a submit");
+        let gate = tc_model::destination::ClaimGate::default();
+        let claimed = crate::write_ops::claim(&conn, 2, at(10), Duration::from_secs(60), &gate)
+            .unwrap()
+            .tasks;
+        crate::moves::apply(&conn).unwrap();
+        check_counts(&conn, "a claim");
+        check_destinations(&conn, "a claim");
+        let effect = tc_model::completion::CompletionEffect::of(
+            tc_model::store::Completion::Success {
+                http_status: 200,
+                result: Vec::new(),
+                content_type: None,
+            },
+            at(11),
+        );
+        crate::write_ops::complete(&conn, &claimed[0].id, claimed[0].attempt, &effect, 0).unwrap();
+        let scope = tc_model::tenant::Scope::Admin;
+        crate::write_ops::cancel(&conn, &claimed[1].id, &scope, at(12), 0).unwrap();
+        crate::write_ops::delete(&conn, &claimed[0].id, &scope).unwrap();
+        crate::moves::apply(&conn).unwrap();
+        check_counts(&conn, "a completion, a cancel and a delete");
+        check_destinations(&conn, "a completion, a cancel and a delete");
     }
 
     #[test]

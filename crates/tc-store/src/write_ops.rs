@@ -47,6 +47,7 @@ struct Head {
     seq: i64,
     state: State,
     started_at: Option<i64>,
+    destination: String,
 }
 
 /// The task's head if it is running with `attempt`; otherwise the `Lost`
@@ -56,15 +57,23 @@ fn guard(
     id: &TaskId,
     attempt: u32,
 ) -> Result<Result<Head, Guarded>, StoreError> {
-    let row: Option<(i64, String, u32, Option<i64>)> = conn
-        .prepare_cached("SELECT seq, state, attempt, started_at FROM tasks WHERE id = ?1")
+    let row: Option<(i64, String, u32, Option<i64>, String)> = conn
+        .prepare_cached(
+            "SELECT seq, state, attempt, started_at, destination FROM tasks WHERE id = ?1",
+        )
         .map_err(db)?
         .query_row([id.as_bytes()], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
         })
         .optional()
         .map_err(db)?;
-    let Some((seq, state, current, started_at)) = row else {
+    let Some((seq, state, current, started_at, destination)) = row else {
         return Err(StoreError::NotFound);
     };
     let state = parse_state(&state)?;
@@ -73,6 +82,7 @@ fn guard(
             seq,
             state,
             started_at,
+            destination,
         }))
     } else {
         Ok(Err(Guarded::Lost(state)))
@@ -233,6 +243,8 @@ mod tests {
             super::submit(&conn, &of_a, at(1)).unwrap();
         }
         let admin = super::submit(&conn, &task("admin"), at(2)).unwrap().task;
+        // What the writer does at its batch's end.
+        crate::moves::apply(&conn).unwrap();
         let gate = ClaimGate {
             tenants: Some(tc_model::tenant::TenantGate::default()),
             ..ClaimGate::default()

@@ -187,6 +187,8 @@ fn run_alone(conn: &Connection, batch: &mut Vec<Command>) {
 }
 
 fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<()> {
+    // Moves left by a batch that failed were rolled back with it.
+    crate::moves::discard();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch.iter_mut() {
         match job.undo() {
@@ -206,8 +208,10 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
                 // Cached statements rather than rusqlite's Savepoint, which
                 // builds and parses the SQL text anew for every command.
                 tx.prepare_cached("SAVEPOINT command")?.execute([])?;
+                let moves = crate::moves::mark();
                 if job.run(&tx) != Ran::Done {
                     tx.prepare_cached("ROLLBACK TO command")?.execute([])?;
+                    crate::moves::undo_to(moves);
                 }
                 tx.prepare_cached("RELEASE command")?.execute([])?;
             }
@@ -221,6 +225,8 @@ fn run_batch(conn: &mut Connection, batch: &mut [Command]) -> rusqlite::Result<(
             ));
         }
     }
+    // The batch's counts, once (schema step 27).
+    crate::moves::apply(&tx)?;
     tx.commit()
 }
 
@@ -467,6 +473,142 @@ mod tests {
             .query_row("PRAGMA max_page_count", [], |row| row.get(0))
             .unwrap();
         assert_eq!(now, pages + 100);
+    }
+
+    /// The counts of a batch: pending by state, and the destinations' rows.
+    fn counts(conn: &Connection) -> (u64, Vec<(String, i64, Option<i64>)>) {
+        let pending = crate::read_ops::count_by_state(conn)
+            .unwrap()
+            .get(tc_model::State::Pending);
+        let rows = conn
+            .prepare("SELECT destination, pending, next_due FROM destination_tasks")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        (pending, rows)
+    }
+
+    #[test]
+    fn a_command_undone_by_its_savepoint_leaves_no_count() {
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let (first, first_answer) = submit("a", b"1");
+        let (reply, undone_answer) = oneshot::channel::<Result<(), StoreError>>();
+        let undone = command(
+            |conn: &Connection| {
+                let late = Timestamp::from_millis(5);
+                write_ops::submit(conn, &task("x", b"1"), late)?;
+                write_ops::submit(conn, &task("y", b"1"), late)?;
+                Err(StoreError::NotFound)
+            },
+            Undo::Savepoint,
+            reply,
+            None,
+        );
+        commit_batch(&mut conn, &mut vec![first, undone]);
+        assert!(first_answer.blocking_recv().unwrap().unwrap().created);
+        assert_eq!(
+            undone_answer.blocking_recv().unwrap(),
+            Err(StoreError::NotFound)
+        );
+        assert_eq!(count(&conn), 1);
+        let due = Timestamp::default().as_millis();
+        assert_eq!(
+            counts(&conn),
+            (1, vec![("127.0.0.1:9".into(), 1, Some(due))])
+        );
+    }
+
+    #[test]
+    fn a_batch_rolled_back_leaves_no_count_for_the_next() {
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let (first, _first_answer) = submit("a", b"1");
+        let (failing, _failing_answer) = whole_batch("x", true);
+        commit_batch(&mut conn, &mut vec![first, failing]);
+        let (next, next_answer) = submit("b", b"1");
+        commit_batch(&mut conn, &mut vec![next]);
+        assert!(next_answer.blocking_recv().unwrap().unwrap().created);
+        let due = Timestamp::default().as_millis();
+        assert_eq!(
+            counts(&conn),
+            (1, vec![("127.0.0.1:9".into(), 1, Some(due))])
+        );
+    }
+
+    /// A claim's `resume_after` knows the due times of the moves before
+    /// it in its batch (a retry's) and of the tasks it left behind in the
+    /// destinations it took from: the claim loop sleeps until then.
+    #[test]
+    fn a_claim_sees_the_due_times_its_batch_moved() {
+        use tc_model::claim::Claim;
+        use tc_model::completion::CompletionEffect;
+        use tc_model::destination::ClaimGate;
+        use tc_model::store::{Completion, Guarded};
+
+        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let at = Timestamp::from_millis;
+        let (first, _) = submit("a", b"1");
+        commit_batch(&mut conn, &mut vec![first]);
+        let claim = |n: usize, now: i64| {
+            let (reply, answer) = oneshot::channel::<Result<Claim, StoreError>>();
+            let op = move |conn: &Connection| {
+                let lease = Duration::from_secs(60);
+                write_ops::claim(conn, n, at(now), lease, &ClaimGate::default())
+            };
+            (command(op, Undo::WholeBatch, reply, None), answer)
+        };
+        let (took, took_answer) = claim(1, 10);
+        commit_batch(&mut conn, &mut vec![took]);
+        let running = took_answer.blocking_recv().unwrap().unwrap().tasks;
+        assert_eq!(running.len(), 1);
+        // A retry due at 500, then a claim at 20, in one batch.
+        let (reply, retried) = oneshot::channel::<Result<Guarded, StoreError>>();
+        let id = running[0].id;
+        let retry = command(
+            move |conn: &Connection| {
+                let effect = CompletionEffect::of(
+                    Completion::Retry {
+                        next_run_at: at(500),
+                        reason: "http_503".into(),
+                        http_status: Some(503),
+                    },
+                    at(20),
+                );
+                write_ops::complete(conn, &id, 1, &effect, 0)
+            },
+            Undo::WholeBatch,
+            reply,
+            None,
+        );
+        let (after, after_answer) = claim(4, 20);
+        commit_batch(&mut conn, &mut vec![retry, after]);
+        assert!(matches!(
+            retried.blocking_recv().unwrap(),
+            Ok(Guarded::Applied(_))
+        ));
+        let answer = after_answer.blocking_recv().unwrap().unwrap();
+        assert_eq!(answer.tasks.len(), 0);
+        assert_eq!(answer.resume_after, Some(at(500)), "the retry's due time");
+        // Two tasks due at 30 and 900: a claim at 40 takes the first and
+        // resumes at the second.
+        for (key, due) in [("b", 30), ("c", 900)] {
+            let (reply, _answer) = oneshot::channel();
+            let op = move |conn: &Connection| write_ops::submit(conn, &task(key, b"1"), at(due));
+            commit_batch(
+                &mut conn,
+                &mut vec![command(op, Undo::WholeBatch, reply, None)],
+            );
+        }
+        let (took, took_answer) = claim(1, 40);
+        commit_batch(&mut conn, &mut vec![took]);
+        let answer = took_answer.blocking_recv().unwrap().unwrap();
+        assert_eq!(answer.tasks.len(), 1);
+        assert_eq!(
+            answer.resume_after,
+            Some(at(500)),
+            "the earliest not yet due"
+        );
     }
 
     #[test]

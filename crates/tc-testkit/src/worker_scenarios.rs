@@ -1329,6 +1329,9 @@ pub struct Gates {
     claim_armed: std::sync::atomic::AtomicBool,
     cancel_armed: std::sync::atomic::AtomicBool,
     settings_armed: std::sync::atomic::AtomicBool,
+    /// The task that claims (the worker's claim loop), from its last claim:
+    /// its reads of the settings are never held ([`Gates::arm_settings`]).
+    claimer: std::sync::Mutex<Option<tokio::task::Id>>,
     held: tokio::sync::Notify,
     released: tokio::sync::Notify,
     completes_to_fail: std::sync::atomic::AtomicUsize,
@@ -1347,6 +1350,7 @@ impl Gates {
             claim_armed: std::sync::atomic::AtomicBool::new(false),
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
             settings_armed: std::sync::atomic::AtomicBool::new(false),
+            claimer: std::sync::Mutex::new(None),
             held: tokio::sync::Notify::new(),
             released: tokio::sync::Notify::new(),
             completes_to_fail: std::sync::atomic::AtomicUsize::new(0),
@@ -1427,7 +1431,14 @@ impl Gates {
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Holds the next read of the destination settings (before it reads).
+    /// Holds the next read of the destination settings (before it reads)
+    /// made by a task other than the one that claims: the settings loop's.
+    /// The claim loop reads them itself before a claim while a change it
+    /// was told of is unread; held, it would never claim again, and a
+    /// scenario waiting on its tasks would wait for good (the matrix's
+    /// `outbound_calls_carry_headers_and_signatures_on_every_try`, about 1
+    /// run in 100 on a real clock, when a claim round began just as the
+    /// change was announced).
     pub fn arm_settings(&self) {
         self.settings_armed
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -1441,6 +1452,15 @@ impl Gates {
     /// Lets the held operation return.
     pub fn release(&self) {
         self.released.notify_one();
+    }
+
+    /// Whether the call under way is made by the task that claims.
+    fn by_claimer(&self) -> bool {
+        let claimer = *self
+            .claimer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        claimer.is_some() && claimer == tokio::task::try_id()
     }
 
     async fn hold_if(&self, armed: &std::sync::atomic::AtomicBool) {
@@ -1462,8 +1482,16 @@ impl Hooks for Gates {
                 self.tenant_details
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
-            Call::DestinationSettings => self.hold_if(&self.settings_armed).await,
+            Call::DestinationSettings if !self.by_claimer() => {
+                self.hold_if(&self.settings_armed).await;
+            }
             Call::Claim => {
+                if let Some(task) = tokio::task::try_id() {
+                    *self
+                        .claimer
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
+                }
                 let claims = self
                     .claims
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -148,13 +148,13 @@ pub(crate) fn drop_key_uniqueness(tx: &Connection) -> rusqlite::Result<()> {
 pub(crate) const V17_TERMINAL_STATE_COUNTS: &str = "
 DELETE FROM state_counts WHERE state = 'pending' OR state = 'running';
 
-DROP TRIGGER state_counts_insert;
+DROP TRIGGER IF EXISTS state_counts_insert;
 CREATE TRIGGER state_counts_insert AFTER INSERT ON tasks
 WHEN NEW.state = 'success' OR NEW.state = 'failed' OR NEW.state = 'canceled' BEGIN
     UPDATE state_counts SET n = n + 1 WHERE state = NEW.state;
 END;
 
-DROP TRIGGER state_counts_update;
+DROP TRIGGER IF EXISTS state_counts_update;
 CREATE TRIGGER state_counts_update AFTER UPDATE OF state ON tasks
 WHEN OLD.state <> NEW.state
  AND (OLD.state = 'success' OR OLD.state = 'failed' OR OLD.state = 'canceled'
@@ -167,7 +167,7 @@ WHEN OLD.state <> NEW.state
       AND (NEW.state = 'success' OR NEW.state = 'failed' OR NEW.state = 'canceled');
 END;
 
-DROP TRIGGER state_counts_delete;
+DROP TRIGGER IF EXISTS state_counts_delete;
 CREATE TRIGGER state_counts_delete AFTER DELETE ON tasks
 WHEN OLD.state = 'success' OR OLD.state = 'failed' OR OLD.state = 'canceled' BEGIN
     UPDATE state_counts SET n = n - 1 WHERE state = OLD.state;
@@ -351,4 +351,25 @@ CREATE TABLE flow_keys (
     updated_at    INTEGER NOT NULL,
     PRIMARY KEY (tenant, key)
 ) WITHOUT ROWID;
+";
+
+/// Step 26 → 27 (the writer's instructions per task): the counts are
+/// tallied by the writer, no longer by AFTER-row triggers. Every write
+/// that inserts, deletes or moves a task reports the move, and the writer
+/// applies a batch's moves once before its COMMIT (`moves::apply`: one
+/// UPDATE per touched row of `destination_tasks` and `state_counts`). The
+/// triggers' frames alone cost every submit, claim and completion more
+/// than the counting (docs/performance.md). The counts the triggers kept
+/// are exact, so nothing is recounted; `seq_floor_delete` stays (it fires
+/// on deletes only, which no hot path makes). The SQLite writer is one
+/// thread over one file guarded by a lock file: no older build writes the
+/// file beside this one. `IF EXISTS`: a file rebuilt by hand to an older
+/// version (the upgrade tests') may lack them.
+pub(crate) const V27_WRITER_COUNTS: &str = "
+DROP TRIGGER IF EXISTS state_counts_insert;
+DROP TRIGGER IF EXISTS state_counts_update;
+DROP TRIGGER IF EXISTS state_counts_delete;
+DROP TRIGGER IF EXISTS destination_tasks_insert;
+DROP TRIGGER IF EXISTS destination_tasks_update;
+DROP TRIGGER IF EXISTS destination_tasks_delete;
 ";

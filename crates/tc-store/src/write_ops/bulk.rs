@@ -82,7 +82,8 @@ pub(crate) fn bulk_chunk(
                 if admit_retry(conn, &tenant, quota)? != Admission::Admitted {
                     continue;
                 }
-                retry_seq(conn, seq, state, now, now)?;
+                let destination = tc_model::destination_of(&url);
+                retry_seq(conn, (seq, state, &destination), now, now)?;
             }
             BulkAction::Cancel => {
                 cancel(

@@ -13,6 +13,7 @@ use tc_model::{State, Task, TaskId, Timestamp, transit};
 
 use crate::destinations;
 use crate::flow_keys::Keyed;
+use crate::moves::{self, At};
 use crate::rows::{self, db, parse_id, parse_state};
 
 use super::{INTERRUPTED, Try, close_attempt, ended, guard, write_one};
@@ -21,7 +22,7 @@ use super::{INTERRUPTED, Try, close_attempt, ended, guard, write_one};
 /// `tasks_leased` (pinned for the same reason as the claim's queries, see
 /// [`crate::destinations::DUE_OF`]).
 pub(crate) const EXPIRED: &str = "SELECT seq, id, state, attempt, max_attempts + attempts_before_retry, \
-                                   started_at \
+                                   started_at, destination \
      FROM tasks INDEXED BY tasks_leased \
      WHERE state = 'running' AND lease_until < ?1";
 
@@ -35,6 +36,10 @@ pub(crate) fn claim(
     lease: Duration,
     gate: &ClaimGate,
 ) -> Result<Claim, StoreError> {
+    // The walk reads the counts: first the moves of the batch's earlier
+    // commands. The claim runs without a savepoint (`Undo::WholeBatch`),
+    // so what it applies stands or falls with the whole batch.
+    moves::apply(conn).map_err(db)?;
     let limits = destinations::claim_limits(conn)?;
     let running = if limits.values().any(|s| s.max_in_flight.is_some()) {
         destinations::running_by_destination(conn)?
@@ -67,12 +72,16 @@ pub(crate) fn claim(
                 let due = take_due(conn, &take, &mut keyed, (now, gate.aging()))?;
                 sequence.took(due.len());
                 for (seq, state) in due {
-                    claimed.push(claim_one(conn, seq, &state, now, lease_until)?);
+                    let at = (now, lease_until);
+                    claimed.push(claim_one(conn, seq, &state, &take.destination, at)?);
                 }
             }
         }
     }
     keyed.charge(conn)?;
+    // Its own moves too, before `resume_after` reads the earliest due time
+    // of the destinations it took from (the later tasks left there).
+    moves::apply(conn).map_err(db)?;
     Ok(Claim {
         tasks: claimed,
         resume_after: destinations::next_waiting(conn)?,
@@ -85,8 +94,8 @@ pub(super) fn claim_one(
     conn: &Connection,
     seq: i64,
     state: &str,
-    now: Timestamp,
-    lease_until: Timestamp,
+    destination: &str,
+    (now, lease_until): (Timestamp, Timestamp),
 ) -> Result<Task, StoreError> {
     let from = parse_state(state)?;
     let to = transit(from, State::Running)?;
@@ -106,6 +115,9 @@ pub(super) fn claim_one(
             lease_until.as_millis()
         ],
     )?;
+    // Its due time is not read: the claim takes the earliest due, which
+    // the counts then read again.
+    moves::moved(destination, Some(At::state(from)), Some(At::state(to)));
     // The try's history row is written once, when the try ends
     // ([`close_attempt`]); while it runs, reads show it from the task's own
     // attempt and start (`rows::attempts_of`).
@@ -224,6 +236,8 @@ pub(crate) fn release(
             INTERRUPTED
         ],
     )?;
+    let back = At::pending(now.as_millis());
+    moves::moved(&head.destination, Some(At::state(head.state)), Some(back));
     // The history keeps the interrupted try; the next claim reuses its n.
     let tried = Try {
         id,
@@ -236,7 +250,7 @@ pub(crate) fn release(
 
 /// A row of [`EXPIRED`]: seq, id, state, attempt, the attempt limit, and
 /// when the try began.
-pub(super) type ExpiredRow = (i64, Vec<u8>, String, u32, u32, Option<i64>);
+pub(super) type ExpiredRow = (i64, Vec<u8>, String, u32, u32, Option<i64>, String);
 
 /// Running tasks whose lease ended before `now` → pending, or → failed when
 /// no attempt is left. Returns how many moved.
@@ -256,6 +270,7 @@ pub(crate) fn recover_expired(
                 row.get(3)?,
                 row.get(4)?,
                 row.get(5)?,
+                row.get(6)?,
             ))
         })
         .map_err(db)?
@@ -263,7 +278,7 @@ pub(crate) fn recover_expired(
         .map_err(db)?;
     let now_ms = now.as_millis();
     let moved = expired.len();
-    for (seq, id, state, attempt, attempt_limit, started_at) in expired {
+    for (seq, id, state, attempt, attempt_limit, started_at, destination) in expired {
         let from = parse_state(&state)?;
         let to = if attempt < attempt_limit {
             transit(from, State::Pending)?
@@ -291,6 +306,11 @@ pub(crate) fn recover_expired(
                 now_ms
             ],
         )?;
+        let after = match to {
+            State::Pending => At::pending(now_ms),
+            _ => At::state(to),
+        };
+        moves::moved(&destination, Some(At::state(from)), Some(after));
         let id = parse_id(id)?;
         let tried = Try {
             id: &id,

@@ -10,6 +10,7 @@ use tc_model::tenant::quota::{Admission, RetryQuota};
 use tc_model::tenant::{Acting, Scope};
 use tc_model::{State, Task, TaskId, Timestamp};
 
+use crate::moves::{self, At};
 use crate::rows::{self, Stored, db, parse_state};
 
 use super::{
@@ -41,7 +42,7 @@ pub(crate) fn complete(
     // which cost more than this read (callgrind, docs/performance.md).
     // An end is counted (`ends`) in the same UPDATE.
     let head = completion_head(conn, id)?;
-    let Some((seq, state, current, asks_callback, started_at)) = head else {
+    let Some((seq, state, current, asks_callback, started_at, destination)) = head else {
         return Err(StoreError::NotFound);
     };
     let state = parse_state(&state)?;
@@ -73,6 +74,11 @@ pub(crate) fn complete(
             i64::from(to.is_terminal())
         ],
     )?;
+    let after = match effect.next_run_at {
+        Some(due) if to == State::Pending => At::pending(due.as_millis()),
+        _ => At::state(to),
+    };
+    moves::moved(&destination, Some(At::state(state)), Some(after));
     close_attempt(
         conn,
         Try {
@@ -92,13 +98,13 @@ pub(crate) fn complete(
 
 /// What a completion's guard reads of the task: its seq, state, attempt,
 /// whether it asked for a callback, and when its try started.
-type CompletionHead = (i64, String, u32, bool, Option<i64>);
+type CompletionHead = (i64, String, u32, bool, Option<i64>, String);
 
 /// Reads the [`CompletionHead`] of `id` (`None`: no such task): one probe
 /// of the id index.
 fn completion_head(conn: &Connection, id: &TaskId) -> Result<Option<CompletionHead>, StoreError> {
     conn.prepare_cached(
-        "SELECT seq, state, attempt, callback_url IS NOT NULL, started_at \
+        "SELECT seq, state, attempt, callback_url IS NOT NULL, started_at, destination \
              FROM tasks WHERE id = ?1",
     )
     .map_err(db)?
@@ -109,6 +115,7 @@ fn completion_head(conn: &Connection, id: &TaskId) -> Result<Option<CompletionHe
             row.get(2)?,
             row.get(3)?,
             row.get(4)?,
+            row.get(5)?,
         ))
     })
     .optional()
@@ -179,6 +186,15 @@ pub(crate) fn cancel(
             effect.error
         ],
     )?;
+    let before = At {
+        state: effect.from,
+        due: task.next_run_at.map(Timestamp::as_millis),
+    };
+    moves::moved(
+        &task.destination,
+        Some(before),
+        Some(At::state(effect.state)),
+    );
     if effect.ends_a_try() {
         let started_at = task.started_at.map(Timestamp::as_millis);
         let tried = Try {
@@ -196,15 +212,17 @@ pub(crate) fn cancel(
 
 /// Deletes a finished task and its attempts.
 pub(crate) fn delete(conn: &Connection, id: &TaskId, scope: &Scope) -> Result<(), StoreError> {
-    let head: Option<(i64, String, String)> = conn
-        .prepare_cached("SELECT seq, state, tenant FROM tasks WHERE id = ?1")
+    let head: Option<(i64, String, String, String)> = conn
+        .prepare_cached("SELECT seq, state, tenant, destination FROM tasks WHERE id = ?1")
         .map_err(db)?
         .query_row([id.as_bytes()], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })
         .optional()
         .map_err(db)?;
-    let Some((seq, state, _)) = head.filter(|(_, _, tenant)| scope.owns_stored(tenant)) else {
+    let Some((seq, state, _, destination)) =
+        head.filter(|(_, _, tenant, _)| scope.owns_stored(tenant))
+    else {
         return Err(StoreError::NotFound);
     };
     let state = parse_state(&state)?;
@@ -219,7 +237,9 @@ pub(crate) fn delete(conn: &Connection, id: &TaskId, scope: &Scope) -> Result<()
         conn,
         "DELETE FROM tasks WHERE seq = ?1 AND state = ?2",
         params![seq, state.as_str()],
-    )
+    )?;
+    moves::moved(&destination, Some(At::state(state)), None);
+    Ok(())
 }
 
 /// Deletes the tasks at `seqs` (`read_ops::prunable`'s answer) that are still
@@ -259,6 +279,10 @@ pub(crate) fn prune(
         .map_err(db)?
         .execute([])
         .map_err(db)?;
+    // Finished tasks count by state alone, not by destination.
+    for _ in 0..deleted {
+        moves::moved("", Some(At::state(state)), None);
+    }
     reclaim_free_pages(conn)?;
     Ok(deleted)
 }
@@ -318,15 +342,14 @@ pub(crate) fn retry(
     if let Admission::OverPending(limit) = admit_retry(conn, tenant, &mut RetryQuota::default())? {
         return Err(StoreError::QuotaExceeded { limit });
     }
-    retry_seq(conn, seq, task.state, run_at, now)?;
+    retry_seq(conn, (seq, task.state, &task.destination), run_at, now)?;
     load_seq(conn, seq)
 }
 
 /// The retry's write of the task at `seq`, read in `state`.
 pub(super) fn retry_seq(
     conn: &Connection,
-    seq: i64,
-    state: State,
+    (seq, state, destination): (i64, State, &str),
     run_at: Timestamp,
     now: Timestamp,
 ) -> Result<(), StoreError> {
@@ -345,7 +368,10 @@ pub(super) fn retry_seq(
             run_at.as_millis(),
             now.as_millis()
         ],
-    )
+    )?;
+    let back = At::pending(run_at.as_millis());
+    moves::moved(destination, Some(At::state(state)), Some(back));
+    Ok(())
 }
 
 /// Whether `quota` admits one more retry of a task of `tenant` (as stored,

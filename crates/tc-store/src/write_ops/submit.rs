@@ -7,6 +7,7 @@ use tc_model::store::{StoreError, Submitted};
 use tc_model::tenant::Acting;
 use tc_model::{NewTask, State, Task, TaskId, Timestamp, TraceContext};
 
+use crate::moves::{self, At};
 use crate::rows::{self, Stored, db, nanos};
 
 /// Whether deletes raised the seq floor (schema step 6) above the table's
@@ -187,6 +188,8 @@ pub(super) fn submit_as(
         ])
         .map_err(db)?;
     if inserted == 1 {
+        let due = At::pending(first_run.as_millis());
+        moves::moved(&row.destination, None, Some(due));
         return Ok(Made::Created(id));
     }
     // The key is taken: the insert's own probe of the key's unique index

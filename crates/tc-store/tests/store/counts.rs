@@ -1,8 +1,11 @@
-//! The counts by state against a recount of the tasks after every write
-//! path of the store: since schema step 17, pending and running are read
-//! from `destination_tasks` and the finished states from `state_counts`,
-//! each kept by its own triggers, so every path that changes a state has to
-//! keep both exact.
+//! The counts by state and by destination against a recount of the tasks
+//! after every write path of the store: since schema step 17, pending and
+//! running are read from `destination_tasks` and the finished states from
+//! `state_counts`; since step 27 the writer tallies both from the moves
+//! each write reports (no triggers), so every path that inserts, deletes
+//! or moves a task has to report its moves. A topic's publish and a
+//! subscription's health go through the batch submit and the cancel, which
+//! rows here cover.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,9 +14,11 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tc_model::callback::{Callback, CallbackOn};
 use tc_model::destination::ClaimGate;
-use tc_model::store::{BulkAction, BulkRequest, Completion, StateCounts, TaskFilter};
-use tc_model::store::{Tasks, Work};
+use tc_model::store::{BulkAction, BulkRequest, Completion, Guarded, StateCounts, TaskFilter};
+use tc_model::store::{Tasks, Topics, Work};
 use tc_model::tenant::Scope;
+use tc_model::topic::event::NewEvent;
+use tc_model::topic::{EventTypes, SubscriptionSpec, TopicRef, TopicSpec};
 use tc_model::{Limits, NewTask, State, TaskId, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::ClaimDue;
@@ -36,6 +41,14 @@ fn task(key: &str, destination: &str) -> NewTask {
     .unwrap()
 }
 
+/// The topic the publish rows publish to.
+fn orders() -> TopicRef {
+    TopicRef {
+        tenant: None,
+        name: "orders".to_owned(),
+    }
+}
+
 /// One write through the store.
 enum Step {
     /// A submit (to `127.0.0.1:1` or `:2` by the key's first letter).
@@ -44,6 +57,9 @@ enum Step {
     SubmitWithCallback(&'static str),
     /// One batch of submits.
     SubmitMany(&'static [&'static str]),
+    /// An event published to the topic `orders`: a task per subscription
+    /// (one to each destination).
+    Publish(&'static str),
     /// A claim of up to n due tasks (at the step's time).
     Claim(usize),
     /// The running task ends so.
@@ -99,6 +115,27 @@ async fn check(store: &SqliteStore, path: &Path, what: &str) -> StateCounts {
         recount.set(state, u64::try_from(row.get::<_, i64>(1).unwrap()).unwrap());
     }
     assert_eq!(kept, recount, "after {what}");
+    let rows = |sql: &str| -> Vec<(String, i64, i64, Option<i64>)> {
+        conn.prepare(sql)
+            .unwrap()
+            .query_map([], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let by_destination = rows(
+        "SELECT destination, pending, running, next_due FROM destination_tasks \
+         ORDER BY destination",
+    );
+    let recounted = rows(
+        "SELECT destination, sum(state = 'pending'), sum(state = 'running'), \
+                min(iif(state = 'pending', next_run_at, NULL)) \
+         FROM tasks WHERE state IN ('pending', 'running') \
+         GROUP BY destination ORDER BY destination",
+    );
+    assert_eq!(by_destination, recounted, "by destination, after {what}");
     kept
 }
 
@@ -115,12 +152,17 @@ async fn the_counts_equal_a_recount_after_every_write_path() {
         ("a resubmit of the same key", Step::Submit("a1")),
         ("a second destination", Step::Submit("b1")),
         ("a batch", Step::SubmitMany(&["a2", "a3", "b2", "b3", "a4"])),
+        (
+            "a batch with a taken key",
+            Step::SubmitMany(&["a6", "a1", "b4"]),
+        ),
+        ("a topic's publish", Step::Publish("e1")),
         ("a callback's parent", Step::SubmitWithCallback("a5")),
         ("a claim", Step::Claim(4)),
         ("a success", Step::Complete("a1", success)),
         ("a failure", Step::Complete("b1", failed)),
         ("a retry later", Step::Complete("a2", retry_later)),
-        ("a release", Step::Release("a3")),
+        ("a release", Step::Release("b2")),
         ("a claim of the rest", Step::Claim(10)),
         ("a success with a callback", Step::Complete("a5", success)),
         ("a cancel of a running task", Step::Cancel("b2")),
@@ -160,6 +202,20 @@ async fn the_counts_equal_a_recount_after_every_write_path() {
             Step::Bulk(BulkAction::Delete, None),
         ),
     ];
+    store
+        .put_topic(orders(), TopicSpec::default(), t(0))
+        .await
+        .unwrap();
+    for (id, url) in [
+        ("s1", "http://127.0.0.1:1/e"),
+        ("s2", "http://127.0.0.1:2/e"),
+    ] {
+        let spec = SubscriptionSpec::new(url.to_owned(), EventTypes::all()).unwrap();
+        store
+            .create_subscription(orders(), id.to_owned(), spec, t(0))
+            .await
+            .unwrap();
+    }
     let mut now = t(0);
     let mut seen = StateCounts::default();
     for (what, step) in steps {
@@ -224,6 +280,20 @@ async fn run<'k>(
                 ids.insert(key, got.unwrap().task.id);
             }
         }
+        Step::Publish(key) => {
+            let new = NewEvent::new(
+                orders(),
+                "order.placed".to_owned(),
+                b"{}".to_vec(),
+                key.to_owned(),
+                2,
+                Duration::from_secs(2),
+                &Limits::default(),
+            )
+            .unwrap();
+            let published = store.publish(new, format!("ev-{key}"), now).await.unwrap();
+            assert_eq!(published.event.tasks.len(), 2, "{key}");
+        }
         Step::Claim(n) => {
             store
                 .claim_due(n, now, LEASE, ClaimGate::default())
@@ -232,17 +302,19 @@ async fn run<'k>(
         }
         Step::Complete(key, how) => {
             let id = ids[key];
-            store
+            let done = store
                 .complete(id, attempt(id).await, how(now), now)
                 .await
                 .unwrap();
+            assert!(matches!(done, Guarded::Applied(_)), "{key}: {done:?}");
         }
         Step::Cancel(key) => {
             store.cancel(ids[key], Scope::Admin, now).await.unwrap();
         }
         Step::Release(key) => {
             let id = ids[key];
-            store.release(id, attempt(id).await, now).await.unwrap();
+            let done = store.release(id, attempt(id).await, now).await.unwrap();
+            assert!(matches!(done, Guarded::Applied(_)), "{key}: {done:?}");
         }
         Step::RecoverExpired(at) => {
             store.recover_expired(at).await.unwrap();

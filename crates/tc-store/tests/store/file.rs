@@ -364,10 +364,8 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    assert_eq!(triggers.len(), 3);
-    for sql in &triggers {
-        assert!(!sql.contains("DO UPDATE") && !sql.contains("min("), "{sql}");
-    }
+    // Step 27: the writer tallies the counts; no trigger keeps them.
+    assert_eq!(triggers, Vec::<String>::new());
     drop(conn);
     let store = SqliteStore::open(&path, StoreConfig::default())
         .await

@@ -125,6 +125,11 @@ pub(super) async fn outbound_calls_carry_headers_and_signatures_on_every_try<
         .await
         .map_err(|e| format!("update_destination: {e}"))?;
     gated.hooks().arm_settings();
+    // A claim round is woken just before the change is announced (another
+    // client's submit): it finds the copy stale and reads the settings
+    // first. That read is the claim loop's own and must pass; the hold is
+    // for the settings loop's.
+    worker.control().task_submitted();
     worker.control().destinations_changed();
     guard("the settings loop's read", gated.hooks().held()).await?;
 
