@@ -62,15 +62,7 @@ fn guard(
             "SELECT seq, state, attempt, started_at, destination FROM tasks WHERE id = ?1",
         )
         .map_err(db)?
-        .query_row([id.as_bytes()], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-            ))
-        })
+        .query_row([id.as_bytes()], |row| row.try_into())
         .optional()
         .map_err(db)?;
     let Some((seq, state, current, started_at, destination)) = row else {

@@ -132,16 +132,7 @@ fn covered_tasks(
         .map_err(db)?
         .query_map(
             &filter.params(&[(":after", &after), (":horizon", &horizon), (":n", &n)])[..],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                ))
-            },
+            |row| row.try_into(),
         )
         .map_err(db)?
         .collect::<Result<_, _>>()

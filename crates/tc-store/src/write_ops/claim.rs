@@ -262,17 +262,7 @@ pub(crate) fn recover_expired(
     let expired: Vec<ExpiredRow> = conn
         .prepare_cached(EXPIRED)
         .map_err(db)?
-        .query_map([now.as_millis()], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-                row.get(6)?,
-            ))
-        })
+        .query_map([now.as_millis()], |row| row.try_into())
         .map_err(db)?
         .collect::<rusqlite::Result<_>>()
         .map_err(db)?;

@@ -108,16 +108,7 @@ fn completion_head(conn: &Connection, id: &TaskId) -> Result<Option<CompletionHe
              FROM tasks WHERE id = ?1",
     )
     .map_err(db)?
-    .query_row([id.as_bytes()], |row| {
-        Ok((
-            row.get(0)?,
-            row.get(1)?,
-            row.get(2)?,
-            row.get(3)?,
-            row.get(4)?,
-            row.get(5)?,
-        ))
-    })
+    .query_row([id.as_bytes()], |row| row.try_into())
     .optional()
     .map_err(db)
 }
