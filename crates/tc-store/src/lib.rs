@@ -33,6 +33,7 @@ mod priority;
 mod private_file;
 mod read_ops;
 mod read_pool;
+pub mod recount;
 mod rows;
 mod schedules;
 mod schema;

@@ -758,16 +758,7 @@ mod tests {
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .unwrap();
             conn.pragma_update(None, "user_version", 16).unwrap();
-            for (i, state) in State::ALL.into_iter().enumerate() {
-                for n in 0..=i {
-                    let key = format!("old-{}-{n}", state.as_str());
-                    let destination = ["a:80", "b:80"][n % 2];
-                    conn.execute_batch(&insert_in(&key, state, destination))
-                        .unwrap();
-                }
-            }
-            conn.execute_batch(&move_to("old-pending-0", State::Running))
-                .unwrap();
+            fill_every_state(&conn);
             conn.execute_batch("DELETE FROM tasks WHERE idempotency_key = 'old-failed-1'")
                 .unwrap();
             let running: i64 = conn
@@ -795,29 +786,26 @@ mod tests {
         assert_eq!(kept, ["canceled", "failed", "success"]);
     }
 
+    /// Tasks in every state as an older build wrote them (one more of each
+    /// state than of the last, over two destinations), and one of them moved
+    /// from pending to running, so its triggers counted a move.
+    fn fill_every_state(conn: &Connection) {
+        for (i, state) in State::ALL.into_iter().enumerate() {
+            for n in 0..=i {
+                let key = format!("old-{}-{n}", state.as_str());
+                let destination = ["a:80", "b:80"][n % 2];
+                conn.execute_batch(&insert_in(&key, state, destination))
+                    .unwrap();
+            }
+        }
+        conn.execute_batch(&move_to("old-pending-0", State::Running))
+            .unwrap();
+    }
+
     /// `destination_tasks` (pending, running, the earliest due time)
     /// against a recount from the tasks.
     fn check_destinations(conn: &Connection, what: &str) {
-        let rows = |sql: &str| -> Vec<(String, i64, i64, Option<i64>)> {
-            conn.prepare(sql)
-                .unwrap()
-                .query_map([], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-                })
-                .unwrap()
-                .map(Result::unwrap)
-                .collect()
-        };
-        let kept = rows(
-            "SELECT destination, pending, running, next_due FROM destination_tasks \
-             ORDER BY destination",
-        );
-        let recount = rows(
-            "SELECT destination, sum(state = 'pending'), sum(state = 'running'), \
-                    min(iif(state = 'pending', next_run_at, NULL)) \
-             FROM tasks WHERE state IN ('pending', 'running') \
-             GROUP BY destination ORDER BY destination",
-        );
+        let (kept, recount) = crate::recount::destination_counts(conn).unwrap();
         assert_eq!(kept, recount, "by destination, after {what}");
     }
 
@@ -843,16 +831,7 @@ mod tests {
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .unwrap();
             conn.pragma_update(None, "user_version", 26).unwrap();
-            for (i, state) in State::ALL.into_iter().enumerate() {
-                for n in 0..=i {
-                    let key = format!("old-{}-{n}", state.as_str());
-                    let destination = ["a:80", "b:80"][n % 2];
-                    conn.execute_batch(&insert_in(&key, state, destination))
-                        .unwrap();
-                }
-            }
-            conn.execute_batch(&move_to("old-pending-0", State::Running))
-                .unwrap();
+            fill_every_state(&conn);
             check_counts(&conn, "the triggers of step 26");
             check_destinations(&conn, "the triggers of step 26");
         }

@@ -115,26 +115,7 @@ async fn check(store: &SqliteStore, path: &Path, what: &str) -> StateCounts {
         recount.set(state, u64::try_from(row.get::<_, i64>(1).unwrap()).unwrap());
     }
     assert_eq!(kept, recount, "after {what}");
-    let rows = |sql: &str| -> Vec<(String, i64, i64, Option<i64>)> {
-        conn.prepare(sql)
-            .unwrap()
-            .query_map([], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
-    let by_destination = rows(
-        "SELECT destination, pending, running, next_due FROM destination_tasks \
-         ORDER BY destination",
-    );
-    let recounted = rows(
-        "SELECT destination, sum(state = 'pending'), sum(state = 'running'), \
-                min(iif(state = 'pending', next_run_at, NULL)) \
-         FROM tasks WHERE state IN ('pending', 'running') \
-         GROUP BY destination ORDER BY destination",
-    );
+    let (by_destination, recounted) = tc_store::recount::destination_counts(&conn).unwrap();
     assert_eq!(by_destination, recounted, "by destination, after {what}");
     kept
 }
