@@ -157,6 +157,7 @@ pub(crate) async fn start(settings: Settings) -> Result<Running, ServeError> {
     let worker_config = WorkerConfig {
         tracer: tracer.clone(),
         jwt: opened.jwt,
+        claim_gather: claim_gather(&store, settings.worker.claim_gather),
         ..settings.worker.clone()
     };
     let worker = Worker::spawn(
@@ -597,6 +598,15 @@ impl Signals {
     }
 }
 
+/// How long a claim waits for a useful number of free slots on `store`:
+/// longer on PostgreSQL, where nodes share the claims and each holds a share
+/// of the slots, than the `configured` wait of a node that claims alone.
+fn claim_gather(store: &AnyStore, configured: std::time::Duration) -> std::time::Duration {
+    match store {
+        AnyStore::Postgres(_) => tc_worker::SHARED_CLAIM_GATHER,
+        AnyStore::Sqlite(_) => configured,
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -121,6 +121,8 @@ fn worker_config(args: &ServeArgs) -> WorkerConfig {
         // Set by `start` once the keys are read (`--issuer`).
         jwt: None,
         priority_aging: Duration::from_millis(args.priority_aging_ms),
+        // Set by `start` for PostgreSQL, where nodes share the claims.
+        claim_gather: tc_worker::DEFAULT_CLAIM_GATHER,
     }
 }
 

@@ -180,6 +180,7 @@ impl<S: TaskStore, D: Downstream> Rig<S, D> {
             allow_url_prefixes: Vec::new(),
             jwt: None,
             priority_aging: tc_model::priority::DEFAULT_AGING,
+            claim_gather: tc_worker::DEFAULT_CLAIM_GATHER,
         }
     }
 

@@ -21,11 +21,6 @@ use crate::shared::AttemptEnded;
 /// The longest the claim loop waits after a failed claim.
 const CLAIM_BACKOFF_CAP: Duration = Duration::from_secs(5);
 
-/// The longest the claim loop waits for a useful number of free permits
-/// ([`useful_claim`]) once it holds one: a claim costs the store about the
-/// same for one task as for a few dozen.
-const CLAIM_GATHER: Duration = Duration::from_millis(2);
-
 /// The least time between the start of a claim and one made for another
 /// process's wake-up (several nodes' announcements share one claim).
 const REMOTE_WAKE_GAP: Duration = Duration::from_millis(2);
@@ -162,7 +157,7 @@ impl<S: TaskStore, D: Downstream> ClaimLoop<S, D> {
         // A few permits: wait a moment for more to free (attempts ending).
         let useful = useful_claim(self.config.concurrency);
         if held.len() < useful {
-            let until = tokio::time::Instant::now() + CLAIM_GATHER;
+            let until = tokio::time::Instant::now() + self.config.claim_gather;
             while held.len() < useful {
                 tokio::select! {
                     biased;

@@ -60,7 +60,26 @@ pub struct WorkerConfig {
     /// its destination's claim order (`--priority-aging-ms`;
     /// [`tc_model::priority`]).
     pub priority_aging: Duration,
+    /// The longest the claim loop waits, once it holds a free slot, for a
+    /// useful number of them (a quarter of the pool, at least 16) before it
+    /// claims: a claim costs the store about the same for one task as for a
+    /// few dozen. [`DEFAULT_CLAIM_GATHER`] on one node;
+    /// [`SHARED_CLAIM_GATHER`] where nodes share the claims.
+    pub claim_gather: Duration,
 }
+
+/// [`WorkerConfig::claim_gather`] of a node that claims alone (SQLite):
+/// its slots free in groups (one writer batch's completions), so a short
+/// wait finds a useful claim, and a longer one only delays refills.
+pub const DEFAULT_CLAIM_GATHER: Duration = Duration::from_millis(2);
+
+/// [`WorkerConfig::claim_gather`] where several nodes share one database
+/// (PostgreSQL): each node holds a share of the slots, which free a few at
+/// a time, so after 2 ms a claim took ~11 tasks on each of three nodes
+/// against ~30 on one node alone, and claims (a transaction each) per task
+/// tripled. Waiting up to 8 ms took ~15 per claim (`cargo xtask bench
+/// --store postgres`, docs/performance.md).
+pub const SHARED_CLAIM_GATHER: Duration = Duration::from_millis(8);
 
 impl Default for WorkerConfig {
     fn default() -> Self {
@@ -80,6 +99,7 @@ impl Default for WorkerConfig {
             allow_url_prefixes: Vec::new(),
             jwt: None,
             priority_aging: tc_model::priority::DEFAULT_AGING,
+            claim_gather: DEFAULT_CLAIM_GATHER,
         }
     }
 }

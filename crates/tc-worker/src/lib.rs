@@ -49,7 +49,9 @@ use crate::attempt::AttemptContext;
 pub use crate::auth::JwtSigner;
 use crate::claim_loop::claim_loop;
 pub use crate::clock::Clock;
-pub use crate::config::{ShutdownReport, WorkerConfig, WorkerError};
+pub use crate::config::{
+    DEFAULT_CLAIM_GATHER, SHARED_CLAIM_GATHER, ShutdownReport, WorkerConfig, WorkerError,
+};
 use crate::delivery_inputs::Outbound;
 use crate::flow::Flow;
 pub use crate::flow::{BreakerPolicy, BreakerState, DestinationState};

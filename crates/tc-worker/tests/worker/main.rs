@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod gather;
 mod logs;
 mod scenarios;
 mod schedules;
