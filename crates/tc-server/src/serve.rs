@@ -607,6 +607,7 @@ fn claim_gather(store: &AnyStore, configured: std::time::Duration) -> std::time:
         AnyStore::Sqlite(_) => configured,
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

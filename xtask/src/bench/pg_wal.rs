@@ -93,8 +93,7 @@ fn lsn_text(lsn: Lsn) -> String {
 fn tally(lines: &str, database: u64, relations: &HashSet<u64>) -> WalCount {
     let mut count = WalCount::default();
     for line in lines.lines() {
-        let mut words = line.split_whitespace();
-        let Some(rel) = words.by_ref().skip_while(|w| *w != "rel").nth(1) else {
+        let Some(rel) = word_after(line, "rel") else {
             continue;
         };
         let mut parts = rel.trim_end_matches(',').split('/');
@@ -106,14 +105,21 @@ fn tally(lines: &str, database: u64, relations: &HashSet<u64>) -> WalCount {
             continue;
         }
         count.records += 1;
-        let mut fields = line.split_whitespace();
-        let rmgr = fields.by_ref().skip_while(|w| *w != "rmgr:").nth(1);
-        let desc = line.split_whitespace().skip_while(|w| *w != "desc:").nth(1);
-        if rmgr == Some("Btree") && matches!(desc, Some("INSERT_LEAF" | "INSERT_POST")) {
+        let entry = matches!(
+            word_after(line, "desc:"),
+            Some("INSERT_LEAF" | "INSERT_POST")
+        );
+        if word_after(line, "rmgr:") == Some("Btree") && entry {
             count.btree_entries += 1;
         }
     }
     count
+}
+
+/// The word of `line` after the first word `marker` (pg_waldump's
+/// `rmgr: Btree`, `desc: INSERT_LEAF`, `rel 1663/16384/16412`).
+fn word_after<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
+    line.split_whitespace().skip_while(|w| *w != marker).nth(1)
 }
 
 #[cfg(test)]

@@ -42,6 +42,10 @@ struct Measured {
     wal: Option<Result<WalCount, String>>,
 }
 
+/// A WAL figure of one node: its key, its name, its target (at most, per
+/// task) and what of the count it reads.
+type WalFigure = (&'static str, &'static str, f64, fn(&WalCount) -> u64);
+
 /// A PostgreSQL run's figures that the scale-out targets compare.
 struct ScaleOut {
     nodes: usize,
@@ -228,27 +232,25 @@ impl Bench {
             );
         }
         let tasks = self.plan.e2e_tasks as f64;
-        let names = [
+        let figures: [WalFigure; 2] = [
             (
                 "wal_records",
                 "7 WAL records per task, postgres × 1 node",
                 15.0,
+                |wal| wal.records,
             ),
             (
                 "btree_entries",
                 "7 B-tree entries per task, postgres × 1 node",
                 10.0,
+                |wal| wal.btree_entries,
             ),
         ];
-        for (i, (what, name, most)) in names.into_iter().enumerate() {
+        for (what, name, most, counted) in figures {
             let key = format!("{key}_{what}");
             let figure = match &m.wal {
                 Some(Ok(wal)) => {
-                    let n = if i == 0 {
-                        wal.records
-                    } else {
-                        wal.btree_entries
-                    };
+                    let n = counted(wal);
                     Figure::new(&key, name, n as f64 / tasks, "per task")
                         .target(Target::AtMost(most))
                         .note(
