@@ -216,6 +216,32 @@ macro_rules! claim_key_sql {
     };
 }
 
+/// The due keys of destination `$2` and tenant `$3` at `$1`: `''` first
+/// when tasks without a key are due (one seek in `queue_due_unkeyed`,
+/// schema step 26), then each key with a due task, one seek per key in
+/// `queue_due_by_key` (a skip scan).
+pub(crate) const DUE_KEYS: &str = "WITH RECURSIVE keyed AS ( \
+         (SELECT flow_key FROM queue \
+          WHERE state = 'pending' AND flow_key <> '' AND destination = $2 \
+            AND tenant = $3 AND next_run_at <= tc_now_ms($1) \
+          ORDER BY flow_key LIMIT 1) \
+         UNION ALL \
+         SELECT (SELECT t.flow_key FROM queue t \
+                 WHERE t.state = 'pending' AND t.flow_key <> '' \
+                   AND t.destination = $2 AND t.tenant = $3 \
+                   AND t.flow_key > keyed.flow_key \
+                   AND t.next_run_at <= tc_now_ms($1) \
+                 ORDER BY t.flow_key LIMIT 1) \
+         FROM keyed WHERE keyed.flow_key IS NOT NULL \
+     ) \
+     SELECT '' WHERE ( \
+         SELECT 1 FROM queue \
+         WHERE state = 'pending' AND destination = $2 AND tenant = $3 \
+           AND flow_key = '' AND next_run_at <= tc_now_ms($1) \
+         ORDER BY next_run_at LIMIT 1) IS NOT NULL \
+     UNION ALL \
+     SELECT flow_key FROM keyed WHERE flow_key IS NOT NULL";
+
 /// The claim's key level: the room of every key met, and each key's
 /// running tasks (every node's) with this claim's takes.
 pub(crate) struct Keyed {
@@ -278,32 +304,7 @@ impl Keyed {
         destination: &str,
         tenant: &str,
     ) -> Result<Vec<String>, StoreError> {
-        let stmt = tx
-            .prepare_cached(
-                "WITH RECURSIVE keyed AS ( \
-                     (SELECT flow_key FROM queue \
-                      WHERE state = 'pending' AND flow_key <> '' AND destination = $2 \
-                        AND tenant = $3 AND next_run_at <= tc_now_ms($1) \
-                      ORDER BY flow_key LIMIT 1) \
-                     UNION ALL \
-                     SELECT (SELECT t.flow_key FROM queue t \
-                             WHERE t.state = 'pending' AND t.flow_key <> '' \
-                               AND t.destination = $2 AND t.tenant = $3 \
-                               AND t.flow_key > keyed.flow_key \
-                               AND t.next_run_at <= tc_now_ms($1) \
-                             ORDER BY t.flow_key LIMIT 1) \
-                     FROM keyed WHERE keyed.flow_key IS NOT NULL \
-                 ) \
-                 SELECT '' WHERE ( \
-                     SELECT 1 FROM queue \
-                     WHERE state = 'pending' AND destination = $2 AND tenant = $3 \
-                       AND flow_key = '' AND next_run_at <= tc_now_ms($1) \
-                     ORDER BY next_run_at LIMIT 1) IS NOT NULL \
-                 UNION ALL \
-                 SELECT flow_key FROM keyed WHERE flow_key IS NOT NULL",
-            )
-            .await
-            .map_err(db)?;
+        let stmt = tx.prepare_cached(DUE_KEYS).await.map_err(db)?;
         tx.query(&stmt, &[&self.now, &destination, &tenant])
             .await
             .map_err(db)?

@@ -92,6 +92,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V23_FLOW_KEYS),
     step(V24_COUNTED_WRITES),
     step(V25_QUEUE),
+    step(V26_DUE_UNKEYED),
 ];
 
 /// The version this build writes and reads.

@@ -237,9 +237,10 @@ pub struct HotStatement {
 
 /// The statements every task passes through: a batch submit's insert and
 /// its read of taken keys, the claim (of any tenant, of one tenant, the
-/// due tenants, a capped destination's count), the grouped completion, and
+/// due tenants, the due flow keys, a capped destination's count), the
+/// grouped completion, and
 /// recovery (which finds running tasks without the lease's index).
-pub fn hot_statements() -> [HotStatement; 9] {
+pub fn hot_statements() -> [HotStatement; 10] {
     [
         HotStatement {
             name: "submit batch: insert",
@@ -270,6 +271,11 @@ pub fn hot_statements() -> [HotStatement; 9] {
             name: "claim: the due tenants",
             sql: crate::write_ops::DUE_TENANTS,
             args: "NULL, 'h:80'",
+        },
+        HotStatement {
+            name: "claim: the due flow keys",
+            sql: crate::flow_keys::DUE_KEYS,
+            args: "NULL, 'h:80', ''",
         },
         HotStatement {
             name: "claim: a capped destination's running tasks",

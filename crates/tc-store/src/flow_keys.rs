@@ -185,21 +185,28 @@ const KEY_PRIORITIZED: &str = "SELECT EXISTS (SELECT 1 FROM tasks INDEXED BY tas
        AND tenant = ?2 AND flow_key = ?3)";
 
 /// Due tasks of a key in index order (no priorities among them).
-const DUE_OF_KEY: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_key \
+pub(crate) const DUE_OF_KEY: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_key \
      WHERE state = 'pending' AND flow_key <> '' AND destination = ?1 AND tenant = ?2 \
        AND flow_key = ?3 AND next_run_at <= ?4 \
      ORDER BY next_run_at, seq LIMIT ?5";
 
-/// Due tasks without a key, in due order, past the keyed ones.
-const DUE_UNKEYED: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_tenant \
-     WHERE state = 'pending' AND destination = ?1 AND tenant = ?2 AND flow_key = ?3 \
+/// Due tasks without a key (`?3`, always `''`, unread), in due order: a seek in their
+/// own index (schema step 28), however many keyed tasks are due beside
+/// them.
+pub(crate) const DUE_UNKEYED: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_unkeyed \
+     WHERE state = 'pending' AND flow_key = '' AND destination = ?1 AND tenant = ?2 \
        AND next_run_at <= ?4 \
      ORDER BY next_run_at, seq LIMIT ?5";
 
-/// Due tasks of a key (or of none) by the priority key, aging `?6` ms a
-/// level.
-const DUE_BY_PRIORITY: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_tenant \
-     WHERE state = 'pending' AND destination = ?1 AND tenant = ?2 AND flow_key = ?3 \
+/// Due tasks of a key by the priority key, aging `?6` ms a level.
+const DUE_OF_KEY_BY_PRIORITY: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_key \
+     WHERE state = 'pending' AND flow_key <> '' AND destination = ?1 AND tenant = ?2 \
+       AND flow_key = ?3 AND next_run_at <= ?4 \
+     ORDER BY next_run_at - priority * ?6, seq LIMIT ?5";
+
+/// Due tasks without a key by the priority key, aging `?6` ms a level.
+const DUE_UNKEYED_BY_PRIORITY: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_unkeyed \
+     WHERE state = 'pending' AND flow_key = '' AND destination = ?1 AND tenant = ?2 \
        AND next_run_at <= ?4 \
      ORDER BY next_run_at - priority * ?6, seq LIMIT ?5";
 
@@ -290,7 +297,12 @@ impl Keyed {
         let read = |row: &rusqlite::Row<'_>| Ok((row.get(0)?, row.get(1)?));
         let found = if prioritized {
             let aging = i64::try_from(self.aging.as_millis()).unwrap_or(i64::MAX);
-            conn.prepare_cached(DUE_BY_PRIORITY)
+            let sql = if key == NO_KEY {
+                DUE_UNKEYED_BY_PRIORITY
+            } else {
+                DUE_OF_KEY_BY_PRIORITY
+            };
+            conn.prepare_cached(sql)
                 .map_err(db)?
                 .query_map(params![destination, tenant, key, now, limit, aging], read)
                 .map_err(db)?

@@ -56,6 +56,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V25_PRIORITY,
     V26_FLOW_KEYS,
     V27_WRITER_COUNTS,
+    V28_DUE_UNKEYED,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -615,6 +616,8 @@ mod tests {
             (crate::write_ops::OPEN_TASKS_OF, "tasks_open_by_tenant"),
             (crate::write_ops::NEXT_TENANT, "tasks_due_by_tenant"),
             (crate::write_ops::DUE_OF_TENANT, "tasks_due_by_tenant"),
+            (crate::flow_keys::DUE_OF_KEY, "tasks_due_by_key"),
+            (crate::flow_keys::DUE_UNKEYED, "tasks_due_unkeyed"),
         ];
         let filtered = |edit: fn(&mut TaskFilter)| {
             let mut filter = TaskFilter::default();
@@ -888,6 +891,48 @@ mod tests {
         crate::moves::apply(&conn).unwrap();
         check_counts(&conn, "a completion, a cancel and a delete");
         check_destinations(&conn, "a completion, a cancel and a delete");
+    }
+
+    /// The claim's probe for due tasks without a flow key reads what it
+    /// finds and no more, however many keyed tasks are due beside them
+    /// (issue 40 item 3: through `tasks_due_by_tenant` it stepped over each
+    /// of them, 10,000 rows a claim behind a keyed backlog).
+    #[test]
+    fn the_probe_for_tasks_without_a_key_steps_past_no_keyed_backlog() {
+        let conn = fresh();
+        conn.execute_batch(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) \
+             INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
+                                created_at, updated_at, destination, flow_key, next_run_at) \
+             SELECT randomblob(16), 'k' || i, 'pending', 'http://h:80/', x'', 1, 1000000, \
+                    0, 0, 'h:80', 'A', i FROM n;",
+        )
+        .unwrap();
+        let probe = |unkeyed_due: bool| {
+            let mut stmt = conn.prepare(crate::flow_keys::DUE_UNKEYED).unwrap();
+            let found = stmt
+                .query_map(rusqlite::params!["h:80", "", "", 5_000, 1], |row| {
+                    row.get::<_, i64>(0)
+                })
+                .unwrap()
+                .count();
+            assert_eq!(found, usize::from(unkeyed_due));
+            stmt.get_status(rusqlite::StatementStatus::VmStep)
+        };
+        let none = probe(false);
+        assert!(none < 100, "{none} VM steps to find no task without a key");
+        conn.execute_batch(
+            "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
+                                created_at, updated_at, destination, flow_key, next_run_at) \
+             VALUES (randomblob(16), 'free', 'pending', 'http://h:80/', x'', 1, 1000000, \
+                     0, 0, 'h:80', '', 4000);",
+        )
+        .unwrap();
+        let one = probe(true);
+        assert!(
+            one < 100,
+            "{one} VM steps to find the one task without a key"
+        );
     }
 
     #[test]

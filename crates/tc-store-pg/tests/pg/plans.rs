@@ -155,3 +155,58 @@ async fn the_hot_statements_use_indexes_on_a_new_schema_and_after_100000_tasks()
     drop(store);
     db.cleanup().await.unwrap();
 }
+
+/// The claim's question "which flow keys are due" behind one key's
+/// backlog of 20,000 due tasks reads no task it does not answer with: the
+/// probe for due tasks without a key is one seek in `queue_due_unkeyed`
+/// (schema step 26). Before, it had no index with `flow_key` for them and
+/// read the whole backlog (a sequential scan of `queue`) on every claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_due_keys_behind_a_keyed_backlog_read_no_task_of_it() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(tc_store_pg::SCHEMA_VERSION).await.unwrap();
+    let raw = Raw::connect(&db, None, Some(&schema)).await;
+    raw.execute(
+        "INSERT INTO queue (pos, state, destination, tenant, flow_key, priority, next_run_at) \
+         SELECT g, 'pending', 'h:80', '', 'A', 0, g FROM generate_series(1, 20000) AS g; \
+         ANALYZE queue",
+    )
+    .await
+    .unwrap();
+    let due_keys = hot_statements()
+        .into_iter()
+        .find(|statement| statement.name == "claim: the due flow keys")
+        .unwrap();
+    raw.execute(&format!("PREPARE due_keys AS {}", due_keys.sql))
+        .await
+        .unwrap();
+    let keys: Vec<String> = raw
+        .client()
+        .query("EXECUTE due_keys(NULL, 'h:80', '')", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(keys, ["A"]);
+    let lines: Vec<String> = raw
+        .client()
+        .query(
+            "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE due_keys(NULL, 'h:80', '')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let plan = lines.join("\n");
+    let read_past: u64 = lines
+        .iter()
+        .filter_map(|line| line.split("Rows Removed by Filter: ").nth(1))
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .sum();
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    assert!(read_past < 100, "{read_past} rows read past\n{plan}");
+    db.cleanup().await.unwrap();
+}

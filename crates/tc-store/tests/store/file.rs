@@ -321,6 +321,7 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_due_by_destination",
             "tasks_due_by_key",
             "tasks_due_by_tenant",
+            "tasks_due_unkeyed",
             "tasks_leased",
             "tasks_open_by_tenant",
             "tasks_prioritized",
@@ -492,7 +493,7 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
         )
         .unwrap();
         // Nor any of the later steps' (step 24: topics; step 25: priority;
-        // step 26: flow keys).
+        // step 26: flow keys; step 28: the due tasks without one).
         conn.execute_batch(
             "CREATE INDEX tasks_due ON tasks (next_run_at, seq) WHERE state = 'pending';
              DROP TABLE event_tasks; DROP TABLE events; DROP TABLE subscriptions;
@@ -501,6 +502,7 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
              DROP INDEX tasks_prioritized;
              ALTER TABLE tasks DROP COLUMN priority;
              DROP INDEX tasks_due_by_key; DROP INDEX tasks_running_by_key;
+             DROP INDEX tasks_due_unkeyed;
              DROP TABLE flow_keys; ALTER TABLE tasks DROP COLUMN flow_key;
              PRAGMA user_version = 22;",
         )
