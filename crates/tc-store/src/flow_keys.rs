@@ -171,6 +171,22 @@ const HAS_KEYED: &str = "SELECT EXISTS (SELECT 1 FROM tasks INDEXED BY tasks_due
      WHERE state = 'pending' AND flow_key <> '' AND destination = ?1 \
        AND (?3 IS NULL OR tenant = ?3) AND next_run_at <= ?2)";
 
+/// Whether `destination` (`tenant`'s tasks there, when given) has keyed
+/// tasks due at `now`.
+pub(crate) fn keyed_due(
+    conn: &Connection,
+    destination: &str,
+    tenant: Option<&str>,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    conn.prepare_cached(HAS_KEYED)
+        .map_err(db)?
+        .query_row(params![destination, now.as_millis(), tenant], |row| {
+            row.get(0)
+        })
+        .map_err(db)
+}
+
 /// The first key after `?3` with a pending task of `?1` and tenant `?2`,
 /// and whether its earliest is due: one seek per key.
 const NEXT_KEY: &str = "SELECT flow_key, next_run_at <= ?4 FROM tasks INDEXED BY tasks_due_by_key \
@@ -241,12 +257,7 @@ impl Keyed {
         destination: &str,
         tenant: Option<&str>,
     ) -> Result<bool, StoreError> {
-        conn.prepare_cached(HAS_KEYED)
-            .map_err(db)?
-            .query_row(params![destination, self.now.as_millis(), tenant], |row| {
-                row.get(0)
-            })
-            .map_err(db)
+        keyed_due(conn, destination, tenant, self.now)
     }
 
     fn due_keys(

@@ -38,18 +38,20 @@ const BY_KEY: &str = "SELECT seq, state FROM ( \
      WHERE state = 'pending' AND priority > 0 AND destination = ?1 AND next_run_at <= ?2) \
      ORDER BY k, seq LIMIT ?3";
 
-/// [`BY_KEY`] for the tasks of tenant `?5` alone.
+/// [`BY_KEY`] for the tasks of tenant `?5` alone, those without a flow key:
+/// a tenant's lane is taken this way only when none of its keyed tasks is
+/// due there (the claim's key level takes those).
 const BY_KEY_OF_TENANT: &str = "SELECT seq, state FROM ( \
      SELECT * FROM (SELECT seq, state, next_run_at AS k FROM tasks \
-                    INDEXED BY tasks_due_by_tenant \
-                    WHERE state = 'pending' AND destination = ?1 AND tenant = ?5 \
+                    INDEXED BY tasks_due_unkeyed \
+                    WHERE state = 'pending' AND flow_key = '' AND destination = ?1 AND tenant = ?5 \
                       AND next_run_at <= ?2 AND priority = 0 \
                     ORDER BY next_run_at, seq LIMIT ?3) \
      UNION ALL \
      SELECT seq, state, next_run_at - priority * ?4 AS k FROM tasks \
      INDEXED BY tasks_prioritized \
      WHERE state = 'pending' AND priority > 0 AND destination = ?1 AND next_run_at <= ?2 \
-       AND tenant = ?5) \
+       AND tenant = ?5 AND flow_key = '') \
      ORDER BY k, seq LIMIT ?3";
 
 /// Up to `limit` due tasks of `destination` (of `tenant`'s, when given) in

@@ -614,8 +614,9 @@ mod tests {
             (crate::write_ops::EXPIRED, "tasks_leased"),
             (crate::read_ops::COUNT_BY_STATE, "state_counts"),
             (crate::write_ops::OPEN_TASKS_OF, "tasks_open_by_tenant"),
-            (crate::write_ops::NEXT_TENANT, "tasks_due_by_tenant"),
-            (crate::write_ops::DUE_OF_TENANT, "tasks_due_by_tenant"),
+            (crate::write_ops::NEXT_TENANT, "tasks_due_unkeyed"),
+            (crate::write_ops::NEXT_KEYED_TENANT, "tasks_due_by_key"),
+            (crate::write_ops::DUE_OF_TENANT, "tasks_due_unkeyed"),
             (crate::flow_keys::DUE_OF_KEY, "tasks_due_by_key"),
             (crate::flow_keys::DUE_UNKEYED, "tasks_due_unkeyed"),
         ];

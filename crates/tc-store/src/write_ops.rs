@@ -26,7 +26,7 @@ pub(crate) use tc_model::completion::INTERRUPTED;
 pub(crate) use bulk::{BulkStep, bulk_chunk};
 // The statements whose query plans schema.rs's tests check.
 #[cfg(test)]
-pub(crate) use claim::{DUE_OF_TENANT, EXPIRED, NEXT_TENANT};
+pub(crate) use claim::{DUE_OF_TENANT, EXPIRED, NEXT_KEYED_TENANT, NEXT_TENANT};
 pub(crate) use claim::{claim, due_of as due_of_tenant, heartbeat, recover_expired, release};
 pub(crate) use end::{
     KEEP_FREE_PAGES, admit_retry, cancel, complete, delete, prune, reclaim_free_pages, retry,

@@ -374,15 +374,21 @@ DROP TRIGGER IF EXISTS destination_tasks_update;
 DROP TRIGGER IF EXISTS destination_tasks_delete;
 ";
 
-/// Step 27 → 28 (issue 40 item 3): the due tasks without a flow key by
-/// destination and tenant, a partial index of those alone. The claim's key
-/// level asks, before it shares a take between keys, whether tasks without
-/// a key are due (`flow_keys::Keyed::due_keys`); through
-/// `tasks_due_by_tenant`, which has no `flow_key`, that probe read every due
-/// keyed task of the tenant before it could say no (0.76 ms a probe at
-/// 10,000 due, docs/performance.md), on every claim of a keyed backlog. Each
-/// pending task without a key costs one index entry more.
+/// Step 27 → 28 (issue 40 item 3): the due tasks by destination and
+/// tenant in two indexes, those without a flow key (`tasks_due_unkeyed`,
+/// new) and the keyed ones (`tasks_due_by_key`, step 26), in place of
+/// `tasks_due_by_tenant`, which held both. The claim's key level asks,
+/// before it shares a take between keys, whether tasks without a key are
+/// due (`flow_keys::Keyed::due_keys`); through `tasks_due_by_tenant`, which
+/// has no `flow_key`, that probe read every due keyed task of the tenant
+/// before it could say no (0.76 ms a probe at 10,000 due,
+/// docs/performance.md), on every claim of a keyed backlog. Split, it is
+/// one seek, and no task has an index entry more: one without a key moves
+/// from the old index to the new, a keyed one is in `tasks_due_by_key`
+/// alone (a tenant's due tasks of both kinds are the two indexes'
+/// together, `write_ops::due_tenants`).
 pub(crate) const V28_DUE_UNKEYED: &str = "
 CREATE INDEX tasks_due_unkeyed ON tasks (destination, tenant, next_run_at, seq)
     WHERE state = 'pending' AND flow_key = '';
+DROP INDEX tasks_due_by_tenant;
 ";

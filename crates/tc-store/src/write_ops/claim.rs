@@ -2,6 +2,7 @@
 //! tc-model's share-out answered from the indexes), the heartbeat that extends leases, a
 //! release, and the recovery of expired leases.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -12,7 +13,7 @@ use tc_model::tenant::NO_TENANT;
 use tc_model::{State, Task, TaskId, Timestamp, transit};
 
 use crate::destinations;
-use crate::flow_keys::Keyed;
+use crate::flow_keys::{Keyed, keyed_due};
 use crate::moves::{self, At};
 use crate::rows::{self, db, parse_id, parse_state};
 
@@ -315,23 +316,32 @@ pub(crate) fn recover_expired(
     Ok(moved)
 }
 
-/// The first tenant after `after` (in name order) with a pending task in
-/// a destination, and whether its earliest is due: one seek in
-/// `tasks_due_by_tenant`, whose entries run by tenant then due time.
+/// The first tenant after `after` (in name order) with a pending task
+/// without a flow key in a destination, and whether its earliest is due:
+/// one seek in `tasks_due_unkeyed`, whose entries run by tenant then due
+/// time.
 pub(crate) const NEXT_TENANT: &str = "SELECT tenant, next_run_at <= ?3 \
-     FROM tasks INDEXED BY tasks_due_by_tenant \
-     WHERE state = 'pending' AND tenant <> '' AND destination = ?1 AND tenant > ?2 \
+     FROM tasks INDEXED BY tasks_due_unkeyed \
+     WHERE state = 'pending' AND flow_key = '' AND tenant <> '' AND destination = ?1 \
+       AND tenant > ?2 \
      ORDER BY tenant, next_run_at LIMIT 1";
 
-/// A tenant's due tasks in a destination, oldest due first: a named
-/// tenant's or, with `''` ([`NO_TENANT`]), the tasks without one. Since
-/// schema step 18 the index holds every pending task, so the tasks without
-/// a tenant are one seek away however many of a tenant's due tasks come
-/// before them (before, they were found by walking the destination's due
-/// order past the tenants' tasks, a walk that had to be bounded and so
-/// starved them behind a long backlog).
-pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_by_tenant \
-     WHERE state = 'pending' AND destination = ?1 AND tenant = ?2 AND next_run_at <= ?3 \
+/// The first tenant after `after` (in name order) with a pending keyed
+/// task in a destination: one seek in `tasks_due_by_key`.
+pub(crate) const NEXT_KEYED_TENANT: &str = "SELECT tenant FROM tasks INDEXED BY tasks_due_by_key \
+     WHERE state = 'pending' AND flow_key <> '' AND destination = ?1 AND tenant > ?2 \
+     ORDER BY tenant LIMIT 1";
+
+/// A tenant's due tasks without a flow key in a destination, oldest due
+/// first: a named tenant's or, with `''` ([`NO_TENANT`]), the tasks
+/// without one. One seek in `tasks_due_unkeyed` (schema step 28), however
+/// many of another tenant's, or of its own keyed, due tasks come before
+/// them. A lane's take reads it only when no keyed task of the tenant is
+/// due there (the claim's key level takes those), so these are all its due
+/// tasks.
+pub(crate) const DUE_OF_TENANT: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_unkeyed \
+     WHERE state = 'pending' AND flow_key = '' AND destination = ?1 AND tenant = ?2 \
+       AND next_run_at <= ?3 \
      ORDER BY next_run_at, seq LIMIT ?4";
 
 pub(crate) fn due_of(
@@ -358,33 +368,56 @@ pub(crate) fn due_of(
 }
 
 /// The tenants with due tasks in `destination`, in name order
-/// ([`NO_TENANT`], first, for the tasks without one).
+/// ([`NO_TENANT`], first, for the tasks without one). The tasks without a
+/// flow key and the keyed ones are in two indexes (schema step 28): one
+/// seek per tenant in each, and for a tenant with keyed tasks only, the
+/// question whether one of them is due.
 pub(super) fn due_tenants(
     conn: &Connection,
     destination: &str,
     now: Timestamp,
 ) -> Result<Vec<String>, StoreError> {
-    let mut due = Vec::new();
-    if !due_of(conn, destination, NO_TENANT, now, 1)?.is_empty() {
-        due.push(NO_TENANT.to_owned());
-    }
+    let mut named = BTreeSet::new();
     let mut next = conn.prepare_cached(NEXT_TENANT).map_err(db)?;
     let mut after = String::new();
     loop {
         let found: Option<(String, bool)> = next
             .query_row(params![destination, after, now.as_millis()], |row| {
-                Ok((row.get(0)?, row.get(1)?))
+                row.try_into()
             })
             .optional()
             .map_err(db)?;
         let Some((tenant, is_due)) = found else {
-            return Ok(due);
+            break;
         };
         if is_due {
-            due.push(tenant.clone());
+            named.insert(tenant.clone());
         }
         after = tenant;
     }
+    let mut next = conn.prepare_cached(NEXT_KEYED_TENANT).map_err(db)?;
+    let mut after = String::new();
+    loop {
+        let found: Option<String> = next
+            .query_row(params![destination, after], |row| row.get(0))
+            .optional()
+            .map_err(db)?;
+        let Some(tenant) = found else {
+            break;
+        };
+        if !named.contains(&tenant) && keyed_due(conn, destination, Some(&tenant), now)? {
+            named.insert(tenant.clone());
+        }
+        after = tenant;
+    }
+    let mut due = Vec::with_capacity(named.len() + 1);
+    if !due_of(conn, destination, NO_TENANT, now, 1)?.is_empty()
+        || keyed_due(conn, destination, Some(NO_TENANT), now)?
+    {
+        due.push(NO_TENANT.to_owned());
+    }
+    due.extend(named);
+    Ok(due)
 }
 
 /// The due tasks (seq, state as read) of a claim's [`Take`]: a tenant's
@@ -404,5 +437,56 @@ fn take_due(
             crate::priority::due_of(conn, destination, tenant, now, take.want, aging)
         }
         Lane::Any => crate::priority::due_of(conn, destination, None, now, take.want, aging),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::StoreConfig;
+    use crate::schema::{Target, open_writer};
+
+    use super::*;
+
+    /// Pending tasks of destination `h:80` as (tenant, flow key, due at).
+    fn check(tasks: &[(&str, &str, i64)], now: i64, want: &[&str]) {
+        let conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        for (k, (tenant, key, due)) in tasks.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
+                                    timeout_ns, created_at, updated_at, destination, tenant, \
+                                    flow_key, next_run_at) \
+                 VALUES (randomblob(16), ?1, 'pending', 'http://h:80/', x'', 1, 1000000, \
+                         0, 0, 'h:80', ?2, ?3, ?4)",
+                params![format!("k{k}"), tenant, key, due],
+            )
+            .unwrap();
+        }
+        let due = due_tenants(&conn, "h:80", Timestamp::from_millis(now)).unwrap();
+        assert_eq!(due, want, "{tasks:?} at {now}");
+    }
+
+    /// The due tenants are read from two indexes since schema step 28 (the
+    /// tasks without a flow key, the keyed ones): a tenant is due when
+    /// either kind of its tasks is.
+    #[test]
+    fn a_tenant_is_due_by_its_tasks_with_a_key_or_without() {
+        check(&[], 10, &[]);
+        check(&[("", "", 5)], 10, &[""]);
+        check(&[("", "K", 5)], 10, &[""]);
+        check(&[("", "K", 50), ("", "", 60)], 10, &[]);
+        check(&[("", "K", 5), ("a", "K", 5)], 10, &["", "a"]);
+        check(
+            &[
+                ("a", "", 5),
+                ("b", "K", 5),
+                ("b", "", 50),
+                ("c", "K", 50),
+                ("d", "", 50),
+                ("e", "K", 50),
+                ("e", "L", 5),
+            ],
+            10,
+            &["a", "b", "e"],
+        );
     }
 }

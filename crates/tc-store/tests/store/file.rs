@@ -320,7 +320,6 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_by_tenant",
             "tasks_due_by_destination",
             "tasks_due_by_key",
-            "tasks_due_by_tenant",
             "tasks_due_unkeyed",
             "tasks_leased",
             "tasks_open_by_tenant",
@@ -503,6 +502,8 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
              ALTER TABLE tasks DROP COLUMN priority;
              DROP INDEX tasks_due_by_key; DROP INDEX tasks_running_by_key;
              DROP INDEX tasks_due_unkeyed;
+             CREATE INDEX tasks_due_by_tenant ON tasks (destination, tenant, next_run_at, seq)
+                 WHERE state = 'pending';
              DROP TABLE flow_keys; ALTER TABLE tasks DROP COLUMN flow_key;
              PRAGMA user_version = 22;",
         )
