@@ -70,6 +70,7 @@ use flow_keys::{
 };
 use outbound::outbound_calls_carry_headers_and_signatures_on_every_try;
 use pacing::{
+    a_resumed_backlog_runs_past_its_slow_start_without_waiting,
     first_contact_learns_the_window_before_the_backlog_goes,
     rate_limit_fields_hold_the_destination_until_their_reset,
     throttling_without_fields_halves_the_calls_in_flight,
@@ -301,6 +302,7 @@ macro_rules! worker_scenarios {
             rate_limit_fields_hold_the_destination_until_their_reset,
             throttling_without_fields_halves_the_calls_in_flight,
             first_contact_learns_the_window_before_the_backlog_goes,
+            a_resumed_backlog_runs_past_its_slow_start_without_waiting,
             outbound_calls_carry_headers_and_signatures_on_every_try,
             trace_context_reaches_every_try,
             a_due_task_runs_past_thousands_of_waiting_destinations,

@@ -156,6 +156,12 @@ struct Dest {
     last_status: Option<u16>,
     in_flight: u64,
     pacing: Pacing,
+    /// The pacing's window was lifted by an answer (its slow start reached
+    /// the ceiling) since an attempt last ended: the claim loop, asleep
+    /// behind the window, must look again at the next end, though no
+    /// window is left to say so (else it slept until its poll interval
+    /// with a backlog due: a resumed drain stalled for 1 s).
+    unbound: bool,
     /// Whether this node has met it: the first call goes alone.
     contact: Contact,
 }
@@ -175,6 +181,7 @@ impl Dest {
             last_status: None,
             in_flight: 0,
             pacing: Pacing::default(),
+            unbound: false,
             contact: Contact::New,
         }
     }
@@ -495,11 +502,15 @@ impl Flow {
         }
         let ceiling = self.ceiling(s.as_ref());
         let signal = crate::pacing::signal_of(status, rate_limit.as_ref());
+        let windowed = dest.pacing.window().is_some();
         if let Some(paced) = dest
             .pacing
             .answered(signal, rate_limit, dest.in_flight, ceiling, now)
         {
             self.paced(destination, paced, dest, now);
+        }
+        if windowed && dest.pacing.window().is_none() {
+            dest.unbound = true;
         }
         let is_probe = matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task);
         match (dest.breaker, verdict) {
@@ -583,6 +594,7 @@ impl Flow {
         let mut freed = capped
             || probe_ended
             || dest.pacing.window().is_some()
+            || std::mem::take(&mut dest.unbound)
             || dest.pacing.bounded_by_fields(now);
         if matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task) {
             dest.breaker = Breaker::HalfOpen { probe: None };

@@ -35,7 +35,7 @@ pub(super) fn length<S, D>(rig: &Rig<S, D>, paused: Duration, real: Duration) ->
     if rig.paused_clock { paused } else { real }
 }
 
-async fn update<S: TaskStore, D>(
+pub(super) async fn update<S: TaskStore, D>(
     rig: &Rig<S, D>,
     name: &str,
     update: DestinationUpdate,
@@ -46,7 +46,7 @@ async fn update<S: TaskStore, D>(
         .map_err(|e| format!("update_destination {name}: {e}"))
 }
 
-fn paused(paused: bool) -> DestinationUpdate {
+pub(super) fn paused(paused: bool) -> DestinationUpdate {
     DestinationUpdate {
         paused: Some(paused),
         ..DestinationUpdate::default()
