@@ -206,9 +206,9 @@ pub(crate) const DUE_OF_KEY: &str = "SELECT seq, state FROM tasks INDEXED BY tas
        AND flow_key = ?3 AND next_run_at <= ?4 \
      ORDER BY next_run_at, seq LIMIT ?5";
 
-/// Due tasks without a key (`?3`, always `''`, unread), in due order: a seek in their
-/// own index (schema step 28), however many keyed tasks are due beside
-/// them.
+/// Due tasks without a key (`?3`, always `''`, is not read), in due
+/// order: a seek in their own index (schema step 28), however many keyed
+/// tasks are due beside them.
 pub(crate) const DUE_UNKEYED: &str = "SELECT seq, state FROM tasks INDEXED BY tasks_due_unkeyed \
      WHERE state = 'pending' AND flow_key = '' AND destination = ?1 AND tenant = ?2 \
        AND next_run_at <= ?4 \
