@@ -156,11 +156,9 @@ struct Dest {
     last_status: Option<u16>,
     in_flight: u64,
     pacing: Pacing,
-    /// The pacing's window was lifted by an answer (its slow start reached
-    /// the ceiling) since an attempt last ended: the claim loop, asleep
-    /// behind the window, must look again at the next end, though no
-    /// window is left to say so (else it slept until its poll interval
-    /// with a backlog due: a resumed drain stalled for 1 s).
+    /// An answer lifted the pacing's window (slow start reached the ceiling)
+    /// since an attempt last ended: the next end wakes the claim loop asleep
+    /// behind it, or it slept until its poll interval with a backlog due.
     unbound: bool,
     /// Whether this node has met it: the first call goes alone.
     contact: Contact,
@@ -502,16 +500,7 @@ impl Flow {
         }
         let ceiling = self.ceiling(s.as_ref());
         let signal = crate::pacing::signal_of(status, rate_limit.as_ref());
-        let windowed = dest.pacing.window().is_some();
-        if let Some(paced) = dest
-            .pacing
-            .answered(signal, rate_limit, dest.in_flight, ceiling, now)
-        {
-            self.paced(destination, paced, dest, now);
-        }
-        if windowed && dest.pacing.window().is_none() {
-            dest.unbound = true;
-        }
+        self.pace(destination, dest, (signal, rate_limit), ceiling, now);
         let is_probe = matches!(dest.breaker, Breaker::HalfOpen { probe: Some(p) } if p == task);
         match (dest.breaker, verdict) {
             (Breaker::HalfOpen { .. }, Verdict::Healthy) if is_probe => {
@@ -549,6 +538,27 @@ impl Flow {
             state.learned.push((destination.to_owned(), shared_after));
         }
         state.hold_key(key_hold);
+    }
+
+    /// Tells `dest`'s pacing how an answer went; marks a window it lifted.
+    fn pace(
+        &self,
+        destination: &str,
+        dest: &mut Dest,
+        (signal, rate_limit): (crate::pacing::Signal, Option<tc_retry::RateLimit>),
+        ceiling: u32,
+        now: Timestamp,
+    ) {
+        let windowed = dest.pacing.window().is_some();
+        if let Some(paced) = dest
+            .pacing
+            .answered(signal, rate_limit, dest.in_flight, ceiling, now)
+        {
+            self.paced(destination, paced, dest, now);
+        }
+        if windowed && dest.pacing.window().is_none() {
+            dest.unbound = true;
+        }
     }
 
     fn open(&self, destination: &str, dest: &mut Dest, now: Timestamp) {

@@ -377,7 +377,7 @@ DROP INDEX tasks_due_by_key;
 DROP INDEX tasks_running_by_key;
 ";
 
-/// Step 25 → 26 (issue 40 item 3): the due tasks without a flow key by
+/// Step 25 → 26 (fair share between flow keys): the due tasks without a flow key by
 /// destination and tenant, a partial index of `queue` for those alone.
 /// The claim's key level asks, before it shares a take between keys,
 /// whether tasks without a key are due (`flow_keys::DUE_KEYS`); no index

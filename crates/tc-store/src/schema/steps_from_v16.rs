@@ -374,7 +374,7 @@ DROP TRIGGER IF EXISTS destination_tasks_update;
 DROP TRIGGER IF EXISTS destination_tasks_delete;
 ";
 
-/// Step 27 → 28 (issue 40 item 3): the due tasks by destination and
+/// Step 27 → 28 (fair share between flow keys): the due tasks by destination and
 /// tenant in two indexes, those without a flow key (`tasks_due_unkeyed`,
 /// new) and the keyed ones (`tasks_due_by_key`, step 26), in place of
 /// `tasks_due_by_tenant`, which held both. The claim's key level asks,
