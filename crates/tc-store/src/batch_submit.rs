@@ -188,9 +188,7 @@ mod tests {
     use tc_model::Limits;
 
     use super::*;
-    use crate::config::StoreConfig;
     use crate::rows::parse_id;
-    use crate::schema::{Target, open_writer};
 
     fn task(key: &str) -> NewTask {
         NewTask::new(
@@ -211,7 +209,7 @@ mod tests {
     /// batch is a conflict, and nothing of it is stored.
     #[test]
     fn a_batch_in_chunks_answers_each_item_as_single_submits_would() {
-        let conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let conn = crate::schema::memory_writer();
         let at = Timestamp::from_millis(5);
         let old = crate::write_ops::submit(&conn, &task("old"), at)
             .unwrap()

@@ -294,11 +294,7 @@ mod tests {
 
     #[test]
     fn the_counts_statement_is_prepared_once() {
-        let conn = crate::schema::open_writer(
-            &crate::schema::Target::new_memory(),
-            &crate::config::StoreConfig::default(),
-        )
-        .unwrap();
+        let conn = crate::schema::memory_writer();
         conn.execute(MAKE_ROW, ["a"]).unwrap();
         for (out, into) in [(None, Some(5)), (Some(i64::MIN), None), (Some(3), Some(4))] {
             let mut stmt = conn.prepare_cached(ADD_COUNTS).unwrap();
@@ -317,11 +313,7 @@ mod tests {
         use std::time::Duration;
         use tc_model::{Limits, NewTask, Timestamp};
 
-        let conn = crate::schema::open_writer(
-            &crate::schema::Target::new_memory(),
-            &crate::config::StoreConfig::default(),
-        )
-        .unwrap();
+        let conn = crate::schema::memory_writer();
         let at = Timestamp::from_millis;
         let submit = |key: &str, due: i64| {
             let new = NewTask::new(

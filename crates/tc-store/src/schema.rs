@@ -308,6 +308,13 @@ const WRITER_CACHE_KIB: i64 = -16 * 1024;
 /// one autocheckpoint's worth.
 const WAL_SIZE_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 
+/// A writer connection on a new in-memory database at the current version,
+/// for the crate's unit tests.
+#[cfg(test)]
+pub(crate) fn memory_writer() -> Connection {
+    open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap()
+}
+
 /// Opens a connection that only reads a database [`open_writer`] has set up.
 pub(crate) fn open_reader(target: &Target, busy_timeout: Duration) -> rusqlite::Result<Connection> {
     let conn = target.open_raw()?;
@@ -437,10 +444,6 @@ mod tests {
     use tc_model::store::TaskFilter;
 
     use super::*;
-
-    fn fresh() -> Connection {
-        open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap()
-    }
 
     /// SQLite's plan for `sql`, one detail line per step.
     fn plan(conn: &Connection, sql: &str) -> String {
@@ -596,7 +599,7 @@ mod tests {
 
     #[test]
     fn hot_queries_read_their_index_without_sorting() {
-        let conn = fresh();
+        let conn = memory_writer();
         let cases = [
             (crate::destinations::DUE_OF, "tasks_due_by_destination"),
             (
@@ -674,7 +677,7 @@ mod tests {
 
     #[test]
     fn counting_a_destination_s_tasks_reads_its_row_not_the_tasks() {
-        let conn = fresh();
+        let conn = memory_writer();
         let plan = plan(&conn, crate::destinations::COUNTS_OF);
         let reads_tasks = plan.contains("SEARCH tasks") || plan.contains("SCAN tasks");
         assert!(!reads_tasks, "counting reads tasks: {plan}");
@@ -683,7 +686,7 @@ mod tests {
 
     #[test]
     fn counting_states_reads_the_counts_tables_not_the_tasks() {
-        let conn = fresh();
+        let conn = memory_writer();
         let plan = plan(&conn, crate::read_ops::COUNT_BY_STATE);
         let reads_tasks = plan.contains("SEARCH tasks") || plan.contains("SCAN tasks");
         assert!(!reads_tasks, "counting reads tasks: {plan}");
@@ -900,7 +903,7 @@ mod tests {
     /// of them, 10,000 rows a claim behind a keyed backlog).
     #[test]
     fn the_probe_for_tasks_without_a_key_steps_past_no_keyed_backlog() {
-        let conn = fresh();
+        let conn = memory_writer();
         conn.execute_batch(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) \
              INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, timeout_ns, \
@@ -938,7 +941,7 @@ mod tests {
 
     #[test]
     fn the_state_column_takes_exactly_the_model_s_state_names() {
-        let conn = fresh();
+        let conn = memory_writer();
         let insert = |state: &str| {
             conn.execute(
                 "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
@@ -957,7 +960,7 @@ mod tests {
 
     #[test]
     fn a_fresh_database_is_marked_and_at_the_current_version() {
-        let conn = fresh();
+        let conn = memory_writer();
         let read = |pragma: &str| -> i64 {
             conn.pragma_query_value(None, pragma, |row| row.get(0))
                 .unwrap()

@@ -162,9 +162,7 @@ mod tests {
     use tc_model::destination::ClaimGate;
 
     use super::*;
-    use crate::config::StoreConfig;
     use crate::rows::parse_id;
-    use crate::schema::{Target, open_writer};
 
     fn task(key: &str) -> NewTask {
         NewTask::new(
@@ -182,7 +180,7 @@ mod tests {
     /// above the last seq; either way no seq is handed out twice.
     #[test]
     fn a_submit_never_takes_a_deleted_task_s_seq() {
-        let conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let conn = crate::schema::memory_writer();
         let seq_of = |key: &str| -> i64 {
             conn.query_row(
                 "SELECT seq FROM tasks WHERE idempotency_key = ?1",
@@ -228,7 +226,7 @@ mod tests {
     /// past those wanted, and the admin's task waited for "a"'s backlog).
     #[test]
     fn tasks_without_a_tenant_are_reached_behind_any_backlog() {
-        let conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let conn = crate::schema::memory_writer();
         let at = Timestamp::from_millis;
         for i in 0..2_000 {
             let of_a = task(&format!("a{i}")).with_tenant(Some("a".into()), None);

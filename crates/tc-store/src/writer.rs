@@ -239,8 +239,6 @@ mod tests {
     use tc_model::{Limits, NewTask, Timestamp};
 
     use super::*;
-    use crate::config::StoreConfig;
-    use crate::schema::{Target, open_writer};
     use crate::write_ops;
 
     fn task(key: &str, body: &[u8]) -> NewTask {
@@ -273,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_failing_command_fails_alone_in_its_batch() {
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let (first, first_answer) = submit("a", b"1");
         let (clash, clash_answer) = submit("a", b"2");
         let (last, last_answer) = submit("b", b"1");
@@ -305,14 +303,14 @@ mod tests {
             Some(permit),
         );
         assert_eq!(room.available_permits(), 0);
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         commit_batch(&mut conn, &mut vec![job]);
         assert_eq!(room.available_permits(), 10);
     }
 
     #[test]
     fn a_failed_commit_fails_every_command_and_writes_nothing() {
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let (good, good_answer) = submit("a", b"1");
         // A deferred foreign-key violation passes its statement and fails
         // only at COMMIT: the one failure a savepoint cannot contain.
@@ -368,7 +366,7 @@ mod tests {
 
     #[test]
     fn a_whole_batch_command_refused_before_writing_fails_alone() {
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let (first, first_answer) = submit("a", b"1");
         let (failing, failing_answer) = whole_batch("x", false);
         let (last, last_answer) = submit("b", b"1");
@@ -384,7 +382,7 @@ mod tests {
 
     #[test]
     fn a_whole_batch_command_failing_after_writing_rolls_the_batch_back() {
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let (first, first_answer) = submit("a", b"1");
         let (failing, failing_answer) = whole_batch("x", true);
         let (last, last_answer) = submit("b", b"1");
@@ -412,7 +410,7 @@ mod tests {
     fn a_whole_batch_command_the_store_failed_under_rolls_the_batch_back() {
         // No change counted, yet a statement without a statement journal
         // may have stopped halfway: the batch is not trusted.
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let (first, first_answer) = submit("a", b"1");
         let (reply, broken_answer) = oneshot::channel::<Result<(), StoreError>>();
         let broken = command(
@@ -453,7 +451,7 @@ mod tests {
 
     #[test]
     fn a_connection_setting_is_answered_for_itself_beside_a_batch_that_breaks() {
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let pages: i64 = conn
             .query_row("PRAGMA page_count", [], |row| row.get(0))
             .unwrap();
@@ -492,7 +490,7 @@ mod tests {
 
     #[test]
     fn a_command_undone_by_its_savepoint_leaves_no_count() {
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let (first, first_answer) = submit("a", b"1");
         let (reply, undone_answer) = oneshot::channel::<Result<(), StoreError>>();
         let undone = command(
@@ -522,7 +520,7 @@ mod tests {
 
     #[test]
     fn a_batch_rolled_back_leaves_no_count_for_the_next() {
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let (first, _first_answer) = submit("a", b"1");
         let (failing, _failing_answer) = whole_batch("x", true);
         commit_batch(&mut conn, &mut vec![first, failing]);
@@ -546,7 +544,7 @@ mod tests {
         use tc_model::destination::ClaimGate;
         use tc_model::store::{Completion, Guarded};
 
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let at = Timestamp::from_millis;
         let (first, _) = submit("a", b"1");
         commit_batch(&mut conn, &mut vec![first]);
@@ -613,7 +611,7 @@ mod tests {
 
     #[test]
     fn a_caller_that_went_away_does_not_stop_the_write() {
-        let mut conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let mut conn = crate::schema::memory_writer();
         let (cmd, answer) = submit("a", b"1");
         drop(answer);
         commit_batch(&mut conn, &mut vec![cmd]);

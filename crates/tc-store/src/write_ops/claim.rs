@@ -442,14 +442,12 @@ fn take_due(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::StoreConfig;
-    use crate::schema::{Target, open_writer};
 
     use super::*;
 
     /// Pending tasks of destination `h:80` as (tenant, flow key, due at).
     fn check(tasks: &[(&str, &str, i64)], now: i64, want: &[&str]) {
-        let conn = open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap();
+        let conn = crate::schema::memory_writer();
         for (k, (tenant, key, due)) in tasks.iter().enumerate() {
             conn.execute(
                 "INSERT INTO tasks (id, idempotency_key, state, url, body, max_attempts, \
