@@ -206,9 +206,7 @@ pub(crate) fn delete(conn: &Connection, id: &TaskId, scope: &Scope) -> Result<()
     let head: Option<(i64, String, String, String)> = conn
         .prepare_cached("SELECT seq, state, tenant, destination FROM tasks WHERE id = ?1")
         .map_err(db)?
-        .query_row([id.as_bytes()], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })
+        .query_row([id.as_bytes()], |row| row.try_into())
         .optional()
         .map_err(db)?;
     let Some((seq, state, _, destination)) =
