@@ -290,7 +290,7 @@ pub fn hot_statements() -> [HotStatement; 10] {
         HotStatement {
             name: "recovery",
             sql: crate::write_ops::RECOVER,
-            args: "NULL, 'interrupted', true",
+            args: "NULL, 'interrupted', true, 256",
         },
     ]
 }
