@@ -93,6 +93,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V24_COUNTED_WRITES),
     step(V25_QUEUE),
     step(V26_DUE_UNKEYED),
+    step(V27_ATTEMPTS_BY_TASK),
 ];
 
 /// The version this build writes and reads.

@@ -390,3 +390,22 @@ pub(crate) const V26_DUE_UNKEYED: &str = "
 CREATE INDEX queue_due_unkeyed ON queue (destination, tenant, next_run_at, pos)
     WHERE state = 'pending' AND flow_key = '';
 ";
+
+/// Step 26 → 27: a try's history row costs one index entry, not two.
+/// `attempts` had its identity `seq` for primary key and `attempts_by_task
+/// (task_id, seq)` beside it; every statement that reads or deletes
+/// history names the task (`task_id = ANY`, `task_id IN`, a join on the
+/// task), none the `seq` alone. The primary key is now `(task_id, seq)`,
+/// the index all of them walk, and the two others go: one B-tree entry and
+/// one WAL record less for each try. `seq` stays an identity column, so
+/// the rows a node of the previous version inserts (without naming it)
+/// keep their order, and nothing is fenced. The new key is built under the
+/// table's lock, taken first: a node ending a try meanwhile waits, for a
+/// time in proportion to the history kept; nothing here locks `tasks`,
+/// which such a node holds while it waits.
+pub(crate) const V27_ATTEMPTS_BY_TASK: &str = "
+LOCK TABLE attempts IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE attempts DROP CONSTRAINT attempts_pkey;
+DROP INDEX attempts_by_task;
+ALTER TABLE attempts ADD CONSTRAINT attempts_pkey PRIMARY KEY (task_id, seq);
+";

@@ -27,6 +27,7 @@ mod support;
 mod tenants;
 mod tls;
 mod upgrade;
+mod upgrade_attempts;
 mod upgrade_counted;
 mod upgrade_hot;
 mod upgrade_queue;
