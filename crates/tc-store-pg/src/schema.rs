@@ -94,6 +94,7 @@ pub(crate) const MIGRATIONS: &[Step] = &[
     step(V25_QUEUE),
     step(V26_DUE_UNKEYED),
     step(V27_ATTEMPTS_BY_TASK),
+    step(V28_TASKS_ROOM),
 ];
 
 /// The version this build writes and reads.

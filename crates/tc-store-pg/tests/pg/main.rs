@@ -14,6 +14,7 @@ mod contention;
 mod contract;
 mod database;
 mod grouped;
+mod hot_updates;
 mod idle;
 mod leader;
 mod listing;
