@@ -136,14 +136,7 @@ HAVING NOT EXISTS (SELECT 1 FROM pending_destinations p
 /// has a due mark no later than its earliest one.
 pub(crate) async fn check_counts(raw: &Raw) {
     for (what, sql) in [("miscounted", MISCOUNTED), ("unmarked", UNMARKED)] {
-        let wrong: Vec<String> = raw
-            .client()
-            .query(sql, &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let wrong: Vec<String> = raw.column(sql).await;
         assert!(wrong.is_empty(), "{what}: {wrong:?}");
     }
 }
@@ -164,14 +157,7 @@ LIMIT 10";
 /// The queue holds exactly the unfinished tasks, each with its state and
 /// due time (schema step 25).
 pub(crate) async fn check_queue(raw: &Raw) {
-    let wrong: Vec<String> = raw
-        .client()
-        .query(OUT_OF_STEP, &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let wrong: Vec<String> = raw.column(OUT_OF_STEP).await;
     assert!(wrong.is_empty(), "queue out of step: {wrong:?}");
 }
 

@@ -14,7 +14,6 @@ mod contention;
 mod contract;
 mod database;
 mod grouped;
-mod hot_updates;
 mod idle;
 mod leader;
 mod listing;

@@ -180,26 +180,11 @@ async fn the_due_keys_behind_a_keyed_backlog_read_no_task_of_it() {
     raw.execute(&format!("PREPARE due_keys AS {}", due_keys.sql))
         .await
         .unwrap();
-    let keys: Vec<String> = raw
-        .client()
-        .query("EXECUTE due_keys(NULL, 'h:80', '')", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let keys: Vec<String> = raw.column("EXECUTE due_keys(NULL, 'h:80', '')").await;
     assert_eq!(keys, ["A"]);
     let lines: Vec<String> = raw
-        .client()
-        .query(
-            "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE due_keys(NULL, 'h:80', '')",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .column("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE due_keys(NULL, 'h:80', '')")
+        .await;
     let plan = lines.join("\n");
     let read_past: u64 = lines
         .iter()

@@ -103,6 +103,15 @@ impl Raw {
             })
     }
 
+    /// The first column of every row `sql` answers.
+    pub(crate) async fn column<T>(&self, sql: &str) -> Vec<T>
+    where
+        T: for<'a> tokio_postgres::types::FromSql<'a>,
+    {
+        let rows = self.client.query(sql, &[]).await.unwrap();
+        rows.iter().map(|row| row.get(0)).collect()
+    }
+
     /// The client, for queries with results.
     pub(crate) fn client(&self) -> &tokio_postgres::Client {
         &self.client

@@ -42,16 +42,8 @@ async fn step_27_keys_the_history_by_task_while_a_schema_26_node_writes_it() {
     fill_200000(&old).await;
     old.execute(FILL_HISTORY).await.unwrap();
     let positions: Vec<i64> = old
-        .client()
-        .query(
-            "SELECT pos FROM tasks WHERE state = 'failed' ORDER BY pos",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .column("SELECT pos FROM tasks WHERE state = 'failed' ORDER BY pos")
+        .await;
     let mut next = positions.iter();
     let store = upgrade_beside(db.url(), &schema, 2_000, || {
         let pos = *next.next().unwrap();
@@ -63,23 +55,14 @@ async fn step_27_keys_the_history_by_task_while_a_schema_26_node_writes_it() {
     let pos = next.next().unwrap();
     assert_eq!(old.client().execute(OLD_HISTORY, &[pos]).await.unwrap(), 1);
     let second_tries: Vec<TaskId> = old
-        .client()
-        .query("SELECT task_id FROM attempts WHERE n = 2", &[])
+        .column::<Vec<u8>>("SELECT task_id FROM attempts WHERE n = 2")
         .await
-        .unwrap()
         .iter()
-        .map(|row| task_id(&row.get::<_, Vec<u8>>(0)))
+        .map(|id| task_id(id))
         .collect();
     assert!(second_tries.len() >= 2, "{second_tries:?}");
 
-    let indexes: Vec<String> = old
-        .client()
-        .query(INDEXES, &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let indexes: Vec<String> = old.column(INDEXES).await;
     assert_eq!(indexes, ["attempts_pkey"]);
     let rows: i64 = old
         .client()
