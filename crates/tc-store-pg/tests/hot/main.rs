@@ -23,13 +23,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tc_model::Timestamp;
 use tc_model::destination::ClaimGate;
-use tc_model::store::{Completion, Guarded, Tasks, Work};
-use tc_model::{State, Timestamp};
+use tc_model::store::Tasks;
 use tc_store_pg::{PgConfig, PgStore};
 use tc_testkit::ClaimDue;
 
-use crate::support::{Raw, database, new_task};
+use crate::support::{Raw, database, new_task, succeed_at_once};
 
 /// Each task's page, by id.
 const PAGES: &str = "SELECT id, (ctid::text::point)[0]::bigint FROM tasks";
@@ -86,23 +86,7 @@ async fn a_claim_and_an_end_leave_every_task_on_its_page() {
             .claim_due(32, now, Duration::from_secs(60), ClaimGate::default())
             .await
             .unwrap();
-        // Ended at once, as a worker's calls end.
-        let mut ends = tokio::task::JoinSet::new();
-        for task in claimed {
-            let store = Arc::clone(&store);
-            ends.spawn(async move {
-                let success = Completion::Success {
-                    http_status: 200,
-                    result: b"{}".to_vec(),
-                    content_type: None,
-                };
-                store.complete(task.id, task.attempt, success, now).await
-            });
-        }
-        for answer in ends.join_all().await {
-            assert_eq!(answer.unwrap(), Guarded::Applied(State::Success));
-            ended += 1;
-        }
+        ended += succeed_at_once(&store, claimed, now).await;
     }
     assert_eq!(ended, 200);
     let after = pages(&raw).await;

@@ -35,6 +35,36 @@ pub(crate) fn new_task(key: &str) -> NewTask {
     .unwrap()
 }
 
+/// Ends every task of `claimed` with a success at once, each its own call
+/// (as a worker's calls end), and checks each was applied; how many.
+pub(crate) async fn succeed_at_once(
+    store: &std::sync::Arc<tc_store_pg::PgStore>,
+    claimed: Vec<tc_model::Task>,
+    now: tc_model::Timestamp,
+) -> usize {
+    use tc_model::store::{Completion, Guarded, Work};
+    let mut ends = tokio::task::JoinSet::new();
+    for task in claimed {
+        let store = std::sync::Arc::clone(store);
+        ends.spawn(async move {
+            let success = Completion::Success {
+                http_status: 200,
+                result: b"{}".to_vec(),
+                content_type: None,
+            };
+            store.complete(task.id, task.attempt, success, now).await
+        });
+    }
+    let answers = ends.join_all().await;
+    for answer in &answers {
+        assert_eq!(
+            answer.as_ref().unwrap(),
+            &Guarded::Applied(tc_model::State::Success)
+        );
+    }
+    answers.len()
+}
+
 /// One plain connection, outside any store.
 pub(crate) struct Raw {
     client: tokio_postgres::Client,

@@ -12,12 +12,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tc_model::store::{Completion, Guarded};
+use tc_model::Timestamp;
 use tc_model::store::{Tasks, Work};
-use tc_model::{State, Timestamp};
 use tc_store_pg::{PgConfig, PgStore};
 
-use crate::support::{Raw, database, new_task};
+use crate::support::{Raw, database, new_task, succeed_at_once};
 use tc_testkit::ClaimDue;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,22 +83,7 @@ async fn wal_workload_ends_every_task() {
                 .unwrap();
             assert!(lost.is_empty(), "{lost:?}");
         }
-        let mut completions = tokio::task::JoinSet::new();
-        for task in claimed {
-            let store = Arc::clone(&store);
-            completions.spawn(async move {
-                let success = Completion::Success {
-                    http_status: 200,
-                    result: b"{}".to_vec(),
-                    content_type: None,
-                };
-                store.complete(task.id, task.attempt, success, now).await
-            });
-        }
-        while let Some(answer) = completions.join_next().await {
-            assert_eq!(answer.unwrap().unwrap(), Guarded::Applied(State::Success));
-            ended += 1;
-        }
+        ended += succeed_at_once(&store, claimed, now).await;
     }
     assert_eq!(ended, tasks);
     let end = lsn().await.unwrap().unwrap();
