@@ -412,15 +412,16 @@ ALTER TABLE attempts ADD CONSTRAINT attempts_pkey PRIMARY KEY (task_id, seq);
 
 /// Step 27 → 28: `tasks` leaves three fifths of each new page free
 /// (`fillfactor` 40, was 50 since step 25), so that a task's claim and its
-/// end both stay HOT updates. A claim updates every task of a page (and
-/// more) in one statement: the page must hold a new version of each
-/// before any old one can be pruned, and the claim's versions are larger
-/// (its start and lease were NULL). At 50 a page had no room left for
-/// some of them, and the end then found the page still full while
-/// concurrent ends pinned it against pruning: 0.6 of a task's two
-/// updates were not HOT, each an entry in all four indexes of `tasks`
-/// and a lock record (docs/performance.md). New pages only: no rewrite,
-/// nothing fenced (nodes of step 27 write the same rows).
+/// end both stay HOT updates where pruning keeps up (a transaction held
+/// open in the database holds it off). A claim updates every task of a
+/// page (and more) in one statement: the page must hold a new version of
+/// each before any old one can be pruned, and the claim's versions are
+/// larger (its start and lease were NULL). At 50 a page had no room left
+/// for some of them, and the end then found the page still full while
+/// concurrent ends pinned it against pruning: 0.6 of a task's two updates
+/// were not HOT, each an entry in all four indexes of `tasks` and a lock
+/// record (docs/performance.md). New pages only: no rewrite, nothing
+/// fenced (nodes of step 27 write the same rows).
 pub(crate) const V28_TASKS_ROOM: &str = "
 ALTER TABLE tasks SET (fillfactor = 40);
 ";

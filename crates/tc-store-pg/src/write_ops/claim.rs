@@ -464,11 +464,12 @@ pub(crate) async fn release(
 }
 
 /// Recovery's statement ([`recover_expired`]): `$3` whether it may fail
-/// tasks that ask for a callback, `$4` the most tasks it moves. Running tasks are found by the positions
-/// of `queue`'s running rows (`queue_running`, schema step 25), their
-/// leases checked on `tasks` (no index names the lease: a heartbeat stays
-/// a HOT update); their history rows
-/// by an array of ids (a join alone was planned as a scan of every row).
+/// tasks that ask for a callback, `$4` the most tasks it moves
+/// ([`RECOVERY_CHUNK`]). Running tasks are found by the positions of
+/// `queue`'s running rows (`queue_running`, schema step 25), their leases
+/// checked on `tasks` (no index names the lease: a heartbeat stays a HOT
+/// update); their history rows by an array of ids (a join alone was
+/// planned as a scan of every row).
 pub(crate) const RECOVER: &str = concat!(
     "WITH expired AS ( \
          SELECT pos, attempt < max_attempts + attempts_before_retry AS again FROM tasks \
