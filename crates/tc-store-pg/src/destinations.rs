@@ -137,9 +137,10 @@ const FOLD_MARKS_LIMIT: i64 = 10_000;
 const WALK_PAGE: i64 = 64;
 
 /// Folds the due marks appended so far into `pending_destinations`
-/// (schema step 11), unless another claim is folding now; then marks ready
-/// the destinations whose earliest due time came, skipping rows another
-/// claim holds.
+/// (schema step 11), unless another claim is folding now (a ready row, or
+/// one whose time is already as early, is left unwritten); then marks
+/// ready the destinations whose earliest due time came, skipping rows
+/// another claim holds.
 pub(crate) async fn fold_and_promote(
     tx: &Transaction<'_>,
     now: Option<i64>,
@@ -156,7 +157,8 @@ pub(crate) async fn fold_and_promote(
              ) \
              INSERT INTO pending_destinations AS p (destination, next_due) \
              SELECT destination, min(due_at) FROM gone GROUP BY destination ORDER BY destination \
-             ON CONFLICT (destination) DO UPDATE SET next_due = least(p.next_due, excluded.next_due)",
+             ON CONFLICT (destination) DO UPDATE SET next_due = excluded.next_due \
+                 WHERE NOT p.ready AND excluded.next_due < p.next_due",
         )
         .await
         .map_err(db)?;
@@ -230,7 +232,10 @@ pub(crate) async fn walk_ready(
 /// Sets again the earliest due time of each of `names` from its pending
 /// tasks (in name order; rows another claim holds are skipped, that claim
 /// sets them): a destination left with none goes, one whose time has not
-/// come leaves the ready set. Then answers the earliest due time of a
+/// come leaves the ready set. A row that stays ready, or whose time did
+/// not move, is not written: a ready row's `next_due` is read by nothing
+/// (the fold leaves it too), and each new version of a row whose indexed
+/// `next_due` changed wrote two index entries, on most claims. Then answers the earliest due time of a
 /// destination not ready (or of a mark not folded yet) and the store's
 /// clock, for [`tc_model::claim::Claim::resume_after`].
 pub(crate) async fn settle(
@@ -255,7 +260,9 @@ pub(crate) async fn settle(
              ) \
              UPDATE pending_destinations p \
              SET next_due = due.at, ready = p.ready AND due.at <= tc_now_ms($2) \
-             FROM due WHERE p.destination = due.destination AND due.at IS NOT NULL",
+             FROM due WHERE p.destination = due.destination AND due.at IS NOT NULL \
+               AND CASE WHEN p.ready THEN due.at > tc_now_ms($2) \
+                        ELSE due.at <> p.next_due END",
         )
         .await
         .map_err(db)?;

@@ -20,6 +20,7 @@ mod listing;
 // The upgrade tests' shared setup.
 mod live_upgrade;
 mod plans;
+mod ready_rows;
 mod schedules;
 // Secrets sealed at rest.
 mod sealed;
