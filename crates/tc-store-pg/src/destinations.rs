@@ -235,9 +235,10 @@ pub(crate) async fn walk_ready(
 /// come leaves the ready set. A row that stays ready, or whose time did
 /// not move, is not written: a ready row's `next_due` is read by nothing
 /// (the fold leaves it too), and each new version of a row whose indexed
-/// `next_due` changed wrote two index entries, on most claims. Then answers the earliest due time of a
-/// destination not ready (or of a mark not folded yet) and the store's
-/// clock, for [`tc_model::claim::Claim::resume_after`].
+/// `next_due` changed wrote two index entries, on most claims. Then
+/// answers the earliest due time of a destination not ready (or of a mark
+/// not folded yet) and the store's clock, for
+/// [`tc_model::claim::Claim::resume_after`].
 pub(crate) async fn settle(
     tx: &Transaction<'_>,
     names: &[String],

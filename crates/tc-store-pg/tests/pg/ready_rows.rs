@@ -56,7 +56,7 @@ async fn a_ready_destination_s_row_is_written_only_when_it_leaves_the_ready_set(
     // Two tasks still due: the row stays ready, unwritten.
     assert_eq!(claim(1, 30).await.unwrap().len(), 1);
     assert_eq!(row(&raw).await.0, version);
-    // A task due earlier than any: its mark folds into a ready row unwritten.
+    // A new due task: its mark folds into the ready row, which stays unwritten.
     store.submit(new_task("again"), at(40)).await.unwrap();
     assert_eq!(claim(1, 50).await.unwrap().len(), 1);
     assert_eq!(row(&raw).await.0, version);
