@@ -223,20 +223,58 @@ async fn apply_step(
     step: &Step,
     backfill_after: Option<i64>,
 ) -> Result<(), OpenError> {
-    let fail = |doing: String| {
-        move |e: tokio_postgres::Error| OpenError::Postgres {
-            target: target.to_owned(),
-            message: format!("{doing}: {}", crate::error::describe(&e)),
+    let mut tries = 1;
+    loop {
+        match try_step(client, version, step, backfill_after).await {
+            Err((_, e)) if is_deadlock(&e) && tries < STEP_TRIES => {
+                tries += 1;
+                tokio::time::sleep(STEP_RETRY_PAUSE).await;
+            }
+            Err((doing, e)) => {
+                return Err(OpenError::Postgres {
+                    target: target.to_owned(),
+                    message: format!("{doing}: {}", crate::error::describe(&e)),
+                });
+            }
+            Ok(()) => return Ok(()),
         }
-    };
-    let tx = client.transaction().await.map_err(fail("begin".into()))?;
-    tx.batch_execute(step.schema)
-        .await
-        .map_err(fail(format!("migration step {} -> {version}", version - 1)))?;
+    }
+}
+
+/// How many times a step is tried when PostgreSQL ends it as a deadlock's
+/// victim. A step takes its tables' locks while nodes of the previous
+/// version keep writing them; a statement of theirs that locks the same
+/// tables in another order (a completion whose cached plan locks `attempts`
+/// before the `tasks` of its `WITH`) closes a cycle, and the server aborts
+/// one side. The step's transaction then left nothing behind, and the other
+/// side has gone on by the next try.
+const STEP_TRIES: u32 = 5;
+
+/// The pause before a step is tried again: the surviving side's
+/// transaction is one statement of an old node's, long done by then.
+const STEP_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+fn is_deadlock(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED)
+}
+
+/// One try of a step in one transaction; on failure, what it was doing.
+async fn try_step(
+    client: &mut tokio_postgres::Client,
+    version: i32,
+    step: &Step,
+    backfill_after: Option<i64>,
+) -> Result<(), (String, tokio_postgres::Error)> {
+    let doing = |what: String| move |e| (what, e);
+    let tx = client.transaction().await.map_err(doing("begin".into()))?;
+    tx.batch_execute(step.schema).await.map_err(doing(format!(
+        "migration step {} -> {version}",
+        version - 1
+    )))?;
     record(&tx, version, backfill_after)
         .await
-        .map_err(fail("record the version".into()))?;
-    tx.commit().await.map_err(fail("commit".into()))
+        .map_err(doing("record the version".into()))?;
+    tx.commit().await.map_err(doing("commit".into()))
 }
 
 /// Writes the version row (and the column for a backfill's progress, which

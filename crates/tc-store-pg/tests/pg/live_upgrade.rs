@@ -84,10 +84,20 @@ where
         match round().await {
             Ok(()) => rounds += 1,
             Err(e) if is_fenced(&e) => break,
+            Err(e) if is_deadlock_victim(&e) => {}
             Err(e) => panic!("{e:?}"),
         }
     }
     upgrade.await.unwrap().unwrap()
+}
+
+/// Whether the server ended `error`'s statement as a deadlock's victim: an
+/// older node's statement that locks `attempts` before `tasks` can close a
+/// cycle with a step that takes `tasks` first; its round is tried again,
+/// as such a node's worker would (the upgrading node tries its step again
+/// when the victim is the step).
+pub(crate) fn is_deadlock_victim(error: &tokio_postgres::Error) -> bool {
+    error.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED)
 }
 
 /// Whether `error` is the fence of schema step 25 refusing a write of an

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use crate::live_upgrade::{fill_200000, is_fenced, open_in_background, task_id};
+use crate::live_upgrade::{
+    fill_200000, is_deadlock_victim, is_fenced, open_in_background, task_id,
+};
 use crate::support::{Raw, database};
 use tc_model::store::{Completion, Guarded};
 use tc_model::store::{Tasks, Work};
@@ -57,6 +59,17 @@ async fn old_round(old: &Raw) -> Result<Vec<u8>, tokio_postgres::Error> {
     Ok(id)
 }
 
+/// The old node's first round beside the upgrade, tried again while the
+/// server ends it as a deadlock's victim.
+async fn first_round(old: &Raw) -> Vec<u8> {
+    loop {
+        match old_round(old).await {
+            Err(e) if is_deadlock_victim(&e) => {}
+            round => return round.unwrap(),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tries() {
     let Some(db) = database().await else { return };
@@ -69,7 +82,7 @@ async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tr
     let claimed_before = task_id(&claimed_before.get::<_, Vec<u8>>(0));
 
     let upgrade = open_in_background(db.url(), &schema);
-    let mut old_ended = vec![old_round(&old).await.unwrap()];
+    let mut old_ended = vec![first_round(&old).await];
     for _ in 0..10_000 {
         if upgrade.is_finished() {
             break;
@@ -77,6 +90,7 @@ async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tr
         match old_round(&old).await {
             Ok(id) => old_ended.push(id),
             Err(e) if is_fenced(&e) => break,
+            Err(e) if is_deadlock_victim(&e) => {}
             Err(e) => panic!("{e:?}"),
         }
     }
@@ -186,6 +200,63 @@ async fn step_19_upgrades_200000_tasks_while_a_schema_16_node_claims_and_ends_tr
         let state: State = row.get::<_, String>(0).parse().unwrap();
         assert_eq!(counts.get(state) as i64, row.get::<_, i64>(1), "{state}");
     }
+    store.close();
+    drop(store);
+    db.cleanup().await.unwrap();
+}
+
+/// How many times the test looks for the step's wait (every 10 ms: 30 s).
+const LOOKS: usize = 3_000;
+
+/// A node of schema 18 holds `attempts` (as a completion whose cached plan
+/// locks it before the `tasks` of its `WITH`), then asks for `tasks`,
+/// which step 19 took first while it waits for `attempts`: a deadlock. The
+/// old session waits a minute before it looks for one, so the server ends
+/// the step as the victim; the upgrading node tries the step again once
+/// the old transaction is done, and opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_19_is_tried_again_when_it_deadlocks_with_an_old_node() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(18).await.unwrap();
+    let old = Raw::connect_old(&db, &schema).await;
+    old.execute("SET deadlock_timeout = '60s'; BEGIN; LOCK TABLE attempts IN ROW EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let upgrade = open_in_background(db.url(), &schema);
+    let watcher = Raw::connect(&db, None, None).await;
+    let step_waits = "SELECT count(*) FROM pg_locks l \
+         JOIN pg_class c ON c.oid = l.relation \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = 'attempts' AND NOT l.granted";
+    let mut looks = 0;
+    while watcher
+        .client()
+        .query_one(step_waits, &[&schema])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        looks += 1;
+        assert!(
+            looks < LOOKS && !upgrade.is_finished(),
+            "the step never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Waits until the server ends the step, then commits.
+    old.execute("LOCK TABLE tasks IN ROW EXCLUSIVE MODE; COMMIT")
+        .await
+        .unwrap();
+
+    let store = upgrade.await.unwrap().unwrap();
+    let leased: Vec<String> = watcher
+        .column(&format!(
+            "SELECT indexname::text FROM pg_indexes \
+             WHERE schemaname = '{schema}' AND indexname = 'tasks_leased'"
+        ))
+        .await;
+    assert!(leased.is_empty(), "{leased:?}");
     store.close();
     drop(store);
     db.cleanup().await.unwrap();
