@@ -120,7 +120,10 @@ ALTER TABLE destinations ADD COLUMN ca_certs text;
 /// for an instant (no rewrite, no index built), after both tables' locks
 /// are taken in the order every writer takes them (`tasks`, then
 /// `attempts`): taken as each statement comes, an old node's claim holding
-/// `tasks` and waiting for `attempts` deadlocked with the step.
+/// `tasks` and waiting for `attempts` deadlocked with the step. A statement
+/// whose cached plan locks `attempts` before `tasks` can still close a
+/// cycle; the server then ends one side, and a step it ends is tried again
+/// (`schema::apply_step`).
 pub(crate) const V19_HOT_PATH: &str = "
 LOCK TABLE tasks, attempts IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE attempts DROP CONSTRAINT IF EXISTS attempts_task_id_fkey;
