@@ -32,6 +32,8 @@ struct Measured {
     e2e_rate: f64,
     node_cpu_ms_per_task: f64,
     postgres_cpu_ms_per_task: f64,
+    /// The whole machine's busy cores over the end-to-end run (of how many).
+    busy: Option<(f64, usize)>,
     /// One node only: the batch submit and drain rates.
     queue: Option<Queued>,
     /// PostgreSQL only: statements (or transactions) of the database per
@@ -63,6 +65,9 @@ struct Queued {
     /// (0 for PostgreSQL on SQLite) over the drain alone.
     drain_node_cpu_ms: f64,
     drain_postgres_cpu_ms: f64,
+    /// The whole machine's busy cores over the drain (of how many): a
+    /// drain that leaves cores idle is bound by waits, not by CPU.
+    drain_busy: Option<(f64, usize)>,
 }
 
 impl Bench {
@@ -139,10 +144,11 @@ impl Bench {
                 }
                 .note(format!(
                     "CPU per task {:.2} ms (nodes {:.2} + PostgreSQL {:.2}): ~{per_core:.0} \
-                     tasks/s per core{}",
+                     tasks/s per core; {}{}",
                     cpu,
                     m.node_cpu_ms_per_task,
                     m.postgres_cpu_ms_per_task,
+                    busy_words(m.busy),
                     m.statements
                         .map_or(String::new(), |(per_task, counted)| format!(
                             "; {per_task:.2} {} per task",
@@ -178,8 +184,10 @@ impl Bench {
                     .target(Target::RatioAtLeast(0.7))
                     .note(format!(
                         "the batches above, then the destination resumed; CPU per task {:.2} ms \
-                         in the node + {:.2} ms in PostgreSQL",
-                        q.drain_node_cpu_ms, q.drain_postgres_cpu_ms
+                         in the node + {:.2} ms in PostgreSQL; {}",
+                        q.drain_node_cpu_ms,
+                        q.drain_postgres_cpu_ms,
+                        busy_words(q.drain_busy)
                     )),
                 );
             }
@@ -201,6 +209,9 @@ impl Bench {
                     "drain_node_cpu_ms_per_task": m.queue.as_ref().map(|q| q.drain_node_cpu_ms),
                     "drain_postgres_cpu_ms_per_task":
                         m.queue.as_ref().map(|q| q.drain_postgres_cpu_ms),
+                    "busy_cores": m.busy.map(|(cores, _)| cores),
+                    "drain_busy_cores": m.queue.as_ref().and_then(|q| q.drain_busy)
+                        .map(|(cores, _)| cores),
                     "statements_per_task": m.statements.map(|(n, _)| n),
                     "wal_records_per_task": m.wal.as_ref().and_then(|w| w.as_ref().ok())
                         .map(|w| w.records as f64 / self.plan.e2e_tasks as f64),
@@ -338,6 +349,7 @@ impl Bench {
         }
         let node_before = nodes_cpu_ticks(&nodes)?;
         let pg_before = postgres_cpu_ticks();
+        let machine_before = machine_ticks();
         let statements_before = match run.store {
             "postgres" => statements_so_far(db).await,
             _ => None,
@@ -386,6 +398,10 @@ impl Bench {
         let node_ticks = nodes_cpu_ticks(&nodes)?.saturating_sub(node_before);
         // A backend that ended meanwhile takes its ticks with it: saturate.
         let pg_ticks = postgres_cpu_ticks().saturating_sub(pg_before);
+        let busy = match (machine_before, machine_ticks()) {
+            (Some(before), Some(after)) => Some(after.busy_cores_since(before, e2e_elapsed)),
+            _ => None,
+        };
         let statements = match statements_before {
             Some((before, counted)) => statements_so_far(db)
                 .await
@@ -416,6 +432,7 @@ impl Bench {
             e2e_rate: stats::rate(n, e2e_elapsed),
             node_cpu_ms_per_task: node_ticks as f64 * ms_per_tick / n as f64,
             postgres_cpu_ms_per_task: pg_ticks as f64 * ms_per_tick / n as f64,
+            busy,
         })
     }
 }
@@ -449,6 +466,7 @@ impl Bench {
         }
         let node_before = cpu_ticks(node.pid()).ok_or("the node has no /proc stat")?;
         let pg_before = postgres_cpu_ticks();
+        let machine_before = machine_ticks();
         let started = Instant::now();
         post(&endpoint, &format!("/destinations/{destination}/resume")).await?;
         let (_, drained) = self
@@ -458,6 +476,10 @@ impl Bench {
             .ok_or("the node has no /proc stat")?
             .saturating_sub(node_before);
         let pg_ticks = postgres_cpu_ticks().saturating_sub(pg_before);
+        let drain_busy = match (machine_before, machine_ticks()) {
+            (Some(before), Some(after)) => Some(after.busy_cores_since(before, drained - started)),
+            _ => None,
+        };
         let ms_per_task = |ticks: u64| ticks as f64 * 1000.0 / CLOCK_TICKS_PER_S / tasks as f64;
         Ok(Queued {
             batch_rate: stats::rate(tasks, batch_elapsed),
@@ -465,6 +487,7 @@ impl Bench {
             tasks,
             drain_node_cpu_ms: ms_per_task(node_ticks),
             drain_postgres_cpu_ms: ms_per_task(pg_ticks),
+            drain_busy,
         })
     }
 }
@@ -554,9 +577,94 @@ fn postgres_cpu_ticks() -> u64 {
         .sum()
 }
 
+/// The machine's CPU time so far (`/proc/stat`'s first line), in clock
+/// ticks, and its number of cores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct MachineTicks {
+    busy: u64,
+    cores: usize,
+}
+
+impl MachineTicks {
+    /// Reads `/proc/stat`'s text: the `cpu` line's fields (user, nice,
+    /// system, idle, iowait, irq, softirq, steal, …); idle and iowait are
+    /// not busy. Guest time is inside user already and is not added again.
+    fn parse(stat: &str) -> Option<MachineTicks> {
+        let mut lines = stat.lines();
+        let fields: Vec<u64> = lines
+            .next()?
+            .strip_prefix("cpu ")?
+            .split_whitespace()
+            .take(8)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+        let cores = lines
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .count();
+        Some(MachineTicks {
+            busy: fields.iter().sum::<u64>().saturating_sub(idle),
+            cores,
+        })
+    }
+
+    /// Busy cores on average since `before`, over `elapsed`, and how many
+    /// the machine has.
+    fn busy_cores_since(self, before: MachineTicks, elapsed: Duration) -> (f64, usize) {
+        let ticks = self.busy.saturating_sub(before.busy) as f64;
+        let seconds = elapsed.as_secs_f64().max(f64::EPSILON);
+        (ticks / CLOCK_TICKS_PER_S / seconds, self.cores)
+    }
+}
+
+fn machine_ticks() -> Option<MachineTicks> {
+    MachineTicks::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// How busy the machine was, in words for a figure's note.
+fn busy_words(busy: Option<(f64, usize)>) -> String {
+    match busy {
+        Some((cores, of)) => format!("the machine {cores:.2} of {of} cores busy"),
+        None => "the machine's busy cores not read (no /proc/stat)".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_machine_s_busy_ticks_and_cores() {
+        fn check(stat: &str, want: Option<MachineTicks>) {
+            assert_eq!(MachineTicks::parse(stat), want, "{stat}");
+        }
+        check(
+            "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n\
+             cpu1 50 3 25 400 10 2 1 5 0 0\nintr 1 2\n",
+            Some(MachineTicks {
+                busy: 170,
+                cores: 2,
+            }),
+        );
+        check("intr 1 2\n", None);
+        check("cpu  1 2 x\n", None);
+    }
+
+    #[test]
+    fn busy_cores_are_busy_ticks_over_the_elapsed_time() {
+        let before = MachineTicks {
+            busy: 100,
+            cores: 2,
+        };
+        let after = MachineTicks {
+            busy: 250,
+            cores: 2,
+        };
+        let (cores, of) = after.busy_cores_since(before, Duration::from_secs(1));
+        assert!((cores - 150.0 / CLOCK_TICKS_PER_S).abs() < 1e-9, "{cores}");
+        assert_eq!(of, 2);
+    }
 
     #[test]
     fn this_process_has_cpu_ticks() {
