@@ -59,6 +59,8 @@ struct ScaleOut {
 /// drained.
 struct Queued {
     batch_rate: f64,
+    /// What the batches cost, per task queued.
+    batch_cpu: Cpu,
     drain_rate: f64,
     tasks: u64,
     /// CPU per drained task, in ms: the node's and PostgreSQL's processes
@@ -168,7 +170,10 @@ impl Bench {
                     )
                     .beside(sqlite_batch, "sqlite × 1")
                     .target(Target::RatioAtLeast(1.0))
-                    .note("random UUIDv4 keys, 8 connections, destination paused".to_owned()),
+                    .note(format!(
+                        "random UUIDv4 keys, 8 connections, destination paused; {}",
+                        q.batch_cpu.words()
+                    )),
                 );
                 self.push(
                     Figure::new(
@@ -450,6 +455,9 @@ impl Bench {
         let endpoint = Endpoint::new(node.addr);
         let destination = down.destination();
         post(&endpoint, &format!("/destinations/{destination}/pause")).await?;
+        let batch_node_before = cpu_ticks(node.pid()).ok_or("the node has no /proc stat")?;
+        let batch_pg_before = postgres_cpu_ticks();
+        let batch_machine_before = machine_ticks();
         let started = Instant::now();
         let queued = self
             .batches(
@@ -464,6 +472,19 @@ impl Bench {
         if tasks == 0 {
             return Err(format!("no batch was accepted: {}", queued.problems()));
         }
+        let ms_per_task = |ticks: u64| ticks as f64 * 1000.0 / CLOCK_TICKS_PER_S / tasks as f64;
+        let batch_cpu = Cpu {
+            node_ms: ms_per_task(
+                cpu_ticks(node.pid())
+                    .ok_or("the node has no /proc stat")?
+                    .saturating_sub(batch_node_before),
+            ),
+            postgres_ms: ms_per_task(postgres_cpu_ticks().saturating_sub(batch_pg_before)),
+            busy: match (batch_machine_before, machine_ticks()) {
+                (Some(before), Some(after)) => Some(after.busy_cores_since(before, batch_elapsed)),
+                _ => None,
+            },
+        };
         let node_before = cpu_ticks(node.pid()).ok_or("the node has no /proc stat")?;
         let pg_before = postgres_cpu_ticks();
         let machine_before = machine_ticks();
@@ -480,8 +501,8 @@ impl Bench {
             (Some(before), Some(after)) => Some(after.busy_cores_since(before, drained - started)),
             _ => None,
         };
-        let ms_per_task = |ticks: u64| ticks as f64 * 1000.0 / CLOCK_TICKS_PER_S / tasks as f64;
         Ok(Queued {
+            batch_cpu,
             batch_rate: stats::rate(tasks, batch_elapsed),
             drain_rate: stats::rate(tasks, drained - started),
             tasks,
@@ -575,6 +596,25 @@ fn postgres_cpu_ticks() -> u64 {
         })
         .filter_map(cpu_ticks)
         .sum()
+}
+
+/// CPU per task over a stretch of a run: the node's and PostgreSQL's
+/// processes, in ms, and the machine's busy cores (of how many).
+struct Cpu {
+    node_ms: f64,
+    postgres_ms: f64,
+    busy: Option<(f64, usize)>,
+}
+
+impl Cpu {
+    fn words(&self) -> String {
+        format!(
+            "CPU per task {:.3} ms in the node + {:.3} ms in PostgreSQL; {}",
+            self.node_ms,
+            self.postgres_ms,
+            busy_words(self.busy)
+        )
+    }
 }
 
 /// The machine's CPU time so far (`/proc/stat`'s first line), in clock
