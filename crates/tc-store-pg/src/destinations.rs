@@ -229,6 +229,40 @@ pub(crate) async fn walk_ready(
     Ok(())
 }
 
+/// [`settle`]'s reset of the destinations that `$held` (a test of
+/// `destination` against `$1`) names, `$2` the caller's now.
+macro_rules! settle_sql {
+    ($held:literal) => {
+        concat!(
+            "WITH held AS ( \
+                 SELECT destination FROM pending_destinations WHERE ",
+            $held,
+            " ORDER BY destination FOR UPDATE SKIP LOCKED \
+             ), due AS ( \
+                 SELECT h.destination, \
+                        (SELECT t.next_run_at FROM queue t \
+                         WHERE t.state = 'pending' AND t.destination = h.destination \
+                         ORDER BY t.next_run_at LIMIT 1) AS at \
+                 FROM held h \
+             ), gone AS ( \
+                 DELETE FROM pending_destinations p USING due \
+                 WHERE p.destination = due.destination AND due.at IS NULL \
+             ) \
+             UPDATE pending_destinations p \
+             SET next_due = due.at, ready = p.ready AND due.at <= tc_now_ms($2) \
+             FROM due WHERE p.destination = due.destination AND due.at IS NOT NULL \
+               AND CASE WHEN p.ready THEN due.at > tc_now_ms($2) \
+                        ELSE due.at <> p.next_due END"
+        )
+    };
+}
+
+/// [`settle`]'s reset of one destination, `$1`.
+pub(crate) const SETTLE_ONE: &str = settle_sql!("destination = $1");
+
+/// [`settle`]'s reset of the destinations in the array `$1`.
+pub(crate) const SETTLE_MANY: &str = settle_sql!("destination = ANY($1)");
+
 /// Sets again the earliest due time of each of `names` from its pending
 /// tasks (in name order; rows another claim holds are skipped, that claim
 /// sets them): a destination left with none goes, one whose time has not
@@ -244,29 +278,16 @@ pub(crate) async fn settle(
     names: &[String],
     now: Option<i64>,
 ) -> Result<(Option<i64>, i64), StoreError> {
-    let reset = tx
-        .prepare_cached(
-            "WITH held AS ( \
-                 SELECT destination FROM pending_destinations \
-                 WHERE destination = ANY($1) ORDER BY destination FOR UPDATE SKIP LOCKED \
-             ), due AS ( \
-                 SELECT h.destination, \
-                        (SELECT t.next_run_at FROM queue t \
-                         WHERE t.state = 'pending' AND t.destination = h.destination \
-                         ORDER BY t.next_run_at LIMIT 1) AS at \
-                 FROM held h \
-             ), gone AS ( \
-                 DELETE FROM pending_destinations p USING due \
-                 WHERE p.destination = due.destination AND due.at IS NULL \
-             ) \
-             UPDATE pending_destinations p \
-             SET next_due = due.at, ready = p.ready AND due.at <= tc_now_ms($2) \
-             FROM due WHERE p.destination = due.destination AND due.at IS NOT NULL \
-               AND CASE WHEN p.ready THEN due.at > tc_now_ms($2) \
-                        ELSE due.at <> p.next_due END",
-        )
-        .await
-        .map_err(db)?;
+    // One destination (most claims) has a statement of its own, whose
+    // plan does not depend on its arguments, so the connection keeps one
+    // generic plan; with an array of names PostgreSQL planned the
+    // statement anew on every call (a custom plan for the array's length),
+    // which cost more than running it.
+    let (sql, one) = match names {
+        [one] => (SETTLE_ONE, Some(one)),
+        _ => (SETTLE_MANY, None),
+    };
+    let reset = tx.prepare_cached(sql).await.map_err(db)?;
     let earliest = tx
         .prepare_cached(
             "SELECT least( \
@@ -281,7 +302,10 @@ pub(crate) async fn settle(
         if names.is_empty() {
             return Ok(0);
         }
-        tx.execute(&reset, &[&names, &now]).await
+        match one {
+            Some(name) => tx.execute(&reset, &[name, &now]).await,
+            None => tx.execute(&reset, &[&names, &now]).await,
+        }
     };
     let now_param: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&now];
     let (_, row) = tokio::try_join!(reset, tx.query_one(&earliest, &now_param)).map_err(db)?;

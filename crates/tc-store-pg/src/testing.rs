@@ -238,9 +238,9 @@ pub struct HotStatement {
 /// The statements every task passes through: a batch submit's insert and
 /// its read of taken keys, the claim (of any tenant, of one tenant, the
 /// due tenants, the due flow keys, a capped destination's count), the
-/// grouped completion, and
+/// grouped completion, the claim's settle of one destination, and
 /// recovery (which finds running tasks without the lease's index).
-pub fn hot_statements() -> [HotStatement; 10] {
+pub fn hot_statements() -> [HotStatement; 11] {
     [
         HotStatement {
             name: "submit batch: insert",
@@ -283,6 +283,11 @@ pub fn hot_statements() -> [HotStatement; 10] {
             args: "ARRAY['h:80']",
         },
         HotStatement {
+            name: SETTLE_ONE,
+            sql: crate::destinations::SETTLE_ONE,
+            args: "'h:80', NULL",
+        },
+        HotStatement {
             name: "complete (grouped)",
             sql: crate::completions::COMPLETE_MANY,
             args: hot_args::COMPLETE,
@@ -294,6 +299,9 @@ pub fn hot_statements() -> [HotStatement; 10] {
         },
     ]
 }
+
+/// The name in [`hot_statements`] of the claim's settle of one destination.
+pub const SETTLE_ONE: &str = "claim: settle one destination";
 
 /// Arguments too long to write inline.
 mod hot_args {

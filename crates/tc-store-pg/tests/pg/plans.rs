@@ -195,3 +195,40 @@ async fn the_due_keys_behind_a_keyed_backlog_read_no_task_of_it() {
     assert!(read_past < 100, "{read_past} rows read past\n{plan}");
     db.cleanup().await.unwrap();
 }
+
+/// A claim of one destination settles it with a statement whose plan does
+/// not depend on its arguments: after the first five executions (custom
+/// plans, PostgreSQL's rule) the session keeps one generic plan instead of
+/// planning every call, as it did for the array of names (a custom plan
+/// for each array, which cost more than running the statement).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settle_of_one_destination_keeps_one_generic_plan() {
+    let Some(db) = database().await else { return };
+    let schema = db.schema_at(tc_store_pg::SCHEMA_VERSION).await.unwrap();
+    let raw = Raw::connect(&db, None, Some(&schema)).await;
+    let sql = hot_statements()
+        .iter()
+        .find(|s| s.name == tc_store_pg::testing::SETTLE_ONE)
+        .unwrap()
+        .sql;
+    let settle = raw.client().prepare(sql).await.unwrap();
+    for _ in 0..10 {
+        raw.client()
+            .execute(&settle, &[&"h:80", &None::<i64>])
+            .await
+            .unwrap();
+    }
+    let row = raw
+        .client()
+        .query_one(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements \
+             WHERE statement = $1",
+            &[&sql],
+        )
+        .await
+        .unwrap();
+    let (generic, custom): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!((generic, custom), (5, 5), "generic and custom plans");
+    drop(raw);
+    db.cleanup().await.unwrap();
+}
