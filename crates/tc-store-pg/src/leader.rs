@@ -3,7 +3,8 @@
 //! lease recovery, the count fold, pruning and `ANALYZE`; the others skip
 //! them, so upkeep costs the database once however many nodes there are.
 //!
-//! Every node keeps one connection of its own beside the pool. At open it
+//! Every node keeps one connection of its own beside the pool, which holds
+//! a shared membership lock ([`MEMBER_KEY`]) for the node's count. At open it
 //! tries the lock once, so a lone node leads from its first moment; a node
 //! that did not get it tries again every [`crate::PgConfig::leader_check`]
 //! (5 s by default), so the hand-over comes within that of the leader's
@@ -37,6 +38,13 @@ use crate::tls::Tls;
 /// second is the schema's name hashed, so nodes of different schemas
 /// (tests) each have their own leader.
 pub(crate) const LEADER_KEY: i32 = 0x5443_6c64;
+
+/// The advisory lock's first key for membership ("TCnd", the second as
+/// [`LEADER_KEY`]'s): every node's upkeep session holds it shared from
+/// its start, granted at once (nobody takes it alone), so the sessions
+/// holding it are the nodes (`pace.rs` counts them) without any of them
+/// waiting inside PostgreSQL.
+pub(crate) const MEMBER_KEY: i32 = 0x5443_6e64;
 
 /// One dedicated connection and the task driving it.
 struct Session {
@@ -75,7 +83,16 @@ impl Session {
                 tracing::debug!(error = %describe(&e), "store_upkeep_connection_ended");
             }
         });
-        Ok(Session { client, driver })
+        let session = Session { client, driver };
+        session
+            .client
+            .execute(
+                "SELECT pg_try_advisory_lock_shared($1, hashtext(current_schema()))",
+                &[&MEMBER_KEY],
+            )
+            .await
+            .map_err(|e| format!("join the nodes: {}", describe(&e)))?;
+        Ok(session)
     }
 
     /// Takes the lock if nobody holds it; whether it did.

@@ -13,10 +13,12 @@
 //! its size, and on a node that shares, a group smaller than [`GROUP`]
 //! waits up to [`LINGER`] for more.
 //!
-//! The nodes are counted where they already meet: every node holds or
-//! waits for the upkeep lock (leader.rs), so the sessions on that lock are
-//! the nodes (`pg_locks`; nothing to register, nothing left behind by a
-//! node that died). Counted every [`COUNT_EVERY`] (a node joining is felt
+//! The nodes are counted where they already meet: every node's upkeep
+//! session (leader.rs) holds the membership lock shared, so the sessions
+//! on it are the nodes (`pg_locks`; nothing to register, nothing left
+//! behind by a node that died). Sessions waiting for the upkeep lock
+//! itself count too: nodes of the versions before the membership lock
+//! waited for it there. Counted every [`COUNT_EVERY`] (a node joining is felt
 //! within a second; one cheap read of the lock table); one node until the
 //! first count.
 
@@ -27,7 +29,7 @@ use tc_model::store::StoreError;
 use tokio::sync::watch;
 
 use crate::error::db;
-use crate::leader::LEADER_KEY;
+use crate::leader::{LEADER_KEY, MEMBER_KEY};
 
 /// Grouped statements of one kind the whole cluster keeps in flight.
 pub(crate) const CLUSTER_FLUSHERS: usize = 4;
@@ -63,21 +65,23 @@ impl Pace {
     }
 }
 
-/// How many nodes hold or wait for the upkeep lock of this schema.
-async fn count_nodes(pool: &Pool) -> Result<usize, StoreError> {
+/// How many nodes hold the membership lock of this schema, or hold or
+/// wait for its upkeep lock.
+pub(crate) async fn count_nodes(pool: &Pool) -> Result<usize, StoreError> {
     let client = pool.get().await.map_err(crate::error::pool)?;
     let stmt = client
         .prepare_cached(
             "SELECT count(DISTINCT pid) FROM pg_locks \
              WHERE locktype = 'advisory' AND objsubid = 2 \
                AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-               AND classid::bigint = $1 \
+               AND classid::bigint = ANY($1) \
                AND objid::bigint = (hashtext(current_schema())::bigint & 4294967295)",
         )
         .await
         .map_err(db)?;
+    let keys = [i64::from(LEADER_KEY), i64::from(MEMBER_KEY)];
     let nodes: i64 = client
-        .query_one(&stmt, &[&i64::from(LEADER_KEY)])
+        .query_one(&stmt, &[&&keys[..]])
         .await
         .map_err(db)?
         .try_get(0)

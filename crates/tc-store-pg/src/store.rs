@@ -73,6 +73,11 @@ pub struct PgStore {
 }
 
 impl PgStore {
+    /// The store's pool, for the crate's test seams (`testing.rs`).
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// Connects to the database at `url` (`postgres://` or `postgresql://`),
     /// migrating its schema under an advisory lock. A schema holding another
     /// application's tables, or written by a newer build, is refused and

@@ -224,6 +224,12 @@ async fn probe(url: &str) -> Result<(), String> {
     done
 }
 
+/// How many nodes `store` counts on its schema now, as it sizes its
+/// grouped statements by them (pace.rs).
+pub async fn nodes_counted(store: &PgStore) -> Result<usize, tc_model::store::StoreError> {
+    crate::pace::count_nodes(store.pool()).await
+}
+
 /// One of the store's hot statements as it sends it, for `EXPLAIN` tests
 /// (`PREPARE hot AS <sql>; EXPLAIN EXECUTE hot(<args>)`).
 pub struct HotStatement {

@@ -119,6 +119,29 @@ async fn a_node_that_does_not_lead_holds_no_wait_in_the_database() {
     db.cleanup().await.unwrap();
 }
 
+/// Every node is counted, the one that leads and the one that does not
+/// (none waiting inside PostgreSQL: each holds the membership lock), so
+/// each sizes its grouped statements for the cluster (pace.rs); a node that
+/// goes is no longer counted once its session ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_is_counted_whether_it_leads_or_not() {
+    let Some(db) = database().await else { return };
+    let schema = db.fresh_schema();
+    let a = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    assert_eq!(tc_store_pg::testing::nodes_counted(&a).await.unwrap(), 1);
+    let b = PgStore::open(db.url(), config(&schema)).await.unwrap();
+    assert!(a.leads_upkeep() && !b.leads_upkeep());
+    assert_eq!(tc_store_pg::testing::nodes_counted(&a).await.unwrap(), 2);
+    assert_eq!(tc_store_pg::testing::nodes_counted(&b).await.unwrap(), 2);
+    drop(a);
+    // The leader's session ends with its store; b takes the lead and is
+    // then the only node counted.
+    until_leading(&b, true).await;
+    assert_eq!(tc_store_pg::testing::nodes_counted(&b).await.unwrap(), 1);
+    drop(b);
+    db.cleanup().await.unwrap();
+}
+
 /// The leader's `ANALYZE` look: a hot table that changed by more than 500
 /// rows plus a tenth since its last analyze is analyzed; right after, it is
 /// not again. (The server's change counters are flushed by the writing
