@@ -17,6 +17,13 @@ const LEASE: Duration = Duration::from_secs(30);
 /// The leader lock's first key ("TCld", leader.rs).
 const LEADER_KEY: i64 = 0x5443_6c64;
 
+/// `pg_locks`' rows on the lead of the schema `$2` (`$1`: [`LEADER_KEY`]),
+/// held or waited for.
+const ON_THE_LEAD: &str = "locktype = 'advisory' AND objsubid = 2 \
+     AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+     AND classid::bigint = $1 \
+     AND objid::bigint = (hashtext($2::text)::bigint & 4294967295)";
+
 fn config(schema: &str) -> PgConfig {
     PgConfig {
         schema: Some(schema.to_owned()),
@@ -52,11 +59,9 @@ async fn a_dead_leader_is_replaced_within_one_lease() {
     let killed = raw
         .client()
         .query(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks \
-             WHERE locktype = 'advisory' AND granted AND objsubid = 2 \
-               AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-               AND classid::bigint = $1 \
-               AND objid::bigint = (hashtext($2::text)::bigint & 4294967295)",
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE granted AND {ON_THE_LEAD}"
+            ),
             &[&LEADER_KEY, &schema],
         )
         .await
@@ -97,11 +102,7 @@ async fn a_node_that_does_not_lead_holds_no_wait_in_the_database() {
         let waiting: i64 = raw
             .client()
             .query_one(
-                "SELECT count(*) FROM pg_locks \
-                 WHERE locktype = 'advisory' AND NOT granted AND objsubid = 2 \
-                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-                   AND classid::bigint = $1 \
-                   AND objid::bigint = (hashtext($2::text)::bigint & 4294967295)",
+                &format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND {ON_THE_LEAD}"),
                 &[&LEADER_KEY, &schema],
             )
             .await
