@@ -30,10 +30,8 @@ struct Run {
 struct Measured {
     submit_rate: f64,
     e2e_rate: f64,
-    node_cpu_ms_per_task: f64,
-    postgres_cpu_ms_per_task: f64,
-    /// The whole machine's busy cores over the end-to-end run (of how many).
-    busy: Option<(f64, usize)>,
+    /// What the end-to-end run cost, per task.
+    cpu: Cpu,
     /// One node only: the batch submit and drain rates.
     queue: Option<Queued>,
     /// PostgreSQL only: statements (or transactions) of the database per
@@ -63,13 +61,9 @@ struct Queued {
     batch_cpu: Cpu,
     drain_rate: f64,
     tasks: u64,
-    /// CPU per drained task, in ms: the node's and PostgreSQL's processes
-    /// (0 for PostgreSQL on SQLite) over the drain alone.
-    drain_node_cpu_ms: f64,
-    drain_postgres_cpu_ms: f64,
-    /// The whole machine's busy cores over the drain (of how many): a
-    /// drain that leaves cores idle is bound by waits, not by CPU.
-    drain_busy: Option<(f64, usize)>,
+    /// What the drain alone cost, per drained task (PostgreSQL's 0 on
+    /// SQLite); a drain that leaves cores idle is bound by waits, not by CPU.
+    drain_cpu: Cpu,
 }
 
 impl Bench {
@@ -107,7 +101,7 @@ impl Bench {
             self.progress(&format!(
                 "{label}: submit {:.0}/s, end to end {:.0}/s, CPU per task {:.2} ms in the \
                  nodes + {:.2} ms in PostgreSQL",
-                m.submit_rate, m.e2e_rate, m.node_cpu_ms_per_task, m.postgres_cpu_ms_per_task
+                m.submit_rate, m.e2e_rate, m.cpu.node_ms, m.cpu.postgres_ms
             ));
             let key = format!("nodes_{}_{}", run.store, run.nodes);
             let (sqlite_submit, sqlite_e2e) = *sqlite.get_or_insert((m.submit_rate, m.e2e_rate));
@@ -120,7 +114,7 @@ impl Bench {
                     statements: m.statements,
                 });
             }
-            let cpu = m.node_cpu_ms_per_task + m.postgres_cpu_ms_per_task;
+            let cpu = m.cpu.node_ms + m.cpu.postgres_ms;
             let per_core = if cpu > 0.0 { 1000.0 / cpu } else { 0.0 };
             self.push(
                 Figure::new(
@@ -148,9 +142,9 @@ impl Bench {
                     "CPU per task {:.2} ms (nodes {:.2} + PostgreSQL {:.2}): ~{per_core:.0} \
                      tasks/s per core; {}{}",
                     cpu,
-                    m.node_cpu_ms_per_task,
-                    m.postgres_cpu_ms_per_task,
-                    busy_words(m.busy),
+                    m.cpu.node_ms,
+                    m.cpu.postgres_ms,
+                    busy_words(m.cpu.busy),
                     m.statements
                         .map_or(String::new(), |(per_task, counted)| format!(
                             "; {per_task:.2} {} per task",
@@ -190,9 +184,9 @@ impl Bench {
                     .note(format!(
                         "the batches above, then the destination resumed; CPU per task {:.2} ms \
                          in the node + {:.2} ms in PostgreSQL; {}",
-                        q.drain_node_cpu_ms,
-                        q.drain_postgres_cpu_ms,
-                        busy_words(q.drain_busy)
+                        q.drain_cpu.node_ms,
+                        q.drain_cpu.postgres_ms,
+                        busy_words(q.drain_cpu.busy)
                     )),
                 );
             }
@@ -206,16 +200,16 @@ impl Bench {
                     "nodes": run.nodes,
                     "submit_rate": m.submit_rate,
                     "e2e_rate": m.e2e_rate,
-                    "node_cpu_ms_per_task": m.node_cpu_ms_per_task,
-                    "postgres_cpu_ms_per_task": m.postgres_cpu_ms_per_task,
+                    "node_cpu_ms_per_task": m.cpu.node_ms,
+                    "postgres_cpu_ms_per_task": m.cpu.postgres_ms,
                     "batch_rate": m.queue.as_ref().map(|q| q.batch_rate),
                     "drain_rate": m.queue.as_ref().map(|q| q.drain_rate),
                     "drain_tasks": m.queue.as_ref().map(|q| q.tasks),
-                    "drain_node_cpu_ms_per_task": m.queue.as_ref().map(|q| q.drain_node_cpu_ms),
+                    "drain_node_cpu_ms_per_task": m.queue.as_ref().map(|q| q.drain_cpu.node_ms),
                     "drain_postgres_cpu_ms_per_task":
-                        m.queue.as_ref().map(|q| q.drain_postgres_cpu_ms),
-                    "busy_cores": m.busy.map(|(cores, _)| cores),
-                    "drain_busy_cores": m.queue.as_ref().and_then(|q| q.drain_busy)
+                        m.queue.as_ref().map(|q| q.drain_cpu.postgres_ms),
+                    "busy_cores": m.cpu.busy.map(|(cores, _)| cores),
+                    "drain_busy_cores": m.queue.as_ref().and_then(|q| q.drain_cpu.busy)
                         .map(|(cores, _)| cores),
                     "statements_per_task": m.statements.map(|(n, _)| n),
                     "wal_records_per_task": m.wal.as_ref().and_then(|w| w.as_ref().ok())
@@ -238,7 +232,7 @@ impl Bench {
                 Figure::new(
                     &format!("{key}_drain_cpu"),
                     "7 PostgreSQL CPU per drained task, postgres × 1 node",
-                    q.drain_postgres_cpu_ms,
+                    q.drain_cpu.postgres_ms,
                     "ms",
                 )
                 .target(Target::AtMost(0.12))
@@ -352,9 +346,7 @@ impl Bench {
                 command,
             )?);
         }
-        let node_before = nodes_cpu_ticks(&nodes)?;
-        let pg_before = postgres_cpu_ticks();
-        let machine_before = machine_ticks();
+        let mark = CpuMark::take(&nodes)?;
         let statements_before = match run.store {
             "postgres" => statements_so_far(db).await,
             _ => None,
@@ -400,13 +392,7 @@ impl Bench {
             .wait_terminal(&endpoint, n, started + self.plan.patience)
             .await?;
         let e2e_elapsed = done - started;
-        let node_ticks = nodes_cpu_ticks(&nodes)?.saturating_sub(node_before);
-        // A backend that ended meanwhile takes its ticks with it: saturate.
-        let pg_ticks = postgres_cpu_ticks().saturating_sub(pg_before);
-        let busy = match (machine_before, machine_ticks()) {
-            (Some(before), Some(after)) => Some(after.busy_cores_since(before, e2e_elapsed)),
-            _ => None,
-        };
+        let cpu = mark.per_task(&nodes, n, e2e_elapsed)?;
         let statements = match statements_before {
             Some((before, counted)) => statements_so_far(db)
                 .await
@@ -428,16 +414,13 @@ impl Bench {
         for node in nodes {
             node.stop();
         }
-        let ms_per_tick = 1000.0 / CLOCK_TICKS_PER_S;
         Ok(Measured {
             queue,
             statements,
             wal,
             submit_rate: stats::rate(n, submit_elapsed),
             e2e_rate: stats::rate(n, e2e_elapsed),
-            node_cpu_ms_per_task: node_ticks as f64 * ms_per_tick / n as f64,
-            postgres_cpu_ms_per_task: pg_ticks as f64 * ms_per_tick / n as f64,
-            busy,
+            cpu,
         })
     }
 }
@@ -455,9 +438,8 @@ impl Bench {
         let endpoint = Endpoint::new(node.addr);
         let destination = down.destination();
         post(&endpoint, &format!("/destinations/{destination}/pause")).await?;
-        let batch_node_before = cpu_ticks(node.pid()).ok_or("the node has no /proc stat")?;
-        let batch_pg_before = postgres_cpu_ticks();
-        let batch_machine_before = machine_ticks();
+        let node = std::slice::from_ref(node);
+        let mark = CpuMark::take(node)?;
         let started = Instant::now();
         let queued = self
             .batches(
@@ -472,43 +454,20 @@ impl Bench {
         if tasks == 0 {
             return Err(format!("no batch was accepted: {}", queued.problems()));
         }
-        let ms_per_task = |ticks: u64| ticks as f64 * 1000.0 / CLOCK_TICKS_PER_S / tasks as f64;
-        let batch_cpu = Cpu {
-            node_ms: ms_per_task(
-                cpu_ticks(node.pid())
-                    .ok_or("the node has no /proc stat")?
-                    .saturating_sub(batch_node_before),
-            ),
-            postgres_ms: ms_per_task(postgres_cpu_ticks().saturating_sub(batch_pg_before)),
-            busy: match (batch_machine_before, machine_ticks()) {
-                (Some(before), Some(after)) => Some(after.busy_cores_since(before, batch_elapsed)),
-                _ => None,
-            },
-        };
-        let node_before = cpu_ticks(node.pid()).ok_or("the node has no /proc stat")?;
-        let pg_before = postgres_cpu_ticks();
-        let machine_before = machine_ticks();
+        let batch_cpu = mark.per_task(node, tasks, batch_elapsed)?;
+        let mark = CpuMark::take(node)?;
         let started = Instant::now();
         post(&endpoint, &format!("/destinations/{destination}/resume")).await?;
         let (_, drained) = self
             .wait_terminal(&endpoint, done + tasks, started + self.plan.patience)
             .await?;
-        let node_ticks = cpu_ticks(node.pid())
-            .ok_or("the node has no /proc stat")?
-            .saturating_sub(node_before);
-        let pg_ticks = postgres_cpu_ticks().saturating_sub(pg_before);
-        let drain_busy = match (machine_before, machine_ticks()) {
-            (Some(before), Some(after)) => Some(after.busy_cores_since(before, drained - started)),
-            _ => None,
-        };
+        let drain_cpu = mark.per_task(node, tasks, drained - started)?;
         Ok(Queued {
             batch_cpu,
             batch_rate: stats::rate(tasks, batch_elapsed),
             drain_rate: stats::rate(tasks, drained - started),
             tasks,
-            drain_node_cpu_ms: ms_per_task(node_ticks),
-            drain_postgres_cpu_ms: ms_per_task(pg_ticks),
-            drain_busy,
+            drain_cpu,
         })
     }
 }
@@ -598,7 +557,45 @@ fn postgres_cpu_ticks() -> u64 {
         .sum()
 }
 
-/// CPU per task over a stretch of a run: the node's and PostgreSQL's
+/// Where a stretch of a run starts: the CPU its nodes, PostgreSQL and the
+/// machine have used so far.
+struct CpuMark {
+    nodes: u64,
+    postgres: u64,
+    machine: Option<MachineTicks>,
+}
+
+impl CpuMark {
+    fn take(nodes: &[ServerProcess]) -> Result<CpuMark, String> {
+        Ok(CpuMark {
+            nodes: nodes_cpu_ticks(nodes)?,
+            postgres: postgres_cpu_ticks(),
+            machine: machine_ticks(),
+        })
+    }
+
+    /// What the stretch since the mark cost per task, `tasks` done by the
+    /// same `nodes` over `elapsed`.
+    fn per_task(
+        &self,
+        nodes: &[ServerProcess],
+        tasks: u64,
+        elapsed: Duration,
+    ) -> Result<Cpu, String> {
+        let ms_per_task = |ticks: u64| ticks as f64 * 1000.0 / CLOCK_TICKS_PER_S / tasks as f64;
+        Ok(Cpu {
+            node_ms: ms_per_task(nodes_cpu_ticks(nodes)?.saturating_sub(self.nodes)),
+            // A backend that ended meanwhile takes its ticks with it: saturate.
+            postgres_ms: ms_per_task(postgres_cpu_ticks().saturating_sub(self.postgres)),
+            busy: match (self.machine, machine_ticks()) {
+                (Some(before), Some(after)) => Some(after.busy_cores_since(before, elapsed)),
+                _ => None,
+            },
+        })
+    }
+}
+
+/// CPU per task over a stretch of a run: the nodes' and PostgreSQL's
 /// processes, in ms, and the machine's busy cores (of how many).
 struct Cpu {
     node_ms: f64,
