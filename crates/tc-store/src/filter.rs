@@ -4,12 +4,13 @@
 
 use rusqlite::ToSql;
 use rusqlite::types::Value;
+use tc_model::State;
 use tc_model::store::{Driving, TaskFilter, TermValue};
 
 /// A filter turned into SQL text and named values.
 pub(crate) struct FilterSql {
     /// The table pinned to the driving index (`tasks INDEXED BY …`):
-    /// left to itself, the planner prefers the equality on `tasks_by_state`
+    /// left to itself, the planner prefers the equality on the state
     /// whatever else is given.
     pub(crate) table: &'static str,
     /// The driving index's term (`state = :state`, …), or `1`.
@@ -17,6 +18,19 @@ pub(crate) struct FilterSql {
     /// Every other given field, joined by `AND`, or `1`.
     pub(crate) rest: String,
     values: Vec<(String, Value)>,
+}
+
+/// The table pinned to the partial index that holds the tasks in `state`
+/// (schema step 29), and the terms that say its predicate.
+fn state_index(state: Option<State>) -> (&'static str, &'static str) {
+    match state {
+        Some(State::Pending) => ("tasks INDEXED BY tasks_pending", "state = 'pending'"),
+        Some(State::Running) => ("tasks INDEXED BY tasks_leased", "state = 'running'"),
+        _ => (
+            "tasks INDEXED BY tasks_ended",
+            "state <> 'pending' AND state <> 'running'",
+        ),
+    }
 }
 
 impl FilterSql {
@@ -33,6 +47,12 @@ impl FilterSql {
                 // that SQLite may use the partial `tasks_by_tenant`.
                 sql = format!("({sql} AND tenant <> '')");
             }
+            if term.field == Driving::State {
+                // Said with the literal terms of the partial index that
+                // holds the state (schema step 29), so that SQLite may
+                // walk it: it cannot see that a bound value implies them.
+                sql = format!("({sql} AND {})", state_index(filter.state).1);
+            }
             if term.drives(driving) {
                 driving_term = sql;
             } else {
@@ -47,13 +67,14 @@ impl FilterSql {
         }
         // Each index ends in seq (the rowid), so the walk needs no sort,
         // but the key's: (key, tenant) holds one task per tenant at most,
-        // a handful to sort.
+        // a handful to sort; and the running tasks' (`tasks_leased`, by
+        // lease): as many as the workers run at once.
         let table = match driving {
             Driving::All => "tasks",
             Driving::IdempotencyKey => "tasks INDEXED BY tasks_by_key",
             Driving::Error => "tasks INDEXED BY tasks_by_error",
             Driving::Destination => "tasks INDEXED BY tasks_by_destination",
-            Driving::State => "tasks INDEXED BY tasks_by_state",
+            Driving::State => state_index(filter.state).0,
             Driving::Tenant => "tasks INDEXED BY tasks_by_tenant",
         };
         let rest = if rest.is_empty() {

@@ -201,10 +201,15 @@ pub(crate) fn next_due(conn: &Connection) -> Result<Option<Timestamp>, StoreErro
     Ok(due.map(Timestamp::from_millis))
 }
 
+/// [`prunable`]'s walk: `tasks_ended`, whose predicate its terms say.
+pub(crate) const PRUNABLE: &str = "SELECT seq FROM tasks INDEXED BY tasks_ended \
+     WHERE state = ?1 AND state <> 'pending' AND state <> 'running' \
+       AND finished_at < ?2 ORDER BY seq LIMIT ?3";
+
 /// The oldest finished tasks in `state` that finished before `cutoff`, at
 /// most `limit`, by position: what a prune deletes. A read, run on a reader
 /// connection: with none due it walks every finished task in `state`
-/// (`tasks_by_state` has no finish time), which on the writer held every
+/// (`tasks_ended` has no finish time), which on the writer held every
 /// write for that long (97 ms at 250,000 tasks in phase 12, once per prune
 /// round).
 pub(crate) fn prunable(
@@ -217,12 +222,7 @@ pub(crate) fn prunable(
         return Ok(Vec::new());
     }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT seq FROM tasks INDEXED BY tasks_by_state \
-             WHERE state = ?1 AND finished_at < ?2 ORDER BY seq LIMIT ?3",
-        )
-        .map_err(db)?;
+    let mut stmt = conn.prepare_cached(PRUNABLE).map_err(db)?;
     let seqs = stmt
         .query_map(params![state.as_str(), cutoff.as_millis(), limit], |row| {
             row.get(0)

@@ -57,6 +57,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V26_FLOW_KEYS,
     V27_WRITER_COUNTS,
     V28_DUE_UNKEYED,
+    V29_STATE_INDEXES,
 ];
 
 /// The `user_version` this build writes and reads.
@@ -630,9 +631,11 @@ mod tests {
         };
         let lists = [
             (filtered(|_| {}), "INTEGER PRIMARY KEY"),
+            (filtered(|f| f.state = Some(State::Failed)), "tasks_ended"),
+            (filtered(|f| f.state = Some(State::Canceled)), "tasks_ended"),
             (
-                filtered(|f| f.state = Some(State::Failed)),
-                "tasks_by_state",
+                filtered(|f| f.state = Some(State::Pending)),
+                "tasks_pending",
             ),
             (
                 filtered(|f| {
@@ -666,6 +669,15 @@ mod tests {
             assert!(plan.contains(index), "{sql}\n  plan: {plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql} sorts\n  plan: {plan}");
         }
+        // The running tasks are walked by lease, and sorted: as many as the
+        // workers run at once.
+        let running = filtered(|f| f.state = Some(State::Running));
+        let walk = plan(&conn, &running);
+        assert!(walk.contains("tasks_leased"), "{running}\n  plan: {walk}");
+        // A prune walks a finished state in seq order.
+        let walk = plan(&conn, crate::read_ops::PRUNABLE);
+        assert!(walk.contains("tasks_ended"), "the prune: {walk}");
+        assert!(!walk.contains("TEMP B-TREE"), "the prune sorts: {walk}");
         // A key names one task per tenant at most: its few rows are sorted.
         let by_key = filtered(|f| f.idempotency_key = Some("k".into()));
         let plan = plan(&conn, &by_key);

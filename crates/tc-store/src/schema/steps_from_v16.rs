@@ -392,3 +392,18 @@ CREATE INDEX tasks_due_unkeyed ON tasks (destination, tenant, next_run_at, seq)
     WHERE state = 'pending' AND flow_key = '';
 DROP INDEX tasks_due_by_tenant;
 ";
+
+/// Step 28 → 29 (the writer's work per task): `tasks_by_state` (every task
+/// by state, then seq) split in two partial indexes, the pending tasks by
+/// seq (`tasks_pending`) and the ended ones by state and seq
+/// (`tasks_ended`); the running tasks are listed through `tasks_leased`,
+/// which holds them all. A task's life moved five entries of
+/// `tasks_by_state` (in at its submit, out and in at its claim and at its
+/// end); now three (in at its submit, out at its claim, in at its end).
+/// Measured with the writer's instruction counter: 6,200 fewer a task
+/// (docs/performance.md, "the writer's layout measured").
+pub(crate) const V29_STATE_INDEXES: &str = "
+CREATE INDEX tasks_pending ON tasks (seq) WHERE state = 'pending';
+CREATE INDEX tasks_ended ON tasks (state, seq) WHERE state <> 'pending' AND state <> 'running';
+DROP INDEX tasks_by_state;
+";

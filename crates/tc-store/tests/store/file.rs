@@ -316,13 +316,14 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
             "tasks_by_destination",
             "tasks_by_error",
             "tasks_by_key",
-            "tasks_by_state",
             "tasks_by_tenant",
             "tasks_due_by_destination",
             "tasks_due_by_key",
             "tasks_due_unkeyed",
+            "tasks_ended",
             "tasks_leased",
             "tasks_open_by_tenant",
+            "tasks_pending",
             "tasks_prioritized",
             "tasks_running_by_key"
         ]
@@ -492,7 +493,8 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
         )
         .unwrap();
         // Nor any of the later steps' (step 24: topics; step 25: priority;
-        // step 26: flow keys; step 28: the due tasks without one).
+        // step 26: flow keys; step 28: the due tasks without one; step 29:
+        // the state's indexes).
         conn.execute_batch(
             "CREATE INDEX tasks_due ON tasks (next_run_at, seq) WHERE state = 'pending';
              DROP TABLE event_tasks; DROP TABLE events; DROP TABLE subscriptions;
@@ -505,6 +507,8 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
              CREATE INDEX tasks_due_by_tenant ON tasks (destination, tenant, next_run_at, seq)
                  WHERE state = 'pending';
              DROP TABLE flow_keys; ALTER TABLE tasks DROP COLUMN flow_key;
+             DROP INDEX tasks_pending; DROP INDEX tasks_ended;
+             CREATE INDEX tasks_by_state ON tasks (state, seq);
              PRAGMA user_version = 22;",
         )
         .unwrap();

@@ -15,3 +15,5 @@ mod file;
 mod model;
 // Secrets sealed at rest.
 mod sealed;
+// Schema step 29: the state's indexes.
+mod state_indexes;
