@@ -15,9 +15,9 @@ use tc_model::{Limits, NewTask, State, Task, TaskId, Timestamp};
 use tc_store::{OpenError, SqliteStore, StoreConfig, Synchronous};
 use tc_testkit::ClaimDue;
 
-const LEASE: Duration = Duration::from_secs(30);
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
 
-fn task(key: &str) -> NewTask {
+pub(crate) fn task(key: &str) -> NewTask {
     NewTask::new(
         format!("http://127.0.0.1:9/{key}"),
         format!("{{\"key\":\"{key}\"}}").into_bytes(),
@@ -29,7 +29,7 @@ fn task(key: &str) -> NewTask {
     .unwrap()
 }
 
-fn t(ms: i64) -> Timestamp {
+pub(crate) fn t(ms: i64) -> Timestamp {
     Timestamp::from_millis(1_700_000_000_000 + ms)
 }
 

@@ -5,30 +5,14 @@
 use std::time::Duration;
 
 use rusqlite::Connection;
+use tc_model::State;
 use tc_model::destination::ClaimGate;
 use tc_model::store::{Completion, ListQuery, TaskFilter, Tasks, Work};
 use tc_model::tenant::Scope;
-use tc_model::{Limits, NewTask, State, Timestamp};
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::ClaimDue;
 
-const LEASE: Duration = Duration::from_secs(30);
-
-fn task(key: &str) -> NewTask {
-    NewTask::new(
-        format!("http://127.0.0.1:9/{key}"),
-        format!("{{\"key\":\"{key}\"}}").into_bytes(),
-        key.to_owned(),
-        3,
-        Duration::from_secs(2),
-        &Limits::default(),
-    )
-    .unwrap()
-}
-
-fn t(ms: i64) -> Timestamp {
-    Timestamp::from_millis(1_700_000_000_000 + ms)
-}
+use crate::file::{LEASE, t, task};
 
 /// Every state's listing (and the unfiltered one), as idempotency keys in
 /// list order, walked one task a page so that the cursor is used too.
