@@ -418,32 +418,15 @@ async fn an_older_file_is_upgraded_in_place_with_its_tasks() {
     store.close().await;
 }
 
-/// A file as a step-22 build left it, with a task in every state: the
-/// store of this build writes them, then the file is given back what step
-/// 23 changed (the open history row a claim wrote, `tasks_due`, version
-/// 22; steps 21 and 22 only add the destinations' auth and TLS columns).
-/// Upgraded, every task reads as before, the running one with its try
-/// open once, and its end writes that try's row once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("step22.db");
-    let store = SqliteStore::open(&path, StoreConfig::default())
-        .await
-        .unwrap();
-    for key in [
-        "done", "failed", "canceled", "running", "retrying", "waiting",
-    ] {
-        store.submit(task(key), t(0)).await.unwrap();
+/// Submits a task per key at `t(0)` (at least five), claims the first five
+/// at `t(10)`, and at `t(20)` ends the first as a success, the second as a
+/// failure, cancels the third and retries the fifth at `t(50)`: the
+/// fourth runs, the rest wait. Answers the ids in key order.
+pub(crate) async fn a_task_in_every_state(store: &SqliteStore, keys: &[&str]) -> Vec<TaskId> {
+    let mut ids = Vec::new();
+    for key in keys {
+        ids.push(store.submit(task(key), t(0)).await.unwrap().task.id);
     }
-    let ids: Vec<TaskId> = store
-        .list(everything(), Scope::Admin)
-        .await
-        .unwrap()
-        .tasks
-        .iter()
-        .map(|task| task.id)
-        .collect();
     let claimed = store
         .claim_due(5, t(10), LEASE, tc_model::destination::ClaimGate::default())
         .await
@@ -467,6 +450,29 @@ async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
         http_status: Some(503),
     };
     store.complete(ids[4], 1, retry, t(20)).await.unwrap();
+    ids
+}
+
+/// A file as a step-22 build left it, with a task in every state: the
+/// store of this build writes them, then the file is given back what step
+/// 23 changed (the open history row a claim wrote, `tasks_due`, version
+/// 22; steps 21 and 22 only add the destinations' auth and TLS columns).
+/// Upgraded, every task reads as before, the running one with its try
+/// open once, and its end writes that try's row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_23_upgrades_a_file_with_a_task_in_every_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("step22.db");
+    let store = SqliteStore::open(&path, StoreConfig::default())
+        .await
+        .unwrap();
+    let ids = a_task_in_every_state(
+        &store,
+        &[
+            "done", "failed", "canceled", "running", "retrying", "waiting",
+        ],
+    )
+    .await;
     let before = store.list(everything(), Scope::Admin).await.unwrap();
     let states: Vec<State> = before.tasks.iter().map(|task| task.state).collect();
     assert_eq!(

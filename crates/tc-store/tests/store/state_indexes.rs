@@ -12,7 +12,7 @@ use tc_model::tenant::Scope;
 use tc_store::{SqliteStore, StoreConfig};
 use tc_testkit::ClaimDue;
 
-use crate::file::{LEASE, t, task};
+use crate::file::{LEASE, a_task_in_every_state, t};
 
 /// Every state's listing (and the unfiltered one), as idempotency keys in
 /// list order, walked one task a page so that the cursor is used too.
@@ -84,33 +84,12 @@ async fn step_29_upgrades_a_file_with_a_task_in_every_state() {
     let store = SqliteStore::open(&path, StoreConfig::default())
         .await
         .unwrap();
-    let mut ids = Vec::new();
-    for key in KEYS {
-        ids.push(store.submit(task(key), t(0)).await.unwrap().task.id);
-    }
-    let claimed = store
-        .claim_due(5, t(10), LEASE, ClaimGate::default())
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 5);
+    let ids = a_task_in_every_state(&store, &KEYS).await;
     let ok = || Completion::Success {
         http_status: 200,
         result: b"ok".to_vec(),
         content_type: None,
     };
-    store.complete(ids[0], 1, ok(), t(20)).await.unwrap();
-    let fail = Completion::Failed {
-        reason: "http_400".into(),
-        http_status: Some(400),
-    };
-    store.complete(ids[1], 1, fail, t(20)).await.unwrap();
-    store.cancel(ids[2], Scope::Admin, t(20)).await.unwrap();
-    let retry = Completion::Retry {
-        next_run_at: t(50),
-        reason: "http_503".into(),
-        http_status: Some(503),
-    };
-    store.complete(ids[4], 1, retry, t(20)).await.unwrap();
     let every_state: [(State, &[&str]); 5] = [
         (State::Pending, &["retrying", "waiting", "late"]),
         (State::Running, &["running"]),
