@@ -20,16 +20,23 @@ pub(crate) struct FilterSql {
     values: Vec<(String, Value)>,
 }
 
+/// The predicate of `tasks_ended` (schema step 29), which a statement
+/// walking that index says literally: SQLite cannot see that a bound state
+/// implies it.
+macro_rules! ended_terms {
+    () => {
+        "state <> 'pending' AND state <> 'running'"
+    };
+}
+pub(crate) use ended_terms;
+
 /// The table pinned to the partial index that holds the tasks in `state`
 /// (schema step 29), and the terms that say its predicate.
 fn state_index(state: Option<State>) -> (&'static str, &'static str) {
     match state {
         Some(State::Pending) => ("tasks INDEXED BY tasks_pending", "state = 'pending'"),
         Some(State::Running) => ("tasks INDEXED BY tasks_leased", "state = 'running'"),
-        _ => (
-            "tasks INDEXED BY tasks_ended",
-            "state <> 'pending' AND state <> 'running'",
-        ),
+        _ => ("tasks INDEXED BY tasks_ended", ended_terms!()),
     }
 }
 

@@ -202,9 +202,11 @@ pub(crate) fn next_due(conn: &Connection) -> Result<Option<Timestamp>, StoreErro
 }
 
 /// [`prunable`]'s walk: `tasks_ended`, whose predicate its terms say.
-pub(crate) const PRUNABLE: &str = "SELECT seq FROM tasks INDEXED BY tasks_ended \
-     WHERE state = ?1 AND state <> 'pending' AND state <> 'running' \
-       AND finished_at < ?2 ORDER BY seq LIMIT ?3";
+pub(crate) const PRUNABLE: &str = concat!(
+    "SELECT seq FROM tasks INDEXED BY tasks_ended WHERE state = ?1 AND ",
+    crate::filter::ended_terms!(),
+    " AND finished_at < ?2 ORDER BY seq LIMIT ?3"
+);
 
 /// The oldest finished tasks in `state` that finished before `cutoff`, at
 /// most `limit`, by position: what a prune deletes. A read, run on a reader
