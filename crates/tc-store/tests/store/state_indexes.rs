@@ -17,16 +17,8 @@ use crate::file::{LEASE, a_task_in_every_state, t};
 /// Every state's listing (and the unfiltered one), as idempotency keys in
 /// list order, walked one task a page so that the cursor is used too.
 async fn listings(store: &SqliteStore) -> Vec<(Option<State>, Vec<String>)> {
-    let states = [
-        None,
-        Some(State::Pending),
-        Some(State::Running),
-        Some(State::Success),
-        Some(State::Failed),
-        Some(State::Canceled),
-    ];
     let mut all = Vec::new();
-    for state in states {
+    for state in std::iter::once(None).chain(State::ALL.map(Some)) {
         let mut keys = Vec::new();
         let mut after = None;
         for _ in 0..100 {
