@@ -6,6 +6,8 @@
 //!   write of several statements; the hot writes refuse before writing and
 //!   need none), answering callers only after COMMIT returned (group
 //!   commit: many submits share one fsync).
+//! - A checkpointer thread copies the WAL back into the database file
+//!   beside the writer, so that no COMMIT waits for that copy.
 //! - Reads run on their own connections in tokio's blocking pool; with WAL
 //!   they never wait behind a write batch.
 //! - The layout is one list of migration steps (`PRAGMA user_version`); an
@@ -23,6 +25,7 @@
 
 pub mod backup;
 mod batch_submit;
+mod checkpointer;
 mod config;
 mod destinations;
 mod events;

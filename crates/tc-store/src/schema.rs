@@ -245,15 +245,13 @@ fn writer_pragmas(
     conn: &Connection,
     config: &StoreConfig,
 ) -> Result<(), (&'static str, rusqlite::Error)> {
-    let sync = match config.synchronous {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-    };
-    conn.pragma_update(None, "synchronous", sync)
+    conn.pragma_update(None, "synchronous", synchronous(config))
         .map_err(|e| ("set synchronous", e))?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(|e| ("enable foreign keys", e))?;
-    // The writer runs the automatic checkpoints inside its COMMITs, where they
+    // A writer without the checkpointer thread (`crate::checkpointer`, which
+    // replaces this with its own WAL hook) runs the automatic checkpoints
+    // inside its COMMITs, where they
     // stall every caller of the batch; checkpointing every 40 MiB of WAL
     // instead of SQLite's 4 MiB gave 15-25% more durable submits/s at 64
     // callers (cargo xtask bench-store), at the price of a larger -wal file.
@@ -269,6 +267,14 @@ fn writer_pragmas(
     conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
         .map_err(|e| ("set cache_size", e))?;
     Ok(())
+}
+
+/// `config`'s durability as `PRAGMA synchronous` says it.
+fn synchronous(config: &StoreConfig) -> &'static str {
+    match config.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    }
 }
 
 /// SQLite's `auto_vacuum = INCREMENTAL`: pages freed by deletes can be
@@ -314,6 +320,18 @@ const WAL_SIZE_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 #[cfg(test)]
 pub(crate) fn memory_writer() -> Connection {
     open_writer(&Target::new_memory(), &StoreConfig::default()).unwrap()
+}
+
+/// Opens the checkpointer's connection (`crate::checkpointer`) to a file
+/// [`open_writer`] has set up: it writes only the database file, when it
+/// copies the WAL back, and fsyncs it as the writer's `synchronous` says.
+pub(crate) fn open_checkpointer(
+    target: &Target,
+    config: &StoreConfig,
+) -> rusqlite::Result<Connection> {
+    let conn = target.open_raw()?;
+    conn.pragma_update(None, "synchronous", synchronous(config))?;
+    Ok(conn)
 }
 
 /// Opens a connection that only reads a database [`open_writer`] has set up.

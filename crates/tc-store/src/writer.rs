@@ -133,14 +133,25 @@ where
 
 /// Starts the writer thread. It runs until every sender is dropped and the
 /// queue is drained, so dropping the sender and joining the handle flushes.
+/// `checkpointer` is the thread `conn`'s WAL hook wakes: it ends once `conn`
+/// is closed, and the writer joins it before it ends itself, so that the
+/// file is closed when the handle is joined.
 pub(crate) fn spawn(
     conn: Connection,
+    checkpointer: Option<JoinHandle<()>>,
     commands: mpsc::Receiver<Command>,
     max_batch: usize,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("tc-store-writer".to_owned())
-        .spawn(move || run(conn, commands, max_batch.max(1)))
+        .spawn(move || {
+            run(conn, commands, max_batch.max(1));
+            if let Some(thread) = checkpointer
+                && thread.join().is_err()
+            {
+                tracing::error!("store_checkpointer_panicked");
+            }
+        })
 }
 
 fn run(mut conn: Connection, mut commands: mpsc::Receiver<Command>, max_batch: usize) {

@@ -3,16 +3,39 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 use tc_model::store::StoreError;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::SqliteStore;
+use crate::checkpointer;
 use crate::config::StoreConfig;
 use crate::read_pool::Readers;
 use crate::schema::{self, OpenError, Target};
 use crate::writer::{self, Undo};
+
+/// The writer's connection and, for a file, the checkpointer thread its
+/// WAL hook wakes (a database in memory has no WAL).
+fn open_writer(
+    target: &Target,
+    config: &StoreConfig,
+) -> Result<(Connection, Option<JoinHandle<()>>), OpenError> {
+    let mut conn = schema::open_writer(target, config)?;
+    let Target::File(_) = target else {
+        return Ok((conn, None));
+    };
+    let fail = |doing: &str, e: &dyn std::fmt::Display| OpenError::Sqlite {
+        path: target.path(),
+        message: format!("{doing}: {e}"),
+    };
+    let ckpt = schema::open_checkpointer(target, config)
+        .map_err(|e| fail("open the checkpointer's connection", &e))?;
+    let (thread, _) = checkpointer::install(&mut conn, ckpt, checkpointer::Plan::default())
+        .map_err(|e| fail("start the checkpointer", &e))?;
+    Ok((conn, Some(thread)))
+}
 
 impl SqliteStore {
     /// Opens (or creates) the database file at `path`, in WAL mode, migrating
@@ -38,18 +61,19 @@ impl SqliteStore {
         let path = target.path();
         let opened = {
             let (target, config) = (target.clone(), config.clone());
-            tokio::task::spawn_blocking(move || schema::open_writer(&target, &config)).await
+            tokio::task::spawn_blocking(move || open_writer(&target, &config)).await
         };
-        let conn = opened.map_err(|e| OpenError::Sqlite {
+        let (conn, checkpointer) = opened.map_err(|e| OpenError::Sqlite {
             path: path.clone(),
             message: format!("open task failed: {e}"),
         })??;
         let (commands, queue) = mpsc::channel(config.max_batch.max(1).saturating_mul(4));
-        let writer =
-            writer::spawn(conn, queue, config.max_batch).map_err(|e| OpenError::Sqlite {
+        let writer = writer::spawn(conn, checkpointer, queue, config.max_batch).map_err(|e| {
+            OpenError::Sqlite {
                 path,
                 message: format!("start the writer thread: {e}"),
-            })?;
+            }
+        })?;
         let max_queued_bytes = config.max_queued_bytes.clamp(1, Semaphore::MAX_PERMITS);
         Ok(SqliteStore {
             commands: Some(commands),

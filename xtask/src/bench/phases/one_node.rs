@@ -20,6 +20,9 @@ use crate::harness::procfs::{self, ThreadCpu};
 /// The writer thread's name (`crates/tc-store/src/writer.rs`); Linux keeps
 /// 15 bytes of a thread name, and this one fits.
 const WRITER_THREAD: &str = "tc-store-writer";
+/// The checkpointer thread's name (`crates/tc-store/src/checkpointer.rs`),
+/// which copies the WAL back beside the writer.
+const CHECKPOINTER_THREAD: &str = "tc-store-ckpt";
 /// Tasks per batch submit (the API's largest batch).
 pub(super) const BATCH: u64 = 1000;
 /// Connections of the batch loads, as the issue's `wrk -c8`.
@@ -70,6 +73,11 @@ pub(super) struct CpuSpent {
 }
 
 impl CpuSpent {
+    /// The CPU of the threads named `name` per task of `tasks`, µs.
+    pub(super) fn thread_us_per_task(&self, name: &str, tasks: u64) -> f64 {
+        self.by_name.get(name).copied().unwrap_or(0) as f64 / 1000.0 / tasks.max(1) as f64
+    }
+
     pub(super) fn add(&mut self, other: &CpuSpent) {
         self.writer_ns += other.writer_ns;
         self.process_ns += other.process_ns;
@@ -212,12 +220,15 @@ impl Bench {
             );
             self.progress(&format!(
                 "  end to end window {}: {} tasks terminal in {:.2} s = {:.0}/s; writer \
-                 thread {:.1} µs/task, process {:.1} µs/task",
+                 thread {:.1} µs/task, checkpointer {:.1}, process {:.1} µs/task",
                 i + 1,
                 window.load.ok,
                 window.elapsed.as_secs_f64(),
                 window.rate(),
                 window.cpu.writer_ns as f64 / 1000.0 / window.load.ok.max(1) as f64,
+                window
+                    .cpu
+                    .thread_us_per_task(CHECKPOINTER_THREAD, window.load.ok),
                 window.cpu.process_ns as f64 / 1000.0 / window.load.ok.max(1) as f64,
             ));
             windows.push(window);
@@ -344,7 +355,8 @@ impl Bench {
             .target(Target::AtMost(30.0))
             .note(format!(
                 "{WRITER_THREAD} thread's user+system time over the steady windows (submit, \
-                 claim, complete)"
+                 claim, complete); beside it the checkpointer ({CHECKPOINTER_THREAD}) {:.1} µs",
+                steady_cpu.thread_us_per_task(CHECKPOINTER_THREAD, steady_tasks)
             )),
         );
         self.push(
