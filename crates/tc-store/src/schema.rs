@@ -251,10 +251,10 @@ fn writer_pragmas(
         .map_err(|e| ("enable foreign keys", e))?;
     // A writer without the checkpointer thread (`crate::checkpointer`, which
     // replaces this with its own WAL hook) runs the automatic checkpoints
-    // inside its COMMITs, where they
-    // stall every caller of the batch; checkpointing every 40 MiB of WAL
-    // instead of SQLite's 4 MiB gave 15-25% more durable submits/s at 64
-    // callers (cargo xtask bench-store), at the price of a larger -wal file.
+    // inside its COMMITs, where they stall every caller of the batch;
+    // checkpointing every 40 MiB of WAL instead of SQLite's 4 MiB gave 15-25%
+    // more durable submits/s at 64 callers (cargo xtask bench-store), at the
+    // price of a larger -wal file.
     conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
         .map_err(|e| ("set wal_autocheckpoint", e))?;
     // After a checkpoint the -wal file is cut back to this size, so a burst
