@@ -191,22 +191,21 @@ impl Hook {
             .is_some_and(|left| left <= self.plan.finish_lag);
         let forced = pages >= self.plan.force_at
             && pages >= self.copied_at.saturating_add(self.plan.wake_every);
-        let shared = Arc::clone(&self.shared);
         // Finishing: only if no pass runs now (it is doing the work; the next
         // commit looks again). Forced: after the pass.
         let guard = if forced {
-            Some(shared.copying())
+            Some(self.shared.copying())
         } else if pages >= self.plan.finish_at
             && caught_up
             && pages >= self.copied_at.saturating_add(self.plan.finish_lag)
         {
-            shared.copying_if_free()
+            self.shared.copying_if_free()
         } else {
             None
         };
         if let Some(_copying) = guard {
             self.copied_at = pages;
-            copy(wal, &shared, forced && !caught_up);
+            copy(wal, &self.shared, forced && !caught_up);
         }
     }
 }
