@@ -28,6 +28,11 @@ pub(super) const BATCH: u64 = 1000;
 /// Connections of the batch loads, as the issue's `wrk -c8`.
 const BATCH_CONNECTIONS: usize = 8;
 
+/// `ns` of CPU spread over `tasks`, µs a task.
+pub(super) fn us_per_task(ns: u64, tasks: u64) -> f64 {
+    ns as f64 / 1000.0 / tasks.max(1) as f64
+}
+
 /// CPU time of the server's threads at one instant.
 pub(super) struct CpuSnapshot(Vec<ThreadCpu>);
 
@@ -75,7 +80,7 @@ pub(super) struct CpuSpent {
 impl CpuSpent {
     /// The CPU of the threads named `name` per task of `tasks`, µs.
     pub(super) fn thread_us_per_task(&self, name: &str, tasks: u64) -> f64 {
-        self.by_name.get(name).copied().unwrap_or(0) as f64 / 1000.0 / tasks.max(1) as f64
+        us_per_task(self.by_name.get(name).copied().unwrap_or(0), tasks)
     }
 
     pub(super) fn add(&mut self, other: &CpuSpent) {
@@ -87,7 +92,7 @@ impl CpuSpent {
     }
 
     pub(super) fn json(&self, tasks: u64) -> Value {
-        let per_task = |ns: u64| ns as f64 / 1000.0 / tasks.max(1) as f64;
+        let per_task = |ns: u64| us_per_task(ns, tasks);
         json!({
             "writer_us_per_task": per_task(self.writer_ns),
             "process_us_per_task": per_task(self.process_ns),
@@ -225,11 +230,11 @@ impl Bench {
                 window.load.ok,
                 window.elapsed.as_secs_f64(),
                 window.rate(),
-                window.cpu.writer_ns as f64 / 1000.0 / window.load.ok.max(1) as f64,
+                us_per_task(window.cpu.writer_ns, window.load.ok),
                 window
                     .cpu
                     .thread_us_per_task(CHECKPOINTER_THREAD, window.load.ok),
-                window.cpu.process_ns as f64 / 1000.0 / window.load.ok.max(1) as f64,
+                us_per_task(window.cpu.process_ns, window.load.ok),
             ));
             windows.push(window);
         }
@@ -301,7 +306,7 @@ impl Bench {
             "  drained {backlog} queued tasks in {:.2} s = {drain_rate:.0}/s (end to end \
              {e2e_rate:.0}/s); writer thread {:.1} µs/task",
             (done - started).as_secs_f64(),
-            drain_cpu.writer_ns as f64 / 1000.0 / backlog.max(1) as f64
+            us_per_task(drain_cpu.writer_ns, backlog)
         ));
         let warnings = self.server_warnings(&tc);
         tc.stop();
@@ -345,11 +350,11 @@ impl Bench {
             Figure::new(
                 "node_writer_cpu",
                 "12 writer-thread CPU per task, end to end",
-                steady_cpu.writer_ns as f64 / 1000.0 / steady_tasks.max(1) as f64,
+                us_per_task(steady_cpu.writer_ns, steady_tasks),
                 "µs",
             )
             .beside(
-                steady_cpu.process_ns as f64 / 1000.0 / steady_tasks.max(1) as f64,
+                us_per_task(steady_cpu.process_ns, steady_tasks),
                 "the whole process",
             )
             .target(Target::AtMost(30.0))

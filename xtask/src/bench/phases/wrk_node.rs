@@ -14,7 +14,7 @@
 //!   per task, the process's per thread).
 
 use super::claim_split::{ClaimCounters, ClaimSplit};
-use super::one_node::{BATCH, CpuSnapshot, CpuSpent, post};
+use super::one_node::{BATCH, CpuSnapshot, CpuSpent, post, us_per_task};
 use super::*;
 use crate::bench::wrk::{Wrk, WrkWindow};
 
@@ -196,7 +196,7 @@ impl Bench {
                 w.submits.socket_errors,
                 w.elapsed.as_secs_f64(),
                 w.rate(),
-                w.cpu.writer_ns as f64 / 1000.0 / w.submits.ok().max(1) as f64,
+                us_per_task(w.cpu.writer_ns, w.submits.ok()),
                 w.claims.line(),
             ));
             windows.push(w);
@@ -234,8 +234,7 @@ impl Bench {
             .await?
             .since(&claims_before, done - started);
         let drain = stats::rate(backlog, done - started);
-        let per_task =
-            |cpu: &CpuSpent, tasks: u64| cpu.writer_ns as f64 / 1000.0 / tasks.max(1) as f64;
+        let per_task = |cpu: &CpuSpent, tasks: u64| us_per_task(cpu.writer_ns, tasks);
         // Little's law: the mean time a task spends running in the store
         // (claim's commit, call, completion's commit) and in its call.
         let round_ms = |mean: f64| mean / drain.max(1e-9) * 1000.0;
