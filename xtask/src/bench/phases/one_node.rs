@@ -33,6 +33,11 @@ pub(super) fn us_per_task(ns: u64, tasks: u64) -> f64 {
     ns as f64 / 1000.0 / tasks.max(1) as f64
 }
 
+/// `ns` of CPU spent over `wall`, in cores (1.0: one core all the time).
+fn cores(ns: u64, wall: Duration) -> f64 {
+    ns as f64 / wall.as_nanos().max(1) as f64
+}
+
 /// CPU time of the server's threads at one instant.
 pub(super) struct CpuSnapshot(Vec<ThreadCpu>);
 
@@ -225,12 +230,14 @@ impl Bench {
             );
             self.progress(&format!(
                 "  end to end window {}: {} tasks terminal in {:.2} s = {:.0}/s; writer \
-                 thread {:.1} µs/task, checkpointer {:.1}, process {:.1} µs/task",
+                 thread {:.1} µs/task ({:.0}% of a core), checkpointer {:.1}, process {:.1} \
+                 µs/task",
                 i + 1,
                 window.load.ok,
                 window.elapsed.as_secs_f64(),
                 window.rate(),
                 us_per_task(window.cpu.writer_ns, window.load.ok),
+                100.0 * cores(window.cpu.writer_ns, window.elapsed),
                 window
                     .cpu
                     .thread_us_per_task(CHECKPOINTER_THREAD, window.load.ok),
@@ -242,9 +249,11 @@ impl Bench {
         let steady_submit = median(windows.iter().map(|w| w.load.per_second()).collect());
         let mut steady_cpu = CpuSpent::default();
         let mut steady_tasks = 0;
+        let mut steady_wall = Duration::ZERO;
         for w in &windows {
             steady_cpu.add(&w.cpu);
             steady_tasks += w.load.ok;
+            steady_wall += w.elapsed;
         }
         let pooled =
             LoadResult::pooled(&windows.iter().map(|w| w.load.clone()).collect::<Vec<_>>());
@@ -304,9 +313,10 @@ impl Bench {
         let drain_rate = stats::rate(backlog, done - started);
         self.progress(&format!(
             "  drained {backlog} queued tasks in {:.2} s = {drain_rate:.0}/s (end to end \
-             {e2e_rate:.0}/s); writer thread {:.1} µs/task",
+             {e2e_rate:.0}/s); writer thread {:.1} µs/task ({:.0}% of a core)",
             (done - started).as_secs_f64(),
-            us_per_task(drain_cpu.writer_ns, backlog)
+            us_per_task(drain_cpu.writer_ns, backlog),
+            100.0 * cores(drain_cpu.writer_ns, done - started)
         ));
         let warnings = self.server_warnings(&tc);
         tc.stop();
@@ -360,8 +370,12 @@ impl Bench {
             .target(Target::AtMost(30.0))
             .note(format!(
                 "{WRITER_THREAD} thread's user+system time over the steady windows (submit, \
-                 claim, complete); beside it the checkpointer ({CHECKPOINTER_THREAD}) {:.1} µs",
-                steady_cpu.thread_us_per_task(CHECKPOINTER_THREAD, steady_tasks)
+                 claim, complete); beside it the checkpointer ({CHECKPOINTER_THREAD}) {:.1} µs. \
+                 Over those windows the writer was on a CPU {:.0}% of the time, the whole \
+                 process {:.2} cores: a writer short of 100% is not what bounds the stream",
+                steady_cpu.thread_us_per_task(CHECKPOINTER_THREAD, steady_tasks),
+                100.0 * cores(steady_cpu.writer_ns, steady_wall),
+                cores(steady_cpu.process_ns, steady_wall)
             )),
         );
         self.push(
@@ -614,6 +628,22 @@ mod tests {
         ] {
             assert_eq!(median(rates.clone()), want, "{rates:?}");
         }
+    }
+
+    #[test]
+    fn cpu_time_in_cores() {
+        let check = |ns: u64, wall_ms: u64, want: f64| {
+            let got = cores(ns, Duration::from_millis(wall_ms));
+            assert!(
+                (got - want).abs() < 1e-9,
+                "{ns} ns over {wall_ms} ms: {got}"
+            );
+        };
+        check(500_000_000, 1000, 0.5);
+        check(3_000_000_000, 2000, 1.5);
+        check(0, 1000, 0.0);
+        // No wall time at all: no division by zero.
+        check(7, 0, 7.0);
     }
 
     #[test]
