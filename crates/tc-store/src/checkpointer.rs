@@ -83,12 +83,18 @@ impl Shared {
         self.last_pass.store(packed, Ordering::Release);
     }
 
+    /// What [`Shared::publish`] last stored: (frames in the WAL, frames
+    /// copied), zeros before any pass.
+    fn last_frames(&self) -> (u32, u32) {
+        let packed = self.last_pass.load(Ordering::Acquire);
+        ((packed >> 32) as u32, packed as u32)
+    }
+
     /// The frames the last pass left uncopied of a WAL now `pages` long,
     /// or `None` if that pass was over an earlier WAL (the WAL restarted
     /// since) or there was none.
     fn left_behind(&self, pages: u32) -> Option<u32> {
-        let packed = self.last_pass.load(Ordering::Acquire);
-        let (log, copied) = ((packed >> 32) as u32, packed as u32);
+        let (log, copied) = self.last_frames();
         (log > 0 && log <= pages).then(|| pages - copied.min(pages))
     }
 
@@ -342,8 +348,7 @@ mod tests {
             assert!(Instant::now() < deadline, "no pass ran");
             std::thread::yield_now();
         }
-        let packed = shared.last_pass.load(Ordering::Acquire);
-        let (log, copied) = ((packed >> 32) as u32, packed as u32);
+        let (log, copied) = shared.last_frames();
         assert!(log >= 60, "{log} frames for 60 commits");
         assert_eq!(copied, log);
         // Every page is in the database file now, not only in the WAL.
