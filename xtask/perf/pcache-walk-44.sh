@@ -13,7 +13,9 @@
 set -eu
 SECONDS_ATTACHED=${1:-3}
 OUT=$(mktemp -d)
-trap 'pkill -x tc-server 2>/dev/null || true; rm -rf "$OUT"' EXIT
+PID=
+# The bench, stopped early, leaves its server running: stop that one only.
+trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$OUT"' EXIT
 cat > "$OUT/gdb" <<'GDB'
 set pagination off
 set confirm off
@@ -26,7 +28,6 @@ end
 GDB
 TC_BENCH_BUILT=1 target/release/xtask bench --phase 12 > "$OUT/bench.log" 2>&1 &
 BENCH=$!
-PID=
 for _ in $(seq 1 100); do
     PID=$(pgrep -x tc-server | head -1 || true)
     [ -n "$PID" ] && break
